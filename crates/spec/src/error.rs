@@ -1,0 +1,96 @@
+//! The one error type of the `spec` crate.
+
+use crate::shape::Shape;
+use thiserror::Error;
+
+/// Everything that can go wrong in shape arithmetic, scalar arithmetic, the reference tensor and
+/// the reference op semantics. Variants carry the op name and the shapes involved so that the
+/// crates above can attach a node id and print one clear line.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum SpecError {
+    /// The product of the extents does not fit in `usize`.
+    #[error("shape {dims:?} has more elements than fit in a machine word")]
+    ShapeOverflow { dims: Vec<usize> },
+
+    /// The element count fits in `usize` but exceeds [`crate::shape::MAX_ELEMENTS`].
+    #[error("shape {shape} has {elements} elements, more than the limit of {limit}")]
+    ShapeTooLarge {
+        shape: Shape,
+        elements: usize,
+        limit: usize,
+    },
+
+    /// A flat data buffer does not have `shape.size()` elements.
+    #[error("shape {shape} needs {expected} elements but {got} were given")]
+    DataLength {
+        shape: Shape,
+        expected: usize,
+        got: usize,
+    },
+
+    /// A multi-index is out of bounds or of the wrong rank.
+    #[error("index {index:?} is out of bounds for shape {shape}")]
+    Index { index: Vec<usize>, shape: Shape },
+
+    /// A transcendental function was asked of a scalar type that cannot compute it exactly
+    /// (the rational scalar). Never a silent 0.
+    #[error("`{func}` is not available over the {scalar} scalar (it is not exact there)")]
+    Transcendental {
+        func: &'static str,
+        scalar: &'static str,
+    },
+
+    /// Division by an exact zero (rational scalar; floats follow IEEE 754 instead).
+    #[error("division by zero in {context}")]
+    DivisionByZero { context: &'static str },
+
+    /// A non-finite float where an exact value is needed (converting to the rational scalar),
+    /// or where the caller asked for finite values.
+    #[error("non-finite value {value} cannot be represented {context}")]
+    NonFinite { value: f64, context: &'static str },
+
+    /// An op received the wrong number of operands.
+    #[error("op `{op}` takes {expected} operand(s), got {got}")]
+    Arity {
+        op: &'static str,
+        expected: String,
+        got: usize,
+    },
+
+    /// An op's operands have shapes the op does not accept.
+    #[error("op `{op}`: {reason} (operand shapes {})", fmt_shapes(.shapes))]
+    OpShape {
+        op: &'static str,
+        shapes: Vec<Shape>,
+        reason: String,
+    },
+
+    /// An op attribute is invalid (a zero stride, an axis out of range, a bad permutation, …).
+    #[error("op `{op}`: attribute `{attr}` {reason}")]
+    OpAttr {
+        op: &'static str,
+        attr: &'static str,
+        reason: String,
+    },
+
+    /// A value outside the op's domain where the semantics says evaluation fails
+    /// (raw `log` of a non-positive value).
+    #[error("op `{op}`: {reason}")]
+    Domain { op: &'static str, reason: String },
+
+    /// A VJP was asked for a value its op does not save (an engine or caller bug).
+    #[error("op `{op}`: the VJP needs the saved {what}, which was not provided")]
+    MissingSaved { op: &'static str, what: String },
+
+    /// Malformed tensor JSON.
+    #[error("tensor JSON: {reason}")]
+    Json { reason: String },
+}
+
+/// `Result` with [`SpecError`].
+pub type Result<T, E = SpecError> = std::result::Result<T, E>;
+
+fn fmt_shapes(shapes: &[Shape]) -> String {
+    let parts: Vec<String> = shapes.iter().map(|s| s.to_string()).collect();
+    parts.join(", ")
+}

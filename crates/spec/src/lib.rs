@@ -1,0 +1,22 @@
+//! `torchlean-spec`: the foundation every other TorchLean-rs crate stands on.
+//!
+//! - [`Shape`]: outermost dimension first, scalar = no dimensions, row-major everywhere.
+//! - [`Scalar`]: TorchLean's `Context α` — field operations, order, transcendental functions —
+//!   for `f32`, `f64` and the exact [`Rational`] (where transcendentals are typed errors).
+//! - [`Tensor`]: the reference tensor (shape + row-major data) with Tensor JSON.
+//! - [`ops`]: **the reference meaning of every op** — shape rule, forward and VJP — which the IR
+//!   denotation, the runtime's reference engine and the compiled reference backprop all call.
+//!
+//! This crate never touches an engine or the IR.
+
+pub mod error;
+pub mod ops;
+pub mod scalar;
+pub mod shape;
+pub mod tensor;
+
+pub use error::{Result, SpecError};
+pub use ops::{Arity, BinaryOp, Conv2dSpec, Op, PoolKind, PoolSpec, Saved, UnaryOp};
+pub use scalar::{Rational, Scalar};
+pub use shape::Shape;
+pub use tensor::Tensor;

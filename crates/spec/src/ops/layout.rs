@@ -1,0 +1,234 @@
+//! Ops that move data without arithmetic (broadcast, reshape, permutations, concat), and their
+//! VJPs (the adjoint data movement; broadcast's adjoint sums).
+
+use crate::error::{Result, SpecError};
+use crate::scalar::Scalar;
+use crate::shape::Shape;
+use crate::tensor::Tensor;
+
+pub(crate) fn check_axis(
+    op: &'static str,
+    attr: &'static str,
+    axis: usize,
+    s: &Shape,
+) -> Result<()> {
+    if axis >= s.rank() {
+        return Err(SpecError::OpAttr {
+            op,
+            attr,
+            reason: format!("is {axis}, out of range for an operand of shape {s}"),
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn rank_err(op: &'static str, s: &Shape, reason: &str) -> SpecError {
+    SpecError::OpShape {
+        op,
+        shapes: vec![s.clone()],
+        reason: reason.to_string(),
+    }
+}
+
+/// PyTorch's `expand` rule: align `from` with the trailing axes of `to`; each aligned source
+/// extent equals the target extent or is 1.
+pub fn broadcast_compatible(from: &Shape, to: &Shape) -> bool {
+    if from.rank() > to.rank() {
+        return false;
+    }
+    let lead = to.rank() - from.rank();
+    from.dims()
+        .iter()
+        .enumerate()
+        .all(|(i, &d)| d == 1 || d == to.dims()[lead + i])
+}
+
+pub(crate) fn infer_broadcast(from: &Shape, to: &Shape, input: &Shape) -> Result<Shape> {
+    const OP: &str = "broadcast_to";
+    if input != from {
+        return Err(SpecError::OpShape {
+            op: OP,
+            shapes: vec![input.clone()],
+            reason: format!("the operand must have the attribute shape from_shape = {from}"),
+        });
+    }
+    if !broadcast_compatible(from, to) {
+        return Err(SpecError::OpAttr {
+            op: OP,
+            attr: "to_shape",
+            reason: format!(
+                "{to} is not reachable from {from} (right-aligned: each source extent must \
+                 equal the target extent or be 1)"
+            ),
+        });
+    }
+    Ok(to.clone())
+}
+
+/// The source offset read by each target offset.
+fn broadcast_source_offset(from: &Shape, to: &Shape, target: &[usize]) -> usize {
+    let lead = to.rank() - from.rank();
+    let mut off = 0;
+    for (i, &d) in from.dims().iter().enumerate() {
+        let idx = if d == 1 { 0 } else { target[lead + i] };
+        off = off * d + idx;
+    }
+    off
+}
+
+pub(crate) fn broadcast<A: Scalar>(x: &Tensor<A>, to: &Shape) -> Result<Tensor<A>> {
+    let from = x.shape().clone();
+    Tensor::from_fn(to.clone(), |idx| {
+        x.data()[broadcast_source_offset(&from, to, idx)].clone()
+    })
+}
+
+/// Sums the cotangent back onto the source shape, visiting target elements in row-major order.
+pub(crate) fn broadcast_vjp<A: Scalar>(cot: &Tensor<A>, from: &Shape) -> Result<Tensor<A>> {
+    let to = cot.shape();
+    let mut acc = Tensor::<A>::zeros(from.clone())?;
+    for (off, d) in cot.data().iter().enumerate() {
+        let src = broadcast_source_offset(from, to, &to.unravel(off));
+        let slot = &mut acc.data_mut()[src];
+        *slot = slot.add(d);
+    }
+    Ok(acc)
+}
+
+pub(crate) fn infer_reshape(to: &Shape, input: &Shape) -> Result<Shape> {
+    let n = to.checked_size()?;
+    if n != input.size() {
+        return Err(SpecError::OpShape {
+            op: "reshape",
+            shapes: vec![input.clone()],
+            reason: format!("cannot reshape {} elements into {to}", input.size()),
+        });
+    }
+    Ok(to.clone())
+}
+
+pub(crate) fn infer_permute(op: &'static str, perm: &[usize], input: &Shape) -> Result<Shape> {
+    let rank = input.rank();
+    let mut seen = vec![false; rank];
+    if perm.len() != rank {
+        return Err(SpecError::OpAttr {
+            op,
+            attr: "perm",
+            reason: format!(
+                "{perm:?} has length {}, the operand {input} has rank {rank}",
+                perm.len()
+            ),
+        });
+    }
+    for &p in perm {
+        if p >= rank || seen[p] {
+            return Err(SpecError::OpAttr {
+                op,
+                attr: "perm",
+                reason: format!("{perm:?} is not a permutation of 0..{rank}"),
+            });
+        }
+        seen[p] = true;
+    }
+    Ok(Shape::new(
+        perm.iter().map(|&p| input.dims()[p]).collect::<Vec<_>>(),
+    ))
+}
+
+/// Inverse permutation.
+pub(crate) fn inverse(perm: &[usize]) -> Vec<usize> {
+    let mut inv = vec![0; perm.len()];
+    for (i, &p) in perm.iter().enumerate() {
+        inv[p] = i;
+    }
+    inv
+}
+
+/// `out[i₀, …] = x[j]` with `j[perm[k]] = i[k]`.
+pub(crate) fn permute<A: Scalar>(x: &Tensor<A>, perm: &[usize]) -> Result<Tensor<A>> {
+    let out_shape = infer_permute("permute", perm, x.shape())?;
+    let in_strides = x.shape().strides();
+    Tensor::from_fn(out_shape, |idx| {
+        let off: usize = idx.iter().zip(perm).map(|(&i, &p)| i * in_strides[p]).sum();
+        x.data()[off].clone()
+    })
+}
+
+pub(crate) fn infer_concat(axis: usize, inputs: &[Shape]) -> Result<Shape> {
+    const OP: &str = "concat";
+    if inputs.len() < 2 {
+        return Err(SpecError::Arity {
+            op: OP,
+            expected: "at least 2".into(),
+            got: inputs.len(),
+        });
+    }
+    let first = &inputs[0];
+    check_axis(OP, "axis", axis, first)?;
+    let mut total = 0usize;
+    for s in inputs {
+        let same_off_axis = s.rank() == first.rank()
+            && s.dims()
+                .iter()
+                .zip(first.dims())
+                .enumerate()
+                .all(|(i, (a, b))| i == axis || a == b);
+        if !same_off_axis {
+            return Err(SpecError::OpShape {
+                op: OP,
+                shapes: inputs.to_vec(),
+                reason: format!("operands must agree on every axis except {axis}"),
+            });
+        }
+        total = total
+            .checked_add(s.dims()[axis])
+            .ok_or_else(|| SpecError::ShapeOverflow {
+                dims: s.dims().to_vec(),
+            })?;
+    }
+    let mut dims = first.dims().to_vec();
+    dims[axis] = total;
+    Ok(Shape::new(dims))
+}
+
+pub(crate) fn concat<A: Scalar>(
+    args: &[&Tensor<A>],
+    axis: usize,
+    out: &Shape,
+) -> Result<Tensor<A>> {
+    let (outer, _, inner) = out.split_at_axis(axis);
+    let mut data = Vec::with_capacity(out.size());
+    for o in 0..outer {
+        for t in args {
+            let n = t.shape().dims()[axis];
+            let start = o * n * inner;
+            data.extend_from_slice(&t.data()[start..start + n * inner]);
+        }
+    }
+    Tensor::new(out.clone(), data)
+}
+
+pub(crate) fn concat_vjp<A: Scalar>(
+    cot: &Tensor<A>,
+    shapes: &[Shape],
+    axis: usize,
+) -> Result<Vec<Tensor<A>>> {
+    let (outer, total, inner) = cot.shape().split_at_axis(axis);
+    let mut parts: Vec<Vec<A>> = shapes
+        .iter()
+        .map(|s| Vec::with_capacity(s.size()))
+        .collect();
+    for o in 0..outer {
+        let mut start = o * total * inner;
+        for (k, s) in shapes.iter().enumerate() {
+            let len = s.dims()[axis] * inner;
+            parts[k].extend_from_slice(&cot.data()[start..start + len]);
+            start += len;
+        }
+    }
+    parts
+        .into_iter()
+        .zip(shapes)
+        .map(|(d, s)| Tensor::new(s.clone(), d))
+        .collect()
+}

@@ -1,0 +1,458 @@
+//! Tests of the reference op semantics: finite differences for every op's VJP, hand-computed
+//! values at the edges, shape-rule errors, and the "reads only what it saves" contract.
+
+use super::*;
+use crate::scalar::Rational;
+
+/// A small deterministic generator (tests must be seeded).
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> f64 {
+        self.0 = random::splitmix64(self.0);
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+    /// Uniform in `[lo, hi)`.
+    fn range(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * self.next()
+    }
+}
+
+fn t(shape: &[usize], data: &[f64]) -> Tensor<f64> {
+    Tensor::new(shape.to_vec(), data.to_vec()).unwrap()
+}
+
+fn random_tensor(rng: &mut Lcg, shape: &Shape, lo: f64, hi: f64) -> Tensor<f64> {
+    Tensor::from_fn(shape.clone(), |_| rng.range(lo, hi)).unwrap()
+}
+
+/// Checks `op.vjp` against central finite differences of `⟨c, op(x)⟩` for every differentiable
+/// operand, with `Saved::for_op` (so the VJP may read only what the op declares).
+fn check_fd(op: &Op, inputs: &[Tensor<f64>], seed: u64, tol: f64) {
+    let mut rng = Lcg(seed);
+    let refs: Vec<&Tensor<f64>> = inputs.iter().collect();
+    let out = op.forward(&refs).unwrap();
+    let cot = random_tensor(&mut rng, out.shape(), -1.0, 1.0);
+    let saved = Saved::for_op(op, &refs, &out);
+    let grads = op.vjp(&saved, &cot).unwrap();
+    assert_eq!(
+        grads.len(),
+        inputs.len(),
+        "{}: one cotangent per operand",
+        op.name()
+    );
+    let objective = |ins: &[Tensor<f64>]| -> f64 {
+        let r: Vec<&Tensor<f64>> = ins.iter().collect();
+        let y = op.forward(&r).unwrap();
+        y.data().iter().zip(cot.data()).map(|(a, b)| a * b).sum()
+    };
+    for (k, g) in grads.iter().enumerate() {
+        let Some(g) = g else { continue };
+        assert_eq!(
+            g.shape(),
+            inputs[k].shape(),
+            "{}: operand {k} shape",
+            op.name()
+        );
+        for i in 0..inputs[k].len() {
+            let h = 1e-6 * (1.0 + inputs[k].data()[i].abs());
+            let mut plus = inputs.to_vec();
+            plus[k].data_mut()[i] += h;
+            let mut minus = inputs.to_vec();
+            minus[k].data_mut()[i] -= h;
+            let fd = (objective(&plus) - objective(&minus)) / (2.0 * h);
+            let an = g.data()[i];
+            let err = (fd - an).abs() / (1.0 + fd.abs().max(an.abs()));
+            assert!(
+                err < tol,
+                "{}: operand {k} element {i}: finite difference {fd} vs VJP {an}",
+                op.name()
+            );
+        }
+    }
+}
+
+fn rand_inputs(seed: u64, shapes: &[&[usize]], lo: f64, hi: f64) -> Vec<Tensor<f64>> {
+    let mut rng = Lcg(seed);
+    shapes
+        .iter()
+        .map(|s| random_tensor(&mut rng, &Shape::from(*s), lo, hi))
+        .collect()
+}
+
+#[test]
+fn every_unary_op_vjp_matches_finite_differences() {
+    for (i, u) in UnaryOp::ALL.iter().enumerate() {
+        // positive inputs keep log/sqrt/inv in their domain; abs and relu avoid their kink
+        let (lo, hi) = match u {
+            UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Inv => (0.3, 2.0),
+            UnaryOp::Abs | UnaryOp::Relu => (0.1, 1.5),
+            _ => (-1.5, 1.5),
+        };
+        let mut ins = rand_inputs(10 + i as u64, &[&[2, 3]], lo, hi);
+        if matches!(u, UnaryOp::Abs | UnaryOp::Relu) {
+            // mix signs away from the kink
+            for (k, v) in ins[0].data_mut().iter_mut().enumerate() {
+                if k % 2 == 0 {
+                    *v = -*v;
+                }
+            }
+        }
+        check_fd(&Op::Unary(*u), &ins, 100 + i as u64, 1e-6);
+    }
+}
+
+#[test]
+fn every_binary_op_vjp_matches_finite_differences() {
+    for (i, b) in BinaryOp::ALL.iter().enumerate() {
+        let ins = rand_inputs(20 + i as u64, &[&[3, 2], &[3, 2]], 0.5, 2.0);
+        check_fd(&Op::Binary(*b), &ins, 200 + i as u64, 1e-6);
+    }
+}
+
+#[test]
+fn structural_ops_vjp_match_finite_differences() {
+    let cases: Vec<(Op, Vec<&[usize]>)> = vec![
+        (Op::Scale { c: -1.5 }, vec![&[4]]),
+        (Op::AddScalar { c: 0.25 }, vec![&[2, 2]]),
+        (Op::Softmax { axis: 0 }, vec![&[3, 4]]),
+        (Op::Softmax { axis: 1 }, vec![&[2, 3, 2]]),
+        (Op::LogSoftmax { axis: 1 }, vec![&[3, 4]]),
+        (Op::LayerNorm { axis: 1, eps: 1e-5 }, vec![&[2, 3, 4]]),
+        (
+            Op::BroadcastTo {
+                from: Shape::from([2, 1, 3]),
+                to: Shape::from([4, 2, 5, 3]),
+            },
+            vec![&[2, 1, 3]],
+        ),
+        (
+            Op::Reshape {
+                to: Shape::from([6, 2]),
+            },
+            vec![&[3, 4]],
+        ),
+        (
+            Op::Permute {
+                perm: vec![1, 2, 0],
+            },
+            vec![&[2, 3, 4]],
+        ),
+        (Op::SwapFirstTwo, vec![&[2, 3, 4]]),
+        (Op::Transpose3dLastTwo, vec![&[2, 3, 4]]),
+        (Op::Transpose { dim0: 0, dim1: 2 }, vec![&[2, 3, 4]]),
+        (Op::ReduceSum { axis: 1 }, vec![&[3, 5, 2]]),
+        (Op::ReduceMean { axis: 0 }, vec![&[3, 5, 2]]),
+        (Op::Sum, vec![&[2, 3]]),
+        (Op::MatMul, vec![&[3, 4], &[4, 2]]),
+        (Op::MatMul, vec![&[2, 3, 4], &[2, 4, 5]]),
+        (Op::Linear, vec![&[2, 3, 5], &[4, 5], &[4]]),
+        (Op::Linear, vec![&[5], &[2, 5], &[2]]),
+        (
+            Op::Conv2d(Conv2dSpec {
+                in_channels: 2,
+                out_channels: 3,
+                kernel_h: 3,
+                kernel_w: 2,
+                stride: 2,
+                padding: 1,
+            }),
+            vec![&[2, 6, 5], &[3, 2, 3, 2], &[3]],
+        ),
+        (
+            Op::Conv2d(Conv2dSpec {
+                in_channels: 1,
+                out_channels: 2,
+                kernel_h: 2,
+                kernel_w: 2,
+                stride: 1,
+                padding: 0,
+            }),
+            vec![&[2, 1, 3, 3], &[2, 1, 2, 2], &[2]],
+        ),
+        (
+            Op::Pool(PoolSpec {
+                kind: PoolKind::Avg,
+                kernel_h: 3,
+                kernel_w: 3,
+                stride: 2,
+                padding: 1,
+            }),
+            vec![&[2, 7, 6]],
+        ),
+        (
+            Op::Pool(PoolSpec {
+                kind: PoolKind::Max,
+                kernel_h: 2,
+                kernel_w: 3,
+                stride: 1,
+                padding: 1,
+            }),
+            vec![&[1, 2, 4, 5]],
+        ),
+        (
+            Op::BatchNormEval {
+                channels: 3,
+                eps: 1e-5,
+            },
+            vec![&[2, 3, 2, 2], &[3], &[3], &[3], &[3]],
+        ),
+        (
+            Op::Concat { axis: 1, count: 3 },
+            vec![&[2, 1], &[2, 3], &[2, 2]],
+        ),
+        (Op::MseLoss, vec![&[2, 3], &[2, 3]]),
+    ];
+    for (i, (op, shapes)) in cases.iter().enumerate() {
+        let mut ins = rand_inputs(300 + i as u64, shapes, -1.0, 1.0);
+        if let Op::BatchNormEval { .. } = op {
+            // variances positive
+            ins[4] = random_tensor(&mut Lcg(7), &Shape::from([3]), 0.5, 1.5);
+        }
+        check_fd(op, &ins, 400 + i as u64, 1e-6);
+    }
+}
+
+#[test]
+fn relu_and_abs_have_zero_derivative_at_zero_and_relu_keeps_exact_zeros() {
+    let x = t(&[3], &[-1.0, 0.0, 2.0]);
+    let op = Op::Unary(UnaryOp::Relu);
+    let y = op.forward(&[&x]).unwrap();
+    assert_eq!(y.data(), &[0.0, 0.0, 2.0]);
+    let dy = t(&[3], &[5.0, 5.0, 5.0]);
+    let g = op.vjp(&Saved::for_op(&op, &[&x], &y), &dy).unwrap();
+    assert_eq!(g[0].as_ref().unwrap().data(), &[0.0, 0.0, 5.0]);
+    let op = Op::Unary(UnaryOp::Abs);
+    let y = op.forward(&[&x]).unwrap();
+    let g = op.vjp(&Saved::for_op(&op, &[&x], &y), &dy).unwrap();
+    assert_eq!(g[0].as_ref().unwrap().data(), &[-5.0, 0.0, 5.0]);
+}
+
+#[test]
+fn sqrt_derivative_is_zero_at_and_below_zero() {
+    let x = t(&[3], &[0.0, -4.0, 4.0]);
+    let op = Op::Unary(UnaryOp::Sqrt);
+    let y = op.forward(&[&x]).unwrap();
+    assert!(y.data()[1].is_nan());
+    let g = op
+        .vjp(&Saved::for_op(&op, &[&x], &y), &t(&[3], &[1.0, 1.0, 1.0]))
+        .unwrap();
+    assert_eq!(g[0].as_ref().unwrap().data(), &[0.0, 0.0, 0.25]);
+}
+
+#[test]
+fn max_and_min_split_ties_evenly() {
+    let a = t(&[2], &[1.0, 3.0]);
+    let b = t(&[2], &[1.0, 2.0]);
+    let d = t(&[2], &[4.0, 4.0]);
+    for (bop, want_a, want_b) in [
+        (BinaryOp::Max, [2.0, 4.0], [2.0, 0.0]),
+        (BinaryOp::Min, [2.0, 0.0], [2.0, 4.0]),
+    ] {
+        let op = Op::Binary(bop);
+        let y = op.forward(&[&a, &b]).unwrap();
+        let g = op.vjp(&Saved::for_op(&op, &[&a, &b], &y), &d).unwrap();
+        assert_eq!(g[0].as_ref().unwrap().data(), &want_a);
+        assert_eq!(g[1].as_ref().unwrap().data(), &want_b);
+    }
+}
+
+#[test]
+fn detach_and_bernoulli_stop_the_gradient() {
+    let x = t(&[2], &[1.0, 2.0]);
+    let y = Op::Detach.forward(&[&x]).unwrap();
+    assert_eq!(y, x);
+    let g = Op::Detach
+        .vjp(&Saved::for_op(&Op::Detach, &[&x], &y), &x)
+        .unwrap();
+    assert_eq!(g, vec![None]);
+}
+
+#[test]
+fn avg_pool_counts_padding_and_max_pool_ignores_it() {
+    // one 2x2 plane of -1s, 3x3 windows padded by 1, stride 1
+    let x = t(&[1, 2, 2], &[-1.0; 4]);
+    let spec = |kind| PoolSpec {
+        kind,
+        kernel_h: 3,
+        kernel_w: 3,
+        stride: 1,
+        padding: 1,
+    };
+    let avg = Op::Pool(spec(PoolKind::Avg)).forward(&[&x]).unwrap();
+    assert_eq!(avg.data(), &[-4.0 / 9.0; 4]);
+    let max = Op::Pool(spec(PoolKind::Max)).forward(&[&x]).unwrap();
+    assert_eq!(max.data(), &[-1.0; 4], "padded zeros never win a max");
+}
+
+#[test]
+fn max_pool_picks_the_first_maximum_row_major() {
+    let x = t(&[1, 2, 2], &[5.0, 5.0, 5.0, 1.0]);
+    let op = Op::Pool(PoolSpec {
+        kind: PoolKind::Max,
+        kernel_h: 2,
+        kernel_w: 2,
+        stride: 2,
+        padding: 0,
+    });
+    let y = op.forward(&[&x]).unwrap();
+    let g = op
+        .vjp(&Saved::for_op(&op, &[&x], &y), &t(&[1, 1, 1], &[1.0]))
+        .unwrap();
+    assert_eq!(g[0].as_ref().unwrap().data(), &[1.0, 0.0, 0.0, 0.0]);
+}
+
+#[test]
+fn broadcast_is_right_aligned_like_pytorch() {
+    let x = t(&[3], &[1.0, 2.0, 3.0]);
+    let op = Op::BroadcastTo {
+        from: Shape::from([3]),
+        to: Shape::from([2, 3]),
+    };
+    let y = op.forward(&[&x]).unwrap();
+    assert_eq!(y.data(), &[1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
+    let bad = Op::BroadcastTo {
+        from: Shape::from([3]),
+        to: Shape::from([3, 2]),
+    };
+    assert!(matches!(
+        bad.infer_shape(&[Shape::from([3])]),
+        Err(SpecError::OpAttr {
+            attr: "to_shape",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn shape_rule_errors_name_the_op_and_shapes() {
+    let e = Op::MatMul
+        .infer_shape(&[Shape::from([2, 3]), Shape::from([4, 5])])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("matmul") && e.contains("[2, 3]") && e.contains("[4, 5]"),
+        "{e}"
+    );
+    let e = Op::Binary(BinaryOp::Add)
+        .infer_shape(&[Shape::from([2])])
+        .unwrap_err();
+    assert!(matches!(e, SpecError::Arity { .. }));
+    let conv = Op::Conv2d(Conv2dSpec {
+        in_channels: 1,
+        out_channels: 1,
+        kernel_h: 5,
+        kernel_w: 1,
+        stride: 1,
+        padding: 0,
+    });
+    let e = conv
+        .infer_shape(&[
+            Shape::from([1, 3, 3]),
+            Shape::from([1, 1, 5, 1]),
+            Shape::from([1]),
+        ])
+        .unwrap_err();
+    assert!(matches!(e, SpecError::OpAttr { attr: "kH", .. }), "{e}");
+    let e = Op::Permute { perm: vec![0, 0] }
+        .infer_shape(&[Shape::from([2, 2])])
+        .unwrap_err();
+    assert!(matches!(e, SpecError::OpAttr { attr: "perm", .. }));
+}
+
+#[test]
+fn vjp_refuses_to_read_what_was_not_saved() {
+    // tanh saves only its output: asking for the VJP without it is an error, not a guess
+    let op = Op::Unary(UnaryOp::Tanh);
+    let x = t(&[1], &[0.5]);
+    let saved = Saved {
+        input_shapes: vec![x.shape().clone()],
+        inputs: vec![Some(&x)],
+        output: None,
+    };
+    assert!(matches!(
+        op.vjp(&saved, &x),
+        Err(SpecError::MissingSaved { .. })
+    ));
+}
+
+fn q(num: i64, den: i64) -> Rational {
+    Rational::new(num.into(), den.into())
+}
+
+#[test]
+fn rational_evaluation_is_exact_where_floats_round() {
+    // [1/10, 2/10] · [1, 1] = 3/10 exactly; in f64, 0.1 + 0.2 = 0.30000000000000004
+    let a = Tensor::new([1, 2], vec![q(1, 10), q(2, 10)]).unwrap();
+    let b = Tensor::new([2, 1], vec![q(1, 1), q(1, 1)]).unwrap();
+    let y = Op::MatMul.forward(&[&a, &b]).unwrap();
+    assert_eq!(y.data(), &[q(3, 10)]);
+    let af = Tensor::<f64>::new([1, 2], vec![0.1, 0.2]).unwrap();
+    let bf = Tensor::<f64>::new([2, 1], vec![1.0, 1.0]).unwrap();
+    let yf = Op::MatMul.forward(&[&af, &bf]).unwrap();
+    assert_ne!(
+        yf.data()[0],
+        0.3,
+        "the float path rounds; the rational path does not"
+    );
+
+    // mean of [1, 2] / 3 over an axis: exactly 1/2
+    let x = Tensor::new([2], vec![q(1, 3), q(2, 3)]).unwrap();
+    let m = Op::ReduceMean { axis: 0 }.forward(&[&x]).unwrap();
+    assert_eq!(m.data(), &[q(1, 2)]);
+}
+
+#[test]
+fn rational_transcendental_ops_fail_with_a_typed_error() {
+    let x = Tensor::new([1], vec![q(1, 2)]).unwrap();
+    let e = Op::Unary(UnaryOp::Exp).forward(&[&x]).unwrap_err();
+    assert!(matches!(e, SpecError::Transcendental { func: "exp", .. }));
+    let e = Op::Softmax { axis: 0 }.forward(&[&x]).unwrap_err();
+    assert!(matches!(e, SpecError::Transcendental { .. }));
+}
+
+#[test]
+fn empty_reductions_are_zero_and_mean_divides_by_one() {
+    let x = Tensor::<f64>::zeros([2, 0]).unwrap();
+    let s = Op::ReduceMean { axis: 1 }.forward(&[&x]).unwrap();
+    assert_eq!(s.data(), &[0.0, 0.0]);
+    let m = Op::MseLoss.forward(&[&x, &x]).unwrap();
+    assert_eq!(m.data(), &[0.0]);
+}
+
+#[test]
+fn random_ops_are_deterministic_in_unit_interval_and_keyed() {
+    let a = Op::RandUniform {
+        seed: 7,
+        key: 3,
+        shape: Shape::from([64]),
+    }
+    .forward::<f32>(&[])
+    .unwrap();
+    let b = Op::RandUniform {
+        seed: 7,
+        key: 3,
+        shape: Shape::from([64]),
+    }
+    .forward::<f32>(&[])
+    .unwrap();
+    let c = Op::RandUniform {
+        seed: 7,
+        key: 4,
+        shape: Shape::from([64]),
+    }
+    .forward::<f32>(&[])
+    .unwrap();
+    assert!(a.bit_eq(&b));
+    assert!(!a.bit_eq(&c));
+    assert!(a.data().iter().all(|&v| (0.0..1.0).contains(&v)));
+    let keep = Tensor::scalar(0.5f64);
+    let m = Op::BernoulliMask {
+        seed: 1,
+        key: 2,
+        shape: Shape::from([1000]),
+    }
+    .forward(&[&keep])
+    .unwrap();
+    let ones = m.data().iter().filter(|&&v| v == 1.0).count();
+    assert!((400..600).contains(&ones), "{ones}");
+}

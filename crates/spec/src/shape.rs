@@ -1,0 +1,214 @@
+//! `Shape`: outermost dimension first, the scalar shape has no dimensions, row-major everywhere.
+
+use crate::error::{Result, SpecError};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The largest element count a shape may declare: 2^32 elements. Larger declared shapes are
+/// rejected before anything is allocated, so a graph that declares `[4294967296, 4294967296]`
+/// is an error and never an out-of-memory abort.
+pub const MAX_ELEMENTS: usize = 1 << 32;
+
+/// A tensor shape, outermost dimension first. `Shape::scalar()` has rank 0 and size 1; a zero
+/// extent gives size 0.
+#[derive(Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Shape(Vec<usize>);
+
+impl Shape {
+    /// The rank-0 shape.
+    pub fn scalar() -> Self {
+        Shape(Vec::new())
+    }
+
+    /// A shape from its extents, outermost first.
+    pub fn new(dims: impl Into<Vec<usize>>) -> Self {
+        Shape(dims.into())
+    }
+
+    /// The extents, outermost first.
+    pub fn dims(&self) -> &[usize] {
+        &self.0
+    }
+
+    /// Number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Extent of axis `axis`, if it exists.
+    pub fn dim(&self, axis: usize) -> Option<usize> {
+        self.0.get(axis).copied()
+    }
+
+    /// Number of elements (product of the extents, 1 for the scalar shape).
+    ///
+    /// Only call this on shapes already validated with [`Shape::checked_size`] (every shape
+    /// held by a tensor or accepted by a checker is); on an unvalidated shape it saturates
+    /// instead of wrapping.
+    pub fn size(&self) -> usize {
+        self.0.iter().fold(1usize, |acc, &d| acc.saturating_mul(d))
+    }
+
+    /// Number of elements, or an error if the product overflows `usize` or exceeds
+    /// [`MAX_ELEMENTS`].
+    pub fn checked_size(&self) -> Result<usize> {
+        let mut acc: usize = 1;
+        for &d in &self.0 {
+            acc = acc.checked_mul(d).ok_or_else(|| SpecError::ShapeOverflow {
+                dims: self.0.clone(),
+            })?;
+        }
+        if acc > MAX_ELEMENTS {
+            return Err(SpecError::ShapeTooLarge {
+                shape: self.clone(),
+                elements: acc,
+                limit: MAX_ELEMENTS,
+            });
+        }
+        Ok(acc)
+    }
+
+    /// Row-major strides (in elements).
+    pub fn strides(&self) -> Vec<usize> {
+        let mut strides = vec![1usize; self.rank()];
+        for i in (0..self.rank().saturating_sub(1)).rev() {
+            strides[i] = strides[i + 1].saturating_mul(self.0[i + 1]);
+        }
+        strides
+    }
+
+    /// Flat row-major offset of a multi-index, or an error if it is out of bounds.
+    pub fn offset(&self, index: &[usize]) -> Result<usize> {
+        if index.len() != self.rank() || index.iter().zip(&self.0).any(|(i, d)| i >= d) {
+            return Err(SpecError::Index {
+                index: index.to_vec(),
+                shape: self.clone(),
+            });
+        }
+        let mut off = 0usize;
+        for (i, d) in index.iter().zip(&self.0) {
+            off = off * d + i;
+        }
+        Ok(off)
+    }
+
+    /// The multi-index of a flat row-major offset (`offset < size`).
+    pub fn unravel(&self, mut offset: usize) -> Vec<usize> {
+        let mut index = vec![0usize; self.rank()];
+        for axis in (0..self.rank()).rev() {
+            let d = self.0[axis];
+            if d > 0 {
+                index[axis] = offset % d;
+                offset /= d;
+            }
+        }
+        index
+    }
+
+    /// The shape with `axis` removed.
+    pub fn remove_axis(&self, axis: usize) -> Shape {
+        let mut dims = self.0.clone();
+        if axis < dims.len() {
+            dims.remove(axis);
+        }
+        Shape(dims)
+    }
+
+    /// `[prefix product, axis extent, suffix product]` around `axis` (for reductions along one
+    /// axis of a row-major buffer).
+    pub fn split_at_axis(&self, axis: usize) -> (usize, usize, usize) {
+        let outer = self.0[..axis].iter().product();
+        let n = self.0[axis];
+        let inner = self.0[axis + 1..].iter().product();
+        (outer, n, inner)
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[")?;
+        for (i, d) in self.0.iter().enumerate() {
+            if i > 0 {
+                write!(f, ", ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        write!(f, "]")
+    }
+}
+
+impl fmt::Debug for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl From<Vec<usize>> for Shape {
+    fn from(v: Vec<usize>) -> Self {
+        Shape(v)
+    }
+}
+
+impl From<&[usize]> for Shape {
+    fn from(v: &[usize]) -> Self {
+        Shape(v.to_vec())
+    }
+}
+
+impl<const N: usize> From<[usize; N]> for Shape {
+    fn from(v: [usize; N]) -> Self {
+        Shape(v.to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalar_has_rank_zero_and_size_one() {
+        let s = Shape::scalar();
+        assert_eq!(s.rank(), 0);
+        assert_eq!(s.size(), 1);
+        assert_eq!(s.checked_size(), Ok(1));
+        assert_eq!(s.to_string(), "[]");
+    }
+
+    #[test]
+    fn zero_extent_gives_size_zero() {
+        assert_eq!(Shape::from([3, 0, 2]).checked_size(), Ok(0));
+    }
+
+    #[test]
+    fn checked_size_errors_on_overflow_instead_of_wrapping() {
+        let s = Shape::from([4294967296, 4294967296]);
+        assert!(matches!(
+            s.checked_size(),
+            Err(SpecError::ShapeOverflow { .. })
+        ));
+        // saturates, never wraps to a small number
+        assert_eq!(s.size(), usize::MAX);
+    }
+
+    #[test]
+    fn checked_size_rejects_absurd_but_representable_sizes() {
+        let s = Shape::from([1 << 20, 1 << 20]);
+        assert!(matches!(
+            s.checked_size(),
+            Err(SpecError::ShapeTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn offsets_are_row_major_and_unravel_inverts_them() {
+        let s = Shape::from([2, 3, 4]);
+        assert_eq!(s.strides(), vec![12, 4, 1]);
+        assert_eq!(s.offset(&[1, 2, 3]), Ok(23));
+        for off in 0..s.size() {
+            assert_eq!(s.offset(&s.unravel(off)), Ok(off));
+        }
+        assert!(s.offset(&[2, 0, 0]).is_err());
+        assert!(s.offset(&[0, 0]).is_err());
+    }
+}

@@ -1,0 +1,352 @@
+//! The reference tensor: a shape and its row-major data. Simple, owned, obviously correct; the
+//! fast engines keep their own storage and are checked against this one.
+
+use crate::error::{Result, SpecError};
+use crate::scalar::Scalar;
+use crate::shape::Shape;
+use serde_json::Value;
+
+/// A dense tensor in row-major order.
+///
+/// Invariant: `data.len() == shape.size()` and `shape.checked_size()` succeeded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor<A> {
+    shape: Shape,
+    data: Vec<A>,
+}
+
+impl<A: Scalar> Tensor<A> {
+    /// A tensor from a shape and flat row-major data; errors if the lengths disagree or the
+    /// shape is too large.
+    pub fn new(shape: impl Into<Shape>, data: Vec<A>) -> Result<Self> {
+        let shape = shape.into();
+        let expected = shape.checked_size()?;
+        if data.len() != expected {
+            return Err(SpecError::DataLength {
+                shape,
+                expected,
+                got: data.len(),
+            });
+        }
+        Ok(Tensor { shape, data })
+    }
+
+    /// A rank-0 tensor.
+    pub fn scalar(x: A) -> Self {
+        Tensor {
+            shape: Shape::scalar(),
+            data: vec![x],
+        }
+    }
+
+    /// A tensor filled with `value`.
+    pub fn full(shape: impl Into<Shape>, value: A) -> Result<Self> {
+        let shape = shape.into();
+        let n = shape.checked_size()?;
+        Ok(Tensor {
+            shape,
+            data: vec![value; n],
+        })
+    }
+
+    /// A tensor of zeros.
+    pub fn zeros(shape: impl Into<Shape>) -> Result<Self> {
+        Self::full(shape, A::zero())
+    }
+
+    /// A tensor of ones.
+    pub fn ones(shape: impl Into<Shape>) -> Result<Self> {
+        Self::full(shape, A::one())
+    }
+
+    /// A tensor whose element at each multi-index is `f(index)`.
+    pub fn from_fn(shape: impl Into<Shape>, mut f: impl FnMut(&[usize]) -> A) -> Result<Self> {
+        let shape = shape.into();
+        let n = shape.checked_size()?;
+        let data = (0..n).map(|off| f(&shape.unravel(off))).collect();
+        Ok(Tensor { shape, data })
+    }
+
+    /// A tensor of the given shape from `f64` values (exact for `f64` and rationals).
+    pub fn from_f64s(shape: impl Into<Shape>, values: &[f64]) -> Result<Self> {
+        let data = values
+            .iter()
+            .map(|&x| A::from_f64(x))
+            .collect::<Result<Vec<_>>>()?;
+        Self::new(shape, data)
+    }
+
+    pub fn shape(&self) -> &Shape {
+        &self.shape
+    }
+
+    pub fn data(&self) -> &[A] {
+        &self.data
+    }
+
+    /// Mutable access to the flat data (the shape cannot change through it).
+    pub fn data_mut(&mut self) -> &mut [A] {
+        &mut self.data
+    }
+
+    pub fn into_data(self) -> Vec<A> {
+        self.data
+    }
+
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// The element at a multi-index.
+    pub fn get(&self, index: &[usize]) -> Result<&A> {
+        let off = self.shape.offset(index)?;
+        Ok(&self.data[off])
+    }
+
+    /// The single element of a size-1 tensor.
+    pub fn item(&self) -> Result<&A> {
+        if self.data.len() != 1 {
+            return Err(SpecError::DataLength {
+                shape: self.shape.clone(),
+                expected: 1,
+                got: self.data.len(),
+            });
+        }
+        Ok(&self.data[0])
+    }
+
+    /// The same data under another shape of equal size.
+    pub fn reshaped(self, shape: impl Into<Shape>) -> Result<Self> {
+        Self::new(shape, self.data)
+    }
+
+    /// Elementwise map with a fallible function.
+    pub fn map(&self, f: impl FnMut(&A) -> Result<A>) -> Result<Self> {
+        let data = self.data.iter().map(f).collect::<Result<Vec<_>>>()?;
+        Ok(Tensor {
+            shape: self.shape.clone(),
+            data,
+        })
+    }
+
+    /// Elementwise combination of two tensors of identical shape.
+    pub fn zip_with(
+        &self,
+        other: &Self,
+        op: &'static str,
+        mut f: impl FnMut(&A, &A) -> Result<A>,
+    ) -> Result<Self> {
+        if self.shape != other.shape {
+            return Err(SpecError::OpShape {
+                op,
+                shapes: vec![self.shape.clone(), other.shape.clone()],
+                reason: "operands must have identical shapes".into(),
+            });
+        }
+        let data = self
+            .data
+            .iter()
+            .zip(&other.data)
+            .map(|(a, b)| f(a, b))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Tensor {
+            shape: self.shape.clone(),
+            data,
+        })
+    }
+
+    /// Elementwise sum (the gradient accumulation `existing + new`).
+    pub fn add(&self, other: &Self) -> Result<Self> {
+        self.zip_with(other, "add", |a, b| Ok(a.add(b)))
+    }
+
+    /// Nearest `f64` values.
+    pub fn to_f64s(&self) -> Vec<f64> {
+        self.data.iter().map(Scalar::to_f64).collect()
+    }
+
+    /// Converts to another scalar type through `f64` (exact into `f64` and rationals from
+    /// floats; rounds into `f32`).
+    pub fn convert<B: Scalar>(&self) -> Result<Tensor<B>> {
+        let data = self
+            .data
+            .iter()
+            .map(|x| B::from_f64(x.to_f64()))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Tensor {
+            shape: self.shape.clone(),
+            data,
+        })
+    }
+
+    /// Bitwise equality of shape and data (see [`Scalar::bit_eq`]).
+    pub fn bit_eq(&self, other: &Self) -> bool {
+        self.shape == other.shape && self.data.iter().zip(&other.data).all(|(a, b)| a.bit_eq(b))
+    }
+
+    /// Tensor JSON (`{"shape": [...], "data": [...]}`), non-finite values as the strings
+    /// `"nan"`, `"inf"`, `"-inf"`.
+    pub fn to_json(&self) -> Value {
+        let data: Vec<Value> = self.data.iter().map(|x| f64_to_json(x.to_f64())).collect();
+        serde_json::json!({ "shape": self.shape.dims(), "data": data })
+    }
+
+    /// Parses Tensor JSON. Every problem is an error naming the member at fault.
+    pub fn from_json(value: &Value) -> Result<Self> {
+        let obj = value
+            .as_object()
+            .ok_or_else(|| json_err("expected an object"))?;
+        let shape_v = obj
+            .get("shape")
+            .ok_or_else(|| json_err("missing member `shape`"))?;
+        let shape = parse_shape(shape_v).map_err(|r| json_err(&format!("`shape`: {r}")))?;
+        let n = shape.checked_size()?;
+        let data_v = obj
+            .get("data")
+            .and_then(Value::as_array)
+            .ok_or_else(|| json_err("missing array member `data`"))?;
+        if data_v.len() != n {
+            return Err(SpecError::DataLength {
+                shape,
+                expected: n,
+                got: data_v.len(),
+            });
+        }
+        let mut data = Vec::with_capacity(n);
+        for (i, v) in data_v.iter().enumerate() {
+            let x = json_to_f64(v).ok_or_else(|| {
+                json_err(&format!(
+                    "`data[{i}]` is {v}, expected a number or \"nan\"/\"inf\"/\"-inf\""
+                ))
+            })?;
+            data.push(A::from_f64(x)?);
+        }
+        Ok(Tensor { shape, data })
+    }
+}
+
+fn json_err(reason: &str) -> SpecError {
+    SpecError::Json {
+        reason: reason.to_string(),
+    }
+}
+
+/// A JSON number, or the strings used for non-finite values.
+pub fn f64_to_json(x: f64) -> Value {
+    if x.is_nan() {
+        Value::from("nan")
+    } else if x == f64::INFINITY {
+        Value::from("inf")
+    } else if x == f64::NEG_INFINITY {
+        Value::from("-inf")
+    } else {
+        // Finite floats are always representable as JSON numbers.
+        serde_json::Number::from_f64(x)
+            .map(Value::Number)
+            .unwrap_or(Value::Null)
+    }
+}
+
+/// Reads a JSON number or one of `"nan"`, `"inf"`, `"-inf"` (also `"+inf"`, `"infinity"`).
+pub fn json_to_f64(v: &Value) -> Option<f64> {
+    match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => match s.to_ascii_lowercase().as_str() {
+            "nan" => Some(f64::NAN),
+            "inf" | "+inf" | "infinity" | "+infinity" => Some(f64::INFINITY),
+            "-inf" | "-infinity" => Some(f64::NEG_INFINITY),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Parses a JSON array of non-negative integers as a [`Shape`] (the size is not checked here).
+pub fn parse_shape(v: &Value) -> std::result::Result<Shape, String> {
+    let arr = v
+        .as_array()
+        .ok_or_else(|| format!("expected an array of non-negative integers, got {v}"))?;
+    let mut dims = Vec::with_capacity(arr.len());
+    for (i, d) in arr.iter().enumerate() {
+        let d = d
+            .as_u64()
+            .ok_or_else(|| format!("element {i} is {d}, expected a non-negative integer"))?;
+        let d = usize::try_from(d).map_err(|_| format!("element {i} ({d}) is too large"))?;
+        dims.push(d);
+    }
+    Ok(Shape::new(dims))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scalar::Rational;
+
+    #[test]
+    fn new_checks_length() {
+        assert!(Tensor::<f64>::new([2, 2], vec![1.0; 3]).is_err());
+        assert!(Tensor::<f64>::new([2, 2], vec![1.0; 4]).is_ok());
+    }
+
+    #[test]
+    fn json_round_trip_with_non_finite_values() {
+        let t =
+            Tensor::<f64>::new([2, 2], vec![1.5, f64::NAN, f64::INFINITY, -f64::INFINITY]).unwrap();
+        let j = t.to_json();
+        assert_eq!(
+            j.to_string(),
+            r#"{"data":[1.5,"nan","inf","-inf"],"shape":[2,2]}"#
+        );
+        let back = Tensor::<f64>::from_json(&j).unwrap();
+        assert!(back.bit_eq(&t) || back.data()[1].is_nan());
+        assert_eq!(back.shape(), t.shape());
+    }
+
+    #[test]
+    fn json_round_trip_is_exact_for_f64() {
+        let vals = [0.1, -1e-300, 123456.789, 5e-324, 1.0 / 3.0];
+        let t = Tensor::<f64>::new([5], vals.to_vec()).unwrap();
+        let text = serde_json::to_string(&t.to_json()).unwrap();
+        let back =
+            Tensor::<f64>::from_json(&serde_json::from_str::<Value>(&text).unwrap()).unwrap();
+        assert!(back.bit_eq(&t));
+    }
+
+    #[test]
+    fn json_errors_name_the_member() {
+        let bad = serde_json::json!({"shape": [2], "data": [1, "x"]});
+        let e = Tensor::<f64>::from_json(&bad).unwrap_err().to_string();
+        assert!(e.contains("data[1]"), "{e}");
+        let bad = serde_json::json!({"shape": [2, -1], "data": []});
+        let e = Tensor::<f64>::from_json(&bad).unwrap_err().to_string();
+        assert!(e.contains("shape"), "{e}");
+        let bad = serde_json::json!({"shape": [3], "data": [1, 2]});
+        assert!(matches!(
+            Tensor::<f64>::from_json(&bad),
+            Err(SpecError::DataLength { .. })
+        ));
+        let absurd = serde_json::json!({"shape": [4294967296u64, 4294967296u64], "data": []});
+        assert!(matches!(
+            Tensor::<f64>::from_json(&absurd),
+            Err(SpecError::ShapeOverflow { .. })
+        ));
+    }
+
+    #[test]
+    fn rational_json_input_is_exact() {
+        let t = Tensor::<Rational>::from_json(&serde_json::json!({"shape": [], "data": [0.1]}))
+            .unwrap();
+        assert_eq!(t.item().unwrap(), &Rational::from_float(0.1).unwrap());
+    }
+
+    #[test]
+    fn from_fn_uses_row_major_indices() {
+        let t = Tensor::<f64>::from_fn([2, 3], |i| (i[0] * 10 + i[1]) as f64).unwrap();
+        assert_eq!(t.data(), &[0.0, 1.0, 2.0, 10.0, 11.0, 12.0]);
+        assert_eq!(*t.get(&[1, 2]).unwrap(), 12.0);
+    }
+}
