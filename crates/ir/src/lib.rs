@@ -1,1 +1,33 @@
+//! `torchlean-ir`: the op-tagged graph IR of TorchLean.
+//!
+//! - [`Graph`], [`Node`], [`OpKind`]: `torchlean.ir.v1` JSON in and out (exact round trip);
+//! - [`Payload`]: weights keyed by node id (Payload JSON);
+//! - [`check_well_formed`], [`check_shapes`], [`check_payload`]: every problem, each with node
+//!   id, kind, field and shapes;
+//! - [`denote_all`]: the reference evaluator, over any [`torchlean_spec::Scalar`] (so the
+//!   rational scalar evaluates the algebraic fragment exactly), through the op semantics of
+//!   `torchlean_spec::ops`;
+//! - [`pretty`] and [`dot`]: text for review and Graphviz.
+//!
+//! This crate never touches an engine.
 
+pub mod case;
+pub mod check;
+pub mod error;
+pub mod graph;
+pub mod kind;
+pub mod payload;
+pub mod pretty;
+pub mod semantics;
+
+pub use case::{Case, Comparison, DType, Expect, Tolerance, CASE_FORMAT};
+pub use check::{broadcast_warning, check_payload, check_shapes, check_well_formed};
+pub use error::{Diagnostic, IrError, Result, Severity};
+pub use graph::{Graph, Node, FORMAT};
+pub use kind::{Attr, OpKind, ParentCount, WIRE_NAMES};
+pub use payload::{Payload, PayloadEntry};
+pub use pretty::{dot, pretty};
+pub use semantics::{
+    denote, denote_all, expected_payload_shapes, node_sem, payload_names, payload_tensor, DVal,
+    NodeSem,
+};

@@ -1,0 +1,346 @@
+//! Checks that report **every** problem, each naming the node, its kind, the field and the
+//! shapes involved: [`check_well_formed`] (ids, arity, topological order), [`check_shapes`]
+//! (shape inference for every kind against the declared shapes, plus warnings) and
+//! [`check_payload`] (every weight present with the right shape).
+
+use crate::error::Diagnostic;
+use crate::graph::Graph;
+use crate::kind::OpKind;
+use crate::payload::Payload;
+use crate::semantics::{expected_payload_shapes, field_of, node_sem, payload_names, NodeSem};
+use torchlean_spec::Shape;
+
+/// TorchLean's `checkWellFormed`, reporting all violations: per index `i`, `nodes[i].id == i`,
+/// the parent count is within the kind's arity, and every parent id is `< i`; plus the graph's
+/// `input_id` (an `input` node) and `output_id` exist.
+pub fn check_well_formed(g: &Graph) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    if g.nodes.is_empty() {
+        out.push(Diagnostic::error("the graph has no nodes").field("nodes"));
+        return out;
+    }
+    for (i, n) in g.nodes.iter().enumerate() {
+        let at = |d: Diagnostic| d.at(i, n.kind.name());
+        if n.id != i {
+            out.push(at(Diagnostic::error(format!(
+                "id discipline violated: the node at index {i} has id {}",
+                n.id
+            ))
+            .field("id")));
+        }
+        let count = n.kind.parent_count();
+        if !count.accepts(n.parents.len()) {
+            out.push(at(Diagnostic::error(format!(
+                "bad parent count for {}: expected {count}, got {}",
+                n.kind.name(),
+                n.parents.len()
+            ))
+            .field("parents")));
+        }
+        for &p in &n.parents {
+            if p >= i {
+                out.push(at(Diagnostic::error(format!(
+                    "parent id {p} is not < {i} (parents must come earlier)"
+                ))
+                .field("parents")));
+            }
+        }
+    }
+    match g.nodes.get(g.input_id) {
+        None => out.push(
+            Diagnostic::error(format!("input_id {} is not a node", g.input_id)).field("input_id"),
+        ),
+        Some(n) if n.kind != OpKind::Input => out.push(
+            Diagnostic::error(format!(
+                "input_id {} names a `{}` node, not an `input` node",
+                g.input_id,
+                n.kind.name()
+            ))
+            .field("input_id"),
+        ),
+        Some(_) => {}
+    }
+    if g.output_id >= g.nodes.len() {
+        out.push(
+            Diagnostic::error(format!("output_id {} is not a node", g.output_id))
+                .field("output_id"),
+        );
+    }
+    out
+}
+
+/// TorchLean's `checkShapes`: well-formedness, then per node the shape inferred from its
+/// parents' declared shapes (and the payload shapes its attributes imply) must equal its declared
+/// shape. Also validates every declared shape's size (no overflow, at most 2^32 elements) and
+/// adds warnings (see [`broadcast_warning`]).
+pub fn check_shapes(g: &Graph) -> Vec<Diagnostic> {
+    let mut out = check_well_formed(g);
+    let broken: Vec<bool> = {
+        let mut b = vec![false; g.nodes.len()];
+        for d in &out {
+            if let Some(n) = d.node {
+                if let Some(slot) = b.get_mut(n) {
+                    *slot = true;
+                }
+            }
+        }
+        b
+    };
+    let input_shape = g
+        .nodes
+        .get(g.input_id)
+        .filter(|n| n.kind == OpKind::Input)
+        .map(|n| n.shape.clone());
+    for (i, n) in g.nodes.iter().enumerate() {
+        let at = |d: Diagnostic| d.at(i, n.kind.name());
+        if let Err(e) = n.shape.checked_size() {
+            out.push(at(Diagnostic::error(e.to_string()).field("shape")));
+            continue;
+        }
+        if broken[i] {
+            continue;
+        }
+        let parent_shapes: Vec<Shape> = n
+            .parents
+            .iter()
+            .map(|&p| g.nodes[p].shape.clone())
+            .collect();
+        if parent_shapes.iter().any(|s| s.checked_size().is_err()) {
+            continue; // reported at the parent
+        }
+        match infer_node(g, i, &parent_shapes, input_shape.as_ref()) {
+            Ok(inferred) if inferred != n.shape => out.push(at(Diagnostic::error(format!(
+                "declared shape {} but the inferred shape is {inferred} (parent shapes {})",
+                n.shape,
+                fmt_shapes(&parent_shapes)
+            ))
+            .field("shape"))),
+            Ok(_) => {}
+            Err(d) => out.push(d),
+        }
+        if let OpKind::BroadcastTo {
+            from_shape,
+            to_shape,
+        } = &n.kind
+        {
+            if let Some(w) = broadcast_warning(from_shape, to_shape) {
+                out.push(at(Diagnostic::warning(w).field("to_shape")));
+            }
+        }
+    }
+    out
+}
+
+fn fmt_shapes(s: &[Shape]) -> String {
+    if s.is_empty() {
+        return "none".into();
+    }
+    s.iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The inferred output shape of node `i` from its parents' shapes.
+fn infer_node(
+    g: &Graph,
+    i: usize,
+    parent_shapes: &[Shape],
+    input_shape: Option<&Shape>,
+) -> Result<Shape, Diagnostic> {
+    let n = &g.nodes[i];
+    let at = |d: Diagnostic| d.at(i, n.kind.name());
+    // attribute shapes that must match the parent
+    let must_match = |field: &str, declared: &Shape| -> Result<(), Diagnostic> {
+        if &parent_shapes[0] != declared {
+            return Err(at(Diagnostic::error(format!(
+                "is {declared} but the parent has shape {}",
+                parent_shapes[0]
+            ))
+            .field(field)));
+        }
+        Ok(())
+    };
+    match &n.kind {
+        OpKind::Reshape { in_shape, .. } => must_match("in_shape", in_shape)?,
+        OpKind::Flatten { value_shape } => must_match("value_shape", value_shape)?,
+        OpKind::BroadcastTo { from_shape, .. } => must_match("from_shape", from_shape)?,
+        _ => {}
+    }
+    let payload_shapes = expected_payload_shapes(n, parent_shapes)?;
+    match node_sem(n, None) {
+        NodeSem::Input => match input_shape {
+            Some(s) if s != &n.shape => Err(at(Diagnostic::error(format!(
+                "every input node must have the graph input's shape {s}, this one declares {}",
+                n.shape
+            ))
+            .field("shape"))),
+            _ => Ok(n.shape.clone()),
+        },
+        NodeSem::Const => Ok(payload_shapes
+            .into_iter()
+            .next()
+            .map(|(_, s)| s)
+            .unwrap_or_else(|| n.shape.clone())),
+        NodeSem::Apply(op) => {
+            let mut operands = parent_shapes.to_vec();
+            operands.extend(payload_shapes.into_iter().map(|(_, s)| s));
+            op.infer_shape(&operands)
+                .map_err(|e| at(Diagnostic::error(e.to_string()).field(field_of(&e))))
+        }
+    }
+}
+
+/// Checks a payload against a graph: every `const`, `linear`, `conv2d` and batch-norm node has
+/// all its tensors with the expected shapes. Entries for nodes that take no payload, and
+/// unexpected tensor names, are warnings.
+pub fn check_payload(g: &Graph, payload: &Payload) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    for n in &g.nodes {
+        let names = payload_names(&n.kind);
+        let at = |d: Diagnostic| d.at(n.id, n.kind.name());
+        if names.is_empty() {
+            if payload.entry(n.id).is_some() {
+                out.push(at(Diagnostic::warning(
+                    "has a payload entry but takes no payload; it is ignored",
+                )));
+            }
+            continue;
+        }
+        let parent_shapes: Vec<Shape> = n
+            .parents
+            .iter()
+            .filter_map(|&p| g.nodes.get(p).map(|pn| pn.shape.clone()))
+            .collect();
+        let expected = match expected_payload_shapes(n, &parent_shapes) {
+            Ok(e) => e,
+            Err(d) => {
+                out.push(d);
+                continue;
+            }
+        };
+        let Some(entry) = payload.entry(n.id) else {
+            out.push(at(Diagnostic::error(format!(
+                "missing payload (expects {})",
+                expected
+                    .iter()
+                    .map(|(k, s)| format!("{k} {s}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))));
+            continue;
+        };
+        for (name, shape) in &expected {
+            if let Err(e) = shape.checked_size() {
+                out.push(at(Diagnostic::error(e.to_string()).field(*name)));
+                continue;
+            }
+            match entry.tensor(name) {
+                None => out.push(at(Diagnostic::error(format!(
+                    "missing payload tensor (expected shape {shape})"
+                ))
+                .field(*name))),
+                Some(t) if t.shape() != shape => out.push(at(Diagnostic::error(format!(
+                    "payload tensor has shape {}, expected {shape}",
+                    t.shape()
+                ))
+                .field(*name))),
+                Some(_) => {}
+            }
+        }
+        for name in entry.tensors.keys() {
+            if !names.contains(&name.as_str()) {
+                out.push(at(Diagnostic::warning(format!(
+                    "unexpected payload tensor `{name}` is ignored"
+                ))
+                .field(name.clone())));
+            }
+        }
+    }
+    for id in payload.entries.keys() {
+        if *id >= g.nodes.len() {
+            out.push(Diagnostic::warning(format!(
+                "payload entry for node {id}, which does not exist, is ignored"
+            )));
+        }
+    }
+    out
+}
+
+/// Where TorchLean's left-aligned `CanBroadcastTo` can derive `from → to` with a different
+/// meaning from PyTorch's right-aligned `expand` (which we implement), a warning text.
+///
+/// TorchLean's rules: scalar → anything; equal outer extents with broadcastable tails; an
+/// outer 1 → any outer extent; prepend a target axis. A derivation assigns each source axis to
+/// a target axis; if any non-1 source axis can land elsewhere than PyTorch puts it, the two
+/// systems may read the graph differently (e.g. `[3] → [3, 3]`, `[2, 1] → [2, 2, 1]`).
+pub fn broadcast_warning(from: &Shape, to: &Shape) -> Option<String> {
+    if from.rank() > to.rank() || to.rank() > 12 {
+        return None;
+    }
+    let lead = to.rank() - from.rank();
+    let pytorch: Vec<usize> = (0..from.rank()).map(|i| i + lead).collect();
+    let mut differing = None;
+    left_derivations(from.dims(), to.dims(), 0, &mut Vec::new(), &mut |assign| {
+        let differs = assign
+            .iter()
+            .zip(&pytorch)
+            .enumerate()
+            .any(|(i, (a, p))| from.dims()[i] != 1 && a != p);
+        if differs && differing.is_none() {
+            differing = Some(assign.to_vec());
+        }
+    });
+    differing.map(|assign| {
+        format!(
+            "broadcast {from} -> {to} is read right-aligned as in PyTorch (source axes -> target \
+             axes {pytorch:?}), but TorchLean's left-aligned rule also derives it with source \
+             axes -> {assign:?}; the two give different tensors (see docs/ir-format.md)"
+        )
+    })
+}
+
+/// Enumerates TorchLean derivations of `from → to`, calling `found` with the target axis of each
+/// source axis. `offset` is the index in the full target of `to[0]`.
+fn left_derivations(
+    from: &[usize],
+    to: &[usize],
+    offset: usize,
+    assign: &mut Vec<usize>,
+    found: &mut dyn FnMut(&[usize]),
+) {
+    if from.is_empty() {
+        found(assign);
+        return;
+    }
+    if to.is_empty() {
+        return;
+    }
+    // equal outer extent, or an outer 1 broadcast to any extent
+    if from[0] == to[0] || from[0] == 1 {
+        assign.push(offset);
+        left_derivations(&from[1..], &to[1..], offset + 1, assign, found);
+        assign.pop();
+    }
+    // prepend a target axis
+    left_derivations(from, &to[1..], offset + 1, assign, found);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_warning_flags_pairs_where_the_rules_differ() {
+        let w = |f: &[usize], t: &[usize]| broadcast_warning(&Shape::from(f), &Shape::from(t));
+        assert!(w(&[3], &[3, 3]).is_some());
+        assert!(w(&[2, 1], &[2, 2, 1]).is_some());
+        // unambiguous pairs from the conformance cases
+        assert!(w(&[2, 1, 3], &[4, 2, 5, 3]).is_none());
+        assert!(w(&[4], &[2, 3, 4]).is_none());
+        assert!(w(&[3, 4], &[2, 3, 4]).is_none());
+        assert!(w(&[], &[5, 5]).is_none());
+        // size-1 source axes read the same value wherever they land
+        assert!(w(&[1], &[4, 4]).is_none());
+    }
+}

@@ -1,0 +1,141 @@
+//! The IR crate's errors and diagnostics.
+
+use std::fmt;
+use thiserror::Error;
+use torchlean_spec::SpecError;
+
+/// How serious a diagnostic is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Severity {
+    Warning,
+    Error,
+}
+
+/// One problem found in a graph or payload, located as precisely as possible.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Diagnostic {
+    pub severity: Severity,
+    /// The node id (or node index, when the id itself is wrong).
+    pub node: Option<usize>,
+    /// The node's kind as written on the wire.
+    pub kind: Option<String>,
+    /// The JSON member at fault (`parents`, `shape`, `perm`, `weight`, …).
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl Diagnostic {
+    pub fn error(message: impl Into<String>) -> Self {
+        Diagnostic {
+            severity: Severity::Error,
+            node: None,
+            kind: None,
+            field: None,
+            message: message.into(),
+        }
+    }
+
+    pub fn warning(message: impl Into<String>) -> Self {
+        Diagnostic {
+            severity: Severity::Warning,
+            ..Diagnostic::error(message)
+        }
+    }
+
+    pub fn at(mut self, node: usize, kind: impl Into<String>) -> Self {
+        self.node = Some(node);
+        self.kind = Some(kind.into());
+        self
+    }
+
+    pub fn at_node(mut self, node: usize) -> Self {
+        self.node = Some(node);
+        self
+    }
+
+    pub fn field(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.severity == Severity::Error
+    }
+}
+
+impl fmt::Display for Diagnostic {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.severity == Severity::Warning {
+            write!(f, "warning: ")?;
+        }
+        match (self.node, &self.kind) {
+            (Some(n), Some(k)) => write!(f, "node {n} ({k})")?,
+            (Some(n), None) => write!(f, "node {n}")?,
+            (None, _) => write!(f, "graph")?,
+        }
+        if let Some(field) = &self.field {
+            write!(f, ", field `{field}`")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+/// Errors of the IR crate.
+#[derive(Debug, Error)]
+pub enum IrError {
+    /// The text is not JSON.
+    #[error("invalid JSON at line {line}, column {column}: {message}")]
+    Json {
+        line: usize,
+        column: usize,
+        message: String,
+    },
+
+    /// The document is JSON but not a valid graph / payload / case: every problem found.
+    #[error("{}", join(.0))]
+    Invalid(Vec<Diagnostic>),
+
+    /// Evaluation failed at a node (domain error, a transcendental over rationals, …).
+    #[error("node {node} ({kind}): {source}")]
+    Eval {
+        node: usize,
+        kind: String,
+        #[source]
+        source: SpecError,
+    },
+}
+
+impl IrError {
+    /// A single-diagnostic `Invalid`.
+    pub fn invalid(d: Diagnostic) -> Self {
+        IrError::Invalid(vec![d])
+    }
+
+    /// The diagnostics behind this error (one synthesized line for the other variants).
+    pub fn diagnostics(&self) -> Vec<Diagnostic> {
+        match self {
+            IrError::Invalid(d) => d.clone(),
+            IrError::Json { .. } => vec![Diagnostic::error(self.to_string())],
+            IrError::Eval { node, kind, source } => {
+                vec![Diagnostic::error(source.to_string()).at(*node, kind.clone())]
+            }
+        }
+    }
+}
+
+impl From<serde_json::Error> for IrError {
+    fn from(e: serde_json::Error) -> Self {
+        IrError::Json {
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        }
+    }
+}
+
+fn join(d: &[Diagnostic]) -> String {
+    let lines: Vec<String> = d.iter().map(|d| d.to_string()).collect();
+    lines.join("\n")
+}
+
+pub type Result<T, E = IrError> = std::result::Result<T, E>;

@@ -1,0 +1,210 @@
+//! `Graph` and `Node`, and the `torchlean.ir.v1` JSON they are read from and written to.
+
+use crate::error::{Diagnostic, IrError, Result};
+use crate::kind::OpKind;
+use serde_json::{Map, Value};
+use torchlean_spec::tensor::parse_shape;
+use torchlean_spec::Shape;
+
+/// The format tag of graph JSON.
+pub const FORMAT: &str = "torchlean.ir.v1";
+
+/// One node: its id (= its index), kind with attributes, parent ids and declared output shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Node {
+    pub id: usize,
+    pub kind: OpKind,
+    pub parents: Vec<usize>,
+    pub shape: Shape,
+}
+
+/// An op-tagged DAG in topological order: `nodes[i].id == i` and every parent id is smaller
+/// (checked by [`crate::check_well_formed`], not by construction, so that a bad graph can be
+/// loaded and every problem in it reported).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Graph {
+    pub input_id: usize,
+    pub output_id: usize,
+    pub nodes: Vec<Node>,
+}
+
+impl Graph {
+    /// Parses graph JSON text.
+    pub fn from_json_str(text: &str) -> Result<Graph> {
+        let value: Value = serde_json::from_str(text)?;
+        Graph::from_json(&value)
+    }
+
+    /// Parses a graph from a JSON value. Structure and attribute types are checked here (every
+    /// problem is reported); well-formedness and shapes are checked by [`crate::check_shapes`].
+    pub fn from_json(value: &Value) -> Result<Graph> {
+        let mut errors = Vec::new();
+        let Some(obj) = value.as_object() else {
+            return Err(IrError::invalid(Diagnostic::error(
+                "a graph must be a JSON object",
+            )));
+        };
+        match obj.get("format") {
+            Some(Value::String(f)) if f == FORMAT => {}
+            Some(other) => errors.push(
+                Diagnostic::error(format!("is {other}, expected \"{FORMAT}\"")).field("format"),
+            ),
+            None => errors.push(Diagnostic::error("missing").field("format")),
+        }
+        let mut id_field = |key: &str| -> usize {
+            match obj.get(key).map(|v| (v.as_u64(), v.to_string())) {
+                Some((Some(v), _)) => usize::try_from(v).unwrap_or(usize::MAX),
+                Some((None, text)) => {
+                    errors.push(
+                        Diagnostic::error(format!("is {text}, expected a node id")).field(key),
+                    );
+                    0
+                }
+                None => {
+                    errors.push(Diagnostic::error("missing").field(key));
+                    0
+                }
+            }
+        };
+        let input_id = id_field("input_id");
+        let output_id = id_field("output_id");
+        let mut nodes = Vec::new();
+        match obj.get("nodes").and_then(Value::as_array) {
+            None => errors.push(Diagnostic::error("missing array").field("nodes")),
+            Some(arr) => {
+                for (index, v) in arr.iter().enumerate() {
+                    match parse_node(index, v) {
+                        Ok(n) => nodes.push(n),
+                        Err(mut d) => errors.append(&mut d),
+                    }
+                }
+            }
+        }
+        if errors.is_empty() {
+            Ok(Graph {
+                input_id,
+                output_id,
+                nodes,
+            })
+        } else {
+            Err(IrError::Invalid(errors))
+        }
+    }
+
+    /// The graph as `torchlean.ir.v1` JSON (exact round trip with [`Graph::from_json`]).
+    pub fn to_json(&self) -> Value {
+        let nodes: Vec<Value> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let mut obj = Map::new();
+                obj.insert("id".into(), Value::from(n.id));
+                obj.insert("kind".into(), Value::from(n.kind.name()));
+                obj.insert("parents".into(), Value::from(n.parents.clone()));
+                obj.insert("shape".into(), Value::from(n.shape.dims().to_vec()));
+                n.kind.write_attributes(&mut obj);
+                Value::Object(obj)
+            })
+            .collect();
+        serde_json::json!({
+            "format": FORMAT,
+            "input_id": self.input_id,
+            "output_id": self.output_id,
+            "nodes": nodes,
+        })
+    }
+
+    /// The node with id `id`, if the index exists.
+    pub fn node(&self, id: usize) -> Option<&Node> {
+        self.nodes.get(id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Whether any node uses a kind outside TorchLean's wire format.
+    pub fn uses_extensions(&self) -> bool {
+        self.nodes.iter().any(|n| n.kind.is_extension())
+    }
+}
+
+fn parse_node(index: usize, v: &Value) -> std::result::Result<Node, Vec<Diagnostic>> {
+    let Some(obj) = v.as_object() else {
+        return Err(vec![Diagnostic::error(format!(
+            "nodes[{index}] is not an object"
+        ))
+        .at_node(index)]);
+    };
+    let kind_name = obj.get("kind").and_then(Value::as_str);
+    let label = kind_name.unwrap_or("?").to_string();
+    let mut errors = Vec::new();
+    let id = match obj.get("id").and_then(Value::as_u64) {
+        Some(i) => usize::try_from(i).unwrap_or(usize::MAX),
+        None => {
+            errors.push(Diagnostic::error("missing or not a non-negative integer").field("id"));
+            index
+        }
+    };
+    let parents = match obj.get("parents") {
+        Some(p) => match parse_shape(p) {
+            Ok(s) => s.dims().to_vec(),
+            Err(e) => {
+                errors.push(Diagnostic::error(e).field("parents"));
+                vec![]
+            }
+        },
+        None => {
+            errors.push(Diagnostic::error("missing").field("parents"));
+            vec![]
+        }
+    };
+    let shape = match obj.get("shape") {
+        Some(s) => match parse_shape(s) {
+            Ok(s) => s,
+            Err(e) => {
+                errors.push(Diagnostic::error(e).field("shape"));
+                Shape::scalar()
+            }
+        },
+        None => {
+            errors.push(Diagnostic::error("missing").field("shape"));
+            Shape::scalar()
+        }
+    };
+    let kind = match kind_name {
+        Some(k) => match OpKind::parse(k, obj) {
+            Ok(kind) => Some(kind),
+            Err(mut d) => {
+                errors.append(&mut d);
+                None
+            }
+        },
+        None => {
+            errors.push(Diagnostic::error("missing or not a string").field("kind"));
+            None
+        }
+    };
+    match kind {
+        Some(kind) if errors.is_empty() => Ok(Node {
+            id,
+            kind,
+            parents,
+            shape,
+        }),
+        _ => Err(errors
+            .into_iter()
+            .map(|d| {
+                let d = d.at_node(index);
+                Diagnostic {
+                    kind: Some(label.clone()),
+                    ..d
+                }
+            })
+            .collect()),
+    }
+}
