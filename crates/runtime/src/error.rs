@@ -1,0 +1,101 @@
+//! The runtime crate's error type. Every sweep is pure `Result`: nothing panics on a bad tape,
+//! a bad seed or a failing VJP.
+
+use thiserror::Error;
+use torchlean_spec::{Shape, SpecError};
+
+#[derive(Debug, Error)]
+pub enum RuntimeError {
+    /// An id that is not on the tape.
+    #[error("node {id} does not exist (the tape has {size} nodes)")]
+    NoSuchNode { id: usize, size: usize },
+
+    /// A VJP produced a contribution for a parent id that is not on the tape.
+    #[error("node {node}{}: contribution to parent {parent}, which is not on the tape ({size} nodes)", name_suffix(.name))]
+    BadParent {
+        node: usize,
+        name: Option<String>,
+        parent: usize,
+        size: usize,
+    },
+
+    /// A gradient (contribution, upstream or accumulator) has the wrong shape.
+    #[error("node {node}{}: {what} has shape {got}, expected {expected}", name_suffix(.name))]
+    ShapeMismatch {
+        node: usize,
+        name: Option<String>,
+        what: &'static str,
+        expected: Shape,
+        got: Shape,
+    },
+
+    /// The seed of a sweep does not match the output's shape.
+    #[error("the seed for node {node} has shape {got}, the node's value has shape {expected}")]
+    SeedShape {
+        node: usize,
+        expected: Shape,
+        got: Shape,
+    },
+
+    /// A total gradient array of the wrong length.
+    #[error("the gradient array has {got} entries, the tape has {expected} nodes")]
+    GradArrayLength { expected: usize, got: usize },
+
+    /// An op failed in an engine's kernel (forward or VJP).
+    #[error("{}op `{op}`: {message}", node_prefix(.node))]
+    Op {
+        op: &'static str,
+        node: Option<usize>,
+        message: String,
+    },
+
+    /// A value failed its own consistency check (`GradValue::check`).
+    #[error("invalid value: {0}")]
+    Invalid(String),
+
+    /// An error from the reference semantics.
+    #[error("{}{source}", node_prefix(.node))]
+    Spec {
+        node: Option<usize>,
+        #[source]
+        source: SpecError,
+    },
+}
+
+impl RuntimeError {
+    /// Attaches a node id to an op-level error that lacks one.
+    pub fn at_node(self, id: usize) -> Self {
+        match self {
+            RuntimeError::Op {
+                op,
+                node: None,
+                message,
+            } => RuntimeError::Op {
+                op,
+                node: Some(id),
+                message,
+            },
+            RuntimeError::Spec { node: None, source } => RuntimeError::Spec {
+                node: Some(id),
+                source,
+            },
+            other => other,
+        }
+    }
+}
+
+impl From<SpecError> for RuntimeError {
+    fn from(source: SpecError) -> Self {
+        RuntimeError::Spec { node: None, source }
+    }
+}
+
+fn name_suffix(name: &Option<String>) -> String {
+    name.as_ref().map(|n| format!(" ({n})")).unwrap_or_default()
+}
+
+fn node_prefix(node: &Option<usize>) -> String {
+    node.map(|n| format!("node {n}: ")).unwrap_or_default()
+}
+
+pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;

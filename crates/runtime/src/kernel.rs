@@ -1,0 +1,112 @@
+//! The kernel trait: what a value type must implement so that compiled graphs and eager
+//! sessions can run every op forward and backward on it.
+//!
+//! An engine implements each op once: [`Kernels::forward`] and [`Kernels::vjp`] dispatch on
+//! `torchlean_spec::Op`, whose reference semantics they are checked against. What a VJP may read
+//! is decided by the op ([`Op::saves_input`], [`Op::saves_output`]) and enforced by
+//! [`Saved::for_op`], so an op whose backward needs only its output (exp, tanh, sigmoid, relu,
+//! sqrt, inv, softmax) never keeps its input alive.
+
+use crate::error::{Result, RuntimeError};
+use crate::tape::{Node, Tape};
+use crate::value::{GradValue, GradZero};
+use torchlean_spec::{Op, Shape, Tensor};
+
+/// What a recorded op keeps for its backward pass.
+#[derive(Clone, Debug)]
+pub struct Saved<V> {
+    pub input_shapes: Vec<Shape>,
+    /// Operand values, `Some` exactly where the op saves them.
+    pub inputs: Vec<Option<V>>,
+    /// The output value, if the op saves it.
+    pub output: Option<V>,
+}
+
+impl<V: GradValue + Clone> Saved<V> {
+    /// Keeps exactly what `op` declares it saves.
+    pub fn for_op(op: &Op, inputs: &[&V], output: &V) -> Self {
+        Saved {
+            input_shapes: inputs.iter().map(|v| v.shape().clone()).collect(),
+            inputs: inputs
+                .iter()
+                .enumerate()
+                .map(|(i, v)| op.saves_input(i).then(|| (*v).clone()))
+                .collect(),
+            output: op.saves_output().then(|| output.clone()),
+        }
+    }
+}
+
+/// The operations an engine's value type provides.
+pub trait Kernels: GradValue + GradZero + Clone + Send + Sync + 'static {
+    /// A short engine/dtype label (`"reference-f64"`, `"cpu-f32"`, …).
+    const ENGINE: &'static str;
+
+    /// `op` applied to `args` (weights included, in the op's operand order).
+    fn forward(op: &Op, args: &[&Self]) -> Result<Self>;
+
+    /// One cotangent per operand (`None` = structurally zero), reading only `saved`.
+    fn vjp(op: &Op, saved: &Saved<Self>, cot: &Self) -> Result<Vec<Option<Self>>>;
+
+    /// A value from `f64` data (rounded to the engine's precision).
+    fn from_f64(t: &Tensor<f64>) -> Result<Self>;
+
+    /// The value as `f64` data.
+    fn to_f64(&self) -> Result<Tensor<f64>>;
+
+    /// A tensor filled with `value`.
+    fn full(shape: &Shape, value: f64) -> Result<Self>;
+}
+
+/// Records `op` on an eager tape: runs the forward kernel on the parents' values and appends a
+/// node whose VJP returns one `(parent, contribution)` pair per differentiable operand, in
+/// operand order (a repeated parent receives two separate contributions — the eager tape's
+/// "scatter twice", as TorchLean's `Tape.add a a`).
+pub fn record<V: Kernels>(
+    tape: &mut Tape<V>,
+    op: Op,
+    parents: &[usize],
+    name: Option<String>,
+) -> Result<usize> {
+    let args = parents
+        .iter()
+        .map(|&p| tape.get_value(p))
+        .collect::<Result<Vec<_>>>()?;
+    let id = tape.size();
+    let value = V::forward(&op, &args).map_err(|e| e.at_node(id))?;
+    let requires_grad = op != Op::Detach
+        && parents
+            .iter()
+            .any(|&p| tape.get_node(p).is_ok_and(|n| n.requires_grad));
+    let saved = Saved::for_op(&op, &args, &value);
+    let parent_ids = parents.to_vec();
+    let backward_parents = parent_ids.clone();
+    let backward = Box::new(move |cot: &V| -> Result<Vec<(usize, V)>> {
+        let grads = V::vjp(&op, &saved, cot)?;
+        if grads.len() != backward_parents.len() {
+            return Err(RuntimeError::Op {
+                op: op.name(),
+                node: None,
+                message: format!(
+                    "the VJP returned {} cotangents for {} operands",
+                    grads.len(),
+                    backward_parents.len()
+                ),
+            });
+        }
+        Ok(backward_parents
+            .iter()
+            .zip(grads)
+            .filter_map(|(&p, g)| g.map(|g| (p, g)))
+            .collect())
+    });
+    Ok(tape.add_node(Node {
+        name,
+        value,
+        owns_value: true,
+        requires_grad,
+        parents: parent_ids,
+        cleanup: Vec::new(),
+        backward,
+    }))
+}

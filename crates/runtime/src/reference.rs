@@ -1,0 +1,84 @@
+//! The reference engine: `torchlean_spec::Tensor<A>` for `A` = `f32`, `f64` or the exact
+//! rational, implementing [`GradValue`], [`GradZero`] and [`Kernels`] by calling the reference
+//! op semantics directly. Simple and obviously correct; every fast engine is checked against it.
+
+use crate::error::{Result, RuntimeError};
+use crate::kernel::{Kernels, Saved};
+use crate::value::{GradValue, GradZero};
+use torchlean_spec::{ops, Op, Scalar, Shape, Tensor};
+
+impl<A: Scalar> GradValue for Tensor<A> {
+    fn shape(&self) -> &Shape {
+        Tensor::shape(self)
+    }
+
+    fn retag(self, shape: Shape) -> Result<Self> {
+        Ok(self.reshaped(shape)?)
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.len() != self.shape().size() {
+            return Err(RuntimeError::Invalid(format!(
+                "{} elements under shape {}",
+                self.len(),
+                self.shape()
+            )));
+        }
+        Ok(())
+    }
+
+    fn add(self, other: Self) -> Result<Self> {
+        Ok(Tensor::add(&self, &other)?)
+    }
+
+    fn drop(self) {}
+
+    fn into_owned(self) -> Self {
+        self
+    }
+}
+
+impl<A: Scalar> GradZero for Tensor<A> {
+    fn zeros_like(&self) -> Self {
+        // invariant: a tensor's shape has a valid size, so zeros of it do too
+        Tensor::zeros(self.shape().clone()).expect("zeros of a valid shape")
+    }
+}
+
+/// Engine label for the reference engine over scalar `A`.
+pub const fn reference_label<A: Scalar>() -> &'static str {
+    match A::NAME.as_bytes() {
+        b"f32" => "reference-f32",
+        b"f64" => "reference-f64",
+        _ => "reference-rational",
+    }
+}
+
+impl<A: Scalar> Kernels for Tensor<A> {
+    const ENGINE: &'static str = reference_label::<A>();
+
+    fn forward(op: &Op, args: &[&Self]) -> Result<Self> {
+        Ok(op.forward(args)?)
+    }
+
+    fn vjp(op: &Op, saved: &Saved<Self>, cot: &Self) -> Result<Vec<Option<Self>>> {
+        let spec_saved = ops::Saved {
+            input_shapes: saved.input_shapes.clone(),
+            inputs: saved.inputs.iter().map(Option::as_ref).collect(),
+            output: saved.output.as_ref(),
+        };
+        Ok(op.vjp(&spec_saved, cot)?)
+    }
+
+    fn from_f64(t: &Tensor<f64>) -> Result<Self> {
+        Ok(t.convert::<A>()?)
+    }
+
+    fn to_f64(&self) -> Result<Tensor<f64>> {
+        Ok(self.convert::<f64>()?)
+    }
+
+    fn full(shape: &Shape, value: f64) -> Result<Self> {
+        Ok(Tensor::full(shape.clone(), A::from_f64(value)?)?)
+    }
+}

@@ -1,0 +1,394 @@
+//! The reverse sweeps (SPEC 2.1), with exactly TorchLean's semantics.
+//!
+//! Accumulation order, everywhere: nodes are visited in decreasing id; a node's contributions
+//! are folded in the order its VJP returns them; a slot's first contribution is kept as is in
+//! the `Option` arrays (`backward_dense`, `backward_sparse`), and every later one is
+//! `existing + new`. In the total arrays (`backward_dense_from`) every slot starts with a value
+//! and every contribution is `existing + new`.
+//!
+//! Releases: every value a sweep consumes and does not return is handed to
+//! [`GradValue::drop`] — contributions to `requires_grad = false` parents, the operands of each
+//! accumulation, the upstream gradients the releasing sweep is done with, and on error everything
+//! still held.
+
+use crate::error::{Result, RuntimeError};
+use crate::tape::Tape;
+use crate::value::{GradValue, GradZero};
+
+fn release_all<V: GradValue>(vals: impl IntoIterator<Item = V>) {
+    for v in vals {
+        v.drop();
+    }
+}
+
+fn release_slots<V: GradValue>(slots: Vec<Option<V>>) {
+    release_all(slots.into_iter().flatten());
+}
+
+/// Validates a contribution from node `node` to `parent`: returns `Ok(None)` (after releasing
+/// it) when the parent does not take gradients.
+fn validate_contribution<V: GradValue>(
+    tape: &Tape<V>,
+    node: usize,
+    parent: usize,
+    g: V,
+) -> Result<Option<V>> {
+    let size = tape.size();
+    let name = || tape.get_node(node).ok().and_then(|n| n.name.clone());
+    let Ok(p) = tape.get_node(parent) else {
+        g.drop();
+        return Err(RuntimeError::BadParent {
+            node,
+            name: name(),
+            parent,
+            size,
+        });
+    };
+    if !p.requires_grad {
+        g.drop();
+        return Ok(None);
+    }
+    if g.shape() != p.value.shape() {
+        let err = RuntimeError::ShapeMismatch {
+            node: parent,
+            name: p.name.clone(),
+            what: "a gradient contribution",
+            expected: p.value.shape().clone(),
+            got: g.shape().clone(),
+        };
+        g.drop();
+        return Err(err);
+    }
+    Ok(Some(g))
+}
+
+/// `grads[parent] ← g` if empty, else `existing + g`, for a contribution produced by `node`.
+/// Contributions to `requires_grad = false` parents are released; a bad parent id or shape is an
+/// error naming the node.
+pub fn add_grad_dense<V: GradValue>(
+    tape: &Tape<V>,
+    grads: &mut [Option<V>],
+    node: usize,
+    parent: usize,
+    g: V,
+) -> Result<()> {
+    let Some(g) = validate_contribution(tape, node, parent, g)? else {
+        return Ok(());
+    };
+    grads[parent] = Some(match grads[parent].take() {
+        None => g,
+        Some(existing) => existing.add(g)?,
+    });
+    Ok(())
+}
+
+/// Runs node `id`'s VJP if its slot is filled and it requires grad, accumulating into `grads`.
+pub fn backward_dense_step<V: GradValue>(
+    tape: &Tape<V>,
+    grads: &mut [Option<V>],
+    id: usize,
+) -> Result<()> {
+    let node = tape.get_node(id)?;
+    if !node.requires_grad {
+        return Ok(());
+    }
+    let Some(upstream) = grads[id].take() else {
+        return Ok(());
+    };
+    let contributions = (node.backward)(&upstream).map_err(|e| e.at_node(id));
+    grads[id] = Some(upstream);
+    let mut contributions = contributions?.into_iter();
+    while let Some((parent, g)) = contributions.next() {
+        if let Err(e) = add_grad_dense(tape, grads, id, parent, g) {
+            release_all(contributions.map(|(_, g)| g));
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+fn check_seed<V: GradValue>(tape: &Tape<V>, out_id: usize, seed: &V) -> Result<()> {
+    let out = tape.get_node(out_id)?;
+    if seed.shape() != out.value.shape() {
+        return Err(RuntimeError::SeedShape {
+            node: out_id,
+            expected: out.value.shape().clone(),
+            got: seed.shape().clone(),
+        });
+    }
+    seed.check()
+}
+
+impl<V: GradValue> Tape<V> {
+    /// Reachable-only reverse sweep: `grads[out_id] = seed`, then for ids `n−1 … 0` a node's VJP
+    /// runs only if its slot is filled. `None` marks nodes the output does not depend on.
+    pub fn backward_dense(&self, out_id: usize, seed: V) -> Result<Vec<Option<V>>> {
+        if let Err(e) = check_seed(self, out_id, &seed) {
+            seed.drop();
+            return Err(e);
+        }
+        let mut grads: Vec<Option<V>> = (0..self.size()).map(|_| None).collect();
+        grads[out_id] = Some(seed);
+        for id in (0..self.size()).rev() {
+            if let Err(e) = backward_dense_step(self, &mut grads, id) {
+                release_slots(grads);
+                return Err(e);
+            }
+        }
+        Ok(grads)
+    }
+
+    /// [`Tape::backward_dense`], then [`totalize`].
+    pub fn backward_dense_all(&self, out_id: usize, seed: V) -> Result<Vec<V>>
+    where
+        V: GradZero,
+    {
+        let grads = self.backward_dense(out_id, seed)?;
+        Ok(totalize(self, grads))
+    }
+
+    /// Total reverse sweep from a full gradient array (one entry per node): **every** node that
+    /// requires grad runs its VJP, in decreasing id, whatever its gradient is.
+    pub fn backward_dense_from(&self, grads0: Vec<V>) -> Result<Vec<V>> {
+        if grads0.len() != self.size() {
+            let err = RuntimeError::GradArrayLength {
+                expected: self.size(),
+                got: grads0.len(),
+            };
+            release_all(grads0);
+            return Err(err);
+        }
+        for (id, (g, node)) in grads0.iter().zip(self.nodes()).enumerate() {
+            if g.shape() != node.value.shape() {
+                let err = RuntimeError::ShapeMismatch {
+                    node: id,
+                    name: node.name.clone(),
+                    what: "the initial gradient",
+                    expected: node.value.shape().clone(),
+                    got: g.shape().clone(),
+                };
+                release_all(grads0);
+                return Err(err);
+            }
+        }
+        let mut grads: Vec<Option<V>> = grads0.into_iter().map(Some).collect();
+        let n = self.size();
+        if let Err(e) = backward_dense_from_loop(self, &mut grads, n) {
+            release_slots(grads);
+            return Err(e);
+        }
+        Ok(grads.into_iter().flatten().collect())
+    }
+
+    /// The releasing sweep (TorchLean's CUDA `backwardSparse`, generic): consumes `seed`, stores
+    /// each contribution as an owned value on first store, releases each node's gradient as soon
+    /// as its VJP has run unless `retain(id)`, and releases everything it holds on error. Peak
+    /// live gradients are the frontier plus the retained ones ([`SparseGrads::peak_live`]).
+    pub fn backward_sparse(
+        &self,
+        out_id: usize,
+        seed: V,
+        retain: impl Fn(usize) -> bool,
+    ) -> Result<SparseGrads<V>> {
+        if let Err(e) = check_seed(self, out_id, &seed) {
+            seed.drop();
+            return Err(e);
+        }
+        let mut map = SparseGrads {
+            slots: (0..self.size()).map(|_| None).collect(),
+            live: 0,
+            peak_live: 0,
+        };
+        map.put(out_id, seed.into_owned());
+        for id in (0..self.size()).rev() {
+            if let Err(e) = sparse_step(self, &mut map, id) {
+                map.release();
+                return Err(e);
+            }
+            if !retain(id) {
+                if let Some(g) = map.take(id) {
+                    g.drop();
+                }
+            }
+        }
+        Ok(map)
+    }
+}
+
+fn sparse_step<V: GradValue>(tape: &Tape<V>, map: &mut SparseGrads<V>, id: usize) -> Result<()> {
+    let node = tape.get_node(id)?;
+    if !node.requires_grad {
+        return Ok(());
+    }
+    let Some(upstream) = map.slots[id].as_ref() else {
+        return Ok(());
+    };
+    if upstream.shape() != node.value.shape() {
+        return Err(RuntimeError::ShapeMismatch {
+            node: id,
+            name: node.name.clone(),
+            what: "the upstream gradient",
+            expected: node.value.shape().clone(),
+            got: upstream.shape().clone(),
+        });
+    }
+    let mut contributions = (node.backward)(upstream)
+        .map_err(|e| e.at_node(id))?
+        .into_iter();
+    while let Some((parent, g)) = contributions.next() {
+        let result = validate_contribution(tape, id, parent, g).and_then(|g| {
+            if let Some(g) = g {
+                match map.take(parent) {
+                    None => map.put(parent, g.into_owned()),
+                    Some(old) => map.put(parent, old.add(g)?),
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = result {
+            release_all(contributions.map(|(_, g)| g));
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Replaces every `None` (unreached node) with zeros of the node's shape.
+pub fn totalize<V: GradZero>(tape: &Tape<V>, grads: Vec<Option<V>>) -> Vec<V> {
+    grads
+        .into_iter()
+        .zip(tape.nodes())
+        .map(|(g, node)| g.unwrap_or_else(|| node.value.zeros_like()))
+        .collect()
+}
+
+/// `grads[parent] ← existing + g` on a total array (every slot filled).
+pub fn add_grad_all<V: GradValue>(
+    tape: &Tape<V>,
+    grads: &mut [Option<V>],
+    node: usize,
+    parent: usize,
+    g: V,
+) -> Result<()> {
+    let Some(g) = validate_contribution(tape, node, parent, g)? else {
+        return Ok(());
+    };
+    // invariant: total arrays keep every slot filled between steps
+    match grads[parent].take() {
+        Some(existing) => grads[parent] = Some(existing.add(g)?),
+        None => grads[parent] = Some(g),
+    }
+    Ok(())
+}
+
+/// Runs node `id`'s VJP on its current total gradient (if it requires grad).
+pub fn backward_dense_from_step<V: GradValue>(
+    tape: &Tape<V>,
+    grads: &mut [Option<V>],
+    id: usize,
+) -> Result<()> {
+    let node = tape.get_node(id)?;
+    if !node.requires_grad {
+        return Ok(());
+    }
+    let Some(upstream) = grads[id].take() else {
+        return Ok(());
+    };
+    let contributions = (node.backward)(&upstream).map_err(|e| e.at_node(id));
+    grads[id] = Some(upstream);
+    let mut contributions = contributions?.into_iter();
+    while let Some((parent, g)) = contributions.next() {
+        if let Err(e) = add_grad_all(tape, grads, id, parent, g) {
+            release_all(contributions.map(|(_, g)| g));
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Visits ids `n−1 … 0` with [`backward_dense_from_step`].
+pub fn backward_dense_from_loop<V: GradValue>(
+    tape: &Tape<V>,
+    grads: &mut [Option<V>],
+    n: usize,
+) -> Result<()> {
+    for id in (0..n).rev() {
+        backward_dense_from_step(tape, grads, id)?;
+    }
+    Ok(())
+}
+
+/// The result of [`Tape::backward_sparse`]: the retained gradients and the peak number of live
+/// gradients during the sweep.
+pub struct SparseGrads<V> {
+    slots: Vec<Option<V>>,
+    live: usize,
+    peak_live: usize,
+}
+
+impl<V: GradValue> std::fmt::Debug for SparseGrads<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SparseGrads")
+            .field("ids", &self.ids())
+            .field("peak_live", &self.peak_live)
+            .finish()
+    }
+}
+
+impl<V: GradValue> SparseGrads<V> {
+    fn put(&mut self, id: usize, v: V) {
+        if self.slots[id].replace(v).is_none() {
+            self.live += 1;
+            self.peak_live = self.peak_live.max(self.live);
+        }
+    }
+
+    /// Removes and returns the gradient of `id` (the caller then owns it).
+    pub fn take(&mut self, id: usize) -> Option<V> {
+        let v = self.slots.get_mut(id)?.take();
+        if v.is_some() {
+            self.live -= 1;
+        }
+        v
+    }
+
+    /// The gradient of `id`, if retained and reached.
+    pub fn get(&self, id: usize) -> Option<&V> {
+        self.slots.get(id)?.as_ref()
+    }
+
+    /// Ids holding a gradient, increasing.
+    pub fn ids(&self) -> Vec<usize> {
+        (0..self.slots.len())
+            .filter(|&i| self.slots[i].is_some())
+            .collect()
+    }
+
+    /// Number of gradients held.
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// The largest number of gradients held at once during the sweep.
+    pub fn peak_live(&self) -> usize {
+        self.peak_live
+    }
+
+    /// Releases every gradient held (after the optimizer step).
+    pub fn release(self) {
+        release_slots(self.slots);
+    }
+
+    /// The held gradients as `(id, gradient)` pairs, increasing id.
+    pub fn into_pairs(self) -> Vec<(usize, V)> {
+        self.slots
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, g)| g.map(|g| (i, g)))
+            .collect()
+    }
+}
