@@ -1,1 +1,29 @@
+//! `torchlean-compiled`: where an IR graph becomes something you can differentiate, and where
+//! the reference meaning of "the gradient" is written down.
+//!
+//! - [`GraphData`]: typed SSA (inputs Γ, then one node per op over earlier positions);
+//! - [`exec_graph_of_ir`]: IR + payload → GraphData, weights lifted to inputs;
+//! - [`compile`] / [`compile_with`]: GraphData + inputs → runtime tape + values, for any engine;
+//! - [`backprop_all_ctx`] / [`backprop_ctx`]: the reference reverse semantics;
+//! - [`SavedGraph`]: the saved-graph executor and its passes;
+//! - [`lower_text`]: the printed form reviewers read (and insta snapshots hold).
 
+pub mod compile;
+pub mod conform;
+pub mod error;
+pub mod graph;
+pub mod lower;
+pub mod pack;
+pub mod reference;
+pub mod saved;
+pub mod text;
+
+pub use compile::{compile, compile_with, CompileMode};
+pub use conform::{run_case, run_grad, CaseOutcome, Check, GradResult};
+pub use error::{CompiledError, Result};
+pub use graph::{GNode, GraphData, Pos};
+pub use lower::{exec_graph_of_ir, ExecGraph, InputSlot};
+pub use pack::{compact_pack, dense_pack};
+pub use reference::{backprop_all_ctx, backprop_ctx, backprop_ctx_reference};
+pub use saved::{CompactVjp, DenseVjp, PreparedNode, SavedGraph};
+pub use text::{graph_text, lower_text};

@@ -56,6 +56,13 @@ pub trait Kernels: GradValue + GradZero + Clone + Send + Sync + 'static {
 
     /// A tensor filled with `value`.
     fn full(shape: &Shape, value: f64) -> Result<Self>;
+
+    /// Whether [`Kernels::bit_eq`] decides bitwise equality (the saved-graph array pass relies
+    /// on it to stop replaying deferred zero additions at a fixed point).
+    const DECIDABLE_EQ: bool = true;
+
+    /// Bitwise equality of shape and data (`-0.0 ≠ 0.0`, a NaN equals itself).
+    fn bit_eq(&self, other: &Self) -> bool;
 }
 
 /// Records `op` on an eager tape: runs the forward kernel on the parents' values and appends a

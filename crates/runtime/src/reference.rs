@@ -81,4 +81,8 @@ impl<A: Scalar> Kernels for Tensor<A> {
     fn full(shape: &Shape, value: f64) -> Result<Self> {
         Ok(Tensor::full(shape.clone(), A::from_f64(value)?)?)
     }
+
+    fn bit_eq(&self, other: &Self) -> bool {
+        Tensor::bit_eq(self, other)
+    }
 }

@@ -1,0 +1,58 @@
+//! The compiled crate's error type.
+
+use thiserror::Error;
+use torchlean_ir::IrError;
+use torchlean_runtime::RuntimeError;
+use torchlean_spec::{Shape, SpecError};
+
+#[derive(Debug, Error)]
+pub enum CompiledError {
+    /// The IR graph or payload is not lowerable (every problem, with node ids).
+    #[error(transparent)]
+    Ir(#[from] IrError),
+
+    /// An engine or sweep error.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+
+    /// A node argument that does not point to an earlier context position.
+    #[error("node %{position}: argument {arg} is %{target}, not an earlier position (context has {len})")]
+    BadArgument {
+        position: usize,
+        arg: usize,
+        target: usize,
+        len: usize,
+    },
+
+    /// An op rejected its argument shapes while building the graph.
+    #[error("node %{position} ({op}): {source}")]
+    Shape {
+        position: usize,
+        op: &'static str,
+        #[source]
+        source: SpecError,
+    },
+
+    /// Inputs or seeds that do not match the graph's context.
+    #[error("{what} has {got} entries, expected {expected}")]
+    Length {
+        what: &'static str,
+        expected: usize,
+        got: usize,
+    },
+
+    /// A value whose shape does not match its context position.
+    #[error("{what} at %{position} has shape {got}, expected {expected}")]
+    ValueShape {
+        what: &'static str,
+        position: usize,
+        expected: Shape,
+        got: Shape,
+    },
+
+    /// A position that is not in the context.
+    #[error("position %{position} is not in the context ({len} positions)")]
+    NoSuchPosition { position: usize, len: usize },
+}
+
+pub type Result<T, E = CompiledError> = std::result::Result<T, E>;

@@ -1,0 +1,145 @@
+//! `exec_graph_of_ir`: IR graph + payload → `GraphData`, with every weight and constant lifted
+//! to an input of the GraphData so that payload gradients come out of the same sweep.
+
+use crate::error::{CompiledError, Result};
+use crate::graph::{GraphData, Pos};
+use torchlean_ir::{
+    check_payload, check_shapes, node_sem, payload_names, Diagnostic, Graph, IrError, NodeSem,
+    OpKind, Payload,
+};
+use torchlean_runtime::Kernels;
+use torchlean_spec::Tensor;
+
+/// Where an input of the lowered graph comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InputSlot {
+    /// The graph's input tensor.
+    GraphInput,
+    /// Payload tensor `name` of IR node `node`.
+    Payload { node: usize, name: &'static str },
+}
+
+/// A lowered IR graph.
+#[derive(Clone, Debug)]
+pub struct ExecGraph {
+    pub graph: GraphData,
+    /// One per GraphData input: position 0 is the graph input, then payload tensors in IR node
+    /// order.
+    pub slots: Vec<InputSlot>,
+    /// The context position holding each IR node's value.
+    pub ir_positions: Vec<Pos>,
+    /// The context position of the IR output.
+    pub output: Pos,
+}
+
+/// Lowers an IR graph (TorchLean's `execGraphOfIR`, extended): the graph must pass
+/// `check_shapes`, its `input_id` must be an `input` node, and every `const`, `linear`, `conv2d`
+/// and batch-norm node must have its payload with the right shapes. Every IR kind is covered,
+/// including those TorchLean's proof leaves out (`mse_loss`, `log`, `concat`). Errors name the
+/// IR node.
+pub fn exec_graph_of_ir(g: &Graph, payload: &Payload) -> Result<ExecGraph> {
+    let mut problems: Vec<Diagnostic> = check_shapes(g)
+        .into_iter()
+        .filter(Diagnostic::is_error)
+        .collect();
+    if problems.is_empty() {
+        problems.extend(
+            check_payload(g, payload)
+                .into_iter()
+                .filter(Diagnostic::is_error),
+        );
+    }
+    if !problems.is_empty() {
+        return Err(IrError::Invalid(problems).into());
+    }
+    let mut inputs = vec![g.nodes[g.input_id].shape.clone()];
+    let mut slots = vec![InputSlot::GraphInput];
+    // payload positions per IR node, in the order of `payload_names`
+    let mut payload_pos: Vec<Vec<Pos>> = vec![Vec::new(); g.len()];
+    for n in &g.nodes {
+        for &name in payload_names(&n.kind) {
+            let t = payload
+                .entry(n.id)
+                .and_then(|e| e.tensor(name))
+                .ok_or_else(|| missing(n.id, n.kind.name(), name))?;
+            payload_pos[n.id].push(inputs.len());
+            inputs.push(t.shape().clone());
+            slots.push(InputSlot::Payload { node: n.id, name });
+        }
+    }
+    let mut graph = GraphData::new(inputs)?;
+    let mut ir_positions: Vec<Pos> = Vec::with_capacity(g.len());
+    for n in &g.nodes {
+        let pos = match node_sem(n, Some(payload)) {
+            NodeSem::Input => 0,
+            NodeSem::Const => payload_pos[n.id][0],
+            NodeSem::Apply(op) => {
+                let mut args: Vec<Pos> = n.parents.iter().map(|&p| ir_positions[p]).collect();
+                args.extend(payload_pos[n.id].iter().copied());
+                graph
+                    .push(op, args, Some(format!("IR node {}", n.id)))
+                    .map_err(|e| {
+                        CompiledError::Ir(IrError::invalid(
+                            Diagnostic::error(e.to_string()).at(n.id, n.kind.name()),
+                        ))
+                    })?
+            }
+        };
+        ir_positions.push(pos);
+    }
+    let output = ir_positions[g.output_id];
+    Ok(ExecGraph {
+        graph,
+        slots,
+        ir_positions,
+        output,
+    })
+}
+
+fn missing(node: usize, kind: &str, name: &str) -> CompiledError {
+    IrError::invalid(
+        Diagnostic::error(format!("missing payload tensor `{name}`"))
+            .at(node, kind)
+            .field(name),
+    )
+    .into()
+}
+
+impl ExecGraph {
+    /// The GraphData inputs for an input tensor and a payload, in engine values.
+    pub fn inputs<V: Kernels>(&self, x: &Tensor<f64>, payload: &Payload) -> Result<Vec<V>> {
+        self.slots
+            .iter()
+            .map(|slot| match slot {
+                InputSlot::GraphInput => Ok(V::from_f64(x)?),
+                InputSlot::Payload { node, name } => {
+                    let t = payload
+                        .entry(*node)
+                        .and_then(|e| e.tensor(name))
+                        .ok_or_else(|| missing(*node, "payload", name))?;
+                    Ok(V::from_f64(t)?)
+                }
+            })
+            .collect::<Result<Vec<V>>>()
+            .and_then(|v| {
+                self.graph.check_inputs(&v)?;
+                Ok(v)
+            })
+    }
+
+    /// Gradients of the payload inputs (positions `1..`), keyed back by IR node and name.
+    pub fn grad_payload(&self, input_grads: &[Tensor<f64>]) -> Payload {
+        let mut p = Payload::new();
+        for (slot, g) in self.slots.iter().zip(input_grads) {
+            if let InputSlot::Payload { node, name } = slot {
+                p.insert(*node, name, g.clone());
+            }
+        }
+        p
+    }
+
+    /// The IR nodes that lower to no SSA node (inputs and constants), for printing.
+    pub fn is_lifted(kind: &OpKind) -> bool {
+        matches!(kind, OpKind::Input | OpKind::Const { .. })
+    }
+}

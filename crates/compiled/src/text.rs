@@ -1,0 +1,88 @@
+//! The text of a lowered graph (`torchlean lower`, and what the insta snapshots hold).
+
+use crate::graph::GraphData;
+use crate::lower::{ExecGraph, InputSlot};
+use std::fmt::Write;
+
+/// One line per context position: `%p : shape = what`, the `=` column aligned; node lines name
+/// the op, its attributes and arguments, and the IR node they came from.
+pub fn graph_text(g: &GraphData, slots: Option<&[InputSlot]>, output: Option<usize>) -> String {
+    let mut lines: Vec<(String, String)> = Vec::with_capacity(g.len());
+    for (i, s) in g.inputs().iter().enumerate() {
+        let what = match slots.and_then(|s| s.get(i)) {
+            Some(InputSlot::GraphInput) => "graph input".to_string(),
+            None => format!("input {i}"),
+            Some(InputSlot::Payload { node, name }) => format!("payload {node}.{name}"),
+        };
+        lines.push((format!("%{i} : {s}"), what));
+    }
+    for (k, n) in g.nodes().iter().enumerate() {
+        let p = g.n_inputs() + k;
+        let args: Vec<String> = n.args.iter().map(|a| format!("%{a}")).collect();
+        let mut what = format!("{}({})", n.op.name(), args.join(", "));
+        let attrs = op_attrs(&n.op);
+        if !attrs.is_empty() {
+            let _ = write!(what, " {attrs}");
+        }
+        if let Some(o) = &n.origin {
+            let _ = write!(what, "  ; {o}");
+        }
+        lines.push((format!("%{p} : {}", n.shape), what));
+    }
+    let width = lines.iter().map(|(h, _)| h.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "graphdata: {} input{}, {} node{}{}",
+        g.n_inputs(),
+        if g.n_inputs() == 1 { "" } else { "s" },
+        g.nodes().len(),
+        if g.nodes().len() == 1 { "" } else { "s" },
+        output.map(|o| format!(", output %{o}")).unwrap_or_default()
+    );
+    for (i, (head, what)) in lines.iter().enumerate() {
+        if i == 0 {
+            out.push_str("inputs:\n");
+        }
+        if i == g.n_inputs() {
+            out.push_str("nodes:\n");
+        }
+        let _ = writeln!(out, "  {head:<width$} = {what}");
+    }
+    out
+}
+
+/// The text of a lowered IR graph.
+pub fn lower_text(e: &ExecGraph) -> String {
+    graph_text(&e.graph, Some(&e.slots), Some(e.output))
+}
+
+fn op_attrs(op: &torchlean_spec::Op) -> String {
+    use torchlean_spec::Op;
+    match op {
+        Op::Scale { c } | Op::AddScalar { c } => format!("c={c}"),
+        Op::Softmax { axis }
+        | Op::LogSoftmax { axis }
+        | Op::ReduceSum { axis }
+        | Op::ReduceMean { axis } => format!("axis={axis}"),
+        Op::LayerNorm { axis, eps } => format!("axis={axis} eps={eps:e}"),
+        Op::BroadcastTo { from, to } => format!("{from} -> {to}"),
+        Op::Reshape { to } => format!("to {to}"),
+        Op::Permute { perm } => format!("perm={perm:?}"),
+        Op::Transpose { dim0, dim1 } => format!("dims=({dim0}, {dim1})"),
+        Op::Conv2d(c) => format!(
+            "inC={} outC={} k={}x{} stride={} padding={}",
+            c.in_channels, c.out_channels, c.kernel_h, c.kernel_w, c.stride, c.padding
+        ),
+        Op::Pool(p) => format!(
+            "k={}x{} stride={} padding={}",
+            p.kernel_h, p.kernel_w, p.stride, p.padding
+        ),
+        Op::BatchNormEval { channels, eps } => format!("channels={channels} eps={eps:e}"),
+        Op::Concat { axis, count } => format!("axis={axis} count={count}"),
+        Op::RandUniform { seed, key, .. } | Op::BernoulliMask { seed, key, .. } => {
+            format!("seed={seed} key={key}")
+        }
+        _ => String::new(),
+    }
+}
