@@ -1,0 +1,59 @@
+//! Reading input files, with every error turned into lines naming the file.
+
+use crate::BadInput;
+use std::path::Path;
+use torchlean_ir::{Case, Graph, IrError, Payload};
+use torchlean_spec::Tensor;
+
+fn read(path: &Path) -> Result<String, BadInput> {
+    std::fs::read_to_string(path)
+        .map_err(|e| BadInput::one(format!("{}: cannot read: {e}", path.display())))
+}
+
+/// Prefixes each diagnostic of an IR error with the file name.
+pub fn ir_lines(path: &Path, e: &IrError) -> BadInput {
+    BadInput(
+        e.diagnostics()
+            .iter()
+            .map(|d| format!("{}: {d}", path.display()))
+            .collect(),
+    )
+}
+
+/// A graph file, or a `torchlean.case.v1` file (its graph, with the case's payload, input and
+/// seed as defaults for the other arguments).
+pub fn graph_or_case(path: &Path) -> Result<(Graph, Option<Case>), BadInput> {
+    let text = read(path)?;
+    let value: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| ir_lines(path, &IrError::from(e)))?;
+    if value.get("format").and_then(serde_json::Value::as_str) == Some(torchlean_ir::CASE_FORMAT) {
+        let case = Case::from_json(&value).map_err(|e| ir_lines(path, &e))?;
+        return Ok((case.graph.clone(), Some(case)));
+    }
+    let g = Graph::from_json(&value).map_err(|e| ir_lines(path, &e))?;
+    Ok((g, None))
+}
+
+pub fn payload(path: Option<&Path>) -> Result<Payload, BadInput> {
+    match path {
+        None => Ok(Payload::new()),
+        Some(p) => Payload::from_json_str(&read(p)?).map_err(|e| ir_lines(p, &e)),
+    }
+}
+
+pub fn tensor(path: &Path) -> Result<Tensor<f64>, BadInput> {
+    let text = read(path)?;
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        BadInput::one(format!(
+            "{}: invalid JSON at line {}, column {}: {e}",
+            path.display(),
+            e.line(),
+            e.column()
+        ))
+    })?;
+    Tensor::from_json(&v).map_err(|e| BadInput::one(format!("{}: {e}", path.display())))
+}
+
+pub fn case(path: &Path) -> Result<Case, BadInput> {
+    Case::from_json_str(&read(path)?).map_err(|e| ir_lines(path, &e))
+}

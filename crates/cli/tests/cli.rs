@@ -1,0 +1,374 @@
+//! The `torchlean` binary end to end: exit codes 0/1/2, one clear line per problem, no panics.
+#![allow(clippy::unwrap_used)]
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_torchlean"))
+}
+
+fn cases_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/cases")
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[track_caller]
+fn assert_bad_input(o: &Output, want: &[&str]) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "stderr: {err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
+        "{err}"
+    );
+    for w in want {
+        assert!(err.contains(w), "expected {w:?} in stderr:\n{err}");
+    }
+}
+
+fn write(dir: &Path, name: &str, v: &Value) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, v.to_string()).unwrap();
+    p
+}
+
+fn base_graph() -> Value {
+    json!({
+        "format": "torchlean.ir.v1", "input_id": 0, "output_id": 3,
+        "nodes": [
+            {"id": 0, "kind": "input", "parents": [], "shape": [2, 3]},
+            {"id": 1, "kind": "linear", "parents": [0], "shape": [2, 4]},
+            {"id": 2, "kind": "relu", "parents": [1], "shape": [2, 4]},
+            {"id": 3, "kind": "softmax", "parents": [2], "shape": [2, 4], "axis": 1}
+        ]
+    })
+}
+
+#[test]
+fn conform_passes_every_shipped_case_in_f64_and_f32() {
+    let dir = cases_dir();
+    for extra in [&[][..], &["--dtype", "f32"][..]] {
+        let mut args = vec!["conform", dir.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let o = run(&args);
+        let out = stdout(&o);
+        assert_eq!(o.status.code(), Some(0), "{out}{}", stderr(&o));
+        assert!(out.trim_end().ends_with("22 passed, 0 failed"), "{out}");
+        assert_eq!(out.lines().filter(|l| l.starts_with("PASS")).count(), 22);
+    }
+}
+
+#[test]
+fn conform_json_is_one_object_per_case_and_a_summary() {
+    let o = run(&["conform", cases_dir().to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(0));
+    let lines: Vec<Value> = stdout(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 23);
+    assert!(lines[..22]
+        .iter()
+        .all(|l| l["pass"] == json!(true) && l["case"].is_string()));
+    assert_eq!(lines[22]["passed"], json!(22));
+}
+
+#[test]
+fn conform_exits_1_on_a_failing_case() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut case: Value = serde_json::from_str(
+        &std::fs::read_to_string(cases_dir().join("relu_exact_zeros.json")).unwrap(),
+    )
+    .unwrap();
+    case["expect"]["output"]["data"][0] = json!(123.0);
+    let p = write(dir.path(), "broken.json", &case);
+    let o = run(&["conform", p.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(
+        out.contains("FAIL  relu_exact_zeros") && out.contains("[output off]"),
+        "{out}"
+    );
+    assert!(out.trim_end().ends_with("0 passed, 1 failed"), "{out}");
+}
+
+#[test]
+fn check_accepts_every_shipped_graph_and_case() {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(cases_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        let o = run(&["check", path.to_str().unwrap()]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}: {}",
+            path.display(),
+            stderr(&o)
+        );
+        // the bare graph member, with its payload and input as separate files
+        let case: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let g = write(dir.path(), "g.json", &case["graph"]);
+        let p = write(dir.path(), "p.json", &case["payload"]);
+        let x = write(dir.path(), "x.json", &case["input"]);
+        let o = run(&[
+            "check",
+            g.to_str().unwrap(),
+            "--payload",
+            p.to_str().unwrap(),
+            "--input",
+            x.to_str().unwrap(),
+        ]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}: {}",
+            path.display(),
+            stderr(&o)
+        );
+    }
+}
+
+#[test]
+fn malformed_graphs_exit_2_naming_file_node_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: Vec<(Box<dyn Fn(&mut Value)>, Vec<&str>)> = vec![
+        (
+            Box::new(|v| v["nodes"][2]["kind"] = json!("frobnicate")),
+            vec!["node 2 (frobnicate), field `kind`"],
+        ),
+        (
+            Box::new(|v| v["nodes"][2]["parents"] = json!([1, 1])),
+            vec!["node 2 (relu), field `parents`", "bad parent count"],
+        ),
+        (
+            Box::new(|v| v["nodes"][2]["parents"] = json!([3])),
+            vec!["node 2 (relu), field `parents`", "not < 2"],
+        ),
+        (
+            Box::new(|v| v["nodes"][3]["shape"] = json!([4, 2])),
+            vec!["node 3 (softmax), field `shape`", "[4, 2]"],
+        ),
+        (
+            Box::new(|v| {
+                v["nodes"][3].as_object_mut().unwrap().remove("axis");
+            }),
+            vec!["node 3 (softmax), field `axis`", "missing"],
+        ),
+        (
+            Box::new(|v| v["nodes"][0]["shape"] = json!([4294967296u64, 4294967296u64])),
+            vec!["node 0 (input), field `shape`"],
+        ),
+    ];
+    for (mutate, want) in cases {
+        let mut g = base_graph();
+        mutate(&mut g);
+        let p = write(dir.path(), "bad.json", &g);
+        let o = run(&["check", p.to_str().unwrap()]);
+        let mut want = want.clone();
+        let name = p.to_str().unwrap().to_string();
+        want.push(&name);
+        assert_bad_input(&o, &want);
+    }
+}
+
+#[test]
+fn truncated_json_and_missing_files_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("trunc.json");
+    let text = base_graph().to_string();
+    std::fs::write(&p, &text[..40]).unwrap();
+    assert_bad_input(
+        &run(&["check", p.to_str().unwrap()]),
+        &["invalid JSON at line 1", "trunc.json"],
+    );
+    assert_bad_input(
+        &run(&["check", "/nonexistent/graph.json"]),
+        &["cannot read"],
+    );
+    assert_bad_input(
+        &run(&["conform", "/nonexistent/case.json"]),
+        &["cannot read"],
+    );
+}
+
+#[test]
+fn missing_or_ill_shaped_payload_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = write(dir.path(), "g.json", &base_graph());
+    let empty = write(dir.path(), "p.json", &json!({}));
+    let x = write(
+        dir.path(),
+        "x.json",
+        &json!({"shape": [2, 3], "data": [1, 2, 3, 4, 5, 6]}),
+    );
+    assert_bad_input(
+        &run(&[
+            "check",
+            g.to_str().unwrap(),
+            "--payload",
+            empty.to_str().unwrap(),
+        ]),
+        &["p.json: node 1 (linear): missing payload (expects weight [4, 3], bias [4])"],
+    );
+    for cmd in ["eval", "grad"] {
+        assert_bad_input(
+            &run(&[
+                cmd,
+                g.to_str().unwrap(),
+                "--payload",
+                empty.to_str().unwrap(),
+                "--input",
+                x.to_str().unwrap(),
+            ]),
+            &["node 1 (linear)", "missing payload"],
+        );
+    }
+    let bad = write(
+        dir.path(),
+        "p2.json",
+        &json!({"1": {"weight": {"shape": [3, 4], "data": [0,0,0,0,0,0,0,0,0,0,0,0]}, "bias": {"shape": [4], "data": [0,0,0,0]}}}),
+    );
+    assert_bad_input(
+        &run(&[
+            "check",
+            g.to_str().unwrap(),
+            "--payload",
+            bad.to_str().unwrap(),
+        ]),
+        &["node 1 (linear), field `weight`: payload tensor has shape [3, 4], expected [4, 3]"],
+    );
+    let wrong_x = write(
+        dir.path(),
+        "x2.json",
+        &json!({"shape": [3, 2], "data": [1, 2, 3, 4, 5, 6]}),
+    );
+    assert_bad_input(
+        &run(&[
+            "check",
+            g.to_str().unwrap(),
+            "--input",
+            wrong_x.to_str().unwrap(),
+        ]),
+        &["x2.json: the input has shape [3, 2]"],
+    );
+}
+
+#[test]
+fn eval_and_grad_reproduce_a_case() {
+    let path = cases_dir().join("attention_block.json");
+    let case: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let g = write(dir.path(), "g.json", &case["graph"]);
+    let p = write(dir.path(), "p.json", &case["payload"]);
+    let x = write(dir.path(), "x.json", &case["input"]);
+    let s = write(dir.path(), "s.json", &case["seed"]);
+    let o = run(&[
+        "eval",
+        g.to_str().unwrap(),
+        "--payload",
+        p.to_str().unwrap(),
+        "--input",
+        x.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let close = |a: &Value, b: &Value| {
+        a["shape"] == b["shape"]
+            && a["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .zip(b["data"].as_array().unwrap())
+                .all(|(x, y)| (x.as_f64().unwrap() - y.as_f64().unwrap()).abs() < 1e-9)
+    };
+    assert!(close(&out, &case["expect"]["output"]));
+    let o = run(&[
+        "grad",
+        g.to_str().unwrap(),
+        "--payload",
+        p.to_str().unwrap(),
+        "--input",
+        x.to_str().unwrap(),
+        "--seed",
+        s.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(close(&out["grad_input"], &case["expect"]["grad_input"]));
+    assert!(close(
+        &out["grad_payload"]["2"]["weight"],
+        &case["expect"]["grad_payload"]["2"]["weight"]
+    ));
+    // f32 runs too
+    let o = run(&["eval", path.to_str().unwrap(), "--dtype", "f32"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}
+
+#[test]
+fn raw_log_domain_error_exits_2_naming_the_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let g = write(
+        dir.path(),
+        "g.json",
+        &json!({
+            "format": "torchlean.ir.v1", "input_id": 0, "output_id": 1,
+            "nodes": [
+                {"id": 0, "kind": "input", "parents": [], "shape": [2]},
+                {"id": 1, "kind": "log", "parents": [0], "shape": [2]}
+            ]
+        }),
+    );
+    let x = write(
+        dir.path(),
+        "x.json",
+        &json!({"shape": [2], "data": [1.0, -1.0]}),
+    );
+    // the reference evaluator is the IR denotation, which refuses raw log of non-positive input
+    assert_bad_input(
+        &run(&["eval", g.to_str().unwrap(), "--input", x.to_str().unwrap()]),
+        &["node 1 (log)", "element 1", "g.json"],
+    );
+    // gradients run the lowered graph, which is total: log(-1) is NaN there
+    let o = run(&["grad", g.to_str().unwrap(), "--input", x.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains("\"nan\""), "{}", stdout(&o));
+}
+
+#[test]
+fn lower_and_dot_print_text() {
+    let path = cases_dir().join("cnn_small.json");
+    let o = run(&["lower", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    let out = stdout(&o);
+    assert!(
+        out.starts_with("graphdata: 5 inputs, 5 nodes, output %9"),
+        "{out}"
+    );
+    assert!(out.contains("conv2d(%0, %1, %2)"));
+    let o = run(&["dot", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).starts_with("digraph torchlean {"));
+}
+
+#[test]
+fn help_exists_for_every_subcommand_and_usage_errors_exit_2() {
+    for sub in ["check", "eval", "grad", "conform", "lower", "dot"] {
+        let o = run(&[sub, "--help"]);
+        assert_eq!(o.status.code(), Some(0), "{sub}");
+        assert!(stdout(&o).contains("Usage"));
+    }
+    assert_eq!(run(&["frobnicate"]).status.code(), Some(2));
+    assert_eq!(run(&["eval"]).status.code(), Some(2));
+}
