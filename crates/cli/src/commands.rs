@@ -170,13 +170,16 @@ fn check(graph: &Path, payload: Option<&Path>, input: Option<&Path>) -> Result<O
     Ok(Outcome::Ok)
 }
 
+/// Graph, payload, input and (a case file's) seed.
+type RunInputs = (Graph, Payload, Tensor<f64>, Option<Tensor<f64>>);
+
 /// The graph, payload and input of `eval`/`grad`: from the files given, falling back to a case
 /// file's own members.
 fn load_run_inputs(
     graph: &Path,
     payload: Option<&Path>,
     input: Option<&Path>,
-) -> Result<(Graph, Payload, Tensor<f64>, Option<Tensor<f64>>), BadInput> {
+) -> Result<RunInputs, BadInput> {
     let (g, case) = load::graph_or_case(graph)?;
     let p = match (payload, &case) {
         (Some(pp), _) => load::payload(Some(pp))?,
