@@ -143,7 +143,8 @@ fn check_accepts_every_shipped_graph_and_case() {
 #[test]
 fn malformed_graphs_exit_2_naming_file_node_and_field() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: Vec<(Box<dyn Fn(&mut Value)>, Vec<&str>)> = vec![
+    type Mutation = Box<dyn Fn(&mut Value)>;
+    let cases: Vec<(Mutation, Vec<&str>)> = vec![
         (
             Box::new(|v| v["nodes"][2]["kind"] = json!("frobnicate")),
             vec!["node 2 (frobnicate), field `kind`"],
