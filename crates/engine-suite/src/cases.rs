@@ -1,0 +1,420 @@
+//! The table of op cases: every op, with shapes chosen to hit the edges.
+
+use torchlean_spec::{ops, BinaryOp, Conv2dSpec, Op, PoolKind, PoolSpec, Shape, Tensor, UnaryOp};
+
+/// One op applied to concrete inputs.
+#[derive(Clone, Debug)]
+pub struct OpCase {
+    pub name: String,
+    pub op: Op,
+    pub inputs: Vec<Tensor<f64>>,
+}
+
+/// Values in `[lo, hi)`, deterministic in `salt`.
+fn uniform(shape: &[usize], salt: u64, lo: f64, hi: f64) -> Tensor<f64> {
+    let mut s = ops::splitmix64(salt);
+    Tensor::from_fn(Shape::from(shape), |_| {
+        s = ops::splitmix64(s);
+        lo + (hi - lo) * ((s >> 11) as f64 / (1u64 << 53) as f64)
+    })
+    .expect("case shapes are small")
+}
+
+/// Values in `[-2, 2)` with magnitude at least `gap` (away from kinks at 0).
+fn signed_away_from_zero(shape: &[usize], salt: u64, gap: f64) -> Tensor<f64> {
+    let t = uniform(shape, salt, -2.0, 2.0);
+    t.map(|&v| {
+        Ok(if v.abs() < gap {
+            v.signum() * gap + v
+        } else {
+            v
+        })
+    })
+    .expect("map of a finite tensor")
+}
+
+fn case(name: impl Into<String>, op: Op, inputs: Vec<Tensor<f64>>) -> OpCase {
+    OpCase {
+        name: name.into(),
+        op,
+        inputs,
+    }
+}
+
+/// Every op on edge and ordinary shapes.
+pub fn op_cases() -> Vec<OpCase> {
+    let mut out = Vec::new();
+    let mut salt = 1u64;
+    let mut next = || {
+        salt += 1;
+        salt
+    };
+    let elementwise_shapes: [&[usize]; 5] = [&[7], &[2, 3], &[1, 1], &[0], &[5, 33, 3]];
+
+    for u in UnaryOp::ALL {
+        for shape in elementwise_shapes {
+            let x = match u {
+                UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Inv => uniform(shape, next(), 0.25, 3.0),
+                UnaryOp::Abs | UnaryOp::Relu => signed_away_from_zero(shape, next(), 0.05),
+                UnaryOp::Exp | UnaryOp::Softplus => uniform(shape, next(), -4.0, 4.0),
+                _ => uniform(shape, next(), -2.0, 2.0),
+            };
+            out.push(case(
+                format!("{}_{shape:?}", u.name()),
+                Op::Unary(u),
+                vec![x],
+            ));
+        }
+    }
+    // relu and abs at exactly zero (subgradient choice)
+    let zeros_and_signs = Tensor::new([4], vec![0.0, -0.0, 1.5, -1.5]).expect("4 values");
+    out.push(case(
+        "relu_at_zero",
+        Op::Unary(UnaryOp::Relu),
+        vec![zeros_and_signs.clone()],
+    ));
+    out.push(case(
+        "abs_at_zero",
+        Op::Unary(UnaryOp::Abs),
+        vec![zeros_and_signs],
+    ));
+    out.push(case(
+        "sqrt_at_zero",
+        Op::Unary(UnaryOp::Sqrt),
+        vec![Tensor::new([3], vec![0.0, 4.0, 0.25]).expect("3 values")],
+    ));
+
+    for b in BinaryOp::ALL {
+        for shape in elementwise_shapes {
+            let (x, y) = match b {
+                BinaryOp::Div => (
+                    uniform(shape, next(), -2.0, 2.0),
+                    uniform(shape, next(), 0.5, 2.0),
+                ),
+                _ => (
+                    uniform(shape, next(), -2.0, 2.0),
+                    uniform(shape, next(), -2.0, 2.0),
+                ),
+            };
+            out.push(case(
+                format!("{}_{shape:?}", b.name()),
+                Op::Binary(b),
+                vec![x, y],
+            ));
+        }
+    }
+    // ties split the cotangent
+    let a = Tensor::new([3], vec![1.0, 2.0, 3.0]).expect("3 values");
+    let c = Tensor::new([3], vec![1.0, 5.0, -3.0]).expect("3 values");
+    out.push(case(
+        "max_elem_ties",
+        Op::Binary(BinaryOp::Max),
+        vec![a.clone(), c.clone()],
+    ));
+    out.push(case("min_elem_ties", Op::Binary(BinaryOp::Min), vec![a, c]));
+
+    out.push(case(
+        "scale",
+        Op::Scale { c: -1.75 },
+        vec![uniform(&[3, 5], next(), -2.0, 2.0)],
+    ));
+    out.push(case(
+        "add_scalar",
+        Op::AddScalar { c: 0.375 },
+        vec![uniform(&[4, 1], next(), -2.0, 2.0)],
+    ));
+    out.push(case(
+        "detach",
+        Op::Detach,
+        vec![uniform(&[2, 2], next(), -2.0, 2.0)],
+    ));
+
+    for (shape, axis) in [
+        (&[3, 1, 5][..], 2usize),
+        (&[3, 1, 5], 0),
+        (&[3, 1, 5], 1),
+        (&[1], 0),
+        (&[16, 257], 1),
+        (&[2, 0], 0),
+    ] {
+        let x = uniform(shape, next(), -3.0, 3.0);
+        out.push(case(
+            format!("softmax_{shape:?}_axis{axis}"),
+            Op::Softmax { axis },
+            vec![x.clone()],
+        ));
+        out.push(case(
+            format!("log_softmax_{shape:?}_axis{axis}"),
+            Op::LogSoftmax { axis },
+            vec![x],
+        ));
+    }
+    for (shape, axis) in [
+        (&[2, 3, 4][..], 0usize),
+        (&[2, 3, 4], 1),
+        (&[2, 3, 4], 2),
+        (&[5, 1], 1),
+        (&[8, 300], 1),
+    ] {
+        out.push(case(
+            format!("layernorm_{shape:?}_axis{axis}"),
+            Op::LayerNorm { axis, eps: 1e-5 },
+            vec![uniform(shape, next(), -2.0, 2.0)],
+        ));
+    }
+    for (from, to) in [
+        (&[][..], &[3, 4][..]),
+        (&[3], &[2, 3]),
+        (&[2, 1, 3], &[4, 2, 5, 3]),
+        (&[1, 1], &[3, 3]),
+        (&[4, 1], &[4, 6]),
+        (&[2], &[0, 2]),
+    ] {
+        out.push(case(
+            format!("broadcast_{from:?}_to_{to:?}"),
+            Op::BroadcastTo {
+                from: Shape::from(from),
+                to: Shape::from(to),
+            },
+            vec![uniform(from, next(), -2.0, 2.0)],
+        ));
+    }
+    for (from, to) in [
+        (&[3, 4][..], &[2, 6][..]),
+        (&[6][..], &[1, 6, 1][..]),
+        (&[2, 3, 4][..], &[24][..]),
+        (&[][..], &[1][..]),
+    ] {
+        out.push(case(
+            format!("reshape_{from:?}_to_{to:?}"),
+            Op::Reshape {
+                to: Shape::from(to),
+            },
+            vec![uniform(from, next(), -1.0, 1.0)],
+        ));
+    }
+    for (shape, perm) in [
+        (&[2, 3, 4][..], vec![2usize, 0, 1]),
+        (&[2, 3, 4], vec![1, 2, 0]),
+        (&[5], vec![0]),
+        (&[2, 1, 3, 2], vec![3, 1, 0, 2]),
+    ] {
+        out.push(case(
+            format!("permute_{shape:?}_{perm:?}"),
+            Op::Permute { perm },
+            vec![uniform(shape, next(), -1.0, 1.0)],
+        ));
+    }
+    out.push(case(
+        "swap_first_two",
+        Op::SwapFirstTwo,
+        vec![uniform(&[3, 4, 2], next(), -1.0, 1.0)],
+    ));
+    out.push(case(
+        "transpose3d_last_two",
+        Op::Transpose3dLastTwo,
+        vec![uniform(&[2, 3, 5], next(), -1.0, 1.0)],
+    ));
+    out.push(case(
+        "transpose_0_2",
+        Op::Transpose { dim0: 0, dim1: 2 },
+        vec![uniform(&[2, 3, 5], next(), -1.0, 1.0)],
+    ));
+    out.push(case(
+        "transpose_big",
+        Op::Transpose { dim0: 0, dim1: 1 },
+        vec![uniform(&[65, 130], next(), -1.0, 1.0)],
+    ));
+
+    for (shape, axis) in [
+        (&[3, 5, 2][..], 1usize),
+        (&[3, 5, 2], 0),
+        (&[3, 5, 2], 2),
+        (&[4, 1], 1),
+        (&[3, 0], 1),
+        (&[64, 300], 0),
+    ] {
+        out.push(case(
+            format!("reduce_sum_{shape:?}_axis{axis}"),
+            Op::ReduceSum { axis },
+            vec![uniform(shape, next(), -1.0, 1.0)],
+        ));
+        out.push(case(
+            format!("reduce_mean_{shape:?}_axis{axis}"),
+            Op::ReduceMean { axis },
+            vec![uniform(shape, next(), -1.0, 1.0)],
+        ));
+    }
+    for shape in [&[2, 3][..], &[0], &[], &[1000]] {
+        out.push(case(
+            format!("sum_{shape:?}"),
+            Op::Sum,
+            vec![uniform(shape, next(), -1.0, 1.0)],
+        ));
+        out.push(case(
+            format!("mse_loss_{shape:?}"),
+            Op::MseLoss,
+            vec![
+                uniform(shape, next(), -1.0, 1.0),
+                uniform(shape, next(), -1.0, 1.0),
+            ],
+        ));
+    }
+
+    for (a, b) in [
+        (&[5, 7][..], &[7, 3][..]),
+        (&[1, 1], &[1, 1]),
+        (&[3, 4, 5], &[3, 5, 2]),
+        (&[64, 65], &[65, 33]),
+        (&[2, 130, 70], &[2, 70, 129]),
+        (&[4, 0], &[0, 3]),
+    ] {
+        out.push(case(
+            format!("matmul_{a:?}x{b:?}"),
+            Op::MatMul,
+            vec![uniform(a, next(), -1.0, 1.0), uniform(b, next(), -1.0, 1.0)],
+        ));
+    }
+    for (x, o) in [
+        (&[5][..], 3usize),
+        (&[3, 7], 4),
+        (&[2, 3, 7], 1),
+        (&[64, 100], 50),
+        (&[1, 1], 1),
+        (&[0, 4], 2),
+    ] {
+        let i = *x.last().expect("linear inputs have an axis");
+        out.push(case(
+            format!("linear_{x:?}_to_{o}"),
+            Op::Linear,
+            vec![
+                uniform(x, next(), -1.0, 1.0),
+                uniform(&[o, i], next(), -1.0, 1.0),
+                uniform(&[o], next(), -1.0, 1.0),
+            ],
+        ));
+    }
+    for (x, oc, kh, kw, stride, padding) in [
+        (&[2, 6, 5][..], 3usize, 3usize, 2usize, 2usize, 1usize),
+        (&[2, 3, 5, 5], 2, 3, 3, 1, 0),
+        (&[1, 1, 4, 4], 1, 1, 1, 1, 0),
+        (&[3, 8, 8], 4, 3, 3, 1, 1),
+        (&[4, 3, 12, 12], 8, 3, 3, 2, 1),
+        (&[2, 16, 9, 9], 16, 3, 3, 1, 1),
+    ] {
+        let c = x[x.len() - 3];
+        let spec = Conv2dSpec {
+            in_channels: c,
+            out_channels: oc,
+            kernel_h: kh,
+            kernel_w: kw,
+            stride,
+            padding,
+        };
+        out.push(case(
+            format!("conv2d_{x:?}_o{oc}_k{kh}x{kw}_s{stride}_p{padding}"),
+            Op::Conv2d(spec),
+            vec![
+                uniform(x, next(), -1.0, 1.0),
+                uniform(&[oc, c, kh, kw], next(), -1.0, 1.0),
+                uniform(&[oc], next(), -1.0, 1.0),
+            ],
+        ));
+    }
+    for kind in [PoolKind::Max, PoolKind::Avg] {
+        for (x, kh, kw, stride, padding) in [
+            (&[2, 7, 6][..], 2usize, 2usize, 2usize, 0usize),
+            (&[2, 7, 6], 3, 3, 2, 1),
+            (&[1, 2, 4, 5], 2, 3, 1, 1),
+            (&[3, 1, 1], 1, 1, 1, 0),
+            (&[4, 16, 16], 2, 2, 2, 0),
+        ] {
+            let spec = PoolSpec {
+                kind,
+                kernel_h: kh,
+                kernel_w: kw,
+                stride,
+                padding,
+            };
+            out.push(case(
+                format!("{}_{x:?}_k{kh}x{kw}_s{stride}_p{padding}", spec.name()),
+                Op::Pool(spec),
+                vec![uniform(x, next(), -2.0, 2.0)],
+            ));
+        }
+    }
+    // a max-pool window with a tie (first maximum wins)
+    out.push(case(
+        "max_pool2d_tie",
+        Op::Pool(PoolSpec {
+            kind: PoolKind::Max,
+            kernel_h: 2,
+            kernel_w: 2,
+            stride: 2,
+            padding: 0,
+        }),
+        vec![Tensor::new([1, 2, 2], vec![3.0, 3.0, 1.0, 3.0]).expect("4 values")],
+    ));
+    for x in [&[2, 3, 2, 2][..], &[4, 3], &[1, 3, 5]] {
+        out.push(case(
+            format!("batch_norm_{x:?}"),
+            Op::BatchNormEval {
+                channels: 3,
+                eps: 1e-5,
+            },
+            vec![
+                uniform(x, next(), -2.0, 2.0),
+                uniform(&[3], next(), 0.5, 1.5),
+                uniform(&[3], next(), -0.5, 0.5),
+                uniform(&[3], next(), -0.5, 0.5),
+                uniform(&[3], next(), 0.5, 2.0),
+            ],
+        ));
+    }
+    for (shapes, axis) in [
+        (vec![&[2, 1][..], &[2, 3], &[2, 2]], 1usize),
+        (vec![&[1, 3][..], &[2, 3]], 0),
+        (vec![&[2, 2, 1][..], &[2, 2, 4]], 2),
+        (vec![&[0, 2][..], &[3, 2]], 0),
+    ] {
+        let count = shapes.len();
+        out.push(case(
+            format!("concat_axis{axis}_{count}"),
+            Op::Concat { axis, count },
+            shapes.iter().map(|s| uniform(s, 99, -1.0, 1.0)).collect(),
+        ));
+    }
+    out.push(case(
+        "rand_uniform",
+        Op::RandUniform {
+            seed: 5,
+            key: 9,
+            shape: Shape::from([3, 4]),
+        },
+        vec![],
+    ));
+    out.push(case(
+        "bernoulli_mask",
+        Op::BernoulliMask {
+            seed: 5,
+            key: 9,
+            shape: Shape::from([3, 4]),
+        },
+        vec![Tensor::scalar(0.6)],
+    ));
+    // shape errors must be errors on every engine
+    out.push(case(
+        "matmul_shape_error",
+        Op::MatMul,
+        vec![
+            uniform(&[2, 3], 1, -1.0, 1.0),
+            uniform(&[4, 2], 2, -1.0, 1.0),
+        ],
+    ));
+    out.push(case(
+        "add_shape_error",
+        Op::Binary(BinaryOp::Add),
+        vec![uniform(&[2], 1, -1.0, 1.0), uniform(&[3], 2, -1.0, 1.0)],
+    ));
+    out
+}
