@@ -1,1 +1,1 @@
-
+//! The fast CPU engine (being written).

@@ -9,36 +9,97 @@ use std::fmt;
 /// is an error and never an out-of-memory abort.
 pub const MAX_ELEMENTS: usize = 1 << 32;
 
+/// Ranks up to this many are stored inline (no heap allocation when a shape is cloned).
+const INLINE: usize = 6;
+
+#[derive(Clone)]
+enum Repr {
+    Inline { len: u8, dims: [usize; INLINE] },
+    Heap(Vec<usize>),
+}
+
 /// A tensor shape, outermost dimension first. `Shape::scalar()` has rank 0 and size 1; a zero
-/// extent gives size 0.
-#[derive(Clone, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Shape(Vec<usize>);
+/// extent gives size 0. Ranks up to 6 are stored inline, so cloning a shape never allocates on
+/// the hot paths of the engines.
+#[derive(Clone)]
+pub struct Shape(Repr);
+
+impl PartialEq for Shape {
+    fn eq(&self, other: &Self) -> bool {
+        self.dims() == other.dims()
+    }
+}
+
+impl Eq for Shape {}
+
+impl std::hash::Hash for Shape {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.dims().hash(state)
+    }
+}
+
+impl Default for Shape {
+    fn default() -> Self {
+        Shape::scalar()
+    }
+}
+
+impl Serialize for Shape {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        self.dims().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for Shape {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        Vec::<usize>::deserialize(d).map(Shape::new)
+    }
+}
 
 impl Shape {
     /// The rank-0 shape.
     pub fn scalar() -> Self {
-        Shape(Vec::new())
+        Shape(Repr::Inline {
+            len: 0,
+            dims: [0; INLINE],
+        })
     }
 
     /// A shape from its extents, outermost first.
     pub fn new(dims: impl Into<Vec<usize>>) -> Self {
-        Shape(dims.into())
+        Self::from_slice(&dims.into())
+    }
+
+    /// A shape from a slice of extents.
+    pub fn from_slice(dims: &[usize]) -> Self {
+        if dims.len() <= INLINE {
+            let mut a = [0; INLINE];
+            a[..dims.len()].copy_from_slice(dims);
+            Shape(Repr::Inline {
+                len: dims.len() as u8,
+                dims: a,
+            })
+        } else {
+            Shape(Repr::Heap(dims.to_vec()))
+        }
     }
 
     /// The extents, outermost first.
     pub fn dims(&self) -> &[usize] {
-        &self.0
+        match &self.0 {
+            Repr::Inline { len, dims } => &dims[..*len as usize],
+            Repr::Heap(v) => v,
+        }
     }
 
     /// Number of dimensions.
     pub fn rank(&self) -> usize {
-        self.0.len()
+        self.dims().len()
     }
 
     /// Extent of axis `axis`, if it exists.
     pub fn dim(&self, axis: usize) -> Option<usize> {
-        self.0.get(axis).copied()
+        self.dims().get(axis).copied()
     }
 
     /// Number of elements (product of the extents, 1 for the scalar shape).
@@ -47,16 +108,18 @@ impl Shape {
     /// held by a tensor or accepted by a checker is); on an unvalidated shape it saturates
     /// instead of wrapping.
     pub fn size(&self) -> usize {
-        self.0.iter().fold(1usize, |acc, &d| acc.saturating_mul(d))
+        self.dims()
+            .iter()
+            .fold(1usize, |acc, &d| acc.saturating_mul(d))
     }
 
     /// Number of elements, or an error if the product overflows `usize` or exceeds
     /// [`MAX_ELEMENTS`].
     pub fn checked_size(&self) -> Result<usize> {
         let mut acc: usize = 1;
-        for &d in &self.0 {
+        for &d in self.dims() {
             acc = acc.checked_mul(d).ok_or_else(|| SpecError::ShapeOverflow {
-                dims: self.0.clone(),
+                dims: self.dims().to_vec(),
             })?;
         }
         if acc > MAX_ELEMENTS {
@@ -73,21 +136,21 @@ impl Shape {
     pub fn strides(&self) -> Vec<usize> {
         let mut strides = vec![1usize; self.rank()];
         for i in (0..self.rank().saturating_sub(1)).rev() {
-            strides[i] = strides[i + 1].saturating_mul(self.0[i + 1]);
+            strides[i] = strides[i + 1].saturating_mul(self.dims()[i + 1]);
         }
         strides
     }
 
     /// Flat row-major offset of a multi-index, or an error if it is out of bounds.
     pub fn offset(&self, index: &[usize]) -> Result<usize> {
-        if index.len() != self.rank() || index.iter().zip(&self.0).any(|(i, d)| i >= d) {
+        if index.len() != self.rank() || index.iter().zip(self.dims()).any(|(i, d)| i >= d) {
             return Err(SpecError::Index {
                 index: index.to_vec(),
                 shape: self.clone(),
             });
         }
         let mut off = 0usize;
-        for (i, d) in index.iter().zip(&self.0) {
+        for (i, d) in index.iter().zip(self.dims()) {
             off = off * d + i;
         }
         Ok(off)
@@ -97,7 +160,7 @@ impl Shape {
     pub fn unravel(&self, mut offset: usize) -> Vec<usize> {
         let mut index = vec![0usize; self.rank()];
         for axis in (0..self.rank()).rev() {
-            let d = self.0[axis];
+            let d = self.dims()[axis];
             if d > 0 {
                 index[axis] = offset % d;
                 offset /= d;
@@ -108,19 +171,20 @@ impl Shape {
 
     /// The shape with `axis` removed.
     pub fn remove_axis(&self, axis: usize) -> Shape {
-        let mut dims = self.0.clone();
+        let mut dims = self.dims().to_vec();
         if axis < dims.len() {
             dims.remove(axis);
         }
-        Shape(dims)
+        Shape::from_slice(&dims)
     }
 
     /// `[prefix product, axis extent, suffix product]` around `axis` (for reductions along one
     /// axis of a row-major buffer).
     pub fn split_at_axis(&self, axis: usize) -> (usize, usize, usize) {
-        let outer = self.0[..axis].iter().product();
-        let n = self.0[axis];
-        let inner = self.0[axis + 1..].iter().product();
+        let d = self.dims();
+        let outer = d[..axis].iter().product();
+        let n = d[axis];
+        let inner = d[axis + 1..].iter().product();
         (outer, n, inner)
     }
 }
@@ -128,7 +192,7 @@ impl Shape {
 impl fmt::Display for Shape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "[")?;
-        for (i, d) in self.0.iter().enumerate() {
+        for (i, d) in self.dims().iter().enumerate() {
             if i > 0 {
                 write!(f, ", ")?;
             }
@@ -146,19 +210,19 @@ impl fmt::Debug for Shape {
 
 impl From<Vec<usize>> for Shape {
     fn from(v: Vec<usize>) -> Self {
-        Shape(v)
+        Shape::from_slice(&v)
     }
 }
 
 impl From<&[usize]> for Shape {
     fn from(v: &[usize]) -> Self {
-        Shape(v.to_vec())
+        Shape::from_slice(v)
     }
 }
 
 impl<const N: usize> From<[usize; N]> for Shape {
     fn from(v: [usize; N]) -> Self {
-        Shape(v.to_vec())
+        Shape::from_slice(&v)
     }
 }
 
@@ -173,6 +237,19 @@ mod tests {
         assert_eq!(s.size(), 1);
         assert_eq!(s.checked_size(), Ok(1));
         assert_eq!(s.to_string(), "[]");
+    }
+
+    #[test]
+    fn high_ranks_spill_to_the_heap_and_compare_by_value() {
+        let big = Shape::from([1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(big.rank(), 8);
+        assert_eq!(big.size(), 40320);
+        assert_eq!(big, Shape::new(vec![1, 2, 3, 4, 5, 6, 7, 8]));
+        assert_ne!(Shape::from([2, 3]), Shape::from([2, 3, 1]));
+        assert_eq!(Shape::from([2, 3]).remove_axis(0), Shape::from([3]));
+        let json = serde_json::to_string(&big).unwrap();
+        assert_eq!(json, "[1,2,3,4,5,6,7,8]");
+        assert_eq!(serde_json::from_str::<Shape>(&json).unwrap(), big);
     }
 
     #[test]
