@@ -1,0 +1,268 @@
+//! The benchmark harness (SPEC 5): median of ≥ 7 timed runs after warm-up, one JSON line per
+//! case, PyTorch measured in the same invocation with `--compare`.
+
+mod cases;
+
+use clap::Args;
+use serde_json::{json, Map, Value};
+use std::process::Command;
+use std::time::Instant;
+
+pub type Result<T> = std::result::Result<T, String>;
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Print one JSON object per case instead of a table
+    #[arg(long)]
+    json: bool,
+    /// Run only these cases (repeatable); default: all
+    #[arg(long = "case")]
+    cases: Vec<String>,
+    /// Thread counts to run at, comma separated
+    #[arg(long, default_value = "2", value_delimiter = ',')]
+    threads: Vec<usize>,
+    /// Timed repetitions per case (after warm-up); at least 7
+    #[arg(long, default_value_t = 9)]
+    reps: usize,
+    /// Also run bench/pytorch/bench.py with $TORCHLEAN_PYTHON (default python3) and print ratios
+    #[arg(long)]
+    compare: bool,
+    /// List the cases and exit
+    #[arg(long)]
+    list: bool,
+}
+
+/// Timing statistics of one case, in milliseconds.
+#[derive(Clone, Copy, Debug)]
+pub struct Stats {
+    pub median_ms: f64,
+    pub min_ms: f64,
+    pub max_ms: f64,
+    pub reps: usize,
+}
+
+/// Runs `f` `warmup` times untimed, then `reps` times timed.
+pub fn measure(warmup: usize, reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<Stats> {
+    for _ in 0..warmup {
+        f()?;
+    }
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let t = Instant::now();
+        f()?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(Stats {
+        median_ms: times[times.len() / 2],
+        min_ms: times[0],
+        max_ms: times[times.len() - 1],
+        reps,
+    })
+}
+
+/// One result line.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub case: String,
+    pub engine: String,
+    pub threads: usize,
+    pub stats: Stats,
+    pub extra: Map<String, Value>,
+}
+
+impl Row {
+    pub fn new(case: &str, engine: &str, threads: usize, stats: Stats) -> Self {
+        Row {
+            case: case.to_string(),
+            engine: engine.to_string(),
+            threads,
+            stats,
+            extra: Map::new(),
+        }
+    }
+
+    pub fn with(mut self, key: &str, v: impl Into<Value>) -> Self {
+        self.extra.insert(key.to_string(), v.into());
+        self
+    }
+
+    fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("case".into(), json!(self.case));
+        m.insert("engine".into(), json!(self.engine));
+        m.insert("threads".into(), json!(self.threads));
+        m.insert("median_ms".into(), json!(round(self.stats.median_ms)));
+        m.insert("min_ms".into(), json!(round(self.stats.min_ms)));
+        m.insert("max_ms".into(), json!(round(self.stats.max_ms)));
+        m.insert("reps".into(), json!(self.stats.reps));
+        for (k, v) in &self.extra {
+            m.insert(k.clone(), v.clone());
+        }
+        Value::Object(m)
+    }
+}
+
+fn round(x: f64) -> f64 {
+    (x * 1e4).round() / 1e4
+}
+
+pub fn run(args: &BenchArgs) -> Result<bool> {
+    if args.list {
+        for c in cases::CASES {
+            println!("{:<24} {}", c.name, c.about);
+        }
+        return Ok(true);
+    }
+    if args.reps < 7 {
+        return Err("--reps must be at least 7 (SPEC 5)".into());
+    }
+    let selected: Vec<&cases::Case> = cases::CASES
+        .iter()
+        .filter(|c| args.cases.is_empty() || args.cases.iter().any(|n| n == c.name))
+        .collect();
+    for n in &args.cases {
+        if !cases::CASES.iter().any(|c| c.name == n) {
+            return Err(format!("unknown case `{n}` (see --list)"));
+        }
+    }
+    let mut rows = Vec::new();
+    for &threads in &args.threads {
+        for case in &selected {
+            for row in (case.run)(threads, args.reps)? {
+                if args.json {
+                    println!("{}", row.to_json());
+                }
+                rows.push(row);
+            }
+        }
+    }
+    if !args.json {
+        print_table(&rows);
+    }
+    if args.compare {
+        let names: Vec<&str> = selected.iter().map(|c| c.name).collect();
+        let theirs = run_pytorch(&names, &args.threads, args.reps)?;
+        print_comparison(&rows, &theirs, args.json);
+    }
+    Ok(true)
+}
+
+/// Runs one case in this (fresh) process and prints its JSON line: used where the measurement
+/// is the process's peak memory.
+pub fn run_child(case: &str, threads: usize) -> Result<bool> {
+    let c = cases::CASES
+        .iter()
+        .find(|c| c.name == case)
+        .ok_or_else(|| format!("unknown case `{case}`"))?;
+    for row in (c.child.ok_or("not a child case")?)(threads)? {
+        println!("{}", row.to_json());
+    }
+    Ok(true)
+}
+
+fn print_table(rows: &[Row]) {
+    println!(
+        "{:<26} {:<14} {:>3} {:>11} {:>11} {:>11}  extra",
+        "case", "engine", "thr", "median_ms", "min_ms", "max_ms"
+    );
+    for r in rows {
+        let extra: Vec<String> = r.extra.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!(
+            "{:<26} {:<14} {:>3} {:>11.4} {:>11.4} {:>11.4}  {}",
+            r.case,
+            r.engine,
+            r.threads,
+            r.stats.median_ms,
+            r.stats.min_ms,
+            r.stats.max_ms,
+            extra.join(" ")
+        );
+    }
+}
+
+/// Runs the PyTorch twin of the selected cases; returns its JSON lines.
+fn run_pytorch(cases: &[&str], threads: &[usize], reps: usize) -> Result<Vec<Value>> {
+    let python = std::env::var("TORCHLEAN_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../bench/pytorch/bench.py");
+    let threads: Vec<String> = threads.iter().map(|t| t.to_string()).collect();
+    let out = Command::new(&python)
+        .arg(&script)
+        .arg("--cases")
+        .arg(cases.join(","))
+        .arg("--threads")
+        .arg(threads.join(","))
+        .arg("--reps")
+        .arg(reps.to_string())
+        .output()
+        .map_err(|e| {
+            format!("cannot run {python} (set TORCHLEAN_PYTHON to a Python with torch): {e}")
+        })?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed:\n{}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}
+
+fn key(case: &str, threads: u64, extra: Option<&Value>) -> String {
+    format!(
+        "{case}/{threads}/{}",
+        extra.map(|v| v.to_string()).unwrap_or_default()
+    )
+}
+
+fn print_comparison(ours: &[Row], theirs: &[Value], as_json: bool) {
+    if !as_json {
+        println!("\nside by side with PyTorch (same run; ratio = PyTorch / ours, > 1 means we are faster)");
+        println!(
+            "{:<26} {:>3} {:>12} {:>12} {:>8}  note",
+            "case", "thr", "ours_ms", "pytorch_ms", "ratio"
+        );
+    }
+    for t in theirs {
+        if as_json {
+            println!("{t}");
+        }
+        let Some(case) = t["case"].as_str() else {
+            continue;
+        };
+        let threads = t["threads"].as_u64().unwrap_or(0);
+        let k = key(case, threads, t.get("nodes"));
+        let Some(mine) = ours
+            .iter()
+            .filter(|r| {
+                !r.engine.starts_with("reference")
+                    || !ours
+                        .iter()
+                        .any(|o| o.case == r.case && o.engine.starts_with("cpu"))
+            })
+            .find(|r| key(&r.case, r.threads as u64, r.extra.get("nodes")) == k)
+        else {
+            continue;
+        };
+        let theirs_ms = t["median_ms"].as_f64().unwrap_or(f64::NAN);
+        let ratio = theirs_ms / mine.stats.median_ms;
+        let note = match (case, t.get("peak_rss_mb"), mine.extra.get("peak_rss_mb")) {
+            (_, Some(p), Some(m)) => format!("peak_rss_mb pytorch={p} ours={m}"),
+            _ => String::new(),
+        };
+        if as_json {
+            println!(
+                "{}",
+                json!({"compare": case, "threads": threads, "ours_ms": round(mine.stats.median_ms), "pytorch_ms": theirs_ms, "ratio": round(ratio), "engine": mine.engine})
+            );
+        } else {
+            println!(
+                "{:<26} {:>3} {:>12.4} {:>12.4} {:>8.2}  {} {note}",
+                case, threads, mine.stats.median_ms, theirs_ms, ratio, mine.engine
+            );
+        }
+    }
+}
