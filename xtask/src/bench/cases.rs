@@ -7,13 +7,18 @@ use torchlean_ir::{Graph, Node, OpKind, Payload};
 use torchlean_runtime::{record, Kernels, Tape};
 use torchlean_spec::{Op, Shape, Tensor, UnaryOp};
 
+/// `(threads, reps) -> rows`.
+pub type RunFn = fn(usize, usize) -> Result<Vec<Row>>;
+/// `threads -> rows`, in a fresh process.
+pub type ChildFn = fn(usize) -> Result<Vec<Row>>;
+
 /// A benchmark case: `run(threads, reps)` returns one or more rows; `child`, when present,
 /// runs the case in a fresh process (peak-memory cases).
 pub struct Case {
     pub name: &'static str,
     pub about: &'static str,
-    pub run: fn(usize, usize) -> Result<Vec<Row>>,
-    pub child: Option<fn(usize) -> Result<Vec<Row>>>,
+    pub run: RunFn,
+    pub child: Option<ChildFn>,
 }
 
 pub const CASES: &[Case] = &[
