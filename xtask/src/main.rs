@@ -1,11 +1,15 @@
 //! `cargo xtask`: project chores.
 //!
+//! - `cargo xtask check-equivalence [--cases N] [--seed S] [--engine E] [--dtype D] [--json]` —
+//!   every claim of SPEC 2.3 on random graphs and every engine; a table, a closing
+//!   `N passed, M failed` line, exit 1 on any failure, minimized counterexamples on disk.
 //! - `cargo xtask bench [--json] [--case NAME]… [--threads 1,2] [--compare]` — the benchmark
 //!   contract of SPEC 5: one JSON line per case (`--json`) or a table; `--compare` runs the
 //!   PyTorch scripts in `bench/pytorch/` in the same invocation (with `$TORCHLEAN_PYTHON`, a
 //!   virtualenv you create, see `bench/pytorch/README.md`) and prints ratios.
 
 mod bench;
+mod equiv;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -21,6 +25,8 @@ struct Cli {
 enum Cmd {
     /// Run the benchmarks (release build; SPEC 5)
     Bench(bench::BenchArgs),
+    /// Check TorchLean's theorems on random graphs, on every engine (SPEC 2.3)
+    CheckEquivalence(equiv::EquivArgs),
     /// Internal: run one benchmark case in a fresh process (for peak-RSS measurements)
     #[command(hide = true)]
     BenchChild {
@@ -34,6 +40,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Bench(args) => bench::run(&args),
+        Cmd::CheckEquivalence(args) => equiv::run(&args),
         Cmd::BenchChild { case, threads } => bench::run_child(&case, threads),
     };
     match result {

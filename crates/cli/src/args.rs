@@ -79,6 +79,11 @@ pub enum Command {
         /// One JSON object per case, then a summary object
         #[arg(long)]
         json: bool,
+        /// Run a deliberately broken variant of the reference f64 engine (to reproduce the
+        /// counterexamples of `cargo xtask check-equivalence --inject-fault`): flip-sign,
+        /// drop-contribution, accumulation-order, broadcast-reduction, pool-off-by-one
+        #[arg(long)]
+        inject_fault: Option<String>,
     },
     /// Print the lowered SSA GraphData (the text the insta snapshots hold)
     Lower {

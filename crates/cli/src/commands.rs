@@ -68,7 +68,8 @@ pub fn run(cli: Cli) -> Result<Outcome, BadInput> {
             engine,
             dtype: d,
             json,
-        } => conform(&paths, engine, d.map(dtype), json),
+            inject_fault,
+        } => conform(&paths, engine, d.map(dtype), json, inject_fault.as_deref()),
         Command::Lower { graph, payload } => {
             let (g, case) = load::graph_or_case(&graph)?;
             let p = match (payload.as_deref(), case) {
@@ -255,12 +256,41 @@ fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, BadInput> {
     Ok(out)
 }
 
+/// Runs a case on the reference f64 engine with fault `name` injected.
+fn run_faulty(
+    case: &torchlean_ir::Case,
+    name: &str,
+) -> Result<CaseOutcome, torchlean_compiled::CompiledError> {
+    use torchlean_equiv::{fault, Faulty};
+    type R = Tensor<f64>;
+    match name {
+        "flip-sign" => run_case::<Faulty<R, { fault::FLIP_SIGN }>>(case, None),
+        "drop-contribution" => run_case::<Faulty<R, { fault::DROP_CONTRIBUTION }>>(case, None),
+        "accumulation-order" => run_case::<Faulty<R, { fault::ACCUMULATION_ORDER }>>(case, None),
+        "broadcast-reduction" => run_case::<Faulty<R, { fault::BROADCAST_REDUCTION }>>(case, None),
+        _ => run_case::<Faulty<R, { fault::POOL_OFF_BY_ONE }>>(case, None),
+    }
+}
+
 fn conform(
     paths: &[PathBuf],
     engine: crate::args::EngineArg,
     dtype_override: Option<torchlean_ir::DType>,
     as_json: bool,
+    inject_fault: Option<&str>,
 ) -> Result<Outcome, BadInput> {
+    if let Some(f) = inject_fault {
+        if !torchlean_equiv::fault::ALL.iter().any(|(_, n)| *n == f) {
+            let names: Vec<&str> = torchlean_equiv::fault::ALL
+                .iter()
+                .map(|(_, n)| *n)
+                .collect();
+            return Err(BadInput::one(format!(
+                "unknown fault `{f}` (one of {})",
+                names.join(", ")
+            )));
+        }
+    }
     let files = expand(paths)?;
     if files.is_empty() {
         return Err(BadInput::one("no case files found"));
@@ -276,11 +306,14 @@ fn conform(
         };
         let d = dtype_override.unwrap_or(case.dtype);
         let tol = (d == torchlean_ir::DType::F32).then_some(F32_TOLERANCE);
-        let result: Result<CaseOutcome, IrError> =
-            with_engine!(engine, d, V => run_case::<V>(&case, tol)).map_err(|e| match e {
-                torchlean_compiled::CompiledError::Ir(ir) => ir,
-                other => IrError::invalid(Diagnostic::error(other.to_string())),
-            });
+        let result: Result<CaseOutcome, IrError> = match inject_fault {
+            Some(f) => run_faulty(&case, f),
+            None => with_engine!(engine, d, V => run_case::<V>(&case, tol)),
+        }
+        .map_err(|e| match e {
+            torchlean_compiled::CompiledError::Ir(ir) => ir,
+            other => IrError::invalid(Diagnostic::error(other.to_string())),
+        });
         match result {
             Err(e) => bad.extend(ir_lines(f, &e).0),
             Ok(outcome) => {
@@ -290,7 +323,11 @@ fn conform(
                 } else {
                     failed += 1;
                 }
-                report_case(&outcome, engine_name(engine), d.name(), as_json);
+                let label = match inject_fault {
+                    Some(_) => "faulty-reference",
+                    None => engine_name(engine),
+                };
+                report_case(&outcome, label, d.name(), as_json);
             }
         }
     }

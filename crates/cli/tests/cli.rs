@@ -373,3 +373,33 @@ fn help_exists_for_every_subcommand_and_usage_errors_exit_2() {
     assert_eq!(run(&["frobnicate"]).status.code(), Some(2));
     assert_eq!(run(&["eval"]).status.code(), Some(2));
 }
+
+#[test]
+fn a_deliberately_failing_equivalence_run_writes_a_case_that_conform_reproduces() {
+    use torchlean_equiv::{check, fault, CheckConfig, EngineOf, Faulty};
+    use torchlean_spec::Tensor;
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = CheckConfig {
+        cases: 48,
+        exact_cases: 0,
+        finite_differences: false,
+        out_dir: Some(dir.path().to_path_buf()),
+        shrink_steps: 500,
+        ..CheckConfig::default()
+    };
+    let reference = EngineOf::<Tensor<f64>>::bitwise();
+    let faulty = EngineOf::<Faulty<Tensor<f64>, { fault::DROP_CONTRIBUTION }>>::bitwise();
+    let report = check(&cfg, &[&reference, &faulty]);
+    assert!(!report.ok());
+    let path = report.failures[0].case_file.clone().unwrap();
+    let p = path.to_str().unwrap();
+    let o = run(&["conform", p, "--inject-fault", "drop-contribution"]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("0 passed, 1 failed"));
+    let o = run(&["conform", p]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert_bad_input(
+        &run(&["conform", p, "--inject-fault", "nonsense"]),
+        &["unknown fault"],
+    );
+}

@@ -1,1 +1,31 @@
+//! `torchlean-equiv`: TorchLean's theorems as executable checks (SPEC 2.3).
+//!
+//! TorchLean proves that its runtime equals its reference semantics; this crate checks the same
+//! statements on random well-formed graphs, exactly where exactness is promised (the rational
+//! scalar; bit for bit on floats where the order of operations is the same) and with measured
+//! tolerances elsewhere (finite differences; engines against the reference engine).
+//!
+//! - [`gen`]: proptest strategies for random graphs (usable by other crates' tests);
+//! - [`claims`]: one function per claim;
+//! - [`engines`]: the engines under test, behind one object-safe trait;
+//! - [`faults`]: fault-injecting engines that show the checker can fail;
+//! - [`runner::check`]: runs everything in parallel, collects every failure, shrinks it and
+//!   writes it as a `torchlean.case.v1` file; [`report::Report`] prints the table.
+//!
+//! `cargo xtask check-equivalence` is the command-line front end.
 
+pub mod claims;
+pub mod engines;
+pub mod faults;
+pub mod gen;
+pub mod measure;
+pub mod report;
+pub mod runner;
+
+pub use claims::{Claim, Observation};
+pub use engines::{EngineOf, EngineUnderTest};
+pub use faults::{fault, Faulty};
+pub use gen::{arb_case, build, GenCase, GenConfig};
+pub use measure::{Measure, Mode};
+pub use report::{Failure, Report, Row};
+pub use runner::{check, CheckConfig};

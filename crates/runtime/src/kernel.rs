@@ -42,6 +42,10 @@ pub trait Kernels: GradValue + GradZero + Clone + Send + Sync + 'static {
     /// A short engine/dtype label (`"reference-f64"`, `"cpu-f32"`, …).
     const ENGINE: &'static str;
 
+    /// Whether arithmetic is exact (the rational reference engine): equalities that hold
+    /// bit for bit on floats hold exactly, and those that hold only up to reassociation too.
+    const EXACT: bool = false;
+
     /// `op` applied to `args` (weights included, in the op's operand order).
     fn forward(op: &Op, args: &[&Self]) -> Result<Self>;
 

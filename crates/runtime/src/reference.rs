@@ -56,6 +56,7 @@ pub const fn reference_label<A: Scalar>() -> &'static str {
 
 impl<A: Scalar> Kernels for Tensor<A> {
     const ENGINE: &'static str = reference_label::<A>();
+    const EXACT: bool = A::EXACT;
 
     fn forward(op: &Op, args: &[&Self]) -> Result<Self> {
         Ok(op.forward(args)?)

@@ -1,0 +1,587 @@
+//! The claims of SPEC 2.3, each an executable check against its reference.
+
+use crate::gen::GenCase;
+use crate::measure::{compare, compare_all, compare_f64, Measure, Mode};
+use torchlean_compiled::{
+    backprop_all_ctx, backprop_ctx, backprop_ctx_reference, compile, compile_with,
+    exec_graph_of_ir, CompileMode, ExecGraph, PreparedNode, SavedGraph,
+};
+use torchlean_ir::denote_all;
+use torchlean_runtime::{record, GradValue, GradZero, Kernels, Saved, Tape};
+use torchlean_spec::{ops::splitmix64, Op, Scalar, Shape, Tensor};
+
+/// The claims, in report order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Claim {
+    /// IR lowering agrees with the IR denotation on every node.
+    LoweringVsDenote,
+    /// Compiled tape values equal GraphData evaluation.
+    TapeValuesVsEval,
+    /// `backward_dense_from` on the compiled tape equals `backprop_all_ctx`.
+    DenseFromVsAllCtx,
+    /// `backward_dense_all` equals `backward_dense_from` from a one-hot seed (zero-preserving).
+    DenseAllVsDenseFrom,
+    /// Dense skipping avoids NaN at a singular point where `backward_dense_from` does not.
+    DenseSkippingAvoidsNan,
+    /// `backprop_array`, `backprop_stored`, `backprop_inputs_*`, `backprop_ctx`,
+    /// `backprop_from` equal their dense references, also with opaque VJPs.
+    SavedVsDense,
+    /// Every op's VJP agrees with central finite differences of its forward (f64).
+    VjpVsFiniteDifferences,
+    /// Every engine agrees with the reference engine, node by node.
+    EngineVsReference,
+    /// Eager recording and compiled execution of one program agree (values and gradients).
+    EagerVsCompiled,
+}
+
+impl Claim {
+    pub const ALL: [Claim; 9] = [
+        Claim::LoweringVsDenote,
+        Claim::TapeValuesVsEval,
+        Claim::DenseFromVsAllCtx,
+        Claim::DenseAllVsDenseFrom,
+        Claim::DenseSkippingAvoidsNan,
+        Claim::SavedVsDense,
+        Claim::VjpVsFiniteDifferences,
+        Claim::EngineVsReference,
+        Claim::EagerVsCompiled,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Claim::LoweringVsDenote => "lowering == denote_all",
+            Claim::TapeValuesVsEval => "tape values == eval",
+            Claim::DenseFromVsAllCtx => "backward_dense_from == backprop_all_ctx",
+            Claim::DenseAllVsDenseFrom => "backward_dense_all == dense_from(one-hot)",
+            Claim::DenseSkippingAvoidsNan => "dense skipping avoids NaN",
+            Claim::SavedVsDense => "saved passes == dense references",
+            Claim::VjpVsFiniteDifferences => "VJP == finite differences",
+            Claim::EngineVsReference => "engine == reference",
+            Claim::EagerVsCompiled => "eager == compiled",
+        }
+    }
+
+    /// A short identifier (file names, JSON).
+    pub fn id(self) -> &'static str {
+        match self {
+            Claim::LoweringVsDenote => "lowering_vs_denote",
+            Claim::TapeValuesVsEval => "tape_values_vs_eval",
+            Claim::DenseFromVsAllCtx => "dense_from_vs_all_ctx",
+            Claim::DenseAllVsDenseFrom => "dense_all_vs_dense_from",
+            Claim::DenseSkippingAvoidsNan => "dense_skipping_avoids_nan",
+            Claim::SavedVsDense => "saved_vs_dense",
+            Claim::VjpVsFiniteDifferences => "vjp_vs_fd",
+            Claim::EngineVsReference => "engine_vs_reference",
+            Claim::EagerVsCompiled => "eager_vs_compiled",
+        }
+    }
+}
+
+/// One measured observation: a claim on one kind (or the whole graph) of one case.
+#[derive(Clone, Debug)]
+pub struct Observation {
+    pub claim: Claim,
+    /// Engine/dtype the observation is about (`reference-f64`, `reference-rational`, `cpu-f32`, …).
+    pub engine: String,
+    pub mode: Mode,
+    /// The kinds this observation is attributed to.
+    pub kinds: Vec<&'static str>,
+    pub measure: Measure,
+    /// Why it failed, when it did.
+    pub detail: Option<String>,
+}
+
+fn obs(
+    claim: Claim,
+    engine: &str,
+    mode: Mode,
+    kinds: &[&'static str],
+    m: Measure,
+    detail: Option<String>,
+) -> Observation {
+    Observation {
+        claim,
+        engine: engine.to_string(),
+        mode,
+        kinds: kinds.to_vec(),
+        measure: m,
+        detail: if m.pass { None } else { detail },
+    }
+}
+
+/// A deterministic seed with mixed signs, including `-0.0`.
+pub fn seed_values(shape: &Shape, salt: u64, with_neg_zero: bool) -> Tensor<f64> {
+    let mut s = salt;
+    Tensor::from_fn(shape.clone(), |_| {
+        s = splitmix64(s);
+        let k = (s % 17) as i64 - 8;
+        if with_neg_zero && k == 0 {
+            -0.0
+        } else {
+            k as f64 / 8.0
+        }
+    })
+    .expect("a seed of a validated shape")
+}
+
+fn values_seed<V: Kernels>(values: &[V], salt: u64, neg_zero: bool) -> Result<Vec<V>, String> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            V::from_f64(&seed_values(
+                v.shape(),
+                salt.wrapping_add(i as u64),
+                neg_zero,
+            ))
+            .map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+/// Runs the runtime-path claims (tape values, the dense sweeps, the saved passes, eager vs
+/// compiled) on engine `V`: exactly on the rational engine, bit for bit on floats (every path
+/// uses the same kernels in the same order).
+pub fn semantic_claims<V: Kernels>(case: &GenCase) -> Vec<Observation> {
+    let engine = V::ENGINE;
+    let mode = if V::EXACT { Mode::Exact } else { Mode::Bitwise };
+    let kinds = case.kinds();
+    let mut out = Vec::new();
+    let fail = |claim, e: String| obs(claim, engine, mode, &kinds, Measure::FAIL, Some(e));
+    let exec = match exec_graph_of_ir(&case.graph, &case.payload) {
+        Ok(e) => e,
+        Err(e) => {
+            out.push(fail(
+                Claim::TapeValuesVsEval,
+                format!("lowering failed: {e}"),
+            ));
+            return out;
+        }
+    };
+    let inputs: Vec<V> = match exec.inputs(&case.input, &case.payload) {
+        Ok(i) => i,
+        Err(e) => {
+            out.push(fail(Claim::TapeValuesVsEval, format!("inputs: {e}")));
+            return out;
+        }
+    };
+    let run = |claim: Claim, r: Result<(Measure, Option<String>), String>| match r {
+        Ok((m, detail)) => obs(claim, engine, claim_mode(claim, mode), &kinds, m, detail),
+        Err(e) => obs(
+            claim,
+            engine,
+            claim_mode(claim, mode),
+            &kinds,
+            Measure::FAIL,
+            Some(e),
+        ),
+    };
+    out.push(run(
+        Claim::TapeValuesVsEval,
+        tape_values_vs_eval(&exec, &inputs, mode),
+    ));
+    out.push(run(
+        Claim::DenseFromVsAllCtx,
+        dense_from_vs_all_ctx(&exec, &inputs, mode),
+    ));
+    out.push(run(
+        Claim::DenseAllVsDenseFrom,
+        dense_all_vs_dense_from(&exec, &inputs, claim_mode(Claim::DenseAllVsDenseFrom, mode)),
+    ));
+    out.push(run(
+        Claim::SavedVsDense,
+        saved_vs_dense(&exec, &inputs, mode),
+    ));
+    out.push(run(
+        Claim::EagerVsCompiled,
+        eager_vs_compiled(&exec, &inputs, claim_mode(Claim::EagerVsCompiled, mode)),
+    ));
+    out
+}
+
+/// The comparison a claim uses given the scalar's base mode.
+pub fn claim_mode(claim: Claim, base: Mode) -> Mode {
+    match (claim, base) {
+        // first-store vs zero-init differ exactly in the sign of zero on floats
+        (Claim::DenseAllVsDenseFrom, Mode::Bitwise) => Mode::BitwiseUpToSignedZero,
+        // eager scatters repeated parents twice, compiled sums locally first: reassociation
+        (Claim::EagerVsCompiled, Mode::Bitwise) => Mode::Tolerance(1e-12),
+        _ => base,
+    }
+}
+
+type ClaimResult = Result<(Measure, Option<String>), String>;
+
+fn describe(m: Measure, what: &str) -> (Measure, Option<String>) {
+    (
+        m,
+        (!m.pass).then(|| {
+            format!(
+                "{what}: max abs {:.3e}, max rel {:.3e}",
+                m.max_abs, m.max_rel
+            )
+        }),
+    )
+}
+
+/// IR lowering agrees with the IR denotation on every node, on the reference engine over
+/// scalar `A` (the same op semantics on both sides, so bit for bit / exactly).
+pub fn lowering_vs_denote<A: Scalar>(case: &GenCase) -> Observation {
+    let engine = <Tensor<A> as Kernels>::ENGINE;
+    let mode = base_mode::<A>();
+    let kinds = case.kinds();
+    let result = (|| -> ClaimResult {
+        let exec = exec_graph_of_ir(&case.graph, &case.payload).map_err(|e| e.to_string())?;
+        let inputs: Vec<Tensor<A>> = exec
+            .inputs(&case.input, &case.payload)
+            .map_err(|e| e.to_string())?;
+        let ctx = exec.graph.eval(inputs.clone()).map_err(|e| e.to_string())?;
+        let denoted =
+            denote_all(&case.graph, &case.payload, &inputs[0]).map_err(|e| e.to_string())?;
+        let got: Vec<Tensor<A>> = exec.ir_positions.iter().map(|&p| ctx[p].clone()).collect();
+        Ok(describe(
+            compare_all(&got, &denoted, mode),
+            "lowered value vs denote_all",
+        ))
+    })();
+    match result {
+        Ok((m, d)) => obs(Claim::LoweringVsDenote, engine, mode, &kinds, m, d),
+        Err(e) => obs(
+            Claim::LoweringVsDenote,
+            engine,
+            mode,
+            &kinds,
+            Measure::FAIL,
+            Some(e),
+        ),
+    }
+}
+
+fn tape_values_vs_eval<V: Kernels>(exec: &ExecGraph, inputs: &[V], mode: Mode) -> ClaimResult {
+    let evaluated = exec
+        .graph
+        .eval(inputs.to_vec())
+        .map_err(|e| e.to_string())?;
+    let (tape, values) = compile(&exec.graph, inputs.to_vec()).map_err(|e| e.to_string())?;
+    let mut m = compare_all(&values, &evaluated, mode);
+    for (i, v) in evaluated.iter().enumerate() {
+        let t = tape.get_value(i).map_err(|e| e.to_string())?;
+        m = m.merge(compare(t, v, mode));
+    }
+    Ok(describe(m, "compiled tape value vs eval"))
+}
+
+fn dense_from_vs_all_ctx<V: Kernels>(exec: &ExecGraph, inputs: &[V], mode: Mode) -> ClaimResult {
+    let values = exec
+        .graph
+        .eval(inputs.to_vec())
+        .map_err(|e| e.to_string())?;
+    let mut m = Measure::OK;
+    let mut detail = None;
+    for (salt, neg_zero) in [(17u64, true), (29, false)] {
+        let seed = values_seed(&values, salt, neg_zero)?;
+        let reference = backprop_all_ctx(&exec.graph, inputs.to_vec(), seed.clone())
+            .map_err(|e| e.to_string())?;
+        let (full, _) = compile_with(&exec.graph, inputs.to_vec(), CompileMode::FullContext)
+            .map_err(|e| e.to_string())?;
+        let got = full
+            .backward_dense_from(seed.clone())
+            .map_err(|e| e.to_string())?;
+        let one = compare_all(&got, &reference, mode);
+        if !one.pass && detail.is_none() {
+            detail = Some("full-context tape vs backprop_all_ctx".into());
+        }
+        m = m.merge(one);
+        if !neg_zero {
+            let (compact, _) = compile(&exec.graph, inputs.to_vec()).map_err(|e| e.to_string())?;
+            let got = compact
+                .backward_dense_from(seed)
+                .map_err(|e| e.to_string())?;
+            let one = compare_all(&got, &reference, mode);
+            if !one.pass && detail.is_none() {
+                detail = Some("compact tape vs backprop_all_ctx (seed without -0)".into());
+            }
+            m = m.merge(one);
+        }
+    }
+    Ok((m, detail))
+}
+
+fn all_finite<V: Kernels>(values: &[V]) -> bool {
+    values.iter().all(|v| {
+        v.to_f64()
+            .is_ok_and(|t| t.data().iter().all(|x| x.is_finite()))
+    })
+}
+
+fn dense_all_vs_dense_from<V: Kernels>(exec: &ExecGraph, inputs: &[V], mode: Mode) -> ClaimResult {
+    let (tape, values) = compile(&exec.graph, inputs.to_vec()).map_err(|e| e.to_string())?;
+    // the theorem needs zero-preserving VJPs: with an infinite or NaN value, 0·inf is NaN
+    if !all_finite(&values) {
+        return Ok((Measure::OK, None));
+    }
+    let out = exec.output;
+    let seed =
+        V::from_f64(&seed_values(values[out].shape(), 41, false)).map_err(|e| e.to_string())?;
+    let all = tape
+        .backward_dense_all(out, seed.clone())
+        .map_err(|e| e.to_string())?;
+    let mut one_hot: Vec<V> = values.iter().map(GradZero::zeros_like).collect();
+    one_hot[out] = seed;
+    let from = tape
+        .backward_dense_from(one_hot)
+        .map_err(|e| e.to_string())?;
+    Ok(describe(
+        compare_all(&all, &from, mode),
+        "backward_dense_all vs backward_dense_from(one-hot)",
+    ))
+}
+
+/// An opaque node: its dense VJP sends multiples of the cotangent's sum to every earlier
+/// position, including non-parents (a VJP no op produces).
+fn opaque<V: Kernels>(k: usize) -> PreparedNode<V> {
+    PreparedNode::opaque(
+        format!("opaque{k}"),
+        Box::new(move |cot: &V, prefix: &[Shape]| {
+            let s: f64 = cot.to_f64()?.data().iter().sum();
+            prefix
+                .iter()
+                .enumerate()
+                .map(|(j, sh)| {
+                    let v = if j % 3 == 0 {
+                        -0.0
+                    } else {
+                        s * ((j + k) as f64 / 4.0 - 1.0)
+                    };
+                    Ok(V::full(sh, v)?)
+                })
+                .collect()
+        }),
+    )
+}
+
+fn saved_vs_dense<V: Kernels>(exec: &ExecGraph, inputs: &[V], mode: Mode) -> ClaimResult {
+    let g = &exec.graph;
+    let saved = SavedGraph::of_graph(g, inputs.to_vec()).map_err(|e| e.to_string())?;
+    let n = g.n_inputs();
+    let mut m = Measure::OK;
+    let mut detail: Option<String> = None;
+    let mut check = |what: &str, got: &[V], want: &[V], m: &mut Measure| {
+        let one = compare_all(got, want, mode);
+        if !one.pass && detail.is_none() {
+            detail = Some(what.to_string());
+        }
+        *m = m.merge(one);
+    };
+    let seed = values_seed(saved.values(), 53, true)?;
+    let dense = saved
+        .backprop_dense(seed.clone())
+        .map_err(|e| e.to_string())?;
+    let reference =
+        backprop_all_ctx(g, inputs.to_vec(), seed.clone()).map_err(|e| e.to_string())?;
+    check(
+        "backprop_dense vs backprop_all_ctx",
+        &dense,
+        &reference,
+        &mut m,
+    );
+    let array = saved
+        .backprop_array(seed.clone())
+        .map_err(|e| e.to_string())?;
+    check("backprop_array vs backprop_dense", &array, &dense, &mut m);
+    let stored = saved
+        .backprop_stored(seed.clone())
+        .map_err(|e| e.to_string())?;
+    check("backprop_stored vs backprop_dense", &stored, &dense, &mut m);
+    let in_dense = saved
+        .backprop_inputs_dense(seed.clone())
+        .map_err(|e| e.to_string())?;
+    check(
+        "backprop_inputs_dense vs prefix",
+        &in_dense,
+        &dense[..n],
+        &mut m,
+    );
+    let in_array = saved
+        .backprop_inputs_array(seed.clone())
+        .map_err(|e| e.to_string())?;
+    check(
+        "backprop_inputs_array vs backprop_inputs_dense",
+        &in_array,
+        &in_dense,
+        &mut m,
+    );
+    let in_stored = saved
+        .backprop_inputs_stored(seed.clone())
+        .map_err(|e| e.to_string())?;
+    check(
+        "backprop_inputs_stored vs backprop_inputs_dense",
+        &in_stored,
+        &in_dense,
+        &mut m,
+    );
+    let ctx = backprop_ctx(g, inputs.to_vec(), seed.clone()).map_err(|e| e.to_string())?;
+    let ctx_ref = backprop_ctx_reference(g, inputs.to_vec(), seed).map_err(|e| e.to_string())?;
+    check(
+        "backprop_ctx (saved path) vs reference",
+        &ctx,
+        &ctx_ref,
+        &mut m,
+    );
+    // reachable-only: backprop_from vs backward_dense_all on the compact tape
+    let out = exec.output;
+    let s_out = V::from_f64(&seed_values(saved.values()[out].shape(), 59, true))
+        .map_err(|e| e.to_string())?;
+    let from = saved
+        .backprop_from(out, s_out.clone())
+        .map_err(|e| e.to_string())?;
+    let (tape, _) = compile(g, inputs.to_vec()).map_err(|e| e.to_string())?;
+    let all = tape
+        .backward_dense_all(out, s_out)
+        .map_err(|e| e.to_string())?;
+    check("backprop_from vs backward_dense_all", &from, &all, &mut m);
+    // arbitrary VJPs: the same saved graph with opaque nodes appended
+    let mut values = saved.values().to_vec();
+    let mut nodes: Vec<PreparedNode<V>> = Vec::new();
+    for (k, node) in g.nodes().iter().enumerate() {
+        let args: Vec<&V> = node.args.iter().map(|&a| &values[a]).collect();
+        nodes.push(PreparedNode::of_op(
+            node.op.clone(),
+            node.args.clone(),
+            Saved::for_op(&node.op, &args, &values[n + k]),
+        ));
+    }
+    for k in 0..2 {
+        let last = values.last().cloned().ok_or("empty graph")?;
+        values.push(last);
+        nodes.push(opaque(k));
+    }
+    let mixed = SavedGraph::from_parts(n, values, nodes).map_err(|e| e.to_string())?;
+    let seed = values_seed(mixed.values(), 61, true)?;
+    let dense = mixed
+        .backprop_dense(seed.clone())
+        .map_err(|e| e.to_string())?;
+    let array = mixed
+        .backprop_array(seed.clone())
+        .map_err(|e| e.to_string())?;
+    check(
+        "backprop_array vs dense with opaque VJPs",
+        &array,
+        &dense,
+        &mut m,
+    );
+    let in_array = mixed
+        .backprop_inputs_array(seed)
+        .map_err(|e| e.to_string())?;
+    check(
+        "backprop_inputs_array vs dense with opaque VJPs",
+        &in_array,
+        &dense[..n],
+        &mut m,
+    );
+    Ok((m, detail))
+}
+
+/// Records the lowered program op by op on an eager tape (`runtime::record`, which scatters a
+/// repeated parent's contributions separately) and compares with compiled execution.
+fn eager_vs_compiled<V: Kernels>(exec: &ExecGraph, inputs: &[V], mode: Mode) -> ClaimResult {
+    let g = &exec.graph;
+    let mut tape: Tape<V> = Tape::empty();
+    for v in inputs {
+        tape.leaf(v.clone(), true, None);
+    }
+    for node in g.nodes() {
+        record(&mut tape, node.op.clone(), &node.args, None).map_err(|e| e.to_string())?;
+    }
+    let (compiled, values) = compile(g, inputs.to_vec()).map_err(|e| e.to_string())?;
+    let eager_values: Vec<V> = (0..tape.size())
+        .map(|i| tape.get_value(i).cloned())
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let mut m = compare_all(&eager_values, &values, Mode::Bitwise);
+    let mut detail = (!m.pass).then(|| "eager values vs compiled values".to_string());
+    let out = exec.output;
+    let seed =
+        V::from_f64(&seed_values(values[out].shape(), 67, false)).map_err(|e| e.to_string())?;
+    let eager = tape
+        .backward_dense_all(out, seed.clone())
+        .map_err(|e| e.to_string())?;
+    let comp = compiled
+        .backward_dense_all(out, seed)
+        .map_err(|e| e.to_string())?;
+    let n = g.n_inputs();
+    let grads = compare_all(&eager[..n], &comp[..n], mode);
+    if !grads.pass && detail.is_none() {
+        detail = Some("eager vs compiled input gradients".into());
+    }
+    m = m.merge(grads);
+    Ok((m, detail))
+}
+
+/// The constructed singular case: `x = 0`, `a = inv(x) = inf` disconnected from the output
+/// `3·x`. The total sweep runs `a`'s VJP on a zero cotangent and gets `−(0·inf²) = NaN` in `x`;
+/// the reachable-only sweep does not. Passes if exactly that happens.
+pub fn dense_skipping_avoids_nan() -> Observation {
+    let mut tape: Tape<Tensor<f64>> = Tape::empty();
+    let result = (|| -> Result<bool, String> {
+        let x = tape.leaf(
+            Tensor::new([1], vec![0.0]).map_err(|e| e.to_string())?,
+            true,
+            None,
+        );
+        record(
+            &mut tape,
+            Op::Unary(torchlean_spec::UnaryOp::Inv),
+            &[x],
+            None,
+        )
+        .map_err(|e| e.to_string())?;
+        let out = record(&mut tape, Op::Scale { c: 3.0 }, &[x], None).map_err(|e| e.to_string())?;
+        let all = tape
+            .backward_dense_all(out, Tensor::new([1], vec![1.0]).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+        let zeros: Vec<Tensor<f64>> = (0..tape.size())
+            .map(|i| tape.get_value(i).map(GradZero::zeros_like))
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?;
+        let mut seed = zeros;
+        seed[out] = Tensor::new([1], vec![1.0]).map_err(|e| e.to_string())?;
+        let from = tape.backward_dense_from(seed).map_err(|e| e.to_string())?;
+        Ok(all[x].data()[0] == 3.0 && from[x].data()[0].is_nan())
+    })();
+    let pass = matches!(result, Ok(true));
+    Observation {
+        claim: Claim::DenseSkippingAvoidsNan,
+        engine: "reference-f64".into(),
+        mode: Mode::Exact,
+        kinds: vec!["inv", "scale"],
+        measure: if pass { Measure::OK } else { Measure::FAIL },
+        detail: (!pass).then(|| format!("{result:?}")),
+    }
+}
+
+/// The f64 image of a claim run's values, for callers that want figures.
+pub fn f64_compare(a: &Tensor<f64>, b: &Tensor<f64>) -> Measure {
+    compare_f64(a, b, Mode::Bitwise)
+}
+
+/// Helper for the release discipline: drop a list of values explicitly.
+pub fn release<V: GradValue>(vals: Vec<V>) {
+    for v in vals {
+        v.drop();
+    }
+}
+
+/// The scalar name of an engine label (`cpu-f32` → `f32`).
+pub fn dtype_of(engine: &str) -> &str {
+    engine.rsplit('-').next().unwrap_or(engine)
+}
+
+/// Values of `Scalar` type `A` are exact when `A::EXACT`.
+pub fn base_mode<A: Scalar>() -> Mode {
+    if A::EXACT {
+        Mode::Exact
+    } else {
+        Mode::Bitwise
+    }
+}

@@ -1,0 +1,278 @@
+//! Engines under test: every engine is run through the same checks.
+
+use crate::claims::{semantic_claims, Claim, Observation};
+use crate::gen::GenCase;
+use crate::measure::{Measure, Mode};
+use std::marker::PhantomData;
+use torchlean_compiled::{exec_graph_of_ir, run_grad, ExecGraph, GradResult};
+use torchlean_engine_suite::{check_case, cotangent, OpCase, Tolerance};
+use torchlean_ir::{Graph, Payload};
+use torchlean_runtime::{Kernels, Saved};
+use torchlean_spec::{Op, Tensor};
+
+/// An engine as the checker sees it (object safe, so the list of engines is data).
+pub trait EngineUnderTest: Send + Sync {
+    /// The engine/dtype label (`Kernels::ENGINE`).
+    fn name(&self) -> &'static str;
+    /// How the engine is compared with the reference engine node by node.
+    fn mode(&self) -> Mode;
+    /// Whether the engine computes in `f64` (finite differences run on such engines).
+    fn is_f64(&self) -> bool;
+    /// The runtime-path claims on this engine.
+    fn semantic(&self, case: &GenCase) -> Vec<Observation>;
+    /// Node by node against the reference engine, and (f64 engines) VJPs against finite
+    /// differences of the engine's own forward.
+    fn per_node(&self, case: &GenCase, fd: bool) -> Vec<Observation>;
+    /// Output and gradients of a whole graph, in f64.
+    fn run_grad(
+        &self,
+        g: &Graph,
+        p: &Payload,
+        x: &Tensor<f64>,
+        seed: Option<&Tensor<f64>>,
+    ) -> Result<GradResult, String>;
+}
+
+/// The engine of value type `V`, compared in `mode`.
+pub struct EngineOf<V> {
+    mode: Mode,
+    _v: PhantomData<fn() -> V>,
+}
+
+impl<V: Kernels> std::fmt::Debug for EngineOf<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineOf")
+            .field("engine", &V::ENGINE)
+            .field("mode", &self.mode)
+            .finish()
+    }
+}
+
+impl<V: Kernels> EngineOf<V> {
+    /// An engine that must agree with the reference bit for bit (a reference engine, or a
+    /// variant of one that claims the reference's accumulation order).
+    pub fn bitwise() -> Self {
+        EngineOf {
+            mode: Mode::Bitwise,
+            _v: PhantomData,
+        }
+    }
+
+    /// An engine compared at a norm-wise relative tolerance.
+    pub fn with_tolerance(rel: f64) -> Self {
+        EngineOf {
+            mode: Mode::Tolerance(rel),
+            _v: PhantomData,
+        }
+    }
+}
+
+/// Each lowered node as `(IR kind, op case with the reference operand values)`.
+pub type NodeCases = Vec<(&'static str, OpCase)>;
+
+/// `(ir kind, spec op, operand values)` of every lowered node, from the reference engine in f64.
+pub fn reference_nodes(case: &GenCase) -> Result<(ExecGraph, NodeCases), String> {
+    let exec = exec_graph_of_ir(&case.graph, &case.payload).map_err(|e| e.to_string())?;
+    let inputs: Vec<Tensor<f64>> = exec
+        .inputs(&case.input, &case.payload)
+        .map_err(|e| e.to_string())?;
+    let ctx = exec.graph.eval(inputs).map_err(|e| e.to_string())?;
+    let mut kind_at = vec!["input"; exec.graph.len()];
+    for (id, &pos) in exec.ir_positions.iter().enumerate() {
+        kind_at[pos] = case.graph.nodes[id].kind.name();
+    }
+    let n = exec.graph.n_inputs();
+    let nodes = exec
+        .graph
+        .nodes()
+        .iter()
+        .enumerate()
+        .map(|(k, node)| {
+            (
+                kind_at[n + k],
+                OpCase {
+                    name: format!("node %{}", n + k),
+                    op: node.op.clone(),
+                    inputs: node.args.iter().map(|&a| ctx[a].clone()).collect(),
+                },
+            )
+        })
+        .collect();
+    Ok((exec, nodes))
+}
+
+impl<V: Kernels> EngineUnderTest for EngineOf<V> {
+    fn name(&self) -> &'static str {
+        V::ENGINE
+    }
+
+    fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    fn is_f64(&self) -> bool {
+        V::ENGINE.ends_with("f64")
+    }
+
+    fn semantic(&self, case: &GenCase) -> Vec<Observation> {
+        semantic_claims::<V>(case)
+    }
+
+    fn per_node(&self, case: &GenCase, fd: bool) -> Vec<Observation> {
+        let mut out = Vec::new();
+        let (_, nodes) = match reference_nodes(case) {
+            Ok(n) => n,
+            Err(e) => {
+                out.push(Observation {
+                    claim: Claim::EngineVsReference,
+                    engine: V::ENGINE.into(),
+                    mode: self.mode,
+                    kinds: case.kinds(),
+                    measure: Measure::FAIL,
+                    detail: Some(e),
+                });
+                return out;
+            }
+        };
+        let tol = Tolerance {
+            rel: match self.mode {
+                Mode::Tolerance(t) => t,
+                _ => 0.0,
+            },
+        };
+        for (kind, oc) in &nodes {
+            let r = check_case::<V>(oc, tol);
+            out.push(Observation {
+                claim: Claim::EngineVsReference,
+                engine: V::ENGINE.into(),
+                mode: self.mode,
+                kinds: vec![kind],
+                measure: Measure {
+                    max_abs: r.max_rel,
+                    max_rel: r.max_rel,
+                    pass: r.pass(),
+                },
+                detail: (!r.pass())
+                    .then(|| format!("{} ({}): {}", oc.name, oc.op.name(), r.failures.join("; "))),
+            });
+            if fd && self.is_f64() {
+                if let Some((m, detail)) = fd_check::<V>(&oc.op, &oc.inputs) {
+                    out.push(Observation {
+                        claim: Claim::VjpVsFiniteDifferences,
+                        engine: V::ENGINE.into(),
+                        mode: Mode::Tolerance(FD_TOLERANCE),
+                        kinds: vec![kind],
+                        measure: m,
+                        detail: (!m.pass)
+                            .then(|| format!("{} ({}): {detail}", oc.name, oc.op.name())),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    fn run_grad(
+        &self,
+        g: &Graph,
+        p: &Payload,
+        x: &Tensor<f64>,
+        seed: Option<&Tensor<f64>>,
+    ) -> Result<GradResult, String> {
+        run_grad::<V>(g, p, x, seed).map_err(|e| e.to_string())
+    }
+}
+
+/// Norm-wise relative tolerance of a VJP against central finite differences.
+pub const FD_TOLERANCE: f64 = 1e-5;
+/// Elements checked per operand (evenly spread), to bound the cost on larger operands.
+const FD_SAMPLES: usize = 24;
+
+/// `⟨c, op(inputs)⟩` on engine `V`.
+fn objective<V: Kernels>(
+    op: &Op,
+    inputs: &[Tensor<f64>],
+    cot: &Tensor<f64>,
+) -> Result<f64, String> {
+    let vals: Vec<V> = inputs
+        .iter()
+        .map(V::from_f64)
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    let args: Vec<&V> = vals.iter().collect();
+    let y = V::forward(op, &args)
+        .and_then(|y| y.to_f64())
+        .map_err(|e| e.to_string())?;
+    Ok(y.data().iter().zip(cot.data()).map(|(a, b)| a * b).sum())
+}
+
+/// The VJP of `op` on engine `V` against central finite differences of `V`'s forward, at the
+/// given point. Elements at a kink (one-sided differences disagree: relu/abs at 0, max ties,
+/// pooling ties) are skipped. `None` when there is nothing to check (no differentiable
+/// operand).
+pub fn fd_check<V: Kernels>(op: &Op, inputs: &[Tensor<f64>]) -> Option<(Measure, String)> {
+    if matches!(
+        op,
+        Op::Detach | Op::RandUniform { .. } | Op::BernoulliMask { .. }
+    ) || inputs.is_empty()
+    {
+        return None;
+    }
+    let run = || -> Result<(Measure, String), String> {
+        let vals: Vec<V> = inputs
+            .iter()
+            .map(V::from_f64)
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?;
+        let args: Vec<&V> = vals.iter().collect();
+        let out = V::forward(op, &args).map_err(|e| e.to_string())?;
+        let cot = cotangent(out.shape(), 0xfd);
+        let cot_v = V::from_f64(&cot).map_err(|e| e.to_string())?;
+        let grads =
+            V::vjp(op, &Saved::for_op(op, &args, &out), &cot_v).map_err(|e| e.to_string())?;
+        let mut worst = Measure::OK;
+        let mut where_ = String::new();
+        for (k, g) in grads.iter().enumerate() {
+            // a structural zero must also be a zero derivative
+            let g = match g {
+                Some(g) => g.to_f64().map_err(|e| e.to_string())?,
+                None => Tensor::zeros(inputs[k].shape().clone()).map_err(|e| e.to_string())?,
+            };
+            let n = inputs[k].len();
+            let step = (n / FD_SAMPLES).max(1);
+            let scale = g.data().iter().fold(1.0f64, |m, v| m.max(v.abs()));
+            for i in (0..n).step_by(step) {
+                let x0 = inputs[k].data()[i];
+                let h = 1e-6 * x0.abs().max(1.0);
+                let at = |d: f64| -> Result<f64, String> {
+                    let mut ins = inputs.to_vec();
+                    ins[k].data_mut()[i] = x0 + d;
+                    objective::<V>(op, &ins, &cot)
+                };
+                let (fp, f0, fm) = (at(h)?, at(0.0)?, at(-h)?);
+                let forward = (fp - f0) / h;
+                let backward = (f0 - fm) / h;
+                let central = (fp - fm) / (2.0 * h);
+                if !central.is_finite() || (forward - backward).abs() > 1e-3 * (1.0 + central.abs())
+                {
+                    continue; // a kink or a singular point: the derivative is not defined here
+                }
+                let err = (central - g.data()[i]).abs();
+                let m = Measure {
+                    max_abs: err,
+                    max_rel: err / scale,
+                    pass: err / scale <= FD_TOLERANCE,
+                };
+                if !m.pass && worst.pass {
+                    where_ = format!(
+                        "operand {k} element {i}: finite difference {central:.6e}, VJP {:.6e}",
+                        g.data()[i]
+                    );
+                }
+                worst = worst.merge(m);
+            }
+        }
+        Ok((worst, where_))
+    };
+    Some(run().unwrap_or_else(|e| (Measure::FAIL, e)))
+}

@@ -1,0 +1,102 @@
+//! `cargo xtask check-equivalence`: TorchLean's theorems as executable checks, on every engine.
+
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+use torchlean_equiv::{check, fault, CheckConfig, EngineOf, EngineUnderTest, Faulty};
+use torchlean_spec::Tensor;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EngineSel {
+    Reference,
+    All,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DTypeSel {
+    F32,
+    F64,
+    All,
+}
+
+#[derive(Args, Debug)]
+pub struct EquivArgs {
+    /// Random float graphs (every kind); half as many algebraic graphs are checked exactly
+    #[arg(long, default_value_t = 600)]
+    cases: usize,
+    /// Seed of the graph generator (runs are reproducible)
+    #[arg(long, default_value_t = 0x7041_2c4e)]
+    seed: u64,
+    /// Engines to check
+    #[arg(long, value_enum, default_value = "all")]
+    engine: EngineSel,
+    /// Precisions to check
+    #[arg(long, value_enum, default_value = "all")]
+    dtype: DTypeSel,
+    /// One JSON object per row, then a summary object
+    #[arg(long)]
+    json: bool,
+    /// Where minimized counterexamples are written
+    #[arg(long, default_value = "target/equiv-counterexamples")]
+    out: PathBuf,
+    /// Skip the finite-difference checks
+    #[arg(long)]
+    no_fd: bool,
+    /// Check a deliberately broken engine too (the reference engine with one fault injected):
+    /// flip-sign, drop-contribution, accumulation-order, broadcast-reduction, pool-off-by-one
+    #[arg(long)]
+    inject_fault: Option<String>,
+}
+
+pub fn run(args: &EquivArgs) -> Result<bool, String> {
+    let cfg = CheckConfig {
+        cases: args.cases,
+        exact_cases: args.cases / 2,
+        seed: args.seed,
+        finite_differences: !args.no_fd,
+        out_dir: Some(args.out.clone()),
+        ..CheckConfig::default()
+    };
+    let ref64 = EngineOf::<Tensor<f64>>::bitwise();
+    let ref32 = EngineOf::<Tensor<f32>>::with_tolerance(1e-5);
+    let mut engines: Vec<&dyn EngineUnderTest> = vec![&ref64];
+    let wants = |d: DTypeSel| args.dtype == DTypeSel::All || args.dtype == d;
+    if wants(DTypeSel::F32) {
+        engines.push(&ref32);
+    }
+    let faulty: Option<Box<dyn EngineUnderTest>> = match args.inject_fault.as_deref() {
+        None => None,
+        Some("flip-sign") => Some(Box::new(EngineOf::<
+            Faulty<Tensor<f64>, { fault::FLIP_SIGN }>,
+        >::bitwise())),
+        Some("drop-contribution") => Some(Box::new(EngineOf::<
+            Faulty<Tensor<f64>, { fault::DROP_CONTRIBUTION }>,
+        >::bitwise())),
+        Some("accumulation-order") => Some(Box::new(EngineOf::<
+            Faulty<Tensor<f64>, { fault::ACCUMULATION_ORDER }>,
+        >::bitwise())),
+        Some("broadcast-reduction") => Some(Box::new(EngineOf::<
+            Faulty<Tensor<f64>, { fault::BROADCAST_REDUCTION }>,
+        >::bitwise())),
+        Some("pool-off-by-one") => Some(Box::new(EngineOf::<
+            Faulty<Tensor<f64>, { fault::POOL_OFF_BY_ONE }>,
+        >::bitwise())),
+        Some(other) => {
+            let names: Vec<&str> = fault::ALL.iter().map(|(_, n)| *n).collect();
+            return Err(format!(
+                "unknown fault `{other}` (one of {})",
+                names.join(", ")
+            ));
+        }
+    };
+    if let Some(f) = &faulty {
+        engines.push(f.as_ref());
+    }
+    let _ = args.engine;
+    let report = check(&cfg, &engines);
+    if args.json {
+        print!("{}", report.json_lines());
+    } else {
+        print!("{}", report.text());
+    }
+    Ok(report.ok())
+}
