@@ -29,6 +29,12 @@ pub const CASES: &[Case] = &[
         child: None,
     },
     Case {
+        name: "equiv_throughput",
+        about: "random graphs checked per second by the equivalence checker (every claim, reference engines)",
+        run: equiv_throughput,
+        child: None,
+    },
+    Case {
         name: "relu_chain",
         about: "IR chain of relu over [4] at 1k/4k/16k nodes: lowering, compile, backward",
         run: relu_chain_all,
@@ -166,4 +172,27 @@ fn relu_chain_all(threads: usize, reps: usize) -> Result<Vec<Row>> {
         );
     }
     Ok(rows)
+}
+
+fn equiv_throughput(threads: usize, reps: usize) -> Result<Vec<Row>> {
+    use torchlean_equiv::{check, CheckConfig, EngineOf};
+    let f64e = EngineOf::<Tensor<f64>>::bitwise();
+    let f32e = EngineOf::<Tensor<f32>>::with_tolerance(1e-5);
+    let cfg = CheckConfig {
+        cases: 100,
+        exact_cases: 50,
+        ..CheckConfig::default()
+    };
+    let graphs = cfg.cases + cfg.exact_cases;
+    let stats = measure(1, reps, || {
+        let report = check(&cfg, &[&f64e, &f32e]);
+        if report.ok() {
+            Ok(())
+        } else {
+            Err(format!("the equivalence check failed:\n{}", report.text()))
+        }
+    })?;
+    Ok(vec![Row::new("equiv_throughput", "reference", threads, stats)
+        .with("graphs", graphs)
+        .with("graphs_per_s", (graphs as f64 / (stats.median_ms / 1e3) * 10.0).round() / 10.0)])
 }

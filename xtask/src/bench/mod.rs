@@ -128,8 +128,13 @@ pub fn run(args: &BenchArgs) -> Result<bool> {
     }
     let mut rows = Vec::new();
     for &threads in &args.threads {
+        // every case runs inside a rayon pool of exactly `threads` threads
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map_err(|e| e.to_string())?;
         for case in &selected {
-            for row in (case.run)(threads, args.reps)? {
+            for row in pool.install(|| (case.run)(threads, args.reps))? {
                 if args.json {
                     println!("{}", row.to_json());
                 }
