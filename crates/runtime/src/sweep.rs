@@ -198,6 +198,8 @@ impl<V: GradValue> Tape<V> {
             slots: (0..self.size()).map(|_| None).collect(),
             live: 0,
             peak_live: 0,
+            live_elements: 0,
+            peak_live_elements: 0,
         };
         map.put(out_id, seed.into_owned());
         for id in (0..self.size()).rev() {
@@ -324,6 +326,8 @@ pub struct SparseGrads<V> {
     slots: Vec<Option<V>>,
     live: usize,
     peak_live: usize,
+    live_elements: usize,
+    peak_live_elements: usize,
 }
 
 impl<V: GradValue> std::fmt::Debug for SparseGrads<V> {
@@ -337,17 +341,25 @@ impl<V: GradValue> std::fmt::Debug for SparseGrads<V> {
 
 impl<V: GradValue> SparseGrads<V> {
     fn put(&mut self, id: usize, v: V) {
-        if self.slots[id].replace(v).is_none() {
-            self.live += 1;
-            self.peak_live = self.peak_live.max(self.live);
+        let elements = v.shape().size();
+        match self.slots[id].replace(v) {
+            None => self.live += 1,
+            Some(old) => {
+                self.live_elements -= old.shape().size();
+                old.drop();
+            }
         }
+        self.live_elements += elements;
+        self.peak_live = self.peak_live.max(self.live);
+        self.peak_live_elements = self.peak_live_elements.max(self.live_elements);
     }
 
     /// Removes and returns the gradient of `id` (the caller then owns it).
     pub fn take(&mut self, id: usize) -> Option<V> {
         let v = self.slots.get_mut(id)?.take();
-        if v.is_some() {
+        if let Some(v) = &v {
             self.live -= 1;
+            self.live_elements -= v.shape().size();
         }
         v
     }
@@ -376,6 +388,12 @@ impl<V: GradValue> SparseGrads<V> {
     /// The largest number of gradients held at once during the sweep.
     pub fn peak_live(&self) -> usize {
         self.peak_live
+    }
+
+    /// The largest number of gradient elements held at once during the sweep (times the
+    /// element size: peak live gradient bytes).
+    pub fn peak_live_elements(&self) -> usize {
+        self.peak_live_elements
     }
 
     /// Releases every gradient held (after the optimizer step).
