@@ -104,12 +104,12 @@ pub fn build(cfg: GenConfig, choices: &[u32]) -> GenCase {
     let input = tensor_of(&mut c, &in_shape);
     b.push(OpKind::Input, vec![], in_shape);
     let steps = 1 + c.pick(cfg.max_steps);
+    let kinds: Vec<Step> = ALL_STEPS
+        .iter()
+        .copied()
+        .filter(|s| !cfg.algebraic || s.is_algebraic())
+        .collect();
     for _ in 0..steps {
-        let kinds = if cfg.algebraic {
-            ALGEBRAIC_STEPS
-        } else {
-            ALL_STEPS
-        };
         let step = kinds[c.pick(kinds.len())];
         // a parent, biased towards recent nodes (long chains) but able to fan out
         let n = b.graph.nodes.len();
@@ -211,40 +211,16 @@ const ALL_STEPS: &[Step] = &[
     Step::Bernoulli,
 ];
 
-const ALGEBRAIC_STEPS: &[Step] = &[
-    Step::Unary(UnaryOp::Abs),
-    Step::Unary(UnaryOp::Inv),
-    Step::Unary(UnaryOp::Relu),
-    Step::Unary(UnaryOp::Neg),
-    Step::Binary(BinaryOp::Add),
-    Step::Binary(BinaryOp::Sub),
-    Step::Binary(BinaryOp::Mul),
-    Step::Binary(BinaryOp::Div),
-    Step::Binary(BinaryOp::Max),
-    Step::Binary(BinaryOp::Min),
-    Step::Scale,
-    Step::AddScalar,
-    Step::Detach,
-    Step::Broadcast,
-    Step::Reshape,
-    Step::Flatten,
-    Step::Permute,
-    Step::SwapFirstTwo,
-    Step::Transpose3d,
-    Step::Transpose,
-    Step::ReduceSum,
-    Step::ReduceMean,
-    Step::Sum,
-    Step::MatMul,
-    Step::Linear,
-    Step::Conv2d,
-    Step::Pool(PoolKind::Max),
-    Step::Pool(PoolKind::Avg),
-    Step::Concat,
-    Step::MseLoss,
-    Step::RandUniform,
-    Step::Bernoulli,
-];
+impl Step {
+    /// Whether the step's kinds are exact over the rational scalar.
+    fn is_algebraic(self) -> bool {
+        match self {
+            Step::Unary(u) => u.is_algebraic(),
+            Step::Softmax | Step::LogSoftmax | Step::LayerNorm | Step::BatchNorm => false,
+            _ => true,
+        }
+    }
+}
 
 /// Largest tensor the generator creates (elements).
 const MAX_ELEMS: usize = 96;

@@ -82,11 +82,17 @@ pub fn add_grad_dense<V: GradValue>(
     Ok(())
 }
 
-/// Runs node `id`'s VJP if its slot is filled and it requires grad, accumulating into `grads`.
-pub fn backward_dense_step<V: GradValue>(
+/// How one contribution is folded into a gradient array (`add_grad_dense` / `add_grad_all`).
+type Accumulate<V> = fn(&Tape<V>, &mut [Option<V>], usize, usize, V) -> Result<()>;
+
+/// Runs node `id`'s VJP on its current gradient (if it has one and requires grad) and folds each
+/// contribution in with `accumulate`, in the order the VJP returns them; on error the remaining
+/// contributions are released.
+fn run_vjp<V: GradValue>(
     tape: &Tape<V>,
     grads: &mut [Option<V>],
     id: usize,
+    accumulate: Accumulate<V>,
 ) -> Result<()> {
     let node = tape.get_node(id)?;
     if !node.requires_grad {
@@ -99,12 +105,21 @@ pub fn backward_dense_step<V: GradValue>(
     grads[id] = Some(upstream);
     let mut contributions = contributions?.into_iter();
     while let Some((parent, g)) = contributions.next() {
-        if let Err(e) = add_grad_dense(tape, grads, id, parent, g) {
+        if let Err(e) = accumulate(tape, grads, id, parent, g) {
             release_all(contributions.map(|(_, g)| g));
             return Err(e);
         }
     }
     Ok(())
+}
+
+/// Runs node `id`'s VJP if its slot is filled and it requires grad, accumulating into `grads`.
+pub fn backward_dense_step<V: GradValue>(
+    tape: &Tape<V>,
+    grads: &mut [Option<V>],
+    id: usize,
+) -> Result<()> {
+    run_vjp(tape, grads, id, add_grad_dense)
 }
 
 fn check_seed<V: GradValue>(tape: &Tape<V>, out_id: usize, seed: &V) -> Result<()> {
@@ -289,23 +304,7 @@ pub fn backward_dense_from_step<V: GradValue>(
     grads: &mut [Option<V>],
     id: usize,
 ) -> Result<()> {
-    let node = tape.get_node(id)?;
-    if !node.requires_grad {
-        return Ok(());
-    }
-    let Some(upstream) = grads[id].take() else {
-        return Ok(());
-    };
-    let contributions = (node.backward)(&upstream).map_err(|e| e.at_node(id));
-    grads[id] = Some(upstream);
-    let mut contributions = contributions?.into_iter();
-    while let Some((parent, g)) = contributions.next() {
-        if let Err(e) = add_grad_all(tape, grads, id, parent, g) {
-            release_all(contributions.map(|(_, g)| g));
-            return Err(e);
-        }
-    }
-    Ok(())
+    run_vjp(tape, grads, id, add_grad_all)
 }
 
 /// Visits ids `n−1 … 0` with [`backward_dense_from_step`].

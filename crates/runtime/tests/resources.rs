@@ -208,7 +208,11 @@ fn peak_live_gradients_on_a_long_chain_is_constant() {
             .backward_sparse(n - 1, Counted::new(&reg, 1.0), |id| id == 0)
             .unwrap();
         assert_eq!(grads.ids(), vec![0]);
-        assert_eq!(grads.peak_live_elements(), grads.peak_live(), "[1]-shaped gradients");
+        assert_eq!(
+            grads.peak_live_elements(),
+            grads.peak_live(),
+            "[1]-shaped gradients"
+        );
         peaks.push(grads.peak_live());
         grads.release();
         tape.release();

@@ -192,7 +192,15 @@ fn equiv_throughput(threads: usize, reps: usize) -> Result<Vec<Row>> {
             Err(format!("the equivalence check failed:\n{}", report.text()))
         }
     })?;
-    Ok(vec![Row::new("equiv_throughput", "reference", threads, stats)
-        .with("graphs", graphs)
-        .with("graphs_per_s", (graphs as f64 / (stats.median_ms / 1e3) * 10.0).round() / 10.0)])
+    Ok(vec![Row::new(
+        "equiv_throughput",
+        "reference",
+        threads,
+        stats,
+    )
+    .with("graphs", graphs)
+    .with(
+        "graphs_per_s",
+        (graphs as f64 / (stats.median_ms / 1e3) * 10.0).round() / 10.0,
+    )])
 }
