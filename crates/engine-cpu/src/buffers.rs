@@ -1,0 +1,160 @@
+//! The buffer pool: thread-local free lists of uniquely owned buffers, keyed by length.
+//!
+//! Every kernel output is taken from here ([`alloc`]) and every uniquely owned buffer is handed
+//! back when its last [`crate::CpuTensor`] is dropped ([`recycle`], called by the tensor's `Drop`,
+//! so `GradValue::drop`, the tape's release and plain Rust drops all feed it). A pooled entry is
+//! a whole `ArcArray1` (the `Arc` header and the data), so reusing one costs neither `malloc` nor
+//! page faults: glibc hands big freed blocks back to the OS and faults them in again on the next
+//! step, and even small blocks cost two allocator round trips (header and data) per tensor.
+//!
+//! Lists are per thread (no locking; a buffer freed on another thread simply joins that thread's
+//! pool) and bounded: at most [`MAX_POOLED_BYTES`] per thread and element type; beyond that a
+//! freed buffer goes back to the allocator.
+
+use crate::scalar::CpuScalar;
+use ndarray::{ArcArray1, Array1};
+use std::collections::BTreeMap;
+
+/// Lengths below this have a directly indexed free list; longer ones live in a map.
+const SMALL_LENS: usize = 1024;
+
+/// Upper bound on the bytes one thread keeps pooled per element type.
+pub const MAX_POOLED_BYTES: usize = 512 << 20;
+
+/// Bookkeeping charge per pooled entry beyond its data (the `Arc` header, list slot).
+const ENTRY_OVERHEAD: usize = 64;
+
+/// Free lists of one element type on one thread.
+#[derive(Debug)]
+pub struct BufferPool<T> {
+    small: Vec<Vec<ArcArray1<T>>>,
+    large: BTreeMap<usize, Vec<ArcArray1<T>>>,
+    bytes: usize,
+}
+
+impl<T> BufferPool<T> {
+    pub const fn new() -> Self {
+        BufferPool {
+            small: Vec::new(),
+            large: BTreeMap::new(),
+            bytes: 0,
+        }
+    }
+
+    fn cost(len: usize) -> usize {
+        len.saturating_mul(std::mem::size_of::<T>())
+            .saturating_add(ENTRY_OVERHEAD)
+    }
+
+    #[inline]
+    fn take(&mut self, len: usize) -> Option<ArcArray1<T>> {
+        let list = if len < SMALL_LENS {
+            self.small.get_mut(len)?
+        } else {
+            self.large.get_mut(&len)?
+        };
+        let a = list.pop()?;
+        self.bytes -= Self::cost(len);
+        // entries are unique when stored (`recycle` takes the last handle), so no re-check;
+        // were one shared, the first write through it would copy (ndarray's copy on write)
+        debug_assert!(a.is_unique());
+        Some(a)
+    }
+
+    #[inline]
+    fn put(&mut self, a: ArcArray1<T>) {
+        let len = a.len();
+        let cost = Self::cost(len);
+        if self.bytes.saturating_add(cost) > MAX_POOLED_BYTES {
+            return;
+        }
+        let list = if len < SMALL_LENS {
+            if self.small.len() <= len {
+                self.small.resize_with(len + 1, Vec::new);
+            }
+            &mut self.small[len]
+        } else {
+            self.large.entry(len).or_default()
+        };
+        list.push(a);
+        self.bytes += cost;
+    }
+
+    /// Bytes currently pooled (data plus bookkeeping charge).
+    pub fn pooled_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    fn clear(&mut self) {
+        self.small.clear();
+        self.large.clear();
+        self.bytes = 0;
+    }
+}
+
+impl<T> Default for BufferPool<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A uniquely owned buffer of `len` elements whose contents are unspecified (a recycled buffer
+/// keeps its old values; a fresh one is zeroed). Callers overwrite every element.
+#[inline]
+pub(crate) fn alloc<T: CpuScalar>(len: usize) -> ArcArray1<T> {
+    if let Some(a) = T::with_pool(|p| p.take(len)).flatten() {
+        return a;
+    }
+    Array1::from_vec(vec![T::ZERO; len]).into_shared()
+}
+
+/// Offers a buffer to this thread's pool. `a` must be the only handle to its storage (the
+/// tensor's `Drop` checks it before handing the buffer over).
+#[inline]
+pub(crate) fn recycle<T: CpuScalar>(a: ArcArray1<T>) {
+    // `None` only while the thread is being torn down: the buffer is then simply freed.
+    let _ = T::with_pool(|p| p.put(a));
+}
+
+/// Bytes this thread keeps pooled for element type `T`.
+pub fn pooled_bytes<T: CpuScalar>() -> usize {
+    T::with_pool(|p| p.pooled_bytes()).unwrap_or(0)
+}
+
+/// Frees every buffer this thread keeps pooled for element type `T`.
+pub fn clear_pool<T: CpuScalar>() {
+    let _ = T::with_pool(|p| p.clear());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recycled_buffer_is_reused_for_the_same_length() {
+        clear_pool::<f64>();
+        let a = alloc::<f64>(5000);
+        let ptr = a.as_ptr();
+        recycle(a);
+        assert!(pooled_bytes::<f64>() >= 5000 * 8);
+        let b = alloc::<f64>(5000);
+        assert_eq!(b.as_ptr(), ptr);
+        assert_eq!(pooled_bytes::<f64>(), 0);
+        // another length does not take it
+        recycle(b);
+        let c = alloc::<f64>(4999);
+        assert_ne!(c.as_ptr(), ptr);
+        clear_pool::<f64>();
+    }
+
+    #[test]
+    fn the_pool_is_bounded() {
+        let mut p = BufferPool::<f32>::new();
+        let big = MAX_POOLED_BYTES / 4 / 2 + 1;
+        p.put(Array1::from_vec(vec![0.0f32; big]).into_shared());
+        p.put(Array1::from_vec(vec![0.0f32; big]).into_shared());
+        assert!(p.pooled_bytes() <= MAX_POOLED_BYTES);
+        assert!(p.take(big).is_some());
+        assert!(p.take(big).is_none());
+    }
+}

@@ -1,0 +1,685 @@
+//! 2-D convolution (`[C,H,W]` or `[N,C,H,W]`, zero padding, no dilation, one group) as patch
+//! matrix + GEMM, and its VJP as GEMMs + the adjoint scatter.
+//!
+//! Per image, the patch matrix has one row per weight tap `(c, u, v)`; the forward is
+//! `y = W·col + b`, the backward `dW = Σ_images dy·colᵀ`, `dcol = Wᵀ·dy` scattered back onto the
+//! input, `db = Σ dy`. Three layouts of `col`:
+//!
+//! - **direct** (1×1, stride 1, no padding): the image is its own patch matrix;
+//! - **wide** (stride 1): the image is zero-padded to `Hp × Wp` and the patch matrix spans the
+//!   *padded* width, `Ho·Wp` columns instead of `Ho·Wo`. Row `(c, u, v)` is then one contiguous
+//!   run of the padded image starting at `(c, u, v)`, so building it is `C·kH·kW` `memcpy`s
+//!   (and the scatter as many vector adds) instead of `C·kH·kW·Ho` short copies. The extra
+//!   `Wp − Wo` columns per output row are computed and dropped (forward) or carry zero
+//!   cotangents (backward): about `(Wp − Wo)/Wo` more multiply-adds, far cheaper than the
+//!   short copies they replace;
+//! - **compact** (any stride): classic im2col over the `Ho·Wo` output positions.
+//!
+//! Non-finite values: products meet the zero padding (`0·inf = NaN`) where the reference skips
+//! padded cells, as in every GEMM-based convolution. The wide backward would also multiply the
+//! dropped columns' zero cotangents by real inputs and weights, so it is used only when both are
+//! finite (checked per call); otherwise the backward takes the compact layout.
+//!
+//! Parallelism and determinism: images are processed in parallel (each product single-threaded)
+//! when there are several, or one image with threaded products. The weight gradient is
+//! accumulated per fixed group of images (the grouping depends only on the batch size) and the
+//! group sums are added in group order, so the result does not depend on the thread count.
+
+use super::linalg::{gemm, par_for_work, Grads3, Mat};
+use super::reduce::sum_seq;
+use crate::error::CpuError;
+use crate::scalar::CpuScalar;
+use crate::tensor::CpuTensor;
+use crate::threads::should_par;
+use gemm::Parallelism;
+use rayon::prelude::*;
+use torchlean_spec::{Conv2dSpec, Shape};
+
+const OP: &str = "conv2d";
+
+/// Most weight-gradient groups (and so partial sums) per batch.
+const MAX_GROUPS: usize = 8;
+
+/// How the patch matrix is laid out (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    Direct,
+    Wide,
+    Compact,
+}
+
+/// Geometry of one validated convolution.
+#[derive(Clone, Copy, Debug)]
+struct Geo {
+    n: usize,
+    c: usize,
+    h: usize,
+    w: usize,
+    oc: usize,
+    kh: usize,
+    kw: usize,
+    s: usize,
+    pad: usize,
+    ho: usize,
+    wo: usize,
+}
+
+impl Geo {
+    fn new(spec: &Conv2dSpec, x: &Shape, out: &Shape) -> Self {
+        let (n, c, h, w) = match x.dims() {
+            [c, h, w] => (1, *c, *h, *w),
+            [n, c, h, w] => (*n, *c, *h, *w),
+            // invariant: the shape rule accepted x, so it is [C,H,W] or [N,C,H,W]
+            _ => (0, 0, 0, 0),
+        };
+        let od = out.dims();
+        Geo {
+            n,
+            c,
+            h,
+            w,
+            oc: spec.out_channels,
+            kh: spec.kernel_h,
+            kw: spec.kernel_w,
+            s: spec.stride,
+            pad: spec.padding,
+            ho: od[od.len() - 2],
+            wo: od[od.len() - 1],
+        }
+    }
+
+    /// Rows of the patch matrix: `C·kH·kW`.
+    fn kk(&self) -> usize {
+        self.c * self.kh * self.kw
+    }
+
+    /// Output positions per image.
+    fn p(&self) -> usize {
+        self.ho * self.wo
+    }
+
+    /// Input elements per image.
+    fn image(&self) -> usize {
+        self.c * self.h * self.w
+    }
+
+    fn hp(&self) -> usize {
+        self.h + 2 * self.pad
+    }
+
+    fn wp(&self) -> usize {
+        self.w + 2 * self.pad
+    }
+
+    /// Columns of the wide patch matrix: `Ho·Wp`.
+    fn q(&self) -> usize {
+        self.ho * self.wp()
+    }
+
+    fn layout(&self) -> Layout {
+        if self.kh == 1 && self.kw == 1 && self.s == 1 && self.pad == 0 {
+            Layout::Direct
+        } else if self.s == 1 {
+            Layout::Wide
+        } else {
+            Layout::Compact
+        }
+    }
+
+    /// Columns of the patch matrix in `layout`.
+    fn cols(&self, layout: Layout) -> usize {
+        match layout {
+            Layout::Wide => self.q(),
+            _ => self.p(),
+        }
+    }
+
+    /// Multiply-adds of one image's forward product.
+    fn work(&self) -> usize {
+        self.oc * self.kk() * self.p()
+    }
+}
+
+/// Per-task work buffers, grown on first use and reused across images.
+#[derive(Default)]
+struct Scratch<T> {
+    xp: Vec<T>,
+    col: Vec<T>,
+    out: Vec<T>,
+    grad: Vec<T>,
+}
+
+/// Resizes `v` to `n` elements (new ones zero) and returns it.
+fn sized<T: CpuScalar>(v: &mut Vec<T>, n: usize) -> &mut [T] {
+    v.resize(n, T::ZERO);
+    &mut v[..n]
+}
+
+/// Whether every element is finite (a vectorised reduction: `v · 0` is ±0 exactly when `v` is
+/// finite, NaN otherwise).
+fn all_finite<T: CpuScalar>(x: &[T]) -> bool {
+    let mut acc = [T::ZERO; 8];
+    let chunks = x.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for k in 0..8 {
+            acc[k] += c[k] * T::ZERO;
+        }
+    }
+    acc.iter().all(|a| *a == T::ZERO) && rest.iter().all(|v| v.is_finite())
+}
+
+/// Output indices `[lo, hi)` whose input coordinate `i·s + k − pad` lies in `[0, extent)`.
+fn valid(out: usize, k: usize, s: usize, pad: usize, extent: usize) -> (usize, usize) {
+    let lo = if pad > k { (pad - k).div_ceil(s) } else { 0 };
+    let hi = if extent + pad > k {
+        (extent + pad - k).div_ceil(s)
+    } else {
+        0
+    };
+    let lo = lo.min(out);
+    (lo, hi.min(out).max(lo))
+}
+
+/// `dst[i] = src[i]` for a short run: fixed-size block moves the compiler inlines (a
+/// `copy_from_slice` of unknown length is a `memmove` call, which dominates for runs of a few
+/// dozen elements).
+#[inline(always)]
+fn copy_run<T: Copy>(dst: &mut [T], src: &[T]) {
+    let n = dst.len().min(src.len());
+    let (dst, src) = (&mut dst[..n], &src[..n]);
+    let mut d = dst.chunks_exact_mut(8);
+    let mut s = src.chunks_exact(8);
+    for (d, s) in (&mut d).zip(&mut s) {
+        d.copy_from_slice(s);
+    }
+    let (mut d, mut s) = (d.into_remainder(), s.remainder());
+    for k in [4, 2, 1] {
+        if d.len() >= k {
+            let (dh, dt) = d.split_at_mut(k);
+            dh.copy_from_slice(&s[..k]);
+            d = dt;
+            s = &s[k..];
+        }
+    }
+}
+
+/// `dst[i] += src[i]` for a run (vectorised, no call).
+#[inline(always)]
+fn add_run<T: CpuScalar>(dst: &mut [T], src: &[T]) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d += s;
+    }
+}
+
+/// Fills `col` (`kk × p`) with the patches of one image `x` (`c × h × w`).
+fn im2col<T: CpuScalar>(g: &Geo, x: &[T], col: &mut [T]) {
+    let (p, wo) = (g.p(), g.wo);
+    for (r, crow) in col.chunks_exact_mut(p).enumerate() {
+        let v = r % g.kw;
+        let u = (r / g.kw) % g.kh;
+        let ci = r / (g.kw * g.kh);
+        let plane = &x[ci * g.h * g.w..][..g.h * g.w];
+        let (i0, i1) = valid(g.ho, u, g.s, g.pad, g.h);
+        let (j0, j1) = valid(g.wo, v, g.s, g.pad, g.w);
+        crow[..i0 * wo].fill(T::ZERO);
+        crow[i1 * wo..].fill(T::ZERO);
+        for i in i0..i1 {
+            let seg = &mut crow[i * wo..(i + 1) * wo];
+            let rr = i * g.s + u - g.pad;
+            let xrow = &plane[rr * g.w..(rr + 1) * g.w];
+            seg[..j0].fill(T::ZERO);
+            seg[j1..].fill(T::ZERO);
+            if j1 > j0 {
+                let c0 = j0 * g.s + v - g.pad;
+                if g.s == 1 {
+                    copy_run(&mut seg[j0..j1], &xrow[c0..c0 + (j1 - j0)]);
+                } else {
+                    for (d, &xv) in seg[j0..j1].iter_mut().zip(xrow[c0..].iter().step_by(g.s)) {
+                        *d = xv;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Adds the columns of `col` (`kk × p`) back onto the image gradient `dx` (`c × h × w`).
+fn col2im<T: CpuScalar>(g: &Geo, col: &[T], dx: &mut [T]) {
+    let (p, wo) = (g.p(), g.wo);
+    for (r, crow) in col.chunks_exact(p).enumerate() {
+        let v = r % g.kw;
+        let u = (r / g.kw) % g.kh;
+        let ci = r / (g.kw * g.kh);
+        let plane = &mut dx[ci * g.h * g.w..][..g.h * g.w];
+        let (i0, i1) = valid(g.ho, u, g.s, g.pad, g.h);
+        let (j0, j1) = valid(g.wo, v, g.s, g.pad, g.w);
+        if j1 <= j0 {
+            continue;
+        }
+        for i in i0..i1 {
+            let seg = &crow[i * wo + j0..i * wo + j1];
+            let rr = i * g.s + u - g.pad;
+            let xrow = &mut plane[rr * g.w..(rr + 1) * g.w];
+            let c0 = j0 * g.s + v - g.pad;
+            if g.s == 1 {
+                add_run(&mut xrow[c0..c0 + seg.len()], seg);
+            } else {
+                for (d, &c) in xrow[c0..].iter_mut().step_by(g.s).zip(seg) {
+                    *d += c;
+                }
+            }
+        }
+    }
+}
+
+/// The image zero-padded to `C × Hp × Wp` (the image itself without padding).
+fn padded<'a, T: CpuScalar>(g: &Geo, x: &'a [T], buf: &'a mut Vec<T>) -> &'a [T] {
+    if g.pad == 0 {
+        return x;
+    }
+    let (hp, wp) = (g.hp(), g.wp());
+    buf.clear();
+    buf.resize(g.c * hp * wp, T::ZERO);
+    if g.h * g.w == 0 {
+        return buf;
+    }
+    for (ci, plane) in x.chunks_exact(g.h * g.w).enumerate() {
+        for (r, row) in plane.chunks_exact(g.w).enumerate() {
+            copy_run(&mut buf[(ci * hp + r + g.pad) * wp + g.pad..][..g.w], row);
+        }
+    }
+    buf
+}
+
+/// Offset in the padded image where wide row `r = (c, u, v)` starts.
+fn wide_start(g: &Geo, r: usize) -> usize {
+    let v = r % g.kw;
+    let u = (r / g.kw) % g.kh;
+    let ci = r / (g.kw * g.kh);
+    (ci * g.hp() + u) * g.wp() + v
+}
+
+/// Fills the wide patch matrix (`kk × q`) from the padded image: one contiguous run per row.
+fn im2col_wide<T: CpuScalar>(g: &Geo, xp: &[T], col: &mut [T]) {
+    let q = g.q();
+    for (r, crow) in col.chunks_exact_mut(q).enumerate() {
+        // start < xp.len(): u < kH ≤ Hp and v < kW ≤ Wp (the window fits the padded input)
+        let start = wide_start(g, r);
+        let len = q.min(xp.len() - start);
+        crow[..len].copy_from_slice(&xp[start..start + len]);
+        // past the end of the image: only dropped columns, never a real output position
+        crow[len..].fill(T::ZERO);
+    }
+}
+
+/// Adds the wide patch-matrix gradient (`kk × q`) onto the padded image gradient.
+fn col2im_wide<T: CpuScalar>(g: &Geo, dcol: &[T], dxp: &mut [T]) {
+    let q = g.q();
+    for (r, crow) in dcol.chunks_exact(q).enumerate() {
+        let start = wide_start(g, r);
+        let len = q.min(dxp.len() - start);
+        add_run(&mut dxp[start..start + len], &crow[..len]);
+    }
+}
+
+/// One image forward: `y = W·col + b`.
+fn image_forward<T: CpuScalar>(
+    g: &Geo,
+    x: &[T],
+    w: &[T],
+    b: &[T],
+    y: &mut [T],
+    sc: &mut Scratch<T>,
+    par: Parallelism,
+) -> Result<(), CpuError> {
+    let (p, kk) = (g.p(), g.kk());
+    let Scratch { xp, col, out, .. } = sc;
+    match g.layout() {
+        Layout::Direct | Layout::Compact => {
+            for (row, &bias) in y.chunks_exact_mut(p).zip(b) {
+                row.fill(bias);
+            }
+            let col: &[T] = if g.layout() == Layout::Direct {
+                x
+            } else {
+                let col = sized(col, kk * p);
+                im2col(g, x, col);
+                col
+            };
+            gemm(
+                OP,
+                g.oc,
+                p,
+                kk,
+                y,
+                true,
+                Mat::rows(w, kk),
+                Mat::rows(col, p),
+                par,
+            )
+        }
+        Layout::Wide => {
+            let (q, wp, wo) = (g.q(), g.wp(), g.wo);
+            let xp = padded(g, x, xp);
+            let col = sized(col, kk * q);
+            im2col_wide(g, xp, col);
+            let out = sized(out, g.oc * q);
+            gemm(
+                OP,
+                g.oc,
+                q,
+                kk,
+                out,
+                false,
+                Mat::rows(w, kk),
+                Mat::rows(col, q),
+                par,
+            )?;
+            // keep the Wo real columns of each output row, adding the bias
+            for ((yrow, wide), &bias) in y.chunks_exact_mut(p).zip(out.chunks_exact(q)).zip(b) {
+                for (seg, src) in yrow.chunks_exact_mut(wo).zip(wide.chunks_exact(wp)) {
+                    for (d, &v) in seg.iter_mut().zip(src) {
+                        *d = v + bias;
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+pub(crate) fn forward<T: CpuScalar>(
+    spec: &Conv2dSpec,
+    x: &CpuTensor<T>,
+    w: &CpuTensor<T>,
+    b: &CpuTensor<T>,
+    out_shape: Shape,
+) -> Result<CpuTensor<T>, CpuError> {
+    let g = Geo::new(spec, x.shape(), &out_shape);
+    let mut out = CpuTensor::uninit(out_shape);
+    let (xs, ws, bs) = (x.as_slice(), w.as_slice(), b.as_slice());
+    let (img_in, img_out) = (g.image(), g.oc * g.p());
+    if img_out == 0 {
+        return Ok(out);
+    }
+    let y = out.data_mut();
+    if g.n > 1 && should_par(g.n.saturating_mul(g.work())) {
+        y.par_chunks_mut(img_out).enumerate().try_for_each_init(
+            Scratch::default,
+            |sc, (i, yi)| {
+                image_forward(
+                    &g,
+                    &xs[i * img_in..(i + 1) * img_in],
+                    ws,
+                    bs,
+                    yi,
+                    sc,
+                    Parallelism::None,
+                )
+            },
+        )?;
+    } else {
+        let mut sc = Scratch::default();
+        for (i, yi) in y.chunks_exact_mut(img_out).enumerate() {
+            image_forward(
+                &g,
+                &xs[i * img_in..(i + 1) * img_in],
+                ws,
+                bs,
+                yi,
+                &mut sc,
+                par_for_work(g.work()),
+            )?;
+        }
+    }
+    Ok(out)
+}
+
+/// One group of images backward: accumulates the group's weight gradient into `dw` and writes
+/// the images' input gradients into `dx`.
+fn group_backward<T: CpuScalar>(
+    g: &Geo,
+    layout: Layout,
+    x: &[T],
+    w: &[T],
+    dy: &[T],
+    dx: &mut [T],
+    dw: &mut [T],
+    par: Parallelism,
+) -> Result<(), CpuError> {
+    let (p, kk, oc) = (g.p(), g.kk(), g.oc);
+    let (img_in, img_out) = (g.image(), oc * p);
+    let cols = g.cols(layout);
+    let mut sc = Scratch::default();
+    let Scratch {
+        xp,
+        col,
+        out: dcol,
+        grad,
+    } = &mut sc;
+    for (k, dxi) in dx.chunks_exact_mut(img_in).enumerate() {
+        let xi = &x[k * img_in..(k + 1) * img_in];
+        let dyi = &dy[k * img_out..(k + 1) * img_out];
+        // the patch matrix and the cotangent in its column layout
+        let (c, d): (&[T], &[T]) = match layout {
+            Layout::Direct => (xi, dyi),
+            Layout::Compact => {
+                let col = sized(col, kk * p);
+                im2col(g, xi, col);
+                (col, dyi)
+            }
+            Layout::Wide => {
+                let (wp, wo) = (g.wp(), g.wo);
+                let xpad = padded(g, xi, xp);
+                let col = sized(col, kk * cols);
+                im2col_wide(g, xpad, col);
+                let grad = sized(grad, oc * cols);
+                grad.fill(T::ZERO);
+                for (wide, drow) in grad.chunks_exact_mut(cols).zip(dyi.chunks_exact(p)) {
+                    for (seg, src) in wide.chunks_exact_mut(wp).zip(drow.chunks_exact(wo)) {
+                        copy_run(&mut seg[..wo], src);
+                    }
+                }
+                (col, grad)
+            }
+        };
+        // dW (+)= dy · colᵀ
+        gemm(
+            OP,
+            oc,
+            kk,
+            cols,
+            dw,
+            k > 0,
+            Mat::rows(d, cols),
+            Mat::transposed(c, cols),
+            par,
+        )?;
+        // dcol = Wᵀ · dy, scattered back onto the image
+        let wt = Mat::transposed(w, kk);
+        match layout {
+            Layout::Direct => gemm(OP, kk, p, oc, dxi, false, wt, Mat::rows(d, p), par)?,
+            Layout::Compact => {
+                let dcol = sized(dcol, kk * p);
+                gemm(OP, kk, p, oc, dcol, false, wt, Mat::rows(d, p), par)?;
+                dxi.fill(T::ZERO);
+                col2im(g, dcol, dxi);
+            }
+            Layout::Wide => {
+                let dcol = sized(dcol, kk * cols);
+                gemm(OP, kk, cols, oc, dcol, false, wt, Mat::rows(d, cols), par)?;
+                if g.pad == 0 {
+                    dxi.fill(T::ZERO);
+                    col2im_wide(g, dcol, dxi);
+                } else {
+                    let (hp, wp) = (g.hp(), g.wp());
+                    let dxp = sized(xp, g.c * hp * wp);
+                    dxp.fill(T::ZERO);
+                    col2im_wide(g, dcol, dxp);
+                    for (ci, plane) in dxi.chunks_exact_mut(g.h * g.w).enumerate() {
+                        for (r, row) in plane.chunks_exact_mut(g.w).enumerate() {
+                            copy_run(row, &dxp[(ci * hp + r + g.pad) * wp + g.pad..][..g.w]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `(dx, dW, db)`.
+pub(crate) fn vjp<T: CpuScalar>(
+    spec: &Conv2dSpec,
+    x: &CpuTensor<T>,
+    w: &CpuTensor<T>,
+    dy: &CpuTensor<T>,
+) -> Result<Grads3<T>, CpuError> {
+    let g = Geo::new(spec, x.shape(), dy.shape());
+    let (xs, ws, ds) = (x.as_slice(), w.as_slice(), dy.as_slice());
+    let (p, kk, oc) = (g.p(), g.kk(), g.oc);
+    let (img_in, img_out) = (g.image(), oc * p);
+    let mut dx = CpuTensor::uninit(x.shape().clone());
+    let mut dw = CpuTensor::uninit(w.shape().clone());
+    let mut db = CpuTensor::uninit(Shape::from([oc]));
+
+    // db[o] = Σ_images Σ_positions dy
+    let dbs = db.data_mut();
+    dbs.fill(T::ZERO);
+    if p > 0 && oc > 0 {
+        let rows: Vec<T> = ds.chunks_exact(p).map(sum_seq).collect();
+        for img in rows.chunks_exact(oc) {
+            for (a, &r) in dbs.iter_mut().zip(img) {
+                *a += r;
+            }
+        }
+    }
+
+    let wlen = oc * kk;
+    if g.n == 0 || img_in == 0 || wlen == 0 || p == 0 {
+        // no product has a nonzero term
+        dw.data_mut().fill(T::ZERO);
+        dx.data_mut().fill(T::ZERO);
+        return Ok((dx, dw, db));
+    }
+    let layout = match g.layout() {
+        Layout::Wide if !(all_finite(xs) && all_finite(ws)) => Layout::Compact,
+        l => l,
+    };
+    let groups = g.n.min(MAX_GROUPS);
+    let per = g.n.div_ceil(groups);
+    let groups = g.n.div_ceil(per);
+    if groups == 1 {
+        group_backward(
+            &g,
+            layout,
+            xs,
+            ws,
+            ds,
+            dx.data_mut(),
+            dw.data_mut(),
+            par_for_work(g.work()),
+        )?;
+        return Ok((dx, dw, db));
+    }
+    let mut partial = vec![T::ZERO; groups * wlen];
+    let job = |(k, (dxg, dwg)): (usize, (&mut [T], &mut [T]))| {
+        let imgs = dxg.len() / img_in;
+        let first = k * per;
+        group_backward(
+            &g,
+            layout,
+            &xs[first * img_in..(first + imgs) * img_in],
+            ws,
+            &ds[first * img_out..(first + imgs) * img_out],
+            dxg,
+            dwg,
+            Parallelism::None,
+        )
+    };
+    let dxs = dx.data_mut();
+    if should_par(g.n.saturating_mul(g.work())) {
+        dxs.par_chunks_mut(per * img_in)
+            .zip(partial.par_chunks_mut(wlen))
+            .enumerate()
+            .try_for_each(job)?;
+    } else {
+        dxs.chunks_mut(per * img_in)
+            .zip(partial.chunks_mut(wlen))
+            .enumerate()
+            .try_for_each(job)?;
+    }
+    let dws = dw.data_mut();
+    dws.copy_from_slice(&partial[..wlen]);
+    for part in partial[wlen..].chunks_exact(wlen) {
+        for (a, &v) in dws.iter_mut().zip(part) {
+            *a += v;
+        }
+    }
+    Ok((dx, dw, db))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_padding_only_image_gives_the_bias() {
+        use crate::CpuF32;
+        use torchlean_runtime::{Kernels, Saved};
+        use torchlean_spec::Op;
+        let spec = Conv2dSpec {
+            in_channels: 1,
+            out_channels: 2,
+            kernel_h: 2,
+            kernel_w: 2,
+            stride: 1,
+            padding: 1,
+        };
+        let op = Op::Conv2d(spec);
+        let x = CpuF32::zeros([1, 1, 0, 0]).unwrap();
+        let w = CpuF32::filled([2, 1, 2, 2], 1.0).unwrap();
+        let b = CpuF32::from_vec([2], vec![0.5, -1.0]).unwrap();
+        let y = CpuF32::forward(&op, &[&x, &w, &b]).unwrap();
+        assert_eq!(y.shape(), &Shape::from([1, 2, 1, 1]));
+        assert_eq!(y.as_slice(), &[0.5, -1.0]);
+        let saved = Saved::for_op(&op, &[&x, &w, &b], &y);
+        let g = CpuF32::vjp(&op, &saved, &y).unwrap();
+        assert_eq!(g[1].as_ref().unwrap().as_slice(), &[0.0; 8]);
+        assert_eq!(g[2].as_ref().unwrap().as_slice(), &[0.5, -1.0]);
+    }
+
+    #[test]
+    fn valid_ranges_clip_the_padding() {
+        // extent 5, kernel offset 0, pad 1, stride 1: output i reads i − 1
+        assert_eq!(valid(5, 0, 1, 1, 5), (1, 5));
+        assert_eq!(valid(5, 2, 1, 1, 5), (0, 4));
+        // stride 2, pad 1, k = 0: i·2 − 1 ∈ [0, 6) for i ∈ [1, 3)
+        assert_eq!(valid(3, 0, 2, 1, 6), (1, 3));
+        // nothing valid
+        assert_eq!(valid(2, 0, 1, 3, 1), (2, 2));
+    }
+
+    #[test]
+    fn im2col_then_col2im_counts_each_input_once_per_window() {
+        let spec = Conv2dSpec {
+            in_channels: 1,
+            out_channels: 1,
+            kernel_h: 3,
+            kernel_w: 3,
+            stride: 1,
+            padding: 1,
+        };
+        let g = Geo::new(&spec, &Shape::from([1, 4, 4]), &Shape::from([1, 4, 4]));
+        let x = vec![1.0f64; 16];
+        let mut col = vec![0.0; g.kk() * g.p()];
+        im2col(&g, &x, &mut col);
+        let mut dx = vec![0.0; 16];
+        col2im(&g, &col, &mut dx);
+        // corners are in 4 windows, edges in 6, interior cells in 9
+        assert_eq!(dx[0], 4.0);
+        assert_eq!(dx[1], 6.0);
+        assert_eq!(dx[5], 9.0);
+    }
+}

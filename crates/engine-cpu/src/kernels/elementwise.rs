@@ -1,0 +1,266 @@
+//! Elementwise ops: the twelve unary functions, the six binary ones, `scale`, `add_scalar`, and
+//! their VJPs, with the reference's edge policies (`relu'(0) = 0`, `abs'(0) = 0`, `sqrt' = 0`
+//! at `y ≤ 0`, max/min ties split the cotangent in half) and its order of operations.
+//!
+//! Each kernel is one pass over contiguous slices with the function inlined into the loop (no
+//! bounds checks, no calls for the vectorisable functions), split across threads above
+//! [`crate::threads::PAR_MIN_WORK`] weighted by a per-function cost.
+
+use crate::error::CpuError;
+use crate::scalar::CpuScalar;
+use crate::simd::{kernel, vectorized_if};
+use crate::tensor::CpuTensor;
+use crate::threads::par_rows;
+use torchlean_spec::{BinaryOp, UnaryOp};
+
+/// Relative costs (≈ cheap operations per element) that weight the parallel threshold.
+const CHEAP: usize = 1;
+const DIVIDE: usize = 4;
+const POLY: usize = 16;
+const LIBM: usize = 32;
+
+/// `dst[i] = f(src[i])`.
+#[inline(always)]
+pub(crate) fn map_loop<T: Copy, F: Fn(T) -> T>((dst, src, f): (&mut [T], &[T], &F)) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = f(s);
+    }
+}
+
+/// `dst[i] = f(a[i], b[i])`.
+#[inline(always)]
+pub(crate) fn zip_loop<T: Copy, F: Fn(T, T) -> T>((dst, a, b, f): (&mut [T], &[T], &[T], &F)) {
+    for ((d, &x), &y) in dst.iter_mut().zip(a).zip(b) {
+        *d = f(x, y);
+    }
+}
+
+/// `dst[i] = f(a[i], b[i], c[i])`.
+#[inline(always)]
+fn zip3_loop<T: Copy, F: Fn(T, T, T) -> T>((dst, a, b, c, f): (&mut [T], &[T], &[T], &[T], &F)) {
+    for (((d, &x), &y), &z) in dst.iter_mut().zip(a).zip(b).zip(c) {
+        *d = f(x, y, z);
+    }
+}
+
+kernel!(MapLoop => map_loop<'a> [T: (Copy), F: (Fn(T) -> T)] ((&'a mut [T], &'a [T], &'a F)) -> ());
+kernel!(ZipLoop => zip_loop<'a> [T: (Copy), F: (Fn(T, T) -> T)] ((&'a mut [T], &'a [T], &'a [T], &'a F)) -> ());
+kernel!(Zip3Loop => zip3_loop<'a> [T: (Copy), F: (Fn(T, T, T) -> T)] ((&'a mut [T], &'a [T], &'a [T], &'a [T], &'a F)) -> ());
+
+/// `f` applied to every element of `x`.
+#[inline(always)]
+pub(crate) fn map<T: CpuScalar>(
+    x: &CpuTensor<T>,
+    cost: usize,
+    f: impl Fn(T) -> T + Sync + Send,
+) -> CpuTensor<T> {
+    let mut out = CpuTensor::uninit(x.shape().clone());
+    let src = x.as_slice();
+    par_rows(out.data_mut(), 1, cost, |start, dst| {
+        vectorized_if::<MapLoop, _>(dst.len(), (dst, &src[start..], &f))
+    });
+    out
+}
+
+/// `f` applied to corresponding elements of `a` and `b` (same shape, checked by the caller).
+#[inline(always)]
+pub(crate) fn zip<T: CpuScalar>(
+    a: &CpuTensor<T>,
+    b: &CpuTensor<T>,
+    cost: usize,
+    f: impl Fn(T, T) -> T + Sync + Send,
+) -> CpuTensor<T> {
+    debug_assert_eq!(a.shape(), b.shape());
+    let mut out = CpuTensor::uninit(a.shape().clone());
+    let (sa, sb) = (a.as_slice(), b.as_slice());
+    par_rows(out.data_mut(), 1, cost, |start, dst| {
+        vectorized_if::<ZipLoop, _>(dst.len(), (dst, &sa[start..], &sb[start..], &f))
+    });
+    out
+}
+
+/// `f` applied to corresponding elements of three tensors of one shape.
+#[inline(always)]
+fn zip3<T: CpuScalar>(
+    a: &CpuTensor<T>,
+    b: &CpuTensor<T>,
+    c: &CpuTensor<T>,
+    cost: usize,
+    f: impl Fn(T, T, T) -> T + Sync + Send,
+) -> CpuTensor<T> {
+    let mut out = CpuTensor::uninit(a.shape().clone());
+    let (sa, sb, sc) = (a.as_slice(), b.as_slice(), c.as_slice());
+    par_rows(out.data_mut(), 1, cost, |start, dst| {
+        let args = (dst, &sa[start..], &sb[start..], &sc[start..], &f);
+        vectorized_if::<Zip3Loop, _>(args.0.len(), args)
+    });
+    out
+}
+
+#[inline(always)]
+fn relu<T: CpuScalar>(x: T) -> T {
+    if x > T::ZERO {
+        x
+    } else {
+        T::ZERO
+    }
+}
+
+#[inline(always)]
+fn sigmoid<T: CpuScalar>(x: T) -> T {
+    T::ONE / (T::ONE + (-x).vexp())
+}
+
+pub(crate) fn unary<T: CpuScalar>(u: UnaryOp, x: &CpuTensor<T>) -> CpuTensor<T> {
+    match u {
+        UnaryOp::Abs => map(x, CHEAP, T::abs),
+        UnaryOp::Sqrt => map(x, DIVIDE, T::sqrt),
+        UnaryOp::Inv => map(x, DIVIDE, |v| T::ONE / v),
+        UnaryOp::Relu => map(x, CHEAP, relu),
+        UnaryOp::Tanh => map(x, POLY, T::vtanh),
+        UnaryOp::Sigmoid => map(x, POLY, sigmoid),
+        UnaryOp::Exp => map(x, POLY, T::vexp),
+        UnaryOp::Log => map(x, LIBM, T::ln),
+        UnaryOp::Sin => map(x, LIBM, T::sin),
+        UnaryOp::Cos => map(x, LIBM, T::cos),
+        UnaryOp::Neg => map(x, CHEAP, |v| -v),
+        // max(x, 0) + log1p(exp(−|x|)): no overflow for large |x|
+        UnaryOp::Softplus => map(x, LIBM, |v| relu(v) + (-v.abs()).vexp().ln_1p()),
+    }
+}
+
+fn need<'a, T: CpuScalar>(
+    v: Option<&'a CpuTensor<T>>,
+    op: &'static str,
+    what: &str,
+) -> Result<&'a CpuTensor<T>, CpuError> {
+    v.ok_or_else(|| CpuError::MissingSaved {
+        op,
+        what: what.into(),
+    })
+}
+
+/// `dx` from the saved input `x` and/or output `y` (as the op declares) and the cotangent.
+pub(crate) fn unary_vjp<T: CpuScalar>(
+    u: UnaryOp,
+    x: Option<&CpuTensor<T>>,
+    y: Option<&CpuTensor<T>>,
+    dy: &CpuTensor<T>,
+) -> Result<CpuTensor<T>, CpuError> {
+    let op = u.name();
+    let x = || need(x, op, "input");
+    let y = || need(y, op, "output");
+    Ok(match u {
+        UnaryOp::Abs => zip(x()?, dy, CHEAP, |x, d| {
+            if x > T::ZERO {
+                d
+            } else if x < T::ZERO {
+                -d
+            } else {
+                T::ZERO
+            }
+        }),
+        UnaryOp::Sqrt => zip(y()?, dy, DIVIDE, |y, d| {
+            if y > T::ZERO {
+                d / (y + y)
+            } else {
+                T::ZERO
+            }
+        }),
+        UnaryOp::Inv => zip(y()?, dy, CHEAP, |y, d| -(d * (y * y))),
+        UnaryOp::Relu => zip(
+            y()?,
+            dy,
+            CHEAP,
+            |y, d| if y > T::ZERO { d } else { T::ZERO },
+        ),
+        UnaryOp::Tanh => zip(y()?, dy, CHEAP, |y, d| d * (T::ONE - y * y)),
+        UnaryOp::Sigmoid => zip(y()?, dy, CHEAP, |y, d| d * (T::ONE - y) * y),
+        UnaryOp::Exp => zip(y()?, dy, CHEAP, |y, d| d * y),
+        UnaryOp::Log => zip(x()?, dy, DIVIDE, |x, d| d / x),
+        UnaryOp::Sin => zip(x()?, dy, LIBM, |x, d| d * x.cos()),
+        UnaryOp::Cos => zip(x()?, dy, LIBM, |x, d| d * -x.sin()),
+        UnaryOp::Neg => map(dy, CHEAP, |d| -d),
+        UnaryOp::Softplus => zip(x()?, dy, POLY, |x, d| d * sigmoid(x)),
+    })
+}
+
+pub(crate) fn binary<T: CpuScalar>(
+    b: BinaryOp,
+    x: &CpuTensor<T>,
+    y: &CpuTensor<T>,
+) -> CpuTensor<T> {
+    match b {
+        BinaryOp::Add => zip(x, y, CHEAP, |a, b| a + b),
+        BinaryOp::Sub => zip(x, y, CHEAP, |a, b| a - b),
+        BinaryOp::Mul => zip(x, y, CHEAP, |a, b| a * b),
+        BinaryOp::Div => zip(x, y, DIVIDE, |a, b| a / b),
+        // TorchLean's decidable max/min: `if a > b then a else b`, `if b > a then a else b`
+        BinaryOp::Max => zip(x, y, CHEAP, |a, b| if a > b { a } else { b }),
+        BinaryOp::Min => zip(x, y, CHEAP, |a, b| if b > a { a } else { b }),
+    }
+}
+
+/// `(da, db)`. `add` and `sub` pass the cotangent through without a copy.
+pub(crate) fn binary_vjp<T: CpuScalar>(
+    kind: BinaryOp,
+    x: Option<&CpuTensor<T>>,
+    y: Option<&CpuTensor<T>>,
+    d: &CpuTensor<T>,
+) -> Result<(CpuTensor<T>, CpuTensor<T>), CpuError> {
+    let op = kind.name();
+    let both = || -> Result<(&CpuTensor<T>, &CpuTensor<T>), CpuError> {
+        Ok((need(x, op, "operand 0")?, need(y, op, "operand 1")?))
+    };
+    Ok(match kind {
+        BinaryOp::Add => (d.clone(), d.clone()),
+        BinaryOp::Sub => (d.clone(), map(d, CHEAP, |d| -d)),
+        BinaryOp::Mul => {
+            let (a, b) = both()?;
+            (
+                zip(d, b, CHEAP, |d, b| d * b),
+                zip(d, a, CHEAP, |d, a| d * a),
+            )
+        }
+        BinaryOp::Div => {
+            let (a, b) = both()?;
+            let da = zip(d, b, DIVIDE, |d, b| d / b);
+            let db = zip3(d, a, b, DIVIDE, |d, a, b| -((d * a) / (b * b)));
+            (da, db)
+        }
+        BinaryOp::Max | BinaryOp::Min => {
+            let (a, b) = both()?;
+            // the winner takes the cotangent, a tie (or NaN) splits it
+            let split = move |mine: bool, theirs: bool, d: T| {
+                if mine {
+                    d
+                } else if theirs {
+                    T::ZERO
+                } else {
+                    d * T::HALF
+                }
+            };
+            if kind == BinaryOp::Max {
+                (
+                    zip3(a, b, d, CHEAP, move |a, b, d| split(a > b, b > a, d)),
+                    zip3(a, b, d, CHEAP, move |a, b, d| split(b > a, a > b, d)),
+                )
+            } else {
+                (
+                    zip3(a, b, d, CHEAP, move |a, b, d| split(b > a, a > b, d)),
+                    zip3(a, b, d, CHEAP, move |a, b, d| split(a > b, b > a, d)),
+                )
+            }
+        }
+    })
+}
+
+#[inline]
+pub(crate) fn scale<T: CpuScalar>(x: &CpuTensor<T>, c: T) -> CpuTensor<T> {
+    map(x, CHEAP, |v| c * v)
+}
+
+#[inline]
+pub(crate) fn add_scalar<T: CpuScalar>(x: &CpuTensor<T>, c: T) -> CpuTensor<T> {
+    map(x, CHEAP, |v| v + c)
+}

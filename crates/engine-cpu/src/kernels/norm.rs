@@ -1,0 +1,434 @@
+//! Normalisers: softmax and log-softmax along an axis, layer norm over a suffix of axes, batch
+//! norm in evaluation mode, and their VJPs — the reference's formulas. Sums along a contiguous
+//! row use eight interleaved accumulators (fixed order, vectorised); sums across rows add whole
+//! rows in index order.
+//!
+//! An axis splits a tensor into `outer × n × inner`. When `inner = 1` every line is a
+//! contiguous row; otherwise a slab of `n` rows of `inner` elements is processed with all its
+//! lines side by side (vectorised along `inner`). Lines are independent, so slabs go to threads
+//! freely without changing any result.
+
+use super::reduce::{lane_max, lane_sum, lane_sum2};
+use crate::scalar::CpuScalar;
+use crate::simd::{kernel, vectorized_if};
+use crate::tensor::CpuTensor;
+use crate::threads::{par_map, par_rows};
+
+/// `if m > v then m else v` (TorchLean's decidable max, NaN-faithful).
+#[inline(always)]
+fn max_of<T: CpuScalar>(m: T, v: T) -> T {
+    if m > v {
+        m
+    } else {
+        v
+    }
+}
+
+/// Runs `f(slab index, output slab, scratch)` over every `n × inner` output slab, in parallel
+/// when large (slabs are independent).
+fn slabs<T: CpuScalar>(
+    out: &mut CpuTensor<T>,
+    n: usize,
+    inner: usize,
+    cost_per_elem: usize,
+    f: impl Fn(usize, &mut [T], &mut Vec<T>) + Sync + Send,
+) {
+    let slab = n * inner;
+    par_rows(out.data_mut(), slab, slab * cost_per_elem, |first, rows| {
+        let mut scratch = Vec::new();
+        for (g, y) in rows.chunks_exact_mut(slab).enumerate() {
+            f(first + g, y, &mut scratch);
+        }
+    });
+}
+
+/// Arguments of a slab kernel: input slab(s), output slab, `inner`, scratch.
+type Slab1<'a, T> = (&'a [T], &'a mut [T], usize, &'a mut Vec<T>);
+type Slab2<'a, T> = (&'a [T], &'a [T], &'a mut [T], usize, &'a mut Vec<T>);
+
+kernel!(SoftmaxSlab => softmax_slab<'a> [T: (CpuScalar)] (Slab1<'a, T>) -> ());
+kernel!(SoftmaxVjpSlab => softmax_vjp_slab<'a> [T: (CpuScalar)] (Slab2<'a, T>) -> ());
+kernel!(LogSoftmaxSlab => log_softmax_slab<'a> [T: (CpuScalar)] (Slab1<'a, T>) -> ());
+kernel!(LogSoftmaxVjpSlab => log_softmax_vjp_slab<'a> [T: (CpuScalar)] (Slab2<'a, T>) -> ());
+kernel!(LayerNormRows => layer_norm_rows<'a> [T: (CpuScalar)] ((&'a [T], &'a mut [T], usize, T)) -> ());
+kernel!(LayerNormVjpRows => layer_norm_vjp_rows<'a> [T: (CpuScalar)] ((&'a [T], &'a [T], &'a mut [T], usize, T)) -> ());
+
+/// Softmax of one `n × inner` slab along `n`.
+#[inline(always)]
+fn softmax_slab<T: CpuScalar>((xs, y, inner, scratch): Slab1<'_, T>) {
+    if inner == 1 {
+        let m = lane_max(xs);
+        for (e, &v) in y.iter_mut().zip(xs) {
+            *e = (v - m).vexp();
+        }
+        let sum = lane_sum(y, |e| e);
+        for e in y.iter_mut() {
+            *e = *e / sum;
+        }
+        return;
+    }
+    scratch.clear();
+    scratch.extend_from_slice(&xs[..inner]);
+    scratch.resize(2 * inner, T::ZERO);
+    let (m, sum) = scratch.split_at_mut(inner);
+    for row in xs[inner..].chunks_exact(inner) {
+        for (m, &v) in m.iter_mut().zip(row) {
+            *m = max_of(*m, v);
+        }
+    }
+    for (yrow, xrow) in y.chunks_exact_mut(inner).zip(xs.chunks_exact(inner)) {
+        for (((e, &v), &m), s) in yrow.iter_mut().zip(xrow).zip(m.iter()).zip(sum.iter_mut()) {
+            *e = (v - m).vexp();
+            *s += *e;
+        }
+    }
+    for yrow in y.chunks_exact_mut(inner) {
+        for (e, &s) in yrow.iter_mut().zip(sum.iter()) {
+            *e = *e / s;
+        }
+    }
+}
+
+pub(crate) fn softmax<T: CpuScalar>(x: &CpuTensor<T>, axis: usize) -> CpuTensor<T> {
+    let (_, n, inner) = x.shape().split_at_axis(axis);
+    let mut out = CpuTensor::uninit(x.shape().clone());
+    let src = x.as_slice();
+    slabs(&mut out, n, inner, 16, |o, y, scratch| {
+        let xs = &src[o * n * inner..][..n * inner];
+        vectorized_if::<SoftmaxSlab, _>(y.len(), (xs, y, inner, scratch));
+    });
+    out
+}
+
+/// `dx = (dy − Σ dy·y)·y` on one slab.
+#[inline(always)]
+fn softmax_vjp_slab<T: CpuScalar>((yv, dv, dx, inner, scratch): Slab2<'_, T>) {
+    if inner == 1 {
+        let dot = lane_sum2(dv, yv, |d, y| d * y);
+        for ((g, &d), &y) in dx.iter_mut().zip(dv).zip(yv) {
+            *g = (d - dot) * y;
+        }
+        return;
+    }
+    scratch.clear();
+    scratch.resize(inner, T::ZERO);
+    for (yrow, drow) in yv.chunks_exact(inner).zip(dv.chunks_exact(inner)) {
+        for ((s, &d), &y) in scratch.iter_mut().zip(drow).zip(yrow) {
+            *s += d * y;
+        }
+    }
+    for ((grow, yrow), drow) in dx
+        .chunks_exact_mut(inner)
+        .zip(yv.chunks_exact(inner))
+        .zip(dv.chunks_exact(inner))
+    {
+        for (((g, &d), &y), &dot) in grow.iter_mut().zip(drow).zip(yrow).zip(scratch.iter()) {
+            *g = (d - dot) * y;
+        }
+    }
+}
+
+/// `dx = (dy − Σ dy·y)·y` along the axis.
+pub(crate) fn softmax_vjp<T: CpuScalar>(
+    y: &CpuTensor<T>,
+    dy: &CpuTensor<T>,
+    axis: usize,
+) -> CpuTensor<T> {
+    let (_, n, inner) = y.shape().split_at_axis(axis);
+    let mut out = CpuTensor::uninit(y.shape().clone());
+    let (ys, ds) = (y.as_slice(), dy.as_slice());
+    slabs(&mut out, n, inner, 4, |o, dx, scratch| {
+        let yv = &ys[o * n * inner..][..n * inner];
+        let dv = &ds[o * n * inner..][..n * inner];
+        vectorized_if::<SoftmaxVjpSlab, _>(dx.len(), (yv, dv, dx, inner, scratch));
+    });
+    out
+}
+
+/// Log-softmax of one slab.
+#[inline(always)]
+fn log_softmax_slab<T: CpuScalar>((xs, y, inner, scratch): Slab1<'_, T>) {
+    if inner == 1 {
+        let m = lane_max(xs);
+        // the exponentials go through the output buffer so that every pass is a plain loop
+        for (e, &v) in y.iter_mut().zip(xs) {
+            *e = (v - m).vexp();
+        }
+        let lse = lane_sum(y, |e| e).ln();
+        for (e, &v) in y.iter_mut().zip(xs) {
+            *e = (v - m) - lse;
+        }
+        return;
+    }
+    scratch.clear();
+    scratch.extend_from_slice(&xs[..inner]);
+    scratch.resize(2 * inner, T::ZERO);
+    let (m, sum) = scratch.split_at_mut(inner);
+    for row in xs[inner..].chunks_exact(inner) {
+        for (m, &v) in m.iter_mut().zip(row) {
+            *m = max_of(*m, v);
+        }
+    }
+    for xrow in xs.chunks_exact(inner) {
+        for ((s, &v), &m) in sum.iter_mut().zip(xrow).zip(m.iter()) {
+            *s += (v - m).vexp();
+        }
+    }
+    for s in sum.iter_mut() {
+        *s = s.ln();
+    }
+    for (yrow, xrow) in y.chunks_exact_mut(inner).zip(xs.chunks_exact(inner)) {
+        for (((e, &v), &m), &lse) in yrow.iter_mut().zip(xrow).zip(m.iter()).zip(sum.iter()) {
+            *e = (v - m) - lse;
+        }
+    }
+}
+
+pub(crate) fn log_softmax<T: CpuScalar>(x: &CpuTensor<T>, axis: usize) -> CpuTensor<T> {
+    let (_, n, inner) = x.shape().split_at_axis(axis);
+    let mut out = CpuTensor::uninit(x.shape().clone());
+    let src = x.as_slice();
+    slabs(&mut out, n, inner, 16, |o, y, scratch| {
+        let xs = &src[o * n * inner..][..n * inner];
+        vectorized_if::<LogSoftmaxSlab, _>(y.len(), (xs, y, inner, scratch));
+    });
+    out
+}
+
+/// `dx = dy − exp(y)·Σ dy` on one slab.
+#[inline(always)]
+fn log_softmax_vjp_slab<T: CpuScalar>((yv, dv, dx, inner, scratch): Slab2<'_, T>) {
+    if inner == 1 {
+        let total = lane_sum(dv, |d| d);
+        for ((g, &d), &y) in dx.iter_mut().zip(dv).zip(yv) {
+            *g = d - y.vexp() * total;
+        }
+        return;
+    }
+    scratch.clear();
+    scratch.resize(inner, T::ZERO);
+    for drow in dv.chunks_exact(inner) {
+        for (s, &d) in scratch.iter_mut().zip(drow) {
+            *s += d;
+        }
+    }
+    for ((grow, yrow), drow) in dx
+        .chunks_exact_mut(inner)
+        .zip(yv.chunks_exact(inner))
+        .zip(dv.chunks_exact(inner))
+    {
+        for (((g, &d), &y), &t) in grow.iter_mut().zip(drow).zip(yrow).zip(scratch.iter()) {
+            *g = d - y.vexp() * t;
+        }
+    }
+}
+
+/// `dx = dy − exp(y)·Σ dy` along the axis.
+pub(crate) fn log_softmax_vjp<T: CpuScalar>(
+    y: &CpuTensor<T>,
+    dy: &CpuTensor<T>,
+    axis: usize,
+) -> CpuTensor<T> {
+    let (_, n, inner) = y.shape().split_at_axis(axis);
+    let mut out = CpuTensor::uninit(y.shape().clone());
+    let (ys, ds) = (y.as_slice(), dy.as_slice());
+    slabs(&mut out, n, inner, 16, |o, dx, scratch| {
+        let yv = &ys[o * n * inner..][..n * inner];
+        let dv = &ds[o * n * inner..][..n * inner];
+        vectorized_if::<LogSoftmaxVjpSlab, _>(dx.len(), (yv, dv, dx, inner, scratch));
+    });
+    out
+}
+
+/// `(mean, sigma)` of one row: population variance clamped at 0 (`if var > 0 then var else 0`),
+/// `sigma = sqrt(var + eps)`; sums in a fixed lane order.
+#[inline(always)]
+fn row_stats<T: CpuScalar>(row: &[T], eps: T) -> (T, T) {
+    let n = T::from_usize(row.len().max(1));
+    let mean = lane_sum(row, |v| v) / n;
+    let sq = lane_sum(row, |v| (v - mean) * (v - mean));
+    let var = max_of(sq / n, T::ZERO);
+    (mean, (var + eps).sqrt())
+}
+
+fn suffix_len(shape: &torchlean_spec::Shape, axis: usize) -> usize {
+    shape.dims()[axis..].iter().product()
+}
+
+/// Layer norm of consecutive rows.
+#[inline(always)]
+fn layer_norm_rows<T: CpuScalar>((src, out, inner, eps): (&[T], &mut [T], usize, T)) {
+    for (yrow, row) in out.chunks_exact_mut(inner).zip(src.chunks_exact(inner)) {
+        let (mean, sigma) = row_stats(row, eps);
+        for (y, &v) in yrow.iter_mut().zip(row) {
+            *y = (v - mean) / sigma;
+        }
+    }
+}
+
+pub(crate) fn layer_norm<T: CpuScalar>(x: &CpuTensor<T>, axis: usize, eps: T) -> CpuTensor<T> {
+    let inner = suffix_len(x.shape(), axis);
+    let mut out = CpuTensor::uninit(x.shape().clone());
+    let src = x.as_slice();
+    par_rows(out.data_mut(), inner, 6 * inner, |first, rows| {
+        let xs = &src[first * inner..][..rows.len()];
+        vectorized_if::<LayerNormRows, _>(rows.len(), (xs, rows, inner, eps));
+    });
+    out
+}
+
+/// `dx = (dy − mean(dy) − x̂·mean(dy·x̂)) / sigma` per row.
+pub(crate) fn layer_norm_vjp<T: CpuScalar>(
+    x: &CpuTensor<T>,
+    dy: &CpuTensor<T>,
+    axis: usize,
+    eps: T,
+) -> CpuTensor<T> {
+    let inner = suffix_len(x.shape(), axis);
+    let mut out = CpuTensor::uninit(x.shape().clone());
+    let (src, ds) = (x.as_slice(), dy.as_slice());
+    par_rows(out.data_mut(), inner, 12 * inner, |first, rows| {
+        let xs = &src[first * inner..][..rows.len()];
+        let dv = &ds[first * inner..][..rows.len()];
+        vectorized_if::<LayerNormVjpRows, _>(rows.len(), (xs, dv, rows, inner, eps));
+    });
+    out
+}
+
+/// The layer-norm VJP of consecutive rows.
+#[inline(always)]
+fn layer_norm_vjp_rows<T: CpuScalar>((src, ds, out, inner, eps): (&[T], &[T], &mut [T], usize, T)) {
+    let n = T::from_usize(inner);
+    for ((dxrow, row), drow) in out
+        .chunks_exact_mut(inner)
+        .zip(src.chunks_exact(inner))
+        .zip(ds.chunks_exact(inner))
+    {
+        let (mean, sigma) = row_stats(row, eps);
+        let sum_d = lane_sum(drow, |d| d);
+        let sum_dx = lane_sum2(drow, row, |d, v| d * ((v - mean) / sigma));
+        let mean_d = sum_d / n;
+        let mean_dx = sum_dx / n;
+        for ((g, &d), &v) in dxrow.iter_mut().zip(drow).zip(row) {
+            let h = (v - mean) / sigma;
+            *g = ((d - mean_d) - h * mean_dx) / sigma;
+        }
+    }
+}
+
+/// `(N, C, rest)` of a validated batch-norm input.
+fn bn_dims(x: &CpuTensor<impl CpuScalar>) -> (usize, usize, usize) {
+    let d = x.shape().dims();
+    (d[0], d[1], d[2..].iter().product())
+}
+
+/// `sqrt(max(var, 0) + eps)`.
+fn bn_sigma<T: CpuScalar>(var: T, eps: T) -> T {
+    (max_of(var, T::ZERO) + eps).sqrt()
+}
+
+/// `(x − mean)/sqrt(max(var, 0) + eps)·γ + β`, channels on axis 1.
+pub(crate) fn batch_norm<T: CpuScalar>(args: &[&CpuTensor<T>], eps: T) -> CpuTensor<T> {
+    let (x, gamma, beta, mean, var) = (args[0], args[1], args[2], args[3], args[4]);
+    let (_, c, rest) = bn_dims(x);
+    let sigmas: Vec<T> = var.as_slice().iter().map(|&v| bn_sigma(v, eps)).collect();
+    let (g, b, m) = (gamma.as_slice(), beta.as_slice(), mean.as_slice());
+    let mut out = CpuTensor::uninit(x.shape().clone());
+    let src = x.as_slice();
+    par_rows(out.data_mut(), rest, 4 * rest, |first, rows| {
+        for (k, yrow) in rows.chunks_exact_mut(rest).enumerate() {
+            let row = first + k;
+            let ch = row % c;
+            let xrow = &src[row * rest..][..rest];
+            let (m, s, g, b) = (m[ch], sigmas[ch], g[ch], b[ch]);
+            for (y, &v) in yrow.iter_mut().zip(xrow) {
+                *y = ((v - m) / s) * g + b;
+            }
+        }
+    });
+    out
+}
+
+/// `[dx, dγ, dβ, dmean, dvar]`; `d max(var, 0)/d var` is 0 for `var < 0`, else 1. Channel sums
+/// run over the batch in order, each image's positions in a fixed lane order.
+pub(crate) fn batch_norm_vjp<T: CpuScalar>(
+    x: &CpuTensor<T>,
+    gamma: &CpuTensor<T>,
+    mean: &CpuTensor<T>,
+    var: &CpuTensor<T>,
+    dy: &CpuTensor<T>,
+    eps: T,
+) -> Vec<CpuTensor<T>> {
+    let (n, c, rest) = bn_dims(x);
+    let (g, m, v) = (gamma.as_slice(), mean.as_slice(), var.as_slice());
+    let sigmas: Vec<T> = v.iter().map(|&v| bn_sigma(v, eps)).collect();
+    // d sigma^-1 / d var = -1/2 · sigma^-3
+    let var_coef: Vec<T> = v
+        .iter()
+        .zip(&sigmas)
+        .map(|(&v, &s)| {
+            if T::ZERO > v {
+                T::ZERO
+            } else {
+                -T::HALF / (s * s * s)
+            }
+        })
+        .collect();
+    let (xs, ds) = (x.as_slice(), dy.as_slice());
+    let mut dx = CpuTensor::uninit(x.shape().clone());
+    par_rows(dx.data_mut(), rest, 2 * rest, |first, rows| {
+        for (k, grow) in rows.chunks_exact_mut(rest).enumerate() {
+            let row = first + k;
+            let ch = row % c;
+            let drow = &ds[row * rest..][..rest];
+            let (gc, sc) = (g[ch], sigmas[ch]);
+            for (o, &d) in grow.iter_mut().zip(drow) {
+                *o = (d * gc) / sc;
+            }
+        }
+    });
+    let sums = par_map(c, 8 * n * rest, |ch| {
+        let (gc, sc, mc, vc) = (g[ch], sigmas[ch], m[ch], var_coef[ch]);
+        let (mut dg, mut db, mut dm, mut dv) = (T::ZERO, T::ZERO, T::ZERO, T::ZERO);
+        for b in 0..n {
+            let off = (b * c + ch) * rest;
+            let (drow, xrow) = (&ds[off..off + rest], &xs[off..off + rest]);
+            dg += lane_sum2(drow, xrow, |d, x| d * ((x - mc) / sc));
+            db += lane_sum(drow, |d| d);
+            dm += lane_sum(drow, |d| (d * gc) / sc);
+            dv += lane_sum2(drow, xrow, |d, x| ((d * gc) * (x - mc)) * vc);
+        }
+        [dg, db, -dm, dv]
+    });
+    let per_channel = |k: usize| {
+        let data: Vec<T> = sums.iter().map(|s| s[k]).collect();
+        // invariant: c channels, shape [c] (validated by the shape rule)
+        CpuTensor::from_vec([c], data).expect("one value per channel")
+    };
+    vec![
+        dx,
+        per_channel(0),
+        per_channel(1),
+        per_channel(2),
+        per_channel(3),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn softmax_rows_sum_to_one_on_both_layouts() {
+        let x = CpuTensor::<f64>::from_vec([2, 3], vec![1.0, 2.0, 3.0, -1.0, 0.0, 1000.0]).unwrap();
+        let y = softmax(&x, 1);
+        let s: f64 = y.as_slice()[..3].iter().sum();
+        assert!((s - 1.0).abs() < 1e-15);
+        assert_eq!(y.as_slice()[5], 1.0);
+        let y0 = softmax(&x, 0);
+        for j in 0..3 {
+            let s = y0.as_slice()[j] + y0.as_slice()[3 + j];
+            assert!((s - 1.0).abs() < 1e-15);
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! Max and average pooling over the last two axes of `[C,H,W]` or `[N,C,H,W]`, and their VJPs.
+//!
+//! Windows are clipped to the real cells (padding is never read) and scanned in row-major
+//! order. Max: the first maximum wins, except that a NaN always takes over (PyTorch's rule;
+//! with several NaNs the last one is the winner, as in the reference scan). Average: the sum
+//! over real cells divided by `kH·kW` (padded cells count in the divisor). VJPs route or spread
+//! each output cotangent in output row-major order. Planes are independent, so they go to
+//! threads freely.
+
+use crate::scalar::CpuScalar;
+use crate::tensor::CpuTensor;
+use crate::threads::par_rows;
+use torchlean_spec::{PoolSpec, Shape};
+
+/// `(planes, h, w, ho, wo)` of a validated pooling.
+fn dims(x: &Shape, out: &Shape) -> (usize, usize, usize, usize, usize) {
+    let (xd, od) = (x.dims(), out.dims());
+    let r = xd.len();
+    let planes = xd[..r - 2].iter().product();
+    (planes, xd[r - 2], xd[r - 1], od[r - 2], od[r - 1])
+}
+
+/// Clipped window `[lo, hi)` along one axis for output index `i`.
+fn window(i: usize, k: usize, s: usize, pad: usize, extent: usize) -> (usize, usize) {
+    let start = i * s;
+    let lo = start.saturating_sub(pad).min(extent);
+    let hi = (start + k).saturating_sub(pad).min(extent);
+    (lo, hi.max(lo))
+}
+
+/// Per-axis window ranges for every output index.
+fn windows(out: usize, k: usize, s: usize, pad: usize, extent: usize) -> Vec<(usize, usize)> {
+    (0..out).map(|i| window(i, k, s, pad, extent)).collect()
+}
+
+/// Offset (within the plane) of the winner of one window, if the window has a real cell.
+#[inline]
+fn argmax<T: CpuScalar>(
+    plane: &[T],
+    w: usize,
+    (r0, r1): (usize, usize),
+    (c0, c1): (usize, usize),
+) -> Option<usize> {
+    let mut best: Option<(usize, T)> = None;
+    for r in r0..r1 {
+        for (dc, &v) in plane[r * w + c0..r * w + c1].iter().enumerate() {
+            let take = match best {
+                None => true,
+                Some((_, b)) => v > b || v.is_nan(),
+            };
+            if take {
+                best = Some((r * w + c0 + dc, v));
+            }
+        }
+    }
+    best.map(|(k, _)| k)
+}
+
+pub(crate) fn forward<T: CpuScalar>(
+    spec: &PoolSpec,
+    x: &CpuTensor<T>,
+    out_shape: Shape,
+) -> CpuTensor<T> {
+    let (_, h, w, ho, wo) = dims(x.shape(), &out_shape);
+    let rows = windows(ho, spec.kernel_h, spec.stride, spec.padding, h);
+    let cols = windows(wo, spec.kernel_w, spec.stride, spec.padding, w);
+    let area = T::from_usize(spec.kernel_h * spec.kernel_w);
+    let is_max = spec.kind == torchlean_spec::PoolKind::Max;
+    let mut out = CpuTensor::uninit(out_shape);
+    let src = x.as_slice();
+    let cost = ho * wo * spec.kernel_h * spec.kernel_w;
+    par_rows(out.data_mut(), ho * wo, cost, |first, planes| {
+        for (k, yplane) in planes.chunks_exact_mut(ho * wo).enumerate() {
+            let plane = &src[(first + k) * h * w..][..h * w];
+            for (yrow, &rr) in yplane.chunks_exact_mut(wo).zip(&rows) {
+                for (y, &cc) in yrow.iter_mut().zip(&cols) {
+                    *y = if is_max {
+                        argmax(plane, w, rr, cc).map_or(T::ZERO, |i| plane[i])
+                    } else {
+                        let mut acc = T::ZERO;
+                        for r in rr.0..rr.1 {
+                            for &v in &plane[r * w + cc.0..r * w + cc.1] {
+                                acc += v;
+                            }
+                        }
+                        acc / area
+                    };
+                }
+            }
+        }
+    });
+    out
+}
+
+/// Routes each output cotangent to its window's winner.
+pub(crate) fn max_vjp<T: CpuScalar>(
+    spec: &PoolSpec,
+    x: &CpuTensor<T>,
+    dy: &CpuTensor<T>,
+) -> CpuTensor<T> {
+    let (_, h, w, ho, wo) = dims(x.shape(), dy.shape());
+    let rows = windows(ho, spec.kernel_h, spec.stride, spec.padding, h);
+    let cols = windows(wo, spec.kernel_w, spec.stride, spec.padding, w);
+    let mut dx = CpuTensor::uninit(x.shape().clone());
+    let (src, ds) = (x.as_slice(), dy.as_slice());
+    let cost = ho * wo * spec.kernel_h * spec.kernel_w + h * w;
+    par_rows(dx.data_mut(), h * w, cost, |first, planes| {
+        for (k, gplane) in planes.chunks_exact_mut(h * w).enumerate() {
+            let p = first + k;
+            let plane = &src[p * h * w..][..h * w];
+            let dplane = &ds[p * ho * wo..][..ho * wo];
+            gplane.fill(T::ZERO);
+            for (drow, &rr) in dplane.chunks_exact(wo.max(1)).zip(&rows) {
+                for (&d, &cc) in drow.iter().zip(&cols) {
+                    if let Some(i) = argmax(plane, w, rr, cc) {
+                        gplane[i] += d;
+                    }
+                }
+            }
+        }
+    });
+    dx
+}
+
+/// Spreads `dy / (kH·kW)` over each window's real cells.
+pub(crate) fn avg_vjp<T: CpuScalar>(
+    spec: &PoolSpec,
+    in_shape: &Shape,
+    dy: &CpuTensor<T>,
+) -> CpuTensor<T> {
+    let (_, h, w, ho, wo) = dims(in_shape, dy.shape());
+    let rows = windows(ho, spec.kernel_h, spec.stride, spec.padding, h);
+    let cols = windows(wo, spec.kernel_w, spec.stride, spec.padding, w);
+    let area = T::from_usize(spec.kernel_h * spec.kernel_w);
+    let mut dx = CpuTensor::uninit(in_shape.clone());
+    let ds = dy.as_slice();
+    let cost = ho * wo * spec.kernel_h * spec.kernel_w + h * w;
+    par_rows(dx.data_mut(), h * w, cost, |first, planes| {
+        for (k, gplane) in planes.chunks_exact_mut(h * w).enumerate() {
+            let dplane = &ds[(first + k) * ho * wo..][..ho * wo];
+            gplane.fill(T::ZERO);
+            for (drow, &rr) in dplane.chunks_exact(wo.max(1)).zip(&rows) {
+                for (&d, &cc) in drow.iter().zip(&cols) {
+                    let g = d / area;
+                    for r in rr.0..rr.1 {
+                        for v in &mut gplane[r * w + cc.0..r * w + cc.1] {
+                            *v += g;
+                        }
+                    }
+                }
+            }
+        }
+    });
+    dx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use torchlean_spec::PoolKind;
+
+    fn spec(kind: PoolKind, k: usize, s: usize, p: usize) -> PoolSpec {
+        PoolSpec {
+            kind,
+            kernel_h: k,
+            kernel_w: k,
+            stride: s,
+            padding: p,
+        }
+    }
+
+    #[test]
+    fn max_pool_first_maximum_wins_but_nan_takes_over() {
+        let x = CpuTensor::<f64>::from_vec([1, 2, 2], vec![3.0, 3.0, 1.0, 3.0]).unwrap();
+        let sp = spec(PoolKind::Max, 2, 2, 0);
+        let y = forward(&sp, &x, Shape::from([1, 1, 1]));
+        assert_eq!(y.as_slice(), &[3.0]);
+        let d = CpuTensor::from_vec([1, 1, 1], vec![1.0]).unwrap();
+        assert_eq!(max_vjp(&sp, &x, &d).as_slice(), &[1.0, 0.0, 0.0, 0.0]);
+        let x = CpuTensor::<f64>::from_vec([1, 2, 2], vec![1.0, f64::NAN, 5.0, 2.0]).unwrap();
+        assert!(forward(&sp, &x, Shape::from([1, 1, 1])).as_slice()[0].is_nan());
+        assert_eq!(max_vjp(&sp, &x, &d).as_slice(), &[0.0, 1.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn avg_pool_counts_padding_in_the_divisor() {
+        let x = CpuTensor::<f64>::filled([1, 2, 2], 1.0).unwrap();
+        let sp = spec(PoolKind::Avg, 2, 1, 1);
+        let y = forward(&sp, &x, Shape::from([1, 3, 3]));
+        assert_eq!(y.as_slice()[0], 0.25);
+        assert_eq!(y.as_slice()[4], 1.0);
+    }
+}

@@ -1,0 +1,140 @@
+//! Thread pools and the parallelism policy.
+//!
+//! Kernels run on the current rayon pool (`rayon::current_num_threads()`): the global pool, or
+//! the pool [`with_threads`] installs. A kernel goes parallel only when its work is at least
+//! [`PAR_MIN_WORK`] (in rough units of one cheap elementwise operation), so small tensors never
+//! pay rayon's dispatch cost. Work is always split so that the result cannot depend on the
+//! split: elementwise work is pure per element, row work is pure per row, and reductions use
+//! fixed blocks combined in a fixed order (see `kernels::reduce`).
+
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// Minimum work (≈ cheap elementwise operations) before a kernel uses more than one thread.
+pub const PAR_MIN_WORK: usize = 1 << 15;
+
+/// Runs `f` inside a rayon pool of `n` threads (`n = 0` is taken as 1), so that every kernel it
+/// calls uses `n` threads. Pools are built once per thread count and cached for the life of the
+/// process. If a pool cannot be built, `f` runs on the current pool.
+pub fn with_threads<R: Send>(n: usize, f: impl FnOnce() -> R + Send) -> R {
+    match pool(n.max(1)) {
+        Some(p) => p.install(f),
+        None => f(),
+    }
+}
+
+/// Threads the kernels called from here would use.
+pub fn current_threads() -> usize {
+    rayon::current_num_threads()
+}
+
+fn pool(n: usize) -> Option<Arc<rayon::ThreadPool>> {
+    static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
+    let pools = POOLS.get_or_init(|| Mutex::new(HashMap::new()));
+    // a poisoned lock only means another thread panicked while inserting: the map is still valid
+    let mut map = pools.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = map.get(&n) {
+        return Some(p.clone());
+    }
+    let p = Arc::new(
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .thread_name(move |i| format!("torchlean-cpu-{n}-{i}"))
+            .build()
+            .ok()?,
+    );
+    map.insert(n, p.clone());
+    Some(p)
+}
+
+/// Whether `work` is worth splitting across the current pool.
+#[inline]
+pub(crate) fn should_par(work: usize) -> bool {
+    work >= PAR_MIN_WORK && rayon::current_num_threads() > 1
+}
+
+/// Runs `f(first_row, rows)` over `dst` seen as consecutive rows of `row_len` elements, each
+/// row costing about `row_cost`. Rows are handed out in contiguous groups, in parallel when
+/// the total work is large; `f` must treat each row independently, so the split never shows in
+/// the result.
+#[inline]
+pub(crate) fn par_rows<T: Send>(
+    dst: &mut [T],
+    row_len: usize,
+    row_cost: usize,
+    f: impl Fn(usize, &mut [T]) + Sync + Send,
+) {
+    if row_len == 0 || dst.is_empty() {
+        return;
+    }
+    let rows = dst.len() / row_len;
+    let work = rows.saturating_mul(row_cost.max(1));
+    if work < PAR_MIN_WORK || rows < 2 {
+        f(0, dst);
+        return;
+    }
+    if should_par(work) {
+        let tasks = (rayon::current_num_threads() * 4).min(rows);
+        // at least PAR_MIN_WORK / 4 of work per task
+        let min_rows = (PAR_MIN_WORK / 4).div_ceil(row_cost.max(1)).max(1);
+        let group = rows.div_ceil(tasks).max(min_rows);
+        dst.par_chunks_mut(group * row_len)
+            .enumerate()
+            .for_each(|(g, chunk)| f(g * group, chunk));
+    } else {
+        f(0, dst);
+    }
+}
+
+/// Maps `f` over `0..n` in parallel when `n · cost` is large, collecting in index order.
+pub(crate) fn par_map<R: Send>(
+    n: usize,
+    cost: usize,
+    f: impl Fn(usize) -> R + Sync + Send,
+) -> Vec<R> {
+    if n > 1 && should_par(n.saturating_mul(cost.max(1))) {
+        (0..n).into_par_iter().map(f).collect()
+    } else {
+        (0..n).map(f).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn with_threads_sets_the_thread_count() {
+        assert_eq!(with_threads(1, current_threads), 1);
+        assert_eq!(with_threads(2, current_threads), 2);
+        assert_eq!(with_threads(0, current_threads), 1);
+        // nested calls switch pools
+        assert_eq!(with_threads(2, || with_threads(1, current_threads)), 1);
+    }
+
+    #[test]
+    fn par_rows_visits_every_row_once_whatever_the_pool() {
+        for threads in [1, 2, 3] {
+            let mut v = vec![0usize; 100_003 * 3];
+            with_threads(threads, || {
+                par_rows(&mut v, 3, 1, |first, rows| {
+                    for (k, r) in rows.chunks_mut(3).enumerate() {
+                        for x in r {
+                            *x += first + k;
+                        }
+                    }
+                })
+            });
+            for (i, r) in v.chunks(3).enumerate() {
+                assert_eq!(r, [i, i, i]);
+            }
+        }
+    }
+
+    #[test]
+    fn par_map_keeps_order() {
+        let v = with_threads(2, || par_map(100_000, 1, |i| i * 2));
+        assert!(v.iter().enumerate().all(|(i, &x)| x == 2 * i));
+    }
+}
