@@ -27,12 +27,14 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Check TorchLean's theorems on random graphs, on every engine (SPEC 2.3)
     CheckEquivalence(equiv::EquivArgs),
-    /// Internal: run one benchmark case in a fresh process (for peak-RSS measurements)
+    /// Internal: run one benchmark case in this fresh process
     #[command(hide = true)]
     BenchChild {
         case: String,
         #[arg(long, default_value_t = 2)]
         threads: usize,
+        #[arg(long, default_value_t = 9)]
+        reps: usize,
     },
 }
 
@@ -41,7 +43,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Bench(args) => bench::run(&args),
         Cmd::CheckEquivalence(args) => equiv::run(&args),
-        Cmd::BenchChild { case, threads } => bench::run_child(&case, threads),
+        Cmd::BenchChild {
+            case,
+            threads,
+            reps,
+        } => bench::run_child(&case, threads, reps),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

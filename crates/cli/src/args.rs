@@ -17,7 +17,10 @@ pub struct Cli {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum EngineArg {
-    /// The reference engine (the semantics; slow, obviously correct)
+    /// The fast CPU engine
+    Cpu,
+    /// The reference engine (the semantics; slow, obviously correct). `eval` with it is the IR
+    /// denotation itself, which enforces raw `log`'s domain
     Reference,
 }
 
@@ -46,7 +49,7 @@ pub enum Command {
         /// Input tensor JSON (default: the case's input, for a case file)
         #[arg(long)]
         input: Option<PathBuf>,
-        #[arg(long, value_enum, default_value = "reference")]
+        #[arg(long, value_enum, default_value = "cpu")]
         engine: EngineArg,
         #[arg(long, value_enum, default_value = "f64")]
         dtype: DTypeArg,
@@ -62,7 +65,7 @@ pub enum Command {
         /// Cotangent of the output (default: ones)
         #[arg(long)]
         seed: Option<PathBuf>,
-        #[arg(long, value_enum, default_value = "reference")]
+        #[arg(long, value_enum, default_value = "cpu")]
         engine: EngineArg,
         #[arg(long, value_enum, default_value = "f64")]
         dtype: DTypeArg,
@@ -71,7 +74,7 @@ pub enum Command {
     Conform {
         #[arg(required = true)]
         paths: Vec<PathBuf>,
-        #[arg(long, value_enum, default_value = "reference")]
+        #[arg(long, value_enum, default_value = "cpu")]
         engine: EngineArg,
         /// Override the cases' dtype (f32 runs compare at f32 tolerance)
         #[arg(long, value_enum)]

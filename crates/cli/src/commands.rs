@@ -33,6 +33,9 @@ pub fn run(cli: Cli) -> Result<Outcome, BadInput> {
                 (EngineArg::Reference, torchlean_ir::DType::F32) => {
                     eval_reference::<f32>(&graph, &g, &p, &x)?
                 }
+                (EngineArg::Cpu, d) => {
+                    with_engine!(EngineArg::Cpu, d, V => eval::<V>(&graph, &g, &p, &x))?
+                }
             };
             println!("{}", out.to_json());
             Ok(Outcome::Ok)
@@ -220,7 +223,7 @@ fn eval_reference<A: torchlean_spec::Scalar>(
         .map_err(|e| BadInput::one(format!("{}: {e}", path.display())))
 }
 
-#[allow(dead_code)]
+/// Evaluates the lowered graph on engine `V`.
 fn eval<V: Kernels>(
     path: &Path,
     g: &Graph,

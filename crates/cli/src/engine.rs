@@ -23,6 +23,14 @@ macro_rules! with_engine {
                 type $V = torchlean_spec::Tensor<f32>;
                 $body
             }
+            (EngineArg::Cpu, DType::F64) => {
+                type $V = torchlean_engine_cpu::CpuF64;
+                $body
+            }
+            (EngineArg::Cpu, DType::F32) => {
+                type $V = torchlean_engine_cpu::CpuF32;
+                $body
+            }
         }
     }};
 }
@@ -37,6 +45,7 @@ pub fn dtype(d: DTypeArg) -> DType {
 
 pub fn engine_name(e: EngineArg) -> &'static str {
     match e {
+        EngineArg::Cpu => "cpu",
         EngineArg::Reference => "reference",
     }
 }

@@ -57,9 +57,15 @@ fn base_graph() -> Value {
 }
 
 #[test]
-fn conform_passes_every_shipped_case_in_f64_and_f32() {
+fn conform_passes_every_shipped_case_on_every_engine_in_f64_and_f32() {
     let dir = cases_dir();
-    for extra in [&[][..], &["--dtype", "f32"][..]] {
+    for extra in [
+        &[][..],
+        &["--dtype", "f32"][..],
+        &["--engine", "cpu", "--dtype", "f64"][..],
+        &["--engine", "reference"][..],
+        &["--engine", "reference", "--dtype", "f32"][..],
+    ] {
         let mut args = vec!["conform", dir.to_str().unwrap()];
         args.extend_from_slice(extra);
         let o = run(&args);
@@ -312,9 +318,12 @@ fn eval_and_grad_reproduce_a_case() {
         &out["grad_payload"]["2"]["weight"],
         &case["expect"]["grad_payload"]["2"]["weight"]
     ));
-    // f32 runs too
+    // f32 runs too, and the reference engine agrees
     let o = run(&["eval", path.to_str().unwrap(), "--dtype", "f32"]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = run(&["eval", path.to_str().unwrap(), "--engine", "reference"]);
+    let out: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(close(&out, &case["expect"]["output"]));
 }
 
 #[test]
@@ -338,9 +347,20 @@ fn raw_log_domain_error_exits_2_naming_the_node() {
     );
     // the reference evaluator is the IR denotation, which refuses raw log of non-positive input
     assert_bad_input(
-        &run(&["eval", g.to_str().unwrap(), "--input", x.to_str().unwrap()]),
+        &run(&[
+            "eval",
+            g.to_str().unwrap(),
+            "--input",
+            x.to_str().unwrap(),
+            "--engine",
+            "reference",
+        ]),
         &["node 1 (log)", "element 1", "g.json"],
     );
+    // the engines run the lowered graph, which is total
+    let o = run(&["eval", g.to_str().unwrap(), "--input", x.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains("\"nan\""), "{}", stdout(&o));
     // gradients run the lowered graph, which is total: log(-1) is NaN there
     let o = run(&["grad", g.to_str().unwrap(), "--input", x.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0));

@@ -1,7 +1,7 @@
 //! Fault-injecting engines: wrappers that break one rule on purpose, to show that the checker
 //! catches it. `Faulty<V, F>` behaves exactly like `V` except for fault `F`.
 
-use torchlean_runtime::{GradValue, GradZero, Kernels, Result, Saved};
+use torchlean_runtime::{GradValue, GradZero, Kernels, Operands, Result, Saved};
 use torchlean_spec::{BinaryOp, Op, PoolSpec, Shape, Tensor, UnaryOp};
 
 /// The faults.
@@ -137,7 +137,7 @@ impl<V: Kernels, const F: u8> Kernels for Faulty<V, F> {
         }
     }
 
-    fn vjp(op: &Op, saved: &Saved<Self>, cot: &Self) -> Result<Vec<Option<Self>>> {
+    fn vjp(op: &Op, saved: &Saved<Self>, cot: &Self) -> Result<Operands<Option<Self>>> {
         let inner = Saved {
             input_shapes: saved.input_shapes.clone(),
             inputs: saved

@@ -10,14 +10,19 @@
 use crate::error::{Result, RuntimeError};
 use crate::tape::{Node, Tape};
 use crate::value::{GradValue, GradZero};
+use smallvec::SmallVec;
 use torchlean_spec::{Op, Shape, Tensor};
+
+/// A short list kept inline up to 2 items (the operands of elementwise ops, which dominate
+/// per-op overhead): no heap allocation per op for them, and small saved state.
+pub type Operands<T> = SmallVec<[T; 2]>;
 
 /// What a recorded op keeps for its backward pass.
 #[derive(Clone, Debug)]
 pub struct Saved<V> {
-    pub input_shapes: Vec<Shape>,
+    pub input_shapes: Operands<Shape>,
     /// Operand values, `Some` exactly where the op saves them.
-    pub inputs: Vec<Option<V>>,
+    pub inputs: Operands<Option<V>>,
     /// The output value, if the op saves it.
     pub output: Option<V>,
 }
@@ -26,12 +31,20 @@ impl<V: GradValue + Clone> Saved<V> {
     /// Keeps exactly what `op` declares it saves.
     pub fn for_op(op: &Op, inputs: &[&V], output: &V) -> Self {
         Saved {
-            input_shapes: inputs.iter().map(|v| v.shape().clone()).collect(),
-            inputs: inputs
-                .iter()
-                .enumerate()
-                .map(|(i, v)| op.saves_input(i).then(|| (*v).clone()))
-                .collect(),
+            input_shapes: {
+                let mut shapes = Operands::new();
+                for v in inputs {
+                    shapes.push(v.shape().clone());
+                }
+                shapes
+            },
+            inputs: {
+                let mut saved = Operands::new();
+                for (i, v) in inputs.iter().enumerate() {
+                    saved.push(op.saves_input(i).then(|| (*v).clone()));
+                }
+                saved
+            },
             output: op.saves_output().then(|| output.clone()),
         }
     }
@@ -50,7 +63,7 @@ pub trait Kernels: GradValue + GradZero + Clone + Send + Sync + 'static {
     fn forward(op: &Op, args: &[&Self]) -> Result<Self>;
 
     /// One cotangent per operand (`None` = structurally zero), reading only `saved`.
-    fn vjp(op: &Op, saved: &Saved<Self>, cot: &Self) -> Result<Vec<Option<Self>>>;
+    fn vjp(op: &Op, saved: &Saved<Self>, cot: &Self) -> Result<Operands<Option<Self>>>;
 
     /// A value from `f64` data (rounded to the engine's precision).
     fn from_f64(t: &Tensor<f64>) -> Result<Self>;
@@ -79,10 +92,10 @@ pub fn record<V: Kernels>(
     parents: &[usize],
     name: Option<String>,
 ) -> Result<usize> {
-    let args = parents
-        .iter()
-        .map(|&p| tape.get_value(p))
-        .collect::<Result<Vec<_>>>()?;
+    let mut args: SmallVec<[&V; 4]> = SmallVec::new();
+    for &p in parents {
+        args.push(tape.get_value(p)?);
+    }
     let id = tape.size();
     let value = V::forward(&op, &args).map_err(|e| e.at_node(id))?;
     let requires_grad = op != Op::Detach
@@ -90,8 +103,8 @@ pub fn record<V: Kernels>(
             .iter()
             .any(|&p| tape.get_node(p).is_ok_and(|n| n.requires_grad));
     let saved = Saved::for_op(&op, &args, &value);
-    let parent_ids = parents.to_vec();
-    let backward_parents = parent_ids.clone();
+    drop(args);
+    let backward_parents: SmallVec<[usize; 4]> = SmallVec::from_slice(parents);
     let backward = Box::new(move |cot: &V| -> Result<Vec<(usize, V)>> {
         let grads = V::vjp(&op, &saved, cot)?;
         if grads.len() != backward_parents.len() {
@@ -116,7 +129,7 @@ pub fn record<V: Kernels>(
         value,
         owns_value: true,
         requires_grad,
-        parents: parent_ids,
+        parents: parents.to_vec(),
         cleanup: Vec::new(),
         backward,
     }))

@@ -21,7 +21,7 @@ pub mod tape;
 pub mod value;
 
 pub use error::{Result, RuntimeError};
-pub use kernel::{record, Kernels, Saved};
+pub use kernel::{record, Kernels, Operands, Saved};
 pub use sweep::{
     add_grad_all, add_grad_dense, backward_dense_from_loop, backward_dense_from_step,
     backward_dense_step, totalize, SparseGrads,

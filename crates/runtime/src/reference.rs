@@ -3,7 +3,7 @@
 //! op semantics directly. Simple and obviously correct; every fast engine is checked against it.
 
 use crate::error::{Result, RuntimeError};
-use crate::kernel::{Kernels, Saved};
+use crate::kernel::{Kernels, Operands, Saved};
 use crate::value::{GradValue, GradZero};
 use torchlean_spec::{ops, Op, Scalar, Shape, Tensor};
 
@@ -62,13 +62,13 @@ impl<A: Scalar> Kernels for Tensor<A> {
         Ok(op.forward(args)?)
     }
 
-    fn vjp(op: &Op, saved: &Saved<Self>, cot: &Self) -> Result<Vec<Option<Self>>> {
+    fn vjp(op: &Op, saved: &Saved<Self>, cot: &Self) -> Result<Operands<Option<Self>>> {
         let spec_saved = ops::Saved {
-            input_shapes: saved.input_shapes.clone(),
+            input_shapes: saved.input_shapes.to_vec(),
             inputs: saved.inputs.iter().map(Option::as_ref).collect(),
             output: saved.output.as_ref(),
         };
-        Ok(op.vjp(&spec_saved, cot)?)
+        Ok(op.vjp(&spec_saved, cot)?.into())
     }
 
     fn from_f64(t: &Tensor<f64>) -> Result<Self> {

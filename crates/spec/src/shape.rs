@@ -9,18 +9,18 @@ use std::fmt;
 /// is an error and never an out-of-memory abort.
 pub const MAX_ELEMENTS: usize = 1 << 32;
 
-/// Ranks up to this many are stored inline (no heap allocation when a shape is cloned).
-const INLINE: usize = 6;
+/// Ranks up to this many (scalars, vectors, matrices, NCHW images) are stored inline.
+const INLINE: usize = 4;
 
 #[derive(Clone)]
 enum Repr {
-    Inline { len: u8, dims: [usize; INLINE] },
+    Inline { len: usize, dims: [usize; INLINE] },
     Heap(Vec<usize>),
 }
 
 /// A tensor shape, outermost dimension first. `Shape::scalar()` has rank 0 and size 1; a zero
-/// extent gives size 0. Ranks up to 6 are stored inline, so cloning a shape never allocates on
-/// the hot paths of the engines.
+/// extent gives size 0. Ranks up to 4 are stored inline, so cloning a shape is a 40-byte copy
+/// and never allocates on the engines' hot paths.
 #[derive(Clone)]
 pub struct Shape(Repr);
 
@@ -67,7 +67,12 @@ impl Shape {
 
     /// A shape from its extents, outermost first.
     pub fn new(dims: impl Into<Vec<usize>>) -> Self {
-        Self::from_slice(&dims.into())
+        let v = dims.into();
+        if v.len() <= INLINE {
+            Self::from_slice(&v)
+        } else {
+            Shape(Repr::Heap(v))
+        }
     }
 
     /// A shape from a slice of extents.
@@ -76,7 +81,7 @@ impl Shape {
             let mut a = [0; INLINE];
             a[..dims.len()].copy_from_slice(dims);
             Shape(Repr::Inline {
-                len: dims.len() as u8,
+                len: dims.len(),
                 dims: a,
             })
         } else {
@@ -87,7 +92,7 @@ impl Shape {
     /// The extents, outermost first.
     pub fn dims(&self) -> &[usize] {
         match &self.0 {
-            Repr::Inline { len, dims } => &dims[..*len as usize],
+            Repr::Inline { len, dims } => &dims[..*len],
             Repr::Heap(v) => v,
         }
     }

@@ -9,36 +9,45 @@ use torchlean_spec::{Op, Shape, Tensor, UnaryOp};
 
 /// `(threads, reps) -> rows`.
 pub type RunFn = fn(usize, usize) -> Result<Vec<Row>>;
-/// `threads -> rows`, in a fresh process.
-pub type ChildFn = fn(usize) -> Result<Vec<Row>>;
 
-/// A benchmark case: `run(threads, reps)` returns one or more rows; `child`, when present,
-/// runs the case in a fresh process (peak-memory cases).
+/// A benchmark case: `run(threads, reps)` returns one or more rows. Each case runs in a fresh
+/// process whose rayon pool has `threads` threads.
 pub struct Case {
     pub name: &'static str,
     pub about: &'static str,
     pub run: RunFn,
-    pub child: Option<ChildFn>,
 }
 
 pub const CASES: &[Case] = &[
     Case {
         name: "tape_overhead",
         about: "10,000 elementwise ops (×c, +c, tanh) on [16], forward then backward; us_per_op",
-        run: tape_overhead_all,
-        child: None,
+        run: tape_overhead_cpu,
+    },
+    Case {
+        name: "matmul_1024",
+        about: "1024² f32 matmul on the CPU engine; gflops",
+        run: matmul_1024,
+    },
+    Case {
+        name: "matmul_2048",
+        about: "2048² f32 matmul on the CPU engine; gflops",
+        run: matmul_2048,
+    },
+    Case {
+        name: "deep_backward_memory",
+        about: "200 × (Linear 512→512, tanh), batch 64, forward + releasing backward; peak_rss_mb",
+        run: deep_backward_memory,
     },
     Case {
         name: "equiv_throughput",
         about: "random graphs checked per second by the equivalence checker (every claim, reference engines)",
         run: equiv_throughput,
-        child: None,
     },
     Case {
         name: "relu_chain",
         about: "IR chain of relu over [4] at 1k/4k/16k nodes: lowering, compile, backward",
         run: relu_chain_all,
-        child: None,
     },
 ];
 
@@ -78,14 +87,6 @@ pub fn tape_overhead<V: Kernels>(engine: &str, threads: usize, reps: usize) -> R
             "us_per_op",
             (stats.median_ms * 1e3 / TAPE_OPS as f64 * 1e4).round() / 1e4,
         ))
-}
-
-fn tape_overhead_all(threads: usize, reps: usize) -> Result<Vec<Row>> {
-    Ok(vec![tape_overhead::<Tensor<f32>>(
-        "reference-f32",
-        threads,
-        reps,
-    )?])
 }
 
 /// An IR chain `input → relu → … → relu` of `n` relu nodes over `[4]`.
@@ -202,5 +203,121 @@ fn equiv_throughput(threads: usize, reps: usize) -> Result<Vec<Row>> {
     .with(
         "graphs_per_s",
         (graphs as f64 / (stats.median_ms / 1e3) * 10.0).round() / 10.0,
+    )])
+}
+
+fn tape_overhead_cpu(threads: usize, reps: usize) -> Result<Vec<Row>> {
+    Ok(vec![
+        tape_overhead::<torchlean_engine_cpu::CpuTensor<f32>>("cpu-f32", threads, reps)?,
+        tape_overhead::<Tensor<f32>>("reference-f32", threads, reps)?,
+    ])
+}
+
+fn matmul_case(n: usize, threads: usize, reps: usize) -> Result<Vec<Row>> {
+    type V = torchlean_engine_cpu::CpuTensor<f32>;
+    let a = V::from_f64(
+        &Tensor::from_fn([n, n], |i| ((i[0] * 7 + i[1] * 3) % 11) as f64 / 11.0 - 0.5)
+            .map_err(err)?,
+    )
+    .map_err(err)?;
+    let b = V::from_f64(
+        &Tensor::from_fn([n, n], |i| ((i[0] * 5 + i[1]) % 13) as f64 / 13.0 - 0.5).map_err(err)?,
+    )
+    .map_err(err)?;
+    let stats = measure(2, reps, || {
+        let c = V::forward(&Op::MatMul, &[&a, &b]).map_err(err)?;
+        black_box(c.shape().size());
+        torchlean_runtime::GradValue::drop(c);
+        Ok(())
+    })?;
+    let gflops = 2.0 * (n as f64).powi(3) / (stats.median_ms * 1e6);
+    Ok(vec![Row::new(
+        &format!("matmul_{n}"),
+        "cpu-f32",
+        threads,
+        stats,
+    )
+    .with("gflops", (gflops * 10.0).round() / 10.0)])
+}
+
+fn matmul_1024(threads: usize, reps: usize) -> Result<Vec<Row>> {
+    matmul_case(1024, threads, reps)
+}
+
+fn matmul_2048(threads: usize, reps: usize) -> Result<Vec<Row>> {
+    matmul_case(2048, threads, reps)
+}
+
+/// Peak resident set size of this process, in MiB (Linux `VmHWM`).
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some((kb / 1024.0 * 10.0).round() / 10.0)
+}
+
+const DEEP_LAYERS: usize = 200;
+const DEEP_WIDTH: usize = 512;
+const DEEP_BATCH: usize = 64;
+
+/// One forward + backward through 200 × (Linear 512→512, tanh), batch 64, with the releasing
+/// sweep retaining only the parameters; returns the peak live gradient elements.
+fn deep_step<V: Kernels>(params: &[(V, V)], x: &V) -> Result<usize> {
+    let mut tape = Tape::with_capacity(3 * DEEP_LAYERS + 2);
+    let mut h = tape.leaf(x.clone(), false, None);
+    let mut param_ids = Vec::with_capacity(2 * DEEP_LAYERS);
+    for (w, b) in params {
+        let wi = tape.leaf(w.clone(), true, None);
+        let bi = tape.leaf(b.clone(), true, None);
+        param_ids.push(wi);
+        param_ids.push(bi);
+        let y = record(&mut tape, Op::Linear, &[h, wi, bi], None).map_err(err)?;
+        h = record(&mut tape, Op::Unary(UnaryOp::Tanh), &[y], None).map_err(err)?;
+    }
+    let loss = record(&mut tape, Op::Sum, &[h], None).map_err(err)?;
+    let seed = V::full(&Shape::scalar(), 1.0).map_err(err)?;
+    let is_param = |id: usize| param_ids.binary_search(&id).is_ok();
+    let grads = tape.backward_sparse(loss, seed, is_param).map_err(err)?;
+    let peak = grads.peak_live_elements();
+    grads.release();
+    tape.release();
+    Ok(peak)
+}
+
+/// Runs in its own process (see `spawn_case`), so the peak RSS is this case's alone.
+fn deep_backward_memory(threads: usize, reps: usize) -> Result<Vec<Row>> {
+    type V = torchlean_engine_cpu::CpuTensor<f32>;
+    let bound = 1.0 / (DEEP_WIDTH as f64).sqrt();
+    let mut s = 1u64;
+    let mut uniform = |shape: &[usize]| -> Result<V> {
+        let t = Tensor::from_fn(Shape::from(shape), |_| {
+            s = torchlean_spec::ops::splitmix64(s);
+            ((s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * bound
+        })
+        .map_err(err)?;
+        V::from_f64(&t).map_err(err)
+    };
+    let params: Vec<(V, V)> = (0..DEEP_LAYERS)
+        .map(|_| Ok((uniform(&[DEEP_WIDTH, DEEP_WIDTH])?, uniform(&[DEEP_WIDTH])?)))
+        .collect::<Result<_>>()?;
+    let x = uniform(&[DEEP_BATCH, DEEP_WIDTH])?;
+    let mut peak = 0;
+    let stats = measure(1, reps, || {
+        peak = deep_step(&params, &x)?;
+        Ok(())
+    })?;
+    let rss = peak_rss_mb()
+        .map(serde_json::Value::from)
+        .unwrap_or(serde_json::Value::Null);
+    Ok(vec![Row::new(
+        "deep_backward_memory",
+        "cpu-f32",
+        threads,
+        stats,
+    )
+    .with("peak_rss_mb", rss)
+    .with(
+        "peak_live_grad_mb",
+        ((peak * 4) as f64 / 1048576.0 * 10.0).round() / 10.0,
     )])
 }

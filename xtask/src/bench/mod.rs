@@ -87,6 +87,28 @@ impl Row {
         self
     }
 
+    fn from_json(line: &str) -> Option<Row> {
+        let v: Value = serde_json::from_str(line).ok()?;
+        let mut extra = v.as_object()?.clone();
+        let mut take = |k: &str| extra.remove(k);
+        let case = take("case")?.as_str()?.to_string();
+        let engine = take("engine")?.as_str()?.to_string();
+        let threads = take("threads")?.as_u64()? as usize;
+        let stats = Stats {
+            median_ms: take("median_ms")?.as_f64()?,
+            min_ms: take("min_ms")?.as_f64()?,
+            max_ms: take("max_ms")?.as_f64()?,
+            reps: take("reps")?.as_u64()? as usize,
+        };
+        Some(Row {
+            case,
+            engine,
+            threads,
+            stats,
+            extra,
+        })
+    }
+
     fn to_json(&self) -> Value {
         let mut m = Map::new();
         m.insert("case".into(), json!(self.case));
@@ -128,13 +150,8 @@ pub fn run(args: &BenchArgs) -> Result<bool> {
     }
     let mut rows = Vec::new();
     for &threads in &args.threads {
-        // every case runs inside a rayon pool of exactly `threads` threads
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .map_err(|e| e.to_string())?;
         for case in &selected {
-            for row in pool.install(|| (case.run)(threads, args.reps))? {
+            for row in spawn_case(case.name, threads, args.reps)? {
                 if args.json {
                     println!("{}", row.to_json());
                 }
@@ -153,14 +170,45 @@ pub fn run(args: &BenchArgs) -> Result<bool> {
     Ok(true)
 }
 
-/// Runs one case in this (fresh) process and prints its JSON line: used where the measurement
-/// is the process's peak memory.
-pub fn run_child(case: &str, threads: usize) -> Result<bool> {
+/// Runs one case in a fresh process of this program: its rayon global pool has exactly
+/// `threads` threads, the case runs on the main thread (as PyTorch's twin does), and its peak
+/// memory is its own.
+fn spawn_case(case: &str, threads: usize, reps: usize) -> Result<Vec<Row>> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = Command::new(exe)
+        .args([
+            "bench-child",
+            case,
+            "--threads",
+            &threads.to_string(),
+            "--reps",
+            &reps.to_string(),
+        ])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(format!(
+            "case {case}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| Row::from_json(l).ok_or_else(|| format!("case {case}: unreadable row {l}")))
+        .collect()
+}
+
+/// The child side of [`spawn_case`].
+pub fn run_child(case: &str, threads: usize, reps: usize) -> Result<bool> {
     let c = cases::CASES
         .iter()
         .find(|c| c.name == case)
         .ok_or_else(|| format!("unknown case `{case}`"))?;
-    for row in (c.child.ok_or("not a child case")?)(threads)? {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global()
+        .map_err(|e| e.to_string())?;
+    for row in (c.run)(threads, reps)? {
         println!("{}", row.to_json());
     }
     Ok(true)

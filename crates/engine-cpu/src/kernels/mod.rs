@@ -19,11 +19,12 @@ mod reduce;
 use crate::error::CpuError;
 use crate::scalar::CpuScalar;
 use crate::tensor::{same_shape, CpuTensor};
-use torchlean_runtime::{Kernels, Result, Saved};
+use smallvec::smallvec;
+use torchlean_runtime::{Kernels, Operands, Result, Saved};
 use torchlean_spec::{Op, PoolKind, Shape, Tensor};
 
 /// One cotangent per operand.
-type Grads<T> = Vec<Option<CpuTensor<T>>>;
+type Grads<T> = Operands<Option<CpuTensor<T>>>;
 
 /// The output shape of `op` on `args`, by the op's own shape rule (no allocation for up to
 /// three operands).
@@ -189,7 +190,7 @@ fn vjp<T: CpuScalar>(op: &Op, saved: &Saved<CpuTensor<T>>, cot: &CpuTensor<T>) -
         .into());
     }
     let s = SavedView { op, saved };
-    let one = |t: CpuTensor<T>| Ok(vec![Some(t)]);
+    let one = |t: CpuTensor<T>| Ok(smallvec![Some(t)]);
     match op {
         Op::Unary(u) => {
             let x = if u.saves_input() {
@@ -211,11 +212,11 @@ fn vjp<T: CpuScalar>(op: &Op, saved: &Saved<CpuTensor<T>>, cot: &CpuTensor<T>) -
                 (None, None)
             };
             let (dx, dy) = elementwise::binary_vjp(*b, x, y, cot)?;
-            Ok(vec![Some(dx), Some(dy)])
+            Ok(smallvec![Some(dx), Some(dy)])
         }
         Op::Scale { c } => one(elementwise::scale(cot, T::from_f64(*c))),
         Op::AddScalar { .. } => one(cot.clone()),
-        Op::Detach => Ok(vec![None]),
+        Op::Detach => Ok(smallvec![None]),
         Op::Softmax { axis } => one(norm::softmax_vjp(s.output(out)?, cot, *axis)),
         Op::LogSoftmax { axis } => one(norm::log_softmax_vjp(s.output(out)?, cot, *axis)),
         Op::LayerNorm { axis, eps } => one(norm::layer_norm_vjp(
@@ -240,15 +241,15 @@ fn vjp<T: CpuScalar>(op: &Op, saved: &Saved<CpuTensor<T>>, cot: &CpuTensor<T>) -
         Op::Sum => one(CpuTensor::filled(s.shape(0)?.clone(), cot.as_slice()[0])?),
         Op::MatMul => {
             let (da, db) = linalg::matmul_vjp(s.input(0)?, s.input(1)?, cot)?;
-            Ok(vec![Some(da), Some(db)])
+            Ok(smallvec![Some(da), Some(db)])
         }
         Op::Linear => {
             let (dx, dw, db) = linalg::linear_vjp(s.input(0)?, s.input(1)?, cot)?;
-            Ok(vec![Some(dx), Some(dw), Some(db)])
+            Ok(smallvec![Some(dx), Some(dw), Some(db)])
         }
         Op::Conv2d(spec) => {
             let (dx, dw, db) = conv::vjp(spec, s.input(0)?, s.input(1)?, cot)?;
-            Ok(vec![Some(dx), Some(dw), Some(db)])
+            Ok(smallvec![Some(dx), Some(dw), Some(db)])
         }
         Op::Pool(spec) => one(match spec.kind {
             PoolKind::Max => pool::max_vjp(spec, s.input(0)?, cot),
@@ -271,10 +272,10 @@ fn vjp<T: CpuScalar>(op: &Op, saved: &Saved<CpuTensor<T>>, cot: &CpuTensor<T>) -
             .collect()),
         Op::MseLoss => {
             let (da, db) = reduce::mse_loss_vjp(s.input(0)?, s.input(1)?, cot);
-            Ok(vec![Some(da), Some(db)])
+            Ok(smallvec![Some(da), Some(db)])
         }
-        Op::RandUniform { .. } => Ok(vec![]),
-        Op::BernoulliMask { .. } => Ok(vec![None]),
+        Op::RandUniform { .. } => Ok(Operands::new()),
+        Op::BernoulliMask { .. } => Ok(smallvec![None]),
     }
 }
 
@@ -285,7 +286,7 @@ impl<T: CpuScalar> Kernels for CpuTensor<T> {
         forward(op, args)
     }
 
-    fn vjp(op: &Op, saved: &Saved<Self>, cot: &Self) -> Result<Vec<Option<Self>>> {
+    fn vjp(op: &Op, saved: &Saved<Self>, cot: &Self) -> Result<Operands<Option<Self>>> {
         vjp(op, saved, cot)
     }
 
@@ -367,16 +368,16 @@ mod tests {
         let y = CpuF32::forward(&Op::Unary(UnaryOp::Tanh), &[&x]).unwrap();
         // tanh saves its output only: a Saved without it is an error, not a guess
         let saved = Saved {
-            input_shapes: vec![x.shape().clone()],
-            inputs: vec![Some(x.clone())],
+            input_shapes: vec![x.shape().clone()].into(),
+            inputs: vec![Some(x.clone())].into(),
             output: None,
         };
         let e = CpuF32::vjp(&Op::Unary(UnaryOp::Tanh), &saved, &y).unwrap_err();
         assert!(e.to_string().contains("output"), "{e}");
         // a saved value of the wrong shape is an error too
         let saved = Saved {
-            input_shapes: vec![x.shape().clone()],
-            inputs: vec![None],
+            input_shapes: vec![x.shape().clone()].into(),
+            inputs: vec![None].into(),
             output: Some(t(&[1], &[0.5])),
         };
         assert!(CpuF32::vjp(&Op::Unary(UnaryOp::Tanh), &saved, &y).is_err());
