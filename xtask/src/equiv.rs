@@ -2,12 +2,18 @@
 
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
+use torchlean_engine_cpu::{CpuF32, CpuF64};
 use torchlean_equiv::{check, fault, CheckConfig, EngineOf, EngineUnderTest, Faulty};
+
+/// Node-by-node tolerances of engines against the reference (the engine suite's).
+const F32_TOLERANCE: f64 = 1e-5;
+const F64_TOLERANCE: f64 = 1e-12;
 use torchlean_spec::Tensor;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum EngineSel {
     Reference,
+    Cpu,
     All,
 }
 
@@ -57,11 +63,23 @@ pub fn run(args: &EquivArgs) -> Result<bool, String> {
         ..CheckConfig::default()
     };
     let ref64 = EngineOf::<Tensor<f64>>::bitwise();
-    let ref32 = EngineOf::<Tensor<f32>>::with_tolerance(1e-5);
+    let ref32 = EngineOf::<Tensor<f32>>::with_tolerance(F32_TOLERANCE);
+    let cpu64 = EngineOf::<CpuF64>::with_tolerance(F64_TOLERANCE);
+    let cpu32 = EngineOf::<CpuF32>::with_tolerance(F32_TOLERANCE);
+    let wants_dtype = |d: DTypeSel| args.dtype == DTypeSel::All || args.dtype == d;
+    let wants_engine = |e: EngineSel| args.engine == EngineSel::All || args.engine == e;
+    // the reference f64 engine is always checked: it is the baseline of every other comparison
     let mut engines: Vec<&dyn EngineUnderTest> = vec![&ref64];
-    let wants = |d: DTypeSel| args.dtype == DTypeSel::All || args.dtype == d;
-    if wants(DTypeSel::F32) {
+    if wants_engine(EngineSel::Reference) && wants_dtype(DTypeSel::F32) {
         engines.push(&ref32);
+    }
+    if wants_engine(EngineSel::Cpu) {
+        if wants_dtype(DTypeSel::F64) {
+            engines.push(&cpu64);
+        }
+        if wants_dtype(DTypeSel::F32) {
+            engines.push(&cpu32);
+        }
     }
     let faulty: Option<Box<dyn EngineUnderTest>> = match args.inject_fault.as_deref() {
         None => None,
@@ -91,7 +109,6 @@ pub fn run(args: &EquivArgs) -> Result<bool, String> {
     if let Some(f) = &faulty {
         engines.push(f.as_ref());
     }
-    let _ = args.engine;
     let report = check(&cfg, &engines);
     if args.json {
         print!("{}", report.json_lines());
