@@ -7,6 +7,7 @@ with the same fields as the Rust side: case, engine, threads, median_ms, min_ms,
 """
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -71,12 +72,66 @@ def relu_chain(threads, reps):
         row("relu_chain_backward", threads, measure(backward, reps, warmup=1), nodes=n)
 
 
+PEER_MATMUL = r"""
+import json, os, sys, time
+n, threads, reps, peer = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+# pin the peer to `threads` CPUs: XLA's CPU backend does not honour a thread count otherwise
+os.sched_setaffinity(0, set(range(threads)))
+def measure(fn):
+    for _ in range(2):
+        fn()
+    t = []
+    for _ in range(reps):
+        s = time.perf_counter(); fn(); t.append((time.perf_counter() - s) * 1e3)
+    t.sort()
+    return t
+if peer == "numpy":
+    import numpy as np
+    from threadpoolctl import threadpool_info, threadpool_limits
+    threadpool_limits(threads)
+    a = np.random.rand(n, n).astype(np.float32); b = np.random.rand(n, n).astype(np.float32)
+    t = measure(lambda: a @ b)
+    info = [i for i in threadpool_info() if i.get("internal_api") == "openblas"]
+    kernel = info[0].get("architecture", "?") if info else "?"
+    engine = "numpy-openblas"
+else:
+    import jax, jax.numpy as jnp
+    a = jnp.ones((n, n), jnp.float32); b = jnp.ones((n, n), jnp.float32)
+    mm = jax.jit(lambda x, y: x @ y)
+    t = measure(lambda: mm(a, b).block_until_ready())
+    kernel = jax.__version__
+    engine = "jax-xla"
+med = t[len(t) // 2]
+print(json.dumps({"case": f"matmul_{n}", "engine": engine, "threads": threads, "median_ms": round(med, 4),
+                  "min_ms": round(t[0], 4), "max_ms": round(t[-1], 4), "reps": reps,
+                  "gflops": round(2 * n**3 / (med * 1e6), 2), "kernel": kernel}), flush=True)
+"""
+
+
+def peer_matmul(n, threads, reps, peer):
+    """numpy (OpenBLAS) and JAX (XLA) as the other matmul peers, each in a subprocess: OpenBLAS
+    with the machine's OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE overrides removed (they pin an older
+    kernel), XLA with its thread count set before import."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    env["OPENBLAS_NUM_THREADS"] = str(threads)
+    if threads == 1:
+        env["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    out = subprocess.run([sys.executable, "-c", PEER_MATMUL, str(n), str(threads), str(reps), peer],
+                         capture_output=True, text=True, env=env)
+    if out.returncode == 0:
+        sys.stdout.write(out.stdout)
+    else:
+        print(f"peer {peer} unavailable: {out.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+
+
 def matmul(n):
     def case(threads, reps):
         a = torch.randn(n, n, dtype=torch.float32)
         b = torch.randn(n, n, dtype=torch.float32)
         s = measure(lambda: torch.mm(a, b), reps)
         row(f"matmul_{n}", threads, s, gflops=round(2 * n**3 / (s["median_ms"] * 1e6), 2))
+        for peer in ("numpy", "jax"):
+            peer_matmul(n, threads, reps, peer)
     return case
 
 

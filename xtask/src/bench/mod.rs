@@ -273,48 +273,43 @@ fn key(case: &str, threads: u64, extra: Option<&Value>) -> String {
 
 fn print_comparison(ours: &[Row], theirs: &[Value], as_json: bool) {
     if !as_json {
-        println!("\nside by side with PyTorch (same run; ratio = PyTorch / ours, > 1 means we are faster)");
+        println!("\nside by side with the peers (same run; ratio = peer time / our time, > 1 means we are faster)");
         println!(
-            "{:<26} {:>3} {:>12} {:>12} {:>8}  note",
-            "case", "thr", "ours_ms", "pytorch_ms", "ratio"
+            "{:<26} {:>3} {:<16} {:>12} {:<16} {:>12} {:>8}  note",
+            "case", "thr", "ours", "ours_ms", "peer", "peer_ms", "ratio"
         );
     }
     for t in theirs {
         if as_json {
             println!("{t}");
         }
-        let Some(case) = t["case"].as_str() else {
-            continue;
-        };
+        let Some(case) = t["case"].as_str() else { continue };
+        let peer = t["engine"].as_str().unwrap_or("peer");
         let threads = t["threads"].as_u64().unwrap_or(0);
         let k = key(case, threads, t.get("nodes"));
-        let Some(mine) = ours
+        // compare with our fast engine where a case has several rows
+        let mine = ours
             .iter()
-            .filter(|r| {
-                !r.engine.starts_with("reference")
-                    || !ours
-                        .iter()
-                        .any(|o| o.case == r.case && o.engine.starts_with("cpu"))
-            })
-            .find(|r| key(&r.case, r.threads as u64, r.extra.get("nodes")) == k)
-        else {
-            continue;
-        };
+            .filter(|r| key(&r.case, r.threads as u64, r.extra.get("nodes")) == k)
+            .min_by_key(|r| r.engine.starts_with("reference"));
+        let Some(mine) = mine else { continue };
         let theirs_ms = t["median_ms"].as_f64().unwrap_or(f64::NAN);
         let ratio = theirs_ms / mine.stats.median_ms;
-        let note = match (case, t.get("peak_rss_mb"), mine.extra.get("peak_rss_mb")) {
-            (_, Some(p), Some(m)) => format!("peak_rss_mb pytorch={p} ours={m}"),
-            _ => String::new(),
-        };
+        let mut note = String::new();
+        for field in ["gflops", "peak_rss_mb", "us_per_op"] {
+            if let (Some(p), Some(m)) = (t.get(field), mine.extra.get(field)) {
+                note = format!("{field}: {peer} {p}, ours {m}");
+            }
+        }
         if as_json {
             println!(
                 "{}",
-                json!({"compare": case, "threads": threads, "ours_ms": round(mine.stats.median_ms), "pytorch_ms": theirs_ms, "ratio": round(ratio), "engine": mine.engine})
+                json!({"compare": case, "threads": threads, "peer": peer, "engine": mine.engine, "ours_ms": round(mine.stats.median_ms), "peer_ms": theirs_ms, "ratio": round(ratio)})
             );
         } else {
             println!(
-                "{:<26} {:>3} {:>12.4} {:>12.4} {:>8.2}  {} {note}",
-                case, threads, mine.stats.median_ms, theirs_ms, ratio, mine.engine
+                "{:<26} {:>3} {:<16} {:>12.4} {:<16} {:>12.4} {:>8.2}  {note}",
+                case, threads, mine.engine, mine.stats.median_ms, peer, theirs_ms, ratio
             );
         }
     }
