@@ -113,64 +113,66 @@ pub fn relu_chain_graph(n: usize) -> Graph {
     }
 }
 
+/// Compile, backward and saved-graph backward of the relu chain on engine `V`.
+fn relu_chain_engine<V: Kernels>(
+    exec: &torchlean_compiled::ExecGraph,
+    n: usize,
+    threads: usize,
+    reps: usize,
+) -> Result<Vec<Row>> {
+    let engine = V::ENGINE;
+    let x =
+        V::from_f64(&Tensor::new([4], vec![0.5, -1.0, 2.0, 0.25]).map_err(err)?).map_err(err)?;
+    let compile_stats = measure(1, reps, || {
+        let (tape, values) = compile::<V>(&exec.graph, vec![x.clone()]).map_err(err)?;
+        black_box(values.len());
+        tape.release();
+        Ok(())
+    })?;
+    let (tape, _) = compile::<V>(&exec.graph, vec![x.clone()]).map_err(err)?;
+    let seed = V::full(x.shape(), 1.0).map_err(err)?;
+    let backward = measure(1, reps, || {
+        let g = tape
+            .backward_sparse(exec.output, seed.clone(), |i| i == 0)
+            .map_err(err)?;
+        black_box(g.len());
+        g.release();
+        Ok(())
+    })?;
+    let saved = SavedGraph::of_graph(&exec.graph, vec![x.clone()]).map_err(err)?;
+    let saved_stats = measure(1, reps, || {
+        let s = saved.one_hot(exec.output, seed.clone()).map_err(err)?;
+        black_box(saved.backprop_inputs_array(s).map_err(err)?);
+        Ok(())
+    })?;
+    Ok(vec![
+        Row::new("relu_chain_compile", engine, threads, compile_stats).with("nodes", n),
+        Row::new("relu_chain_backward", engine, threads, backward)
+            .with("nodes", n)
+            .with("sweep", "backward_sparse"),
+        Row::new("relu_chain_saved_backward", engine, threads, saved_stats)
+            .with("nodes", n)
+            .with("pass", "backprop_inputs_array"),
+    ])
+}
+
+/// TorchLean's own scaling benchmark: a chain of relu nodes over `[4]` at 1k, 4k and 16k
+/// nodes, in f64 (TorchLean's `Float`), on the reference and CPU engines.
 fn relu_chain_all(threads: usize, reps: usize) -> Result<Vec<Row>> {
-    type V = Tensor<f64>;
     let mut rows = Vec::new();
     for n in [1024usize, 4096, 16384] {
         let g = relu_chain_graph(n);
         let payload = Payload::new();
-        let x = Tensor::new([4], vec![0.5, -1.0, 2.0, 0.25]).map_err(err)?;
         let lower = measure(1, reps, || {
             black_box(exec_graph_of_ir(&g, &payload).map_err(err)?);
             Ok(())
         })?;
+        rows.push(Row::new("relu_chain_lower", "ir", threads, lower).with("nodes", n));
         let exec = exec_graph_of_ir(&g, &payload).map_err(err)?;
-        let compile_stats = measure(1, reps, || {
-            let (tape, values) = compile::<V>(&exec.graph, vec![x.clone()]).map_err(err)?;
-            black_box(values.len());
-            tape.release();
-            Ok(())
-        })?;
-        let (tape, _) = compile::<V>(&exec.graph, vec![x.clone()]).map_err(err)?;
-        let seed = Tensor::new([4], vec![1.0; 4]).map_err(err)?;
-        let backward = measure(1, reps, || {
-            let g = tape
-                .backward_sparse(exec.output, seed.clone(), |i| i == 0)
-                .map_err(err)?;
-            black_box(g.len());
-            Ok(())
-        })?;
-        let saved = SavedGraph::of_graph(&exec.graph, vec![x.clone()]).map_err(err)?;
-        let saved_stats = measure(1, reps, || {
-            let s = saved.one_hot(exec.output, seed.clone()).map_err(err)?;
-            black_box(saved.backprop_inputs_array(s).map_err(err)?);
-            Ok(())
-        })?;
-        rows.push(Row::new("relu_chain_lower", "reference-f64", threads, lower).with("nodes", n));
-        rows.push(
-            Row::new(
-                "relu_chain_compile",
-                "reference-f64",
-                threads,
-                compile_stats,
-            )
-            .with("nodes", n),
-        );
-        rows.push(
-            Row::new("relu_chain_backward", "reference-f64", threads, backward)
-                .with("nodes", n)
-                .with("sweep", "backward_sparse"),
-        );
-        rows.push(
-            Row::new(
-                "relu_chain_saved_backward",
-                "reference-f64",
-                threads,
-                saved_stats,
-            )
-            .with("nodes", n)
-            .with("pass", "backprop_inputs_array"),
-        );
+        rows.extend(relu_chain_engine::<Tensor<f64>>(&exec, n, threads, reps)?);
+        rows.extend(relu_chain_engine::<torchlean_engine_cpu::CpuF64>(
+            &exec, n, threads, reps,
+        )?);
     }
     Ok(rows)
 }

@@ -283,7 +283,9 @@ fn print_comparison(ours: &[Row], theirs: &[Value], as_json: bool) {
         if as_json {
             println!("{t}");
         }
-        let Some(case) = t["case"].as_str() else { continue };
+        let Some(case) = t["case"].as_str() else {
+            continue;
+        };
         let peer = t["engine"].as_str().unwrap_or("peer");
         let threads = t["threads"].as_u64().unwrap_or(0);
         let k = key(case, threads, t.get("nodes"));
