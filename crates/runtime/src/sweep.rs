@@ -279,7 +279,9 @@ pub fn totalize<V: GradZero>(tape: &Tape<V>, grads: Vec<Option<V>>) -> Vec<V> {
         .collect()
 }
 
-/// `grads[parent] ← existing + g` on a total array (every slot filled).
+/// `grads[parent] ← existing + g` on a total array (every slot filled). The same accumulation
+/// as [`add_grad_dense`], whose "first contribution stored as is" case never arises on a total
+/// array.
 pub fn add_grad_all<V: GradValue>(
     tape: &Tape<V>,
     grads: &mut [Option<V>],
@@ -287,15 +289,7 @@ pub fn add_grad_all<V: GradValue>(
     parent: usize,
     g: V,
 ) -> Result<()> {
-    let Some(g) = validate_contribution(tape, node, parent, g)? else {
-        return Ok(());
-    };
-    // invariant: total arrays keep every slot filled between steps
-    match grads[parent].take() {
-        Some(existing) => grads[parent] = Some(existing.add(g)?),
-        None => grads[parent] = Some(g),
-    }
-    Ok(())
+    add_grad_dense(tape, grads, node, parent, g)
 }
 
 /// Runs node `id`'s VJP on its current total gradient (if it requires grad).
