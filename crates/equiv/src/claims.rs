@@ -560,23 +560,6 @@ pub fn dense_skipping_avoids_nan() -> Observation {
     }
 }
 
-/// The f64 image of a claim run's values, for callers that want figures.
-pub fn f64_compare(a: &Tensor<f64>, b: &Tensor<f64>) -> Measure {
-    compare_f64(a, b, Mode::Bitwise)
-}
-
-/// Helper for the release discipline: drop a list of values explicitly.
-pub fn release<V: GradValue>(vals: Vec<V>) {
-    for v in vals {
-        v.drop();
-    }
-}
-
-/// The scalar name of an engine label (`cpu-f32` → `f32`).
-pub fn dtype_of(engine: &str) -> &str {
-    engine.rsplit('-').next().unwrap_or(engine)
-}
-
 /// Values of `Scalar` type `A` are exact when `A::EXACT`.
 pub fn base_mode<A: Scalar>() -> Mode {
     if A::EXACT {
