@@ -1,13 +1,13 @@
 //! The claims of SPEC 2.3, each an executable check against its reference.
 
 use crate::gen::GenCase;
-use crate::measure::{compare, compare_all, compare_f64, Measure, Mode};
+use crate::measure::{compare, compare_all, Measure, Mode};
 use torchlean_compiled::{
     backprop_all_ctx, backprop_ctx, backprop_ctx_reference, compile, compile_with,
     exec_graph_of_ir, CompileMode, ExecGraph, PreparedNode, SavedGraph,
 };
 use torchlean_ir::denote_all;
-use torchlean_runtime::{record, GradValue, GradZero, Kernels, Saved, Tape};
+use torchlean_runtime::{record, GradZero, Kernels, Saved, Tape};
 use torchlean_spec::{ops::splitmix64, Op, Scalar, Shape, Tensor};
 
 /// The claims, in report order.
