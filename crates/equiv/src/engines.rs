@@ -4,7 +4,7 @@ use crate::claims::{semantic_claims, Claim, Observation};
 use crate::gen::GenCase;
 use crate::measure::{Measure, Mode};
 use std::marker::PhantomData;
-use torchlean_compiled::{exec_graph_of_ir, run_grad, ExecGraph, GradResult};
+use torchlean_compiled::{exec_graph_of_ir, run_grad, GradResult};
 use torchlean_engine_suite::{check_case, cotangent, OpCase, Tolerance};
 use torchlean_ir::{Graph, Payload};
 use torchlean_runtime::{Kernels, Saved};
@@ -70,8 +70,8 @@ impl<V: Kernels> EngineOf<V> {
 /// Each lowered node as `(IR kind, op case with the reference operand values)`.
 pub type NodeCases = Vec<(&'static str, OpCase)>;
 
-/// `(ir kind, spec op, operand values)` of every lowered node, from the reference engine in f64.
-pub fn reference_nodes(case: &GenCase) -> Result<(ExecGraph, NodeCases), String> {
+/// `(IR kind, op case)` for every lowered node, with operand values from the reference engine in f64.
+pub fn reference_nodes(case: &GenCase) -> Result<NodeCases, String> {
     let exec = exec_graph_of_ir(&case.graph, &case.payload).map_err(|e| e.to_string())?;
     let inputs: Vec<Tensor<f64>> = exec
         .inputs(&case.input, &case.payload)
@@ -98,7 +98,7 @@ pub fn reference_nodes(case: &GenCase) -> Result<(ExecGraph, NodeCases), String>
             )
         })
         .collect();
-    Ok((exec, nodes))
+    Ok(nodes)
 }
 
 impl<V: Kernels> EngineUnderTest for EngineOf<V> {
@@ -120,7 +120,7 @@ impl<V: Kernels> EngineUnderTest for EngineOf<V> {
 
     fn per_node(&self, case: &GenCase, fd: bool) -> Vec<Observation> {
         let mut out = Vec::new();
-        let (_, nodes) = match reference_nodes(case) {
+        let nodes = match reference_nodes(case) {
             Ok(n) => n,
             Err(e) => {
                 out.push(Observation {
