@@ -5,7 +5,7 @@ use crate::error::Result;
 use crate::graph::GraphData;
 use crate::pack::{compact_pack, dense_pack};
 use std::sync::Arc;
-use torchlean_runtime::{Kernels, Node, Saved, Tape};
+use torchlean_runtime::{Backward, Kernels, Node, Parents, Saved, Tape};
 use torchlean_spec::Shape;
 
 /// What a compiled node's VJP returns.
@@ -45,17 +45,17 @@ pub fn compile_with<V: Kernels>(
         let saved = Saved::for_op(&node.op, &args, &values[p]);
         let (op, arg_ids) = (node.op.clone(), node.args.clone());
         let shapes = shapes.clone();
-        let backward: torchlean_runtime::Backward<V> = match mode {
-            CompileMode::Compact => {
-                Box::new(move |cot| compact_pack(&op, &arg_ids, &saved, cot).map_err(into_runtime))
-            }
-            CompileMode::FullContext => Box::new(move |cot| {
+        let backward = match mode {
+            CompileMode::Compact => Backward::closure(move |cot| {
+                compact_pack(&op, &arg_ids, &saved, cot).map_err(into_runtime)
+            }),
+            CompileMode::FullContext => Backward::closure(move |cot| {
                 let compact = compact_pack(&op, &arg_ids, &saved, cot).map_err(into_runtime)?;
                 let dense = dense_pack(compact, &shapes[..p]).map_err(into_runtime)?;
                 Ok(dense.into_iter().enumerate().collect())
             }),
         };
-        let mut parents = node.args.clone();
+        let mut parents = Parents::from_slice(&node.args);
         parents.dedup();
         tape.add_node(Node {
             name: Some(node.op.name().to_string()),

@@ -76,13 +76,6 @@ impl<T: CpuScalar> fmt::Debug for CpuTensor<T> {
     }
 }
 
-/// Shape equality without a `memcmp` call (ranks are tiny; this is on every op's path).
-#[inline]
-pub(crate) fn same_shape(a: &Shape, b: &Shape) -> bool {
-    let (x, y) = (a.dims(), b.dims());
-    x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p == q)
-}
-
 fn check_len(what: &'static str, shape: &Shape, got: usize) -> Result<(), CpuError> {
     let expected = shape.checked_size()?;
     if got != expected {
@@ -275,7 +268,7 @@ impl<T: CpuScalar> GradValue for CpuTensor<T> {
     /// `self + other`, in place into whichever operand owns its buffer exclusively (no
     /// allocation); a fresh pooled buffer only when both are shared.
     fn add(self, other: Self) -> Result<Self> {
-        if !same_shape(&self.shape, &other.shape) {
+        if self.shape != other.shape {
             return Err(CpuError::Shape {
                 op: "add",
                 shapes: vec![self.shape.clone(), other.shape.clone()],

@@ -4,6 +4,8 @@
 use thiserror::Error;
 use torchlean_spec::{Shape, SpecError};
 
+/// Large payloads (shapes, spec errors) are boxed: every `Result` on the per-op path carries
+/// this type, and a small error keeps those results cheap to move.
 #[derive(Debug, Error)]
 pub enum RuntimeError {
     /// An id that is not on the tape.
@@ -25,16 +27,16 @@ pub enum RuntimeError {
         node: usize,
         name: Option<String>,
         what: &'static str,
-        expected: Shape,
-        got: Shape,
+        expected: Box<Shape>,
+        got: Box<Shape>,
     },
 
     /// The seed of a sweep does not match the output's shape.
     #[error("the seed for node {node} has shape {got}, the node's value has shape {expected}")]
     SeedShape {
         node: usize,
-        expected: Shape,
-        got: Shape,
+        expected: Box<Shape>,
+        got: Box<Shape>,
     },
 
     /// A total gradient array of the wrong length.
@@ -58,7 +60,7 @@ pub enum RuntimeError {
     Spec {
         node: Option<usize>,
         #[source]
-        source: SpecError,
+        source: Box<SpecError>,
     },
 }
 
@@ -86,7 +88,10 @@ impl RuntimeError {
 
 impl From<SpecError> for RuntimeError {
     fn from(source: SpecError) -> Self {
-        RuntimeError::Spec { node: None, source }
+        RuntimeError::Spec {
+            node: None,
+            source: Box::new(source),
+        }
     }
 }
 

@@ -7,8 +7,8 @@
 //! [`Saved::for_op`], so an op whose backward needs only its output (exp, tanh, sigmoid, relu,
 //! sqrt, inv, softmax) never keeps its input alive.
 
-use crate::error::{Result, RuntimeError};
-use crate::tape::{Node, Tape};
+use crate::error::Result;
+use crate::tape::{Backward, Node, Parents, RecordedOp, Tape};
 use crate::value::{GradValue, GradZero};
 use smallvec::SmallVec;
 use torchlean_spec::{Op, Shape, Tensor};
@@ -29,6 +29,7 @@ pub struct Saved<V> {
 
 impl<V: GradValue + Clone> Saved<V> {
     /// Keeps exactly what `op` declares it saves.
+    #[inline]
     pub fn for_op(op: &Op, inputs: &[&V], output: &V) -> Self {
         Saved {
             input_shapes: {
@@ -86,6 +87,9 @@ pub trait Kernels: GradValue + GradZero + Clone + Send + Sync + 'static {
 /// node whose VJP returns one `(parent, contribution)` pair per differentiable operand, in
 /// operand order (a repeated parent receives two separate contributions — the eager tape's
 /// "scatter twice", as TorchLean's `Tape.add a a`).
+///
+/// A node none of whose parents requires grad keeps nothing for a backward pass: its VJP never
+/// runs.
 pub fn record<V: Kernels>(
     tape: &mut Tape<V>,
     op: Op,
@@ -93,44 +97,43 @@ pub fn record<V: Kernels>(
     name: Option<String>,
 ) -> Result<usize> {
     let mut args: SmallVec<[&V; 4]> = SmallVec::new();
+    let mut any_requires_grad = false;
     for &p in parents {
-        args.push(tape.get_value(p)?);
+        let node = tape.get_node(p)?;
+        any_requires_grad |= node.requires_grad;
+        args.push(&node.value);
     }
     let id = tape.size();
     let value = V::forward(&op, &args).map_err(|e| e.at_node(id))?;
-    let requires_grad = op != Op::Detach
-        && parents
-            .iter()
-            .any(|&p| tape.get_node(p).is_ok_and(|n| n.requires_grad));
+    let requires_grad = any_requires_grad && op != Op::Detach;
+    if !requires_grad {
+        drop(args);
+        return Ok(tape.add_node(Node {
+            name,
+            value,
+            owns_value: true,
+            requires_grad,
+            parents: Parents::from_slice(parents),
+            cleanup: Vec::new(),
+            backward: Backward::Nothing,
+        }));
+    }
     let saved = Saved::for_op(&op, &args, &value);
     drop(args);
-    let backward_parents: SmallVec<[usize; 4]> = SmallVec::from_slice(parents);
-    let backward = Box::new(move |cot: &V| -> Result<Vec<(usize, V)>> {
-        let grads = V::vjp(&op, &saved, cot)?;
-        if grads.len() != backward_parents.len() {
-            return Err(RuntimeError::Op {
-                op: op.name(),
-                node: None,
-                message: format!(
-                    "the VJP returned {} cotangents for {} operands",
-                    grads.len(),
-                    backward_parents.len()
-                ),
-            });
-        }
-        Ok(backward_parents
-            .iter()
-            .zip(grads)
-            .filter_map(|(&p, g)| g.map(|g| (p, g)))
-            .collect())
-    });
-    Ok(tape.add_node(Node {
-        name,
-        value,
-        owns_value: true,
-        requires_grad,
-        parents: parents.to_vec(),
-        cleanup: Vec::new(),
-        backward,
-    }))
+    Ok(tape.push_recorded(
+        Node {
+            name,
+            value,
+            owns_value: true,
+            requires_grad,
+            parents: Parents::from_slice(parents),
+            cleanup: Vec::new(),
+            backward: Backward::Nothing,
+        },
+        RecordedOp {
+            op,
+            saved,
+            vjp: V::vjp,
+        },
+    ))
 }

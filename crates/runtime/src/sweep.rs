@@ -53,8 +53,8 @@ fn validate_contribution<V: GradValue>(
             node: parent,
             name: p.name.clone(),
             what: "a gradient contribution",
-            expected: p.value.shape().clone(),
-            got: g.shape().clone(),
+            expected: Box::new(p.value.shape().clone()),
+            got: Box::new(g.shape().clone()),
         };
         g.drop();
         return Err(err);
@@ -101,7 +101,7 @@ fn run_vjp<V: GradValue>(
     let Some(upstream) = grads[id].take() else {
         return Ok(());
     };
-    let contributions = (node.backward)(&upstream).map_err(|e| e.at_node(id));
+    let contributions = tape.run_backward(id, &upstream);
     grads[id] = Some(upstream);
     let mut contributions = contributions?.into_iter();
     while let Some((parent, g)) = contributions.next() {
@@ -127,8 +127,8 @@ fn check_seed<V: GradValue>(tape: &Tape<V>, out_id: usize, seed: &V) -> Result<(
     if seed.shape() != out.value.shape() {
         return Err(RuntimeError::SeedShape {
             node: out_id,
-            expected: out.value.shape().clone(),
-            got: seed.shape().clone(),
+            expected: Box::new(out.value.shape().clone()),
+            got: Box::new(seed.shape().clone()),
         });
     }
     seed.check()
@@ -179,8 +179,8 @@ impl<V: GradValue> Tape<V> {
                     node: id,
                     name: node.name.clone(),
                     what: "the initial gradient",
-                    expected: node.value.shape().clone(),
-                    got: g.shape().clone(),
+                    expected: Box::new(node.value.shape().clone()),
+                    got: Box::new(g.shape().clone()),
                 };
                 release_all(grads0);
                 return Err(err);
@@ -245,13 +245,11 @@ fn sparse_step<V: GradValue>(tape: &Tape<V>, map: &mut SparseGrads<V>, id: usize
             node: id,
             name: node.name.clone(),
             what: "the upstream gradient",
-            expected: node.value.shape().clone(),
-            got: upstream.shape().clone(),
+            expected: Box::new(node.value.shape().clone()),
+            got: Box::new(upstream.shape().clone()),
         });
     }
-    let mut contributions = (node.backward)(upstream)
-        .map_err(|e| e.at_node(id))?
-        .into_iter();
+    let mut contributions = tape.run_backward(id, upstream)?.into_iter();
     while let Some((parent, g)) = contributions.next() {
         let result = validate_contribution(tape, id, parent, g).and_then(|g| {
             if let Some(g) = g {

@@ -1,12 +1,72 @@
 //! `Tape<V>` and `Node<V>`: a grow-only array of nodes; a node's id is its index.
 
 use crate::error::{Result, RuntimeError};
+use crate::kernel::{Operands, Saved};
 use crate::value::GradValue;
+use smallvec::SmallVec;
 use std::fmt;
+use torchlean_spec::Op;
 
-/// A local VJP: from the node's upstream gradient, `(parent id, contribution)` pairs in the order
-/// they are to be accumulated.
-pub type Backward<V> = Box<dyn Fn(&V) -> Result<Vec<(usize, V)>> + Send + Sync>;
+/// A local VJP written as a closure: from the node's upstream gradient, `(parent id,
+/// contribution)` pairs in the order they are to be accumulated.
+pub type VjpClosure<V> = Box<dyn Fn(&V) -> Result<Vec<(usize, V)>> + Send + Sync>;
+
+/// What a node's VJP returns: `(parent id, contribution)` pairs in accumulation order (inline up
+/// to two, the common case, so a sweep step allocates nothing for them).
+pub type Contributions<V> = SmallVec<[(usize, V); 2]>;
+
+/// An engine's VJP entry point (`Kernels::vjp`), kept as a plain function pointer so the sweeps
+/// need only `GradValue`.
+pub(crate) type VjpFn<V> = fn(&Op, &Saved<V>, &V) -> Result<Operands<Option<V>>>;
+
+/// A node's local VJP (SPEC's `backward: &V -> Result<Vec<(usize, V)>>`), run through
+/// [`Tape::run_backward`].
+pub enum Backward<V> {
+    /// Contributes nothing (leaves).
+    Nothing,
+    /// Any closure (compiled graphs, tests, custom ops).
+    Closure(VjpClosure<V>),
+    /// An op put on the tape by [`crate::record`]: the engine's VJP of the op on what the op
+    /// saved, one pair per operand in operand order, the operands being the node's `parents`.
+    /// The op and its saved values live in the tape's op table, not in a per-node allocation
+    /// (per-op overhead is the point of an eager tape).
+    Recorded(RecordedSlot),
+}
+
+/// An index into the op table of the tape that holds the node; only [`crate::record`] makes one.
+///
+/// Invariant: a `RecordedSlot` only ever sits in a node of the tape whose table it indexes (the
+/// field is private, nodes cannot be moved out of a tape, and [`Tape::add_node`] rejects nodes
+/// that carry one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordedSlot(usize);
+
+/// One recorded op: what its VJP reads, and the engine VJP that reads it.
+pub(crate) struct RecordedOp<V> {
+    pub(crate) op: Op,
+    pub(crate) saved: Saved<V>,
+    pub(crate) vjp: VjpFn<V>,
+}
+
+impl<V> Backward<V> {
+    /// Wraps a closure.
+    pub fn closure(f: impl Fn(&V) -> Result<Vec<(usize, V)>> + Send + Sync + 'static) -> Self {
+        Backward::Closure(Box::new(f))
+    }
+}
+
+impl<V> fmt::Debug for Backward<V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Backward::Nothing => f.write_str("Nothing"),
+            Backward::Closure(_) => f.write_str("Closure"),
+            Backward::Recorded(slot) => write!(f, "Recorded({})", slot.0),
+        }
+    }
+}
+
+/// The list of a node's parent ids (inline up to two).
+pub type Parents = SmallVec<[usize; 2]>;
 
 /// One recorded value with its local VJP.
 pub struct Node<V> {
@@ -18,7 +78,7 @@ pub struct Node<V> {
     /// Whether gradients flow into (and through) this node. Contributions to a node without it
     /// are dropped, and its VJP never runs.
     pub requires_grad: bool,
-    pub parents: Vec<usize>,
+    pub parents: Parents,
     /// Forward workspace kept only for the backward pass, released with the tape.
     pub cleanup: Vec<V>,
     pub backward: Backward<V>,
@@ -32,9 +92,9 @@ impl<V> Node<V> {
             value,
             owns_value: true,
             requires_grad,
-            parents: Vec::new(),
+            parents: Parents::new(),
             cleanup: Vec::new(),
-            backward: Box::new(|_| Ok(Vec::new())),
+            backward: Backward::Nothing,
         }
     }
 }
@@ -48,6 +108,7 @@ impl<V: GradValue> fmt::Debug for Node<V> {
             .field("requires_grad", &self.requires_grad)
             .field("parents", &self.parents)
             .field("cleanup", &self.cleanup.len())
+            .field("backward", &self.backward)
             .finish()
     }
 }
@@ -55,6 +116,8 @@ impl<V: GradValue> fmt::Debug for Node<V> {
 /// A grow-only tape.
 pub struct Tape<V> {
     nodes: Vec<Node<V>>,
+    /// The op table of [`Backward::Recorded`] nodes, in recording order.
+    recorded: Vec<RecordedOp<V>>,
 }
 
 impl<V: GradValue> fmt::Debug for Tape<V> {
@@ -65,7 +128,10 @@ impl<V: GradValue> fmt::Debug for Tape<V> {
 
 impl<V> Default for Tape<V> {
     fn default() -> Self {
-        Tape { nodes: Vec::new() }
+        Tape {
+            nodes: Vec::new(),
+            recorded: Vec::new(),
+        }
     }
 }
 
@@ -79,6 +145,7 @@ impl<V: GradValue> Tape<V> {
     pub fn with_capacity(n: usize) -> Self {
         Tape {
             nodes: Vec::with_capacity(n),
+            recorded: Vec::with_capacity(n),
         }
     }
 
@@ -89,10 +156,15 @@ impl<V: GradValue> Tape<V> {
 
     /// The node with id `id`.
     pub fn get_node(&self, id: usize) -> Result<&Node<V>> {
-        self.nodes.get(id).ok_or(RuntimeError::NoSuchNode {
-            id,
-            size: self.nodes.len(),
-        })
+        // a `match`, not `ok_or`: building (and dropping) the error on every lookup shows up in
+        // the per-op cost
+        match self.nodes.get(id) {
+            Some(node) => Ok(node),
+            None => Err(RuntimeError::NoSuchNode {
+                id,
+                size: self.nodes.len(),
+            }),
+        }
     }
 
     /// The value of node `id`.
@@ -101,10 +173,31 @@ impl<V: GradValue> Tape<V> {
     }
 
     /// Appends a node and returns its id (the size before the append).
+    ///
+    /// # Panics
+    /// If the node carries a [`Backward::Recorded`] slot, which only [`crate::record`] can
+    /// create for its own tape (no public path produces such a node by value).
     pub fn add_node(&mut self, node: Node<V>) -> usize {
+        assert!(
+            !matches!(node.backward, Backward::Recorded(_)),
+            "a recorded VJP belongs to the tape that recorded it"
+        );
+        self.push(node)
+    }
+
+    #[inline]
+    fn push(&mut self, node: Node<V>) -> usize {
         let id = self.nodes.len();
         self.nodes.push(node);
         id
+    }
+
+    /// Appends a node whose VJP is `op`'s engine VJP on `saved` (for [`crate::record`]).
+    #[inline]
+    pub(crate) fn push_recorded(&mut self, mut node: Node<V>, op: RecordedOp<V>) -> usize {
+        node.backward = Backward::Recorded(RecordedSlot(self.recorded.len()));
+        self.recorded.push(op);
+        self.push(node)
     }
 
     /// Appends a leaf.
@@ -115,6 +208,24 @@ impl<V: GradValue> Tape<V> {
     /// All nodes, in id order.
     pub fn nodes(&self) -> &[Node<V>] {
         &self.nodes
+    }
+
+    /// Runs node `id`'s local VJP on the upstream gradient `cot`: its `(parent id,
+    /// contribution)` pairs in accumulation order. Errors name the node.
+    pub fn run_backward(&self, id: usize, cot: &V) -> Result<Contributions<V>> {
+        let node = self.get_node(id)?;
+        let pairs = match &node.backward {
+            Backward::Nothing => Ok(Contributions::new()),
+            Backward::Closure(f) => f(cot).map(Contributions::from_vec),
+            Backward::Recorded(RecordedSlot(k)) => {
+                let rec = self
+                    .recorded
+                    .get(*k)
+                    .expect("a recorded slot indexes its own tape's op table (RecordedSlot)");
+                recorded_vjp(rec, &node.parents, cot)
+            }
+        };
+        pairs.map_err(|e| e.at_node(id))
     }
 
     /// Releases every owned value and every cleanup buffer.
@@ -128,4 +239,25 @@ impl<V: GradValue> Tape<V> {
             }
         }
     }
+}
+
+/// A recorded op's VJP: one pair per differentiable operand, in operand order.
+fn recorded_vjp<V>(rec: &RecordedOp<V>, parents: &[usize], cot: &V) -> Result<Contributions<V>> {
+    let grads = (rec.vjp)(&rec.op, &rec.saved, cot)?;
+    if grads.len() != parents.len() {
+        return Err(RuntimeError::Op {
+            op: rec.op.name(),
+            node: None,
+            message: format!(
+                "the VJP returned {} cotangents for {} operands",
+                grads.len(),
+                parents.len()
+            ),
+        });
+    }
+    Ok(parents
+        .iter()
+        .zip(grads)
+        .filter_map(|(&p, g)| g.map(|g| (p, g)))
+        .collect())
 }

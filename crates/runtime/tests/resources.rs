@@ -106,9 +106,9 @@ fn node(
         value: Counted::new(reg, v),
         owns_value: true,
         requires_grad: true,
-        parents,
+        parents: parents.into(),
         cleanup: vec![],
-        backward: Box::new(move |up: &Counted| {
+        backward: Backward::closure(move |up: &Counted| {
             let mut out = Vec::new();
             for (k, &p) in ps.iter().enumerate() {
                 if fail_after == Some(k) {

@@ -60,7 +60,7 @@ fn a_node_using_the_same_parent_twice_receives_both_contributions() {
     let g = tape.backward_dense(sq, t(&[1.0])).unwrap();
     assert_eq!(data(&g[x]), vec![6.0]);
     // eager scatter-twice: the node's closure returns two pairs for the same parent
-    let pairs = (tape.get_node(sq).unwrap().backward)(&t(&[1.0])).unwrap();
+    let pairs = tape.run_backward(sq, &t(&[1.0])).unwrap();
     assert_eq!(pairs.iter().map(|p| p.0).collect::<Vec<_>>(), vec![x, x]);
 }
 
@@ -108,9 +108,9 @@ fn custom(tape: &mut Tape<T>, value: T, parents: Vec<usize>, out: Vec<(usize, T)
         value,
         owns_value: true,
         requires_grad: true,
-        parents,
+        parents: parents.into(),
         cleanup: vec![],
-        backward: Box::new(move |_| Ok(out.clone())),
+        backward: Backward::closure(move |_| Ok(out.clone())),
     })
 }
 

@@ -25,8 +25,12 @@ enum Repr {
 pub struct Shape(Repr);
 
 impl PartialEq for Shape {
+    /// Compares extents element by element: ranks are tiny and this is on every op's path,
+    /// where a slice comparison's `memcmp` call costs more than the comparison.
+    #[inline]
     fn eq(&self, other: &Self) -> bool {
-        self.dims() == other.dims()
+        let (x, y) = (self.dims(), other.dims());
+        x.len() == y.len() && x.iter().zip(y).all(|(p, q)| p == q)
     }
 }
 
@@ -90,6 +94,7 @@ impl Shape {
     }
 
     /// The extents, outermost first.
+    #[inline]
     pub fn dims(&self) -> &[usize] {
         match &self.0 {
             Repr::Inline { len, dims } => &dims[..*len],

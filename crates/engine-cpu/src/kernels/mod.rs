@@ -18,7 +18,7 @@ mod reduce;
 
 use crate::error::CpuError;
 use crate::scalar::CpuScalar;
-use crate::tensor::{same_shape, CpuTensor};
+use crate::tensor::CpuTensor;
 use smallvec::smallvec;
 use torchlean_runtime::{Kernels, Operands, Result, Saved};
 use torchlean_spec::{Op, PoolKind, Shape, Tensor};
@@ -82,7 +82,7 @@ impl<'a, T: CpuScalar> SavedView<'a, T> {
                 what: format!("operand {i}"),
             })?;
         let want = self.shape(i)?;
-        if !same_shape(v.shape(), want) {
+        if v.shape() != want {
             return Err(CpuError::Shape {
                 op: self.op.name(),
                 shapes: vec![want.clone(), v.shape().clone()],
@@ -103,7 +103,7 @@ impl<'a, T: CpuScalar> SavedView<'a, T> {
                 op: self.op.name(),
                 what: "output".into(),
             })?;
-        if !same_shape(v.shape(), want) {
+        if v.shape() != want {
             return Err(CpuError::Shape {
                 op: self.op.name(),
                 shapes: vec![want.clone(), v.shape().clone()],
@@ -181,7 +181,7 @@ fn vjp<T: CpuScalar>(op: &Op, saved: &Saved<CpuTensor<T>>, cot: &CpuTensor<T>) -
             &inferred
         }
     };
-    if !same_shape(cot.shape(), out) {
+    if cot.shape() != out {
         return Err(CpuError::Shape {
             op: op.name(),
             shapes: vec![out.clone(), cot.shape().clone()],

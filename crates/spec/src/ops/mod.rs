@@ -167,7 +167,7 @@ impl<'a, A: Scalar> Saved<'a, A> {
 
     /// The output, or an error if it was not saved.
     pub fn output(&self, op: &'static str) -> Result<&'a Tensor<A>> {
-        self.output.ok_or(SpecError::MissingSaved {
+        self.output.ok_or_else(|| SpecError::MissingSaved {
             op,
             what: "output".into(),
         })
