@@ -3,7 +3,7 @@
 //! Every kernel output is taken from here ([`alloc`]) and every uniquely owned buffer is handed
 //! back when its last [`crate::CpuTensor`] is dropped ([`recycle`], called by the tensor's `Drop`,
 //! so `GradValue::drop`, the tape's release and plain Rust drops all feed it). A pooled entry is
-//! a whole `ArcArray1` (the `Arc` header and the data), so reusing one costs neither `malloc` nor
+//! a whole `Arc<Vec<T>>` (the `Arc` header, the `Vec` and its data), so reusing one costs neither `malloc` nor
 //! page faults: glibc hands big freed blocks back to the OS and faults them in again on the next
 //! step, and even small blocks cost two allocator round trips (header and data) per tensor.
 //!
@@ -12,8 +12,12 @@
 //! freed buffer goes back to the allocator.
 
 use crate::scalar::CpuScalar;
-use ndarray::{ArcArray1, Array1};
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// A tensor's storage: one flat, row-major buffer shared by reference counting. One pointer wide,
+/// so a tensor is its shape plus 8 bytes.
+pub type Buffer<T> = Arc<Vec<T>>;
 
 /// Lengths below this have a directly indexed free list; longer ones live in a map.
 const SMALL_LENS: usize = 1024;
@@ -27,8 +31,8 @@ const ENTRY_OVERHEAD: usize = 64;
 /// Free lists of one element type on one thread.
 #[derive(Debug)]
 pub struct BufferPool<T> {
-    small: Vec<Vec<ArcArray1<T>>>,
-    large: BTreeMap<usize, Vec<ArcArray1<T>>>,
+    small: Vec<Vec<Buffer<T>>>,
+    large: BTreeMap<usize, Vec<Buffer<T>>>,
     bytes: usize,
 }
 
@@ -47,7 +51,7 @@ impl<T> BufferPool<T> {
     }
 
     #[inline]
-    fn take(&mut self, len: usize) -> Option<ArcArray1<T>> {
+    fn take(&mut self, len: usize) -> Option<Buffer<T>> {
         let list = if len < SMALL_LENS {
             self.small.get_mut(len)?
         } else {
@@ -56,13 +60,13 @@ impl<T> BufferPool<T> {
         let a = list.pop()?;
         self.bytes -= Self::cost(len);
         // entries are unique when stored (`recycle` takes the last handle), so no re-check;
-        // were one shared, the first write through it would copy (ndarray's copy on write)
-        debug_assert!(a.is_unique());
+        // were one shared, the first write through it would copy (`Arc::make_mut`)
+        debug_assert!(Arc::strong_count(&a) == 1);
         Some(a)
     }
 
     #[inline]
-    fn put(&mut self, a: ArcArray1<T>) {
+    fn put(&mut self, a: Buffer<T>) {
         let len = a.len();
         let cost = Self::cost(len);
         if self.bytes.saturating_add(cost) > MAX_POOLED_BYTES {
@@ -101,17 +105,17 @@ impl<T> Default for BufferPool<T> {
 /// A uniquely owned buffer of `len` elements whose contents are unspecified (a recycled buffer
 /// keeps its old values; a fresh one is zeroed). Callers overwrite every element.
 #[inline]
-pub(crate) fn alloc<T: CpuScalar>(len: usize) -> ArcArray1<T> {
+pub(crate) fn alloc<T: CpuScalar>(len: usize) -> Buffer<T> {
     if let Some(a) = T::with_pool(|p| p.take(len)).flatten() {
         return a;
     }
-    Array1::from_vec(vec![T::ZERO; len]).into_shared()
+    Arc::new(vec![T::ZERO; len])
 }
 
 /// Offers a buffer to this thread's pool. `a` must be the only handle to its storage (the
 /// tensor's `Drop` checks it before handing the buffer over).
 #[inline]
-pub(crate) fn recycle<T: CpuScalar>(a: ArcArray1<T>) {
+pub(crate) fn recycle<T: CpuScalar>(a: Buffer<T>) {
     // `None` only while the thread is being torn down: the buffer is then simply freed.
     let _ = T::with_pool(|p| p.put(a));
 }
@@ -151,8 +155,8 @@ mod tests {
     fn the_pool_is_bounded() {
         let mut p = BufferPool::<f32>::new();
         let big = MAX_POOLED_BYTES / 4 / 2 + 1;
-        p.put(Array1::from_vec(vec![0.0f32; big]).into_shared());
-        p.put(Array1::from_vec(vec![0.0f32; big]).into_shared());
+        p.put(Arc::new(vec![0.0f32; big]));
+        p.put(Arc::new(vec![0.0f32; big]));
         assert!(p.pooled_bytes() <= MAX_POOLED_BYTES);
         assert!(p.take(big).is_some());
         assert!(p.take(big).is_none());

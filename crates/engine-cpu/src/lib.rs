@@ -8,8 +8,9 @@
 //!
 //! # Design
 //!
-//! **Storage.** A tensor is a [`torchlean_spec::Shape`] plus an [`ndarray::ArcArray1`]: one flat,
-//! C-contiguous buffer shared by reference counting. Values are immutable, so reshape, detach,
+//! **Storage.** A tensor is a [`torchlean_spec::Shape`] plus an `Arc<Vec<T>>` (one pointer, so a
+//! tensor is 48 bytes): one flat, C-contiguous buffer shared by
+//! reference counting; [`CpuTensor::view`] gives the `n`-dimensional ndarray view. Values are immutable, so reshape, detach,
 //! the copies a tape's `Saved` keeps and pass-through VJPs (`add`, `add_scalar`, reshape) share
 //! buffers for free; a buffer is written in place only when its `Arc` is unique.
 //! `GradValue::add` accumulates into whichever operand it owns exclusively (no allocation),
@@ -17,8 +18,8 @@
 //!
 //! **Buffer pool.** Kernel outputs come from thread-local free lists keyed by length, and a
 //! tensor's `Drop` returns a uniquely owned buffer to them (so `GradValue::drop`, a tape's
-//! release and plain drops all recycle). This removes both allocator round trips of an
-//! `ArcArray` (header and data) from the per-op path and stops glibc from unmapping big
+//! release and plain drops all recycle). This removes the allocator round trips of a
+//! buffer (`Arc` header, `Vec` data) from the per-op path and stops glibc from unmapping big
 //! buffers and faulting them back in on every training step. The pool is bounded per thread
 //! (`MAX_POOLED_BYTES`); see [`pooled_bytes`] and [`clear_pool`].
 //!

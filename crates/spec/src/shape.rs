@@ -12,14 +12,40 @@ pub const MAX_ELEMENTS: usize = 1 << 32;
 /// Ranks up to this many (scalars, vectors, matrices, NCHW images) are stored inline.
 const INLINE: usize = 4;
 
+/// The rank of an inline shape. An enum rather than an integer so that its unused values are a
+/// niche the compiler stores `Repr`'s variant tag in: a shape is 40 bytes, not 48 (shapes are
+/// copied several times per op, so their size is per-op overhead).
+#[derive(Clone, Copy)]
+#[repr(u8)]
+enum InlineRank {
+    R0,
+    R1,
+    R2,
+    R3,
+    R4,
+}
+
+impl InlineRank {
+    const ALL: [InlineRank; INLINE + 1] = [
+        InlineRank::R0,
+        InlineRank::R1,
+        InlineRank::R2,
+        InlineRank::R3,
+        InlineRank::R4,
+    ];
+}
+
 #[derive(Clone)]
 enum Repr {
-    Inline { len: usize, dims: [usize; INLINE] },
+    Inline {
+        len: InlineRank,
+        dims: [usize; INLINE],
+    },
     Heap(Vec<usize>),
 }
 
 /// A tensor shape, outermost dimension first. `Shape::scalar()` has rank 0 and size 1; a zero
-/// extent gives size 0. Ranks up to 4 are stored inline, so cloning a shape is a 40-byte copy
+/// extent gives size 0. Ranks up to 4 are stored inline, so a shape is 40 bytes, cloning it is a copy,
 /// and never allocates on the engines' hot paths.
 #[derive(Clone)]
 pub struct Shape(Repr);
@@ -64,7 +90,7 @@ impl Shape {
     /// The rank-0 shape.
     pub fn scalar() -> Self {
         Shape(Repr::Inline {
-            len: 0,
+            len: InlineRank::R0,
             dims: [0; INLINE],
         })
     }
@@ -85,7 +111,7 @@ impl Shape {
             let mut a = [0; INLINE];
             a[..dims.len()].copy_from_slice(dims);
             Shape(Repr::Inline {
-                len: dims.len(),
+                len: InlineRank::ALL[dims.len()],
                 dims: a,
             })
         } else {
@@ -97,7 +123,7 @@ impl Shape {
     #[inline]
     pub fn dims(&self) -> &[usize] {
         match &self.0 {
-            Repr::Inline { len, dims } => &dims[..*len],
+            Repr::Inline { len, dims } => &dims[..*len as usize],
             Repr::Heap(v) => v,
         }
     }
@@ -239,6 +265,18 @@ impl<const N: usize> From<[usize; N]> for Shape {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shape_is_forty_bytes_and_ranks_up_to_four_round_trip_inline() {
+        assert_eq!(std::mem::size_of::<Shape>(), 40);
+        for rank in 0..=6 {
+            let dims: Vec<usize> = (1..=rank).collect();
+            let s = Shape::from_slice(&dims);
+            assert_eq!(s.dims(), &dims[..]);
+            assert_eq!(s, Shape::new(dims.clone()));
+            assert_eq!(matches!(s.0, Repr::Inline { .. }), rank <= INLINE);
+        }
+    }
 
     #[test]
     fn scalar_has_rank_zero_and_size_one() {
