@@ -138,3 +138,25 @@ fn a_long_elementwise_chain_sweeps_back_with_bounded_live_gradients() {
     grads.release();
     tape.release();
 }
+
+/// A pass-through VJP (`add_scalar` returns its cotangent's buffer) does not cost a copy in the
+/// releasing sweep: the node's own gradient is released before the contribution is stored, so
+/// the contribution is unique by then and `into_owned` keeps it. The leaf ends up holding the
+/// seed's buffer itself.
+#[test]
+fn the_releasing_sweep_does_not_copy_pass_through_gradients() {
+    let mut tape: Tape<CpuF32> = Tape::empty();
+    let x = tape.leaf(CpuF32::from_vec([4], vec![1.0; 4]).unwrap(), true, None);
+    let mut y = x;
+    for _ in 0..3 {
+        y = record(&mut tape, Op::AddScalar { c: 0.5 }, &[y], None).unwrap();
+    }
+    let seed = CpuF32::from_vec([4], vec![2.0; 4]).unwrap();
+    let seed_buffer = seed.as_slice().as_ptr();
+    let grads = tape.backward_sparse(y, seed, |id| id == x).unwrap();
+    let gx = grads.get(x).unwrap();
+    assert_eq!(gx.as_slice(), &[2.0; 4]);
+    assert_eq!(gx.as_slice().as_ptr(), seed_buffer);
+    assert!(gx.is_unique());
+    assert_eq!(grads.peak_live(), 2);
+}

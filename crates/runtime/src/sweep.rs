@@ -218,23 +218,38 @@ impl<V: GradValue> Tape<V> {
         };
         map.put(out_id, seed.into_owned());
         for id in (0..self.size()).rev() {
-            if let Err(e) = sparse_step(self, &mut map, id) {
+            if let Err(e) = sparse_step(self, &mut map, id, retain(id)) {
                 map.release();
                 return Err(e);
-            }
-            if !retain(id) {
-                if let Some(g) = map.take(id) {
-                    g.drop();
-                }
             }
         }
         Ok(map)
     }
 }
 
-fn sparse_step<V: GradValue>(tape: &Tape<V>, map: &mut SparseGrads<V>, id: usize) -> Result<()> {
+/// One step of the releasing sweep at node `id`: runs its VJP on its gradient, releases that
+/// gradient unless `retain`, then stores each contribution (owned) into its parent's slot.
+///
+/// The node's gradient is released *before* the contributions are stored, so a contribution
+/// that shares the upstream buffer (a pass-through VJP: `add`, `add_scalar`, reshape) is unique
+/// by then and `into_owned` does not copy it. Peak accounting still counts the moment when the
+/// upstream gradient and the fresh contributions are all alive.
+fn sparse_step<V: GradValue>(
+    tape: &Tape<V>,
+    map: &mut SparseGrads<V>,
+    id: usize,
+    retain: bool,
+) -> Result<()> {
     let node = tape.get_node(id)?;
+    let release_own = |map: &mut SparseGrads<V>| {
+        if !retain {
+            if let Some(g) = map.take(id) {
+                g.drop();
+            }
+        }
+    };
     if !node.requires_grad {
+        release_own(map);
         return Ok(());
     }
     let Some(upstream) = map.slots[id].as_ref() else {
@@ -249,7 +264,10 @@ fn sparse_step<V: GradValue>(tape: &Tape<V>, map: &mut SparseGrads<V>, id: usize
             got: Box::new(upstream.shape().clone()),
         });
     }
-    let mut contributions = tape.run_backward(id, upstream)?.into_iter();
+    let contributions = tape.run_backward(id, upstream)?;
+    map.note_transient(&contributions);
+    release_own(map);
+    let mut contributions = contributions.into_iter();
     while let Some((parent, g)) = contributions.next() {
         let result = validate_contribution(tape, id, parent, g).and_then(|g| {
             if let Some(g) = g {
@@ -331,6 +349,14 @@ impl<V: GradValue> std::fmt::Debug for SparseGrads<V> {
 }
 
 impl<V: GradValue> SparseGrads<V> {
+    /// Counts values that are alive but not yet stored (a VJP's fresh contributions, while the
+    /// upstream gradient is still held) towards the peaks.
+    fn note_transient(&mut self, pending: &[(usize, V)]) {
+        let elements: usize = pending.iter().map(|(_, g)| g.shape().size()).sum();
+        self.peak_live = self.peak_live.max(self.live + pending.len());
+        self.peak_live_elements = self.peak_live_elements.max(self.live_elements + elements);
+    }
+
     fn put(&mut self, id: usize, v: V) {
         let elements = v.shape().size();
         match self.slots[id].replace(v) {
