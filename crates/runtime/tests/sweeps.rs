@@ -71,7 +71,17 @@ fn requires_grad_false_subgraphs_get_nothing_and_run_no_vjp() {
     let c = tape.leaf(t(&[4.0]), false, Some("frozen".into()));
     let c2 = op(&mut tape, Op::Unary(UnaryOp::Exp), &[c]);
     assert!(!tape.get_node(c2).unwrap().requires_grad);
+    // nothing is kept for a backward pass that can never run
+    assert!(matches!(
+        tape.get_node(c2).unwrap().backward,
+        Backward::Nothing
+    ));
+    assert!(tape.run_backward(c2, &t(&[1.0])).unwrap().is_empty());
     let out = op(&mut tape, Op::Binary(BinaryOp::Mul), &[x, c2]);
+    assert!(matches!(
+        tape.get_node(out).unwrap().backward,
+        Backward::Recorded(_)
+    ));
     let g = tape.backward_dense(out, t(&[1.0])).unwrap();
     assert_eq!(data(&g[x]), vec![4f64.exp()]);
     assert!(g[c].is_none() && g[c2].is_none());
