@@ -9,7 +9,7 @@
 //! # Design
 //!
 //! **Storage.** A tensor is a [`torchlean_spec::Shape`] plus an `Arc<Vec<T>>` (one pointer, so a
-//! tensor is 48 bytes): one flat, C-contiguous buffer shared by
+//! tensor is 56 bytes): one flat, C-contiguous buffer shared by
 //! reference counting; [`CpuTensor::view`] gives the `n`-dimensional ndarray view. Values are immutable, so reshape, detach,
 //! the copies a tape's `Saved` keeps and pass-through VJPs (`add`, `add_scalar`, reshape) share
 //! buffers for free; a buffer is written in place only when its `Arc` is unique.
