@@ -106,34 +106,26 @@ pub fn record<V: Kernels>(
     let id = tape.size();
     let value = V::forward(&op, &args).map_err(|e| e.at_node(id))?;
     let requires_grad = any_requires_grad && op != Op::Detach;
-    if !requires_grad {
-        drop(args);
-        return Ok(tape.add_node(Node {
-            name,
-            value,
-            owns_value: true,
-            requires_grad,
-            parents: Parents::from_slice(parents),
-            cleanup: Vec::new(),
-            backward: Backward::Nothing,
-        }));
-    }
-    let saved = Saved::for_op(&op, &args, &value);
+    let saved = requires_grad.then(|| Saved::for_op(&op, &args, &value));
     drop(args);
-    Ok(tape.push_recorded(
-        Node {
-            name,
-            value,
-            owns_value: true,
-            requires_grad,
-            parents: Parents::from_slice(parents),
-            cleanup: Vec::new(),
-            backward: Backward::Nothing,
-        },
-        RecordedOp {
-            op,
-            saved,
-            vjp: V::vjp,
-        },
-    ))
+    let node = Node {
+        name,
+        value,
+        owns_value: true,
+        requires_grad,
+        parents: Parents::from_slice(parents),
+        cleanup: Vec::new(),
+        backward: Backward::Nothing,
+    };
+    Ok(match saved {
+        Some(saved) => tape.push_recorded(
+            node,
+            RecordedOp {
+                op,
+                saved,
+                vjp: V::vjp,
+            },
+        ),
+        None => tape.add_node(node),
+    })
 }
