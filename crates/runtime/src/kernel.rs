@@ -51,6 +51,18 @@ impl<V: GradValue + Clone> Saved<V> {
     }
 }
 
+impl<V: GradValue> Saved<V> {
+    /// Releases the saved values through [`GradValue::drop`].
+    pub fn release(self) {
+        for v in self.inputs.into_iter().flatten() {
+            v.drop();
+        }
+        if let Some(v) = self.output {
+            v.drop();
+        }
+    }
+}
+
 /// The operations an engine's value type provides.
 pub trait Kernels: GradValue + GradZero + Clone + Send + Sync + 'static {
     /// A short engine/dtype label (`"reference-f64"`, `"cpu-f32"`, …).

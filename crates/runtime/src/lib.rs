@@ -26,5 +26,7 @@ pub use sweep::{
     add_grad_all, add_grad_dense, backward_dense_from_loop, backward_dense_from_step,
     backward_dense_step, totalize, SparseGrads,
 };
-pub use tape::{Backward, Contributions, Node, Parents, RecordedSlot, Tape, VjpClosure};
+pub use tape::{
+    Backward, ContributionIter, Contributions, Node, Parents, RecordedSlot, Tape, VjpClosure,
+};
 pub use value::{GradValue, GradZero};

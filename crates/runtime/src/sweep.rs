@@ -101,9 +101,9 @@ fn run_vjp<V: GradValue>(
     let Some(upstream) = grads[id].take() else {
         return Ok(());
     };
-    let contributions = tape.run_backward(id, &upstream);
+    let contributions = tape.contributions(id, &upstream);
     grads[id] = Some(upstream);
-    let mut contributions = contributions?.into_iter();
+    let mut contributions = contributions?;
     while let Some((parent, g)) = contributions.next() {
         if let Err(e) = accumulate(tape, grads, id, parent, g) {
             release_all(contributions.map(|(_, g)| g));
@@ -264,10 +264,9 @@ fn sparse_step<V: GradValue>(
             got: Box::new(upstream.shape().clone()),
         });
     }
-    let contributions = tape.run_backward(id, upstream)?;
-    map.note_transient(&contributions);
+    let mut contributions = tape.contributions(id, upstream)?;
+    map.note_transient(contributions.pending());
     release_own(map);
-    let mut contributions = contributions.into_iter();
     while let Some((parent, g)) = contributions.next() {
         let result = validate_contribution(tape, id, parent, g).and_then(|g| {
             if let Some(g) = g {
@@ -351,9 +350,12 @@ impl<V: GradValue> std::fmt::Debug for SparseGrads<V> {
 impl<V: GradValue> SparseGrads<V> {
     /// Counts values that are alive but not yet stored (a VJP's fresh contributions, while the
     /// upstream gradient is still held) towards the peaks.
-    fn note_transient(&mut self, pending: &[(usize, V)]) {
-        let elements: usize = pending.iter().map(|(_, g)| g.shape().size()).sum();
-        self.peak_live = self.peak_live.max(self.live + pending.len());
+    fn note_transient<'a>(&mut self, pending: impl Iterator<Item = &'a V>)
+    where
+        V: 'a,
+    {
+        let (count, elements) = pending.fold((0, 0), |(n, e), g| (n + 1, e + g.shape().size()));
+        self.peak_live = self.peak_live.max(self.live + count);
         self.peak_live_elements = self.peak_live_elements.max(self.live_elements + elements);
     }
 

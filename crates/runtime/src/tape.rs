@@ -213,10 +213,19 @@ impl<V: GradValue> Tape<V> {
     /// Runs node `id`'s local VJP on the upstream gradient `cot`: its `(parent id,
     /// contribution)` pairs in accumulation order. Errors name the node.
     pub fn run_backward(&self, id: usize, cot: &V) -> Result<Contributions<V>> {
+        Ok(self.contributions(id, cot)?.collect())
+    }
+
+    /// [`Tape::run_backward`] without collecting: the pairs are produced lazily from what the VJP
+    /// returned (which no longer borrows `cot`, so a sweep may release the upstream gradient
+    /// before it stores them). Errors name the node.
+    pub fn contributions(&self, id: usize, cot: &V) -> Result<ContributionIter<'_, V>> {
         let node = self.get_node(id)?;
-        let pairs = match &node.backward {
-            Backward::Nothing => Ok(Contributions::new()),
-            Backward::Closure(f) => f(cot).map(Contributions::from_vec),
+        let iter = match &node.backward {
+            Backward::Nothing => Ok(ContributionIter::Empty),
+            Backward::Closure(f) => {
+                f(cot).map(|pairs| ContributionIter::Closure(pairs.into_iter()))
+            }
             Backward::Recorded(RecordedSlot(k)) => {
                 let rec = self
                     .recorded
@@ -225,11 +234,14 @@ impl<V: GradValue> Tape<V> {
                 recorded_vjp(rec, &node.parents, cot)
             }
         };
-        pairs.map_err(|e| e.at_node(id))
+        iter.map_err(|e| e.at_node(id))
     }
 
-    /// Releases every owned value and every cleanup buffer.
+    /// Releases every owned value, every cleanup buffer and every value a recorded op saved.
     pub fn release(self) {
+        for rec in self.recorded {
+            rec.saved.release();
+        }
         for n in self.nodes {
             if n.owns_value {
                 n.value.drop();
@@ -242,10 +254,14 @@ impl<V: GradValue> Tape<V> {
 }
 
 /// A recorded op's VJP: one pair per differentiable operand, in operand order.
-fn recorded_vjp<V>(rec: &RecordedOp<V>, parents: &[usize], cot: &V) -> Result<Contributions<V>> {
+fn recorded_vjp<'t, V: GradValue>(
+    rec: &RecordedOp<V>,
+    parents: &'t [usize],
+    cot: &V,
+) -> Result<ContributionIter<'t, V>> {
     let grads = (rec.vjp)(&rec.op, &rec.saved, cot)?;
     if grads.len() != parents.len() {
-        return Err(RuntimeError::Op {
+        let err = RuntimeError::Op {
             op: rec.op.name(),
             node: None,
             message: format!(
@@ -253,11 +269,63 @@ fn recorded_vjp<V>(rec: &RecordedOp<V>, parents: &[usize], cot: &V) -> Result<Co
                 grads.len(),
                 parents.len()
             ),
-        });
+        };
+        for g in grads.into_iter().flatten() {
+            g.drop();
+        }
+        return Err(err);
     }
-    Ok(parents
-        .iter()
-        .zip(grads)
-        .filter_map(|(&p, g)| g.map(|g| (p, g)))
-        .collect())
+    Ok(ContributionIter::Recorded {
+        parents: parents.iter(),
+        grads: grads.into_iter(),
+    })
+}
+
+/// The `(parent id, contribution)` pairs of one VJP run, in accumulation order
+/// ([`Tape::contributions`]). Values still pending when it is dropped are dropped by Rust; the
+/// sweeps release them explicitly instead.
+pub enum ContributionIter<'t, V> {
+    Empty,
+    Closure(std::vec::IntoIter<(usize, V)>),
+    Recorded {
+        parents: std::slice::Iter<'t, usize>,
+        grads: smallvec::IntoIter<[Option<V>; 2]>,
+    },
+}
+
+impl<V> ContributionIter<'_, V> {
+    /// The contributions not yet produced.
+    pub fn pending(&self) -> impl Iterator<Item = &V> {
+        let (pairs, grads): (&[(usize, V)], &[Option<V>]) = match self {
+            ContributionIter::Empty => (&[], &[]),
+            ContributionIter::Closure(it) => (it.as_slice(), &[]),
+            ContributionIter::Recorded { grads, .. } => (&[], grads.as_slice()),
+        };
+        pairs.iter().map(|(_, g)| g).chain(grads.iter().flatten())
+    }
+}
+
+impl<V> fmt::Debug for ContributionIter<'_, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ContributionIter({} pending)", self.pending().count())
+    }
+}
+
+impl<V> Iterator for ContributionIter<'_, V> {
+    type Item = (usize, V);
+
+    #[inline]
+    fn next(&mut self) -> Option<(usize, V)> {
+        match self {
+            ContributionIter::Empty => None,
+            ContributionIter::Closure(it) => it.next(),
+            ContributionIter::Recorded { parents, grads } => loop {
+                // lengths are equal (checked in `recorded_vjp`)
+                let (p, g) = (parents.next()?, grads.next()?);
+                if let Some(g) = g {
+                    return Some((*p, g));
+                }
+            },
+        }
+    }
 }

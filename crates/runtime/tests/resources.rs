@@ -222,3 +222,74 @@ fn peak_live_gradients_on_a_long_chain_is_constant() {
     let (created, released, leaked) = reg.snapshot();
     assert_eq!((created - released, leaked), (0, 0));
 }
+
+/// `Counted` as an engine whose VJP is wrong: it returns one cotangent whatever the arity.
+impl Clone for Counted {
+    fn clone(&self) -> Self {
+        Counted::new(&self.reg, self.v)
+    }
+}
+
+static ENGINE_REGISTRY: std::sync::LazyLock<Arc<Registry>> =
+    std::sync::LazyLock::new(|| Arc::new(Registry::default()));
+
+impl Kernels for Counted {
+    const ENGINE: &'static str = "counted";
+
+    fn forward(_op: &torchlean_spec::Op, args: &[&Self]) -> Result<Self> {
+        Ok(Counted::new(
+            &ENGINE_REGISTRY,
+            args.iter().map(|a| a.v).sum::<f64>(),
+        ))
+    }
+
+    fn vjp(
+        _op: &torchlean_spec::Op,
+        _saved: &Saved<Self>,
+        cot: &Self,
+    ) -> Result<Operands<Option<Self>>> {
+        Ok(std::iter::once(Some(Counted::new(&ENGINE_REGISTRY, cot.v))).collect())
+    }
+
+    fn from_f64(t: &torchlean_spec::Tensor<f64>) -> Result<Self> {
+        Ok(Counted::new(&ENGINE_REGISTRY, t.data()[0]))
+    }
+
+    fn to_f64(&self) -> Result<torchlean_spec::Tensor<f64>> {
+        Ok(torchlean_spec::Tensor::new([1], vec![self.v])?)
+    }
+
+    fn full(_shape: &Shape, value: f64) -> Result<Self> {
+        Ok(Counted::new(&ENGINE_REGISTRY, value))
+    }
+
+    fn bit_eq(&self, other: &Self) -> bool {
+        self.v.to_bits() == other.v.to_bits()
+    }
+}
+
+#[test]
+fn a_recorded_vjp_with_the_wrong_arity_fails_naming_the_node_and_releases_everything() {
+    use torchlean_spec::{BinaryOp, Op, UnaryOp};
+    let reg = ENGINE_REGISTRY.clone();
+    let mut tape = Tape::empty();
+    let x = tape.leaf(Counted::new(&reg, 1.0), true, None);
+    let y = tape.leaf(Counted::new(&reg, 2.0), true, None);
+    let e = record(&mut tape, Op::Unary(UnaryOp::Exp), &[x], None).unwrap();
+    let m = record(&mut tape, Op::Binary(BinaryOp::Mul), &[e, y], None).unwrap();
+    // exp saves its output, mul both operands: the tape holds clones until release
+    let err = tape
+        .backward_sparse(m, Counted::new(&reg, 1.0), |_| false)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(&format!("node {m}"))
+            && err.to_string().contains("1 cotangents for 2 operands"),
+        "{err}"
+    );
+    let err = tape.backward_dense(m, Counted::new(&reg, 1.0)).unwrap_err();
+    assert!(err.to_string().contains(&format!("node {m}")), "{err}");
+    tape.release();
+    let (created, released, leaked) = reg.snapshot();
+    assert_eq!(leaked, 0, "values dropped without a release");
+    assert_eq!(created, released);
+}
