@@ -52,12 +52,12 @@ impl<V: GradValue + Clone> Saved<V> {
 }
 
 impl<V: GradValue> Saved<V> {
-    /// Releases the saved values through [`GradValue::drop`].
-    pub fn release(self) {
-        for v in self.inputs.into_iter().flatten() {
+    /// Releases the saved values through [`GradValue::drop`], leaving none (shapes stay).
+    pub fn release_values(&mut self) {
+        for v in self.inputs.iter_mut().filter_map(Option::take) {
             v.drop();
         }
-        if let Some(v) = self.output {
+        if let Some(v) = self.output.take() {
             v.drop();
         }
     }

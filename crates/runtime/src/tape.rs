@@ -238,9 +238,10 @@ impl<V: GradValue> Tape<V> {
     }
 
     /// Releases every owned value, every cleanup buffer and every value a recorded op saved.
-    pub fn release(self) {
-        for rec in self.recorded {
-            rec.saved.release();
+    pub fn release(mut self) {
+        // in place: moving each recorded op out of the table costs a copy per op
+        for rec in &mut self.recorded {
+            rec.saved.release_values();
         }
         for n in self.nodes {
             if n.owns_value {
