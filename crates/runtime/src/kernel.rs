@@ -8,7 +8,7 @@
 //! sqrt, inv, softmax) never keeps its input alive.
 
 use crate::error::Result;
-use crate::tape::{Backward, Node, Parents, RecordedOp, Tape};
+use crate::tape::Tape;
 use crate::value::{GradValue, GradZero};
 use smallvec::SmallVec;
 use torchlean_spec::{Op, Shape, Tensor};
@@ -31,23 +31,30 @@ impl<V: GradValue + Clone> Saved<V> {
     /// Keeps exactly what `op` declares it saves.
     #[inline]
     pub fn for_op(op: &Op, inputs: &[&V], output: &V) -> Self {
+        let mut saved = Saved::empty();
+        saved.fill(op, inputs, output);
+        saved
+    }
+
+    /// Nothing saved yet.
+    #[inline]
+    pub(crate) fn empty() -> Self {
         Saved {
-            input_shapes: {
-                let mut shapes = Operands::new();
-                for v in inputs {
-                    shapes.push(v.shape().clone());
-                }
-                shapes
-            },
-            inputs: {
-                let mut saved = Operands::new();
-                for (i, v) in inputs.iter().enumerate() {
-                    saved.push(op.saves_input(i).then(|| (*v).clone()));
-                }
-                saved
-            },
-            output: op.saves_output().then(|| output.clone()),
+            input_shapes: Operands::new(),
+            inputs: Operands::new(),
+            output: None,
         }
+    }
+
+    /// [`Saved::for_op`] into an empty `Saved`, in place (the tape's op table fills its slot
+    /// without moving a whole `Saved`).
+    #[inline]
+    pub(crate) fn fill(&mut self, op: &Op, inputs: &[&V], output: &V) {
+        for (i, v) in inputs.iter().enumerate() {
+            self.input_shapes.push(v.shape().clone());
+            self.inputs.push(op.saves_input(i).then(|| (*v).clone()));
+        }
+        self.output = op.saves_output().then(|| output.clone());
     }
 }
 
@@ -108,36 +115,5 @@ pub fn record<V: Kernels>(
     parents: &[usize],
     name: Option<String>,
 ) -> Result<usize> {
-    let mut args: SmallVec<[&V; 4]> = SmallVec::new();
-    let mut any_requires_grad = false;
-    for &p in parents {
-        let node = tape.get_node(p)?;
-        any_requires_grad |= node.requires_grad;
-        args.push(&node.value);
-    }
-    let id = tape.size();
-    let value = V::forward(&op, &args).map_err(|e| e.at_node(id))?;
-    let requires_grad = any_requires_grad && op != Op::Detach;
-    let saved = requires_grad.then(|| Saved::for_op(&op, &args, &value));
-    drop(args);
-    let node = Node {
-        name,
-        value,
-        owns_value: true,
-        requires_grad,
-        parents: Parents::from_slice(parents),
-        cleanup: Vec::new(),
-        backward: Backward::Nothing,
-    };
-    Ok(match saved {
-        Some(saved) => tape.push_recorded(
-            node,
-            RecordedOp {
-                op,
-                saved,
-                vjp: V::vjp,
-            },
-        ),
-        None => tape.add_node(node),
-    })
+    tape.record(op, parents, name, V::forward, V::vjp)
 }

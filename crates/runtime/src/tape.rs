@@ -11,8 +11,8 @@ use torchlean_spec::Op;
 /// contribution)` pairs in the order they are to be accumulated.
 pub type VjpClosure<V> = Box<dyn Fn(&V) -> Result<Vec<(usize, V)>> + Send + Sync>;
 
-/// What a node's VJP returns: `(parent id, contribution)` pairs in accumulation order (inline up
-/// to two, the common case, so a sweep step allocates nothing for them).
+/// A node's `(parent id, contribution)` pairs collected in accumulation order
+/// ([`Tape::run_backward`]; inline up to two). The sweeps consume [`ContributionIter`] instead.
 pub type Contributions<V> = SmallVec<[(usize, V); 2]>;
 
 /// An engine's VJP entry point (`Kernels::vjp`), kept as a plain function pointer so the sweeps
@@ -20,7 +20,7 @@ pub type Contributions<V> = SmallVec<[(usize, V); 2]>;
 pub(crate) type VjpFn<V> = fn(&Op, &Saved<V>, &V) -> Result<Operands<Option<V>>>;
 
 /// A node's local VJP (SPEC's `backward: &V -> Result<Vec<(usize, V)>>`), run through
-/// [`Tape::run_backward`].
+/// [`Tape::contributions`] or [`Tape::run_backward`].
 pub enum Backward<V> {
     /// Contributes nothing (leaves).
     Nothing,
@@ -185,19 +185,68 @@ impl<V: GradValue> Tape<V> {
         self.push(node)
     }
 
-    #[inline]
     fn push(&mut self, node: Node<V>) -> usize {
         let id = self.nodes.len();
         self.nodes.push(node);
         id
     }
 
-    /// Appends a node whose VJP is `op`'s engine VJP on `saved` (for [`crate::record`]).
+    /// [`crate::record`]: runs `forward` on the parents' values and appends the node; if any
+    /// parent requires grad, the op, what it saves and `vjp` go into the op table, built in
+    /// place (a recorded op is a few hundred bytes, and moving it costs as much as the rest of
+    /// the bookkeeping).
     #[inline]
-    pub(crate) fn push_recorded(&mut self, mut node: Node<V>, op: RecordedOp<V>) -> usize {
-        node.backward = Backward::Recorded(RecordedSlot(self.recorded.len()));
-        self.recorded.push(op);
-        self.push(node)
+    pub(crate) fn record(
+        &mut self,
+        op: Op,
+        parents: &[usize],
+        name: Option<String>,
+        forward: fn(&Op, &[&V]) -> Result<V>,
+        vjp: VjpFn<V>,
+    ) -> Result<usize>
+    where
+        V: Clone,
+    {
+        let id = self.nodes.len();
+        let mut args: SmallVec<[&V; 4]> = SmallVec::new();
+        let mut any_requires_grad = false;
+        for &p in parents {
+            let Some(node) = self.nodes.get(p) else {
+                return Err(RuntimeError::NoSuchNode { id: p, size: id });
+            };
+            any_requires_grad |= node.requires_grad;
+            args.push(&node.value);
+        }
+        let value = forward(&op, &args).map_err(|e| e.at_node(id))?;
+        let requires_grad = any_requires_grad && op != Op::Detach;
+        let backward = if requires_grad {
+            let slot = RecordedSlot(self.recorded.len());
+            self.recorded.push(RecordedOp {
+                op: Op::Detach,
+                saved: Saved::empty(),
+                vjp,
+            });
+            let rec = self
+                .recorded
+                .last_mut()
+                .expect("the op table is not empty right after a push");
+            rec.saved.fill(&op, &args, &value);
+            rec.op = op;
+            Backward::Recorded(slot)
+        } else {
+            Backward::Nothing
+        };
+        drop(args);
+        self.nodes.push(Node {
+            name,
+            value,
+            owns_value: true,
+            requires_grad,
+            parents: Parents::from_slice(parents),
+            cleanup: Vec::new(),
+            backward,
+        });
+        Ok(id)
     }
 
     /// Appends a leaf.
