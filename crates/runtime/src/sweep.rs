@@ -12,7 +12,7 @@
 //! still held.
 
 use crate::error::{Result, RuntimeError};
-use crate::tape::Tape;
+use crate::tape::{Node, Tape};
 use crate::value::{GradValue, GradZero};
 
 fn release_all<V: GradValue>(vals: impl IntoIterator<Item = V>) {
@@ -23,6 +23,22 @@ fn release_all<V: GradValue>(vals: impl IntoIterator<Item = V>) {
 
 fn release_slots<V: GradValue>(slots: Vec<Option<V>>) {
     release_all(slots.into_iter().flatten());
+}
+
+/// Node `id`'s value and a gradient `g` meant for it (`what`) have different shapes.
+fn shape_mismatch<V: GradValue>(
+    id: usize,
+    node: &Node<V>,
+    what: &'static str,
+    g: &V,
+) -> RuntimeError {
+    RuntimeError::ShapeMismatch {
+        node: id,
+        name: node.name.clone(),
+        what,
+        expected: Box::new(node.value.shape().clone()),
+        got: Box::new(g.shape().clone()),
+    }
 }
 
 /// Validates a contribution from node `node` to `parent`: returns `Ok(None)` (after releasing
@@ -49,13 +65,7 @@ fn validate_contribution<V: GradValue>(
         return Ok(None);
     }
     if g.shape() != p.value.shape() {
-        let err = RuntimeError::ShapeMismatch {
-            node: parent,
-            name: p.name.clone(),
-            what: "a gradient contribution",
-            expected: Box::new(p.value.shape().clone()),
-            got: Box::new(g.shape().clone()),
-        };
+        let err = shape_mismatch(parent, p, "a gradient contribution", &g);
         g.drop();
         return Err(err);
     }
@@ -175,13 +185,7 @@ impl<V: GradValue> Tape<V> {
         }
         for (id, (g, node)) in grads0.iter().zip(self.nodes()).enumerate() {
             if g.shape() != node.value.shape() {
-                let err = RuntimeError::ShapeMismatch {
-                    node: id,
-                    name: node.name.clone(),
-                    what: "the initial gradient",
-                    expected: Box::new(node.value.shape().clone()),
-                    got: Box::new(g.shape().clone()),
-                };
+                let err = shape_mismatch(id, node, "the initial gradient", g);
                 release_all(grads0);
                 return Err(err);
             }
@@ -256,13 +260,7 @@ fn sparse_step<V: GradValue>(
         return Ok(());
     };
     if upstream.shape() != node.value.shape() {
-        return Err(RuntimeError::ShapeMismatch {
-            node: id,
-            name: node.name.clone(),
-            what: "the upstream gradient",
-            expected: Box::new(node.value.shape().clone()),
-            got: Box::new(upstream.shape().clone()),
-        });
+        return Err(shape_mismatch(id, node, "the upstream gradient", upstream));
     }
     let mut contributions = tape.contributions(id, upstream)?;
     map.note_transient(contributions.pending());

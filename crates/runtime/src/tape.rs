@@ -36,9 +36,9 @@ pub enum Backward<V> {
 /// An index into the op table of the tape that holds the node; only [`crate::record`] makes one.
 ///
 /// Invariant: a `RecordedSlot` only ever sits in a node of the tape whose table it indexes (the
-/// field is private, nodes cannot be moved out of a tape, and [`Tape::add_node`] rejects nodes
-/// that carry one).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// field is private, the type is neither `Copy` nor `Clone`, nodes cannot be moved out of a
+/// tape, and [`Tape::add_node`] rejects nodes that carry one).
+#[derive(Debug, PartialEq, Eq)]
 pub struct RecordedSlot(usize);
 
 /// One recorded op: what its VJP reads, and the engine VJP that reads it.
@@ -182,10 +182,6 @@ impl<V: GradValue> Tape<V> {
             !matches!(node.backward, Backward::Recorded(_)),
             "a recorded VJP belongs to the tape that recorded it"
         );
-        self.push(node)
-    }
-
-    fn push(&mut self, node: Node<V>) -> usize {
         let id = self.nodes.len();
         self.nodes.push(node);
         id
@@ -211,6 +207,8 @@ impl<V: GradValue> Tape<V> {
         let mut args: SmallVec<[&V; 4]> = SmallVec::new();
         let mut any_requires_grad = false;
         for &p in parents {
+            // not `get_node`: a method borrow of the whole tape would forbid filling the op
+            // table below while `args` borrows the nodes
             let Some(node) = self.nodes.get(p) else {
                 return Err(RuntimeError::NoSuchNode { id: p, size: id });
             };
