@@ -5,7 +5,7 @@ use crate::error::Result;
 use crate::graph::GraphData;
 use crate::pack::{compact_pack, dense_pack};
 use std::sync::Arc;
-use torchlean_runtime::{Backward, Kernels, Node, Parents, Saved, Tape};
+use torchlean_runtime::{forward, record_compiled, Backward, Kernels, Node, Parents, Saved, Tape};
 use torchlean_spec::Shape;
 
 /// What a compiled node's VJP returns.
@@ -26,53 +26,64 @@ pub fn compile<V: Kernels>(g: &GraphData, inputs: Vec<V>) -> Result<(Tape<V>, Ve
 
 /// Evaluates `g` on `inputs` and records one tape node per context position: a leaf per input
 /// (`requires_grad`, no parents, no contributions), then one node per op whose id is its context
-/// position and whose VJP returns the node's contribution ([`crate::pack`]'s local-sum rule).
-/// Returns the tape and every value in context order (the tape's values are the same).
+/// position and whose VJP returns the node's contribution under the local-sum rule. Returns the
+/// tape and every value in context order (the tape's values are the same).
+///
+/// `Compact` nodes go through the tape's op table ([`record_compiled`]), the route eager
+/// recording takes too; `FullContext` nodes (a checking mode) are closures building the dense
+/// pack.
 pub fn compile_with<V: Kernels>(
     g: &GraphData,
     inputs: Vec<V>,
     mode: CompileMode,
 ) -> Result<(Tape<V>, Vec<V>)> {
-    let values = g.eval(inputs)?;
-    let shapes: Arc<Vec<Shape>> = Arc::new(values.iter().map(|v| v.shape().clone()).collect());
-    let mut tape = Tape::with_capacity(values.len());
-    for (i, v) in values.iter().take(g.n_inputs()).enumerate() {
-        tape.leaf(v.clone(), true, Some(format!("input {i}")));
+    g.check_inputs(&inputs)?;
+    let mut tape = Tape::with_capacity(g.len());
+    for (i, v) in inputs.into_iter().enumerate() {
+        tape.leaf(v, true, Some(format!("input {i}")));
     }
-    for (k, node) in g.nodes().iter().enumerate() {
-        let p = g.n_inputs() + k;
-        let args: Vec<&V> = node.args.iter().map(|&a| &values[a]).collect();
-        let saved = Saved::for_op(&node.op, &args, &values[p]);
-        let (op, arg_ids) = (node.op.clone(), node.args.clone());
-        let shapes = shapes.clone();
-        let backward = match mode {
-            CompileMode::Compact => Backward::closure(move |cot| {
-                compact_pack(&op, &arg_ids, &saved, cot).map_err(into_runtime)
-            }),
-            CompileMode::FullContext => Backward::closure(move |cot| {
-                let compact = compact_pack(&op, &arg_ids, &saved, cot).map_err(into_runtime)?;
-                let dense = dense_pack(compact, &shapes[..p]).map_err(into_runtime)?;
-                Ok(dense.into_iter().enumerate().collect())
-            }),
-        };
-        let mut parents = Parents::from_slice(&node.args);
-        parents.dedup();
-        tape.add_node(Node {
-            name: Some(node.op.name().to_string()),
-            value: values[p].clone(),
-            owns_value: true,
-            requires_grad: true,
-            parents,
-            cleanup: Vec::new(),
-            backward,
-        });
+    match mode {
+        CompileMode::Compact => {
+            for node in g.nodes() {
+                record_compiled(&mut tape, node.op.clone(), &node.args, node_name(node))?;
+            }
+        }
+        CompileMode::FullContext => {
+            let shapes: Arc<Vec<Shape>> =
+                Arc::new((0..g.len()).map(|p| g.shape(p).clone()).collect());
+            for (k, node) in g.nodes().iter().enumerate() {
+                let p = g.n_inputs() + k;
+                let args: Vec<&V> = node
+                    .args
+                    .iter()
+                    .map(|&a| tape.get_value(a))
+                    .collect::<std::result::Result<_, _>>()?;
+                let value = forward(&node.op, &args).map_err(|e| e.at_node(p))?;
+                let saved = Saved::for_op(&node.op, &args, &value);
+                let (op, arg_ids, shapes) = (node.op.clone(), node.args.clone(), shapes.clone());
+                let backward = Backward::closure(move |cot| {
+                    let compact = compact_pack(&op, &arg_ids, &saved, cot)?;
+                    Ok(dense_pack(compact, &shapes[..p])?
+                        .into_iter()
+                        .enumerate()
+                        .collect())
+                });
+                tape.add_node(Node {
+                    name: node_name(node),
+                    value,
+                    owns_value: true,
+                    requires_grad: true,
+                    parents: Parents::from_slice(&node.args),
+                    cleanup: Vec::new(),
+                    backward,
+                });
+            }
+        }
     }
+    let values = tape.nodes().iter().map(|n| n.value.clone()).collect();
     Ok((tape, values))
 }
 
-fn into_runtime(e: crate::error::CompiledError) -> torchlean_runtime::RuntimeError {
-    match e {
-        crate::error::CompiledError::Runtime(r) => r,
-        other => torchlean_runtime::RuntimeError::Invalid(other.to_string()),
-    }
+fn node_name(node: &crate::graph::GNode) -> Option<String> {
+    Some(node.op.name().to_string())
 }

@@ -3,7 +3,7 @@
 //! index and shape is known good.
 
 use crate::error::{CompiledError, Result};
-use torchlean_runtime::Kernels;
+use torchlean_runtime::{forward, Kernels};
 use torchlean_spec::{Op, Shape};
 
 /// A context position: an input (`< n_inputs`) or the value of node `position − n_inputs`.
@@ -148,7 +148,7 @@ impl GraphData {
         for (k, node) in self.nodes.iter().enumerate() {
             let pos = self.inputs.len() + k;
             let args: Vec<&V> = node.args.iter().map(|&a| &ctx[a]).collect();
-            let v = V::forward(&node.op, &args).map_err(|e| e.at_node(pos))?;
+            let v = forward(&node.op, &args).map_err(|e| e.at_node(pos))?;
             ctx.push(v);
         }
         Ok(ctx)

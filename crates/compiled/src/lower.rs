@@ -5,7 +5,7 @@ use crate::error::{CompiledError, Result};
 use crate::graph::{GraphData, Pos};
 use torchlean_ir::{
     check_payload, check_shapes, node_sem, payload_names, Diagnostic, Graph, IrError, NodeSem,
-    OpKind, Payload,
+    Payload,
 };
 use torchlean_runtime::Kernels;
 use torchlean_spec::Tensor;
@@ -136,10 +136,5 @@ impl ExecGraph {
             }
         }
         p
-    }
-
-    /// The IR nodes that lower to no SSA node (inputs and constants), for printing.
-    pub fn is_lifted(kind: &OpKind) -> bool {
-        matches!(kind, OpKind::Input | OpKind::Const { .. })
     }
 }

@@ -2,16 +2,16 @@
 //! (the support: one entry per distinct argument position) and dense (one entry per earlier
 //! position, zeros outside the support).
 //!
-//! The local-sum rule — the one place it is written: a node whose arguments repeat a position
+//! Both apply the local-sum rule of `torchlean_runtime::fold_repeated_operands` (the one place
+//! it is written, shared with compiled tapes): a node whose arguments repeat a position
 //! (`add(a, a)`, `concat(a, b, a)`) forms that position's contribution *locally first*, folding
 //! the per-argument cotangents in argument order (first as is, then `acc + c`), and the passes
 //! then apply one `running + contribution` per position. Structural zeros (`None` from the VJP,
 //! e.g. through `detach`) are skipped; a position whose every cotangent is a structural zero is
 //! not in the support.
 
-use crate::error::{CompiledError, Result};
 use crate::graph::Pos;
-use torchlean_runtime::{Kernels, Saved};
+use torchlean_runtime::{fold_repeated_operands, vjp, Kernels, Result, RuntimeError, Saved};
 use torchlean_spec::{Op, Shape};
 
 /// Runs `op`'s VJP and folds it into `(position, contribution)` pairs, positions in
@@ -22,29 +22,20 @@ pub fn compact_pack<V: Kernels>(
     saved: &Saved<V>,
     cot: &V,
 ) -> Result<Vec<(Pos, V)>> {
-    let grads = V::vjp(op, saved, cot)?;
+    let mut grads = vjp(op, saved, cot)?;
     if grads.len() != args.len() {
-        return Err(CompiledError::Length {
-            what: "the VJP's cotangents",
+        return Err(RuntimeError::VjpArity {
+            op: op.name(),
+            node: None,
             expected: args.len(),
             got: grads.len(),
         });
     }
-    let mut out: Vec<(Pos, Option<V>)> = Vec::with_capacity(args.len());
-    for (&pos, g) in args.iter().zip(grads) {
-        let Some(g) = g else { continue };
-        match out.iter().position(|(p, _)| *p == pos) {
-            None => out.push((pos, Some(g))),
-            Some(i) => {
-                // invariant: every entry is filled between iterations
-                let acc = out[i].1.take().expect("filled slot");
-                out[i].1 = Some(acc.add(g)?);
-            }
-        }
-    }
-    Ok(out
-        .into_iter()
-        .filter_map(|(p, v)| v.map(|v| (p, v)))
+    fold_repeated_operands(args, &mut grads)?;
+    Ok(args
+        .iter()
+        .zip(grads)
+        .filter_map(|(&p, g)| g.map(|g| (p, g)))
         .collect())
 }
 
@@ -52,10 +43,10 @@ pub fn compact_pack<V: Kernels>(
 pub fn dense_pack<V: Kernels>(compact: Vec<(Pos, V)>, prefix: &[Shape]) -> Result<Vec<V>> {
     let mut slots: Vec<Option<V>> = (0..prefix.len()).map(|_| None).collect();
     for (p, v) in compact {
-        let len = slots.len();
+        let size = slots.len();
         let slot = slots
             .get_mut(p)
-            .ok_or(CompiledError::NoSuchPosition { position: p, len })?;
+            .ok_or(RuntimeError::NoSuchNode { id: p, size })?;
         *slot = Some(v);
     }
     slots
@@ -63,7 +54,7 @@ pub fn dense_pack<V: Kernels>(compact: Vec<(Pos, V)>, prefix: &[Shape]) -> Resul
         .zip(prefix)
         .map(|(s, shape)| match s {
             Some(v) => Ok(v),
-            None => Ok(V::full(shape, 0.0)?),
+            None => V::full(shape, 0.0),
         })
         .collect()
 }

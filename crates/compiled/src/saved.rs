@@ -57,11 +57,11 @@ impl<V: Kernels> PreparedNode<V> {
             label,
             dense: Box::new(move |cot, prefix| {
                 let (op, args, saved) = &*shared;
-                dense_pack(compact_pack(op, args, saved, cot)?, prefix)
+                Ok(dense_pack(compact_pack(op, args, saved, cot)?, prefix)?)
             }),
             compact: Some(Box::new(move |cot| {
                 let (op, args, saved) = &*for_compact;
-                compact_pack(op, args, saved, cot)
+                Ok(compact_pack(op, args, saved, cot)?)
             })),
         }
     }

@@ -57,32 +57,32 @@ pub fn lower_text(e: &ExecGraph) -> String {
     graph_text(&e.graph, Some(&e.slots), Some(e.output))
 }
 
+/// `key=value` for every attribute, in wire order (from the op's one attribute listing, with
+/// defaults shown where the node left an optional attribute out), then the fields the op took
+/// from its IR node (the random kinds' key, batch norm's `eps`).
 fn op_attrs(op: &torchlean_spec::Op) -> String {
-    use torchlean_spec::Op;
-    match op {
-        Op::Scale { c } | Op::AddScalar { c } => format!("c={c}"),
-        Op::Softmax { axis }
-        | Op::LogSoftmax { axis }
-        | Op::ReduceSum { axis }
-        | Op::ReduceMean { axis } => format!("axis={axis}"),
-        Op::LayerNorm { axis, eps } => format!("axis={axis} eps={eps:e}"),
-        Op::BroadcastTo { from, to } => format!("{from} -> {to}"),
-        Op::Reshape { to } => format!("to {to}"),
-        Op::Permute { perm } => format!("perm={perm:?}"),
-        Op::Transpose { dim0, dim1 } => format!("dims=({dim0}, {dim1})"),
-        Op::Conv2d(c) => format!(
-            "inC={} outC={} k={}x{} stride={} padding={}",
-            c.in_channels, c.out_channels, c.kernel_h, c.kernel_w, c.stride, c.padding
-        ),
-        Op::Pool(p) => format!(
-            "k={}x{} stride={} padding={}",
-            p.kernel_h, p.kernel_w, p.stride, p.padding
-        ),
-        Op::BatchNormEval { channels, eps } => format!("channels={channels} eps={eps:e}"),
-        Op::Concat { axis, count } => format!("axis={axis} count={count}"),
-        Op::RandUniform { seed, key, .. } | Op::BernoulliMask { seed, key, .. } => {
-            format!("seed={seed} key={key}")
+    use torchlean_spec::ops::{AttrMut, AttrVisitor};
+    struct Text(Vec<String>);
+    impl AttrVisitor for Text {
+        fn visit(&mut self, key: &'static str, value: AttrMut<'_>) {
+            self.0.push(match value {
+                AttrMut::Int(v) => format!("{key}={v}"),
+                AttrMut::Seed(v) => format!("{key}={v}"),
+                AttrMut::Float(v) => format!("{key}={v}"),
+                AttrMut::OptFloat { value: Some(v), .. } => format!("{key}={v:e}"),
+                AttrMut::OptFloat {
+                    value: None,
+                    default,
+                } => format!("{key}={default:e} (default)"),
+                AttrMut::Shape(s) => format!("{key}={s}"),
+                AttrMut::List(l) => format!("{key}={l:?}"),
+            });
         }
-        _ => String::new(),
     }
+    let mut text = Text(Vec::new());
+    op.clone().visit_attrs(&mut text);
+    for (key, value) in op.context_values() {
+        text.0.push(format!("{key}={value}"));
+    }
+    text.0.join(" ")
 }

@@ -38,35 +38,17 @@ pub enum CpuError {
     Spec(#[from] SpecError),
 }
 
-impl CpuError {
-    /// The message without the `op \`name\`:` prefix (which `RuntimeError::Op` adds).
-    fn op_message(&self) -> Option<(&'static str, String)> {
-        match self {
-            CpuError::Shape { op, shapes, reason } => {
-                Some((op, format!("{reason} (shapes {})", fmt_shapes(shapes))))
-            }
-            CpuError::MissingSaved { op, what } => Some((
-                op,
-                format!("the VJP needs the saved {what}, which was not provided"),
-            )),
-            CpuError::Gemm { op, reason } => Some((op, reason.clone())),
-            _ => None,
-        }
-    }
-}
-
 impl From<CpuError> for RuntimeError {
+    /// Shape-rule errors stay `RuntimeError::Spec` (structured, as from every engine); the CPU
+    /// engine's own errors become `RuntimeError::Engine` with the `CpuError` as the source.
     fn from(e: CpuError) -> Self {
-        if let Some((op, message)) = e.op_message() {
-            return RuntimeError::Op {
-                op,
-                node: None,
-                message,
-            };
-        }
         match e {
             CpuError::Spec(s) => RuntimeError::from(s),
-            other => RuntimeError::Invalid(other.to_string()),
+            other => RuntimeError::Engine {
+                engine: "cpu",
+                node: None,
+                source: Box::new(other),
+            },
         }
     }
 }
@@ -81,26 +63,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn op_errors_become_runtime_op_errors_without_a_doubled_prefix() {
+    fn engine_errors_keep_their_structure_as_a_source() {
         let e = CpuError::Shape {
             op: "add",
             shapes: vec![Shape::from([2]), Shape::from([3])],
             reason: "operands differ".into(),
         };
         assert_eq!(e.to_string(), "op `add`: operands differ (shapes [2], [3])");
-        let r = RuntimeError::from(e);
-        assert_eq!(r.to_string(), "op `add`: operands differ (shapes [2], [3])");
-        assert!(matches!(r, RuntimeError::Op { op: "add", .. }));
+        let r = RuntimeError::from(e.clone()).at_node(4);
+        assert_eq!(
+            r.to_string(),
+            "node 4: cpu engine: op `add`: operands differ (shapes [2], [3])"
+        );
+        let source = std::error::Error::source(&r).expect("a source");
+        assert_eq!(source.downcast_ref::<CpuError>(), Some(&e));
     }
 
     #[test]
-    fn data_length_is_an_invalid_value() {
-        let e = CpuError::DataLength {
-            what: "from_vec",
-            shape: Shape::from([2, 2]),
-            expected: 4,
-            got: 3,
-        };
-        assert!(matches!(RuntimeError::from(e), RuntimeError::Invalid(_)));
+    fn shape_rule_errors_stay_spec_errors() {
+        let e = CpuError::Spec(SpecError::Arity {
+            op: "matmul",
+            expected: "2".into(),
+            got: 1,
+        });
+        assert!(matches!(RuntimeError::from(e), RuntimeError::Spec { .. }));
     }
 }

@@ -30,7 +30,7 @@ fn agree(op: &Op, inputs: &[Tensor<f64>]) -> Result<(), String> {
     let want = match op.forward(&refs) {
         Ok(w) => w,
         Err(_) => {
-            return match CpuF64::forward(op, &cpu_refs) {
+            return match torchlean_runtime::forward::<CpuF64>(op, &cpu_refs) {
                 Ok(_) => Err(format!(
                     "{}: the reference rejects, the engine accepts",
                     op.name()
@@ -39,7 +39,7 @@ fn agree(op: &Op, inputs: &[Tensor<f64>]) -> Result<(), String> {
             };
         }
     };
-    let got = CpuF64::forward(op, &cpu_refs).map_err(|e| e.to_string())?;
+    let got = torchlean_runtime::forward::<CpuF64>(op, &cpu_refs).map_err(|e| e.to_string())?;
     let e = norm_rel_error(&got.to_f64().unwrap(), &want);
     if e > Tolerance::F64.rel {
         return Err(format!("{} forward: {e:e}", op.name()));
@@ -48,7 +48,7 @@ fn agree(op: &Op, inputs: &[Tensor<f64>]) -> Result<(), String> {
     let want_g = op
         .vjp(&ops::Saved::for_op(op, &refs, &want), &cot)
         .map_err(|e| e.to_string())?;
-    let got_g = CpuF64::vjp(
+    let got_g = torchlean_runtime::vjp::<CpuF64>(
         op,
         &Saved::for_op(op, &cpu_refs, &got),
         &CpuF64::from_f64(&cot).unwrap(),
@@ -105,7 +105,7 @@ proptest! {
     ) {
         let spec = PoolSpec {
             kind: if max { PoolKind::Max } else { PoolKind::Avg },
-            kernel_h: kh, kernel_w: kw, stride, padding,
+            kernel_h: kh, kernel_w: kw, stride, padding, padded: padding > 0,
         };
         let x: Vec<usize> = if batch { vec![2, c, h, w] } else { vec![c, h, w] };
         prop_assert_eq!(agree(&Op::Pool(spec), &[values(&x, salt)]), Ok(()));
@@ -149,7 +149,7 @@ proptest! {
             Op::ReduceMean { axis },
             Op::Softmax { axis },
             Op::LogSoftmax { axis },
-            Op::LayerNorm { axis, eps: 1e-5 },
+            Op::LayerNorm { axis, eps: Some(1e-5) },
             Op::Sum,
         ] {
             prop_assert_eq!(agree(&op, &x), Ok(()));
@@ -169,7 +169,7 @@ proptest! {
                 values(&s, salt ^ k as u64)
             })
             .collect();
-        let op = Op::Concat { axis, count: inputs.len() };
+        let op = Op::Concat { axis };
         prop_assert_eq!(agree(&op, &inputs), Ok(()));
     }
 

@@ -37,7 +37,16 @@ fn build<V: Kernels>(tape: &mut Tape<V>) -> (Vec<usize>, usize) {
     let g = record(tape, Op::Linear, &[h, w2, b2], Some("fc2".into())).unwrap();
     let g = record(tape, Op::Unary(UnaryOp::Tanh), &[g], None).unwrap();
     let h = record(tape, Op::Binary(BinaryOp::Add), &[g, h], None).unwrap();
-    let h = record(tape, Op::LayerNorm { axis: 1, eps: 1e-5 }, &[h], None).unwrap();
+    let h = record(
+        tape,
+        Op::LayerNorm {
+            axis: 1,
+            eps: Some(1e-5),
+        },
+        &[h],
+        None,
+    )
+    .unwrap();
     let h = record(tape, Op::Binary(BinaryOp::Mul), &[h, h], None).unwrap();
     let z = record(tape, Op::Linear, &[h, w3, b3], Some("fc3".into())).unwrap();
     let z = record(tape, Op::LogSoftmax { axis: 1 }, &[z], None).unwrap();

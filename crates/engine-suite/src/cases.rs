@@ -158,7 +158,10 @@ pub fn op_cases() -> Vec<OpCase> {
     ] {
         out.push(case(
             format!("layernorm_{shape:?}_axis{axis}"),
-            Op::LayerNorm { axis, eps: 1e-5 },
+            Op::LayerNorm {
+                axis,
+                eps: Some(1e-5),
+            },
             vec![uniform(shape, next(), -2.0, 2.0)],
         ));
     }
@@ -188,6 +191,7 @@ pub fn op_cases() -> Vec<OpCase> {
         out.push(case(
             format!("reshape_{from:?}_to_{to:?}"),
             Op::Reshape {
+                from: Shape::from(from),
                 to: Shape::from(to),
             },
             vec![uniform(from, next(), -1.0, 1.0)],
@@ -335,6 +339,7 @@ pub fn op_cases() -> Vec<OpCase> {
                 kernel_w: kw,
                 stride,
                 padding,
+                padded: padding > 0,
             };
             out.push(case(
                 format!("{}_{x:?}_k{kh}x{kw}_s{stride}_p{padding}", spec.name()),
@@ -352,6 +357,7 @@ pub fn op_cases() -> Vec<OpCase> {
             kernel_w: 2,
             stride: 2,
             padding: 0,
+            padded: false,
         }),
         vec![Tensor::new([1, 2, 2], vec![3.0, 3.0, 1.0, 3.0]).expect("4 values")],
     ));
@@ -380,7 +386,7 @@ pub fn op_cases() -> Vec<OpCase> {
         let count = shapes.len();
         out.push(case(
             format!("concat_axis{axis}_{count}"),
-            Op::Concat { axis, count },
+            Op::Concat { axis },
             shapes.iter().map(|s| uniform(s, 99, -1.0, 1.0)).collect(),
         ));
     }

@@ -22,7 +22,7 @@ mod cases;
 
 pub use cases::{op_cases, OpCase};
 
-use torchlean_runtime::{Kernels, Saved};
+use torchlean_runtime::{forward, vjp, Kernels, Saved};
 use torchlean_spec::{ops, Op, Tensor};
 
 /// Norm-wise relative tolerance of an engine against the reference.
@@ -95,7 +95,8 @@ fn reference_vjp(
     cot: &Tensor<f64>,
 ) -> Result<Vec<Option<Tensor<f64>>>, String> {
     let refs: Vec<&Tensor<f64>> = inputs.iter().collect();
-    op.vjp(&ops::Saved::for_op(op, &refs, out), cot)
+    op.vjp(&Saved::for_op(op, &refs, out), cot)
+        .map(|g| g.into_vec())
         .map_err(|e| e.to_string())
 }
 
@@ -129,7 +130,7 @@ pub fn check_case<V: Kernels>(case: &OpCase, tol: Tolerance) -> CaseReport {
         Err(e) => {
             // the reference rejects the case: the engine must reject it too
             let args: Vec<&V> = engine_inputs.iter().collect();
-            if V::forward(&case.op, &args).is_ok() {
+            if forward::<V>(&case.op, &args).is_ok() {
                 fail(
                     &mut report,
                     format!("the reference rejects the case ({e}) but the engine accepts it"),
@@ -139,7 +140,7 @@ pub fn check_case<V: Kernels>(case: &OpCase, tol: Tolerance) -> CaseReport {
         }
     };
     let args: Vec<&V> = engine_inputs.iter().collect();
-    let got = match V::forward(&case.op, &args).and_then(|v| v.to_f64()) {
+    let got = match forward::<V>(&case.op, &args).and_then(|v| v.to_f64()) {
         Ok(g) => g,
         Err(e) => {
             fail(&mut report, format!("forward failed: {e}"));
@@ -173,7 +174,7 @@ pub fn check_case<V: Kernels>(case: &OpCase, tol: Tolerance) -> CaseReport {
             return report;
         }
     };
-    let out_v = match V::forward(&case.op, &args) {
+    let out_v = match forward::<V>(&case.op, &args) {
         Ok(v) => v,
         Err(e) => {
             fail(&mut report, format!("forward failed: {e}"));
@@ -181,7 +182,7 @@ pub fn check_case<V: Kernels>(case: &OpCase, tol: Tolerance) -> CaseReport {
         }
     };
     let saved = Saved::for_op(&case.op, &args, &out_v);
-    let got_grads = match V::vjp(&case.op, &saved, &cot_v) {
+    let got_grads = match vjp::<V>(&case.op, &saved, &cot_v) {
         Ok(g) => g,
         Err(e) => {
             fail(&mut report, format!("VJP failed: {e}"));

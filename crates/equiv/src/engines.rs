@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 use torchlean_compiled::{exec_graph_of_ir, run_grad, GradResult};
 use torchlean_engine_suite::{check_case, cotangent, OpCase, Tolerance};
 use torchlean_ir::{Graph, Payload};
-use torchlean_runtime::{Kernels, Saved};
+use torchlean_runtime::{forward, vjp, Kernels, Saved};
 use torchlean_spec::{Op, Tensor};
 
 /// An engine as the checker sees it (object safe, so the list of engines is data).
@@ -200,7 +200,7 @@ fn objective<V: Kernels>(
         .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;
     let args: Vec<&V> = vals.iter().collect();
-    let y = V::forward(op, &args)
+    let y = forward::<V>(op, &args)
         .and_then(|y| y.to_f64())
         .map_err(|e| e.to_string())?;
     Ok(y.data().iter().zip(cot.data()).map(|(a, b)| a * b).sum())
@@ -225,11 +225,11 @@ pub fn fd_check<V: Kernels>(op: &Op, inputs: &[Tensor<f64>]) -> Option<(Measure,
             .collect::<Result<_, _>>()
             .map_err(|e| e.to_string())?;
         let args: Vec<&V> = vals.iter().collect();
-        let out = V::forward(op, &args).map_err(|e| e.to_string())?;
+        let out = forward::<V>(op, &args).map_err(|e| e.to_string())?;
         let cot = cotangent(out.shape(), 0xfd);
         let cot_v = V::from_f64(&cot).map_err(|e| e.to_string())?;
         let grads =
-            V::vjp(op, &Saved::for_op(op, &args, &out), &cot_v).map_err(|e| e.to_string())?;
+            vjp::<V>(op, &Saved::for_op(op, &args, &out), &cot_v).map_err(|e| e.to_string())?;
         let mut worst = Measure::OK;
         let mut where_ = String::new();
         for (k, g) in grads.iter().enumerate() {

@@ -1,8 +1,8 @@
 //! Fault-injecting engines: wrappers that break one rule on purpose, to show that the checker
 //! catches it. `Faulty<V, F>` behaves exactly like `V` except for fault `F`.
 
-use torchlean_runtime::{GradValue, GradZero, Kernels, Operands, Result, Saved};
-use torchlean_spec::{BinaryOp, Op, PoolSpec, Shape, Tensor, UnaryOp};
+use torchlean_runtime::{GradValue, GradZero, Kernels, Result, RuntimeError};
+use torchlean_spec::{Backend, BinaryOp, Conv2dSpec, PoolSpec, Shape, Tensor, UnaryOp};
 
 /// The faults.
 pub mod fault {
@@ -69,10 +69,6 @@ impl<V: GradZero, const F: u8> GradZero for Faulty<V, F> {
     }
 }
 
-fn unwrap_args<'a, V, const F: u8>(args: &[&'a Faulty<V, F>]) -> Vec<&'a V> {
-    args.iter().map(|a| &a.0).collect()
-}
-
 /// Sum in reverse order along the lines of `axis` (all axes for `None`).
 fn reversed_sum(x: &Tensor<f64>, axis: Option<usize>) -> Result<Tensor<f64>> {
     match axis {
@@ -107,66 +103,190 @@ fn shift_left(x: &Tensor<f64>) -> Result<Tensor<f64>> {
     Ok(Tensor::new(x.shape().clone(), data)?)
 }
 
+/// `V`'s kernel result, wrapped.
+fn wrap<V: Kernels, const F: u8>(r: std::result::Result<V, V::Error>) -> Result<Faulty<V, F>> {
+    r.map(Faulty).map_err(Into::into)
+}
+
+fn wrap2<V: Kernels, const F: u8>(
+    r: std::result::Result<(V, V), V::Error>,
+) -> Result<(Faulty<V, F>, Faulty<V, F>)> {
+    r.map(|(a, b)| (Faulty(a), Faulty(b))).map_err(Into::into)
+}
+
+fn wrap3<V: Kernels, const F: u8>(
+    r: std::result::Result<(V, V, V), V::Error>,
+) -> Result<(Faulty<V, F>, Faulty<V, F>, Faulty<V, F>)> {
+    r.map(|(a, b, c)| (Faulty(a), Faulty(b), Faulty(c)))
+        .map_err(Into::into)
+}
+
+fn inner<V, const F: u8>(v: Option<&Faulty<V, F>>) -> Option<&V> {
+    v.map(|f| &f.0)
+}
+
+/// `V`'s kernels, except the one the fault breaks.
+impl<V: Kernels, const F: u8> Backend for Faulty<V, F> {
+    type Error = RuntimeError;
+
+    fn shape_of(&self) -> &Shape {
+        self.0.shape_of()
+    }
+    fn unary(op: UnaryOp, x: &Self) -> Result<Self> {
+        wrap(V::unary(op, &x.0))
+    }
+    fn unary_vjp(op: UnaryOp, x: Option<&Self>, y: Option<&Self>, dy: &Self) -> Result<Self> {
+        wrap(V::unary_vjp(op, inner(x), inner(y), &dy.0))
+    }
+    fn binary(op: BinaryOp, a: &Self, b: &Self) -> Result<Self> {
+        wrap(V::binary(op, &a.0, &b.0))
+    }
+    fn binary_vjp(
+        op: BinaryOp,
+        a: Option<&Self>,
+        b: Option<&Self>,
+        dy: &Self,
+    ) -> Result<(Self, Self)> {
+        let (da, db) = wrap2(V::binary_vjp(op, inner(a), inner(b), &dy.0))?;
+        Ok(match (F, op) {
+            (fault::FLIP_SIGN, BinaryOp::Mul) => (Self::unary(UnaryOp::Neg, &da)?, db),
+            (fault::DROP_CONTRIBUTION, BinaryOp::Add) => {
+                let zero = Faulty(V::full(db.shape(), 0.0)?);
+                (da, zero)
+            }
+            _ => (da, db),
+        })
+    }
+    fn scale(x: &Self, c: f64) -> Result<Self> {
+        wrap(V::scale(&x.0, c))
+    }
+    fn add_scalar(x: &Self, c: f64) -> Result<Self> {
+        wrap(V::add_scalar(&x.0, c))
+    }
+    fn relabel(x: &Self, shape: &Shape) -> Result<Self> {
+        wrap(V::relabel(&x.0, shape))
+    }
+    fn softmax(x: &Self, axis: usize, log: bool) -> Result<Self> {
+        wrap(V::softmax(&x.0, axis, log))
+    }
+    fn softmax_vjp(y: &Self, dy: &Self, axis: usize, log: bool) -> Result<Self> {
+        wrap(V::softmax_vjp(&y.0, &dy.0, axis, log))
+    }
+    fn layer_norm(x: &Self, axis: usize, eps: f64) -> Result<Self> {
+        wrap(V::layer_norm(&x.0, axis, eps))
+    }
+    fn layer_norm_vjp(x: &Self, dy: &Self, axis: usize, eps: f64) -> Result<Self> {
+        wrap(V::layer_norm_vjp(&x.0, &dy.0, axis, eps))
+    }
+    fn batch_norm(args: [&Self; 5], eps: f64) -> Result<Self> {
+        wrap(V::batch_norm(args.map(|a| &a.0), eps))
+    }
+    fn batch_norm_vjp(
+        x: &Self,
+        gamma: &Self,
+        mean: &Self,
+        var: &Self,
+        dy: &Self,
+        eps: f64,
+    ) -> Result<[Self; 5]> {
+        let g =
+            V::batch_norm_vjp(&x.0, &gamma.0, &mean.0, &var.0, &dy.0, eps).map_err(Into::into)?;
+        Ok(g.map(Faulty))
+    }
+    fn broadcast(x: &Self, out: &Shape) -> Result<Self> {
+        wrap(V::broadcast(&x.0, out))
+    }
+    fn broadcast_vjp(dy: &Self, from: &Shape) -> Result<Self> {
+        let g = wrap(V::broadcast_vjp(&dy.0, from))?;
+        if F == fault::BROADCAST_REDUCTION && dy.shape().size() > from.size() {
+            // averages over the broadcast axes instead of summing
+            return Self::scale(&g, from.size() as f64 / dy.shape().size() as f64);
+        }
+        Ok(g)
+    }
+    fn permute(x: &Self, perm: &[usize], out: &Shape) -> Result<Self> {
+        wrap(V::permute(&x.0, perm, out))
+    }
+    fn concat(args: &[&Self], axis: usize, out: &Shape) -> Result<Self> {
+        let args: Vec<&V> = args.iter().map(|a| &a.0).collect();
+        wrap(V::concat(&args, axis, out))
+    }
+    fn concat_vjp(dy: &Self, shapes: &[Shape], axis: usize) -> Result<Vec<Self>> {
+        let parts = V::concat_vjp(&dy.0, shapes, axis).map_err(Into::into)?;
+        Ok(parts.into_iter().map(Faulty).collect())
+    }
+    fn reduce_axis(x: &Self, axis: usize, mean: bool, out: &Shape) -> Result<Self> {
+        if F == fault::ACCUMULATION_ORDER {
+            let v = x.0.to_f64()?;
+            let n = if mean {
+                v.shape().dims()[axis].max(1) as f64
+            } else {
+                1.0
+            };
+            let s = reversed_sum(&v, Some(axis))?;
+            return Ok(Faulty(V::from_f64(&s.map(|e| Ok(e / n))?)?));
+        }
+        wrap(V::reduce_axis(&x.0, axis, mean, out))
+    }
+    fn spread(dy: &Self, in_shape: &Shape, axis: usize, mean: bool) -> Result<Self> {
+        wrap(V::spread(&dy.0, in_shape, axis, mean))
+    }
+    fn sum_all(x: &Self) -> Result<Self> {
+        if F == fault::ACCUMULATION_ORDER {
+            return Ok(Faulty(V::from_f64(&reversed_sum(&x.0.to_f64()?, None)?)?));
+        }
+        wrap(V::sum_all(&x.0))
+    }
+    fn sum_all_vjp(dy: &Self, in_shape: &Shape) -> Result<Self> {
+        wrap(V::sum_all_vjp(&dy.0, in_shape))
+    }
+    fn mse_loss(y: &Self, t: &Self) -> Result<Self> {
+        wrap(V::mse_loss(&y.0, &t.0))
+    }
+    fn mse_loss_vjp(y: &Self, t: &Self, dy: &Self) -> Result<(Self, Self)> {
+        wrap2(V::mse_loss_vjp(&y.0, &t.0, &dy.0))
+    }
+    fn matmul(a: &Self, b: &Self, out: &Shape) -> Result<Self> {
+        wrap(V::matmul(&a.0, &b.0, out))
+    }
+    fn matmul_vjp(a: &Self, b: &Self, dy: &Self) -> Result<(Self, Self)> {
+        wrap2(V::matmul_vjp(&a.0, &b.0, &dy.0))
+    }
+    fn linear(x: &Self, w: &Self, b: &Self, out: &Shape) -> Result<Self> {
+        wrap(V::linear(&x.0, &w.0, &b.0, out))
+    }
+    fn linear_vjp(x: &Self, w: &Self, dy: &Self) -> Result<(Self, Self, Self)> {
+        wrap3(V::linear_vjp(&x.0, &w.0, &dy.0))
+    }
+    fn conv2d(spec: &Conv2dSpec, x: &Self, w: &Self, b: &Self, out: &Shape) -> Result<Self> {
+        wrap(V::conv2d(spec, &x.0, &w.0, &b.0, out))
+    }
+    fn conv2d_vjp(spec: &Conv2dSpec, x: &Self, w: &Self, dy: &Self) -> Result<(Self, Self, Self)> {
+        wrap3(V::conv2d_vjp(spec, &x.0, &w.0, &dy.0))
+    }
+    fn pool(spec: &PoolSpec, x: &Self, out: &Shape) -> Result<Self> {
+        if F == fault::POOL_OFF_BY_ONE {
+            let shifted = V::from_f64(&shift_left(&x.0.to_f64()?)?)?;
+            return wrap(V::pool(spec, &shifted, out));
+        }
+        wrap(V::pool(spec, &x.0, out))
+    }
+    fn max_pool_vjp(spec: &PoolSpec, x: &Self, dy: &Self) -> Result<Self> {
+        wrap(V::max_pool_vjp(spec, &x.0, &dy.0))
+    }
+    fn avg_pool_vjp(spec: &PoolSpec, in_shape: &Shape, dy: &Self) -> Result<Self> {
+        wrap(V::avg_pool_vjp(spec, in_shape, &dy.0))
+    }
+    fn rand_uniform(seed: u64, key: u64, out: &Shape) -> Result<Self> {
+        wrap(V::rand_uniform(seed, key, out))
+    }
+    fn bernoulli_mask(seed: u64, key: u64, keep_prob: &Self, out: &Shape) -> Result<Self> {
+        wrap(V::bernoulli_mask(seed, key, &keep_prob.0, out))
+    }
+}
+
 impl<V: Kernels, const F: u8> Kernels for Faulty<V, F> {
     const ENGINE: &'static str = label(F);
-
-    fn forward(op: &Op, args: &[&Self]) -> Result<Self> {
-        let inner = unwrap_args(args);
-        let faulty = match (F, op) {
-            (fault::ACCUMULATION_ORDER, Op::Sum) => {
-                Some(V::from_f64(&reversed_sum(&inner[0].to_f64()?, None)?)?)
-            }
-            (fault::ACCUMULATION_ORDER, Op::ReduceSum { axis }) => Some(V::from_f64(
-                &reversed_sum(&inner[0].to_f64()?, Some(*axis))?,
-            )?),
-            (fault::ACCUMULATION_ORDER, Op::ReduceMean { axis }) => {
-                let x = inner[0].to_f64()?;
-                let n = x.shape().dims()[*axis].max(1) as f64;
-                let s = reversed_sum(&x, Some(*axis))?;
-                Some(V::from_f64(&s.map(|v| Ok(v / n))?)?)
-            }
-            (fault::POOL_OFF_BY_ONE, Op::Pool(PoolSpec { .. })) => {
-                let shifted = V::from_f64(&shift_left(&inner[0].to_f64()?)?)?;
-                Some(V::forward(op, &[&shifted])?)
-            }
-            _ => None,
-        };
-        match faulty {
-            Some(v) => Ok(Faulty(v)),
-            None => Ok(Faulty(V::forward(op, &inner)?)),
-        }
-    }
-
-    fn vjp(op: &Op, saved: &Saved<Self>, cot: &Self) -> Result<Operands<Option<Self>>> {
-        let inner = Saved {
-            input_shapes: saved.input_shapes.clone(),
-            inputs: saved
-                .inputs
-                .iter()
-                .map(|v| v.as_ref().map(|f| f.0.clone()))
-                .collect(),
-            output: saved.output.as_ref().map(|f| f.0.clone()),
-        };
-        let mut grads = V::vjp(op, &inner, &cot.0)?;
-        match (F, op) {
-            (fault::FLIP_SIGN, Op::Binary(BinaryOp::Mul)) => {
-                if let Some(g) = grads[0].take() {
-                    grads[0] = Some(V::forward(&Op::Unary(UnaryOp::Neg), &[&g])?);
-                }
-            }
-            (fault::DROP_CONTRIBUTION, Op::Binary(BinaryOp::Add)) => grads[1] = None,
-            (fault::BROADCAST_REDUCTION, Op::BroadcastTo { from, to })
-                if to.size() > from.size() =>
-            {
-                if let Some(g) = grads[0].take() {
-                    let c = from.size() as f64 / to.size() as f64;
-                    grads[0] = Some(V::forward(&Op::Scale { c }, &[&g])?);
-                }
-            }
-            _ => {}
-        }
-        Ok(grads.into_iter().map(|g| g.map(Faulty)).collect())
-    }
 
     fn from_f64(t: &Tensor<f64>) -> Result<Self> {
         Ok(Faulty(V::from_f64(t)?))

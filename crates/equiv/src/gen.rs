@@ -14,7 +14,7 @@
 
 use proptest::prelude::*;
 use torchlean_ir::{Graph, Node, OpKind, Payload};
-use torchlean_spec::{BinaryOp, Conv2dSpec, PoolKind, PoolSpec, Shape, Tensor, UnaryOp};
+use torchlean_spec::{BinaryOp, Conv2dSpec, Op, PoolKind, PoolSpec, Shape, Tensor, UnaryOp};
 
 /// What to generate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -104,9 +104,8 @@ pub fn build(cfg: GenConfig, choices: &[u32]) -> GenCase {
     let input = tensor_of(&mut c, &in_shape);
     b.push(OpKind::Input, vec![], in_shape);
     let steps = 1 + c.pick(cfg.max_steps);
-    let kinds: Vec<Step> = ALL_STEPS
-        .iter()
-        .copied()
+    let kinds: Vec<Step> = all_steps()
+        .into_iter()
         .filter(|s| !cfg.algebraic || s.is_algebraic())
         .collect();
     for _ in 0..steps {
@@ -164,52 +163,40 @@ enum Step {
     Bernoulli,
 }
 
-const ALL_STEPS: &[Step] = &[
-    Step::Unary(UnaryOp::Abs),
-    Step::Unary(UnaryOp::Sqrt),
-    Step::Unary(UnaryOp::Inv),
-    Step::Unary(UnaryOp::Relu),
-    Step::Unary(UnaryOp::Tanh),
-    Step::Unary(UnaryOp::Sigmoid),
-    Step::Unary(UnaryOp::Exp),
-    Step::Unary(UnaryOp::Log),
-    Step::Unary(UnaryOp::Sin),
-    Step::Unary(UnaryOp::Cos),
-    Step::Unary(UnaryOp::Neg),
-    Step::Unary(UnaryOp::Softplus),
-    Step::Binary(BinaryOp::Add),
-    Step::Binary(BinaryOp::Sub),
-    Step::Binary(BinaryOp::Mul),
-    Step::Binary(BinaryOp::Div),
-    Step::Binary(BinaryOp::Max),
-    Step::Binary(BinaryOp::Min),
-    Step::Scale,
-    Step::AddScalar,
-    Step::Detach,
-    Step::Softmax,
-    Step::LogSoftmax,
-    Step::LayerNorm,
-    Step::Broadcast,
-    Step::Reshape,
-    Step::Flatten,
-    Step::Permute,
-    Step::SwapFirstTwo,
-    Step::Transpose3d,
-    Step::Transpose,
-    Step::ReduceSum,
-    Step::ReduceMean,
-    Step::Sum,
-    Step::MatMul,
-    Step::Linear,
-    Step::Conv2d,
-    Step::Pool(PoolKind::Max),
-    Step::Pool(PoolKind::Avg),
-    Step::BatchNorm,
-    Step::Concat,
-    Step::MseLoss,
-    Step::RandUniform,
-    Step::Bernoulli,
-];
+/// Every step: each unary and binary function, then the other families.
+fn all_steps() -> Vec<Step> {
+    let mut steps: Vec<Step> = UnaryOp::ALL.iter().map(|&u| Step::Unary(u)).collect();
+    steps.extend(BinaryOp::ALL.iter().map(|&b| Step::Binary(b)));
+    steps.extend([
+        Step::Scale,
+        Step::AddScalar,
+        Step::Detach,
+        Step::Softmax,
+        Step::LogSoftmax,
+        Step::LayerNorm,
+        Step::Broadcast,
+        Step::Reshape,
+        Step::Flatten,
+        Step::Permute,
+        Step::SwapFirstTwo,
+        Step::Transpose3d,
+        Step::Transpose,
+        Step::ReduceSum,
+        Step::ReduceMean,
+        Step::Sum,
+        Step::MatMul,
+        Step::Linear,
+        Step::Conv2d,
+        Step::Pool(PoolKind::Max),
+        Step::Pool(PoolKind::Avg),
+        Step::BatchNorm,
+        Step::Concat,
+        Step::MseLoss,
+        Step::RandUniform,
+        Step::Bernoulli,
+    ]);
+    steps
+}
 
 impl Step {
     /// Whether the step's kinds are exact over the rational scalar.
@@ -246,14 +233,30 @@ impl Builder {
         self.graph.nodes[id].shape.clone()
     }
 
-    fn push(&mut self, kind: OpKind, parents: Vec<usize>, shape: Shape) -> usize {
+    fn push(&mut self, kind: impl Into<OpKind>, parents: Vec<usize>, shape: Shape) -> usize {
         let id = self.graph.nodes.len();
         self.graph.nodes.push(Node {
             id,
-            kind,
+            kind: kind.into(),
             parents,
             shape,
         });
+        id
+    }
+
+    /// Appends `op` on `parents` with its payload tensors, its declared shape computed by the
+    /// op's own shape rule (never by a formula of the generator's).
+    fn push_op(&mut self, op: Op, parents: Vec<usize>, payload: Vec<(&str, Tensor<f64>)>) -> usize {
+        let mut shapes: Vec<Shape> = parents.iter().map(|&p| self.shape(p)).collect();
+        shapes.extend(payload.iter().map(|(_, t)| t.shape().clone()));
+        // invariant: every step builds operands its op accepts (the tests build thousands)
+        let out = op
+            .infer_shape(&shapes)
+            .unwrap_or_else(|e| panic!("generated {} is ill-shaped: {e}", op.name()));
+        let id = self.push(op, parents, out);
+        for (name, t) in payload {
+            self.payload.insert(id, name, t);
+        }
         id
     }
 
@@ -278,10 +281,9 @@ impl Builder {
 
     /// `abs(x) + c` with `c ≥ 1/2`: strictly positive.
     fn positive(&mut self, c: &mut Choices<'_>, x: usize) -> usize {
-        let s = self.shape(x);
-        let a = self.push(OpKind::Unary(UnaryOp::Abs), vec![x], s.clone());
-        let k = self.constant(c, &s, true);
-        self.push(OpKind::Binary(BinaryOp::Add), vec![a, k], s)
+        let a = self.push_op(Op::Unary(UnaryOp::Abs), vec![x], vec![]);
+        let k = self.constant(c, &self.shape(x), true);
+        self.push_op(Op::Binary(BinaryOp::Add), vec![a, k], vec![])
     }
 
     /// An existing node with shape `s` other than `not`, or a new constant.
@@ -305,14 +307,7 @@ impl Builder {
         if from == to {
             return x;
         }
-        self.push(
-            OpKind::Reshape {
-                in_shape: from,
-                out_shape: to.clone(),
-            },
-            vec![x],
-            to,
-        )
+        self.push_op(Op::Reshape { from, to }, vec![x], vec![])
     }
 
     /// `x` carried to an image `[C,H,W]` or `[N,C,H,W]` through `linear`: flatten to
@@ -327,9 +322,7 @@ impl Builder {
         };
         let n = if batched { 1 + c.pick(2) } else { 1 };
         let (h, w) = (2 + c.pick(3), 2 + c.pick(3));
-        let out = n * channels * h * w;
-        let lin_in = self.shape(flat).dims()[1];
-        let proj = self.linear_to(c, flat, lin_in, out);
+        let proj = self.linear_to(c, flat, n * channels * h * w);
         let dims = if batched {
             vec![n, channels, h, w]
         } else {
@@ -338,345 +331,352 @@ impl Builder {
         self.reshape(proj, Shape::new(dims))
     }
 
-    fn linear_to(&mut self, c: &mut Choices<'_>, x: usize, inp: usize, out: usize) -> usize {
-        let mut dims = self.shape(x).dims().to_vec();
-        let last = dims.len() - 1;
-        dims[last] = out;
-        let id = self.push(OpKind::Linear, vec![x], Shape::new(dims));
+    /// `linear` from `x`'s last axis to `out` features, weights from the choices.
+    fn linear_to(&mut self, c: &mut Choices<'_>, x: usize, out: usize) -> usize {
+        let inp = self.shape(x).dims().last().copied().unwrap_or(1);
         let w = tensor_of(c, &Shape::from([out, inp]))
             .map(|v| Ok(v / 2.0))
             .expect("scaling");
-        self.payload.insert(id, "weight", w);
         let bias = tensor_of(c, &Shape::from([out]));
-        self.payload.insert(id, "bias", bias);
-        id
+        self.push_op(Op::Linear, vec![x], vec![("weight", w), ("bias", bias)])
     }
 
     fn step(&mut self, c: &mut Choices<'_>, step: Step, x: usize) {
-        let s = self.shape(x);
-        let rank = s.rank();
+        let rank = self.shape(x).rank();
         match step {
-            Step::Unary(u) => {
-                let arg = match u {
-                    UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Inv => self.positive(c, x),
-                    _ => x,
-                };
-                self.push(OpKind::Unary(u), vec![arg], s);
+            Step::Unary(u) => self.unary(c, u, x),
+            Step::Binary(op) => self.binary(c, op, x),
+            Step::Scale | Step::AddScalar | Step::Detach => self.scalar_family(c, step, x),
+            Step::Softmax | Step::LogSoftmax | Step::LayerNorm if rank > 0 => {
+                self.normalise(c, step, x)
             }
-            Step::Binary(op) => {
-                let rhs = if c.one_in(5) && op != BinaryOp::Div {
-                    x // repeated parent
-                } else {
-                    self.partner(c, &s, x)
-                };
-                let rhs = if op == BinaryOp::Div {
-                    self.positive(c, rhs)
-                } else {
-                    rhs
-                };
-                let (a, b) = if c.one_in(2) { (rhs, x) } else { (x, rhs) };
-                let (a, b) = if op == BinaryOp::Div {
-                    (x, rhs)
-                } else {
-                    (a, b)
-                };
-                self.push(OpKind::Binary(op), vec![a, b], s);
+            Step::Broadcast => self.broadcast(c, x),
+            Step::Reshape | Step::Flatten => self.reshape_family(c, step, x),
+            Step::Permute | Step::SwapFirstTwo | Step::Transpose3d | Step::Transpose => {
+                self.permute_family(c, step, x)
             }
+            Step::ReduceSum | Step::ReduceMean | Step::Sum | Step::MseLoss => {
+                self.reduce_family(c, step, x)
+            }
+            Step::MatMul => self.matmul(c, x),
+            Step::Linear if rank > 0 => self.linear(c, x),
+            Step::Conv2d => self.conv(c, x),
+            Step::Pool(kind) => self.pool(c, kind, x),
+            Step::BatchNorm => self.batch_norm(c, x),
+            Step::Concat if rank > 0 => self.concat(c, x),
+            Step::RandUniform | Step::Bernoulli => self.random(c, step, x),
+            // a step whose rank condition failed: a neutral elementwise op instead
+            _ => {
+                self.push_op(Op::Unary(UnaryOp::Relu), vec![x], vec![]);
+            }
+        }
+    }
+
+    fn unary(&mut self, c: &mut Choices<'_>, u: UnaryOp, x: usize) {
+        let arg = match u {
+            UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Inv => self.positive(c, x),
+            _ => x,
+        };
+        self.push_op(Op::Unary(u), vec![arg], vec![]);
+    }
+
+    fn binary(&mut self, c: &mut Choices<'_>, op: BinaryOp, x: usize) {
+        let s = self.shape(x);
+        if op == BinaryOp::Div {
+            let rhs = self.partner(c, &s, x);
+            let rhs = self.positive(c, rhs);
+            self.push_op(Op::Binary(op), vec![x, rhs], vec![]);
+            return;
+        }
+        let rhs = if c.one_in(5) {
+            x // repeated parent
+        } else {
+            self.partner(c, &s, x)
+        };
+        let parents = if c.one_in(2) {
+            vec![rhs, x]
+        } else {
+            vec![x, rhs]
+        };
+        self.push_op(Op::Binary(op), parents, vec![]);
+    }
+
+    fn scalar_family(&mut self, c: &mut Choices<'_>, step: Step, x: usize) {
+        match step {
             Step::Scale => {
                 let v = c.value();
-                self.push(OpKind::Scale { c: v }, vec![x], s);
+                self.push_op(Op::Scale { c: v }, vec![x], vec![]);
             }
             Step::AddScalar => {
                 let v = c.value();
-                self.push(OpKind::AddScalar { c: v }, vec![x], s);
+                self.push_op(Op::AddScalar { c: v }, vec![x], vec![]);
             }
-            Step::Detach => {
-                let d = self.push(OpKind::Detach, vec![x], s.clone());
+            _ => {
+                let d = self.push_op(Op::Detach, vec![x], vec![]);
                 // keep the detached value in use next to the original
-                self.push(OpKind::Binary(BinaryOp::Mul), vec![x, d], s);
+                self.push_op(Op::Binary(BinaryOp::Mul), vec![x, d], vec![]);
             }
-            Step::Softmax | Step::LogSoftmax | Step::LayerNorm if rank > 0 => {
-                let axis = c.pick(rank);
-                let kind = match step {
-                    Step::Softmax => OpKind::Softmax { axis },
-                    Step::LogSoftmax => OpKind::LogSoftmax { axis },
-                    _ => OpKind::LayerNorm {
-                        axis,
-                        eps: if c.one_in(2) { Some(1e-5) } else { None },
-                    },
-                };
-                self.push(kind, vec![x], s);
+        }
+    }
+
+    fn normalise(&mut self, c: &mut Choices<'_>, step: Step, x: usize) {
+        let axis = c.pick(self.shape(x).rank());
+        let op = match step {
+            Step::Softmax => Op::Softmax { axis },
+            Step::LogSoftmax => Op::LogSoftmax { axis },
+            _ => Op::LayerNorm {
+                axis,
+                eps: if c.one_in(2) { Some(1e-5) } else { None },
+            },
+        };
+        self.push_op(op, vec![x], vec![]);
+    }
+
+    fn broadcast(&mut self, c: &mut Choices<'_>, x: usize) {
+        let s = self.shape(x);
+        let mut to: Vec<usize> = s.dims().to_vec();
+        // expand size-1 axes and/or prepend axes, within the size budget
+        for d in to.iter_mut() {
+            if *d == 1 && c.one_in(2) {
+                *d = 2 + c.pick(2);
             }
-            Step::Broadcast => {
-                let mut to: Vec<usize> = s.dims().to_vec();
-                // expand size-1 axes and/or prepend axes, within the size budget
-                for d in to.iter_mut() {
-                    if *d == 1 && c.one_in(2) {
-                        *d = 2 + c.pick(2);
-                    }
-                }
-                let prepend = c.pick(3);
-                for _ in 0..prepend {
-                    to.insert(0, 1 + c.pick(3));
-                }
-                let to = Shape::new(to);
-                if to.size() <= MAX_ELEMS && to != s {
-                    self.push(
-                        OpKind::BroadcastTo {
-                            from_shape: s,
-                            to_shape: to.clone(),
-                        },
-                        vec![x],
-                        to,
-                    );
-                } else {
-                    self.push(OpKind::Unary(UnaryOp::Neg), vec![x], s);
-                }
-            }
-            Step::Reshape => {
-                let size = s.size();
-                let divisors: Vec<usize> = (1..=size.max(1))
-                    .filter(|d| size.is_multiple_of(*d))
-                    .collect();
-                let a = divisors[c.pick(divisors.len())];
-                let to = if c.one_in(2) {
-                    Shape::from([a, size / a.max(1)])
-                } else {
-                    Shape::from([size / a.max(1), 1, a])
-                };
-                let to = if to.size() == size {
-                    to
-                } else {
-                    Shape::from([size])
-                };
-                self.push(
-                    OpKind::Reshape {
-                        in_shape: s,
-                        out_shape: to.clone(),
-                    },
-                    vec![x],
-                    to,
-                );
-            }
-            Step::Flatten => {
-                let to = Shape::from([s.size()]);
-                self.push(OpKind::Flatten { value_shape: s }, vec![x], to);
-            }
+        }
+        for _ in 0..c.pick(3) {
+            to.insert(0, 1 + c.pick(3));
+        }
+        let to = Shape::new(to);
+        if to.size() <= MAX_ELEMS && to != s {
+            self.push_op(Op::BroadcastTo { from: s, to }, vec![x], vec![]);
+        } else {
+            self.push_op(Op::Unary(UnaryOp::Neg), vec![x], vec![]);
+        }
+    }
+
+    fn reshape_family(&mut self, c: &mut Choices<'_>, step: Step, x: usize) {
+        let s = self.shape(x);
+        if step == Step::Flatten {
+            self.push_op(Op::Flatten { from: s }, vec![x], vec![]);
+            return;
+        }
+        let size = s.size();
+        let divisors: Vec<usize> = (1..=size.max(1))
+            .filter(|d| size.is_multiple_of(*d))
+            .collect();
+        let a = divisors[c.pick(divisors.len())];
+        let to = if c.one_in(2) {
+            Shape::from([a, size / a.max(1)])
+        } else {
+            Shape::from([size / a.max(1), 1, a])
+        };
+        let to = if to.size() == size {
+            to
+        } else {
+            Shape::from([size])
+        };
+        self.push_op(Op::Reshape { from: s, to }, vec![x], vec![]);
+    }
+
+    fn permute_family(&mut self, c: &mut Choices<'_>, step: Step, x: usize) {
+        let rank = self.shape(x).rank();
+        let op = match step {
             Step::Permute if rank > 0 => {
                 let mut perm: Vec<usize> = (0..rank).collect();
                 for i in (1..rank).rev() {
                     perm.swap(i, c.pick(i + 1));
                 }
-                let to = Shape::new(perm.iter().map(|&p| s.dims()[p]).collect::<Vec<_>>());
-                self.push(OpKind::Permute { perm }, vec![x], to);
+                Op::Permute { perm }
             }
-            Step::SwapFirstTwo if rank >= 2 => {
-                let mut d = s.dims().to_vec();
-                d.swap(0, 1);
-                self.push(OpKind::SwapFirstTwo, vec![x], Shape::new(d));
-            }
-            Step::Transpose3d if rank == 3 => {
-                let d = s.dims();
-                self.push(
-                    OpKind::Transpose3dLastTwo,
-                    vec![x],
-                    Shape::from([d[0], d[2], d[1]]),
-                );
-            }
-            Step::Transpose if rank >= 2 => {
-                let (a, b) = (c.pick(rank), c.pick(rank));
-                let mut d = s.dims().to_vec();
-                d.swap(a, b);
-                self.push(
-                    OpKind::Transpose { dim0: a, dim1: b },
-                    vec![x],
-                    Shape::new(d),
-                );
-            }
-            Step::ReduceSum | Step::ReduceMean if rank > 0 => {
-                let axis = c.pick(rank);
-                let kind = if step == Step::ReduceSum {
-                    OpKind::ReduceSum { axis }
+            Step::SwapFirstTwo if rank >= 2 => Op::SwapFirstTwo,
+            Step::Transpose3d if rank == 3 => Op::Transpose3dLastTwo,
+            Step::Transpose if rank >= 2 => Op::Transpose {
+                dim0: c.pick(rank),
+                dim1: c.pick(rank),
+            },
+            _ => Op::Unary(UnaryOp::Relu),
+        };
+        self.push_op(op, vec![x], vec![]);
+    }
+
+    fn reduce_family(&mut self, c: &mut Choices<'_>, step: Step, x: usize) {
+        let s = self.shape(x);
+        match step {
+            Step::ReduceSum | Step::ReduceMean if s.rank() > 0 => {
+                let axis = c.pick(s.rank());
+                let op = if step == Step::ReduceSum {
+                    Op::ReduceSum { axis }
                 } else {
-                    OpKind::ReduceMean { axis }
+                    Op::ReduceMean { axis }
                 };
-                self.push(kind, vec![x], s.remove_axis(axis));
-            }
-            Step::Sum => {
-                self.push(OpKind::Sum, vec![x], Shape::scalar());
-            }
-            Step::MatMul => {
-                let size = s.size();
-                let batched = rank == 3 && c.one_in(2);
-                let (lhs, bt, m, n) = if batched {
-                    let d = s.dims();
-                    (x, d[0], d[1], d[2])
-                } else if rank == 2 {
-                    (x, 1, s.dims()[0], s.dims()[1])
-                } else {
-                    let n = s.dims().last().copied().unwrap_or(1).max(1);
-                    let m = (size / n).max(1);
-                    let lhs = if size == m * n {
-                        self.reshape(x, Shape::from([m, n]))
-                    } else {
-                        self.constant(c, &Shape::from([m, n]), false)
-                    };
-                    (lhs, 1, m, n)
-                };
-                let p = 1 + c.pick(3);
-                let (rs, out) = if batched {
-                    (Shape::from([bt, n, p]), Shape::from([bt, m, p]))
-                } else {
-                    (Shape::from([n, p]), Shape::from([m, p]))
-                };
-                let rhs = self.partner(c, &rs, lhs);
-                self.push(OpKind::MatMul, vec![lhs, rhs], out);
-            }
-            Step::Linear if rank > 0 => {
-                let inp = s.dims()[rank - 1];
-                let out = 1 + c.pick(4);
-                if s.size() / inp.max(1) * out <= MAX_ELEMS {
-                    self.linear_to(c, x, inp, out);
-                } else {
-                    self.push(OpKind::Unary(UnaryOp::Abs), vec![x], s);
-                }
-            }
-            Step::Conv2d => {
-                let ch = 1 + c.pick(2);
-                let batched = c.one_in(2);
-                let img = self.image(c, x, batched, ch);
-                let d = self.shape(img).dims().to_vec();
-                let (h, w) = (d[d.len() - 2], d[d.len() - 1]);
-                let padding = c.pick(2);
-                let kh = 1 + c.pick((h + 2 * padding).min(3));
-                let kw = 1 + c.pick((w + 2 * padding).min(3));
-                let stride = 1 + c.pick(2);
-                let oc = 1 + c.pick(2);
-                let spec = Conv2dSpec {
-                    in_channels: ch,
-                    out_channels: oc,
-                    kernel_h: kh,
-                    kernel_w: kw,
-                    stride,
-                    padding,
-                };
-                let ho = (h + 2 * padding - kh) / stride + 1;
-                let wo = (w + 2 * padding - kw) / stride + 1;
-                let mut out = d.clone();
-                let r = out.len();
-                out[r - 3] = oc;
-                out[r - 2] = ho;
-                out[r - 1] = wo;
-                let id = self.push(OpKind::Conv2d(spec), vec![img], Shape::new(out));
-                let wt = tensor_of(c, &Shape::from([oc, ch, kh, kw]))
-                    .map(|v| Ok(v / 2.0))
-                    .expect("scaling");
-                self.payload.insert(id, "weight", wt);
-                let bias = tensor_of(c, &Shape::from([oc]));
-                self.payload.insert(id, "bias", bias);
-            }
-            Step::Pool(kind) => {
-                let ch = 1 + c.pick(2);
-                let batched = c.one_in(2);
-                let img = self.image(c, x, batched, ch);
-                let d = self.shape(img).dims().to_vec();
-                let (h, w) = (d[d.len() - 2], d[d.len() - 1]);
-                let k = 1 + c.pick(h.min(w).min(3));
-                let kw = 1 + c.pick(w.min(3));
-                let padding = c.pick(k.min(kw) / 2 + 1);
-                let stride = 1 + c.pick(2);
-                let spec = PoolSpec {
-                    kind,
-                    kernel_h: k,
-                    kernel_w: kw,
-                    stride,
-                    padding,
-                };
-                let ho = (h + 2 * padding - k) / stride + 1;
-                let wo = (w + 2 * padding - kw) / stride + 1;
-                let mut out = d.clone();
-                let r = out.len();
-                out[r - 2] = ho;
-                out[r - 1] = wo;
-                self.push(
-                    OpKind::Pool {
-                        spec,
-                        padded: padding > 0 || c.one_in(3),
-                    },
-                    vec![img],
-                    Shape::new(out),
-                );
-            }
-            Step::BatchNorm => {
-                let ch = 1 + c.pick(3);
-                let img = self.image(c, x, true, ch);
-                let s2 = self.shape(img);
-                let id = self.push(OpKind::BatchNorm2dNchwEval { channels: ch }, vec![img], s2);
-                let cs = Shape::from([ch]);
-                let gamma = tensor_of(c, &cs);
-                let beta = tensor_of(c, &cs);
-                let mean = tensor_of(c, &cs);
-                let var = tensor_of(c, &cs)
-                    .map(|v| Ok(v.abs() + 0.25))
-                    .expect("positive");
-                for (name, t) in [
-                    ("gamma", gamma),
-                    ("beta", beta),
-                    ("mean", mean),
-                    ("var", var),
-                ] {
-                    self.payload.insert(id, name, t);
-                }
-                if let Some(e) = self.payload.entries.get_mut(&id) {
-                    e.eps = Some(1e-5);
-                }
-            }
-            Step::Concat if rank > 0 => {
-                let axis = c.pick(rank);
-                let mut parents = vec![x];
-                let extra = 1 + c.pick(2);
-                let mut total = s.dims()[axis];
-                for _ in 0..extra {
-                    let p = if c.one_in(3) {
-                        x
-                    } else {
-                        let mut d = s.dims().to_vec();
-                        d[axis] = 1 + c.pick(2);
-                        let ps = Shape::new(d);
-                        self.partner(c, &ps, x)
-                    };
-                    total += self.shape(p).dims()[axis];
-                    parents.push(p);
-                }
-                let mut d = s.dims().to_vec();
-                d[axis] = total;
-                let out = Shape::new(d);
-                if out.size() <= MAX_ELEMS {
-                    self.push(OpKind::Concat { axis }, parents, out);
-                } else {
-                    self.push(OpKind::Sum, vec![x], Shape::scalar());
-                }
+                self.push_op(op, vec![x], vec![]);
             }
             Step::MseLoss => {
                 let t = self.partner(c, &s, x);
-                self.push(OpKind::MseLoss, vec![x, t], Shape::scalar());
+                self.push_op(Op::MseLoss, vec![x, t], vec![]);
             }
-            Step::RandUniform => {
-                let seed = c.pick(1000) as u64;
-                let r = self.push(OpKind::RandUniform { seed }, vec![], s.clone());
-                self.push(OpKind::Binary(BinaryOp::Mul), vec![x, r], s);
-            }
-            Step::Bernoulli => {
-                let keep = self.constant(c, &Shape::scalar(), false);
-                let seed = c.pick(1000) as u64;
-                let m = self.push(OpKind::BernoulliMask { seed }, vec![keep], s.clone());
-                self.push(OpKind::Binary(BinaryOp::Mul), vec![x, m], s);
-            }
-            // a step whose rank condition failed: a neutral elementwise op instead
             _ => {
-                self.push(OpKind::Unary(UnaryOp::Relu), vec![x], s);
+                self.push_op(Op::Sum, vec![x], vec![]);
             }
         }
+    }
+
+    fn matmul(&mut self, c: &mut Choices<'_>, x: usize) {
+        let s = self.shape(x);
+        let (rank, size) = (s.rank(), s.size());
+        let batched = rank == 3 && c.one_in(2);
+        let (lhs, rhs_lead) = if batched {
+            (x, vec![s.dims()[0], s.dims()[2]])
+        } else if rank == 2 {
+            (x, vec![s.dims()[1]])
+        } else {
+            let n = s.dims().last().copied().unwrap_or(1).max(1);
+            let m = (size / n).max(1);
+            let lhs = if size == m * n {
+                self.reshape(x, Shape::from([m, n]))
+            } else {
+                self.constant(c, &Shape::from([m, n]), false)
+            };
+            (lhs, vec![n])
+        };
+        let mut rs = rhs_lead;
+        rs.push(1 + c.pick(3));
+        let rhs = self.partner(c, &Shape::new(rs), lhs);
+        self.push_op(Op::MatMul, vec![lhs, rhs], vec![]);
+    }
+
+    fn linear(&mut self, c: &mut Choices<'_>, x: usize) {
+        let s = self.shape(x);
+        let inp = s.dims()[s.rank() - 1];
+        let out = 1 + c.pick(4);
+        if s.size() / inp.max(1) * out <= MAX_ELEMS {
+            self.linear_to(c, x, out);
+        } else {
+            self.push_op(Op::Unary(UnaryOp::Abs), vec![x], vec![]);
+        }
+    }
+
+    fn conv(&mut self, c: &mut Choices<'_>, x: usize) {
+        let ch = 1 + c.pick(2);
+        let batched = c.one_in(2);
+        let img = self.image(c, x, batched, ch);
+        let d = self.shape(img).dims().to_vec();
+        let (h, w) = (d[d.len() - 2], d[d.len() - 1]);
+        let padding = c.pick(2);
+        let spec = Conv2dSpec {
+            in_channels: ch,
+            kernel_h: 1 + c.pick((h + 2 * padding).min(3)),
+            kernel_w: 1 + c.pick((w + 2 * padding).min(3)),
+            stride: 1 + c.pick(2),
+            padding,
+            out_channels: 1 + c.pick(2),
+        };
+        let op = Op::Conv2d(spec);
+        // the payload shapes are the op's own rule
+        let shapes = op
+            .payload_shapes(&[self.shape(img)], &Shape::scalar())
+            .expect("conv payload shapes need no parent");
+        let wt = tensor_of(c, &shapes[0])
+            .map(|v| Ok(v / 2.0))
+            .expect("scaling");
+        let bias = tensor_of(c, &shapes[1]);
+        self.push_op(op, vec![img], vec![("weight", wt), ("bias", bias)]);
+    }
+
+    fn pool(&mut self, c: &mut Choices<'_>, kind: PoolKind, x: usize) {
+        let ch = 1 + c.pick(2);
+        let batched = c.one_in(2);
+        let img = self.image(c, x, batched, ch);
+        let d = self.shape(img).dims().to_vec();
+        let (h, w) = (d[d.len() - 2], d[d.len() - 1]);
+        let kernel_h = 1 + c.pick(h.min(w).min(3));
+        let kernel_w = 1 + c.pick(w.min(3));
+        let padding = c.pick(kernel_h.min(kernel_w) / 2 + 1);
+        let spec = PoolSpec {
+            kind,
+            kernel_h,
+            kernel_w,
+            stride: 1 + c.pick(2),
+            padding,
+            padded: padding > 0 || c.one_in(3),
+        };
+        self.push_op(Op::Pool(spec), vec![img], vec![]);
+    }
+
+    fn batch_norm(&mut self, c: &mut Choices<'_>, x: usize) {
+        let channels = 1 + c.pick(3);
+        let img = self.image(c, x, true, channels);
+        let op = Op::BatchNormEval {
+            channels,
+            eps: torchlean_spec::ops::BATCH_NORM_DEFAULT_EPS,
+        };
+        let shapes = op
+            .payload_shapes(&[self.shape(img)], &Shape::scalar())
+            .expect("batch-norm payload shapes need no parent");
+        let gamma = tensor_of(c, &shapes[0]);
+        let beta = tensor_of(c, &shapes[1]);
+        let mean = tensor_of(c, &shapes[2]);
+        let var = tensor_of(c, &shapes[3])
+            .map(|v| Ok(v.abs() + 0.25))
+            .expect("positive");
+        let id = self.push_op(
+            op,
+            vec![img],
+            vec![
+                ("gamma", gamma),
+                ("beta", beta),
+                ("mean", mean),
+                ("var", var),
+            ],
+        );
+        if let Some(e) = self.payload.entries.get_mut(&id) {
+            e.eps = Some(1e-5);
+        }
+    }
+
+    fn concat(&mut self, c: &mut Choices<'_>, x: usize) {
+        let s = self.shape(x);
+        let axis = c.pick(s.rank());
+        let mut parents = vec![x];
+        let mut total = s.dims()[axis];
+        for _ in 0..1 + c.pick(2) {
+            let p = if c.one_in(3) {
+                x
+            } else {
+                let mut d = s.dims().to_vec();
+                d[axis] = 1 + c.pick(2);
+                self.partner(c, &Shape::new(d), x)
+            };
+            total += self.shape(p).dims()[axis];
+            parents.push(p);
+        }
+        if total * (s.size() / s.dims()[axis].max(1)) <= MAX_ELEMS {
+            self.push_op(Op::Concat { axis }, parents, vec![]);
+        } else {
+            self.push_op(Op::Sum, vec![x], vec![]);
+        }
+    }
+
+    fn random(&mut self, c: &mut Choices<'_>, step: Step, x: usize) {
+        let s = self.shape(x);
+        let seed = c.pick(1000) as u64;
+        // key and shape are the node's id and declared shape (`node_sem`); the kind keeps
+        // the descriptor's placeholders so that it round-trips through JSON unchanged
+        let r = if step == Step::RandUniform {
+            let op = Op::RandUniform {
+                seed,
+                key: 0,
+                shape: Shape::scalar(),
+            };
+            self.push(op, vec![], s)
+        } else {
+            let keep = self.constant(c, &Shape::scalar(), false);
+            let op = Op::BernoulliMask {
+                seed,
+                key: 0,
+                shape: Shape::scalar(),
+            };
+            self.push(op, vec![keep], s)
+        };
+        self.push_op(Op::Binary(BinaryOp::Mul), vec![x, r], vec![]);
     }
 }
 
@@ -729,9 +729,9 @@ mod tests {
                 .collect();
             seen.extend(build(GenConfig::FLOAT, &v).kinds());
         }
-        let missing: Vec<&&str> = torchlean_ir::WIRE_NAMES
-            .iter()
-            .filter(|k| !seen.contains(**k))
+        // every kind of the descriptor table
+        let missing: Vec<&str> = torchlean_spec::ops::desc::names()
+            .filter(|k| !seen.contains(k))
             .collect();
         assert!(missing.is_empty(), "never generated: {missing:?}");
     }

@@ -8,7 +8,7 @@ use crate::graph::Graph;
 use crate::kind::OpKind;
 use crate::payload::Payload;
 use crate::semantics::{expected_payload_shapes, field_of, node_sem, payload_names, NodeSem};
-use torchlean_spec::Shape;
+use torchlean_spec::{Op, Shape};
 
 /// TorchLean's `checkWellFormed`, reporting all violations: per index `i`, `nodes[i].id == i`,
 /// the parent count is within the kind's arity, and every parent id is `< i`; plus the graph's
@@ -118,12 +118,8 @@ pub fn check_shapes(g: &Graph) -> Vec<Diagnostic> {
             Ok(_) => {}
             Err(d) => out.push(d),
         }
-        if let OpKind::BroadcastTo {
-            from_shape,
-            to_shape,
-        } = &n.kind
-        {
-            if let Some(w) = broadcast_warning(from_shape, to_shape) {
+        if let OpKind::Op(Op::BroadcastTo { from, to }) = &n.kind {
+            if let Some(w) = broadcast_warning(from, to) {
                 out.push(at(Diagnostic::warning(w).field("to_shape")));
             }
         }
@@ -150,23 +146,6 @@ fn infer_node(
 ) -> Result<Shape, Diagnostic> {
     let n = &g.nodes[i];
     let at = |d: Diagnostic| d.at(i, n.kind.name());
-    // attribute shapes that must match the parent
-    let must_match = |field: &str, declared: &Shape| -> Result<(), Diagnostic> {
-        if &parent_shapes[0] != declared {
-            return Err(at(Diagnostic::error(format!(
-                "is {declared} but the parent has shape {}",
-                parent_shapes[0]
-            ))
-            .field(field)));
-        }
-        Ok(())
-    };
-    match &n.kind {
-        OpKind::Reshape { in_shape, .. } => must_match("in_shape", in_shape)?,
-        OpKind::Flatten { value_shape } => must_match("value_shape", value_shape)?,
-        OpKind::BroadcastTo { from_shape, .. } => must_match("from_shape", from_shape)?,
-        _ => {}
-    }
     let payload_shapes = expected_payload_shapes(n, parent_shapes)?;
     match node_sem(n, None) {
         NodeSem::Input => match input_shape {

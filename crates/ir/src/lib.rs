@@ -24,7 +24,7 @@ pub use case::{Case, Comparison, DType, Expect, Tolerance, CASE_FORMAT};
 pub use check::{broadcast_warning, check_payload, check_shapes, check_well_formed};
 pub use error::{Diagnostic, IrError, Result, Severity};
 pub use graph::{Graph, Node, FORMAT};
-pub use kind::{Attr, OpKind, ParentCount, WIRE_NAMES};
+pub use kind::{Attr, OpKind, ParentCount};
 pub use payload::{Payload, PayloadEntry};
 pub use pretty::{dot, pretty};
 pub use semantics::{

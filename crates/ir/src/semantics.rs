@@ -11,10 +11,7 @@ use crate::kind::OpKind;
 use crate::payload::Payload;
 use torchlean_spec::{Op, Scalar, Shape, SpecError, Tensor, UnaryOp};
 
-/// Layer norm's default epsilon when the node carries none (TorchLean's `Numbers.epsilon`).
-pub const LAYER_NORM_DEFAULT_EPS: f64 = 1e-6;
-/// Batch norm's epsilon when the payload carries none (PyTorch's default).
-pub const BATCH_NORM_DEFAULT_EPS: f64 = 1e-5;
+pub use torchlean_spec::ops::{BATCH_NORM_DEFAULT_EPS, LAYER_NORM_DEFAULT_EPS};
 
 /// The IR's value type: a shape-tagged tensor (TorchLean's `DVal`).
 pub type DVal<A> = Tensor<A>;
@@ -31,132 +28,56 @@ pub enum NodeSem {
     Apply(Op),
 }
 
-/// The meaning of a node. Batch norm takes `eps` from the payload when present.
+/// The meaning of a node: its kind's op with the fields it takes from the node rather than
+/// from attributes filled in — the random kinds' key (the node id) and shape (the declared
+/// shape), and batch norm's `eps` (from the payload when present, else the default).
 pub fn node_sem(node: &Node, payload: Option<&Payload>) -> NodeSem {
-    let op = match &node.kind {
+    let mut op = match &node.kind {
         OpKind::Input => return NodeSem::Input,
         OpKind::Const { .. } => return NodeSem::Const,
-        OpKind::Detach => Op::Detach,
-        OpKind::Permute { perm } => Op::Permute { perm: perm.clone() },
-        OpKind::Unary(u) => Op::Unary(*u),
-        OpKind::Binary(b) => Op::Binary(*b),
-        OpKind::Scale { c } => Op::Scale { c: *c },
-        OpKind::AddScalar { c } => Op::AddScalar { c: *c },
-        OpKind::Softmax { axis } => Op::Softmax { axis: *axis },
-        OpKind::LogSoftmax { axis } => Op::LogSoftmax { axis: *axis },
-        OpKind::LayerNorm { axis, eps } => Op::LayerNorm {
-            axis: *axis,
-            eps: eps.unwrap_or(LAYER_NORM_DEFAULT_EPS),
-        },
-        OpKind::BroadcastTo {
-            from_shape,
-            to_shape,
-        } => Op::BroadcastTo {
-            from: from_shape.clone(),
-            to: to_shape.clone(),
-        },
-        OpKind::Reshape { out_shape, .. } => Op::Reshape {
-            to: out_shape.clone(),
-        },
-        OpKind::Flatten { value_shape } => Op::Reshape {
-            to: Shape::from([value_shape.size()]),
-        },
-        OpKind::ReduceSum { axis } => Op::ReduceSum { axis: *axis },
-        OpKind::ReduceMean { axis } => Op::ReduceMean { axis: *axis },
-        OpKind::Sum => Op::Sum,
-        OpKind::MatMul => Op::MatMul,
-        OpKind::Linear => Op::Linear,
-        OpKind::Conv2d(spec) => Op::Conv2d(*spec),
-        OpKind::Pool { spec, .. } => Op::Pool(*spec),
-        OpKind::BatchNorm2dNchwEval { channels } => Op::BatchNormEval {
-            channels: *channels,
-            eps: payload
+        OpKind::Op(op) => op.clone(),
+    };
+    match &mut op {
+        Op::RandUniform { key, shape, .. } | Op::BernoulliMask { key, shape, .. } => {
+            *key = node.id as u64;
+            *shape = node.shape.clone();
+        }
+        Op::BatchNormEval { eps, .. } => {
+            *eps = payload
                 .and_then(|p| p.entry(node.id))
                 .and_then(|e| e.eps)
-                .unwrap_or(BATCH_NORM_DEFAULT_EPS),
-        },
-        OpKind::Concat { axis } => Op::Concat {
-            axis: *axis,
-            count: node.parents.len(),
-        },
-        OpKind::SwapFirstTwo => Op::SwapFirstTwo,
-        OpKind::Transpose3dLastTwo => Op::Transpose3dLastTwo,
-        OpKind::Transpose { dim0, dim1 } => Op::Transpose {
-            dim0: *dim0,
-            dim1: *dim1,
-        },
-        OpKind::MseLoss => Op::MseLoss,
-        OpKind::RandUniform { seed } => Op::RandUniform {
-            seed: *seed,
-            key: node.id as u64,
-            shape: node.shape.clone(),
-        },
-        OpKind::BernoulliMask { seed } => Op::BernoulliMask {
-            seed: *seed,
-            key: node.id as u64,
-            shape: node.shape.clone(),
-        },
-    };
+                .unwrap_or(BATCH_NORM_DEFAULT_EPS);
+        }
+        _ => {}
+    }
     NodeSem::Apply(op)
 }
 
-/// Names of the payload tensors a node takes, in operand order after its parents.
+/// Names of the payload tensors a node takes, in operand order after its parents (the
+/// descriptor's).
 pub fn payload_names(kind: &OpKind) -> &'static [&'static str] {
-    match kind {
-        OpKind::Const { .. } => &["value"],
-        OpKind::Linear | OpKind::Conv2d(_) => &["weight", "bias"],
-        OpKind::BatchNorm2dNchwEval { .. } => &["gamma", "beta", "mean", "var"],
-        _ => &[],
-    }
+    kind.desc().payload_names()
 }
 
-/// The payload shapes a node expects, from its attributes, declared shape and parent shapes.
+/// The payload shapes a node expects, from its attributes, declared shape and parent shapes
+/// (`const`: `value_shape`, else the node's shape; ops: `Op::payload_shapes`, the one rule).
 pub fn expected_payload_shapes(
     node: &Node,
     parent_shapes: &[Shape],
 ) -> std::result::Result<Vec<(&'static str, Shape)>, Diagnostic> {
-    let at = |d: Diagnostic| d.at(node.id, node.kind.name());
-    Ok(match &node.kind {
+    let names = payload_names(&node.kind);
+    let shapes = match &node.kind {
+        OpKind::Input => vec![],
         OpKind::Const { value_shape } => {
-            vec![(
-                "value",
-                value_shape.clone().unwrap_or_else(|| node.shape.clone()),
-            )]
+            vec![value_shape.clone().unwrap_or_else(|| node.shape.clone())]
         }
-        OpKind::Linear => {
-            let out = node.shape.dims().last().copied().ok_or_else(|| {
-                at(
-                    Diagnostic::error("linear needs an output with at least one axis")
-                        .field("shape"),
-                )
-            })?;
-            let inp = parent_shapes
-                .first()
-                .and_then(|s| s.dims().last().copied())
-                .ok_or_else(|| {
-                    at(
-                        Diagnostic::error("linear needs an input with at least one axis")
-                            .field("parents"),
-                    )
-                })?;
-            vec![
-                ("weight", Shape::from([out, inp])),
-                ("bias", Shape::from([out])),
-            ]
-        }
-        OpKind::Conv2d(c) => vec![
-            (
-                "weight",
-                Shape::from([c.out_channels, c.in_channels, c.kernel_h, c.kernel_w]),
-            ),
-            ("bias", Shape::from([c.out_channels])),
-        ],
-        OpKind::BatchNorm2dNchwEval { channels } => ["gamma", "beta", "mean", "var"]
-            .into_iter()
-            .map(|n| (n, Shape::from([*channels])))
-            .collect(),
-        _ => vec![],
-    })
+        OpKind::Op(op) => op.payload_shapes(parent_shapes, &node.shape).map_err(|e| {
+            Diagnostic::error(e.to_string())
+                .at(node.id, node.kind.name())
+                .field(field_of(&e))
+        })?,
+    };
+    Ok(names.iter().copied().zip(shapes).collect())
 }
 
 /// The field a spec error points at, for diagnostics.

@@ -9,6 +9,11 @@ use std::path::PathBuf;
 use torchlean_ir::*;
 use torchlean_spec::{Rational, Scalar, Shape, Tensor};
 
+/// Every wire name (the op descriptors').
+fn wire_names() -> Vec<&'static str> {
+    torchlean_spec::ops::desc::names().collect()
+}
+
 fn cases_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/cases")
 }
@@ -420,7 +425,7 @@ fn apply(v: &mut Value, m: &Mutation) -> Option<String> {
             }
         }
         Mutation::SetKind { node, kind } => {
-            v["nodes"][node % n_nodes]["kind"] = json!(WIRE_NAMES[kind % WIRE_NAMES.len()]);
+            v["nodes"][node % n_nodes]["kind"] = json!(wire_names()[kind % wire_names().len()]);
         }
         Mutation::SetParents { node, parents } => {
             v["nodes"][node % n_nodes]["parents"] = json!(parents)
@@ -511,7 +516,7 @@ fn shape_of_every_kind_is_inferred() {
     for (_, v) in load_cases() {
         for n in v["graph"]["nodes"].as_array().unwrap() {
             let k = n["kind"].as_str().unwrap();
-            if let Some(w) = WIRE_NAMES.iter().find(|w| **w == k) {
+            if let Some(w) = wire_names().into_iter().find(|w| *w == k) {
                 seen.insert(w);
             }
         }
@@ -547,11 +552,14 @@ fn shape_of_every_kind_is_inferred() {
     let x = Tensor::<f64>::full(Shape::from([2, 3]), 0.7).unwrap();
     denote_all(&g, &p, &x).unwrap();
     for n in &g.nodes {
-        if let Some(w) = WIRE_NAMES.iter().find(|w| **w == n.kind.name()) {
+        if let Some(w) = wire_names().into_iter().find(|w| *w == n.kind.name()) {
             seen.insert(w);
         }
     }
-    let missing: Vec<&&str> = WIRE_NAMES.iter().filter(|w| !seen.contains(**w)).collect();
+    let missing: Vec<&str> = wire_names()
+        .into_iter()
+        .filter(|w| !seen.contains(w))
+        .collect();
     assert!(
         missing.is_empty(),
         "kinds without a test graph: {missing:?}"

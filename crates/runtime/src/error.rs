@@ -51,6 +51,25 @@ pub enum RuntimeError {
         message: String,
     },
 
+    /// An engine's kernel failed; the engine's own error (with its op, shapes and cause) is the
+    /// source.
+    #[error("{}{engine} engine: {source}", node_prefix(.node))]
+    Engine {
+        engine: &'static str,
+        node: Option<usize>,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
+    /// A VJP returned a different number of cotangents than its op has operands.
+    #[error("{}op `{op}`: the VJP returned {got} cotangents for {expected} operands", node_prefix(.node))]
+    VjpArity {
+        op: &'static str,
+        node: Option<usize>,
+        expected: usize,
+        got: usize,
+    },
+
     /// A value failed its own consistency check (`GradValue::check`).
     #[error("invalid value: {0}")]
     Invalid(String),
@@ -78,6 +97,26 @@ impl RuntimeError {
                 message,
             },
             RuntimeError::Spec { node: None, source } => RuntimeError::Spec {
+                node: Some(id),
+                source,
+            },
+            RuntimeError::VjpArity {
+                op,
+                node: None,
+                expected,
+                got,
+            } => RuntimeError::VjpArity {
+                op,
+                node: Some(id),
+                expected,
+                got,
+            },
+            RuntimeError::Engine {
+                engine,
+                node: None,
+                source,
+            } => RuntimeError::Engine {
+                engine,
                 node: Some(id),
                 source,
             },

@@ -1,89 +1,79 @@
 //! The kernel trait: what a value type must implement so that compiled graphs and eager
 //! sessions can run every op forward and backward on it.
 //!
-//! An engine implements each op once: [`Kernels::forward`] and [`Kernels::vjp`] dispatch on
-//! `torchlean_spec::Op`, whose reference semantics they are checked against. What a VJP may read
-//! is decided by the op ([`Op::saves_input`], [`Op::saves_output`]) and enforced by
-//! [`Saved::for_op`], so an op whose backward needs only its output (exp, tanh, sigmoid, relu,
-//! sqrt, inv, softmax) never keeps its input alive.
+//! An engine implements each op family once ([`Backend`], one method per family); [`forward`]
+//! and [`vjp`] are the one dispatch (`torchlean_spec::Op::forward` / `Op::vjp`), which validates
+//! with the op's shape rule and reads only what the op's descriptor says it saves
+//! ([`Saved::for_op`]), so an op whose backward needs only its output (exp, tanh, sigmoid, relu,
+//! sqrt, inv, softmax) never keeps its input alive. Eager recording and compiled graphs take the
+//! same route to an engine VJP: the tape's op table ([`record`], [`record_compiled`]).
 
-use crate::error::Result;
+use crate::error::{Result, RuntimeError};
 use crate::tape::Tape;
 use crate::value::{GradValue, GradZero};
-use smallvec::SmallVec;
-use torchlean_spec::{Op, Shape, Tensor};
+use torchlean_spec::{Backend, Op, Shape, Tensor};
 
-/// A short list kept inline up to 2 items (the operands of elementwise ops, which dominate
-/// per-op overhead): no heap allocation per op for them, and small saved state.
-pub type Operands<T> = SmallVec<[T; 2]>;
+pub use torchlean_spec::{Cotangents, Operands, Saved};
 
-/// What a recorded op keeps for its backward pass.
-#[derive(Clone, Debug)]
-pub struct Saved<V> {
-    pub input_shapes: Operands<Shape>,
-    /// Operand values, `Some` exactly where the op saves them.
-    pub inputs: Operands<Option<V>>,
-    /// The output value, if the op saves it.
-    pub output: Option<V>,
-}
-
-impl<V: GradValue + Clone> Saved<V> {
-    /// Keeps exactly what `op` declares it saves.
-    #[inline]
-    pub fn for_op(op: &Op, inputs: &[&V], output: &V) -> Self {
-        let mut saved = Saved::empty();
-        saved.fill(op, inputs, output);
-        saved
+/// Releases the values a [`Saved`] holds through [`GradValue::drop`], leaving none (shapes stay).
+pub fn release_saved<V: GradValue>(saved: &mut Saved<V>) {
+    for v in saved.inputs.iter_mut().filter_map(Option::take) {
+        v.drop();
     }
-
-    /// Nothing saved yet.
-    #[inline]
-    pub(crate) fn empty() -> Self {
-        Saved {
-            input_shapes: Operands::new(),
-            inputs: Operands::new(),
-            output: None,
-        }
-    }
-
-    /// [`Saved::for_op`] into an empty `Saved`, in place (the tape's op table fills its slot
-    /// without moving a whole `Saved`).
-    #[inline]
-    pub(crate) fn fill(&mut self, op: &Op, inputs: &[&V], output: &V) {
-        for (i, v) in inputs.iter().enumerate() {
-            self.input_shapes.push(v.shape().clone());
-            self.inputs.push(op.saves_input(i).then(|| (*v).clone()));
-        }
-        self.output = op.saves_output().then(|| output.clone());
+    if let Some(v) = saved.output.take() {
+        v.drop();
     }
 }
 
-impl<V: GradValue> Saved<V> {
-    /// Releases the saved values through [`GradValue::drop`], leaving none (shapes stay).
-    pub fn release_values(&mut self) {
-        for v in self.inputs.iter_mut().filter_map(Option::take) {
-            v.drop();
-        }
-        if let Some(v) = self.output.take() {
-            v.drop();
-        }
-    }
+/// `op` applied to `args` on engine `V` (weights included, in the op's operand order): the one
+/// dispatch, [`Op::forward`], with the engine's error converted.
+#[inline]
+pub fn forward<V: Kernels>(op: &Op, args: &[&V]) -> Result<V> {
+    op.forward(args).map_err(Into::into)
 }
 
-/// The operations an engine's value type provides.
-pub trait Kernels: GradValue + GradZero + Clone + Send + Sync + 'static {
+/// One cotangent per operand (`None` = structurally zero), reading only `saved`: the one
+/// dispatch, [`Op::vjp`], with the engine's error converted.
+#[inline]
+pub fn vjp<V: Kernels>(op: &Op, saved: &Saved<V>, cot: &V) -> Result<Cotangents<V>> {
+    op.vjp(saved, cot).map_err(Into::into)
+}
+
+/// The local-sum rule of compiled graphs — the one place it is written: a node whose operands
+/// repeat a position (`add(a, a)`, `concat(a, b, a)`) forms that position's contribution
+/// locally first, folding the per-operand cotangents in operand order (the first present one
+/// as is, then `acc + c`) into the slot of the position's first occurrence; the other slots
+/// become `None`. Structural zeros (`None`) are skipped.
+pub fn fold_repeated_operands<V: GradValue>(
+    operands: &[usize],
+    grads: &mut [Option<V>],
+) -> Result<()> {
+    for i in 1..operands.len().min(grads.len()) {
+        let Some(first) = operands[..i].iter().position(|&a| a == operands[i]) else {
+            continue;
+        };
+        if let Some(g) = grads[i].take() {
+            grads[first] = Some(match grads[first].take() {
+                None => g,
+                Some(acc) => acc.add(g)?,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// What a value type must provide to run graphs: the per-family kernels ([`Backend`], through
+/// which [`forward`] and [`vjp`] dispatch every op), the gradient operations of the sweeps, and
+/// conversions. Engine errors convert into [`RuntimeError`], keeping their structure as a source.
+pub trait Kernels:
+    Backend<Error: Into<RuntimeError>> + GradValue + GradZero + Clone + Send + Sync + 'static
+{
     /// A short engine/dtype label (`"reference-f64"`, `"cpu-f32"`, …).
     const ENGINE: &'static str;
 
     /// Whether arithmetic is exact (the rational reference engine): equalities that hold
     /// bit for bit on floats hold exactly, and those that hold only up to reassociation too.
     const EXACT: bool = false;
-
-    /// `op` applied to `args` (weights included, in the op's operand order).
-    fn forward(op: &Op, args: &[&Self]) -> Result<Self>;
-
-    /// One cotangent per operand (`None` = structurally zero), reading only `saved`.
-    fn vjp(op: &Op, saved: &Saved<Self>, cot: &Self) -> Result<Operands<Option<Self>>>;
 
     /// A value from `f64` data (rounded to the engine's precision).
     fn from_f64(t: &Tensor<f64>) -> Result<Self>;
@@ -115,5 +105,33 @@ pub fn record<V: Kernels>(
     parents: &[usize],
     name: Option<String>,
 ) -> Result<usize> {
-    tape.record(op, parents, name, V::forward, V::vjp)
+    tape.record(op, parents, name, RecordMode::Eager, forward::<V>, vjp::<V>)
+}
+
+/// Records `op` as a node of a compiled graph (TorchLean's `compileAuxData`, compact form): the
+/// node requires grad, always keeps what its op saves, and its VJP applies the local-sum rule
+/// ([`fold_repeated_operands`]), so a repeated operand contributes once, locally summed.
+pub fn record_compiled<V: Kernels>(
+    tape: &mut Tape<V>,
+    op: Op,
+    operands: &[usize],
+    name: Option<String>,
+) -> Result<usize> {
+    tape.record(
+        op,
+        operands,
+        name,
+        RecordMode::Compiled,
+        forward::<V>,
+        vjp::<V>,
+    )
+}
+
+/// How [`Tape::record`](crate::Tape) treats a node: eagerly (gradient only where a parent needs
+/// one, repeated parents scattered twice) or as a compiled node (always differentiable, the
+/// local-sum rule).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordMode {
+    Eager,
+    Compiled,
 }

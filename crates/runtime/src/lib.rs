@@ -7,8 +7,9 @@
 //!   [`Tape::backward_dense_from`], [`Tape::backward_sparse`] and their steps
 //!   ([`add_grad_dense`], [`backward_dense_step`], [`totalize`], [`add_grad_all`],
 //!   [`backward_dense_from_step`], [`backward_dense_from_loop`]);
-//! - [`Kernels`]: forward and VJP of every `torchlean_spec::Op` on a value type, and [`record`]
-//!   to put an op on an eager tape;
+//! - [`Kernels`]: what a value type provides (the per-family `torchlean_spec::Backend` kernels,
+//!   conversions); [`forward`] / [`vjp`], the one dispatch; [`record`] / [`record_compiled`] to
+//!   put an op on a tape (eager, or as a compiled node with the local-sum rule);
 //! - the reference engine: `Kernels` for `torchlean_spec::Tensor<A>`.
 //!
 //! This crate never inspects the IR.
@@ -21,7 +22,10 @@ pub mod tape;
 pub mod value;
 
 pub use error::{Result, RuntimeError};
-pub use kernel::{record, Kernels, Operands, Saved};
+pub use kernel::{
+    fold_repeated_operands, forward, record, record_compiled, release_saved, vjp, Cotangents,
+    Kernels, Operands, RecordMode, Saved,
+};
 pub use sweep::{
     add_grad_all, add_grad_dense, backward_dense_from_loop, backward_dense_from_step,
     backward_dense_step, totalize, SparseGrads,

@@ -1,11 +1,11 @@
 //! The reference engine: `torchlean_spec::Tensor<A>` for `A` = `f32`, `f64` or the exact
-//! rational, implementing [`GradValue`], [`GradZero`] and [`Kernels`] by calling the reference
-//! op semantics directly. Simple and obviously correct; every fast engine is checked against it.
+//! rational, implementing [`GradValue`], [`GradZero`] and [`Kernels`]; its kernels are
+//! `torchlean_spec`'s `Backend` implementation, the reference op semantics themselves. Simple and obviously correct; every fast engine is checked against it.
 
 use crate::error::{Result, RuntimeError};
-use crate::kernel::{Kernels, Operands, Saved};
+use crate::kernel::Kernels;
 use crate::value::{GradValue, GradZero};
-use torchlean_spec::{ops, Op, Scalar, Shape, Tensor};
+use torchlean_spec::{Scalar, Shape, Tensor};
 
 impl<A: Scalar> GradValue for Tensor<A> {
     fn shape(&self) -> &Shape {
@@ -57,19 +57,6 @@ pub const fn reference_label<A: Scalar>() -> &'static str {
 impl<A: Scalar> Kernels for Tensor<A> {
     const ENGINE: &'static str = reference_label::<A>();
     const EXACT: bool = A::EXACT;
-
-    fn forward(op: &Op, args: &[&Self]) -> Result<Self> {
-        Ok(op.forward(args)?)
-    }
-
-    fn vjp(op: &Op, saved: &Saved<Self>, cot: &Self) -> Result<Operands<Option<Self>>> {
-        let spec_saved = ops::Saved {
-            input_shapes: saved.input_shapes.to_vec(),
-            inputs: saved.inputs.iter().map(Option::as_ref).collect(),
-            output: saved.output.as_ref(),
-        };
-        Ok(op.vjp(&spec_saved, cot)?.into())
-    }
 
     fn from_f64(t: &Tensor<f64>) -> Result<Self> {
         Ok(t.convert::<A>()?)

@@ -1,7 +1,7 @@
 //! `Tape<V>` and `Node<V>`: a grow-only array of nodes; a node's id is its index.
 
 use crate::error::{Result, RuntimeError};
-use crate::kernel::{Operands, Saved};
+use crate::kernel::{fold_repeated_operands, release_saved, Cotangents, RecordMode, Saved};
 use crate::value::GradValue;
 use smallvec::SmallVec;
 use std::fmt;
@@ -17,19 +17,19 @@ pub type Contributions<V> = SmallVec<[(usize, V); 2]>;
 
 /// An engine's VJP entry point (`Kernels::vjp`), kept as a plain function pointer so the sweeps
 /// need only `GradValue`.
-pub(crate) type VjpFn<V> = fn(&Op, &Saved<V>, &V) -> Result<Operands<Option<V>>>;
+pub(crate) type VjpFn<V> = fn(&Op, &Saved<V>, &V) -> Result<Cotangents<V>>;
 
 /// A node's local VJP (SPEC's `backward: &V -> Result<Vec<(usize, V)>>`), run through
 /// [`Tape::contributions`] or [`Tape::run_backward`].
 pub enum Backward<V> {
     /// Contributes nothing (leaves).
     Nothing,
-    /// Any closure (compiled graphs, tests, custom ops).
+    /// Any closure (tests, custom ops, and the checking-only `FullContext` compile mode).
     Closure(VjpClosure<V>),
-    /// An op put on the tape by [`crate::record`]: the engine's VJP of the op on what the op
-    /// saved, one pair per operand in operand order, the operands being the node's `parents`.
-    /// The op and its saved values live in the tape's op table, not in a per-node allocation
-    /// (per-op overhead is the point of an eager tape).
+    /// An op put on the tape by [`crate::record`] or [`crate::record_compiled`]: the engine's
+    /// VJP of the op on what the op saved, one pair per operand in operand order, the operands
+    /// being the node's `parents` (with the local-sum rule for compiled nodes). The op and its
+    /// saved values live in the tape's op table, not in a per-node allocation.
     Recorded(RecordedSlot),
 }
 
@@ -46,6 +46,8 @@ pub(crate) struct RecordedOp<V> {
     pub(crate) op: Op,
     pub(crate) saved: Saved<V>,
     pub(crate) vjp: VjpFn<V>,
+    /// Whether repeated operands are folded by the local-sum rule (compiled nodes).
+    pub(crate) local_sum: bool,
 }
 
 impl<V> Backward<V> {
@@ -187,21 +189,23 @@ impl<V: GradValue> Tape<V> {
         id
     }
 
-    /// [`crate::record`]: runs `forward` on the parents' values and appends the node; if any
-    /// parent requires grad, the op, what it saves and `vjp` go into the op table, built in
-    /// place (a recorded op is a few hundred bytes, and moving it costs as much as the rest of
-    /// the bookkeeping).
+    /// [`crate::record`] and [`crate::record_compiled`]: runs `forward` on the parents' values
+    /// and appends the node; if the node requires grad (eager: a parent does and the op is not
+    /// `detach`; compiled: always), the op, what it saves and `vjp` go into the op table, built
+    /// in place (a recorded op is a few hundred bytes, and moving it costs as much as the rest
+    /// of the bookkeeping).
     #[inline]
     pub(crate) fn record(
         &mut self,
         op: Op,
         parents: &[usize],
         name: Option<String>,
+        mode: RecordMode,
         forward: fn(&Op, &[&V]) -> Result<V>,
         vjp: VjpFn<V>,
     ) -> Result<usize>
     where
-        V: Clone,
+        V: crate::Kernels,
     {
         let id = self.nodes.len();
         let mut args: SmallVec<[&V; 4]> = SmallVec::new();
@@ -216,13 +220,22 @@ impl<V: GradValue> Tape<V> {
             args.push(&node.value);
         }
         let value = forward(&op, &args).map_err(|e| e.at_node(id))?;
-        let requires_grad = any_requires_grad && op != Op::Detach;
+        let requires_grad = match mode {
+            RecordMode::Eager => any_requires_grad && op != Op::Detach,
+            RecordMode::Compiled => true,
+        };
+        let local_sum = mode == RecordMode::Compiled
+            && parents
+                .iter()
+                .enumerate()
+                .any(|(i, p)| parents[..i].contains(p));
         let backward = if requires_grad {
             let slot = RecordedSlot(self.recorded.len());
             self.recorded.push(RecordedOp {
                 op: Op::Detach,
                 saved: Saved::empty(),
                 vjp,
+                local_sum,
             });
             let rec = self
                 .recorded
@@ -288,7 +301,7 @@ impl<V: GradValue> Tape<V> {
     pub fn release(mut self) {
         // in place: moving each recorded op out of the table costs a copy per op
         for rec in &mut self.recorded {
-            rec.saved.release_values();
+            release_saved(&mut rec.saved);
         }
         for n in self.nodes {
             if n.owns_value {
@@ -307,21 +320,21 @@ fn recorded_vjp<'t, V: GradValue>(
     parents: &'t [usize],
     cot: &V,
 ) -> Result<ContributionIter<'t, V>> {
-    let grads = (rec.vjp)(&rec.op, &rec.saved, cot)?;
+    let mut grads = (rec.vjp)(&rec.op, &rec.saved, cot)?;
     if grads.len() != parents.len() {
-        let err = RuntimeError::Op {
+        let err = RuntimeError::VjpArity {
             op: rec.op.name(),
             node: None,
-            message: format!(
-                "the VJP returned {} cotangents for {} operands",
-                grads.len(),
-                parents.len()
-            ),
+            expected: parents.len(),
+            got: grads.len(),
         };
         for g in grads.into_iter().flatten() {
             g.drop();
         }
         return Err(err);
+    }
+    if rec.local_sum {
+        fold_repeated_operands(parents, &mut grads)?;
     }
     Ok(ContributionIter::Recorded {
         parents: parents.iter(),

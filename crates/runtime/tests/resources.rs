@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use torchlean_runtime::*;
-use torchlean_spec::Shape;
+use torchlean_spec::{BinaryOp, Conv2dSpec, PoolSpec, Shape, UnaryOp};
 
 #[derive(Default, Debug)]
 struct Registry {
@@ -67,7 +67,8 @@ impl GradValue for Counted {
         Ok(())
     }
     fn add(self, other: Self) -> Result<Self> {
-        let out = Counted::new(&self.reg, self.v + other.v);
+        let mut out = Counted::new(&self.reg, self.v + other.v);
+        out.shape = self.shape.clone();
         GradValue::drop(self);
         GradValue::drop(other);
         Ok(out)
@@ -79,7 +80,8 @@ impl GradValue for Counted {
     }
     fn into_owned(self) -> Self {
         // always copy, to exercise the accounting of copy-on-first-store
-        let out = Counted::new(&self.reg, self.v);
+        let mut out = Counted::new(&self.reg, self.v);
+        out.shape = self.shape.clone();
         GradValue::drop(self);
         out
     }
@@ -87,7 +89,9 @@ impl GradValue for Counted {
 
 impl GradZero for Counted {
     fn zeros_like(&self) -> Self {
-        Counted::new(&self.reg, 0.0)
+        let mut z = Counted::new(&self.reg, 0.0);
+        z.shape = self.shape.clone();
+        z
     }
 }
 
@@ -223,33 +227,93 @@ fn peak_live_gradients_on_a_long_chain_is_constant() {
     assert_eq!((created - released, leaked), (0, 0));
 }
 
-/// `Counted` as an engine whose VJP is wrong: it returns one cotangent whatever the arity.
+/// `Counted` as an engine whose concat VJP is wrong: it returns one cotangent whatever the
+/// number of operands. Only exp and concat are implemented; the other kernels are errors.
 impl Clone for Counted {
     fn clone(&self) -> Self {
-        Counted::new(&self.reg, self.v)
+        let mut c = Counted::new(&self.reg, self.v);
+        c.shape = self.shape.clone();
+        c
     }
 }
 
 static ENGINE_REGISTRY: std::sync::LazyLock<Arc<Registry>> =
     std::sync::LazyLock::new(|| Arc::new(Registry::default()));
 
+impl Counted {
+    fn shaped(v: f64, shape: &Shape) -> Self {
+        let mut c = Counted::new(&ENGINE_REGISTRY, v);
+        c.shape = shape.clone();
+        c
+    }
+}
+
+/// The kernels this test never calls.
+macro_rules! unused_kernels {
+    ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        $(fn $name($($arg: $ty),*) -> Result<$ret> {
+            $(let _ = $arg;)*
+            Err(RuntimeError::Invalid(concat!(stringify!($name), " is not used here").into()))
+        })*
+    };
+}
+
+impl torchlean_spec::Backend for Counted {
+    type Error = RuntimeError;
+
+    fn shape_of(&self) -> &Shape {
+        &self.shape
+    }
+    fn unary(_op: UnaryOp, x: &Self) -> Result<Self> {
+        Ok(Counted::shaped(x.v.exp(), &x.shape))
+    }
+    fn unary_vjp(_op: UnaryOp, _x: Option<&Self>, y: Option<&Self>, dy: &Self) -> Result<Self> {
+        Ok(Counted::shaped(dy.v * y.map_or(1.0, |y| y.v), &dy.shape))
+    }
+    fn concat(args: &[&Self], _axis: usize, out: &Shape) -> Result<Self> {
+        Ok(Counted::shaped(args.iter().map(|a| a.v).sum(), out))
+    }
+    fn concat_vjp(dy: &Self, shapes: &[Shape], _axis: usize) -> Result<Vec<Self>> {
+        // wrong: one cotangent for any number of operands
+        Ok(vec![Counted::shaped(dy.v, &shapes[0])])
+    }
+    unused_kernels! {
+        binary(op: BinaryOp, a: &Self, b: &Self) -> Self;
+        binary_vjp(op: BinaryOp, a: Option<&Self>, b: Option<&Self>, dy: &Self) -> (Self, Self);
+        scale(x: &Self, c: f64) -> Self;
+        add_scalar(x: &Self, c: f64) -> Self;
+        relabel(x: &Self, shape: &Shape) -> Self;
+        softmax(x: &Self, axis: usize, log: bool) -> Self;
+        softmax_vjp(y: &Self, dy: &Self, axis: usize, log: bool) -> Self;
+        layer_norm(x: &Self, axis: usize, eps: f64) -> Self;
+        layer_norm_vjp(x: &Self, dy: &Self, axis: usize, eps: f64) -> Self;
+        batch_norm(args: [&Self; 5], eps: f64) -> Self;
+        batch_norm_vjp(x: &Self, g: &Self, m: &Self, v: &Self, dy: &Self, eps: f64) -> [Self; 5];
+        broadcast(x: &Self, out: &Shape) -> Self;
+        broadcast_vjp(dy: &Self, from: &Shape) -> Self;
+        permute(x: &Self, perm: &[usize], out: &Shape) -> Self;
+        reduce_axis(x: &Self, axis: usize, mean: bool, out: &Shape) -> Self;
+        spread(dy: &Self, in_shape: &Shape, axis: usize, mean: bool) -> Self;
+        sum_all(x: &Self) -> Self;
+        sum_all_vjp(dy: &Self, in_shape: &Shape) -> Self;
+        mse_loss(y: &Self, t: &Self) -> Self;
+        mse_loss_vjp(y: &Self, t: &Self, dy: &Self) -> (Self, Self);
+        matmul(a: &Self, b: &Self, out: &Shape) -> Self;
+        matmul_vjp(a: &Self, b: &Self, dy: &Self) -> (Self, Self);
+        linear(x: &Self, w: &Self, b: &Self, out: &Shape) -> Self;
+        linear_vjp(x: &Self, w: &Self, dy: &Self) -> (Self, Self, Self);
+        conv2d(spec: &Conv2dSpec, x: &Self, w: &Self, b: &Self, out: &Shape) -> Self;
+        conv2d_vjp(spec: &Conv2dSpec, x: &Self, w: &Self, dy: &Self) -> (Self, Self, Self);
+        pool(spec: &PoolSpec, x: &Self, out: &Shape) -> Self;
+        max_pool_vjp(spec: &PoolSpec, x: &Self, dy: &Self) -> Self;
+        avg_pool_vjp(spec: &PoolSpec, in_shape: &Shape, dy: &Self) -> Self;
+        rand_uniform(seed: u64, key: u64, out: &Shape) -> Self;
+        bernoulli_mask(seed: u64, key: u64, keep: &Self, out: &Shape) -> Self;
+    }
+}
+
 impl Kernels for Counted {
     const ENGINE: &'static str = "counted";
-
-    fn forward(_op: &torchlean_spec::Op, args: &[&Self]) -> Result<Self> {
-        Ok(Counted::new(
-            &ENGINE_REGISTRY,
-            args.iter().map(|a| a.v).sum::<f64>(),
-        ))
-    }
-
-    fn vjp(
-        _op: &torchlean_spec::Op,
-        _saved: &Saved<Self>,
-        cot: &Self,
-    ) -> Result<Operands<Option<Self>>> {
-        Ok(std::iter::once(Some(Counted::new(&ENGINE_REGISTRY, cot.v))).collect())
-    }
 
     fn from_f64(t: &torchlean_spec::Tensor<f64>) -> Result<Self> {
         Ok(Counted::new(&ENGINE_REGISTRY, t.data()[0]))
@@ -259,8 +323,8 @@ impl Kernels for Counted {
         Ok(torchlean_spec::Tensor::new([1], vec![self.v])?)
     }
 
-    fn full(_shape: &Shape, value: f64) -> Result<Self> {
-        Ok(Counted::new(&ENGINE_REGISTRY, value))
+    fn full(shape: &Shape, value: f64) -> Result<Self> {
+        Ok(Counted::shaped(value, shape))
     }
 
     fn bit_eq(&self, other: &Self) -> bool {
@@ -270,23 +334,22 @@ impl Kernels for Counted {
 
 #[test]
 fn a_recorded_vjp_with_the_wrong_arity_fails_naming_the_node_and_releases_everything() {
-    use torchlean_spec::{BinaryOp, Op, UnaryOp};
+    use torchlean_spec::Op;
     let reg = ENGINE_REGISTRY.clone();
     let mut tape = Tape::empty();
     let x = tape.leaf(Counted::new(&reg, 1.0), true, None);
     let y = tape.leaf(Counted::new(&reg, 2.0), true, None);
     let e = record(&mut tape, Op::Unary(UnaryOp::Exp), &[x], None).unwrap();
-    let m = record(&mut tape, Op::Binary(BinaryOp::Mul), &[e, y], None).unwrap();
-    // exp saves its output, mul both operands: the tape holds clones until release
-    let err = tape
-        .backward_sparse(m, Counted::new(&reg, 1.0), |_| false)
-        .unwrap_err();
+    let m = record(&mut tape, Op::Concat { axis: 0 }, &[e, y], None).unwrap();
+    // exp saves its output: the tape holds a clone until release
+    let seed = || Counted::shaped(1.0, &Shape::from([2]));
+    let err = tape.backward_sparse(m, seed(), |_| false).unwrap_err();
     assert!(
         err.to_string().contains(&format!("node {m}"))
             && err.to_string().contains("1 cotangents for 2 operands"),
         "{err}"
     );
-    let err = tape.backward_dense(m, Counted::new(&reg, 1.0)).unwrap_err();
+    let err = tape.backward_dense(m, seed()).unwrap_err();
     assert!(err.to_string().contains(&format!("node {m}")), "{err}");
     tape.release();
     let (created, released, leaked) = reg.snapshot();

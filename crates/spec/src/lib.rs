@@ -9,14 +9,19 @@
 //!
 //! This crate never touches an engine or the IR.
 
+pub mod backend;
 pub mod error;
 pub mod ops;
 pub mod scalar;
 pub mod shape;
 pub mod tensor;
 
+pub use backend::Backend;
 pub use error::{Result, SpecError};
-pub use ops::{Arity, BinaryOp, Conv2dSpec, Op, PoolKind, PoolSpec, Saved, UnaryOp};
+pub use ops::{
+    Arity, BinaryOp, Conv2dSpec, Cotangents, Op, OpDesc, Operands, PoolKind, PoolSpec, Saved,
+    UnaryOp,
+};
 pub use scalar::{Rational, Scalar};
 pub use shape::Shape;
 pub use tensor::Tensor;

@@ -627,7 +627,7 @@ mod tests {
     #[test]
     fn a_padding_only_image_gives_the_bias() {
         use crate::CpuF32;
-        use torchlean_runtime::{Kernels, Saved};
+        use torchlean_runtime::{forward, vjp, Saved};
         use torchlean_spec::Op;
         let spec = Conv2dSpec {
             in_channels: 1,
@@ -641,11 +641,11 @@ mod tests {
         let x = CpuF32::zeros([1, 1, 0, 0]).unwrap();
         let w = CpuF32::filled([2, 1, 2, 2], 1.0).unwrap();
         let b = CpuF32::from_vec([2], vec![0.5, -1.0]).unwrap();
-        let y = CpuF32::forward(&op, &[&x, &w, &b]).unwrap();
+        let y = forward::<CpuF32>(&op, &[&x, &w, &b]).unwrap();
         assert_eq!(y.shape(), &Shape::from([1, 2, 1, 1]));
         assert_eq!(y.as_slice(), &[0.5, -1.0]);
         let saved = Saved::for_op(&op, &[&x, &w, &b], &y);
-        let g = CpuF32::vjp(&op, &saved, &y).unwrap();
+        let g = vjp::<CpuF32>(&op, &saved, &y).unwrap();
         assert_eq!(g[1].as_ref().unwrap().as_slice(), &[0.0; 8]);
         assert_eq!(g[2].as_ref().unwrap().as_slice(), &[0.5, -1.0]);
     }

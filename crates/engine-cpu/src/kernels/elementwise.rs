@@ -126,6 +126,7 @@ pub(crate) fn unary<T: CpuScalar>(u: UnaryOp, x: &CpuTensor<T>) -> CpuTensor<T> 
         UnaryOp::Neg => map(x, CHEAP, |v| -v),
         // max(x, 0) + log1p(exp(−|x|)): no overflow for large |x|
         UnaryOp::Softplus => map(x, LIBM, |v| relu(v) + (-v.abs()).vexp().ln_1p()),
+        UnaryOp::Silu => map(x, POLY, |v| v * sigmoid(v)),
     }
 }
 
@@ -182,6 +183,11 @@ pub(crate) fn unary_vjp<T: CpuScalar>(
         UnaryOp::Cos => zip(x()?, dy, LIBM, |x, d| d * -x.sin()),
         UnaryOp::Neg => map(dy, CHEAP, |d| -d),
         UnaryOp::Softplus => zip(x()?, dy, POLY, |x, d| d * sigmoid(x)),
+        // σ(x)·(1 + x·(1 − σ(x))), the reference's formula
+        UnaryOp::Silu => zip(x()?, dy, POLY, |x, d| {
+            let s = sigmoid(x);
+            d * (s * (T::ONE + x * (T::ONE - s)))
+        }),
     })
 }
 

@@ -15,6 +15,7 @@ use crate::tensor::CpuTensor;
 use crate::threads::should_par;
 use gemm::Parallelism;
 use rayon::prelude::*;
+use torchlean_spec::ops::{linear_dims, matmul_dims};
 use torchlean_spec::Shape;
 
 /// The cotangents of an `(input, weight, bias)` op.
@@ -156,16 +157,6 @@ pub(crate) fn gemm<T: CpuScalar>(
     Ok(())
 }
 
-/// `(batch, m, n, p)` of a validated matmul.
-fn matmul_dims(a: &Shape, b: &Shape) -> (usize, usize, usize, usize) {
-    let (ad, bd) = (a.dims(), b.dims());
-    if ad.len() == 3 {
-        (ad[0], ad[1], ad[2], bd[2])
-    } else {
-        (1, ad[0], ad[1], bd[1])
-    }
-}
-
 /// Runs `batch` independent products `dst_t = f(t)`, each writing a contiguous `len` slice of
 /// `dst`: one after the other with threaded products when each is large, else products in
 /// parallel across the batch.
@@ -253,12 +244,6 @@ pub(crate) fn matmul_vjp<T: CpuScalar>(
         )
     })?;
     Ok((da, db))
-}
-
-/// `(rows, in, out)` of a validated linear.
-fn linear_dims(x: &Shape, w: &Shape) -> (usize, usize, usize) {
-    let rows = x.dims()[..x.rank() - 1].iter().product();
-    (rows, w.dims()[1], w.dims()[0])
 }
 
 /// `y = x·Wᵀ + b` over the last axis: the bias is written first and the product accumulated

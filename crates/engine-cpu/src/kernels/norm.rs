@@ -328,7 +328,7 @@ fn bn_sigma<T: CpuScalar>(var: T, eps: T) -> T {
 }
 
 /// `(x − mean)/sqrt(max(var, 0) + eps)·γ + β`, channels on axis 1.
-pub(crate) fn batch_norm<T: CpuScalar>(args: &[&CpuTensor<T>], eps: T) -> CpuTensor<T> {
+pub(crate) fn batch_norm<T: CpuScalar>(args: [&CpuTensor<T>; 5], eps: T) -> CpuTensor<T> {
     let (x, gamma, beta, mean, var) = (args[0], args[1], args[2], args[3], args[4]);
     let (_, c, rest) = bn_dims(x);
     let sigmas: Vec<T> = var.as_slice().iter().map(|&v| bn_sigma(v, eps)).collect();
@@ -358,7 +358,7 @@ pub(crate) fn batch_norm_vjp<T: CpuScalar>(
     var: &CpuTensor<T>,
     dy: &CpuTensor<T>,
     eps: T,
-) -> Vec<CpuTensor<T>> {
+) -> [CpuTensor<T>; 5] {
     let (n, c, rest) = bn_dims(x);
     let (g, m, v) = (gamma.as_slice(), mean.as_slice(), var.as_slice());
     let sigmas: Vec<T> = v.iter().map(|&v| bn_sigma(v, eps)).collect();
@@ -405,7 +405,7 @@ pub(crate) fn batch_norm_vjp<T: CpuScalar>(
         // invariant: c channels, shape [c] (validated by the shape rule)
         CpuTensor::from_vec([c], data).expect("one value per channel")
     };
-    vec![
+    [
         dx,
         per_channel(0),
         per_channel(1),

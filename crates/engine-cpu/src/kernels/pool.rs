@@ -166,6 +166,7 @@ mod tests {
             kernel_w: k,
             stride: s,
             padding: p,
+            padded: p > 0,
         }
     }
 

@@ -96,6 +96,29 @@ impl Conv2dSpec {
         Ok((ho, wo))
     }
 
+    /// Weight `[outC, inC, kH, kW]` and bias `[outC]`: the one rule for a conv's payload.
+    pub(crate) fn payload_shapes(&self) -> Vec<Shape> {
+        self.payload_shapes_array().to_vec()
+    }
+
+    fn payload_shapes_array(&self) -> [Shape; 2] {
+        [
+            Shape::from([
+                self.out_channels,
+                self.in_channels,
+                self.kernel_h,
+                self.kernel_w,
+            ]),
+            Shape::from([self.out_channels]),
+        ]
+    }
+
+    /// Output `(Ho, Wo)` for an input of spatial size `(h, w)` (validated attributes), for
+    /// engines.
+    pub fn output_hw(&self, h: usize, w: usize) -> Result<(usize, usize)> {
+        self.out_hw(h, w)
+    }
+
     pub(crate) fn infer(&self, x: &Shape, w: &Shape, b: &Shape) -> Result<Shape> {
         let (_, c, h, wd) = nchw(Self::OP, x)?;
         if c != self.in_channels {
@@ -105,12 +128,7 @@ impl Conv2dSpec {
                 reason: format!("the input has {c} channels, inC is {}", self.in_channels),
             });
         }
-        let want_w = Shape::from([
-            self.out_channels,
-            self.in_channels,
-            self.kernel_h,
-            self.kernel_w,
-        ]);
+        let [want_w, want_b] = self.payload_shapes_array();
         if w != &want_w {
             return Err(SpecError::OpShape {
                 op: Self::OP,
@@ -118,7 +136,7 @@ impl Conv2dSpec {
                 reason: format!("the weight must be {want_w} (outC, inC, kH, kW)"),
             });
         }
-        if b.dims() != [self.out_channels] {
+        if b != &want_b {
             return Err(SpecError::OpShape {
                 op: Self::OP,
                 shapes: vec![x.clone(), w.clone(), b.clone()],

@@ -31,10 +31,12 @@ pub enum UnaryOp {
     Neg,
     /// Extension: `log(1 + exp(x))`, computed stably.
     Softplus,
+    /// Extension: `x · σ(x)`.
+    Silu,
 }
 
 impl UnaryOp {
-    pub const ALL: [UnaryOp; 12] = [
+    pub const ALL: [UnaryOp; 13] = [
         UnaryOp::Abs,
         UnaryOp::Sqrt,
         UnaryOp::Inv,
@@ -47,44 +49,12 @@ impl UnaryOp {
         UnaryOp::Cos,
         UnaryOp::Neg,
         UnaryOp::Softplus,
+        UnaryOp::Silu,
     ];
 
+    /// The wire name (the descriptor's).
     pub fn name(self) -> &'static str {
-        match self {
-            UnaryOp::Abs => "abs",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Inv => "inv",
-            UnaryOp::Relu => "relu",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Sigmoid => "sigmoid",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Log => "log",
-            UnaryOp::Sin => "sin",
-            UnaryOp::Cos => "cos",
-            UnaryOp::Neg => "neg",
-            UnaryOp::Softplus => "softplus",
-        }
-    }
-
-    /// Whether the derivative is written in terms of the input.
-    pub fn saves_input(self) -> bool {
-        matches!(
-            self,
-            UnaryOp::Abs | UnaryOp::Log | UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Softplus
-        )
-    }
-
-    /// Whether the derivative is written in terms of the output.
-    pub fn saves_output(self) -> bool {
-        matches!(
-            self,
-            UnaryOp::Sqrt
-                | UnaryOp::Inv
-                | UnaryOp::Relu
-                | UnaryOp::Tanh
-                | UnaryOp::Sigmoid
-                | UnaryOp::Exp
-        )
+        self.desc().name
     }
 
     /// Whether the function is defined over the exact rational scalar.
@@ -125,11 +95,12 @@ impl UnaryOp {
                 };
                 pos.add(&x.abs().neg().exp()?.log1p()?)
             }
+            UnaryOp::Silu => x.mul(&UnaryOp::Sigmoid.apply(x)?),
         })
     }
 
     /// The scalar VJP: `dx` from the input `x` and/or output `y` (as declared by
-    /// [`UnaryOp::saves_input`] / [`UnaryOp::saves_output`]) and the cotangent `dy`.
+    /// the descriptor's `saves`) and the cotangent `dy`.
     #[inline]
     pub fn vjp_scalar<A: Scalar>(self, x: Option<&A>, y: Option<&A>, dy: &A) -> Result<A> {
         let need = |v: Option<&A>, what: &str| -> Result<A> {
@@ -183,6 +154,12 @@ impl UnaryOp {
             UnaryOp::Cos => dy.mul(&need(x, "input")?.sin()?.neg()),
             UnaryOp::Neg => dy.neg(),
             UnaryOp::Softplus => dy.mul(&UnaryOp::Sigmoid.apply(&need(x, "input")?)?),
+            UnaryOp::Silu => {
+                // d/dx x·σ(x) = σ(x)·(1 + x·(1 − σ(x)))
+                let x = need(x, "input")?;
+                let sg = UnaryOp::Sigmoid.apply(&x)?;
+                dy.mul(&sg.mul(&A::one().add(&x.mul(&A::one().sub(&sg)))))
+            }
         })
     }
 
@@ -225,20 +202,9 @@ impl BinaryOp {
         BinaryOp::Min,
     ];
 
+    /// The wire name (the descriptor's).
     pub fn name(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "add",
-            BinaryOp::Sub => "sub",
-            BinaryOp::Mul => "mul_elem",
-            BinaryOp::Div => "div",
-            BinaryOp::Max => "max_elem",
-            BinaryOp::Min => "min_elem",
-        }
-    }
-
-    /// Whether the VJP reads the operand values (`add`/`sub` need only the cotangent).
-    pub fn saves_inputs(self) -> bool {
-        !matches!(self, BinaryOp::Add | BinaryOp::Sub)
+        self.desc().name
     }
 
     #[inline]
@@ -253,7 +219,7 @@ impl BinaryOp {
         })
     }
 
-    /// Scalar VJP `(da, db)`; `a`, `b` are required when [`BinaryOp::saves_inputs`].
+    /// Scalar VJP `(da, db)`; `a`, `b` are required where the descriptor saves them.
     #[inline]
     pub fn vjp_scalar<A: Scalar>(self, a: Option<&A>, b: Option<&A>, d: &A) -> Result<(A, A)> {
         let both = || -> Result<(&A, &A)> {

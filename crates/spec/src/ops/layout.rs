@@ -95,6 +95,23 @@ pub(crate) fn broadcast_vjp<A: Scalar>(cot: &Tensor<A>, from: &Shape) -> Result<
     Ok(acc)
 }
 
+/// An attribute that restates the operand's shape (`in_shape`, `value_shape`) must equal it.
+pub(crate) fn check_declared(
+    op: &'static str,
+    attr: &'static str,
+    declared: &Shape,
+    input: &Shape,
+) -> Result<()> {
+    if declared != input {
+        return Err(SpecError::OpAttr {
+            op,
+            attr,
+            reason: format!("is {declared} but the operand has shape {input}"),
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn infer_reshape(to: &Shape, input: &Shape) -> Result<Shape> {
     let n = to.checked_size()?;
     if n != input.size() {

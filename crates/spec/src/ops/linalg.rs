@@ -32,8 +32,8 @@ pub(crate) fn infer_matmul(a: &Shape, b: &Shape) -> Result<Shape> {
     }
 }
 
-/// `(batch, m, n, p)` of a validated matmul.
-fn dims(a: &Shape, b: &Shape) -> (usize, usize, usize, usize) {
+/// `(batch, m, n, p)` of a validated matmul (every engine's kernels use this one).
+pub fn matmul_dims(a: &Shape, b: &Shape) -> (usize, usize, usize, usize) {
     let (ad, bd) = (a.dims(), b.dims());
     if ad.len() == 3 {
         (ad[0], ad[1], ad[2], bd[2])
@@ -43,7 +43,7 @@ fn dims(a: &Shape, b: &Shape) -> (usize, usize, usize, usize) {
 }
 
 pub(crate) fn matmul<A: Scalar>(a: &Tensor<A>, b: &Tensor<A>, out: &Shape) -> Result<Tensor<A>> {
-    let (bt, m, n, p) = dims(a.shape(), b.shape());
+    let (bt, m, n, p) = matmul_dims(a.shape(), b.shape());
     let (ad, bd) = (a.data(), b.data());
     let mut data = Vec::with_capacity(bt * m * p);
     for t in 0..bt {
@@ -66,7 +66,7 @@ pub(crate) fn matmul_vjp<A: Scalar>(
     b: &Tensor<A>,
     dy: &Tensor<A>,
 ) -> Result<(Tensor<A>, Tensor<A>)> {
-    let (bt, m, n, p) = dims(a.shape(), b.shape());
+    let (bt, m, n, p) = matmul_dims(a.shape(), b.shape());
     let (ad, bd, dd) = (a.data(), b.data(), dy.data());
     let mut da = Vec::with_capacity(bt * m * n);
     for t in 0..bt {
@@ -98,6 +98,25 @@ pub(crate) fn matmul_vjp<A: Scalar>(
     ))
 }
 
+/// The payload shapes of a `linear` node: weight `[out, in]` and bias `[out]`, from its input
+/// and declared output shapes.
+pub(crate) fn linear_payload_shapes(x: &Shape, out: &Shape) -> Result<Vec<Shape>> {
+    let err = |reason: &str| SpecError::OpShape {
+        op: "linear",
+        shapes: vec![x.clone(), out.clone()],
+        reason: reason.to_string(),
+    };
+    let inp = *x
+        .dims()
+        .last()
+        .ok_or_else(|| err("the input needs at least one axis"))?;
+    let outf = *out
+        .dims()
+        .last()
+        .ok_or_else(|| err("the output needs at least one axis"))?;
+    Ok(vec![Shape::from([outf, inp]), Shape::from([outf])])
+}
+
 pub(crate) fn infer_linear(x: &Shape, w: &Shape, b: &Shape) -> Result<Shape> {
     let err = |reason: String| SpecError::OpShape {
         op: "linear",
@@ -124,8 +143,8 @@ pub(crate) fn infer_linear(x: &Shape, w: &Shape, b: &Shape) -> Result<Shape> {
     Ok(Shape::new(dims))
 }
 
-/// `(rows, in, out)` of a validated linear.
-fn linear_dims(x: &Shape, w: &Shape) -> (usize, usize, usize) {
+/// `(rows, in, out)` of a validated linear (every engine's kernels use this one).
+pub fn linear_dims(x: &Shape, w: &Shape) -> (usize, usize, usize) {
     let rows = x.dims()[..x.rank() - 1].iter().product();
     (rows, w.dims()[1], w.dims()[0])
 }

@@ -4,49 +4,48 @@
 //! `ir`'s denotation, the runtime's reference engine and `compiled`'s reference backprop all
 //! call these functions; fast engines implement their own kernels and are checked against them.
 //!
-//! # Operands
+//! # Descriptors and dispatch
 //!
-//! An [`Op`] takes all of its operands explicitly, weights included:
-//!
-//! | op | operands |
-//! | --- | --- |
-//! | `linear` | `x [.., in]`, `weight [out, in]`, `bias [out]` |
-//! | `conv2d` | `x [C,H,W]` or `[N,C,H,W]`, `weight [O,C,kH,kW]`, `bias [O]` |
-//! | `batch_norm2d_nchw_eval` | `x [N,C,..]`, `gamma [C]`, `beta [C]`, `mean [C]`, `var [C]` |
-//! | `bernoulli_mask` | `keep_prob []` |
-//! | `concat` | `count` tensors |
-//! | `rand_uniform` | none |
-//!
-//! (the IR takes the weights from the payload; `compiled` lifts them to graph inputs).
+//! Every op's metadata (wire name, operands with the payload ones marked, arity, what its VJP
+//! saves, attributes) is its row in [`desc`]; [`Op::infer_shape`], [`Op::forward`] and
+//! [`Op::vjp`] are its maths. `forward` and `vjp` are generic over a [`Backend`]: they are the
+//! one dispatch every engine goes through (validation by the shape rule, the saved-operand
+//! wiring), so an engine writes only kernels. An [`Op`] takes all of its operands explicitly,
+//! weights included (the IR takes them from the payload; `compiled` lifts them to graph inputs).
 //!
 //! # VJPs and what they keep alive
 //!
 //! [`Op::vjp`] receives a [`Saved`]: the operand shapes, and only the operand values and output
-//! value that [`Op::saves_input`] / [`Op::saves_output`] declare. An op whose backward needs only
+//! value that the op's descriptor declares ([`desc::Saves`]). An op whose backward needs only
 //! its output (exp, tanh, sigmoid, relu, sqrt, inv, softmax, …) therefore never keeps its input
 //! alive. The VJP returns one entry per operand; `None` means "structurally zero" (the operand
 //! is not differentiable through this op: `detach`, the keep probability of `bernoulli_mask`).
 
 mod conv;
+pub mod desc;
 mod elementwise;
-mod layout;
-mod linalg;
-mod norm;
+pub(crate) mod layout;
+pub(crate) mod linalg;
+pub(crate) mod norm;
 mod pool;
-mod random;
-mod reduce;
+pub(crate) mod random;
+pub(crate) mod reduce;
 
-pub use conv::Conv2dSpec;
+pub use conv::{window_out, Conv2dSpec};
+pub use desc::{
+    AttrMut, AttrValue, AttrVisitor, OpDesc, BATCH_NORM_DEFAULT_EPS, LAYER_NORM_DEFAULT_EPS,
+};
 pub use elementwise::{BinaryOp, UnaryOp};
+pub use linalg::{linear_dims, matmul_dims};
 pub use pool::{PoolKind, PoolSpec};
 pub use random::{splitmix64, uniform_at};
 
+use crate::backend::Backend;
 use crate::error::{Result, SpecError};
-use crate::scalar::Scalar;
 use crate::shape::Shape;
-use crate::tensor::Tensor;
+use smallvec::SmallVec;
 
-/// One primitive operation with its attributes.
+/// One primitive operation with its attributes (its metadata: [`Op::desc`]).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// Elementwise unary function.
@@ -63,13 +62,16 @@ pub enum Op {
     Softmax { axis: usize },
     /// Max-shifted log-softmax along `axis` (extension).
     LogSoftmax { axis: usize },
-    /// Normalises the suffix of axes starting at `axis` (γ = 1, β = 0).
-    LayerNorm { axis: usize, eps: f64 },
+    /// Normalises the suffix of axes starting at `axis` (γ = 1, β = 0); `eps: None` is the
+    /// default [`LAYER_NORM_DEFAULT_EPS`].
+    LayerNorm { axis: usize, eps: Option<f64> },
     /// PyTorch's right-aligned `expand`: each source extent equals the target extent it is
     /// aligned with, or is 1.
     BroadcastTo { from: Shape, to: Shape },
-    /// Row-major reshape (also `flatten`).
-    Reshape { to: Shape },
+    /// Row-major reshape of an operand of shape `from`.
+    Reshape { from: Shape, to: Shape },
+    /// Row-major reshape of an operand of shape `from` to one axis.
+    Flatten { from: Shape },
     /// Axis permutation, `torch.permute` convention: output axis `i` is input axis `perm[i]`.
     Permute { perm: Vec<usize> },
     /// Swaps the two outermost axes (rank ≥ 2).
@@ -95,8 +97,8 @@ pub enum Op {
     /// Batch norm in evaluation mode: `(x − mean)/sqrt(max(var, 0) + eps)·γ + β`, channels on
     /// axis 1.
     BatchNormEval { channels: usize, eps: f64 },
-    /// Concatenation of `count` tensors along `axis`.
-    Concat { axis: usize, count: usize },
+    /// Concatenation of two or more tensors along `axis`.
+    Concat { axis: usize },
     /// Mean squared error `Σ(y − t)² / size` (size 0 divides by 1).
     MseLoss,
     /// Deterministic uniform `[0, 1)` noise keyed by `(seed, key)` and the element index.
@@ -130,153 +132,201 @@ impl std::fmt::Display for Arity {
     }
 }
 
+/// A short list kept inline up to 2 items (the operands of elementwise ops, which dominate
+/// per-op overhead): no heap allocation per op for them.
+pub type Operands<T> = SmallVec<[T; 2]>;
+
+/// Per-operand cotangents; `None` is a structural zero.
+pub type Cotangents<V> = Operands<Option<V>>;
+
 /// What a VJP may read: the operand shapes always; operand values and the output value only
-/// where the op declares that it saves them.
+/// where the op's descriptor declares that it saves them. The one `Saved` type: the reference
+/// engine, the CPU engine, compiled graphs and eager tapes all keep this.
 #[derive(Clone, Debug)]
-pub struct Saved<'a, A> {
-    pub input_shapes: Vec<Shape>,
-    pub inputs: Vec<Option<&'a Tensor<A>>>,
-    pub output: Option<&'a Tensor<A>>,
+pub struct Saved<V> {
+    pub input_shapes: Operands<Shape>,
+    /// Operand values, `Some` exactly where the op saves them.
+    pub inputs: Operands<Option<V>>,
+    /// The output value, if the op saves it.
+    pub output: Option<V>,
 }
 
-impl<'a, A: Scalar> Saved<'a, A> {
-    /// Keeps exactly what `op` declares it saves.
-    pub fn for_op(op: &Op, inputs: &[&'a Tensor<A>], output: &'a Tensor<A>) -> Self {
+impl<V> Saved<V> {
+    /// Nothing saved yet.
+    #[inline]
+    pub fn empty() -> Self {
         Saved {
-            input_shapes: inputs.iter().map(|t| t.shape().clone()).collect(),
-            inputs: inputs
-                .iter()
-                .enumerate()
-                .map(|(i, t)| op.saves_input(i).then_some(*t))
-                .collect(),
-            output: op.saves_output().then_some(output),
+            input_shapes: Operands::new(),
+            inputs: Operands::new(),
+            output: None,
         }
     }
+}
 
-    /// Operand `i`, or an error if it was not saved.
-    pub fn input(&self, op: &'static str, i: usize) -> Result<&'a Tensor<A>> {
-        self.inputs
-            .get(i)
-            .copied()
-            .flatten()
-            .ok_or_else(|| SpecError::MissingSaved {
-                op,
-                what: format!("operand {i}"),
-            })
+impl<V: Backend> Saved<V> {
+    /// Keeps exactly what `op` declares it saves.
+    #[inline]
+    pub fn for_op(op: &Op, inputs: &[&V], output: &V) -> Self {
+        let mut saved = Saved::empty();
+        saved.fill(op, inputs, output);
+        saved
     }
 
-    /// The output, or an error if it was not saved.
-    pub fn output(&self, op: &'static str) -> Result<&'a Tensor<A>> {
-        self.output.ok_or_else(|| SpecError::MissingSaved {
-            op,
-            what: "output".into(),
-        })
+    /// [`Saved::for_op`] into an empty `Saved`, in place (a tape's op table fills its slot
+    /// without moving a whole `Saved`).
+    #[inline]
+    pub fn fill(&mut self, op: &Op, inputs: &[&V], output: &V) {
+        let saves = op.desc().saves;
+        for (i, v) in inputs.iter().enumerate() {
+            self.input_shapes.push(v.shape_of().clone());
+            self.inputs
+                .push(saves.inputs.contains(&i).then(|| (*v).clone()));
+        }
+        self.output = saves.output.then(|| output.clone());
     }
 
     /// Shape of operand `i`.
-    pub fn shape(&self, op: &'static str, i: usize) -> Result<&Shape> {
+    pub fn shape(&self, op: &Op, i: usize) -> Result<&Shape> {
         self.input_shapes
             .get(i)
             .ok_or_else(|| SpecError::MissingSaved {
-                op,
+                op: op.name(),
                 what: format!("shape of operand {i}"),
             })
     }
+
+    /// Operand `i`'s value, which must have been saved with its recorded shape.
+    pub fn input(&self, op: &Op, i: usize) -> Result<&V> {
+        let v =
+            self.inputs
+                .get(i)
+                .and_then(Option::as_ref)
+                .ok_or_else(|| SpecError::MissingSaved {
+                    op: op.name(),
+                    what: format!("operand {i}"),
+                })?;
+        let want = self.shape(op, i)?;
+        if v.shape_of() != want {
+            return Err(SpecError::OpShape {
+                op: op.name(),
+                shapes: vec![want.clone(), v.shape_of().clone()],
+                reason: format!("saved operand {i} does not have its recorded shape"),
+            });
+        }
+        Ok(v)
+    }
+
+    /// The output value, which must have been saved with the output's shape.
+    pub fn output(&self, op: &Op, want: &Shape) -> Result<&V> {
+        let v = self
+            .output
+            .as_ref()
+            .ok_or_else(|| SpecError::MissingSaved {
+                op: op.name(),
+                what: "output".into(),
+            })?;
+        if v.shape_of() != want {
+            return Err(SpecError::OpShape {
+                op: op.name(),
+                shapes: vec![want.clone(), v.shape_of().clone()],
+                reason: "the saved output does not have the output's shape".into(),
+            });
+        }
+        Ok(v)
+    }
+
+    /// The saved value where the op saves operand `i` (or the output), `None` where it does
+    /// not — for families whose derivative is written in terms of either.
+    fn maybe_input(&self, op: &Op, i: usize) -> Result<Option<&V>> {
+        if op.desc().saves.inputs.contains(&i) {
+            self.input(op, i).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn maybe_output(&self, op: &Op, want: &Shape) -> Result<Option<&V>> {
+        if op.desc().saves.output {
+            self.output(op, want).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
 }
 
-/// Per-operand cotangents; `None` is a structural zero.
-pub type Cotangents<A> = Vec<Option<Tensor<A>>>;
-
 impl Op {
-    /// The wire name of the op (TorchLean's tag where one exists).
+    /// The wire name (the descriptor's).
+    #[inline]
     pub fn name(&self) -> &'static str {
-        match self {
-            Op::Unary(u) => u.name(),
-            Op::Binary(b) => b.name(),
-            Op::Scale { .. } => "scale",
-            Op::AddScalar { .. } => "add_scalar",
-            Op::Detach => "detach",
-            Op::Softmax { .. } => "softmax",
-            Op::LogSoftmax { .. } => "log_softmax",
-            Op::LayerNorm { .. } => "layernorm",
-            Op::BroadcastTo { .. } => "broadcast_to",
-            Op::Reshape { .. } => "reshape",
-            Op::Permute { .. } => "permute",
-            Op::SwapFirstTwo => "swap_first_two",
-            Op::Transpose3dLastTwo => "transpose3d_last_two",
-            Op::Transpose { .. } => "transpose",
-            Op::ReduceSum { .. } => "reduce_sum",
-            Op::ReduceMean { .. } => "reduce_mean",
-            Op::Sum => "sum",
-            Op::MatMul => "matmul",
-            Op::Linear => "linear",
-            Op::Conv2d(_) => "conv2d",
-            Op::Pool(p) => p.name(),
-            Op::BatchNormEval { .. } => "batch_norm2d_nchw_eval",
-            Op::Concat { .. } => "concat",
-            Op::MseLoss => "mse_loss",
-            Op::RandUniform { .. } => "rand_uniform",
-            Op::BernoulliMask { .. } => "bernoulli_mask",
-        }
+        self.desc().name
     }
 
     /// Number of operands (weights included).
+    #[inline]
     pub fn arity(&self) -> Arity {
-        match self {
-            Op::RandUniform { .. } => Arity::Exact(0),
-            Op::Binary(_) | Op::MatMul | Op::MseLoss => Arity::Exact(2),
-            Op::Linear | Op::Conv2d(_) => Arity::Exact(3),
-            Op::BatchNormEval { .. } => Arity::Exact(5),
-            Op::Concat { count, .. } => Arity::Exact(*count),
-            _ => Arity::Exact(1),
-        }
-    }
-
-    /// Names of the operands, in order. The IR takes those after the first from the payload
-    /// under these names for `linear`, `conv2d` and batch norm.
-    pub fn operand_names(&self) -> &'static [&'static str] {
-        match self {
-            Op::Linear | Op::Conv2d(_) => &["x", "weight", "bias"],
-            Op::BatchNormEval { .. } => &["x", "gamma", "beta", "mean", "var"],
-            Op::Binary(_) | Op::MatMul | Op::MseLoss => &["lhs", "rhs"],
-            Op::BernoulliMask { .. } => &["keep_prob"],
-            Op::RandUniform { .. } => &[],
-            _ => &["x"],
-        }
+        self.desc().arity
     }
 
     /// Whether the VJP reads operand `i`'s value.
+    #[inline]
     pub fn saves_input(&self, i: usize) -> bool {
-        match self {
-            Op::Unary(u) => u.saves_input(),
-            Op::Binary(b) => b.saves_inputs(),
-            Op::LayerNorm { .. } | Op::MseLoss | Op::MatMul => true,
-            Op::Linear | Op::Conv2d(_) => i < 2,
-            Op::Pool(p) => p.kind == PoolKind::Max,
-            Op::BatchNormEval { .. } => matches!(i, 0 | 1 | 3 | 4),
-            _ => false,
-        }
+        self.desc().saves.inputs.contains(&i)
     }
 
     /// Whether the VJP reads the output value.
+    #[inline]
     pub fn saves_output(&self) -> bool {
+        self.desc().saves.output
+    }
+
+    /// Layer norm's effective `eps` (the default where the node carries none).
+    pub fn layer_norm_eps(&self) -> Option<f64> {
         match self {
-            Op::Unary(u) => u.saves_output(),
-            Op::Softmax { .. } | Op::LogSoftmax { .. } => true,
-            _ => false,
+            Op::LayerNorm { eps, .. } => Some(eps.unwrap_or(LAYER_NORM_DEFAULT_EPS)),
+            _ => None,
         }
+    }
+
+    /// Whether the shape rule is `output = operand` for any single operand (the elementwise
+    /// unary family): the dispatch skips a full rule evaluation for them on the per-op path
+    /// (a unit test checks that the rule agrees).
+    #[inline]
+    fn identity_rule(&self) -> bool {
+        matches!(
+            self,
+            Op::Unary(_) | Op::Scale { .. } | Op::AddScalar { .. } | Op::Detach
+        )
+    }
+
+    /// The shapes of the payload operands (those after the parents, [`OpDesc::payload`]) of a
+    /// node with these parent shapes and this declared output shape: the one payload-shape
+    /// rule (the IR's checks and the generators call it).
+    pub fn payload_shapes(&self, parents: &[Shape], out: &Shape) -> Result<Vec<Shape>> {
+        let first = || {
+            parents.first().ok_or_else(|| SpecError::Arity {
+                op: self.name(),
+                expected: self.desc().parents().to_string(),
+                got: 0,
+            })
+        };
+        Ok(match self {
+            Op::Linear => linalg::linear_payload_shapes(first()?, out)?,
+            Op::Conv2d(spec) => spec.payload_shapes(),
+            Op::BatchNormEval { channels, .. } => norm::batch_norm_payload_shapes(*channels),
+            _ => Vec::new(),
+        })
     }
 
     /// The shape rule: validates operand shapes and attributes and returns the output shape.
     pub fn infer_shape(&self, inputs: &[Shape]) -> Result<Shape> {
+        let name = self.name();
         if !self.arity().accepts(inputs.len()) {
             return Err(SpecError::Arity {
-                op: self.name(),
+                op: name,
                 expected: self.arity().to_string(),
                 got: inputs.len(),
             });
         }
-        let name = self.name();
         let out = match self {
             Op::Unary(_) | Op::Scale { .. } | Op::AddScalar { .. } | Op::Detach => {
                 inputs[0].clone()
@@ -286,9 +336,18 @@ impl Op {
                 layout::check_axis(name, "axis", *axis, &inputs[0])?;
                 inputs[0].clone()
             }
-            Op::LayerNorm { axis, eps } => norm::infer_layer_norm(*axis, *eps, &inputs[0])?,
+            Op::LayerNorm { axis, eps } => {
+                norm::infer_layer_norm(*axis, eps.unwrap_or(LAYER_NORM_DEFAULT_EPS), &inputs[0])?
+            }
             Op::BroadcastTo { from, to } => layout::infer_broadcast(from, to, &inputs[0])?,
-            Op::Reshape { to } => layout::infer_reshape(to, &inputs[0])?,
+            Op::Reshape { from, to } => {
+                layout::check_declared(name, "in_shape", from, &inputs[0])?;
+                layout::infer_reshape(to, &inputs[0])?
+            }
+            Op::Flatten { from } => {
+                layout::check_declared(name, "value_shape", from, &inputs[0])?;
+                Shape::from([inputs[0].size()])
+            }
             Op::Permute { perm } => layout::infer_permute(name, perm, &inputs[0])?,
             Op::SwapFirstTwo | Op::Transpose3dLastTwo | Op::Transpose { .. } => {
                 let perm = self.permutation(&inputs[0])?;
@@ -304,7 +363,7 @@ impl Op {
             Op::Conv2d(spec) => spec.infer(&inputs[0], &inputs[1], &inputs[2])?,
             Op::Pool(spec) => spec.infer(&inputs[0])?,
             Op::BatchNormEval { channels, eps } => norm::infer_batch_norm(*channels, *eps, inputs)?,
-            Op::Concat { axis, .. } => layout::infer_concat(*axis, inputs)?,
+            Op::Concat { axis } => layout::infer_concat(*axis, inputs)?,
             Op::MseLoss => {
                 elementwise::infer_same(name, &inputs[0], &inputs[1])?;
                 Shape::scalar()
@@ -360,181 +419,154 @@ impl Op {
         }
     }
 
-    /// The forward computation.
-    pub fn forward<A: Scalar>(&self, args: &[&Tensor<A>]) -> Result<Tensor<A>> {
-        let shapes: Vec<Shape> = args.iter().map(|t| t.shape().clone()).collect();
-        let out_shape = self.infer_shape(&shapes)?;
-        let name = self.name();
+    /// The forward computation on any backend: validates with the shape rule, then calls the
+    /// family's kernel with the output shape.
+    pub fn forward<B: Backend>(&self, args: &[&B]) -> std::result::Result<B, B::Error> {
+        // the elementwise family on its one operand: the output takes the operand's (already
+        // valid) shape, so the rule is not evaluated (`identity_rule`)
+        if let (true, [x]) = (self.identity_rule(), args) {
+            return match self {
+                Op::Unary(u) => B::unary(*u, x),
+                Op::Scale { c } => B::scale(x, *c),
+                Op::AddScalar { c } => B::add_scalar(x, *c),
+                _ => B::relabel(x, x.shape_of()),
+            };
+        }
+        let shapes: SmallVec<[Shape; 3]> = args.iter().map(|a| a.shape_of().clone()).collect();
+        let out = self.infer_shape(&shapes)?;
+        let a = args;
         match self {
-            Op::Unary(u) => args[0].map(|x| u.apply(x)),
-            Op::Binary(b) => args[0].zip_with(args[1], name, |x, y| b.apply(x, y)),
-            Op::Scale { c } => {
-                let c = A::from_f64(*c)?;
-                args[0].map(|x| Ok(c.mul(x)))
+            Op::Unary(u) => B::unary(*u, a[0]),
+            Op::Binary(b) => B::binary(*b, a[0], a[1]),
+            Op::Scale { c } => B::scale(a[0], *c),
+            Op::AddScalar { c } => B::add_scalar(a[0], *c),
+            Op::Detach => B::relabel(a[0], &out),
+            Op::Softmax { axis } => B::softmax(a[0], *axis, false),
+            Op::LogSoftmax { axis } => B::softmax(a[0], *axis, true),
+            Op::LayerNorm { axis, eps } => {
+                B::layer_norm(a[0], *axis, eps.unwrap_or(LAYER_NORM_DEFAULT_EPS))
             }
-            Op::AddScalar { c } => {
-                let c = A::from_f64(*c)?;
-                args[0].map(|x| Ok(x.add(&c)))
-            }
-            Op::Detach => Ok(args[0].clone()),
-            Op::Softmax { axis } => norm::softmax(args[0], *axis),
-            Op::LogSoftmax { axis } => norm::log_softmax(args[0], *axis),
-            Op::LayerNorm { axis, eps } => norm::layer_norm(args[0], *axis, *eps),
-            Op::BroadcastTo { to, .. } => layout::broadcast(args[0], to),
-            Op::Reshape { to } => args[0].clone().reshaped(to.clone()),
+            Op::BroadcastTo { .. } => B::broadcast(a[0], &out),
+            Op::Reshape { .. } | Op::Flatten { .. } => B::relabel(a[0], &out),
             Op::Permute { .. }
             | Op::SwapFirstTwo
             | Op::Transpose3dLastTwo
-            | Op::Transpose { .. } => {
-                let perm = self.permutation(args[0].shape())?;
-                layout::permute(args[0], &perm)
-            }
-            Op::ReduceSum { axis } => reduce::reduce_sum(args[0], *axis),
-            Op::ReduceMean { axis } => reduce::reduce_mean(args[0], *axis),
-            Op::Sum => reduce::sum_all(args[0]),
-            Op::MatMul => linalg::matmul(args[0], args[1], &out_shape),
-            Op::Linear => linalg::linear(args[0], args[1], args[2], &out_shape),
-            Op::Conv2d(spec) => spec.forward(args[0], args[1], args[2], &out_shape),
-            Op::Pool(spec) => spec.forward(args[0], &out_shape),
-            Op::BatchNormEval { eps, .. } => norm::batch_norm(args, *eps),
-            Op::Concat { axis, .. } => layout::concat(args, *axis, &out_shape),
-            Op::MseLoss => reduce::mse_loss(args[0], args[1]),
-            Op::RandUniform { seed, key, shape } => random::rand_uniform(*seed, *key, shape),
-            Op::BernoulliMask { seed, key, shape } => {
-                random::bernoulli_mask(*seed, *key, shape, args[0].item()?)
-            }
+            | Op::Transpose { .. } => B::permute(a[0], &self.permutation(&shapes[0])?, &out),
+            Op::ReduceSum { axis } => B::reduce_axis(a[0], *axis, false, &out),
+            Op::ReduceMean { axis } => B::reduce_axis(a[0], *axis, true, &out),
+            Op::Sum => B::sum_all(a[0]),
+            Op::MatMul => B::matmul(a[0], a[1], &out),
+            Op::Linear => B::linear(a[0], a[1], a[2], &out),
+            Op::Conv2d(spec) => B::conv2d(spec, a[0], a[1], a[2], &out),
+            Op::Pool(spec) => B::pool(spec, a[0], &out),
+            Op::BatchNormEval { eps, .. } => B::batch_norm([a[0], a[1], a[2], a[3], a[4]], *eps),
+            Op::Concat { axis } => B::concat(a, *axis, &out),
+            Op::MseLoss => B::mse_loss(a[0], a[1]),
+            Op::RandUniform { seed, key, .. } => B::rand_uniform(*seed, *key, &out),
+            Op::BernoulliMask { seed, key, .. } => B::bernoulli_mask(*seed, *key, a[0], &out),
         }
     }
 
-    /// The VJP: one cotangent per operand (`None` = structurally zero), reading only what the
-    /// op saves.
-    pub fn vjp<A: Scalar>(&self, saved: &Saved<'_, A>, cot: &Tensor<A>) -> Result<Cotangents<A>> {
-        let name = self.name();
-        if !self.arity().accepts(saved.input_shapes.len()) {
-            return Err(SpecError::Arity {
-                op: name,
-                expected: self.arity().to_string(),
-                got: saved.input_shapes.len(),
-            });
-        }
-        let out_shape = self.infer_shape(&saved.input_shapes)?;
-        if cot.shape() != &out_shape {
+    /// The VJP on any backend: one cotangent per operand (`None` = structurally zero), reading
+    /// only what the op saves. Validates the saved shapes with the shape rule, the cotangent's
+    /// shape, and the shape of every saved value it reads.
+    pub fn vjp<B: Backend>(
+        &self,
+        saved: &Saved<B>,
+        cot: &B,
+    ) -> std::result::Result<Cotangents<B>, B::Error> {
+        use smallvec::smallvec;
+        let inferred;
+        let out: &Shape = match saved.input_shapes.as_slice() {
+            [x] if self.identity_rule() => x,
+            shapes => {
+                inferred = self.infer_shape(shapes)?;
+                &inferred
+            }
+        };
+        if cot.shape_of() != out {
             return Err(SpecError::OpShape {
-                op: name,
-                shapes: vec![out_shape, cot.shape().clone()],
+                op: self.name(),
+                shapes: vec![out.clone(), cot.shape_of().clone()],
                 reason: "the cotangent must have the output's shape".into(),
-            });
+            }
+            .into());
         }
+        let s = saved;
+        let one = |t: B| -> std::result::Result<Cotangents<B>, B::Error> { Ok(smallvec![Some(t)]) };
         match self {
-            Op::Unary(u) => {
-                let x = if u.saves_input() {
-                    Some(saved.input(name, 0)?)
-                } else {
-                    None
-                };
-                let y = if u.saves_output() {
-                    Some(saved.output(name)?)
-                } else {
-                    None
-                };
-                Ok(vec![Some(u.vjp(x, y, cot)?)])
-            }
+            Op::Unary(u) => one(B::unary_vjp(
+                *u,
+                s.maybe_input(self, 0)?,
+                s.maybe_output(self, out)?,
+                cot,
+            )?),
             Op::Binary(b) => {
-                let (x, y) = if b.saves_inputs() {
-                    (Some(saved.input(name, 0)?), Some(saved.input(name, 1)?))
-                } else {
-                    (None, None)
-                };
-                let (dx, dy) = b.vjp(x, y, cot)?;
-                Ok(vec![Some(dx), Some(dy)])
+                let (da, db) =
+                    B::binary_vjp(*b, s.maybe_input(self, 0)?, s.maybe_input(self, 1)?, cot)?;
+                Ok(smallvec![Some(da), Some(db)])
             }
-            Op::Scale { c } => {
-                let c = A::from_f64(*c)?;
-                Ok(vec![Some(cot.map(|d| Ok(c.mul(d)))?)])
-            }
-            Op::AddScalar { .. } => Ok(vec![Some(cot.clone())]),
-            Op::Detach => Ok(vec![None]),
-            Op::Softmax { axis } => Ok(vec![Some(norm::softmax_vjp(
-                saved.output(name)?,
+            Op::Scale { c } => one(B::scale(cot, *c)?),
+            Op::AddScalar { .. } => one(B::relabel(cot, out)?),
+            Op::Detach => Ok(smallvec![None]),
+            Op::Softmax { axis } => one(B::softmax_vjp(s.output(self, out)?, cot, *axis, false)?),
+            Op::LogSoftmax { axis } => one(B::softmax_vjp(s.output(self, out)?, cot, *axis, true)?),
+            Op::LayerNorm { axis, eps } => one(B::layer_norm_vjp(
+                s.input(self, 0)?,
                 cot,
                 *axis,
-            )?)]),
-            Op::LogSoftmax { axis } => Ok(vec![Some(norm::log_softmax_vjp(
-                saved.output(name)?,
-                cot,
-                *axis,
-            )?)]),
-            Op::LayerNorm { axis, eps } => Ok(vec![Some(norm::layer_norm_vjp(
-                saved.input(name, 0)?,
-                cot,
-                *axis,
-                *eps,
-            )?)]),
-            Op::BroadcastTo { from, .. } => Ok(vec![Some(layout::broadcast_vjp(cot, from)?)]),
-            Op::Reshape { .. } => Ok(vec![Some(
-                cot.clone().reshaped(saved.shape(name, 0)?.clone())?,
-            )]),
+                eps.unwrap_or(LAYER_NORM_DEFAULT_EPS),
+            )?),
+            Op::BroadcastTo { from, .. } => one(B::broadcast_vjp(cot, from)?),
+            Op::Reshape { .. } | Op::Flatten { .. } => one(B::relabel(cot, s.shape(self, 0)?)?),
             Op::Permute { .. }
             | Op::SwapFirstTwo
             | Op::Transpose3dLastTwo
             | Op::Transpose { .. } => {
-                let perm = self.permutation(saved.shape(name, 0)?)?;
-                Ok(vec![Some(layout::permute(cot, &layout::inverse(&perm))?)])
+                let in_shape = s.shape(self, 0)?;
+                let perm = layout::inverse(&self.permutation(in_shape)?);
+                one(B::permute(cot, &perm, in_shape)?)
             }
-            Op::ReduceSum { axis } => Ok(vec![Some(reduce::reduce_sum_vjp(
-                cot,
-                saved.shape(name, 0)?,
-                *axis,
-            )?)]),
-            Op::ReduceMean { axis } => Ok(vec![Some(reduce::reduce_mean_vjp(
-                cot,
-                saved.shape(name, 0)?,
-                *axis,
-            )?)]),
-            Op::Sum => Ok(vec![Some(reduce::sum_all_vjp(cot, saved.shape(name, 0)?)?)]),
+            Op::ReduceSum { axis } => one(B::spread(cot, s.shape(self, 0)?, *axis, false)?),
+            Op::ReduceMean { axis } => one(B::spread(cot, s.shape(self, 0)?, *axis, true)?),
+            Op::Sum => one(B::sum_all_vjp(cot, s.shape(self, 0)?)?),
             Op::MatMul => {
-                let (da, db) =
-                    linalg::matmul_vjp(saved.input(name, 0)?, saved.input(name, 1)?, cot)?;
-                Ok(vec![Some(da), Some(db)])
+                let (da, db) = B::matmul_vjp(s.input(self, 0)?, s.input(self, 1)?, cot)?;
+                Ok(smallvec![Some(da), Some(db)])
             }
             Op::Linear => {
-                let (dx, dw, db) =
-                    linalg::linear_vjp(saved.input(name, 0)?, saved.input(name, 1)?, cot)?;
-                Ok(vec![Some(dx), Some(dw), Some(db)])
+                let (dx, dw, db) = B::linear_vjp(s.input(self, 0)?, s.input(self, 1)?, cot)?;
+                Ok(smallvec![Some(dx), Some(dw), Some(db)])
             }
             Op::Conv2d(spec) => {
-                let (dx, dw, db) = spec.vjp(saved.input(name, 0)?, saved.input(name, 1)?, cot)?;
-                Ok(vec![Some(dx), Some(dw), Some(db)])
+                let (dx, dw, db) = B::conv2d_vjp(spec, s.input(self, 0)?, s.input(self, 1)?, cot)?;
+                Ok(smallvec![Some(dx), Some(dw), Some(db)])
             }
-            Op::Pool(spec) => {
-                let dx = match spec.kind {
-                    PoolKind::Max => spec.max_vjp(saved.input(name, 0)?, cot)?,
-                    PoolKind::Avg => spec.avg_vjp(saved.shape(name, 0)?, cot)?,
-                };
-                Ok(vec![Some(dx)])
-            }
+            Op::Pool(spec) => one(match spec.kind {
+                PoolKind::Max => B::max_pool_vjp(spec, s.input(self, 0)?, cot)?,
+                PoolKind::Avg => B::avg_pool_vjp(spec, s.shape(self, 0)?, cot)?,
+            }),
             Op::BatchNormEval { eps, .. } => {
-                let grads = norm::batch_norm_vjp(
-                    saved.input(name, 0)?,
-                    saved.input(name, 1)?,
-                    saved.input(name, 3)?,
-                    saved.input(name, 4)?,
+                let grads = B::batch_norm_vjp(
+                    s.input(self, 0)?,
+                    s.input(self, 1)?,
+                    s.input(self, 3)?,
+                    s.input(self, 4)?,
                     cot,
                     *eps,
                 )?;
                 Ok(grads.into_iter().map(Some).collect())
             }
-            Op::Concat { axis, .. } => {
-                let parts = layout::concat_vjp(cot, &saved.input_shapes, *axis)?;
-                Ok(parts.into_iter().map(Some).collect())
-            }
+            Op::Concat { axis } => Ok(B::concat_vjp(cot, &s.input_shapes, *axis)?
+                .into_iter()
+                .map(Some)
+                .collect()),
             Op::MseLoss => {
-                let (da, db) =
-                    reduce::mse_loss_vjp(saved.input(name, 0)?, saved.input(name, 1)?, cot)?;
-                Ok(vec![Some(da), Some(db)])
+                let (da, db) = B::mse_loss_vjp(s.input(self, 0)?, s.input(self, 1)?, cot)?;
+                Ok(smallvec![Some(da), Some(db)])
             }
-            Op::RandUniform { .. } => Ok(vec![]),
-            Op::BernoulliMask { .. } => Ok(vec![None]),
+            Op::RandUniform { .. } => Ok(Operands::new()),
+            Op::BernoulliMask { .. } => Ok(smallvec![None]),
         }
     }
 }

@@ -195,6 +195,11 @@ pub(crate) fn layer_norm_vjp<A: Scalar>(
     Tensor::new(x.shape().clone(), dx)
 }
 
+/// The payload shapes of a batch-norm node: gamma, beta, mean and var, each `[channels]`.
+pub(crate) fn batch_norm_payload_shapes(channels: usize) -> Vec<Shape> {
+    vec![Shape::from([channels]); 4]
+}
+
 pub(crate) fn infer_batch_norm(channels: usize, eps: f64, inputs: &[Shape]) -> Result<Shape> {
     const OP: &str = "batch_norm2d_nchw_eval";
     check_eps(OP, eps)?;
@@ -228,7 +233,7 @@ fn bn_sigma<A: Scalar>(var: &A, eps: &A) -> Result<A> {
     var.max_of(&A::zero()).add(eps).sqrt()
 }
 
-pub(crate) fn batch_norm<A: Scalar>(args: &[&Tensor<A>], eps: f64) -> Result<Tensor<A>> {
+pub(crate) fn batch_norm<A: Scalar>(args: &[&Tensor<A>; 5], eps: f64) -> Result<Tensor<A>> {
     let (x, gamma, beta, mean, var) = (args[0], args[1], args[2], args[3], args[4]);
     let (n, c, rest) = bn_dims(x.shape());
     let eps = A::from_f64(eps)?;
@@ -258,7 +263,7 @@ pub(crate) fn batch_norm_vjp<A: Scalar>(
     var: &Tensor<A>,
     dy: &Tensor<A>,
     eps: f64,
-) -> Result<Vec<Tensor<A>>> {
+) -> Result<[Tensor<A>; 5]> {
     let (n, c, rest) = bn_dims(x.shape());
     let eps = A::from_f64(eps)?;
     let cshape = Shape::from([c]);
@@ -297,7 +302,7 @@ pub(crate) fn batch_norm_vjp<A: Scalar>(
         }
     }
     let dmean: Vec<A> = dmean.iter().map(|v| v.neg()).collect();
-    Ok(vec![
+    Ok([
         Tensor::new(x.shape().clone(), dx)?,
         Tensor::new(cshape.clone(), dgamma)?,
         Tensor::new(cshape.clone(), dbeta)?,

@@ -26,16 +26,20 @@ pub struct PoolSpec {
     pub kernel_w: usize,
     pub stride: usize,
     pub padding: usize,
+    /// The `_pad` kinds (`max_pool2d_pad`, `avg_pool2d_pad`), which carry `padding`; the
+    /// unpadded kinds have padding 0.
+    pub padded: bool,
 }
 
 impl PoolSpec {
+    /// The wire name (the descriptor's: keyed on `padded`, never on the padding's value).
     pub fn name(&self) -> &'static str {
-        match (self.kind, self.padding) {
-            (PoolKind::Max, 0) => "max_pool2d",
-            (PoolKind::Max, _) => "max_pool2d_pad",
-            (PoolKind::Avg, 0) => "avg_pool2d",
-            (PoolKind::Avg, _) => "avg_pool2d_pad",
-        }
+        crate::Op::Pool(*self).name()
+    }
+
+    /// Output `(Ho, Wo)` for an input of spatial size `(h, w)`, for engines.
+    pub fn output_hw(&self, h: usize, w: usize) -> Result<(usize, usize)> {
+        self.out_hw(h, w)
     }
 
     fn attr_err(&self, attr: &'static str, reason: String) -> SpecError {
@@ -55,6 +59,12 @@ impl PoolSpec {
             if v == 0 {
                 return Err(self.attr_err(attr, "must be positive".into()));
             }
+        }
+        if !self.padded && self.padding > 0 {
+            return Err(self.attr_err(
+                "padding",
+                format!("= {} needs the `_pad` kind", self.padding),
+            ));
         }
         if self.padding > self.kernel_h / 2 || self.padding > self.kernel_w / 2 {
             return Err(self.attr_err(

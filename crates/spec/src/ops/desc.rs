@@ -1,0 +1,893 @@
+//! The op descriptors: for every node kind of `torchlean.ir.v1`, in one place, its wire name,
+//! family, one-line meaning, operands (parents first, then payload tensors), arity and what its
+//! VJP saves. Attributes are listed once per op by [`Op::visit_attrs`] (key, type, default);
+//! the shape rule, forward and VJP are [`Op::infer_shape`], [`Op::forward`] and [`Op::vjp`].
+//!
+//! Everything else reads this table: the IR's parser, printer and checks, the lowering text,
+//! the equivalence checker's generators, the engine suite's coverage test and the kinds table
+//! of `docs/ir-format.md` (regenerated from [`markdown_table`] by a test). Adding an op is one
+//! row here, one arm in each of `visit_attrs`, the shape rule, forward and VJP (the compiler
+//! lists every match that needs one), and one kernel per engine.
+
+use super::{Arity, BinaryOp, Conv2dSpec, Op, PoolKind, PoolSpec, UnaryOp};
+use crate::shape::Shape;
+
+/// Layer norm's `eps` when the node carries none (TorchLean's `Numbers.epsilon`; SPEC 3).
+pub const LAYER_NORM_DEFAULT_EPS: f64 = 1e-6;
+/// Batch norm's `eps` when the payload carries none (PyTorch's default; SPEC 3).
+pub const BATCH_NORM_DEFAULT_EPS: f64 = 1e-5;
+
+/// The family an op belongs to (one module of `spec::ops` and of every engine).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    /// `input`, `const`: graph structure, not functions.
+    Graph,
+    Elementwise,
+    Layout,
+    Reduce,
+    Linalg,
+    Conv,
+    Pool,
+    Norm,
+    Random,
+}
+
+/// What a VJP reads besides the operand shapes and the cotangent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Saves {
+    /// Operand positions whose values the VJP reads.
+    pub inputs: &'static [usize],
+    /// Whether the VJP reads the output value.
+    pub output: bool,
+}
+
+impl Saves {
+    pub const NOTHING: Saves = Saves {
+        inputs: &[],
+        output: false,
+    };
+    pub const INPUT: Saves = Saves {
+        inputs: &[0],
+        output: false,
+    };
+    pub const OUTPUT: Saves = Saves {
+        inputs: &[],
+        output: true,
+    };
+    pub const BOTH_OPERANDS: Saves = Saves {
+        inputs: &[0, 1],
+        output: false,
+    };
+}
+
+/// How a descriptor's op is built.
+#[derive(Clone, Copy)]
+enum Proto {
+    /// The graph input.
+    Input,
+    /// A constant from the payload.
+    Const,
+    /// An op, with every attribute at its default (or zero where it has none).
+    Op(fn() -> Op),
+}
+
+/// One node kind: everything about it that is not maths.
+#[derive(Clone, Copy)]
+pub struct OpDesc {
+    /// The wire name (TorchLean's tag where one exists).
+    pub name: &'static str,
+    pub family: Family,
+    /// Ours, not in TorchLean's wire format (SPEC 3, "Extension kinds").
+    pub extension: bool,
+    /// The meaning in one line (the kinds table of `docs/ir-format.md`).
+    pub summary: &'static str,
+    /// Operand names: the graph parents first, then the payload tensors. A variadic op has one
+    /// name, repeated.
+    pub operands: &'static [&'static str],
+    /// How many trailing operands come from the payload (the IR) or are lifted to graph inputs
+    /// (`compiled`).
+    pub payload: usize,
+    /// How many operands the op takes, payload included.
+    pub arity: Arity,
+    /// What the VJP reads.
+    pub saves: Saves,
+    proto: Proto,
+}
+
+impl std::fmt::Debug for OpDesc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpDesc")
+            .field("name", &self.name)
+            .field("family", &self.family)
+            .field("operands", &self.operands)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for OpDesc {
+    /// Descriptors are identified by their wire name (unique: a test checks it).
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+/// The type of an attribute, for the docs and for readers that need it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttrType {
+    /// A non-negative integer.
+    Int,
+    /// A 64-bit seed.
+    Seed,
+    /// A number.
+    Float,
+    /// A shape (a list of extents).
+    Shape,
+    /// A list of axis indices.
+    List,
+}
+
+impl std::fmt::Display for AttrType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AttrType::Int => "int",
+            AttrType::Seed => "u64",
+            AttrType::Float => "number",
+            AttrType::Shape => "shape",
+            AttrType::List => "int list",
+        })
+    }
+}
+
+/// One attribute field of an op, borrowed mutably so that one visit both reads and writes it.
+#[derive(Debug)]
+pub enum AttrMut<'a> {
+    Int(&'a mut usize),
+    Seed(&'a mut u64),
+    Float(&'a mut f64),
+    /// An optional number; absent means `default`.
+    OptFloat {
+        value: &'a mut Option<f64>,
+        default: f64,
+    },
+    Shape(&'a mut Shape),
+    List(&'a mut Vec<usize>),
+}
+
+impl AttrMut<'_> {
+    pub fn ty(&self) -> AttrType {
+        match self {
+            AttrMut::Int(_) => AttrType::Int,
+            AttrMut::Seed(_) => AttrType::Seed,
+            AttrMut::Float(_) | AttrMut::OptFloat { .. } => AttrType::Float,
+            AttrMut::Shape(_) => AttrType::Shape,
+            AttrMut::List(_) => AttrType::List,
+        }
+    }
+}
+
+/// Receives an op's attributes from [`Op::visit_attrs`], in wire order.
+pub trait AttrVisitor {
+    fn visit(&mut self, key: &'static str, value: AttrMut<'_>);
+}
+
+/// An attribute as documented: key, type and default (`None`: required).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AttrDesc {
+    pub key: &'static str,
+    pub ty: AttrType,
+    pub default: Option<String>,
+}
+
+impl OpDesc {
+    /// How many graph parents the kind takes (payload operands are not parents).
+    pub fn parents(&self) -> Arity {
+        match self.arity {
+            Arity::Exact(n) => Arity::Exact(n - self.payload),
+            Arity::AtLeast(n) => Arity::AtLeast(n - self.payload),
+        }
+    }
+
+    /// Names of the payload tensors, in operand order.
+    pub fn payload_names(&self) -> &'static [&'static str] {
+        &self.operands[self.operands.len() - self.payload..]
+    }
+
+    /// The op with every attribute at its default (zero where it has none); `None` for the
+    /// graph kinds `input` and `const`.
+    pub fn prototype(&self) -> Option<Op> {
+        match self.proto {
+            Proto::Op(f) => Some(f()),
+            Proto::Input | Proto::Const => None,
+        }
+    }
+
+    /// `input`.
+    pub fn is_input(&self) -> bool {
+        matches!(self.proto, Proto::Input)
+    }
+
+    /// `const`.
+    pub fn is_const(&self) -> bool {
+        matches!(self.proto, Proto::Const)
+    }
+
+    /// The attributes, in wire order, as [`Op::visit_attrs`] lists them.
+    pub fn attributes(&self) -> Vec<AttrDesc> {
+        let mut out = Describe(Vec::new());
+        match self.proto {
+            Proto::Op(f) => f().visit_attrs(&mut out),
+            Proto::Const => out.0.push(AttrDesc {
+                key: "value_shape",
+                ty: AttrType::Shape,
+                default: Some("the node's shape".into()),
+            }),
+            Proto::Input => {}
+        }
+        out.0
+    }
+}
+
+struct Describe(Vec<AttrDesc>);
+
+impl AttrVisitor for Describe {
+    fn visit(&mut self, key: &'static str, value: AttrMut<'_>) {
+        let default = match &value {
+            AttrMut::OptFloat { default, .. } => Some(format!("{default:e}")),
+            _ => None,
+        };
+        self.0.push(AttrDesc {
+            key,
+            ty: value.ty(),
+            default,
+        });
+    }
+}
+
+/// The descriptor with wire name `name`.
+pub fn lookup(name: &str) -> Option<&'static OpDesc> {
+    OPS.iter().copied().find(|d| d.name == name)
+}
+
+/// Every wire name, in table order.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    OPS.iter().map(|d| d.name)
+}
+
+macro_rules! row {
+    ($id:ident, $name:literal, $family:ident, $ext:literal, $summary:literal,
+     operands: [$($operand:literal),*], payload: $payload:literal, arity: $arity:expr,
+     saves: $saves:expr, $proto:expr) => {
+        pub static $id: OpDesc = OpDesc {
+            name: $name,
+            family: Family::$family,
+            extension: $ext,
+            summary: $summary,
+            operands: &[$($operand),*],
+            payload: $payload,
+            arity: $arity,
+            saves: $saves,
+            proto: $proto,
+        };
+    };
+}
+
+/// A one-operand elementwise row.
+macro_rules! unary {
+    ($id:ident, $name:literal, $ext:literal, $summary:literal, $saves:expr, $u:ident) => {
+        row!($id, $name, Elementwise, $ext, $summary, operands: ["x"], payload: 0,
+             arity: Arity::Exact(1), saves: $saves, Proto::Op(|| Op::Unary(UnaryOp::$u)));
+    };
+}
+
+/// A two-operand elementwise row (identical shapes).
+macro_rules! binary {
+    ($id:ident, $name:literal, $ext:literal, $summary:literal, $saves:expr, $b:ident) => {
+        row!($id, $name, Elementwise, $ext, $summary, operands: ["lhs", "rhs"], payload: 0,
+             arity: Arity::Exact(2), saves: $saves, Proto::Op(|| Op::Binary(BinaryOp::$b)));
+    };
+}
+
+const fn pool(kind: PoolKind, padded: bool) -> Op {
+    Op::Pool(PoolSpec {
+        kind,
+        kernel_h: 0,
+        kernel_w: 0,
+        stride: 0,
+        padding: 0,
+        padded,
+    })
+}
+
+row!(INPUT, "input", Graph, false, "the graph input (every `input` node is the one input tensor)",
+     operands: [], payload: 0, arity: Arity::Exact(0), saves: Saves::NOTHING, Proto::Input);
+row!(CONST, "const", Graph, false, "a constant: payload tensor `value`",
+     operands: ["value"], payload: 1, arity: Arity::Exact(1), saves: Saves::NOTHING, Proto::Const);
+row!(DETACH, "detach", Elementwise, false, "identity forward; the gradient stops here",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
+     Proto::Op(|| Op::Detach));
+row!(PERMUTE, "permute", Layout, false, "axis permutation: output axis `i` is input axis `perm[i]`",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
+     Proto::Op(|| Op::Permute { perm: Vec::new() }));
+binary!(ADD, "add", false, "`a + b`", Saves::NOTHING, Add);
+binary!(SUB, "sub", false, "`a - b`", Saves::NOTHING, Sub);
+binary!(
+    MUL_ELEM,
+    "mul_elem",
+    false,
+    "`a * b`",
+    Saves::BOTH_OPERANDS,
+    Mul
+);
+binary!(
+    MAX_ELEM,
+    "max_elem",
+    false,
+    "`max(a, b)`; a tie splits the cotangent in half",
+    Saves::BOTH_OPERANDS,
+    Max
+);
+binary!(
+    MIN_ELEM,
+    "min_elem",
+    false,
+    "`min(a, b)`; a tie splits the cotangent in half",
+    Saves::BOTH_OPERANDS,
+    Min
+);
+binary!(DIV, "div", true, "`a / b`", Saves::BOTH_OPERANDS, Div);
+unary!(
+    ABS,
+    "abs",
+    false,
+    "`abs(x)`; derivative 0 at 0",
+    Saves::INPUT,
+    Abs
+);
+unary!(
+    SQRT,
+    "sqrt",
+    false,
+    "`sqrt(x)`; derivative 0 where `x <= 0`",
+    Saves::OUTPUT,
+    Sqrt
+);
+unary!(INV, "inv", false, "`1 / x`", Saves::OUTPUT, Inv);
+unary!(
+    RELU,
+    "relu",
+    false,
+    "`max(x, 0)`; derivative 0 at 0",
+    Saves::OUTPUT,
+    Relu
+);
+unary!(TANH, "tanh", false, "`tanh(x)`", Saves::OUTPUT, Tanh);
+unary!(
+    SIGMOID,
+    "sigmoid",
+    false,
+    "`1 / (1 + exp(-x))`",
+    Saves::OUTPUT,
+    Sigmoid
+);
+unary!(EXP, "exp", false, "`exp(x)`", Saves::OUTPUT, Exp);
+unary!(
+    LOG,
+    "log",
+    false,
+    "`log(x)`; the IR evaluator rejects `x <= 0`",
+    Saves::INPUT,
+    Log
+);
+unary!(SIN, "sin", false, "`sin(x)`", Saves::INPUT, Sin);
+unary!(COS, "cos", false, "`cos(x)`", Saves::INPUT, Cos);
+unary!(NEG, "neg", true, "`-x`", Saves::NOTHING, Neg);
+unary!(
+    SOFTPLUS,
+    "softplus",
+    true,
+    "`log(1 + exp(x))`, computed stably (β = 1, no threshold)",
+    Saves::INPUT,
+    Softplus
+);
+unary!(
+    SILU,
+    "silu",
+    true,
+    "`x * sigmoid(x)` (`F.silu`)",
+    Saves::INPUT,
+    Silu
+);
+row!(SCALE, "scale", Elementwise, true, "`c * x`",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
+     Proto::Op(|| Op::Scale { c: 0.0 }));
+row!(ADD_SCALAR, "add_scalar", Elementwise, true, "`x + c`",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
+     Proto::Op(|| Op::AddScalar { c: 0.0 }));
+row!(SOFTMAX, "softmax", Norm, false, "max-shifted softmax along `axis`",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::OUTPUT,
+     Proto::Op(|| Op::Softmax { axis: 0 }));
+row!(LOG_SOFTMAX, "log_softmax", Norm, true, "max-shifted log-softmax along `axis`",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::OUTPUT,
+     Proto::Op(|| Op::LogSoftmax { axis: 0 }));
+row!(LAYERNORM, "layernorm", Norm, false,
+     "normalises the axes from `axis` on (population variance, γ = 1, β = 0)",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
+     Proto::Op(|| Op::LayerNorm { axis: 0, eps: None }));
+row!(BROADCAST_TO, "broadcast_to", Layout, false,
+     "PyTorch's right-aligned `expand` from `from_shape` to `to_shape`",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
+     Proto::Op(|| Op::BroadcastTo { from: Shape::scalar(), to: Shape::scalar() }));
+row!(RESHAPE, "reshape", Layout, false, "row-major reshape from `in_shape` to `out_shape`",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
+     Proto::Op(|| Op::Reshape { from: Shape::scalar(), to: Shape::scalar() }));
+row!(FLATTEN, "flatten", Layout, false, "row-major reshape of `value_shape` to one axis",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
+     Proto::Op(|| Op::Flatten { from: Shape::scalar() }));
+row!(REDUCE_SUM, "reduce_sum", Reduce, false, "sum over `axis`, which is removed",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
+     Proto::Op(|| Op::ReduceSum { axis: 0 }));
+row!(REDUCE_MEAN, "reduce_mean", Reduce, false,
+     "mean over `axis`, which is removed (an empty axis divides by 1)",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
+     Proto::Op(|| Op::ReduceMean { axis: 0 }));
+row!(SUM, "sum", Reduce, false, "sum of all elements, to a scalar",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
+     Proto::Op(|| Op::Sum));
+row!(MATMUL, "matmul", Linalg, false, "`[m,n]·[n,p]`, or batched `[b,m,n]·[b,n,p]`",
+     operands: ["lhs", "rhs"], payload: 0, arity: Arity::Exact(2), saves: Saves::BOTH_OPERANDS,
+     Proto::Op(|| Op::MatMul));
+row!(LINEAR, "linear", Linalg, false,
+     "`x Wᵀ + b` over the last axis, leading axes kept; W `[out,in]`, b `[out]`",
+     operands: ["x", "weight", "bias"], payload: 2, arity: Arity::Exact(3),
+     saves: Saves::BOTH_OPERANDS, Proto::Op(|| Op::Linear));
+row!(CONV2D, "conv2d", Conv, false,
+"2-D convolution of `[C,H,W]` or `[N,C,H,W]`, zero padding; W `[outC,inC,kH,kW]`, b `[outC]`",
+operands: ["x", "weight", "bias"], payload: 2, arity: Arity::Exact(3),
+saves: Saves::BOTH_OPERANDS,
+Proto::Op(|| Op::Conv2d(Conv2dSpec {
+    in_channels: 0, out_channels: 0, kernel_h: 0, kernel_w: 0, stride: 0, padding: 0,
+})));
+row!(MAX_POOL2D, "max_pool2d", Pool, false, "max pooling over the last two axes",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
+     Proto::Op(|| pool(PoolKind::Max, false)));
+row!(AVG_POOL2D, "avg_pool2d", Pool, false, "average pooling over the last two axes",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
+     Proto::Op(|| pool(PoolKind::Avg, false)));
+row!(MAX_POOL2D_PAD, "max_pool2d_pad", Pool, false,
+     "max pooling with zero padding (padded cells never win)",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
+     Proto::Op(|| pool(PoolKind::Max, true)));
+row!(AVG_POOL2D_PAD, "avg_pool2d_pad", Pool, false,
+     "average pooling with zero padding, counted in the divisor `kH·kW` (PyTorch's default)",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
+     Proto::Op(|| pool(PoolKind::Avg, true)));
+row!(BATCH_NORM2D_NCHW_EVAL, "batch_norm2d_nchw_eval", Norm, false,
+     "`(x − mean)/sqrt(max(var, 0) + eps)·γ + β`, channels on axis 1; `eps` from the payload",
+     operands: ["x", "gamma", "beta", "mean", "var"], payload: 4, arity: Arity::Exact(5),
+     saves: Saves { inputs: &[0, 1, 3, 4], output: false },
+     Proto::Op(|| Op::BatchNormEval { channels: 0, eps: BATCH_NORM_DEFAULT_EPS }));
+row!(CONCAT, "concat", Layout, false, "concatenation of two or more tensors along `axis`",
+     operands: ["x"], payload: 0, arity: Arity::AtLeast(2), saves: Saves::NOTHING,
+     Proto::Op(|| Op::Concat { axis: 0 }));
+row!(SWAP_FIRST_TWO, "swap_first_two", Layout, false, "swaps the two outermost axes (rank ≥ 2)",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
+     Proto::Op(|| Op::SwapFirstTwo));
+row!(TRANSPOSE3D_LAST_TWO, "transpose3d_last_two", Layout, false,
+     "swaps the last two axes of a rank-3 tensor",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
+     Proto::Op(|| Op::Transpose3dLastTwo));
+row!(TRANSPOSE, "transpose", Layout, true, "`x.transpose(dim0, dim1)`",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
+     Proto::Op(|| Op::Transpose { dim0: 0, dim1: 0 }));
+row!(MSE_LOSS, "mse_loss", Reduce, false, "`Σ(y − t)² / size` (size 0 divides by 1)",
+     operands: ["y", "target"], payload: 0, arity: Arity::Exact(2), saves: Saves::BOTH_OPERANDS,
+     Proto::Op(|| Op::MseLoss));
+row!(RAND_UNIFORM, "rand_uniform", Random, false,
+     "deterministic uniform `[0, 1)` noise of the node's shape, keyed by `seed` and the node id",
+     operands: [], payload: 0, arity: Arity::Exact(0), saves: Saves::NOTHING,
+     Proto::Op(|| Op::RandUniform { seed: 0, key: 0, shape: Shape::scalar() }));
+row!(BERNOULLI_MASK, "bernoulli_mask", Random, false,
+     "`1` where `keep_prob > u`, else `0`, `u` as in `rand_uniform`; no gradient",
+     operands: ["keep_prob"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
+     Proto::Op(|| Op::BernoulliMask { seed: 0, key: 0, shape: Shape::scalar() }));
+
+/// Every descriptor, in the order of `docs/ir-format.md`.
+pub static OPS: &[&OpDesc] = &[
+    &INPUT,
+    &CONST,
+    &DETACH,
+    &PERMUTE,
+    &ADD,
+    &SUB,
+    &MUL_ELEM,
+    &MAX_ELEM,
+    &MIN_ELEM,
+    &DIV,
+    &ABS,
+    &SQRT,
+    &INV,
+    &RELU,
+    &TANH,
+    &SIGMOID,
+    &EXP,
+    &LOG,
+    &SIN,
+    &COS,
+    &NEG,
+    &SOFTPLUS,
+    &SILU,
+    &SCALE,
+    &ADD_SCALAR,
+    &SOFTMAX,
+    &LOG_SOFTMAX,
+    &LAYERNORM,
+    &BROADCAST_TO,
+    &RESHAPE,
+    &FLATTEN,
+    &REDUCE_SUM,
+    &REDUCE_MEAN,
+    &SUM,
+    &MATMUL,
+    &LINEAR,
+    &CONV2D,
+    &MAX_POOL2D,
+    &AVG_POOL2D,
+    &MAX_POOL2D_PAD,
+    &AVG_POOL2D_PAD,
+    &BATCH_NORM2D_NCHW_EVAL,
+    &CONCAT,
+    &SWAP_FIRST_TWO,
+    &TRANSPOSE3D_LAST_TWO,
+    &TRANSPOSE,
+    &MSE_LOSS,
+    &RAND_UNIFORM,
+    &BERNOULLI_MASK,
+];
+
+impl UnaryOp {
+    /// The descriptor of this function's kind.
+    pub fn desc(self) -> &'static OpDesc {
+        match self {
+            UnaryOp::Abs => &ABS,
+            UnaryOp::Sqrt => &SQRT,
+            UnaryOp::Inv => &INV,
+            UnaryOp::Relu => &RELU,
+            UnaryOp::Tanh => &TANH,
+            UnaryOp::Sigmoid => &SIGMOID,
+            UnaryOp::Exp => &EXP,
+            UnaryOp::Log => &LOG,
+            UnaryOp::Sin => &SIN,
+            UnaryOp::Cos => &COS,
+            UnaryOp::Neg => &NEG,
+            UnaryOp::Softplus => &SOFTPLUS,
+            UnaryOp::Silu => &SILU,
+        }
+    }
+}
+
+impl BinaryOp {
+    /// The descriptor of this function's kind.
+    pub fn desc(self) -> &'static OpDesc {
+        match self {
+            BinaryOp::Add => &ADD,
+            BinaryOp::Sub => &SUB,
+            BinaryOp::Mul => &MUL_ELEM,
+            BinaryOp::Div => &DIV,
+            BinaryOp::Max => &MAX_ELEM,
+            BinaryOp::Min => &MIN_ELEM,
+        }
+    }
+}
+
+impl Op {
+    /// This op's descriptor.
+    pub fn desc(&self) -> &'static OpDesc {
+        match self {
+            Op::Unary(u) => u.desc(),
+            Op::Binary(b) => b.desc(),
+            Op::Scale { .. } => &SCALE,
+            Op::AddScalar { .. } => &ADD_SCALAR,
+            Op::Detach => &DETACH,
+            Op::Softmax { .. } => &SOFTMAX,
+            Op::LogSoftmax { .. } => &LOG_SOFTMAX,
+            Op::LayerNorm { .. } => &LAYERNORM,
+            Op::BroadcastTo { .. } => &BROADCAST_TO,
+            Op::Reshape { .. } => &RESHAPE,
+            Op::Flatten { .. } => &FLATTEN,
+            Op::Permute { .. } => &PERMUTE,
+            Op::SwapFirstTwo => &SWAP_FIRST_TWO,
+            Op::Transpose3dLastTwo => &TRANSPOSE3D_LAST_TWO,
+            Op::Transpose { .. } => &TRANSPOSE,
+            Op::ReduceSum { .. } => &REDUCE_SUM,
+            Op::ReduceMean { .. } => &REDUCE_MEAN,
+            Op::Sum => &SUM,
+            Op::MatMul => &MATMUL,
+            Op::Linear => &LINEAR,
+            Op::Conv2d(_) => &CONV2D,
+            Op::Pool(p) => match (p.kind, p.padded) {
+                (PoolKind::Max, false) => &MAX_POOL2D,
+                (PoolKind::Avg, false) => &AVG_POOL2D,
+                (PoolKind::Max, true) => &MAX_POOL2D_PAD,
+                (PoolKind::Avg, true) => &AVG_POOL2D_PAD,
+            },
+            Op::BatchNormEval { .. } => &BATCH_NORM2D_NCHW_EVAL,
+            Op::Concat { .. } => &CONCAT,
+            Op::MseLoss => &MSE_LOSS,
+            Op::RandUniform { .. } => &RAND_UNIFORM,
+            Op::BernoulliMask { .. } => &BERNOULLI_MASK,
+        }
+    }
+
+    /// The one listing of each op's wire attributes, in wire order: key, type and default.
+    /// The IR's parser and printer, the lowering text and the docs all go through it. Fields
+    /// an op takes from its context rather than its attributes (the random kinds' key and
+    /// shape, batch norm's `eps`) are not listed.
+    pub fn visit_attrs(&mut self, v: &mut dyn AttrVisitor) {
+        match self {
+            Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Detach
+            | Op::SwapFirstTwo
+            | Op::Transpose3dLastTwo
+            | Op::Sum
+            | Op::MatMul
+            | Op::Linear
+            | Op::MseLoss => {}
+            Op::Scale { c } | Op::AddScalar { c } => v.visit("c", AttrMut::Float(c)),
+            Op::Softmax { axis }
+            | Op::LogSoftmax { axis }
+            | Op::ReduceSum { axis }
+            | Op::ReduceMean { axis }
+            | Op::Concat { axis } => v.visit("axis", AttrMut::Int(axis)),
+            Op::LayerNorm { axis, eps } => {
+                v.visit("axis", AttrMut::Int(axis));
+                v.visit(
+                    "eps",
+                    AttrMut::OptFloat {
+                        value: eps,
+                        default: LAYER_NORM_DEFAULT_EPS,
+                    },
+                );
+            }
+            Op::BroadcastTo { from, to } => {
+                v.visit("from_shape", AttrMut::Shape(from));
+                v.visit("to_shape", AttrMut::Shape(to));
+            }
+            Op::Reshape { from, to } => {
+                v.visit("in_shape", AttrMut::Shape(from));
+                v.visit("out_shape", AttrMut::Shape(to));
+            }
+            Op::Flatten { from } => v.visit("value_shape", AttrMut::Shape(from)),
+            Op::Permute { perm } => v.visit("perm", AttrMut::List(perm)),
+            Op::Transpose { dim0, dim1 } => {
+                v.visit("dim0", AttrMut::Int(dim0));
+                v.visit("dim1", AttrMut::Int(dim1));
+            }
+            Op::Conv2d(c) => {
+                v.visit("inC", AttrMut::Int(&mut c.in_channels));
+                v.visit("outC", AttrMut::Int(&mut c.out_channels));
+                v.visit("kH", AttrMut::Int(&mut c.kernel_h));
+                v.visit("kW", AttrMut::Int(&mut c.kernel_w));
+                v.visit("stride", AttrMut::Int(&mut c.stride));
+                v.visit("padding", AttrMut::Int(&mut c.padding));
+            }
+            Op::Pool(p) => {
+                v.visit("kH", AttrMut::Int(&mut p.kernel_h));
+                v.visit("kW", AttrMut::Int(&mut p.kernel_w));
+                v.visit("stride", AttrMut::Int(&mut p.stride));
+                if p.padded {
+                    v.visit("padding", AttrMut::Int(&mut p.padding));
+                }
+            }
+            Op::BatchNormEval { channels, .. } => v.visit("channels", AttrMut::Int(channels)),
+            Op::RandUniform { seed, .. } | Op::BernoulliMask { seed, .. } => {
+                v.visit("seed", AttrMut::Seed(seed))
+            }
+        }
+    }
+
+    /// The fields an op takes from its IR node rather than from its attributes (filled in by
+    /// the IR's `node_sem`): the random kinds' key, batch norm's `eps`. For printing lowered
+    /// graphs.
+    pub fn context_values(&self) -> Vec<(&'static str, AttrValue)> {
+        match self {
+            Op::RandUniform { key, .. } | Op::BernoulliMask { key, .. } => {
+                vec![("key", AttrValue::Int(*key))]
+            }
+            Op::BatchNormEval { eps, .. } => vec![("eps", AttrValue::Float(*eps))],
+            _ => vec![],
+        }
+    }
+
+    /// The attributes with their current values, in wire order (for printing).
+    pub fn attr_values(&self) -> Vec<(&'static str, AttrValue)> {
+        struct Collect(Vec<(&'static str, AttrValue)>);
+        impl AttrVisitor for Collect {
+            fn visit(&mut self, key: &'static str, value: AttrMut<'_>) {
+                let v = match value {
+                    AttrMut::Int(v) => AttrValue::Int(*v as u64),
+                    AttrMut::Seed(v) => AttrValue::Int(*v),
+                    AttrMut::Float(v) => AttrValue::Float(*v),
+                    AttrMut::OptFloat { value: None, .. } => return,
+                    AttrMut::OptFloat { value: Some(v), .. } => AttrValue::Float(*v),
+                    AttrMut::Shape(s) => AttrValue::Shape(s.clone()),
+                    AttrMut::List(l) => AttrValue::List(l.clone()),
+                };
+                self.0.push((key, v));
+            }
+        }
+        let mut c = Collect(Vec::new());
+        self.clone().visit_attrs(&mut c);
+        c.0
+    }
+}
+
+/// An attribute's value, for printing and serialisation. Optional attributes left at their
+/// default are not listed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttrValue {
+    Int(u64),
+    Float(f64),
+    Shape(Shape),
+    List(Vec<usize>),
+}
+
+impl std::fmt::Display for AttrValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AttrValue::Int(v) => write!(f, "{v}"),
+            AttrValue::Float(v) => write!(f, "{v:e}"),
+            AttrValue::Shape(s) => write!(f, "{s}"),
+            AttrValue::List(v) => write!(f, "{v:?}"),
+        }
+    }
+}
+
+/// The kinds table of `docs/ir-format.md`, generated from the descriptors (a test keeps the
+/// file in sync).
+pub fn markdown_table() -> String {
+    let mut s = String::from(
+        "| kind | family | attributes | operands (payload in italics) | VJP saves | meaning |\n\
+         | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for d in OPS {
+        let attrs: Vec<String> = d
+            .attributes()
+            .iter()
+            .map(|a| match &a.default {
+                Some(def) => format!("`{}` {} (default {def})", a.key, a.ty),
+                None => format!("`{}` {}", a.key, a.ty),
+            })
+            .collect();
+        let n_parents = d.operands.len() - d.payload;
+        let mut operands: Vec<String> = d
+            .operands
+            .iter()
+            .enumerate()
+            .map(|(i, o)| {
+                if i < n_parents {
+                    format!("`{o}`")
+                } else {
+                    format!("*`{o}`*")
+                }
+            })
+            .collect();
+        if let Arity::AtLeast(n) = d.arity {
+            operands = vec![format!("`{}` × {n} or more", d.operands[0])];
+        }
+        let mut saves: Vec<String> = d
+            .saves
+            .inputs
+            .iter()
+            .map(|&i| format!("`{}`", d.operands[i]))
+            .collect();
+        if d.saves.output {
+            saves.push("output".into());
+        }
+        let name = if d.extension {
+            format!("`{}` (ext.)", d.name)
+        } else {
+            format!("`{}`", d.name)
+        };
+        let or_none = |v: Vec<String>| {
+            if v.is_empty() {
+                "—".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
+        s.push_str(&format!(
+            "| {name} | {:?} | {} | {} | {} | {} |\n",
+            d.family,
+            or_none(attrs),
+            or_none(operands),
+            or_none(saves),
+            d.summary
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_every_row_is_its_prototypes_descriptor() {
+        let mut seen = std::collections::BTreeSet::new();
+        for d in OPS {
+            assert!(seen.insert(d.name), "duplicate wire name {}", d.name);
+            assert_eq!(lookup(d.name).map(|x| x.name), Some(d.name));
+            if let Some(op) = d.prototype() {
+                assert!(
+                    std::ptr::eq(op.desc(), *d),
+                    "{} -> {}",
+                    d.name,
+                    op.desc().name
+                );
+                assert_eq!(op.name(), d.name);
+            }
+        }
+        for u in UnaryOp::ALL {
+            assert!(OPS.iter().any(|d| std::ptr::eq(*d, u.desc())), "{u:?}");
+        }
+        for b in BinaryOp::ALL {
+            assert!(OPS.iter().any(|d| std::ptr::eq(*d, b.desc())), "{b:?}");
+        }
+    }
+
+    #[test]
+    fn operands_agree_with_arity_and_saves() {
+        for d in OPS {
+            match d.arity {
+                Arity::Exact(n) => assert_eq!(d.operands.len(), n, "{}", d.name),
+                Arity::AtLeast(_) => assert_eq!(d.operands.len(), 1, "{}", d.name),
+            }
+            assert!(d.payload <= d.operands.len(), "{}", d.name);
+            for &i in d.saves.inputs {
+                assert!(i < d.operands.len(), "{} saves operand {i}", d.name);
+            }
+        }
+    }
+
+    #[test]
+    fn attribute_listing_round_trips_through_the_visitor() {
+        // a visitor that writes distinct values, read back by `attr_values`
+        struct Fill(u64);
+        impl AttrVisitor for Fill {
+            fn visit(&mut self, _: &'static str, value: AttrMut<'_>) {
+                self.0 += 1;
+                match value {
+                    AttrMut::Int(v) => *v = self.0 as usize,
+                    AttrMut::Seed(v) => *v = self.0,
+                    AttrMut::Float(v) => *v = self.0 as f64 / 4.0,
+                    AttrMut::OptFloat { value, .. } => *value = Some(self.0 as f64),
+                    AttrMut::Shape(s) => *s = Shape::from([self.0 as usize]),
+                    AttrMut::List(l) => *l = vec![self.0 as usize],
+                }
+            }
+        }
+        for d in OPS {
+            let Some(mut op) = d.prototype() else {
+                continue;
+            };
+            op.visit_attrs(&mut Fill(0));
+            let values = op.attr_values();
+            let keys: Vec<&str> = d.attributes().iter().map(|a| a.key).collect();
+            let got: Vec<&str> = values.iter().map(|(k, _)| *k).collect();
+            assert_eq!(keys, got, "{}", d.name);
+        }
+    }
+
+    #[test]
+    fn layer_norm_default_eps_is_the_literal_of_spec_3() {
+        // SPEC 3: "`layernorm` (`axis`, optional `eps`, default 1e-6 as in TorchLean)"
+        let attrs = LAYERNORM.attributes();
+        let eps = attrs.iter().find(|a| a.key == "eps").expect("eps listed");
+        assert_eq!(eps.default.as_deref(), Some("1e-6"));
+        assert_eq!(
+            Op::LayerNorm { axis: 0, eps: None }.layer_norm_eps(),
+            Some(1e-6)
+        );
+    }
+}
