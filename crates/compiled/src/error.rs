@@ -50,6 +50,16 @@ pub enum CompiledError {
         got: Shape,
     },
 
+    /// Lowering IR node `node` failed (its shapes passed `check_shapes`, so this is an
+    /// invariant of the lowering; the cause is the source).
+    #[error("IR node {node} ({kind}): {source}")]
+    AtIrNode {
+        node: usize,
+        kind: &'static str,
+        #[source]
+        source: Box<CompiledError>,
+    },
+
     /// A position that is not in the context.
     #[error("position %{position} is not in the context ({len} positions)")]
     NoSuchPosition { position: usize, len: usize },

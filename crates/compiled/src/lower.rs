@@ -78,10 +78,10 @@ pub fn exec_graph_of_ir(g: &Graph, payload: &Payload) -> Result<ExecGraph> {
                 args.extend(payload_pos[n.id].iter().copied());
                 graph
                     .push(op, args, Some(format!("IR node {}", n.id)))
-                    .map_err(|e| {
-                        CompiledError::Ir(IrError::invalid(
-                            Diagnostic::error(e.to_string()).at(n.id, n.kind.name()),
-                        ))
+                    .map_err(|e| CompiledError::AtIrNode {
+                        node: n.id,
+                        kind: n.kind.name(),
+                        source: Box::new(e),
                     })?
             }
         };

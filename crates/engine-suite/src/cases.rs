@@ -197,6 +197,15 @@ pub fn op_cases() -> Vec<OpCase> {
             vec![uniform(from, next(), -1.0, 1.0)],
         ));
     }
+    for from in [&[3, 4][..], &[2, 1, 3], &[][..], &[0, 2]] {
+        out.push(case(
+            format!("flatten_{from:?}"),
+            Op::Flatten {
+                from: Shape::from(from),
+            },
+            vec![uniform(from, next(), -1.0, 1.0)],
+        ));
+    }
     for (shape, perm) in [
         (&[2, 3, 4][..], vec![2usize, 0, 1]),
         (&[2, 3, 4], vec![1, 2, 0]),

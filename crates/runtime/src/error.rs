@@ -39,6 +39,12 @@ pub enum RuntimeError {
         got: Box<Shape>,
     },
 
+    /// A total gradient array (`backward_dense_from`) with no entry for a node.
+    #[error(
+        "node {node}: the total gradient array has no entry for it (one per node is required)"
+    )]
+    EmptyTotalSlot { node: usize },
+
     /// A total gradient array of the wrong length.
     #[error("the gradient array has {got} entries, the tape has {expected} nodes")]
     GradArrayLength { expected: usize, got: usize },

@@ -292,9 +292,11 @@ pub fn totalize<V: GradZero>(tape: &Tape<V>, grads: Vec<Option<V>>) -> Vec<V> {
         .collect()
 }
 
-/// `grads[parent] ← existing + g` on a total array (every slot filled). The same accumulation
-/// as [`add_grad_dense`], whose "first contribution stored as is" case never arises on a total
-/// array.
+/// `grads[parent] ← existing + g` on a total array (TorchLean's `addGradAll`, the step of
+/// [`Tape::backward_dense_from`]). Both names exist because the two sweeps are different
+/// theorems in TorchLean: [`add_grad_dense`] stores a first contribution as is into an
+/// `Option` array; here every slot is filled by contract, and an empty one is an error rather
+/// than a silent first store.
 pub fn add_grad_all<V: GradValue>(
     tape: &Tape<V>,
     grads: &mut [Option<V>],
@@ -302,7 +304,17 @@ pub fn add_grad_all<V: GradValue>(
     parent: usize,
     g: V,
 ) -> Result<()> {
-    add_grad_dense(tape, grads, node, parent, g)
+    let Some(g) = validate_contribution(tape, node, parent, g)? else {
+        return Ok(());
+    };
+    match grads[parent].take() {
+        Some(existing) => grads[parent] = Some(existing.add(g)?),
+        None => {
+            g.drop();
+            return Err(RuntimeError::EmptyTotalSlot { node: parent });
+        }
+    }
+    Ok(())
 }
 
 /// Runs node `id`'s VJP on its current total gradient (if it requires grad).

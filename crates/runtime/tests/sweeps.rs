@@ -244,3 +244,18 @@ fn dense_steps_are_usable_on_their_own() {
     assert_eq!(data(&all[x]), vec![4.5]);
     let _ = Shape::scalar();
 }
+
+#[test]
+fn the_total_step_refuses_an_array_with_a_hole_where_the_dense_step_stores() {
+    let mut tape = Tape::empty();
+    let x = leaf(&mut tape, &[2.0]);
+    let y = op(&mut tape, Op::Scale { c: 4.0 }, &[x]);
+    let mut holed: Vec<Option<T>> = vec![None, Some(t(&[1.0]))];
+    let e = add_grad_all(&tape, &mut holed, y, x, t(&[1.0])).unwrap_err();
+    assert!(
+        matches!(e, RuntimeError::EmptyTotalSlot { node } if node == x),
+        "{e}"
+    );
+    add_grad_dense(&tape, &mut holed, y, x, t(&[1.0])).unwrap();
+    assert_eq!(data(&holed[x]), vec![1.0]);
+}

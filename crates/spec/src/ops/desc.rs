@@ -81,6 +81,8 @@ pub struct OpDesc {
     pub extension: bool,
     /// The meaning in one line (the kinds table of `docs/ir-format.md`).
     pub summary: &'static str,
+    /// The output shape in words (`s` is the first parent's shape).
+    pub output: &'static str,
     /// Operand names: the graph parents first, then the payload tensors. A variadic op has one
     /// name, repeated.
     pub operands: &'static [&'static str],
@@ -254,7 +256,7 @@ pub fn names() -> impl Iterator<Item = &'static str> {
 }
 
 macro_rules! row {
-    ($id:ident, $name:literal, $family:ident, $ext:literal, $summary:literal,
+    ($id:ident, $name:literal, $family:ident, $ext:literal, $summary:literal, $output:literal,
      operands: [$($operand:literal),*], payload: $payload:literal, arity: $arity:expr,
      saves: $saves:expr, $proto:expr) => {
         pub static $id: OpDesc = OpDesc {
@@ -262,6 +264,7 @@ macro_rules! row {
             family: Family::$family,
             extension: $ext,
             summary: $summary,
+            output: $output,
             operands: &[$($operand),*],
             payload: $payload,
             arity: $arity,
@@ -273,16 +276,18 @@ macro_rules! row {
 
 /// A one-operand elementwise row.
 macro_rules! unary {
-    ($id:ident, $name:literal, $ext:literal, $summary:literal, $saves:expr, $u:ident) => {
-        row!($id, $name, Elementwise, $ext, $summary, operands: ["x"], payload: 0,
+    ($id:ident, $name:literal, $ext:literal, $summary:literal, $output:literal, $saves:expr,
+     $u:ident) => {
+        row!($id, $name, Elementwise, $ext, $summary, $output, operands: ["x"], payload: 0,
              arity: Arity::Exact(1), saves: $saves, Proto::Op(|| Op::Unary(UnaryOp::$u)));
     };
 }
 
 /// A two-operand elementwise row (identical shapes).
 macro_rules! binary {
-    ($id:ident, $name:literal, $ext:literal, $summary:literal, $saves:expr, $b:ident) => {
-        row!($id, $name, Elementwise, $ext, $summary, operands: ["lhs", "rhs"], payload: 0,
+    ($id:ident, $name:literal, $ext:literal, $summary:literal, $output:literal, $saves:expr,
+     $b:ident) => {
+        row!($id, $name, Elementwise, $ext, $summary, $output, operands: ["lhs", "rhs"], payload: 0,
              arity: Arity::Exact(2), saves: $saves, Proto::Op(|| Op::Binary(BinaryOp::$b)));
     };
 }
@@ -298,23 +303,24 @@ const fn pool(kind: PoolKind, padded: bool) -> Op {
     })
 }
 
-row!(INPUT, "input", Graph, false, "the graph input (every `input` node is the one input tensor)",
+row!(INPUT, "input", Graph, false, "the graph input", "declared",
      operands: [], payload: 0, arity: Arity::Exact(0), saves: Saves::NOTHING, Proto::Input);
-row!(CONST, "const", Graph, false, "a constant: payload tensor `value`",
+row!(CONST, "const", Graph, false, "the payload tensor", "`value_shape`",
      operands: ["value"], payload: 1, arity: Arity::Exact(1), saves: Saves::NOTHING, Proto::Const);
-row!(DETACH, "detach", Elementwise, false, "identity forward; the gradient stops here",
+row!(DETACH, "detach", Elementwise, false, "identity; the gradient stops here", "`s`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::Detach));
-row!(PERMUTE, "permute", Layout, false, "axis permutation: output axis `i` is input axis `perm[i]`",
+row!(PERMUTE, "permute", Layout, false, "`torch.permute`: output axis `i` is input axis `perm[i]`", "`s[perm[i]]`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::Permute { perm: Vec::new() }));
-binary!(ADD, "add", false, "`a + b`", Saves::NOTHING, Add);
-binary!(SUB, "sub", false, "`a - b`", Saves::NOTHING, Sub);
+binary!(ADD, "add", false, "`a + b`", "`s`", Saves::NOTHING, Add);
+binary!(SUB, "sub", false, "`a - b`", "`s`", Saves::NOTHING, Sub);
 binary!(
     MUL_ELEM,
     "mul_elem",
     false,
     "`a * b`",
+    "`s`",
     Saves::BOTH_OPERANDS,
     Mul
 );
@@ -323,6 +329,7 @@ binary!(
     "max_elem",
     false,
     "`max(a, b)`; a tie splits the cotangent in half",
+    "`s`",
     Saves::BOTH_OPERANDS,
     Max
 );
@@ -331,15 +338,25 @@ binary!(
     "min_elem",
     false,
     "`min(a, b)`; a tie splits the cotangent in half",
+    "`s`",
     Saves::BOTH_OPERANDS,
     Min
 );
-binary!(DIV, "div", true, "`a / b`", Saves::BOTH_OPERANDS, Div);
+binary!(
+    DIV,
+    "div",
+    true,
+    "`a / b`",
+    "`s`",
+    Saves::BOTH_OPERANDS,
+    Div
+);
 unary!(
     ABS,
     "abs",
     false,
     "`abs(x)`; derivative 0 at 0",
+    "`s`",
     Saves::INPUT,
     Abs
 );
@@ -348,44 +365,49 @@ unary!(
     "sqrt",
     false,
     "`sqrt(x)`; derivative 0 where `x <= 0`",
+    "`s`",
     Saves::OUTPUT,
     Sqrt
 );
-unary!(INV, "inv", false, "`1 / x`", Saves::OUTPUT, Inv);
+unary!(INV, "inv", false, "`1 / x`", "`s`", Saves::OUTPUT, Inv);
 unary!(
     RELU,
     "relu",
     false,
     "`max(x, 0)`; derivative 0 at 0",
+    "`s`",
     Saves::OUTPUT,
     Relu
 );
-unary!(TANH, "tanh", false, "`tanh(x)`", Saves::OUTPUT, Tanh);
+unary!(TANH, "tanh", false, "`tanh(x)`", "`s`", Saves::OUTPUT, Tanh);
 unary!(
     SIGMOID,
     "sigmoid",
     false,
     "`1 / (1 + exp(-x))`",
+    "`s`",
     Saves::OUTPUT,
     Sigmoid
 );
-unary!(EXP, "exp", false, "`exp(x)`", Saves::OUTPUT, Exp);
+unary!(EXP, "exp", false, "`exp(x)`", "`s`", Saves::OUTPUT, Exp);
 unary!(
     LOG,
     "log",
     false,
     "`log(x)`; the IR evaluator rejects `x <= 0`",
+    "`s`",
     Saves::INPUT,
     Log
 );
-unary!(SIN, "sin", false, "`sin(x)`", Saves::INPUT, Sin);
-unary!(COS, "cos", false, "`cos(x)`", Saves::INPUT, Cos);
-unary!(NEG, "neg", true, "`-x`", Saves::NOTHING, Neg);
+unary!(SIN, "sin", false, "`sin(x)`", "`s`", Saves::INPUT, Sin);
+unary!(COS, "cos", false, "`cos(x)`", "`s`", Saves::INPUT, Cos);
+unary!(NEG, "neg", true, "`-x`", "`s`", Saves::NOTHING, Neg);
 unary!(
     SOFTPLUS,
     "softplus",
     true,
     "`log(1 + exp(x))`, computed stably (β = 1, no threshold)",
+    "`s`",
     Saves::INPUT,
     Softplus
 );
@@ -394,100 +416,101 @@ unary!(
     "silu",
     true,
     "`x * sigmoid(x)` (`F.silu`)",
+    "`s`",
     Saves::INPUT,
     Silu
 );
-row!(SCALE, "scale", Elementwise, true, "`c * x`",
+row!(SCALE, "scale", Elementwise, true, "`c * x`", "`s`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::Scale { c: 0.0 }));
-row!(ADD_SCALAR, "add_scalar", Elementwise, true, "`x + c`",
+row!(ADD_SCALAR, "add_scalar", Elementwise, true, "`x + c`", "`s`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::AddScalar { c: 0.0 }));
-row!(SOFTMAX, "softmax", Norm, false, "max-shifted softmax along `axis`",
+row!(SOFTMAX, "softmax", Norm, false, "max-shifted softmax along `axis`", "`s`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::OUTPUT,
      Proto::Op(|| Op::Softmax { axis: 0 }));
-row!(LOG_SOFTMAX, "log_softmax", Norm, true, "max-shifted log-softmax along `axis`",
+row!(LOG_SOFTMAX, "log_softmax", Norm, true, "`x − max − log Σ e^(x−max)` along `axis`", "`s`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::OUTPUT,
      Proto::Op(|| Op::LogSoftmax { axis: 0 }));
 row!(LAYERNORM, "layernorm", Norm, false,
-     "normalises the axes from `axis` on (population variance, γ = 1, β = 0)",
+     "normalise the suffix of axes from `axis` (population variance clamped at 0, `(x − mean)/sqrt(var + eps)`); γ = 1, β = 0", "`s`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
      Proto::Op(|| Op::LayerNorm { axis: 0, eps: None }));
 row!(BROADCAST_TO, "broadcast_to", Layout, false,
-     "PyTorch's right-aligned `expand` from `from_shape` to `to_shape`",
+     "PyTorch's right-aligned `expand` (see below)", "`to_shape`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::BroadcastTo { from: Shape::scalar(), to: Shape::scalar() }));
-row!(RESHAPE, "reshape", Layout, false, "row-major reshape from `in_shape` to `out_shape`",
+row!(RESHAPE, "reshape", Layout, false, "row-major; sizes equal", "`out_shape`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::Reshape { from: Shape::scalar(), to: Shape::scalar() }));
-row!(FLATTEN, "flatten", Layout, false, "row-major reshape of `value_shape` to one axis",
+row!(FLATTEN, "flatten", Layout, false, "row-major", "`[size]`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::Flatten { from: Shape::scalar() }));
-row!(REDUCE_SUM, "reduce_sum", Reduce, false, "sum over `axis`, which is removed",
+row!(REDUCE_SUM, "reduce_sum", Reduce, false, "sum over `axis`, which is removed", "`s` without `axis`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::ReduceSum { axis: 0 }));
 row!(REDUCE_MEAN, "reduce_mean", Reduce, false,
-     "mean over `axis`, which is removed (an empty axis divides by 1)",
+     "mean over `axis`, which is removed (an empty axis divides by 1)", "`s` without `axis`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::ReduceMean { axis: 0 }));
-row!(SUM, "sum", Reduce, false, "sum of all elements, to a scalar",
+row!(SUM, "sum", Reduce, false, "sum of all elements (0 for an empty tensor)", "`[]`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::Sum));
-row!(MATMUL, "matmul", Linalg, false, "`[m,n]·[n,p]`, or batched `[b,m,n]·[b,n,p]`",
+row!(MATMUL, "matmul", Linalg, false, "`[m,n]·[n,p]` or batched `[b,m,n]·[b,n,p]`; other ranks are errors", "`[m,p]` / `[b,m,p]`",
      operands: ["lhs", "rhs"], payload: 0, arity: Arity::Exact(2), saves: Saves::BOTH_OPERANDS,
      Proto::Op(|| Op::MatMul));
 row!(LINEAR, "linear", Linalg, false,
-     "`x Wᵀ + b` over the last axis, leading axes kept; W `[out,in]`, b `[out]`",
+     "`y = x·Wᵀ + b` over the last axis, leading axes kept", "`s` with last axis `out`",
      operands: ["x", "weight", "bias"], payload: 2, arity: Arity::Exact(3),
      saves: Saves::BOTH_OPERANDS, Proto::Op(|| Op::Linear));
 row!(CONV2D, "conv2d", Conv, false,
-"2-D convolution of `[C,H,W]` or `[N,C,H,W]`, zero padding; W `[outC,inC,kH,kW]`, b `[outC]`",
+"2-D convolution of `[C,H,W]` or `[N,C,H,W]`, zero padding on both sides, no dilation, one group; `H' = (H + 2p − kH)/stride + 1`", "`[outC,H',W']` / `[N,outC,H',W']`",
 operands: ["x", "weight", "bias"], payload: 2, arity: Arity::Exact(3),
 saves: Saves::BOTH_OPERANDS,
 Proto::Op(|| Op::Conv2d(Conv2dSpec {
     in_channels: 0, out_channels: 0, kernel_h: 0, kernel_w: 0, stride: 0, padding: 0,
 })));
-row!(MAX_POOL2D, "max_pool2d", Pool, false, "max pooling over the last two axes",
+row!(MAX_POOL2D, "max_pool2d", Pool, false, "max pooling over the last two axes", "`[C,H',W']` / `[N,C,H',W']`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
      Proto::Op(|| pool(PoolKind::Max, false)));
-row!(AVG_POOL2D, "avg_pool2d", Pool, false, "average pooling over the last two axes",
+row!(AVG_POOL2D, "avg_pool2d", Pool, false, "average pooling over the last two axes", "`[C,H',W']` / `[N,C,H',W']`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| pool(PoolKind::Avg, false)));
 row!(MAX_POOL2D_PAD, "max_pool2d_pad", Pool, false,
-     "max pooling with zero padding (padded cells never win)",
+     "max pooling with zero padding (padded cells never win)", "as above",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
      Proto::Op(|| pool(PoolKind::Max, true)));
 row!(AVG_POOL2D_PAD, "avg_pool2d_pad", Pool, false,
-     "average pooling with zero padding, counted in the divisor `kH·kW` (PyTorch's default)",
+     "average pooling with zero padding, counted in the divisor `kH·kW` (PyTorch's default)", "as above",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| pool(PoolKind::Avg, true)));
 row!(BATCH_NORM2D_NCHW_EVAL, "batch_norm2d_nchw_eval", Norm, false,
-     "`(x − mean)/sqrt(max(var, 0) + eps)·γ + β`, channels on axis 1; `eps` from the payload",
+     "`(x − mean)/sqrt(max(var,0) + eps)·γ + β` per channel, channels on axis 1 (`[N,C,…]`)", "`s`",
      operands: ["x", "gamma", "beta", "mean", "var"], payload: 4, arity: Arity::Exact(5),
      saves: Saves { inputs: &[0, 1, 3, 4], output: false },
      Proto::Op(|| Op::BatchNormEval { channels: 0, eps: BATCH_NORM_DEFAULT_EPS }));
-row!(CONCAT, "concat", Layout, false, "concatenation of two or more tensors along `axis`",
+row!(CONCAT, "concat", Layout, false, "parents agree on every other axis", "sum of extents along `axis`",
      operands: ["x"], payload: 0, arity: Arity::AtLeast(2), saves: Saves::NOTHING,
      Proto::Op(|| Op::Concat { axis: 0 }));
-row!(SWAP_FIRST_TWO, "swap_first_two", Layout, false, "swaps the two outermost axes (rank ≥ 2)",
+row!(SWAP_FIRST_TWO, "swap_first_two", Layout, false, "swap the two outermost axes (rank ≥ 2)", "`[n,m,…]`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::SwapFirstTwo));
 row!(TRANSPOSE3D_LAST_TWO, "transpose3d_last_two", Layout, false,
-     "swaps the last two axes of a rank-3 tensor",
+     "swap the last two axes of a rank-3 tensor", "`[a,c,b]`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::Transpose3dLastTwo));
-row!(TRANSPOSE, "transpose", Layout, true, "`x.transpose(dim0, dim1)`",
+row!(TRANSPOSE, "transpose", Layout, true, "`x.transpose(dim0, dim1)`", "`s` with the two axes swapped",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::Transpose { dim0: 0, dim1: 0 }));
-row!(MSE_LOSS, "mse_loss", Reduce, false, "`Σ(y − t)² / size` (size 0 divides by 1)",
+row!(MSE_LOSS, "mse_loss", Reduce, false, "`Σ(a − b)² / size` (size 0 divides by 1)", "`[]`",
      operands: ["y", "target"], payload: 0, arity: Arity::Exact(2), saves: Saves::BOTH_OPERANDS,
      Proto::Op(|| Op::MseLoss));
 row!(RAND_UNIFORM, "rand_uniform", Random, false,
-     "deterministic uniform `[0, 1)` noise of the node's shape, keyed by `seed` and the node id",
+     "deterministic uniform `[0,1)` (see below)", "declared",
      operands: [], payload: 0, arity: Arity::Exact(0), saves: Saves::NOTHING,
      Proto::Op(|| Op::RandUniform { seed: 0, key: 0, shape: Shape::scalar() }));
 row!(BERNOULLI_MASK, "bernoulli_mask", Random, false,
-     "`1` where `keep_prob > u`, else `0`, `u` as in `rand_uniform`; no gradient",
+     "`1` where `keep > u`, else `0`", "declared",
      operands: ["keep_prob"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::BernoulliMask { seed: 0, key: 0, shape: Shape::scalar() }));
 
@@ -744,37 +767,42 @@ impl std::fmt::Display for AttrValue {
 }
 
 /// The kinds table of `docs/ir-format.md`, generated from the descriptors (a test keeps the
-/// file in sync).
+/// file in sync: `UPDATE_DOCS=1 cargo test -p torchlean-spec --test docs` rewrites it).
 pub fn markdown_table() -> String {
     let mut s = String::from(
-        "| kind | family | attributes | operands (payload in italics) | VJP saves | meaning |\n\
-         | --- | --- | --- | --- | --- | --- |\n",
+        "| kind | attributes | parents | output shape | semantics | payload | VJP saves |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n",
     );
+    let or_none = |v: Vec<String>| {
+        if v.is_empty() {
+            "—".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
     for d in OPS {
         let attrs: Vec<String> = d
             .attributes()
             .iter()
             .map(|a| match &a.default {
-                Some(def) => format!("`{}` {} (default {def})", a.key, a.ty),
-                None => format!("`{}` {}", a.key, a.ty),
+                Some(def) => format!("`{}` ({}, optional, default {def})", a.key, a.ty),
+                None => format!("`{}` ({})", a.key, a.ty),
             })
             .collect();
-        let n_parents = d.operands.len() - d.payload;
-        let mut operands: Vec<String> = d
-            .operands
-            .iter()
-            .enumerate()
-            .map(|(i, o)| {
-                if i < n_parents {
-                    format!("`{o}`")
-                } else {
-                    format!("*`{o}`*")
-                }
-            })
-            .collect();
-        if let Arity::AtLeast(n) = d.arity {
-            operands = vec![format!("`{}` × {n} or more", d.operands[0])];
-        }
+        let parents = d.operands.len() - d.payload;
+        let parent_text = match d.parents() {
+            Arity::Exact(0) => "0".to_string(),
+            Arity::Exact(n) => format!(
+                "{n}: {}",
+                d.operands[..parents]
+                    .iter()
+                    .map(|o| format!("`{o}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Arity::AtLeast(n) => format!("≥ {n}"),
+        };
+        let payload: Vec<String> = d.payload_names().iter().map(|p| format!("`{p}`")).collect();
         let mut saves: Vec<String> = d
             .saves
             .inputs
@@ -785,24 +813,17 @@ pub fn markdown_table() -> String {
             saves.push("output".into());
         }
         let name = if d.extension {
-            format!("`{}` (ext.)", d.name)
+            format!("`{}` *(extension)*", d.name)
         } else {
             format!("`{}`", d.name)
         };
-        let or_none = |v: Vec<String>| {
-            if v.is_empty() {
-                "—".to_string()
-            } else {
-                v.join(", ")
-            }
-        };
         s.push_str(&format!(
-            "| {name} | {:?} | {} | {} | {} | {} |\n",
-            d.family,
+            "| {name} | {} | {parent_text} | {} | {} | {} | {} |\n",
             or_none(attrs),
-            or_none(operands),
+            d.output,
+            d.summary,
+            or_none(payload),
             or_none(saves),
-            d.summary
         ));
     }
     s
