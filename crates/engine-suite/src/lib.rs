@@ -16,7 +16,7 @@
 //!
 //! Use: `torchlean_engine_suite::run_suite::<MyTensor>(Tolerance::F32)` returns one report per
 //! case; [`assert_suite_passes`] panics with every failure listed. Engines call it from their
-//! tests (the CPU engine in `crates/engine-cpu/tests`, the CUDA engine in its own).
+//! tests (the CPU engine in `crates/engine-cpu/tests/conformance.rs`; every later engine the same way).
 
 mod cases;
 
