@@ -8,6 +8,7 @@
 //! - [`gen`]: proptest strategies for random graphs (usable by other crates' tests);
 //! - [`claims`]: one function per claim;
 //! - [`engines`]: the engines under test, behind one object-safe trait;
+//! - [`error`]: [`EquivError`], what can go wrong while checking and what a check can find;
 //! - [`faults`]: fault-injecting engines that show the checker can fail;
 //! - [`runner::check`]: runs everything in parallel, collects every failure, shrinks it and
 //!   writes it as a `torchlean.case.v1` file; [`report::Report`] prints the table.
@@ -16,6 +17,7 @@
 
 pub mod claims;
 pub mod engines;
+pub mod error;
 pub mod faults;
 pub mod gen;
 pub mod measure;
@@ -24,6 +26,7 @@ pub mod runner;
 
 pub use claims::{Claim, Observation};
 pub use engines::{EngineOf, EngineUnderTest};
+pub use error::EquivError;
 pub use faults::{fault, Faulty};
 pub use gen::{arb_case, build, GenCase, GenConfig};
 pub use measure::{Measure, Mode};

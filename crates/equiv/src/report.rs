@@ -2,10 +2,12 @@
 //! minimized counterexample, a closing `N passed, M failed` line.
 
 use crate::claims::Claim;
+use crate::error::EquivError;
 use crate::measure::{Measure, Mode};
 use serde_json::{json, Value};
 use std::fmt::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// One row of the table.
 #[derive(Clone, Debug)]
@@ -63,7 +65,8 @@ impl Row {
 pub struct Failure {
     pub claim: Claim,
     pub engine: String,
-    pub detail: String,
+    /// Why the minimized case fails (shown with `Display` in the report).
+    pub detail: Option<Arc<EquivError>>,
     /// Nodes in the minimized graph.
     pub nodes: usize,
     pub case_file: Option<PathBuf>,
@@ -157,7 +160,7 @@ impl Report {
                     f.claim.name(),
                     f.engine,
                     f.nodes,
-                    f.detail,
+                    f.detail.as_ref().map(|d| d.to_string()).unwrap_or_default(),
                     f.case_file
                         .as_ref()
                         .map(|p| format!(
@@ -190,7 +193,7 @@ impl Report {
         let failures: Vec<Value> = self
             .failures
             .iter()
-            .map(|f| json!({"claim": f.claim.id(), "engine": f.engine, "detail": f.detail, "nodes": f.nodes, "case_file": f.case_file.as_ref().map(|p| p.display().to_string())}))
+            .map(|f| json!({"claim": f.claim.id(), "engine": f.engine, "detail": f.detail.as_ref().map(|d| d.to_string()).unwrap_or_default(), "nodes": f.nodes, "case_file": f.case_file.as_ref().map(|p| p.display().to_string())}))
             .collect();
         let _ = writeln!(
             out,

@@ -5,6 +5,7 @@ use crate::claims::{
     dense_skipping_avoids_nan, lowering_vs_denote, seed_values, semantic_claims, Claim, Observation,
 };
 use crate::engines::EngineUnderTest;
+use crate::error::EquivError;
 use crate::gen::{build, GenCase, GenConfig};
 use crate::measure::Mode;
 use crate::report::{Failure, Report, Row};
@@ -228,8 +229,7 @@ pub fn check(cfg: &CheckConfig, engines: &[&dyn EngineUnderTest]) -> Report {
             let detail = observe(&minimal)
                 .into_iter()
                 .find(|o| is_failure_of(o, claim, &engine))
-                .and_then(|o| o.detail)
-                .unwrap_or_default();
+                .and_then(|o| o.detail);
             let path = cfg
                 .out_dir
                 .as_ref()
@@ -247,7 +247,7 @@ pub fn check(cfg: &CheckConfig, engines: &[&dyn EngineUnderTest]) -> Report {
         failures.push(Failure {
             claim: singular.claim,
             engine: singular.engine.clone(),
-            detail: singular.detail.clone().unwrap_or_default(),
+            detail: singular.detail.clone(),
             nodes: 3,
             case_file: None,
         });
@@ -307,11 +307,10 @@ fn shrink(
 }
 
 /// The reference f64 gradients of a case (output, input and payload), as a case file's expect.
-fn reference_expect(case: &GenCase) -> Result<(Tensor<f64>, Expect), String> {
+fn reference_expect(case: &GenCase) -> Result<(Tensor<f64>, Expect), EquivError> {
     let out_shape = case.graph.nodes[case.graph.output_id].shape.clone();
     let seed = seed_values(&out_shape, 0x5eed, false);
-    let r = run_grad::<Tensor<f64>>(&case.graph, &case.payload, &case.input, Some(&seed))
-        .map_err(|e| e.to_string())?;
+    let r = run_grad::<Tensor<f64>>(&case.graph, &case.payload, &case.input, Some(&seed))?;
     Ok((
         seed,
         Expect {
@@ -367,8 +366,8 @@ pub fn write_counterexample(
     engine: &str,
     case: &GenCase,
     engines: &[&dyn EngineUnderTest],
-) -> Result<PathBuf, String> {
-    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+) -> Result<PathBuf, EquivError> {
+    std::fs::create_dir_all(dir).map_err(|e| EquivError::io(dir, e))?;
     let (seed, expect) = reference_expect(case)?;
     let mode = engines
         .iter()
@@ -392,7 +391,11 @@ pub fn write_counterexample(
         },
     };
     let path = dir.join(format!("{name}.json"));
-    let text = serde_json::to_string_pretty(&file.to_json()).map_err(|e| e.to_string())?;
-    std::fs::write(&path, text).map_err(|e| e.to_string())?;
+    let text =
+        serde_json::to_string_pretty(&file.to_json()).map_err(|source| EquivError::Json {
+            path: path.clone(),
+            source,
+        })?;
+    std::fs::write(&path, text).map_err(|e| EquivError::io(&path, e))?;
     Ok(path)
 }
