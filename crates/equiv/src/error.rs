@@ -124,8 +124,11 @@ pub enum EquivError {
     },
 
     /// A counterexample (or its directory) could not be written.
-    #[error("could not write counterexample `{}`: {source}", .path.display())]
+    #[error("could not {action} `{}`: {source}", .path.display())]
     Io {
+        /// What was being done, as a verb phrase (`write counterexample`, `create the
+        /// counterexample directory`).
+        action: &'static str,
         path: PathBuf,
         #[source]
         source: std::io::Error,
@@ -133,9 +136,10 @@ pub enum EquivError {
 }
 
 impl EquivError {
-    /// An I/O error on `path`.
-    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+    /// An I/O error while doing `action` (a verb phrase) on `path`.
+    pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         EquivError::Io {
+            action,
             path: path.into(),
             source,
         }
@@ -177,7 +181,7 @@ mod tests {
             .is_some());
 
         let io = std::io::Error::new(std::io::ErrorKind::PermissionDenied, "denied");
-        let e = EquivError::io("/nowhere/x.json", io);
+        let e = EquivError::io("write counterexample", "/nowhere/x.json", io);
         assert_eq!(
             e.to_string(),
             "could not write counterexample `/nowhere/x.json`: denied"

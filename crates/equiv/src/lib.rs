@@ -10,8 +10,11 @@
 //! - [`engines`]: the engines under test, behind one object-safe trait;
 //! - [`error`]: [`EquivError`], what can go wrong while checking and what a check can find;
 //! - [`faults`]: fault-injecting engines that show the checker can fail;
-//! - [`runner::check`]: runs everything in parallel, collects every failure, shrinks it and
-//!   writes it as a `torchlean.case.v1` file; [`report::Report`] prints the table.
+//! - [`runner::check`]: generates the cases ([`generate_cases`]), runs every claim on them in
+//!   parallel ([`run_observations`]), aggregates the rows ([`aggregate_rows`]), shrinks every
+//!   failure ([`shrink_failure`]) and writes it atomically as a `torchlean.case.v1` file
+//!   ([`write_counterexample`]; a write that fails is reported, never dropped);
+//!   [`report::Report`] prints the table.
 //!
 //! `cargo xtask check-equivalence` is the command-line front end.
 
@@ -30,5 +33,8 @@ pub use error::EquivError;
 pub use faults::{fault, Faulty};
 pub use gen::{arb_case, build, GenCase, GenConfig};
 pub use measure::{Measure, Mode};
-pub use report::{Failure, Report, Row};
-pub use runner::{check, CheckConfig};
+pub use report::{CaseFile, Failure, Report, Row};
+pub use runner::{
+    aggregate_rows, check, generate_cases, run_observations, shrink_failure, write_counterexample,
+    Cases, CheckConfig, Family, Observations, Shrunk,
+};

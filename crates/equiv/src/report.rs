@@ -6,7 +6,7 @@ use crate::error::EquivError;
 use crate::measure::{Measure, Mode};
 use serde_json::{json, Value};
 use std::fmt::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// One row of the table.
@@ -60,6 +60,35 @@ impl Row {
     }
 }
 
+/// What became of a failure's counterexample file.
+#[derive(Clone, Debug)]
+pub enum CaseFile {
+    /// No output directory was given.
+    NotRequested,
+    /// Written here.
+    Written(PathBuf),
+    /// Writing it failed (typically [`EquivError::Io`]).
+    NotWritten(Arc<EquivError>),
+}
+
+impl CaseFile {
+    /// The written file's path.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            CaseFile::Written(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Why the file could not be written.
+    pub fn error(&self) -> Option<&EquivError> {
+        match self {
+            CaseFile::NotWritten(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 /// A failing claim, shrunk.
 #[derive(Clone, Debug)]
 pub struct Failure {
@@ -69,7 +98,8 @@ pub struct Failure {
     pub detail: Option<Arc<EquivError>>,
     /// Nodes in the minimized graph.
     pub nodes: usize,
-    pub case_file: Option<PathBuf>,
+    /// The minimized counterexample as a `torchlean.case.v1` file.
+    pub case_file: CaseFile,
 }
 
 /// The `torchlean conform` flags that select an engine label's engine.
@@ -105,6 +135,11 @@ impl Report {
 
     pub fn ok(&self) -> bool {
         self.failed() == 0 && self.failures.is_empty()
+    }
+
+    /// The counterexamples that could not be written (each also shown under its failure).
+    pub fn write_errors(&self) -> impl Iterator<Item = &EquivError> {
+        self.failures.iter().filter_map(|f| f.case_file.error())
     }
 
     /// Graphs checked per second.
@@ -161,15 +196,16 @@ impl Report {
                     f.engine,
                     f.nodes,
                     f.detail.as_ref().map(|d| d.to_string()).unwrap_or_default(),
-                    f.case_file
-                        .as_ref()
-                        .map(|p| format!(
+                    match &f.case_file {
+                        CaseFile::NotRequested => String::new(),
+                        CaseFile::Written(p) => format!(
                             "\n    counterexample: {}\n    rerun: torchlean conform {}{}",
                             p.display(),
                             p.display(),
                             rerun_flags(&f.engine)
-                        ))
-                        .unwrap_or_default()
+                        ),
+                        CaseFile::NotWritten(e) => format!("\n    counterexample not written: {e}"),
+                    }
                 );
             }
         }
@@ -193,7 +229,7 @@ impl Report {
         let failures: Vec<Value> = self
             .failures
             .iter()
-            .map(|f| json!({"claim": f.claim.id(), "engine": f.engine, "detail": f.detail.as_ref().map(|d| d.to_string()).unwrap_or_default(), "nodes": f.nodes, "case_file": f.case_file.as_ref().map(|p| p.display().to_string())}))
+            .map(|f| json!({"claim": f.claim.id(), "engine": f.engine, "detail": f.detail.as_ref().map(|d| d.to_string()).unwrap_or_default(), "nodes": f.nodes, "case_file": f.case_file.path().map(|p| p.display().to_string()), "write_error": f.case_file.error().map(|e| e.to_string())}))
             .collect();
         let _ = writeln!(
             out,
