@@ -9,7 +9,8 @@
 //! - [`claims`]: one function per claim;
 //! - [`engines`]: the engines under test, behind one object-safe trait;
 //! - [`error`]: [`EquivError`], what can go wrong while checking and what a check can find;
-//! - [`faults`]: fault-injecting engines that show the checker can fail;
+//! - [`faults`]: fault-injecting engines that show the checker can fail (re-exported from
+//!   `torchlean-faults`, which the CLI uses without the checker);
 //! - [`runner::check`]: generates the cases ([`generate_cases`]), runs every claim on them in
 //!   parallel ([`run_observations`]), aggregates the rows ([`aggregate_rows`]), shrinks every
 //!   failure ([`shrink_failure`]) and writes it atomically as a `torchlean.case.v1` file
@@ -21,7 +22,6 @@
 pub mod claims;
 pub mod engines;
 pub mod error;
-pub mod faults;
 pub mod gen;
 pub mod measure;
 pub mod report;
@@ -30,7 +30,6 @@ pub mod runner;
 pub use claims::{Claim, Observation};
 pub use engines::{EngineOf, EngineUnderTest};
 pub use error::EquivError;
-pub use faults::{fault, Faulty};
 pub use gen::{arb_case, build, GenCase, GenConfig};
 pub use measure::{Measure, Mode};
 pub use report::{CaseFile, Failure, Report, Row};
@@ -38,3 +37,6 @@ pub use runner::{
     aggregate_rows, check, generate_cases, run_observations, shrink_failure, write_counterexample,
     Cases, CheckConfig, Family, Observations, Shrunk,
 };
+/// The fault-injecting engines (the `torchlean-faults` crate), as they were when they lived here.
+pub use torchlean_faults as faults;
+pub use torchlean_faults::{fault, Faulty};
