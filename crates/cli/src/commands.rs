@@ -264,7 +264,7 @@ fn run_faulty(
     case: &torchlean_ir::Case,
     name: &str,
 ) -> Result<CaseOutcome, torchlean_compiled::CompiledError> {
-    use torchlean_equiv::{fault, Faulty};
+    use torchlean_faults::{fault, Faulty};
     type R = Tensor<f64>;
     match name {
         "flip-sign" => run_case::<Faulty<R, { fault::FLIP_SIGN }>>(case, None),
@@ -283,8 +283,8 @@ fn conform(
     inject_fault: Option<&str>,
 ) -> Result<Outcome, BadInput> {
     if let Some(f) = inject_fault {
-        if !torchlean_equiv::fault::ALL.iter().any(|(_, n)| *n == f) {
-            let names: Vec<&str> = torchlean_equiv::fault::ALL
+        if !torchlean_faults::fault::ALL.iter().any(|(_, n)| *n == f) {
+            let names: Vec<&str> = torchlean_faults::fault::ALL
                 .iter()
                 .map(|(_, n)| *n)
                 .collect();

@@ -430,7 +430,7 @@ fn a_deliberately_failing_equivalence_run_writes_a_case_that_conform_reproduces(
     let faulty = EngineOf::<Faulty<Tensor<f64>, { fault::DROP_CONTRIBUTION }>>::bitwise();
     let report = check(&cfg, &[&reference, &faulty]);
     assert!(!report.ok());
-    let path = report.failures[0].case_file.clone().unwrap();
+    let path = report.failures[0].case_file.path().unwrap().to_path_buf();
     let p = path.to_str().unwrap();
     let o = run(&["conform", p, "--inject-fault", "drop-contribution"]);
     assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));

@@ -1,7 +1,9 @@
 //! The claims of SPEC 2.3, each an executable check against its reference.
 
+use crate::error::EquivError;
 use crate::gen::GenCase;
-use crate::measure::{compare, compare_all, Measure, Mode};
+use crate::measure::{compare_all_detail, compare_detail, Measure, Mode};
+use std::sync::Arc;
 use torchlean_compiled::{
     backprop_all_ctx, backprop_ctx, backprop_ctx_reference, compile, compile_with,
     exec_graph_of_ir, CompileMode, ExecGraph, PreparedNode, SavedGraph,
@@ -87,8 +89,9 @@ pub struct Observation {
     /// The kinds this observation is attributed to.
     pub kinds: Vec<&'static str>,
     pub measure: Measure,
-    /// Why it failed, when it did.
-    pub detail: Option<String>,
+    /// Why it failed, when it did (shared: observations and failures are cloned into the
+    /// report).
+    pub detail: Option<Arc<EquivError>>,
 }
 
 fn obs(
@@ -97,7 +100,7 @@ fn obs(
     mode: Mode,
     kinds: &[&'static str],
     m: Measure,
-    detail: Option<String>,
+    detail: Option<EquivError>,
 ) -> Observation {
     Observation {
         claim,
@@ -105,7 +108,7 @@ fn obs(
         mode,
         kinds: kinds.to_vec(),
         measure: m,
-        detail: if m.pass { None } else { detail },
+        detail: if m.pass { None } else { detail.map(Arc::new) },
     }
 }
 
@@ -124,7 +127,7 @@ pub fn seed_values(shape: &Shape, salt: u64, with_neg_zero: bool) -> Tensor<f64>
     .expect("a seed of a validated shape")
 }
 
-fn values_seed<V: Kernels>(values: &[V], salt: u64, neg_zero: bool) -> Result<Vec<V>, String> {
+fn values_seed<V: Kernels>(values: &[V], salt: u64, neg_zero: bool) -> Result<Vec<V>, EquivError> {
     values
         .iter()
         .enumerate()
@@ -134,7 +137,7 @@ fn values_seed<V: Kernels>(values: &[V], salt: u64, neg_zero: bool) -> Result<Ve
                 salt.wrapping_add(i as u64),
                 neg_zero,
             ))
-            .map_err(|e| e.to_string())
+            .map_err(EquivError::from)
         })
         .collect()
 }
@@ -147,25 +150,22 @@ pub fn semantic_claims<V: Kernels>(case: &GenCase) -> Vec<Observation> {
     let mode = if V::EXACT { Mode::Exact } else { Mode::Bitwise };
     let kinds = case.kinds();
     let mut out = Vec::new();
-    let fail = |claim, e: String| obs(claim, engine, mode, &kinds, Measure::FAIL, Some(e));
+    let fail = |claim, e: EquivError| obs(claim, engine, mode, &kinds, Measure::FAIL, Some(e));
     let exec = match exec_graph_of_ir(&case.graph, &case.payload) {
         Ok(e) => e,
         Err(e) => {
-            out.push(fail(
-                Claim::TapeValuesVsEval,
-                format!("lowering failed: {e}"),
-            ));
+            out.push(fail(Claim::TapeValuesVsEval, EquivError::Lowering(e)));
             return out;
         }
     };
     let inputs: Vec<V> = match exec.inputs(&case.input, &case.payload) {
         Ok(i) => i,
         Err(e) => {
-            out.push(fail(Claim::TapeValuesVsEval, format!("inputs: {e}")));
+            out.push(fail(Claim::TapeValuesVsEval, EquivError::Inputs(e)));
             return out;
         }
     };
-    let run = |claim: Claim, r: Result<(Measure, Option<String>), String>| match r {
+    let run = |claim: Claim, r: ClaimResult| match r {
         Ok((m, detail)) => obs(claim, engine, claim_mode(claim, mode), &kinds, m, detail),
         Err(e) => obs(
             claim,
@@ -210,18 +210,38 @@ pub fn claim_mode(claim: Claim, base: Mode) -> Mode {
     }
 }
 
-type ClaimResult = Result<(Measure, Option<String>), String>;
+/// A claim's measure and, when it fails, why; an error when it could not be run.
+type ClaimResult = Result<(Measure, Option<EquivError>), EquivError>;
 
-fn describe(m: Measure, what: &str) -> (Measure, Option<String>) {
-    (
-        m,
-        (!m.pass).then(|| {
-            format!(
-                "{what}: max abs {:.3e}, max rel {:.3e}",
-                m.max_abs, m.max_rel
-            )
-        }),
-    )
+/// Comparisons merged into one measure, keeping the first failure's detail.
+struct Findings {
+    measure: Measure,
+    detail: Option<EquivError>,
+}
+
+impl Findings {
+    fn new() -> Self {
+        Findings {
+            measure: Measure::OK,
+            detail: None,
+        }
+    }
+
+    fn add(&mut self, (m, detail): (Measure, Option<EquivError>)) {
+        if !m.pass && self.detail.is_none() {
+            self.detail = detail;
+        }
+        self.measure = self.measure.merge(m);
+    }
+
+    /// Compares two lists (see [`compare_all_detail`]) and adds the result.
+    fn compare<V: Kernels>(&mut self, what: &'static str, got: &[V], want: &[V], mode: Mode) {
+        self.add(compare_all_detail(what, got, want, mode));
+    }
+
+    fn finish(self) -> (Measure, Option<EquivError>) {
+        (self.measure, self.detail)
+    }
 }
 
 /// IR lowering agrees with the IR denotation on every node, on the reference engine over
@@ -231,17 +251,16 @@ pub fn lowering_vs_denote<A: Scalar>(case: &GenCase) -> Observation {
     let mode = base_mode::<A>();
     let kinds = case.kinds();
     let result = (|| -> ClaimResult {
-        let exec = exec_graph_of_ir(&case.graph, &case.payload).map_err(|e| e.to_string())?;
-        let inputs: Vec<Tensor<A>> = exec
-            .inputs(&case.input, &case.payload)
-            .map_err(|e| e.to_string())?;
-        let ctx = exec.graph.eval(inputs.clone()).map_err(|e| e.to_string())?;
-        let denoted =
-            denote_all(&case.graph, &case.payload, &inputs[0]).map_err(|e| e.to_string())?;
+        let exec = exec_graph_of_ir(&case.graph, &case.payload)?;
+        let inputs: Vec<Tensor<A>> = exec.inputs(&case.input, &case.payload)?;
+        let ctx = exec.graph.eval(inputs.clone())?;
+        let denoted = denote_all(&case.graph, &case.payload, &inputs[0])?;
         let got: Vec<Tensor<A>> = exec.ir_positions.iter().map(|&p| ctx[p].clone()).collect();
-        Ok(describe(
-            compare_all(&got, &denoted, mode),
+        Ok(compare_all_detail(
             "lowered value vs denote_all",
+            &got,
+            &denoted,
+            mode,
         ))
     })();
     match result {
@@ -258,53 +277,43 @@ pub fn lowering_vs_denote<A: Scalar>(case: &GenCase) -> Observation {
 }
 
 fn tape_values_vs_eval<V: Kernels>(exec: &ExecGraph, inputs: &[V], mode: Mode) -> ClaimResult {
-    let evaluated = exec
-        .graph
-        .eval(inputs.to_vec())
-        .map_err(|e| e.to_string())?;
-    let (tape, values) = compile(&exec.graph, inputs.to_vec()).map_err(|e| e.to_string())?;
-    let mut m = compare_all(&values, &evaluated, mode);
+    let evaluated = exec.graph.eval(inputs.to_vec())?;
+    let (tape, values) = compile(&exec.graph, inputs.to_vec())?;
+    let mut found = Findings::new();
+    found.compare("compiled value vs eval", &values, &evaluated, mode);
     for (i, v) in evaluated.iter().enumerate() {
-        let t = tape.get_value(i).map_err(|e| e.to_string())?;
-        m = m.merge(compare(t, v, mode));
+        let t = tape.get_value(i)?;
+        found.add(compare_detail("compiled tape value vs eval", i, t, v, mode));
     }
-    Ok(describe(m, "compiled tape value vs eval"))
+    Ok(found.finish())
 }
 
 fn dense_from_vs_all_ctx<V: Kernels>(exec: &ExecGraph, inputs: &[V], mode: Mode) -> ClaimResult {
-    let values = exec
-        .graph
-        .eval(inputs.to_vec())
-        .map_err(|e| e.to_string())?;
-    let mut m = Measure::OK;
-    let mut detail = None;
+    let values = exec.graph.eval(inputs.to_vec())?;
+    let mut found = Findings::new();
     for (salt, neg_zero) in [(17u64, true), (29, false)] {
         let seed = values_seed(&values, salt, neg_zero)?;
-        let reference = backprop_all_ctx(&exec.graph, inputs.to_vec(), seed.clone())
-            .map_err(|e| e.to_string())?;
-        let (full, _) = compile_with(&exec.graph, inputs.to_vec(), CompileMode::FullContext)
-            .map_err(|e| e.to_string())?;
-        let got = full
-            .backward_dense_from(seed.clone())
-            .map_err(|e| e.to_string())?;
-        let one = compare_all(&got, &reference, mode);
-        if !one.pass && detail.is_none() {
-            detail = Some("full-context tape vs backprop_all_ctx".into());
-        }
-        m = m.merge(one);
+        let reference = backprop_all_ctx(&exec.graph, inputs.to_vec(), seed.clone())?;
+        let (full, _) = compile_with(&exec.graph, inputs.to_vec(), CompileMode::FullContext)?;
+        let got = full.backward_dense_from(seed.clone())?;
+        found.compare(
+            "full-context tape vs backprop_all_ctx",
+            &got,
+            &reference,
+            mode,
+        );
         if !neg_zero {
-            let (compact, _) = compile(&exec.graph, inputs.to_vec()).map_err(|e| e.to_string())?;
-            let got = compact
-                .backward_dense_from(seed)
-                .map_err(|e| e.to_string())?;
-            let one = compare_all(&got, &reference, mode);
-            if !one.pass && detail.is_none() {
-                detail = Some("compact tape vs backprop_all_ctx (seed without -0)".into());
-            }
-            m = m.merge(one);
+            let (compact, _) = compile(&exec.graph, inputs.to_vec())?;
+            let got = compact.backward_dense_from(seed)?;
+            found.compare(
+                "compact tape vs backprop_all_ctx (seed without -0)",
+                &got,
+                &reference,
+                mode,
+            );
         }
     }
-    Ok((m, detail))
+    Ok(found.finish())
 }
 
 fn all_finite<V: Kernels>(values: &[V]) -> bool {
@@ -315,25 +324,22 @@ fn all_finite<V: Kernels>(values: &[V]) -> bool {
 }
 
 fn dense_all_vs_dense_from<V: Kernels>(exec: &ExecGraph, inputs: &[V], mode: Mode) -> ClaimResult {
-    let (tape, values) = compile(&exec.graph, inputs.to_vec()).map_err(|e| e.to_string())?;
+    let (tape, values) = compile(&exec.graph, inputs.to_vec())?;
     // the theorem needs zero-preserving VJPs: with an infinite or NaN value, 0·inf is NaN
     if !all_finite(&values) {
         return Ok((Measure::OK, None));
     }
     let out = exec.output;
-    let seed =
-        V::from_f64(&seed_values(values[out].shape(), 41, false)).map_err(|e| e.to_string())?;
-    let all = tape
-        .backward_dense_all(out, seed.clone())
-        .map_err(|e| e.to_string())?;
+    let seed = V::from_f64(&seed_values(values[out].shape(), 41, false))?;
+    let all = tape.backward_dense_all(out, seed.clone())?;
     let mut one_hot: Vec<V> = values.iter().map(GradZero::zeros_like).collect();
     one_hot[out] = seed;
-    let from = tape
-        .backward_dense_from(one_hot)
-        .map_err(|e| e.to_string())?;
-    Ok(describe(
-        compare_all(&all, &from, mode),
+    let from = tape.backward_dense_from(one_hot)?;
+    Ok(compare_all_detail(
         "backward_dense_all vs backward_dense_from(one-hot)",
+        &all,
+        &from,
+        mode,
     ))
 }
 
@@ -362,84 +368,43 @@ fn opaque<V: Kernels>(k: usize) -> PreparedNode<V> {
 
 fn saved_vs_dense<V: Kernels>(exec: &ExecGraph, inputs: &[V], mode: Mode) -> ClaimResult {
     let g = &exec.graph;
-    let saved = SavedGraph::of_graph(g, inputs.to_vec()).map_err(|e| e.to_string())?;
+    let saved = SavedGraph::of_graph(g, inputs.to_vec())?;
     let n = g.n_inputs();
-    let mut m = Measure::OK;
-    let mut detail: Option<String> = None;
-    let mut check = |what: &str, got: &[V], want: &[V], m: &mut Measure| {
-        let one = compare_all(got, want, mode);
-        if !one.pass && detail.is_none() {
-            detail = Some(what.to_string());
-        }
-        *m = m.merge(one);
-    };
+    let mut found = Findings::new();
+    let mut check =
+        |what: &'static str, got: &[V], want: &[V]| found.compare(what, got, want, mode);
     let seed = values_seed(saved.values(), 53, true)?;
-    let dense = saved
-        .backprop_dense(seed.clone())
-        .map_err(|e| e.to_string())?;
-    let reference =
-        backprop_all_ctx(g, inputs.to_vec(), seed.clone()).map_err(|e| e.to_string())?;
-    check(
-        "backprop_dense vs backprop_all_ctx",
-        &dense,
-        &reference,
-        &mut m,
-    );
-    let array = saved
-        .backprop_array(seed.clone())
-        .map_err(|e| e.to_string())?;
-    check("backprop_array vs backprop_dense", &array, &dense, &mut m);
-    let stored = saved
-        .backprop_stored(seed.clone())
-        .map_err(|e| e.to_string())?;
-    check("backprop_stored vs backprop_dense", &stored, &dense, &mut m);
-    let in_dense = saved
-        .backprop_inputs_dense(seed.clone())
-        .map_err(|e| e.to_string())?;
-    check(
-        "backprop_inputs_dense vs prefix",
-        &in_dense,
-        &dense[..n],
-        &mut m,
-    );
-    let in_array = saved
-        .backprop_inputs_array(seed.clone())
-        .map_err(|e| e.to_string())?;
+    let dense = saved.backprop_dense(seed.clone())?;
+    let reference = backprop_all_ctx(g, inputs.to_vec(), seed.clone())?;
+    check("backprop_dense vs backprop_all_ctx", &dense, &reference);
+    let array = saved.backprop_array(seed.clone())?;
+    check("backprop_array vs backprop_dense", &array, &dense);
+    let stored = saved.backprop_stored(seed.clone())?;
+    check("backprop_stored vs backprop_dense", &stored, &dense);
+    let in_dense = saved.backprop_inputs_dense(seed.clone())?;
+    check("backprop_inputs_dense vs prefix", &in_dense, &dense[..n]);
+    let in_array = saved.backprop_inputs_array(seed.clone())?;
     check(
         "backprop_inputs_array vs backprop_inputs_dense",
         &in_array,
         &in_dense,
-        &mut m,
     );
-    let in_stored = saved
-        .backprop_inputs_stored(seed.clone())
-        .map_err(|e| e.to_string())?;
+    let in_stored = saved.backprop_inputs_stored(seed.clone())?;
     check(
         "backprop_inputs_stored vs backprop_inputs_dense",
         &in_stored,
         &in_dense,
-        &mut m,
     );
-    let ctx = backprop_ctx(g, inputs.to_vec(), seed.clone()).map_err(|e| e.to_string())?;
-    let ctx_ref = backprop_ctx_reference(g, inputs.to_vec(), seed).map_err(|e| e.to_string())?;
-    check(
-        "backprop_ctx (saved path) vs reference",
-        &ctx,
-        &ctx_ref,
-        &mut m,
-    );
+    let ctx = backprop_ctx(g, inputs.to_vec(), seed.clone())?;
+    let ctx_ref = backprop_ctx_reference(g, inputs.to_vec(), seed)?;
+    check("backprop_ctx (saved path) vs reference", &ctx, &ctx_ref);
     // reachable-only: backprop_from vs backward_dense_all on the compact tape
     let out = exec.output;
-    let s_out = V::from_f64(&seed_values(saved.values()[out].shape(), 59, true))
-        .map_err(|e| e.to_string())?;
-    let from = saved
-        .backprop_from(out, s_out.clone())
-        .map_err(|e| e.to_string())?;
-    let (tape, _) = compile(g, inputs.to_vec()).map_err(|e| e.to_string())?;
-    let all = tape
-        .backward_dense_all(out, s_out)
-        .map_err(|e| e.to_string())?;
-    check("backprop_from vs backward_dense_all", &from, &all, &mut m);
+    let s_out = V::from_f64(&seed_values(saved.values()[out].shape(), 59, true))?;
+    let from = saved.backprop_from(out, s_out.clone())?;
+    let (tape, _) = compile(g, inputs.to_vec())?;
+    let all = tape.backward_dense_all(out, s_out)?;
+    check("backprop_from vs backward_dense_all", &from, &all);
     // arbitrary VJPs: the same saved graph with opaque nodes appended
     let mut values = saved.values().to_vec();
     let mut nodes: Vec<PreparedNode<V>> = Vec::new();
@@ -452,34 +417,22 @@ fn saved_vs_dense<V: Kernels>(exec: &ExecGraph, inputs: &[V], mode: Mode) -> Cla
         ));
     }
     for k in 0..2 {
-        let last = values.last().cloned().ok_or("empty graph")?;
+        let last = values.last().cloned().ok_or(EquivError::EmptyGraph)?;
         values.push(last);
         nodes.push(opaque(k));
     }
-    let mixed = SavedGraph::from_parts(n, values, nodes).map_err(|e| e.to_string())?;
+    let mixed = SavedGraph::from_parts(n, values, nodes)?;
     let seed = values_seed(mixed.values(), 61, true)?;
-    let dense = mixed
-        .backprop_dense(seed.clone())
-        .map_err(|e| e.to_string())?;
-    let array = mixed
-        .backprop_array(seed.clone())
-        .map_err(|e| e.to_string())?;
-    check(
-        "backprop_array vs dense with opaque VJPs",
-        &array,
-        &dense,
-        &mut m,
-    );
-    let in_array = mixed
-        .backprop_inputs_array(seed)
-        .map_err(|e| e.to_string())?;
+    let dense = mixed.backprop_dense(seed.clone())?;
+    let array = mixed.backprop_array(seed.clone())?;
+    check("backprop_array vs dense with opaque VJPs", &array, &dense);
+    let in_array = mixed.backprop_inputs_array(seed)?;
     check(
         "backprop_inputs_array vs dense with opaque VJPs",
         &in_array,
         &dense[..n],
-        &mut m,
     );
-    Ok((m, detail))
+    Ok(found.finish())
 }
 
 /// Records the lowered program op by op on an eager tape (`runtime::record`, which scatters a
@@ -491,31 +444,31 @@ fn eager_vs_compiled<V: Kernels>(exec: &ExecGraph, inputs: &[V], mode: Mode) -> 
         tape.leaf(v.clone(), true, None);
     }
     for node in g.nodes() {
-        record(&mut tape, node.op.clone(), &node.args, None).map_err(|e| e.to_string())?;
+        record(&mut tape, node.op.clone(), &node.args, None)?;
     }
-    let (compiled, values) = compile(g, inputs.to_vec()).map_err(|e| e.to_string())?;
+    let (compiled, values) = compile(g, inputs.to_vec())?;
     let eager_values: Vec<V> = (0..tape.size())
         .map(|i| tape.get_value(i).cloned())
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
-    let mut m = compare_all(&eager_values, &values, Mode::Bitwise);
-    let mut detail = (!m.pass).then(|| "eager values vs compiled values".to_string());
+        .collect::<Result<_, _>>()?;
+    let mut found = Findings::new();
+    found.compare(
+        "eager values vs compiled values",
+        &eager_values,
+        &values,
+        Mode::Bitwise,
+    );
     let out = exec.output;
-    let seed =
-        V::from_f64(&seed_values(values[out].shape(), 67, false)).map_err(|e| e.to_string())?;
-    let eager = tape
-        .backward_dense_all(out, seed.clone())
-        .map_err(|e| e.to_string())?;
-    let comp = compiled
-        .backward_dense_all(out, seed)
-        .map_err(|e| e.to_string())?;
+    let seed = V::from_f64(&seed_values(values[out].shape(), 67, false))?;
+    let eager = tape.backward_dense_all(out, seed.clone())?;
+    let comp = compiled.backward_dense_all(out, seed)?;
     let n = g.n_inputs();
-    let grads = compare_all(&eager[..n], &comp[..n], mode);
-    if !grads.pass && detail.is_none() {
-        detail = Some("eager vs compiled input gradients".into());
-    }
-    m = m.merge(grads);
-    Ok((m, detail))
+    found.compare(
+        "eager vs compiled input gradients",
+        &eager[..n],
+        &comp[..n],
+        mode,
+    );
+    Ok(found.finish())
 }
 
 /// The constructed singular case: `x = 0`, `a = inv(x) = inf` disconnected from the output
@@ -523,40 +476,43 @@ fn eager_vs_compiled<V: Kernels>(exec: &ExecGraph, inputs: &[V], mode: Mode) -> 
 /// the reachable-only sweep does not. Passes if exactly that happens.
 pub fn dense_skipping_avoids_nan() -> Observation {
     let mut tape: Tape<Tensor<f64>> = Tape::empty();
-    let result = (|| -> Result<bool, String> {
-        let x = tape.leaf(
-            Tensor::new([1], vec![0.0]).map_err(|e| e.to_string())?,
-            true,
-            None,
-        );
+    let result = (|| -> Result<(f64, f64), EquivError> {
+        let x = tape.leaf(Tensor::new([1], vec![0.0])?, true, None);
         record(
             &mut tape,
             Op::Unary(torchlean_spec::UnaryOp::Inv),
             &[x],
             None,
-        )
-        .map_err(|e| e.to_string())?;
-        let out = record(&mut tape, Op::Scale { c: 3.0 }, &[x], None).map_err(|e| e.to_string())?;
-        let all = tape
-            .backward_dense_all(out, Tensor::new([1], vec![1.0]).map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
+        )?;
+        let out = record(&mut tape, Op::Scale { c: 3.0 }, &[x], None)?;
+        let all = tape.backward_dense_all(out, Tensor::new([1], vec![1.0])?)?;
         let zeros: Vec<Tensor<f64>> = (0..tape.size())
             .map(|i| tape.get_value(i).map(GradZero::zeros_like))
-            .collect::<Result<_, _>>()
-            .map_err(|e| e.to_string())?;
+            .collect::<Result<_, _>>()?;
         let mut seed = zeros;
-        seed[out] = Tensor::new([1], vec![1.0]).map_err(|e| e.to_string())?;
-        let from = tape.backward_dense_from(seed).map_err(|e| e.to_string())?;
-        Ok(all[x].data()[0] == 3.0 && from[x].data()[0].is_nan())
+        seed[out] = Tensor::new([1], vec![1.0])?;
+        let from = tape.backward_dense_from(seed)?;
+        Ok((all[x].data()[0], from[x].data()[0]))
     })();
-    let pass = matches!(result, Ok(true));
+    let detail = match result {
+        Ok((dense_all, dense_from)) if dense_all == 3.0 && dense_from.is_nan() => None,
+        Ok((dense_all, dense_from)) => Some(EquivError::SingularPoint {
+            dense_all,
+            dense_from,
+        }),
+        Err(e) => Some(e),
+    };
     Observation {
         claim: Claim::DenseSkippingAvoidsNan,
         engine: "reference-f64".into(),
         mode: Mode::Exact,
         kinds: vec!["inv", "scale"],
-        measure: if pass { Measure::OK } else { Measure::FAIL },
-        detail: (!pass).then(|| format!("{result:?}")),
+        measure: if detail.is_none() {
+            Measure::OK
+        } else {
+            Measure::FAIL
+        },
+        detail: detail.map(Arc::new),
     }
 }
 

@@ -1,13 +1,15 @@
 //! Engines under test: every engine is run through the same checks.
 
 use crate::claims::{semantic_claims, Claim, Observation};
+use crate::error::EquivError;
 use crate::gen::GenCase;
 use crate::measure::{Measure, Mode};
 use std::marker::PhantomData;
+use std::sync::Arc;
 use torchlean_compiled::{exec_graph_of_ir, run_grad, GradResult};
 use torchlean_engine_suite::{check_case, cotangent, OpCase, Tolerance};
 use torchlean_ir::{Graph, Payload};
-use torchlean_runtime::{forward, vjp, Kernels, Saved};
+use torchlean_runtime::{forward, vjp, Kernels, RuntimeError, Saved};
 use torchlean_spec::{Op, Tensor};
 
 /// An engine as the checker sees it (object safe, so the list of engines is data).
@@ -30,7 +32,7 @@ pub trait EngineUnderTest: Send + Sync {
         p: &Payload,
         x: &Tensor<f64>,
         seed: Option<&Tensor<f64>>,
-    ) -> Result<GradResult, String>;
+    ) -> Result<GradResult, EquivError>;
 }
 
 /// The engine of value type `V`, compared in `mode`.
@@ -71,12 +73,10 @@ impl<V: Kernels> EngineOf<V> {
 pub type NodeCases = Vec<(&'static str, OpCase)>;
 
 /// `(IR kind, op case)` for every lowered node, with operand values from the reference engine in f64.
-pub fn reference_nodes(case: &GenCase) -> Result<NodeCases, String> {
-    let exec = exec_graph_of_ir(&case.graph, &case.payload).map_err(|e| e.to_string())?;
-    let inputs: Vec<Tensor<f64>> = exec
-        .inputs(&case.input, &case.payload)
-        .map_err(|e| e.to_string())?;
-    let ctx = exec.graph.eval(inputs).map_err(|e| e.to_string())?;
+pub fn reference_nodes(case: &GenCase) -> Result<NodeCases, EquivError> {
+    let exec = exec_graph_of_ir(&case.graph, &case.payload)?;
+    let inputs: Vec<Tensor<f64>> = exec.inputs(&case.input, &case.payload)?;
+    let ctx = exec.graph.eval(inputs)?;
     let mut kind_at = vec!["input"; exec.graph.len()];
     for (id, &pos) in exec.ir_positions.iter().enumerate() {
         kind_at[pos] = case.graph.nodes[id].kind.name();
@@ -129,7 +129,7 @@ impl<V: Kernels> EngineUnderTest for EngineOf<V> {
                     mode: self.mode,
                     kinds: case.kinds(),
                     measure: Measure::FAIL,
-                    detail: Some(e),
+                    detail: Some(Arc::new(e)),
                 });
                 return out;
             }
@@ -152,19 +152,24 @@ impl<V: Kernels> EngineUnderTest for EngineOf<V> {
                     max_rel: r.max_rel,
                     pass: r.pass(),
                 },
-                detail: (!r.pass())
-                    .then(|| format!("{} ({}): {}", oc.name, oc.op.name(), r.failures.join("; "))),
+                detail: (!r.pass()).then(|| {
+                    Arc::new(EquivError::EngineVsReference {
+                        engine: V::ENGINE,
+                        node: oc.name.clone(),
+                        op: oc.op.name(),
+                        failures: r.failures.clone(),
+                    })
+                }),
             });
             if fd && self.is_f64() {
-                if let Some((m, detail)) = fd_check::<V>(&oc.op, &oc.inputs) {
+                if let Some((m, detail)) = fd_check::<V>(&oc.name, &oc.op, &oc.inputs) {
                     out.push(Observation {
                         claim: Claim::VjpVsFiniteDifferences,
                         engine: V::ENGINE.into(),
                         mode: Mode::Tolerance(FD_TOLERANCE),
                         kinds: vec![kind],
                         measure: m,
-                        detail: (!m.pass)
-                            .then(|| format!("{} ({}): {detail}", oc.name, oc.op.name())),
+                        detail: detail.filter(|_| !m.pass).map(Arc::new),
                     });
                 }
             }
@@ -178,8 +183,8 @@ impl<V: Kernels> EngineUnderTest for EngineOf<V> {
         p: &Payload,
         x: &Tensor<f64>,
         seed: Option<&Tensor<f64>>,
-    ) -> Result<GradResult, String> {
-        run_grad::<V>(g, p, x, seed).map_err(|e| e.to_string())
+    ) -> Result<GradResult, EquivError> {
+        Ok(run_grad::<V>(g, p, x, seed)?)
     }
 }
 
@@ -193,24 +198,23 @@ fn objective<V: Kernels>(
     op: &Op,
     inputs: &[Tensor<f64>],
     cot: &Tensor<f64>,
-) -> Result<f64, String> {
-    let vals: Vec<V> = inputs
-        .iter()
-        .map(V::from_f64)
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
+) -> Result<f64, RuntimeError> {
+    let vals: Vec<V> = inputs.iter().map(V::from_f64).collect::<Result<_, _>>()?;
     let args: Vec<&V> = vals.iter().collect();
-    let y = forward::<V>(op, &args)
-        .and_then(|y| y.to_f64())
-        .map_err(|e| e.to_string())?;
+    let y = forward::<V>(op, &args).and_then(|y| y.to_f64())?;
     Ok(y.data().iter().zip(cot.data()).map(|(a, b)| a * b).sum())
 }
 
 /// The VJP of `op` on engine `V` against central finite differences of `V`'s forward, at the
 /// given point. Elements at a kink (one-sided differences disagree: relu/abs at 0, max ties,
 /// pooling ties) are skipped. `None` when there is nothing to check (no differentiable
-/// operand).
-pub fn fd_check<V: Kernels>(op: &Op, inputs: &[Tensor<f64>]) -> Option<(Measure, String)> {
+/// operand). The detail (when the check fails) names `node` (the op's node, for the message)
+/// and the first element that disagrees, or the error that stopped the check.
+pub fn fd_check<V: Kernels>(
+    node: &str,
+    op: &Op,
+    inputs: &[Tensor<f64>],
+) -> Option<(Measure, Option<EquivError>)> {
     if matches!(
         op,
         Op::Detach | Op::RandUniform { .. } | Op::BernoulliMask { .. }
@@ -218,25 +222,20 @@ pub fn fd_check<V: Kernels>(op: &Op, inputs: &[Tensor<f64>]) -> Option<(Measure,
     {
         return None;
     }
-    let run = || -> Result<(Measure, String), String> {
-        let vals: Vec<V> = inputs
-            .iter()
-            .map(V::from_f64)
-            .collect::<Result<_, _>>()
-            .map_err(|e| e.to_string())?;
+    let run = || -> Result<(Measure, Option<EquivError>), RuntimeError> {
+        let vals: Vec<V> = inputs.iter().map(V::from_f64).collect::<Result<_, _>>()?;
         let args: Vec<&V> = vals.iter().collect();
-        let out = forward::<V>(op, &args).map_err(|e| e.to_string())?;
+        let out = forward::<V>(op, &args)?;
         let cot = cotangent(out.shape(), 0xfd);
-        let cot_v = V::from_f64(&cot).map_err(|e| e.to_string())?;
-        let grads =
-            vjp::<V>(op, &Saved::for_op(op, &args, &out), &cot_v).map_err(|e| e.to_string())?;
+        let cot_v = V::from_f64(&cot)?;
+        let grads = vjp::<V>(op, &Saved::for_op(op, &args, &out), &cot_v)?;
         let mut worst = Measure::OK;
-        let mut where_ = String::new();
+        let mut where_ = None;
         for (k, g) in grads.iter().enumerate() {
             // a structural zero must also be a zero derivative
             let g = match g {
-                Some(g) => g.to_f64().map_err(|e| e.to_string())?,
-                None => Tensor::zeros(inputs[k].shape().clone()).map_err(|e| e.to_string())?,
+                Some(g) => g.to_f64()?,
+                None => Tensor::zeros(inputs[k].shape().clone())?,
             };
             let n = inputs[k].len();
             let step = (n / FD_SAMPLES).max(1);
@@ -244,7 +243,7 @@ pub fn fd_check<V: Kernels>(op: &Op, inputs: &[Tensor<f64>]) -> Option<(Measure,
             for i in (0..n).step_by(step) {
                 let x0 = inputs[k].data()[i];
                 let h = 1e-6 * x0.abs().max(1.0);
-                let at = |d: f64| -> Result<f64, String> {
+                let at = |d: f64| -> Result<f64, RuntimeError> {
                     let mut ins = inputs.to_vec();
                     ins[k].data_mut()[i] = x0 + d;
                     objective::<V>(op, &ins, &cot)
@@ -264,15 +263,26 @@ pub fn fd_check<V: Kernels>(op: &Op, inputs: &[Tensor<f64>]) -> Option<(Measure,
                     pass: err / scale <= FD_TOLERANCE,
                 };
                 if !m.pass && worst.pass {
-                    where_ = format!(
-                        "operand {k} element {i}: finite difference {central:.6e}, VJP {:.6e}",
-                        g.data()[i]
-                    );
+                    where_ = Some(EquivError::FiniteDifference {
+                        node: node.to_string(),
+                        op: op.name(),
+                        operand: k,
+                        element: i,
+                        finite_difference: central,
+                        vjp: g.data()[i],
+                    });
                 }
                 worst = worst.merge(m);
             }
         }
         Ok((worst, where_))
     };
-    Some(run().unwrap_or_else(|e| (Measure::FAIL, e)))
+    Some(run().unwrap_or_else(|source| {
+        let e = EquivError::Node {
+            node: node.to_string(),
+            op: op.name(),
+            source,
+        };
+        (Measure::FAIL, Some(e))
+    }))
 }

@@ -8,15 +8,20 @@
 //! - [`gen`]: proptest strategies for random graphs (usable by other crates' tests);
 //! - [`claims`]: one function per claim;
 //! - [`engines`]: the engines under test, behind one object-safe trait;
-//! - [`faults`]: fault-injecting engines that show the checker can fail;
-//! - [`runner::check`]: runs everything in parallel, collects every failure, shrinks it and
-//!   writes it as a `torchlean.case.v1` file; [`report::Report`] prints the table.
+//! - [`error`]: [`EquivError`], what can go wrong while checking and what a check can find;
+//! - [`faults`]: fault-injecting engines that show the checker can fail (re-exported from
+//!   `torchlean-faults`, which the CLI uses without the checker);
+//! - [`runner::check`]: generates the cases ([`generate_cases`]), runs every claim on them in
+//!   parallel ([`run_observations`]), aggregates the rows ([`aggregate_rows`]), shrinks every
+//!   failure ([`shrink_failure`]) and writes it atomically as a `torchlean.case.v1` file
+//!   ([`write_counterexample`]; a write that fails is reported, never dropped);
+//!   [`report::Report`] prints the table.
 //!
 //! `cargo xtask check-equivalence` is the command-line front end.
 
 pub mod claims;
 pub mod engines;
-pub mod faults;
+pub mod error;
 pub mod gen;
 pub mod measure;
 pub mod report;
@@ -24,8 +29,14 @@ pub mod runner;
 
 pub use claims::{Claim, Observation};
 pub use engines::{EngineOf, EngineUnderTest};
-pub use faults::{fault, Faulty};
+pub use error::EquivError;
 pub use gen::{arb_case, build, GenCase, GenConfig};
 pub use measure::{Measure, Mode};
-pub use report::{Failure, Report, Row};
-pub use runner::{check, CheckConfig};
+pub use report::{CaseFile, Failure, Report, Row};
+pub use runner::{
+    aggregate_rows, check, generate_cases, run_observations, shrink_failure, write_counterexample,
+    Cases, CheckConfig, Family, Observations, Shrunk,
+};
+/// The fault-injecting engines (the `torchlean-faults` crate), as they were when they lived here.
+pub use torchlean_faults as faults;
+pub use torchlean_faults::{fault, Faulty};

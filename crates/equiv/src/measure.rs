@@ -1,5 +1,6 @@
 //! How a check is measured: maximum absolute and relative error, pass or fail.
 
+use crate::error::EquivError;
 use torchlean_runtime::Kernels;
 use torchlean_spec::Tensor;
 
@@ -121,4 +122,73 @@ pub fn compare_all<V: Kernels>(got: &[V], want: &[V], mode: Mode) -> Measure {
     got.iter()
         .zip(want)
         .fold(Measure::OK, |m, (g, w)| m.merge(compare(g, w, mode)))
+}
+
+/// Compares two values like [`compare`] and, when they differ, says how (see
+/// [`compare_all_detail`]); `index` is the value's position in what the claim compares.
+pub fn compare_detail<V: Kernels>(
+    what: &'static str,
+    index: usize,
+    got: &V,
+    want: &V,
+    mode: Mode,
+) -> (Measure, Option<EquivError>) {
+    let m = compare(got, want, mode);
+    let detail = (!m.pass).then(|| difference(what, index, got, want, m));
+    (m, detail)
+}
+
+/// Compares two lists like [`compare_all`] and, when they differ, says how: a length mismatch,
+/// or the first value that differs (its shapes when those differ, else the list's errors).
+/// `what` names the comparison (the claim's two sides).
+pub fn compare_all_detail<V: Kernels>(
+    what: &'static str,
+    got: &[V],
+    want: &[V],
+    mode: Mode,
+) -> (Measure, Option<EquivError>) {
+    if got.len() != want.len() {
+        let e = EquivError::Length {
+            what,
+            expected: want.len(),
+            got: got.len(),
+        };
+        return (Measure::FAIL, Some(e));
+    }
+    let m = compare_all(got, want, mode);
+    if m.pass {
+        return (m, None);
+    }
+    let first = got
+        .iter()
+        .zip(want)
+        .enumerate()
+        .find(|(_, (g, w))| !compare(*g, *w, mode).pass);
+    let detail = first.map(|(i, (g, w))| difference(what, i, g, w, m));
+    (m, detail)
+}
+
+/// How value `index` differs: its shapes, or the comparison's errors `m`.
+fn difference<V: Kernels>(
+    what: &'static str,
+    index: usize,
+    got: &V,
+    want: &V,
+    m: Measure,
+) -> EquivError {
+    if got.shape() != want.shape() {
+        EquivError::ShapeMismatch {
+            what,
+            index,
+            expected: want.shape().clone(),
+            got: got.shape().clone(),
+        }
+    } else {
+        EquivError::Mismatch {
+            what,
+            index,
+            max_abs: m.max_abs,
+            max_rel: m.max_rel,
+        }
+    }
 }

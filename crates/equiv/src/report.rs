@@ -2,10 +2,12 @@
 //! minimized counterexample, a closing `N passed, M failed` line.
 
 use crate::claims::Claim;
+use crate::error::EquivError;
 use crate::measure::{Measure, Mode};
 use serde_json::{json, Value};
 use std::fmt::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// One row of the table.
 #[derive(Clone, Debug)]
@@ -58,15 +60,46 @@ impl Row {
     }
 }
 
+/// What became of a failure's counterexample file.
+#[derive(Clone, Debug)]
+pub enum CaseFile {
+    /// No output directory was given.
+    NotRequested,
+    /// Written here.
+    Written(PathBuf),
+    /// Writing it failed (typically [`EquivError::Io`]).
+    NotWritten(Arc<EquivError>),
+}
+
+impl CaseFile {
+    /// The written file's path.
+    pub fn path(&self) -> Option<&Path> {
+        match self {
+            CaseFile::Written(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// Why the file could not be written.
+    pub fn error(&self) -> Option<&EquivError> {
+        match self {
+            CaseFile::NotWritten(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 /// A failing claim, shrunk.
 #[derive(Clone, Debug)]
 pub struct Failure {
     pub claim: Claim,
     pub engine: String,
-    pub detail: String,
+    /// Why the minimized case fails (shown with `Display` in the report).
+    pub detail: Option<Arc<EquivError>>,
     /// Nodes in the minimized graph.
     pub nodes: usize,
-    pub case_file: Option<PathBuf>,
+    /// The minimized counterexample as a `torchlean.case.v1` file.
+    pub case_file: CaseFile,
 }
 
 /// The `torchlean conform` flags that select an engine label's engine.
@@ -102,6 +135,11 @@ impl Report {
 
     pub fn ok(&self) -> bool {
         self.failed() == 0 && self.failures.is_empty()
+    }
+
+    /// The counterexamples that could not be written (each also shown under its failure).
+    pub fn write_errors(&self) -> impl Iterator<Item = &EquivError> {
+        self.failures.iter().filter_map(|f| f.case_file.error())
     }
 
     /// Graphs checked per second.
@@ -157,16 +195,17 @@ impl Report {
                     f.claim.name(),
                     f.engine,
                     f.nodes,
-                    f.detail,
-                    f.case_file
-                        .as_ref()
-                        .map(|p| format!(
+                    f.detail.as_ref().map(|d| d.to_string()).unwrap_or_default(),
+                    match &f.case_file {
+                        CaseFile::NotRequested => String::new(),
+                        CaseFile::Written(p) => format!(
                             "\n    counterexample: {}\n    rerun: torchlean conform {}{}",
                             p.display(),
                             p.display(),
                             rerun_flags(&f.engine)
-                        ))
-                        .unwrap_or_default()
+                        ),
+                        CaseFile::NotWritten(e) => format!("\n    counterexample not written: {e}"),
+                    }
                 );
             }
         }
@@ -190,7 +229,7 @@ impl Report {
         let failures: Vec<Value> = self
             .failures
             .iter()
-            .map(|f| json!({"claim": f.claim.id(), "engine": f.engine, "detail": f.detail, "nodes": f.nodes, "case_file": f.case_file.as_ref().map(|p| p.display().to_string())}))
+            .map(|f| json!({"claim": f.claim.id(), "engine": f.engine, "detail": f.detail.as_ref().map(|d| d.to_string()).unwrap_or_default(), "nodes": f.nodes, "case_file": f.case_file.path().map(|p| p.display().to_string()), "write_error": f.case_file.error().map(|e| e.to_string())}))
             .collect();
         let _ = writeln!(
             out,

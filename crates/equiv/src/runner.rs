@@ -5,14 +5,18 @@ use crate::claims::{
     dense_skipping_avoids_nan, lowering_vs_denote, seed_values, semantic_claims, Claim, Observation,
 };
 use crate::engines::EngineUnderTest;
+use crate::error::EquivError;
 use crate::gen::{build, GenCase, GenConfig};
 use crate::measure::Mode;
-use crate::report::{Failure, Report, Row};
+use crate::report::{CaseFile, Failure, Report, Row};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use rayon::prelude::*;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 use torchlean_compiled::run_grad;
 use torchlean_ir::{Case, DType, Expect, Tolerance};
@@ -100,37 +104,143 @@ fn is_failure_of(o: &Observation, claim: Claim, engine: &str) -> bool {
     o.claim == claim && o.engine == engine && !o.measure.pass
 }
 
-/// Runs the checker. `engines` should include the reference f64 engine (its node-by-node
-/// comparison is the finite-difference baseline).
-pub fn check(cfg: &CheckConfig, engines: &[&dyn EngineUnderTest]) -> Report {
-    let start = Instant::now();
-    let float_trees = trees(cfg.seed, 1, cfg.cases);
-    let exact_trees = trees(cfg.seed, 2, cfg.exact_cases);
-    let float_cases: Vec<GenCase> = float_trees
-        .iter()
-        .map(|t| build(GenConfig::FLOAT, &t.current()))
-        .collect();
-    let exact_cases: Vec<GenCase> = exact_trees
-        .iter()
-        .map(|t| build(GenConfig::ALGEBRAIC, &t.current()))
-        .collect();
-    let float_obs: Vec<Vec<Observation>> = float_cases
-        .par_iter()
-        .map(|c| observe_float(c, engines, cfg.finite_differences))
-        .collect();
-    let exact_obs: Vec<Vec<Observation>> = exact_cases.par_iter().map(observe_exact).collect();
-    let checked = float_cases.len() + exact_cases.len();
-    let elapsed = start.elapsed().as_secs_f64();
+/// Claims about one engine's ops (node by node, finite differences), as opposed to claims
+/// about the runtime paths.
+fn is_engine_claim(claim: Claim) -> bool {
+    matches!(
+        claim,
+        Claim::EngineVsReference | Claim::VjpVsFiniteDifferences
+    )
+}
 
-    // aggregate rows: claim × engine × kind
+/// The two families of random cases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// Float graphs of every kind, on every engine.
+    Float,
+    /// Algebraic graphs, checked exactly over the rationals (and bit for bit in f64).
+    Exact,
+}
+
+impl Family {
+    /// The salt of the family's choice vectors (with the run's seed).
+    fn salt(self) -> u64 {
+        match self {
+            Family::Float => 1,
+            Family::Exact => 2,
+        }
+    }
+
+    fn gen_config(self) -> GenConfig {
+        match self {
+            Family::Float => GenConfig::FLOAT,
+            Family::Exact => GenConfig::ALGEBRAIC,
+        }
+    }
+
+    /// Every observation on one case of the family.
+    pub fn observe(
+        self,
+        case: &GenCase,
+        engines: &[&dyn EngineUnderTest],
+        cfg: &CheckConfig,
+    ) -> Vec<Observation> {
+        match self {
+            Family::Float => observe_float(case, engines, cfg.finite_differences),
+            Family::Exact => observe_exact(case),
+        }
+    }
+}
+
+/// The random cases of a run.
+#[derive(Clone, Debug)]
+pub struct Cases {
+    pub float: Vec<GenCase>,
+    pub exact: Vec<GenCase>,
+}
+
+impl Cases {
+    pub fn of(&self, family: Family) -> &[GenCase] {
+        match family {
+            Family::Float => &self.float,
+            Family::Exact => &self.exact,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.float.len() + self.exact.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Every observation of a run: one list per case, in case order, and the constructed singular
+/// case's.
+#[derive(Clone, Debug)]
+pub struct Observations {
+    pub float: Vec<Vec<Observation>>,
+    pub exact: Vec<Vec<Observation>>,
+    pub singular: Observation,
+}
+
+impl Observations {
+    pub fn of(&self, family: Family) -> &[Vec<Observation>] {
+        match family {
+            Family::Float => &self.float,
+            Family::Exact => &self.exact,
+        }
+    }
+
+    /// Every observation: float cases, exact cases, the singular case.
+    pub fn iter(&self) -> impl Iterator<Item = &Observation> {
+        self.float
+            .iter()
+            .flatten()
+            .chain(self.exact.iter().flatten())
+            .chain(std::iter::once(&self.singular))
+    }
+}
+
+/// Generates the run's cases from its seed (deterministic).
+pub fn generate_cases(cfg: &CheckConfig) -> Cases {
+    let family = |f: Family, count: usize| -> Vec<GenCase> {
+        trees(cfg.seed, f.salt(), count)
+            .iter()
+            .map(|t| build(f.gen_config(), &t.current()))
+            .collect()
+    };
+    Cases {
+        float: family(Family::Float, cfg.cases),
+        exact: family(Family::Exact, cfg.exact_cases),
+    }
+}
+
+/// Runs every claim on every case, in parallel, and the constructed singular case.
+pub fn run_observations(
+    cfg: &CheckConfig,
+    cases: &Cases,
+    engines: &[&dyn EngineUnderTest],
+) -> Observations {
+    let run = |f: Family| -> Vec<Vec<Observation>> {
+        cases
+            .of(f)
+            .par_iter()
+            .map(|c| f.observe(c, engines, cfg))
+            .collect()
+    };
+    Observations {
+        float: run(Family::Float),
+        exact: run(Family::Exact),
+        singular: dense_skipping_avoids_nan(),
+    }
+}
+
+/// The report's rows: the observations aggregated per claim × engine × kind, in that order.
+pub fn aggregate_rows(obs: &Observations) -> Vec<Row> {
     let mut rows: BTreeMap<(Claim, String, &'static str), Row> = BTreeMap::new();
-    let singular = dense_skipping_avoids_nan();
-    let all = float_obs
-        .iter()
-        .flatten()
-        .chain(exact_obs.iter().flatten())
-        .chain(std::iter::once(&singular));
-    for o in all {
+    for o in obs.iter() {
         for &k in &o.kinds {
             let r = rows
                 .entry((o.claim, o.engine.clone(), k))
@@ -138,125 +248,159 @@ pub fn check(cfg: &CheckConfig, engines: &[&dyn EngineUnderTest]) -> Report {
             r.add(o.measure);
         }
     }
+    rows.into_values().collect()
+}
 
-    // every failing case per (claim, engine); the first one (for engine claims: the first whose
-    // disagreement reaches the whole graph's outputs, so it reproduces in `torchlean conform`)
-    // is shrunk and written out
-    let mut failures = Vec::new();
-    struct Source<'a> {
-        obs: &'a [Vec<Observation>],
-        cases: &'a [GenCase],
-        salt: u64,
-        gen_cfg: GenConfig,
-        exact: bool,
-    }
-    let sources = [
-        Source {
-            obs: &float_obs,
-            cases: &float_cases,
-            salt: 1,
-            gen_cfg: GenConfig::FLOAT,
-            exact: false,
-        },
-        Source {
-            obs: &exact_obs,
-            cases: &exact_cases,
-            salt: 2,
-            gen_cfg: GenConfig::ALGEBRAIC,
-            exact: true,
-        },
-    ];
-    let mut done: BTreeMap<(Claim, String), ()> = BTreeMap::new();
-    for Source {
-        obs,
-        cases,
-        salt,
-        gen_cfg,
-        exact,
-    } in sources
-    {
-        let mut failing: BTreeMap<(Claim, String), Vec<usize>> = BTreeMap::new();
-        for (i, case_obs) in obs.iter().enumerate() {
-            for o in case_obs.iter().filter(|o| !o.measure.pass) {
-                let v = failing.entry((o.claim, o.engine.clone())).or_default();
-                if v.last() != Some(&i) {
-                    v.push(i);
-                }
+/// The indices of one family's failing cases, per (claim, engine), in case order.
+fn failing_cases(obs: &[Vec<Observation>]) -> BTreeMap<(Claim, String), Vec<usize>> {
+    let mut failing: BTreeMap<(Claim, String), Vec<usize>> = BTreeMap::new();
+    for (i, case_obs) in obs.iter().enumerate() {
+        for o in case_obs.iter().filter(|o| !o.measure.pass) {
+            let v = failing.entry((o.claim, o.engine.clone())).or_default();
+            if v.last() != Some(&i) {
+                v.push(i);
             }
         }
-        for ((claim, engine), indices) in failing {
-            if done.insert((claim, engine.clone()), ()).is_some() {
+    }
+    failing
+}
+
+/// A failing claim on one engine, shrunk to a minimal case.
+#[derive(Clone, Debug)]
+pub struct Shrunk {
+    pub claim: Claim,
+    pub engine: String,
+    pub case: GenCase,
+    /// Why the minimal case fails.
+    pub detail: Option<Arc<EquivError>>,
+}
+
+/// Shrinks one failure of `claim` on `engine`. `failing` are the indices of the family's
+/// failing cases in `cases` (in case order); the first is shrunk — for engine claims, the
+/// first (of the first 20) whose disagreement reaches the whole graph's outputs or gradients,
+/// so that the counterexample reproduces in `torchlean conform`. `None` when `failing` is
+/// empty or the case's choice vector cannot be regenerated.
+pub fn shrink_failure(
+    cfg: &CheckConfig,
+    family: Family,
+    cases: &[GenCase],
+    failing: &[usize],
+    claim: Claim,
+    engine: &str,
+    engines: &[&dyn EngineUnderTest],
+) -> Option<Shrunk> {
+    let under_test = engines.iter().find(|e| e.name() == engine);
+    let &first = failing.first()?;
+    let i = failing
+        .iter()
+        .take(20)
+        .copied()
+        .find(|&i| {
+            is_engine_claim(claim) && under_test.is_some_and(|e| graph_level_differs(*e, &cases[i]))
+        })
+        .unwrap_or(first);
+    let fails = |case: &GenCase| {
+        family
+            .observe(case, engines, cfg)
+            .iter()
+            .any(|o| is_failure_of(o, claim, engine))
+    };
+    let tree = trees(cfg.seed, family.salt(), i + 1).pop()?;
+    let minimal = shrink(
+        tree,
+        family.gen_config(),
+        cfg.shrink_steps,
+        &fails,
+        engines,
+        claim,
+        engine,
+    );
+    let detail = family
+        .observe(&minimal, engines, cfg)
+        .into_iter()
+        .find(|o| is_failure_of(o, claim, engine))
+        .and_then(|o| o.detail);
+    Some(Shrunk {
+        claim,
+        engine: engine.to_string(),
+        case: minimal,
+        detail,
+    })
+}
+
+/// Every failure of the run: each failing (claim, engine) once (float cases first), shrunk
+/// and, when `cfg.out_dir` is set, written out (or the write's error kept); then the singular
+/// case's, if it failed.
+fn collect_failures(
+    cfg: &CheckConfig,
+    cases: &Cases,
+    obs: &Observations,
+    engines: &[&dyn EngineUnderTest],
+) -> Vec<Failure> {
+    let mut failures = Vec::new();
+    let mut done: BTreeSet<(Claim, String)> = BTreeSet::new();
+    for family in [Family::Float, Family::Exact] {
+        for ((claim, engine), failing) in failing_cases(obs.of(family)) {
+            if !done.insert((claim, engine.clone())) {
                 continue;
             }
-            let engine_claim = matches!(
-                claim,
-                Claim::EngineVsReference | Claim::VjpVsFiniteDifferences
-            );
-            let under_test = engines.iter().find(|e| e.name() == engine);
-            let i = indices
-                .iter()
-                .take(20)
-                .copied()
-                .find(|&i| {
-                    engine_claim && under_test.is_some_and(|e| graph_level_differs(*e, &cases[i]))
-                })
-                .unwrap_or(indices[0]);
-            let observe = |case: &GenCase| {
-                if exact {
-                    observe_exact(case)
-                } else {
-                    observe_float(case, engines, cfg.finite_differences)
-                }
-            };
-            let fails = |case: &GenCase| {
-                observe(case)
-                    .iter()
-                    .any(|o| is_failure_of(o, claim, &engine))
-            };
-            let Some(tree) = trees(cfg.seed, salt, i + 1).pop() else {
-                continue;
-            };
-            let minimal = shrink(
-                tree,
-                gen_cfg,
-                cfg.shrink_steps,
-                &fails,
-                engines,
+            let shrunk = shrink_failure(
+                cfg,
+                family,
+                cases.of(family),
+                &failing,
                 claim,
                 &engine,
+                engines,
             );
-            let detail = observe(&minimal)
-                .into_iter()
-                .find(|o| is_failure_of(o, claim, &engine))
-                .and_then(|o| o.detail)
-                .unwrap_or_default();
-            let path = cfg
-                .out_dir
-                .as_ref()
-                .and_then(|d| write_counterexample(d, claim, &engine, &minimal, engines).ok());
+            let Some(shrunk) = shrunk else {
+                continue;
+            };
+            let case_file = match &cfg.out_dir {
+                None => CaseFile::NotRequested,
+                Some(dir) => match write_counterexample(dir, claim, &engine, &shrunk.case, engines)
+                {
+                    Ok(path) => CaseFile::Written(path),
+                    Err(e) => CaseFile::NotWritten(Arc::new(e)),
+                },
+            };
             failures.push(Failure {
                 claim,
                 engine,
-                detail,
-                nodes: minimal.graph.len(),
-                case_file: path,
+                detail: shrunk.detail,
+                nodes: shrunk.case.graph.len(),
+                case_file,
             });
         }
     }
+    let singular = &obs.singular;
     if !singular.measure.pass {
         failures.push(Failure {
             claim: singular.claim,
             engine: singular.engine.clone(),
-            detail: singular.detail.clone().unwrap_or_default(),
+            detail: singular.detail.clone(),
             nodes: 3,
-            case_file: None,
+            case_file: CaseFile::NotRequested,
         });
     }
+    failures
+}
+
+/// Runs the checker: generates the cases, observes every claim on them, aggregates the rows,
+/// and shrinks (and writes) every failure. `engines` should include the reference f64 engine
+/// (its node-by-node comparison is the finite-difference baseline). A counterexample that
+/// could not be written is its failure's [`CaseFile::NotWritten`] (see
+/// [`Report::write_errors`]), shown in the report.
+pub fn check(cfg: &CheckConfig, engines: &[&dyn EngineUnderTest]) -> Report {
+    let start = Instant::now();
+    let cases = generate_cases(cfg);
+    let obs = run_observations(cfg, &cases, engines);
+    let seconds = start.elapsed().as_secs_f64();
     Report {
-        rows: rows.into_values().collect(),
-        failures,
-        graphs: checked,
-        seconds: elapsed,
+        rows: aggregate_rows(&obs),
+        failures: collect_failures(cfg, &cases, &obs, engines),
+        graphs: cases.len(),
+        seconds,
     }
 }
 
@@ -273,10 +417,6 @@ fn shrink(
     claim: Claim,
     engine: &str,
 ) -> GenCase {
-    let engine_claim = matches!(
-        claim,
-        Claim::EngineVsReference | Claim::VjpVsFiniteDifferences
-    );
     let whole_graph = |case: &GenCase| -> bool {
         engines
             .iter()
@@ -284,7 +424,7 @@ fn shrink(
             .is_none_or(|e| graph_level_differs(*e, case))
     };
     let original = build(gen_cfg, &tree.current());
-    let need_graph_level = engine_claim && whole_graph(&original);
+    let need_graph_level = is_engine_claim(claim) && whole_graph(&original);
     let pred = |case: &GenCase| fails(case) && (!need_graph_level || whole_graph(case));
     let mut best = original;
     let mut steps = 0;
@@ -307,11 +447,10 @@ fn shrink(
 }
 
 /// The reference f64 gradients of a case (output, input and payload), as a case file's expect.
-fn reference_expect(case: &GenCase) -> Result<(Tensor<f64>, Expect), String> {
+fn reference_expect(case: &GenCase) -> Result<(Tensor<f64>, Expect), EquivError> {
     let out_shape = case.graph.nodes[case.graph.output_id].shape.clone();
     let seed = seed_values(&out_shape, 0x5eed, false);
-    let r = run_grad::<Tensor<f64>>(&case.graph, &case.payload, &case.input, Some(&seed))
-        .map_err(|e| e.to_string())?;
+    let r = run_grad::<Tensor<f64>>(&case.graph, &case.payload, &case.input, Some(&seed))?;
     Ok((
         seed,
         Expect {
@@ -360,15 +499,17 @@ fn graph_level_differs(e: &dyn EngineUnderTest, case: &GenCase) -> bool {
 }
 
 /// Writes the minimized counterexample as a `torchlean.case.v1` file whose expectations are the
-/// reference engine's (f64) and whose tolerance is the engine's; returns its path.
+/// reference engine's (f64) and whose tolerance is the engine's, atomically (a temporary file
+/// in `dir`, synced, renamed into place); returns its path. Creates `dir` if needed.
 pub fn write_counterexample(
     dir: &Path,
     claim: Claim,
     engine: &str,
     case: &GenCase,
     engines: &[&dyn EngineUnderTest],
-) -> Result<PathBuf, String> {
-    std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+) -> Result<PathBuf, EquivError> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| EquivError::io("create the counterexample directory", dir, e))?;
     let (seed, expect) = reference_expect(case)?;
     let mode = engines
         .iter()
@@ -392,7 +533,155 @@ pub fn write_counterexample(
         },
     };
     let path = dir.join(format!("{name}.json"));
-    let text = serde_json::to_string_pretty(&file.to_json()).map_err(|e| e.to_string())?;
-    std::fs::write(&path, text).map_err(|e| e.to_string())?;
+    let text =
+        serde_json::to_string_pretty(&file.to_json()).map_err(|source| EquivError::Json {
+            path: path.clone(),
+            source,
+        })?;
+    write_atomically(&path, text.as_bytes())?;
     Ok(path)
+}
+
+/// Writes `contents` to `path` atomically: into a new temporary file in the same directory,
+/// synced to disk, then renamed over `path`. A reader sees the old file or the whole new one,
+/// never a partial write. On failure the temporary file is removed and the error names `path`.
+fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), EquivError> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(
+        ".{name}.{}-{}.tmp",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let written = (|| -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        f.write_all(contents)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)
+    })();
+    written.map_err(|e| {
+        // the write's error is the one reported; if the temporary file was never created,
+        // there is nothing to remove and this fails harmlessly
+        let _ = std::fs::remove_file(&tmp);
+        EquivError::io("write counterexample", path, e)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::engines::EngineOf;
+
+    fn a_case() -> GenCase {
+        build(
+            GenConfig::FLOAT,
+            &[3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3],
+        )
+    }
+
+    fn entries(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_written_counterexample_is_complete_and_leaves_no_temporary_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let reference = EngineOf::<Tensor<f64>>::bitwise();
+        let engines: [&dyn EngineUnderTest; 1] = [&reference];
+        let case = a_case();
+        let path = write_counterexample(
+            dir.path(),
+            Claim::EngineVsReference,
+            "reference-f64",
+            &case,
+            &engines,
+        )
+        .unwrap();
+        assert_eq!(
+            path,
+            dir.path().join("engine_vs_reference-reference-f64.json")
+        );
+        assert_eq!(
+            entries(dir.path()),
+            ["engine_vs_reference-reference-f64.json"]
+        );
+        let written = Case::from_json_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        assert_eq!(written.graph.len(), case.graph.len());
+        // writing again replaces the file, still without a temporary file left behind
+        write_counterexample(
+            dir.path(),
+            Claim::EngineVsReference,
+            "reference-f64",
+            &case,
+            &engines,
+        )
+        .unwrap();
+        assert_eq!(
+            entries(dir.path()),
+            ["engine_vs_reference-reference-f64.json"]
+        );
+    }
+
+    #[test]
+    fn a_directory_that_cannot_be_created_is_an_io_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let blocker = dir.path().join("file");
+        std::fs::write(&blocker, "").unwrap();
+        let out = blocker.join("sub");
+        let reference = EngineOf::<Tensor<f64>>::bitwise();
+        let e = write_counterexample(
+            &out,
+            Claim::EngineVsReference,
+            "reference-f64",
+            &a_case(),
+            &[&reference],
+        )
+        .unwrap_err();
+        let EquivError::Io { path, .. } = &e else {
+            panic!("expected an Io error, got {e:?}");
+        };
+        assert_eq!(path, &out);
+        assert!(std::error::Error::source(&e)
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .is_some());
+        assert_eq!(entries(dir.path()), ["file"]);
+    }
+
+    #[test]
+    fn a_failed_rename_is_an_io_error_and_removes_the_temporary_file() {
+        // a directory where the file should go: the temporary file is written, the rename fails
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("engine_vs_reference-reference-f64.json");
+        std::fs::create_dir(&target).unwrap();
+        std::fs::write(target.join("keep"), "").unwrap();
+        let reference = EngineOf::<Tensor<f64>>::bitwise();
+        let e = write_counterexample(
+            dir.path(),
+            Claim::EngineVsReference,
+            "reference-f64",
+            &a_case(),
+            &[&reference],
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, EquivError::Io { path, .. } if path == &target),
+            "{e:?}"
+        );
+        assert_eq!(
+            entries(dir.path()),
+            ["engine_vs_reference-reference-f64.json"]
+        );
+        assert!(target.is_dir());
+    }
 }

@@ -56,7 +56,7 @@ fn every_injected_fault_is_caught() {
             let faulty = EngineOf::<Faulty<Tensor<f64>, { $f }>>::bitwise();
             let report = check(&cfg, &[&reference, &faulty]);
             for f in &report.failures {
-                let text = std::fs::read_to_string(f.case_file.as_ref().unwrap()).unwrap();
+                let text = std::fs::read_to_string(f.case_file.path().unwrap()).unwrap();
                 let case = torchlean_ir::Case::from_json_str(&text).unwrap();
                 let bad = torchlean_compiled::run_case::<Faulty<Tensor<f64>, { $f }>>(&case, None)
                     .unwrap();
@@ -103,7 +103,7 @@ fn every_injected_fault_is_caught() {
         println!("fault {name}: caught by {}", caught.join(", "));
         // every failure has a minimized counterexample on disk
         for f in &report.failures {
-            let path = f.case_file.as_ref().unwrap();
+            let path = f.case_file.path().unwrap();
             let case =
                 torchlean_ir::Case::from_json_str(&std::fs::read_to_string(path).unwrap()).unwrap();
             assert!(
@@ -122,4 +122,48 @@ fn every_injected_fault_is_caught() {
             report.text()
         );
     }
+}
+
+#[test]
+fn a_counterexample_that_cannot_be_written_is_reported() {
+    // `out_dir` below a regular file: the directory cannot be created
+    let dir = tempfile::tempdir().unwrap();
+    let blocker = dir.path().join("not-a-directory");
+    std::fs::write(&blocker, "").unwrap();
+    let out = blocker.join("counterexamples");
+    let cfg = CheckConfig {
+        cases: 24,
+        exact_cases: 0,
+        finite_differences: false,
+        out_dir: Some(out.clone()),
+        shrink_steps: 50,
+        ..CheckConfig::default()
+    };
+    let reference = EngineOf::<Tensor<f64>>::bitwise();
+    let faulty = EngineOf::<Faulty<Tensor<f64>, { fault::DROP_CONTRIBUTION }>>::bitwise();
+    let report = check(&cfg, &[&reference, &faulty]);
+    assert!(!report.ok());
+    assert!(!report.failures.is_empty());
+    for f in &report.failures {
+        let e = f.case_file.error().expect("every failure's write failed");
+        assert!(
+            matches!(e, EquivError::Io { path, .. } if path == &out),
+            "the error names the directory: {e:?}"
+        );
+        assert!(std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<std::io::Error>())
+            .is_some());
+    }
+    assert_eq!(report.write_errors().count(), report.failures.len());
+    let text = report.text();
+    assert!(
+        text.contains(&format!(
+            "counterexample not written: could not create the counterexample directory `{}`",
+            out.display()
+        )),
+        "{text}"
+    );
+    assert!(report
+        .json_lines()
+        .contains("\"write_error\":\"could not create the counterexample directory"));
 }

@@ -1,5 +1,10 @@
-//! Fault-injecting engines: wrappers that break one rule on purpose, to show that the checker
-//! catches it. `Faulty<V, F>` behaves exactly like `V` except for fault `F`.
+//! `torchlean-faults`: fault-injecting engines, wrappers that break one rule on purpose, to show
+//! that the equivalence checker (`torchlean-equiv`) catches it and to reproduce its
+//! counterexamples (`torchlean conform --inject-fault`). `Faulty<V, F>` behaves exactly like `V`
+//! except for fault `F`.
+//!
+//! A crate of its own (on `spec` and `runtime` only) so that the CLI gets the faulty engines
+//! without the checker and its generators.
 
 use torchlean_runtime::{GradValue, GradZero, Kernels, Result, RuntimeError};
 use torchlean_spec::{Backend, BinaryOp, Conv2dSpec, PoolSpec, Shape, Tensor, UnaryOp};
@@ -302,5 +307,55 @@ impl<V: Kernels, const F: u8> Kernels for Faulty<V, F> {
 
     fn bit_eq(&self, other: &Self) -> bool {
         self.0.bit_eq(&other.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use torchlean_runtime::{forward, vjp, Saved};
+    use torchlean_spec::Op;
+
+    #[test]
+    fn every_fault_has_its_own_label() {
+        // `torchlean conform --inject-fault NAME` and the checker's rerun line rely on the label
+        // `faulty-NAME-f64`
+        let labels = [
+            <Faulty<Tensor<f64>, { fault::FLIP_SIGN }> as Kernels>::ENGINE,
+            <Faulty<Tensor<f64>, { fault::DROP_CONTRIBUTION }> as Kernels>::ENGINE,
+            <Faulty<Tensor<f64>, { fault::ACCUMULATION_ORDER }> as Kernels>::ENGINE,
+            <Faulty<Tensor<f64>, { fault::BROADCAST_REDUCTION }> as Kernels>::ENGINE,
+            <Faulty<Tensor<f64>, { fault::POOL_OFF_BY_ONE }> as Kernels>::ENGINE,
+        ];
+        for ((_, name), label) in fault::ALL.iter().zip(labels) {
+            assert_eq!(label, format!("faulty-{name}-f64"));
+        }
+    }
+
+    #[test]
+    fn a_fault_changes_only_its_rule() {
+        type F = Faulty<Tensor<f64>, { fault::FLIP_SIGN }>;
+        let a = F::from_f64(&Tensor::new([2], vec![1.0, 2.0]).unwrap()).unwrap();
+        let b = F::from_f64(&Tensor::new([2], vec![3.0, 4.0]).unwrap()).unwrap();
+        let cot = F::from_f64(&Tensor::new([2], vec![1.0, 1.0]).unwrap()).unwrap();
+        // forward is the inner engine's
+        let mul = Op::Binary(BinaryOp::Mul);
+        let y = forward::<F>(&mul, &[&a, &b]).unwrap();
+        assert_eq!(y.to_f64().unwrap().data(), &[3.0, 8.0]);
+        // the first operand's cotangent has its sign flipped, the second's is intact
+        let saved = Saved::for_op(&mul, &[&a, &b], &y);
+        let g = vjp::<F>(&mul, &saved, &cot).unwrap();
+        let g0 = g[0].as_ref().unwrap().to_f64().unwrap();
+        let g1 = g[1].as_ref().unwrap().to_f64().unwrap();
+        assert_eq!(g0.data(), &[-3.0, -4.0]);
+        assert_eq!(g1.data(), &[1.0, 2.0]);
+        // other ops are untouched
+        let add = Op::Binary(BinaryOp::Add);
+        let y = forward::<F>(&add, &[&a, &b]).unwrap();
+        let g = vjp::<F>(&add, &Saved::for_op(&add, &[&a, &b], &y), &cot).unwrap();
+        assert!(g
+            .iter()
+            .all(|g| g.as_ref().unwrap().to_f64().unwrap().data() == [1.0, 1.0]));
     }
 }
