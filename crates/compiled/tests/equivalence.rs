@@ -17,7 +17,7 @@ use serde_json::json;
 use torchlean_compiled::*;
 use torchlean_ir::{denote_all, Case, Graph, Payload};
 use torchlean_runtime::Kernels;
-use torchlean_spec::{ops::splitmix64, Rational, Scalar, Shape, Tensor};
+use torchlean_spec::{ops::splitmix64, Op, Rational, Scalar, Shape, Tensor};
 
 /// A deterministic seed tensor with mixed signs, including `-0.0` when `with_neg_zero`.
 fn seed_tensor<A: Scalar>(shape: &Shape, salt: u64, with_neg_zero: bool) -> Tensor<A> {
@@ -419,5 +419,41 @@ fn graphdata_construction_validates_arguments_and_shapes() {
     assert_eq!(
         g.push(Op::Binary(BinaryOp::Add), vec![0, 0], None).unwrap(),
         2
+    );
+}
+
+#[test]
+fn compiled_nodes_take_the_op_table_route_with_the_local_sum_rule() {
+    use torchlean_runtime::Backward;
+    use torchlean_spec::BinaryOp;
+    let mut g = GraphData::new(vec![Shape::from([1])]).unwrap();
+    let y = g.push(Op::Binary(BinaryOp::Add), vec![0, 0], None).unwrap();
+    let (tape, _) = compile::<Tensor<f64>>(&g, vec![Tensor::new([1], vec![3.0]).unwrap()]).unwrap();
+    assert!(matches!(tape.nodes()[y].backward, Backward::Recorded(_)));
+    // add(a, a): one contribution, locally summed (the eager tape would give two)
+    let pairs = tape
+        .run_backward(y, &Tensor::new([1], vec![1.5]).unwrap())
+        .unwrap();
+    assert_eq!(pairs.len(), 1);
+    assert_eq!((pairs[0].0, pairs[0].1.data()[0]), (0, 3.0));
+    // FullContext is the checking mode: a closure over every earlier position
+    let (full, _) = compile_with::<Tensor<f64>>(
+        &g,
+        vec![Tensor::new([1], vec![3.0]).unwrap()],
+        CompileMode::FullContext,
+    )
+    .unwrap();
+    assert!(matches!(full.nodes()[y].backward, Backward::Closure(_)));
+}
+
+#[test]
+fn a_layernorm_without_eps_lowers_to_the_default_of_spec_3() {
+    let mut g = GraphData::new(vec![Shape::from([2, 3])]).unwrap();
+    g.push(Op::LayerNorm { axis: 1, eps: None }, vec![0], None)
+        .unwrap();
+    let text = torchlean_compiled::graph_text(&g, None, None);
+    assert!(
+        text.contains("layernorm(%0) axis=1 eps=1e-6 (default)"),
+        "{text}"
     );
 }

@@ -135,3 +135,36 @@ pub enum RecordMode {
     Eager,
     Compiled,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use torchlean_spec::Tensor;
+
+    fn t(v: f64) -> Tensor<f64> {
+        Tensor::new([1], vec![v]).expect("one value")
+    }
+
+    #[test]
+    fn the_local_sum_folds_in_operand_order_first_as_is() {
+        // written out: slot 0 = (1e16 + 1) + (-1e16) = 0 in f64 (1e16 + 1 rounds to 1e16);
+        // any other order gives 1
+        let operands = [5, 7, 5, 5];
+        let mut grads = vec![Some(t(1e16)), Some(t(2.0)), Some(t(1.0)), Some(t(-1e16))];
+        fold_repeated_operands(&operands, &mut grads).expect("same shapes");
+        assert_eq!(
+            grads[0].as_ref().map(|g| g.data()[0].to_bits()),
+            Some(0f64.to_bits())
+        );
+        assert_eq!(grads[1].as_ref().map(|g| g.data()[0]), Some(2.0));
+        assert!(grads[2].is_none() && grads[3].is_none());
+        // a structural zero first: the first present cotangent is stored as is
+        let mut grads = vec![None, Some(t(2.0)), Some(t(-0.0))];
+        fold_repeated_operands(&[3, 4, 3], &mut grads).expect("same shapes");
+        assert_eq!(
+            grads[0].as_ref().map(|g| g.data()[0].to_bits()),
+            Some((-0.0f64).to_bits())
+        );
+        assert!(grads[2].is_none());
+    }
+}

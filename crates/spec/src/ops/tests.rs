@@ -489,3 +489,39 @@ fn identity_rule_matches_the_shape_rule() {
         assert!(!op.identity_rule(), "{}", op.name());
     }
 }
+
+#[test]
+fn a_pool_kind_is_named_by_its_padded_flag_not_by_its_padding() {
+    // an `avg_pool2d_pad` node with padding 0 used to be called `avg_pool2d` in errors
+    let spec = PoolSpec {
+        kind: PoolKind::Avg,
+        kernel_h: 2,
+        kernel_w: 2,
+        stride: 1,
+        padding: 0,
+        padded: true,
+    };
+    assert_eq!(spec.name(), "avg_pool2d_pad");
+    let e = Op::Pool(spec)
+        .infer_shape(&[Shape::from([1, 3])])
+        .unwrap_err();
+    assert!(e.to_string().contains("`avg_pool2d_pad`"), "{e}");
+    // and an unpadded kind cannot carry padding
+    let e = Op::Pool(PoolSpec {
+        padded: false,
+        padding: 1,
+        ..spec
+    })
+    .infer_shape(&[Shape::from([1, 4, 4])])
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            SpecError::OpAttr {
+                attr: "padding",
+                ..
+            }
+        ),
+        "{e}"
+    );
+}
