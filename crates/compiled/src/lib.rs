@@ -3,7 +3,7 @@
 //!
 //! - [`GraphData`]: typed SSA (inputs Γ, then one node per op over earlier positions);
 //! - [`exec_graph_of_ir`]: IR + payload → GraphData, weights lifted to inputs;
-//! - [`compile`] / [`compile_with`]: GraphData + inputs → runtime tape + values, for any engine;
+//! - [`compile()`] / [`compile_with`]: GraphData + inputs → runtime tape + values, for any engine;
 //! - [`backprop_all_ctx`] / [`backprop_ctx`]: the reference reverse semantics;
 //! - [`SavedGraph`]: the saved-graph executor and its passes;
 //! - [`lower_text`]: the printed form reviewers read (and insta snapshots hold).

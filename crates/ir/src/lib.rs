@@ -7,7 +7,7 @@
 //! - [`denote_all`]: the reference evaluator, over any [`torchlean_spec::Scalar`] (so the
 //!   rational scalar evaluates the algebraic fragment exactly), through the op semantics of
 //!   `torchlean_spec::ops`;
-//! - [`pretty`] and [`dot`]: text for review and Graphviz.
+//! - [`pretty()`] and [`dot`]: text for review and Graphviz.
 //!
 //! This crate never touches an engine.
 

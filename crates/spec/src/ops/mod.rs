@@ -1,5 +1,5 @@
 //! The reference meaning of every op: its shape rule, its forward computation and its VJP, on
-//! the reference [`Tensor`], written once, naively and obviously correctly.
+//! the reference [`Tensor`](crate::Tensor), written once, naively and obviously correctly.
 //!
 //! `ir`'s denotation, the runtime's reference engine and `compiled`'s reference backprop all
 //! call these functions; fast engines implement their own kernels and are checked against them.
