@@ -203,7 +203,7 @@ fn eval_node<A: Scalar>(
             if op == Op::Unary(UnaryOp::Log) {
                 if let Some(i) = parent_vals[0].data().iter().position(|v| !v.is_positive()) {
                     return Err(eval_err(SpecError::Domain {
-                        op: "log",
+                        op: torchlean_spec::ops::desc::LOG.name,
                         reason: format!(
                             "element {i} is {:?}; raw `log` needs positive input",
                             parent_vals[0].data()[i]

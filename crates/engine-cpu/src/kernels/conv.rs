@@ -35,7 +35,7 @@ use gemm::Parallelism;
 use rayon::prelude::*;
 use torchlean_spec::{Conv2dSpec, Shape};
 
-const OP: &str = "conv2d";
+const OP: &str = torchlean_spec::ops::desc::CONV2D.name;
 
 /// Most weight-gradient groups (and so partial sums) per batch.
 const MAX_GROUPS: usize = 8;

@@ -15,7 +15,7 @@ use crate::tensor::CpuTensor;
 use crate::threads::should_par;
 use gemm::Parallelism;
 use rayon::prelude::*;
-use torchlean_spec::ops::{linear_dims, matmul_dims};
+use torchlean_spec::ops::{desc, linear_dims, matmul_dims};
 use torchlean_spec::Shape;
 
 /// The cotangents of an `(input, weight, bias)` op.
@@ -193,7 +193,7 @@ pub(crate) fn matmul<T: CpuScalar>(
     let (ad, bd) = (a.as_slice(), b.as_slice());
     batched(out.data_mut(), m * p, bt, m * n * p, |t, dst, par| {
         gemm(
-            "matmul",
+            desc::MATMUL.name,
             m,
             p,
             n,
@@ -218,7 +218,7 @@ pub(crate) fn matmul_vjp<T: CpuScalar>(
     let mut da = CpuTensor::uninit(a.shape().clone());
     batched(da.data_mut(), m * n, bt, m * n * p, |t, dst, par| {
         gemm(
-            "matmul",
+            desc::MATMUL.name,
             m,
             n,
             p,
@@ -232,7 +232,7 @@ pub(crate) fn matmul_vjp<T: CpuScalar>(
     let mut db = CpuTensor::uninit(b.shape().clone());
     batched(db.data_mut(), n * p, bt, m * n * p, |t, dst, par| {
         gemm(
-            "matmul",
+            desc::MATMUL.name,
             n,
             p,
             m,
@@ -264,7 +264,7 @@ pub(crate) fn linear<T: CpuScalar>(
         }
     }
     gemm(
-        "linear",
+        desc::LINEAR.name,
         rows,
         outf,
         inp,
@@ -288,7 +288,7 @@ pub(crate) fn linear_vjp<T: CpuScalar>(
     let dd = dy.as_slice();
     let mut dx = CpuTensor::uninit(x.shape().clone());
     gemm(
-        "linear",
+        desc::LINEAR.name,
         rows,
         inp,
         outf,
@@ -300,7 +300,7 @@ pub(crate) fn linear_vjp<T: CpuScalar>(
     )?;
     let mut dw = CpuTensor::uninit(w.shape().clone());
     gemm(
-        "linear",
+        desc::LINEAR.name,
         outf,
         inp,
         rows,

@@ -54,7 +54,7 @@ pub(crate) fn with_batch(x: &Shape, c: usize, h: usize, w: usize) -> Shape {
 }
 
 impl Conv2dSpec {
-    const OP: &'static str = "conv2d";
+    const OP: &'static str = super::desc::CONV2D.name;
 
     fn attr_err(attr: &'static str, reason: String) -> SpecError {
         SpecError::OpAttr {

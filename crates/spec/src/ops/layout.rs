@@ -44,7 +44,7 @@ pub fn broadcast_compatible(from: &Shape, to: &Shape) -> bool {
 }
 
 pub(crate) fn infer_broadcast(from: &Shape, to: &Shape, input: &Shape) -> Result<Shape> {
-    const OP: &str = "broadcast_to";
+    const OP: &str = super::desc::BROADCAST_TO.name;
     if input != from {
         return Err(SpecError::OpShape {
             op: OP,
@@ -116,7 +116,7 @@ pub(crate) fn infer_reshape(to: &Shape, input: &Shape) -> Result<Shape> {
     let n = to.checked_size()?;
     if n != input.size() {
         return Err(SpecError::OpShape {
-            op: "reshape",
+            op: super::desc::RESHAPE.name,
             shapes: vec![input.clone()],
             reason: format!("cannot reshape {} elements into {to}", input.size()),
         });
@@ -163,7 +163,7 @@ pub(crate) fn inverse(perm: &[usize]) -> Vec<usize> {
 
 /// `out[i₀, …] = x[j]` with `j[perm[k]] = i[k]`.
 pub(crate) fn permute<A: Scalar>(x: &Tensor<A>, perm: &[usize]) -> Result<Tensor<A>> {
-    let out_shape = infer_permute("permute", perm, x.shape())?;
+    let out_shape = infer_permute(super::desc::PERMUTE.name, perm, x.shape())?;
     let in_strides = x.shape().strides();
     Tensor::from_fn(out_shape, |idx| {
         let off: usize = idx.iter().zip(perm).map(|(&i, &p)| i * in_strides[p]).sum();
@@ -172,7 +172,7 @@ pub(crate) fn permute<A: Scalar>(x: &Tensor<A>, perm: &[usize]) -> Result<Tensor
 }
 
 pub(crate) fn infer_concat(axis: usize, inputs: &[Shape]) -> Result<Shape> {
-    const OP: &str = "concat";
+    const OP: &str = super::desc::CONCAT.name;
     if inputs.len() < 2 {
         return Err(SpecError::Arity {
             op: OP,

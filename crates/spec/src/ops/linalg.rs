@@ -8,7 +8,7 @@ use crate::tensor::Tensor;
 
 pub(crate) fn infer_matmul(a: &Shape, b: &Shape) -> Result<Shape> {
     let err = |reason: &str| SpecError::OpShape {
-        op: "matmul",
+        op: super::desc::MATMUL.name,
         shapes: vec![a.clone(), b.clone()],
         reason: reason.to_string(),
     };
@@ -102,7 +102,7 @@ pub(crate) fn matmul_vjp<A: Scalar>(
 /// and declared output shapes.
 pub(crate) fn linear_payload_shapes(x: &Shape, out: &Shape) -> Result<Vec<Shape>> {
     let err = |reason: &str| SpecError::OpShape {
-        op: "linear",
+        op: super::desc::LINEAR.name,
         shapes: vec![x.clone(), out.clone()],
         reason: reason.to_string(),
     };
@@ -119,7 +119,7 @@ pub(crate) fn linear_payload_shapes(x: &Shape, out: &Shape) -> Result<Vec<Shape>
 
 pub(crate) fn infer_linear(x: &Shape, w: &Shape, b: &Shape) -> Result<Shape> {
     let err = |reason: String| SpecError::OpShape {
-        op: "linear",
+        op: super::desc::LINEAR.name,
         shapes: vec![x.clone(), w.clone(), b.clone()],
         reason,
     };

@@ -119,8 +119,8 @@ fn check_eps(op: &'static str, eps: f64) -> Result<()> {
 }
 
 pub(crate) fn infer_layer_norm(axis: usize, eps: f64, x: &Shape) -> Result<Shape> {
-    check_axis("layernorm", "axis", axis, x)?;
-    check_eps("layernorm", eps)?;
+    check_axis(super::desc::LAYERNORM.name, "axis", axis, x)?;
+    check_eps(super::desc::LAYERNORM.name, eps)?;
     Ok(x.clone())
 }
 
@@ -201,7 +201,7 @@ pub(crate) fn batch_norm_payload_shapes(channels: usize) -> Vec<Shape> {
 }
 
 pub(crate) fn infer_batch_norm(channels: usize, eps: f64, inputs: &[Shape]) -> Result<Shape> {
-    const OP: &str = "batch_norm2d_nchw_eval";
+    const OP: &str = super::desc::BATCH_NORM2D_NCHW_EVAL.name;
     check_eps(OP, eps)?;
     let x = &inputs[0];
     if x.rank() < 2 || x.dims()[1] != channels {

@@ -101,7 +101,9 @@ pub(crate) fn mse_loss_vjp<A: Scalar>(
     let delta = cot.item()?;
     let two = A::one().add(&A::one());
     let norm = two.div(&mean_denominator(y.len()))?;
-    let dy = y.zip_with(t, "mse_loss", |a, b| Ok(norm.mul(&a.sub(b)).mul(delta)))?;
+    let dy = y.zip_with(t, super::desc::MSE_LOSS.name, |a, b| {
+        Ok(norm.mul(&a.sub(b)).mul(delta))
+    })?;
     let dt = dy.map(|d| Ok(d.neg()))?;
     Ok((dy, dt))
 }
