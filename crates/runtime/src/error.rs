@@ -49,14 +49,6 @@ pub enum RuntimeError {
     #[error("the gradient array has {got} entries, the tape has {expected} nodes")]
     GradArrayLength { expected: usize, got: usize },
 
-    /// An op failed in an engine's kernel (forward or VJP).
-    #[error("{}op `{op}`: {message}", node_prefix(.node))]
-    Op {
-        op: &'static str,
-        node: Option<usize>,
-        message: String,
-    },
-
     /// An engine's kernel failed; the engine's own error (with its op, shapes and cause) is the
     /// source.
     #[error("{}{engine} engine: {source}", node_prefix(.node))]
@@ -93,15 +85,6 @@ impl RuntimeError {
     /// Attaches a node id to an op-level error that lacks one.
     pub fn at_node(self, id: usize) -> Self {
         match self {
-            RuntimeError::Op {
-                op,
-                node: None,
-                message,
-            } => RuntimeError::Op {
-                op,
-                node: Some(id),
-                message,
-            },
             RuntimeError::Spec { node: None, source } => RuntimeError::Spec {
                 node: Some(id),
                 source,

@@ -48,10 +48,11 @@ pub fn fold_repeated_operands<V: GradValue>(
     operands: &[usize],
     grads: &mut [Option<V>],
 ) -> Result<()> {
-    for i in 1..operands.len().min(grads.len()) {
-        let Some(first) = operands[..i].iter().position(|&a| a == operands[i]) else {
+    let n = operands.len().min(grads.len());
+    for (i, first) in first_occurrences(&operands[..n]).into_iter().enumerate() {
+        if first == i {
             continue;
-        };
+        }
         if let Some(g) = grads[i].take() {
             grads[first] = Some(match grads[first].take() {
                 None => g,
@@ -60,6 +61,38 @@ pub fn fold_repeated_operands<V: GradValue>(
         }
     }
     Ok(())
+}
+
+/// Operand lists up to this length are scanned pairwise (no allocation); longer ones (a
+/// `concat` of many parents) go through a map, so the rule stays linear in the operand count.
+const SCAN_LIMIT: usize = 8;
+
+/// For each operand, the index of the first operand with the same id.
+fn first_occurrences(operands: &[usize]) -> Operands<usize> {
+    if operands.len() <= SCAN_LIMIT {
+        return (0..operands.len())
+            .map(|i| {
+                operands[..i]
+                    .iter()
+                    .position(|&a| a == operands[i])
+                    .unwrap_or(i)
+            })
+            .collect();
+    }
+    let mut seen = std::collections::HashMap::with_capacity(operands.len());
+    operands
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| *seen.entry(a).or_insert(i))
+        .collect()
+}
+
+/// Whether an operand list names a position twice (linear in its length).
+pub(crate) fn has_repeats(operands: &[usize]) -> bool {
+    first_occurrences(operands)
+        .iter()
+        .enumerate()
+        .any(|(i, &first)| first != i)
 }
 
 /// What a value type must provide to run graphs: the per-family kernels ([`Backend`], through
@@ -158,6 +191,19 @@ mod tests {
         );
         assert_eq!(grads[1].as_ref().map(|g| g.data()[0]), Some(2.0));
         assert!(grads[2].is_none() && grads[3].is_none());
+        // the same through the map used for long operand lists
+        let operands: Vec<usize> = (0..20).chain([3, 3]).collect();
+        let mut grads: Vec<Option<Tensor<f64>>> = (0..22).map(|i| Some(t(i as f64))).collect();
+        grads[3] = Some(t(1e16));
+        grads[20] = Some(t(1.0));
+        grads[21] = Some(t(-1e16));
+        fold_repeated_operands(&operands, &mut grads).expect("same shapes");
+        assert_eq!(
+            grads[3].as_ref().map(|g| g.data()[0].to_bits()),
+            Some(0f64.to_bits())
+        );
+        assert!(grads[20].is_none() && grads[21].is_none());
+        assert!(has_repeats(&operands) && !has_repeats(&operands[..20]));
         // a structural zero first: the first present cotangent is stored as is
         let mut grads = vec![None, Some(t(2.0)), Some(t(-0.0))];
         fold_repeated_operands(&[3, 4, 3], &mut grads).expect("same shapes");

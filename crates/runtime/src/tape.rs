@@ -1,7 +1,9 @@
 //! `Tape<V>` and `Node<V>`: a grow-only array of nodes; a node's id is its index.
 
 use crate::error::{Result, RuntimeError};
-use crate::kernel::{fold_repeated_operands, release_saved, Cotangents, RecordMode, Saved};
+use crate::kernel::{
+    fold_repeated_operands, has_repeats, release_saved, Cotangents, RecordMode, Saved,
+};
 use crate::value::GradValue;
 use smallvec::SmallVec;
 use std::fmt;
@@ -15,7 +17,7 @@ pub type VjpClosure<V> = Box<dyn Fn(&V) -> Result<Vec<(usize, V)>> + Send + Sync
 /// ([`Tape::run_backward`]; inline up to two). The sweeps consume [`ContributionIter`] instead.
 pub type Contributions<V> = SmallVec<[(usize, V); 2]>;
 
-/// An engine's VJP entry point (`Kernels::vjp`), kept as a plain function pointer so the sweeps
+/// An engine's VJP entry point (`runtime::vjp`, the dispatch), kept as a plain function pointer so the sweeps
 /// need only `GradValue`.
 pub(crate) type VjpFn<V> = fn(&Op, &Saved<V>, &V) -> Result<Cotangents<V>>;
 
@@ -224,11 +226,7 @@ impl<V: GradValue> Tape<V> {
             RecordMode::Eager => any_requires_grad && op != Op::Detach,
             RecordMode::Compiled => true,
         };
-        let local_sum = mode == RecordMode::Compiled
-            && parents
-                .iter()
-                .enumerate()
-                .any(|(i, p)| parents[..i].contains(p));
+        let local_sum = mode == RecordMode::Compiled && has_repeats(parents);
         let backward = if requires_grad {
             let slot = RecordedSlot(self.recorded.len());
             self.recorded.push(RecordedOp {
