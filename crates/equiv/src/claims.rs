@@ -9,6 +9,7 @@ use torchlean_compiled::{
     exec_graph_of_ir, CompileMode, ExecGraph, PreparedNode, SavedGraph,
 };
 use torchlean_ir::denote_all;
+use torchlean_nn::{IrProgram, LeafKind, Ops, Program, Recorder, Session, Sweep};
 use torchlean_runtime::{record, GradZero, Kernels, Saved, Tape};
 use torchlean_spec::{ops::splitmix64, Op, Scalar, Shape, Tensor};
 
@@ -194,7 +195,7 @@ pub fn semantic_claims<V: Kernels>(case: &GenCase) -> Vec<Observation> {
     ));
     out.push(run(
         Claim::EagerVsCompiled,
-        eager_vs_compiled(&exec, &inputs, claim_mode(Claim::EagerVsCompiled, mode)),
+        eager_vs_compiled::<V>(case, claim_mode(Claim::EagerVsCompiled, mode)),
     ));
     out
 }
@@ -435,37 +436,51 @@ fn saved_vs_dense<V: Kernels>(exec: &ExecGraph, inputs: &[V], mode: Mode) -> Cla
     Ok(found.finish())
 }
 
-/// Records the lowered program op by op on an eager tape (`runtime::record`, which scatters a
-/// repeated parent's contributions separately) and compares with compiled execution.
-fn eager_vs_compiled<V: Kernels>(exec: &ExecGraph, inputs: &[V], mode: Mode) -> ClaimResult {
-    let g = &exec.graph;
-    let mut tape: Tape<V> = Tape::empty();
-    for v in inputs {
-        tape.leaf(v.clone(), true, None);
-    }
-    for node in g.nodes() {
-        record(&mut tape, node.op.clone(), &node.args, None)?;
-    }
-    let (compiled, values) = compile(g, inputs.to_vec())?;
-    let eager_values: Vec<V> = (0..tape.size())
-        .map(|i| tape.get_value(i).cloned())
-        .collect::<Result<_, _>>()?;
+/// One program, two interpreters (SPEC 2.3's last row): the graph run as a program
+/// (`torchlean_nn::IrProgram`) by the eager `Session` on engine `V` (each op recorded as it
+/// runs; a repeated parent's contributions scattered separately) and by the `Recorder`, whose
+/// graph is compiled and differentiated (`compile` + `backward_dense_all`). Values bit for bit;
+/// the input's and every parameter's gradient under `mode`.
+fn eager_vs_compiled<V: Kernels>(case: &GenCase, mode: Mode) -> ClaimResult {
+    let program = IrProgram {
+        graph: &case.graph,
+        payload: &case.payload,
+    };
+    let mut session = Session::<V>::new();
+    let x = session.input("x", &case.input, true)?;
+    let out = program.run(&mut session, &x)?;
+    let mut recorder = Recorder::new();
+    let rx = recorder.input("x", &case.input, true)?;
+    let rout = program.run(&mut recorder, &rx)?;
+    let rec = recorder.finish(&rout)?;
+    let seed = seed_values(out.shape(), 67, false);
+    session.backward_with_seed(&out, &seed, Sweep::DenseAll)?;
+    let run = rec.run_with_seed::<V>(&seed)?;
     let mut found = Findings::new();
     found.compare(
-        "eager values vs compiled values",
-        &eager_values,
-        &values,
+        "eager vs compiled output",
+        std::slice::from_ref(session.value(&out)?),
+        std::slice::from_ref(&run.output),
         Mode::Bitwise,
     );
-    let out = exec.output;
-    let seed = V::from_f64(&seed_values(values[out].shape(), 67, false))?;
-    let eager = tape.backward_dense_all(out, seed.clone())?;
-    let comp = compiled.backward_dense_all(out, seed)?;
-    let n = g.n_inputs();
+    let mut eager = Vec::with_capacity(rec.leaves.len());
+    let mut compiled = Vec::with_capacity(rec.leaves.len());
+    for (leaf, g) in rec.leaves.iter().zip(run.grads) {
+        let e = match leaf.kind {
+            LeafKind::Input { .. } => session.grad(&x)?,
+            LeafKind::Param => session.param_grad(&leaf.name),
+            LeafKind::Const => continue,
+        };
+        eager.push(match e {
+            Some(e) => e.clone(),
+            None => g.zeros_like(),
+        });
+        compiled.push(g);
+    }
     found.compare(
-        "eager vs compiled input gradients",
-        &eager[..n],
-        &comp[..n],
+        "eager vs compiled input and parameter gradients",
+        &eager,
+        &compiled,
         mode,
     );
     Ok(found.finish())

@@ -36,6 +36,10 @@ pub enum EquivError {
     #[error("{0}")]
     Compiled(#[from] CompiledError),
 
+    /// Running the graph as a program (the eager session or the recorder) failed.
+    #[error("{0}")]
+    Nn(#[from] torchlean_nn::NnError),
+
     /// Lowering the generated IR graph failed.
     #[error("lowering failed: {0}")]
     Lowering(#[source] CompiledError),

@@ -297,11 +297,18 @@ impl<V: GradValue> Tape<V> {
 
     /// Releases every owned value, every cleanup buffer and every value a recorded op saved.
     pub fn release(mut self) {
+        self.clear();
+    }
+
+    /// [`Tape::release`] in place: the tape is empty afterwards but keeps its capacity, so a
+    /// session that records one step after another does not regrow it every step.
+    pub fn clear(&mut self) {
         // in place: moving each recorded op out of the table costs a copy per op
         for rec in &mut self.recorded {
             release_saved(&mut rec.saved);
         }
-        for n in self.nodes {
+        self.recorded.clear();
+        for n in self.nodes.drain(..) {
             if n.owns_value {
                 n.value.drop();
             }

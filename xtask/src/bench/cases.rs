@@ -4,6 +4,7 @@ use super::{measure, Result, Row};
 use std::hint::black_box;
 use torchlean_compiled::{compile, exec_graph_of_ir, SavedGraph};
 use torchlean_ir::{Graph, Node, OpKind, Payload};
+use torchlean_nn::{Ops, Recorder, Session, Sweep};
 use torchlean_runtime::{record, Kernels, Tape};
 use torchlean_spec::{Op, Shape, Tensor, UnaryOp};
 
@@ -23,6 +24,11 @@ pub const CASES: &[Case] = &[
         name: "tape_overhead",
         about: "10,000 elementwise ops (×c, +c, tanh) on [16], forward then backward; us_per_op",
         run: tape_overhead_cpu,
+    },
+    Case {
+        name: "session_overhead",
+        about: "tape_overhead's chain through the eager nn Session, and recording + exporting it to torchlean.ir.v1; us_per_op",
+        run: session_overhead,
     },
     Case {
         name: "matmul_1024",
@@ -62,12 +68,7 @@ fn tape_overhead_once<V: Kernels>(x0: &V) -> Result<()> {
     let mut tape = Tape::with_capacity(TAPE_OPS + 1);
     let mut id = tape.leaf(x0.clone(), true, None);
     for i in 0..TAPE_OPS {
-        let op = match i % 3 {
-            0 => Op::Scale { c: 0.999 },
-            1 => Op::AddScalar { c: 0.001 },
-            _ => Op::Unary(UnaryOp::Tanh),
-        };
-        id = record(&mut tape, op, &[id], None).map_err(err)?;
+        id = record(&mut tape, chain_op(i), &[id], None).map_err(err)?;
     }
     let seed = V::full(x0.shape(), 1.0).map_err(err)?;
     let grads = tape.backward_sparse(id, seed, |i| i == 0).map_err(err)?;
@@ -213,6 +214,56 @@ fn tape_overhead_cpu(threads: usize, reps: usize) -> Result<Vec<Row>> {
         tape_overhead::<torchlean_engine_cpu::CpuTensor<f32>>("cpu-f32", threads, reps)?,
         tape_overhead::<Tensor<f32>>("reference-f32", threads, reps)?,
     ])
+}
+
+/// The op of step `i` of the tape_overhead chain.
+fn chain_op(i: usize) -> Op {
+    match i % 3 {
+        0 => Op::Scale { c: 0.999 },
+        1 => Op::AddScalar { c: 0.001 },
+        _ => Op::Unary(UnaryOp::Tanh),
+    }
+}
+
+/// tape_overhead's chain through the eager `Session` (the user-facing API), on the CPU engine.
+fn session_overhead_once(
+    s: &mut Session<torchlean_engine_cpu::CpuF32>,
+    x0: &Tensor<f64>,
+) -> Result<()> {
+    s.reset();
+    let x = s.input("x", x0, true).map_err(err)?;
+    let mut v = x.clone();
+    for i in 0..TAPE_OPS {
+        v = s.apply(chain_op(i), &[&v]).map_err(err)?;
+    }
+    s.backward(&v, Sweep::Releasing).map_err(err)?;
+    black_box(s.grad(&x).map_err(err)?.is_some());
+    Ok(())
+}
+
+fn session_overhead(threads: usize, reps: usize) -> Result<Vec<Row>> {
+    let x0 = Tensor::from_fn([16], |i| 0.1 * i[0] as f64).map_err(err)?;
+    let mut s = Session::new();
+    let stats = measure(2, reps, || session_overhead_once(&mut s, &x0))?;
+    let per_op = |ms: f64| (ms * 1e3 / TAPE_OPS as f64 * 1e4).round() / 1e4;
+    let eager = Row::new("session_overhead", "cpu-f32", threads, stats)
+        .with("ops", TAPE_OPS)
+        .with("us_per_op", per_op(stats.median_ms));
+    let record = measure(2, reps, || {
+        let mut r = Recorder::new();
+        let x = r.input("x", &x0, false).map_err(err)?;
+        let mut v = x;
+        for i in 0..TAPE_OPS {
+            v = r.apply(chain_op(i), &[&v]).map_err(err)?;
+        }
+        let ir = r.finish(&v).map_err(err)?.to_ir().map_err(err)?;
+        black_box(ir.graph.to_json());
+        Ok(())
+    })?;
+    let export = Row::new("record_and_export", "ir", threads, record)
+        .with("ops", TAPE_OPS)
+        .with("us_per_op", per_op(record.median_ms));
+    Ok(vec![eager, export])
 }
 
 fn matmul_case(n: usize, threads: usize, reps: usize) -> Result<Vec<Row>> {

@@ -288,10 +288,10 @@ impl Op {
     }
 
     /// Whether the shape rule is `output = operand` for any single operand (the elementwise
-    /// unary family): the dispatch skips a full rule evaluation for them on the per-op path
-    /// (a unit test checks that the rule agrees).
+    /// unary family): callers on the per-op path (the dispatch, the front end's call checks)
+    /// skip a full rule evaluation for them (a unit test checks that the rule agrees).
     #[inline]
-    fn identity_rule(&self) -> bool {
+    pub fn identity_rule(&self) -> bool {
         matches!(
             self,
             Op::Unary(_) | Op::Scale { .. } | Op::AddScalar { .. } | Op::Detach

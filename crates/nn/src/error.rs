@@ -1,0 +1,94 @@
+//! The `nn` crate's error type: every variant names the op (or what was asked) and the layer
+//! (the scope path, PyTorch's parameter prefix) where the user's model made the call.
+
+use thiserror::Error;
+use torchlean_compiled::CompiledError;
+use torchlean_ir::IrError;
+use torchlean_runtime::RuntimeError;
+use torchlean_spec::{Shape, SpecError};
+
+#[derive(Debug, Error)]
+pub enum NnError {
+    /// An op's shape rule rejected its operands at the call site.
+    #[error("{}op `{op}` on shapes {}: {source}", at_layer(.layer), fmt_shapes(.shapes))]
+    Shape {
+        op: &'static str,
+        layer: String,
+        shapes: Vec<Shape>,
+        #[source]
+        source: SpecError,
+    },
+
+    /// A value made by another session or recorder (or one reset since).
+    #[error("{}op `{op}`: operand {operand} belongs to another session", at_layer(.layer))]
+    ForeignValue {
+        op: &'static str,
+        layer: String,
+        operand: usize,
+    },
+
+    /// A parameter asked for with a shape other than the one it has.
+    #[error("parameter `{name}` has shape {have}, the model asks for {want}")]
+    ParamShape {
+        name: String,
+        have: Shape,
+        want: Shape,
+    },
+
+    /// A backward seed whose shape is not the output's.
+    #[error("the seed has shape {got}, the output has shape {want}")]
+    SeedShape { want: Shape, got: Shape },
+
+    /// A parameter name that the session does not hold.
+    #[error("no parameter `{name}`")]
+    NoSuchParam { name: String },
+
+    /// A recorded program that cannot be written as `torchlean.ir.v1`.
+    #[error("cannot export to torchlean.ir.v1: {reason}")]
+    Export { reason: String },
+
+    /// An engine or sweep error.
+    #[error("{}{source}", at_layer(.layer))]
+    Runtime {
+        layer: String,
+        #[source]
+        source: RuntimeError,
+    },
+
+    /// Building, compiling or differentiating the recorded graph failed.
+    #[error(transparent)]
+    Compiled(#[from] CompiledError),
+
+    /// The exported graph failed its own checks.
+    #[error(transparent)]
+    Ir(#[from] IrError),
+
+    /// A tensor that is not a valid value (bad data length, a non-finite value where the exact
+    /// scalar is asked for).
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+}
+
+impl From<RuntimeError> for NnError {
+    fn from(source: RuntimeError) -> Self {
+        NnError::Runtime {
+            layer: String::new(),
+            source,
+        }
+    }
+}
+
+fn at_layer(layer: &str) -> String {
+    if layer.is_empty() {
+        String::new()
+    } else {
+        format!("layer `{layer}`: ")
+    }
+}
+
+fn fmt_shapes(shapes: &[Shape]) -> String {
+    let parts: Vec<String> = shapes.iter().map(|s| s.to_string()).collect();
+    parts.join(", ")
+}
+
+pub type Result<T, E = NnError> = std::result::Result<T, E>;

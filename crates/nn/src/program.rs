@@ -1,0 +1,65 @@
+//! A program written once (TorchLean's `Program`): generic code over [`Ops`], run by either
+//! interpreter. [`IrProgram`] runs a `torchlean.ir.v1` graph as a program, so every graph the
+//! generators of `equiv` make, and every conformance case, is also a program.
+
+use crate::error::{NnError, Result};
+use crate::ops::{Ops, Var};
+use torchlean_ir::{node_sem, payload_names, Graph, NodeSem, Payload};
+use torchlean_spec::Tensor;
+
+/// A model: `run` builds its output from an input, through `ops` only.
+pub trait Program {
+    fn run<O: Ops>(&self, ops: &mut O, x: &Var) -> Result<Var>;
+}
+
+/// An IR graph as a program. Its payload tensors are parameters named as `torchlean grad`
+/// reports their gradients (`"<node id>.<name>"`, e.g. `"3.weight"`, `"5.value"` for a
+/// constant), declared in IR node order before any op runs — the order `exec_graph_of_ir`
+/// lifts them to GraphData inputs — so the eager tape and the compiled graph number their
+/// values alike.
+#[derive(Clone, Debug)]
+pub struct IrProgram<'g> {
+    pub graph: &'g Graph,
+    pub payload: &'g Payload,
+}
+
+impl IrProgram<'_> {
+    /// The parameter name of payload tensor `name` of IR node `node`.
+    pub fn param_name(node: usize, name: &str) -> String {
+        format!("{node}.{name}")
+    }
+}
+
+impl Program for IrProgram<'_> {
+    fn run<O: Ops>(&self, ops: &mut O, x: &Var) -> Result<Var> {
+        let mut params: Vec<Vec<Var>> = Vec::with_capacity(self.graph.len());
+        for n in &self.graph.nodes {
+            let mut own = Vec::new();
+            for &name in payload_names(&n.kind) {
+                let t: &Tensor<f64> = self
+                    .payload
+                    .entry(n.id)
+                    .and_then(|e| e.tensor(name))
+                    .ok_or_else(|| NnError::Export {
+                        reason: format!("node {} has no payload tensor `{name}`", n.id),
+                    })?;
+                own.push(ops.param(&IrProgram::param_name(n.id, name), t)?);
+            }
+            params.push(own);
+        }
+        let mut vals: Vec<Var> = Vec::with_capacity(self.graph.len());
+        for n in &self.graph.nodes {
+            let v = match node_sem(n, Some(self.payload)) {
+                NodeSem::Input => x.clone(),
+                NodeSem::Const => params[n.id][0].clone(),
+                NodeSem::Apply(op) => {
+                    let mut args: Vec<&Var> = n.parents.iter().map(|&p| &vals[p]).collect();
+                    args.extend(params[n.id].iter());
+                    ops.apply(op, &args)?
+                }
+            };
+            vals.push(v);
+        }
+        Ok(vals.swap_remove(self.graph.output_id))
+    }
+}

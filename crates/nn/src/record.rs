@@ -1,0 +1,375 @@
+//! The recording interpreter (TorchLean's `Compiled.M` / linked `SessionIR`): every op is
+//! validated and appended to a graph, nothing runs. [`Recorder::finish`] gives the typed SSA
+//! [`GraphData`] — the graph every check of the project applies to — which
+//! [`Recorded::run`] compiles and differentiates through `compile` + `backward_dense_all` (the
+//! path TorchLean's compile/backprop link theorem is about), and [`Recorded::to_ir`] writes as
+//! `torchlean.ir.v1` with its payload.
+
+use crate::error::{NnError, Result};
+use crate::ops::{check_call, new_owner, Ops, Scopes, Var};
+use torchlean_compiled::{compile, GraphData, Pos};
+use torchlean_ir::{Graph, Node, OpKind, Payload};
+use torchlean_runtime::{Kernels, RuntimeError};
+use torchlean_spec::{Op, Shape, Tensor};
+
+/// What a leaf of the recorded program is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LeafKind {
+    /// Data; `requires_grad` asks for its gradient.
+    Input { requires_grad: bool },
+    /// A parameter (gets a gradient).
+    Param,
+    /// A constant.
+    Const,
+}
+
+/// A leaf of the recorded program: a graph input of the GraphData.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Leaf {
+    /// The full name (a parameter's `state_dict` name; an input's name; `""` for constants).
+    pub name: String,
+    pub kind: LeafKind,
+    pub value: Tensor<f64>,
+}
+
+/// Where a value lives before the graph is laid out: leaves become the input context Γ, ops
+/// the nodes after it.
+#[derive(Clone, Copy, Debug)]
+enum Slot {
+    Leaf(usize),
+    Node(usize),
+}
+
+/// Records a program without running it.
+#[derive(Debug)]
+pub struct Recorder {
+    owner: u64,
+    scopes: Scopes,
+    leaves: Vec<Leaf>,
+    ops: Vec<(Op, Vec<Slot>, Shape)>,
+    /// The slot of every value handed out, by `Var::index`.
+    slots: Vec<Slot>,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder::new()
+    }
+}
+
+impl Recorder {
+    /// An empty recorder.
+    pub fn new() -> Self {
+        Recorder {
+            owner: new_owner(),
+            scopes: Scopes::default(),
+            leaves: Vec::new(),
+            ops: Vec::new(),
+            slots: Vec::new(),
+        }
+    }
+
+    /// Number of ops recorded so far.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether no op was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    fn hand_out(&mut self, slot: Slot, shape: Shape) -> Var {
+        self.slots.push(slot);
+        Var {
+            index: self.slots.len() - 1,
+            shape,
+            owner: self.owner,
+        }
+    }
+
+    fn add_leaf(&mut self, leaf: Leaf) -> Var {
+        let shape = leaf.value.shape().clone();
+        self.leaves.push(leaf);
+        self.hand_out(Slot::Leaf(self.leaves.len() - 1), shape)
+    }
+
+    /// Lays the program out as GraphData (leaves first, in creation order, then every op) with
+    /// `output` as its result.
+    pub fn finish(self, output: &Var) -> Result<Recorded> {
+        if output.owner != self.owner {
+            return Err(NnError::ForeignValue {
+                op: "finish",
+                layer: String::new(),
+                operand: 0,
+            });
+        }
+        let n = self.leaves.len();
+        let pos = |s: Slot| match s {
+            Slot::Leaf(i) => i,
+            Slot::Node(k) => n + k,
+        };
+        let mut graph = GraphData::new(
+            self.leaves
+                .iter()
+                .map(|l| l.value.shape().clone())
+                .collect(),
+        )?;
+        for (k, (op, args, _)) in self.ops.into_iter().enumerate() {
+            let args: Vec<Pos> = args.into_iter().map(pos).collect();
+            graph.push(op, args, Some(format!("op {k}")))?;
+        }
+        Ok(Recorded {
+            graph,
+            leaves: self.leaves,
+            output: pos(self.slots[output.index]),
+        })
+    }
+}
+
+impl Ops for Recorder {
+    fn apply(&mut self, op: Op, args: &[&Var]) -> Result<Var> {
+        let shape = check_call(self.owner, &self.scopes, &op, args)?;
+        let slots = args.iter().map(|a| self.slots[a.index]).collect();
+        self.ops.push((op, slots, shape.clone()));
+        Ok(self.hand_out(Slot::Node(self.ops.len() - 1), shape))
+    }
+
+    fn constant(&mut self, value: &Tensor<f64>) -> Result<Var> {
+        Ok(self.add_leaf(Leaf {
+            name: String::new(),
+            kind: LeafKind::Const,
+            value: value.clone(),
+        }))
+    }
+
+    fn input(&mut self, name: &str, value: &Tensor<f64>, requires_grad: bool) -> Result<Var> {
+        Ok(self.add_leaf(Leaf {
+            name: name.to_string(),
+            kind: LeafKind::Input { requires_grad },
+            value: value.clone(),
+        }))
+    }
+
+    fn param(&mut self, name: &str, init: &Tensor<f64>) -> Result<Var> {
+        let full = self.scopes.qualify(name);
+        if let Some(i) = self
+            .leaves
+            .iter()
+            .position(|l| l.kind == LeafKind::Param && l.name == full)
+        {
+            let have = self.leaves[i].value.shape().clone();
+            if &have != init.shape() {
+                return Err(NnError::ParamShape {
+                    name: full,
+                    have,
+                    want: init.shape().clone(),
+                });
+            }
+            return Ok(self.hand_out(Slot::Leaf(i), have));
+        }
+        Ok(self.add_leaf(Leaf {
+            name: full,
+            kind: LeafKind::Param,
+            value: init.clone(),
+        }))
+    }
+
+    fn push_scope(&mut self, name: &str) {
+        self.scopes.push(name);
+    }
+
+    fn pop_scope(&mut self) {
+        self.scopes.pop();
+    }
+}
+
+/// A recorded program: its GraphData, its leaves (the GraphData's inputs, in order) and the
+/// position of its output.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub graph: GraphData,
+    pub leaves: Vec<Leaf>,
+    pub output: Pos,
+}
+
+/// The result of running a recorded program: its output and the gradient of every leaf (in
+/// leaf order) under a ones seed.
+#[derive(Clone, Debug)]
+pub struct RecordedRun<V> {
+    pub output: V,
+    pub grads: Vec<V>,
+}
+
+impl Recorded {
+    /// The leaves' values on engine `V`.
+    pub fn inputs<V: Kernels>(&self) -> Result<Vec<V>> {
+        Ok(self
+            .leaves
+            .iter()
+            .map(|l| V::from_f64(&l.value))
+            .collect::<std::result::Result<_, RuntimeError>>()?)
+    }
+
+    /// Compiles the graph on engine `V` and differentiates the output, seeded with ones, with
+    /// `backward_dense_all`.
+    pub fn run<V: Kernels>(&self) -> Result<RecordedRun<V>> {
+        let seed = Tensor::full(self.graph.shape(self.output).clone(), 1.0)?;
+        self.run_with_seed(&seed)
+    }
+
+    /// [`Recorded::run`] from the cotangent `seed` of the output.
+    pub fn run_with_seed<V: Kernels>(&self, seed: &Tensor<f64>) -> Result<RecordedRun<V>> {
+        let want = self.graph.shape(self.output);
+        if seed.shape() != want {
+            return Err(NnError::SeedShape {
+                want: want.clone(),
+                got: seed.shape().clone(),
+            });
+        }
+        let (tape, values) = compile::<V>(&self.graph, self.inputs()?)?;
+        let out = values[self.output].clone();
+        let seed = V::from_f64(seed)?;
+        let all = tape.backward_dense_all(self.output, seed)?;
+        let grads = all.into_iter().take(self.leaves.len()).collect();
+        tape.release();
+        Ok(RecordedRun { output: out, grads })
+    }
+
+    /// The gradient of parameter `name` in a run.
+    pub fn param_grad<'r, V>(&self, run: &'r RecordedRun<V>, name: &str) -> Option<&'r V> {
+        self.leaves
+            .iter()
+            .position(|l| l.kind == LeafKind::Param && l.name == name)
+            .and_then(|i| run.grads.get(i))
+    }
+
+    /// The program as a `torchlean.ir.v1` graph and its payload. The one input leaf is the
+    /// graph input; a parameter or constant passed as a payload operand (a linear's, conv's or
+    /// batch norm's weights) goes into that node's payload entry, any other leaf becomes a
+    /// `const` node. Returns, for every parameter, the `(IR node, payload name)` places it was
+    /// written to (one for each use; `torchlean grad` reports one gradient per place, which sum
+    /// to the parameter's).
+    pub fn to_ir(&self) -> Result<IrExport> {
+        let inputs: Vec<usize> = (0..self.leaves.len())
+            .filter(|&i| matches!(self.leaves[i].kind, LeafKind::Input { .. }))
+            .collect();
+        let [input] = inputs[..] else {
+            return Err(NnError::Export {
+                reason: format!(
+                    "a torchlean.ir.v1 graph has exactly one input, the program has {}",
+                    inputs.len()
+                ),
+            });
+        };
+        let mut nodes = vec![Node {
+            id: 0,
+            kind: OpKind::Input,
+            parents: vec![],
+            shape: self.leaves[input].value.shape().clone(),
+        }];
+        let mut payload = Payload::new();
+        let mut places: Vec<Vec<(usize, &'static str)>> = vec![Vec::new(); self.leaves.len()];
+        // the IR node holding each position's value (leaves other than the input on first use)
+        let n = self.leaves.len();
+        let mut ir_of: Vec<Option<usize>> = vec![None; self.graph.len()];
+        ir_of[input] = Some(0);
+        for (k, gnode) in self.graph.nodes().iter().enumerate() {
+            let desc = gnode.op.desc();
+            let n_parents = gnode.args.len() - desc.payload;
+            let mut parents = Vec::with_capacity(n_parents);
+            for &a in &gnode.args[..n_parents] {
+                parents.push(match ir_of[a] {
+                    Some(id) => id,
+                    None => {
+                        // a leaf used as a parent: a `const` node with its value
+                        let id = nodes.len();
+                        let value = &self.leaves[a].value;
+                        nodes.push(Node {
+                            id,
+                            kind: OpKind::Const {
+                                value_shape: Some(value.shape().clone()),
+                            },
+                            parents: vec![],
+                            shape: value.shape().clone(),
+                        });
+                        payload.insert(id, "value", value.clone());
+                        places[a].push((id, "value"));
+                        ir_of[a] = Some(id);
+                        id
+                    }
+                });
+            }
+            let id = nodes.len();
+            for (&a, &name) in gnode.args[n_parents..].iter().zip(desc.payload_names()) {
+                if a >= n {
+                    return Err(NnError::Export {
+                        reason: format!(
+                            "op {k} (`{}`): its `{name}` is computed, but torchlean.ir.v1 takes \
+                             it from the payload (a parameter or constant)",
+                            desc.name
+                        ),
+                    });
+                }
+                payload.insert(id, name, self.leaves[a].value.clone());
+                places[a].push((id, name));
+            }
+            let op = gnode.op.clone();
+            match &op {
+                Op::BatchNormEval { eps, .. } => {
+                    if let Some(e) = payload.entries.get_mut(&id) {
+                        e.eps = Some(*eps);
+                    }
+                }
+                Op::RandUniform { key, .. } | Op::BernoulliMask { key, .. }
+                    if *key != id as u64 =>
+                {
+                    return Err(NnError::Export {
+                        reason: format!(
+                            "op {k} (`{}`) has key {key}, but torchlean.ir.v1 keys random kinds \
+                             by their node id ({id})",
+                            desc.name
+                        ),
+                    });
+                }
+                _ => {}
+            }
+            nodes.push(Node {
+                id,
+                kind: OpKind::Op(op),
+                parents,
+                shape: gnode.shape.clone(),
+            });
+            ir_of[n + k] = Some(id);
+        }
+        let output_id = ir_of[self.output].ok_or_else(|| NnError::Export {
+            reason: "the output is a parameter or constant, not computed".into(),
+        })?;
+        let graph = Graph {
+            input_id: 0,
+            output_id,
+            nodes,
+        };
+        let params = self
+            .leaves
+            .iter()
+            .zip(places)
+            .filter(|(l, _)| l.kind == LeafKind::Param)
+            .map(|(l, p)| (l.name.clone(), p))
+            .collect();
+        Ok(IrExport {
+            graph,
+            payload,
+            params,
+        })
+    }
+}
+
+/// A recorded program as `torchlean.ir.v1` ([`Recorded::to_ir`]).
+#[derive(Clone, Debug)]
+pub struct IrExport {
+    pub graph: Graph,
+    pub payload: Payload,
+    /// For every parameter (by name), the `(IR node, payload name)` places holding it.
+    pub params: Vec<(String, Vec<(usize, &'static str)>)>,
+}

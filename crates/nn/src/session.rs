@@ -1,0 +1,300 @@
+//! The eager interpreter (TorchLean's `EagerSession`): every op runs now on engine `V` and is
+//! recorded on the session's tape (`runtime::record`), parameters are leaves, and `backward`
+//! runs one of the runtime's sweeps. Ownership follows SPEC 2.1: [`Session::reset`] releases
+//! every value of the tape, and the releasing sweep frees each activation gradient once used.
+
+use crate::error::{NnError, Result};
+use crate::ops::{check_call, new_owner, Ops, Scopes, Var};
+use std::collections::{BTreeMap, BTreeSet};
+use torchlean_runtime::{forward, record, Kernels, Tape};
+use torchlean_spec::{Op, Tensor};
+
+/// Which reverse sweep [`Session::backward`] runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Sweep {
+    /// `backward_dense_all`: a gradient for every node, then those of the leaves are kept.
+    DenseAll,
+    /// `backward_sparse`: each gradient is released as soon as its VJP has run; only the
+    /// parameters' and watched inputs' are kept (the training default: lowest peak memory).
+    #[default]
+    Releasing,
+}
+
+/// An eager session on engine `V`.
+pub struct Session<V: Kernels> {
+    owner: u64,
+    tape: Tape<V>,
+    scopes: Scopes,
+    /// Parameter values by full name; they outlive [`Session::reset`].
+    params: BTreeMap<String, V>,
+    /// The leaf of each parameter on the current tape.
+    param_leaves: BTreeMap<String, usize>,
+    /// Tape ids whose gradient `backward` keeps (parameters, inputs that require grad).
+    watched: BTreeSet<usize>,
+    /// Gradients of the last `backward`, by tape id.
+    grads: BTreeMap<usize, V>,
+    /// Depth of `no_grad` scopes.
+    no_grad: usize,
+}
+
+impl<V: Kernels> std::fmt::Debug for Session<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("engine", &V::ENGINE)
+            .field("nodes", &self.tape.size())
+            .field("params", &self.params.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl<V: Kernels> Default for Session<V> {
+    fn default() -> Self {
+        Session::new()
+    }
+}
+
+impl<V: Kernels> Session<V> {
+    /// An empty session.
+    pub fn new() -> Self {
+        Session {
+            owner: new_owner(),
+            tape: Tape::empty(),
+            scopes: Scopes::default(),
+            params: BTreeMap::new(),
+            param_leaves: BTreeMap::new(),
+            watched: BTreeSet::new(),
+            grads: BTreeMap::new(),
+            no_grad: 0,
+        }
+    }
+
+    /// Runs `f` with gradient recording off: its ops run but record nothing to differentiate
+    /// (their nodes are constants).
+    pub fn no_grad<R>(&mut self, f: impl FnOnce(&mut Self) -> Result<R>) -> Result<R> {
+        self.no_grad += 1;
+        let r = f(self);
+        self.no_grad -= 1;
+        r
+    }
+
+    /// The value of `v` on the engine.
+    pub fn value(&self, v: &Var) -> Result<&V> {
+        self.own(v)?;
+        Ok(self.tape.get_value(v.index)?)
+    }
+
+    /// The value of `v` as `f64` data.
+    pub fn value_f64(&self, v: &Var) -> Result<Tensor<f64>> {
+        Ok(self.value(v)?.to_f64()?)
+    }
+
+    /// Differentiates `loss` (seeded with ones of its shape) with `sweep`, keeping the
+    /// gradients of the parameters and of the inputs that require grad ([`Session::grad`]).
+    pub fn backward(&mut self, loss: &Var, sweep: Sweep) -> Result<()> {
+        let seed = Tensor::full(loss.shape.clone(), 1.0)?;
+        self.backward_with_seed(loss, &seed, sweep)
+    }
+
+    /// [`Session::backward`] from the cotangent `seed` of `out` (its shape).
+    pub fn backward_with_seed(
+        &mut self,
+        out: &Var,
+        seed: &Tensor<f64>,
+        sweep: Sweep,
+    ) -> Result<()> {
+        self.own(out)?;
+        if seed.shape() != &out.shape {
+            return Err(NnError::SeedShape {
+                want: out.shape.clone(),
+                got: seed.shape().clone(),
+            });
+        }
+        self.release_grads();
+        let loss = out;
+        let seed = V::from_f64(seed)?;
+        match sweep {
+            Sweep::DenseAll => {
+                let all = self.tape.backward_dense_all(loss.index, seed)?;
+                for (id, g) in all.into_iter().enumerate() {
+                    if self.watched.contains(&id) {
+                        self.grads.insert(id, g);
+                    } else {
+                        g.drop();
+                    }
+                }
+            }
+            Sweep::Releasing => {
+                let watched = &self.watched;
+                let mut kept = self
+                    .tape
+                    .backward_sparse(loss.index, seed, |id| watched.contains(&id))?;
+                for id in kept.ids() {
+                    if let Some(g) = kept.take(id) {
+                        self.grads.insert(id, g);
+                    }
+                }
+                kept.release();
+            }
+        }
+        Ok(())
+    }
+
+    /// The gradient of `v` from the last [`Session::backward`] (`None`: not reached, or `v` is
+    /// neither a parameter nor an input that requires grad).
+    pub fn grad(&self, v: &Var) -> Result<Option<&V>> {
+        self.own(v)?;
+        Ok(self.grads.get(&v.index))
+    }
+
+    /// The gradient of parameter `name` from the last backward pass.
+    pub fn param_grad(&self, name: &str) -> Option<&V> {
+        self.param_leaves
+            .get(name)
+            .and_then(|id| self.grads.get(id))
+    }
+
+    /// Every parameter, by full name (PyTorch's `state_dict` names).
+    pub fn params(&self) -> &BTreeMap<String, V> {
+        &self.params
+    }
+
+    /// A parameter's value, to update it in place (an optimizer step between resets).
+    pub fn param_mut(&mut self, name: &str) -> Result<&mut V> {
+        self.params
+            .get_mut(name)
+            .ok_or_else(|| NnError::NoSuchParam {
+                name: name.to_string(),
+            })
+    }
+
+    /// Releases every value of the tape and every gradient; parameters stay. Values made
+    /// before the reset are refused afterwards.
+    pub fn reset(&mut self) {
+        self.release_grads();
+        self.tape.clear();
+        self.param_leaves.clear();
+        self.watched.clear();
+        self.owner = new_owner();
+    }
+
+    /// Number of nodes on the tape.
+    pub fn tape_len(&self) -> usize {
+        self.tape.size()
+    }
+
+    fn release_grads(&mut self) {
+        for (_, g) in std::mem::take(&mut self.grads) {
+            g.drop();
+        }
+    }
+
+    fn own(&self, v: &Var) -> Result<()> {
+        if v.owner != self.owner {
+            return Err(NnError::ForeignValue {
+                op: "value",
+                layer: self.scopes.path(),
+                operand: 0,
+            });
+        }
+        Ok(())
+    }
+
+    fn var(&self, index: usize) -> Result<Var> {
+        Ok(Var {
+            index,
+            shape: self.tape.get_value(index)?.shape().clone(),
+            owner: self.owner,
+        })
+    }
+
+    fn leaf(&mut self, value: V, requires_grad: bool) -> Result<Var> {
+        let requires_grad = requires_grad && self.no_grad == 0;
+        let id = self.tape.leaf(value, requires_grad, None);
+        if requires_grad {
+            self.watched.insert(id);
+        }
+        self.var(id)
+    }
+}
+
+impl<V: Kernels> Ops for Session<V> {
+    fn apply(&mut self, op: Op, args: &[&Var]) -> Result<Var> {
+        let shape = check_call(self.owner, &self.scopes, &op, args)?;
+        let layer = || self.scopes.path();
+        let ids: torchlean_runtime::Operands<usize> = args.iter().map(|a| a.index).collect();
+        let index = if self.no_grad > 0 {
+            let vals: Vec<&V> = ids
+                .iter()
+                .map(|&i| self.tape.get_value(i))
+                .collect::<std::result::Result<_, _>>()?;
+            let value = forward::<V>(&op, &vals).map_err(|source| NnError::Runtime {
+                layer: layer(),
+                source,
+            })?;
+            self.tape.leaf(value, false, None)
+        } else {
+            record(&mut self.tape, op, &ids, None).map_err(|source| NnError::Runtime {
+                layer: self.scopes.path(),
+                source,
+            })?
+        };
+        Ok(Var {
+            index,
+            shape,
+            owner: self.owner,
+        })
+    }
+
+    fn constant(&mut self, value: &Tensor<f64>) -> Result<Var> {
+        let v = V::from_f64(value)?;
+        self.leaf(v, false)
+    }
+
+    fn input(&mut self, _name: &str, value: &Tensor<f64>, requires_grad: bool) -> Result<Var> {
+        let v = V::from_f64(value)?;
+        self.leaf(v, requires_grad)
+    }
+
+    fn param(&mut self, name: &str, init: &Tensor<f64>) -> Result<Var> {
+        let full = self.scopes.qualify(name);
+        if let Some(&id) = self.param_leaves.get(&full) {
+            return self.var(id);
+        }
+        let value = match self.params.get(&full) {
+            Some(v) if v.shape() != init.shape() => {
+                return Err(NnError::ParamShape {
+                    name: full,
+                    have: v.shape().clone(),
+                    want: init.shape().clone(),
+                })
+            }
+            Some(v) => v.clone(),
+            None => {
+                let v = V::from_f64(init)?;
+                self.params.insert(full.clone(), v.clone());
+                v
+            }
+        };
+        let var = self.leaf(value, true)?;
+        self.param_leaves.insert(full, var.index);
+        Ok(var)
+    }
+
+    fn push_scope(&mut self, name: &str) {
+        self.scopes.push(name);
+    }
+
+    fn pop_scope(&mut self) {
+        self.scopes.pop();
+    }
+}
+
+impl<V: Kernels> Drop for Session<V> {
+    fn drop(&mut self) {
+        self.release_grads();
+        std::mem::take(&mut self.tape).release();
+        for (_, v) in std::mem::take(&mut self.params) {
+            v.drop();
+        }
+    }
+}

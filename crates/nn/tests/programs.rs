@@ -1,0 +1,283 @@
+//! One program, two interpreters: the eager `Session` and the `Recorder` (compiled and
+//! differentiated) agree on values and gradients — exactly over the rationals, bit for bit in
+//! f64 where the accumulation order is the same — on hand-written programs and on every shipped
+//! conformance graph run as a program; the exported IR reproduces the Session's gradients
+//! through `torchlean grad`'s path; bad input is an error naming the op, the layer and the
+//! shapes.
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use torchlean_compiled::run_grad;
+use torchlean_engine_cpu::CpuF64;
+use torchlean_ir::{check_payload, check_shapes, Case};
+use torchlean_nn::*;
+use torchlean_runtime::Kernels;
+use torchlean_spec::{Rational, Scalar, Tensor};
+
+fn t(shape: &[usize], f: impl Fn(usize) -> f64) -> Tensor<f64> {
+    let n: usize = shape.iter().product();
+    Tensor::new(shape.to_vec(), (0..n).map(f).collect()).unwrap()
+}
+
+/// A two-layer perceptron with a shared bias use and a detached branch, written once.
+fn mlp<O: Ops>(ops: &mut O, x: &Var) -> Result<Var> {
+    let h = ops.scoped("0", |ops| {
+        let w = ops.param("weight", &t(&[4, 3], |i| (i as f64 - 5.0) / 8.0))?;
+        let b = ops.param("bias", &t(&[4], |i| i as f64 / 16.0))?;
+        ops.linear(x, &w, &b)
+    })?;
+    let h = ops.tanh(&h)?;
+    let stop = ops.detach(&h)?;
+    let h = ops.mul(&h, &stop)?;
+    let y = ops.scoped("2", |ops| {
+        let w = ops.param("weight", &t(&[2, 4], |i| (3.0 - i as f64) / 8.0))?;
+        let b = ops.param("bias", &t(&[2], |_| 0.25))?;
+        ops.linear(&h, &w, &b)
+    })?;
+    let y = ops.log_softmax(&y, 1)?;
+    ops.sum(&y)
+}
+
+/// An algebraic program (exact over the rationals).
+fn algebraic<O: Ops>(ops: &mut O, x: &Var) -> Result<Var> {
+    let w = ops.param("w", &t(&[3, 2], |i| (i as f64 - 2.0) / 4.0))?;
+    let h = ops.matmul(x, &w)?;
+    let h = ops.relu(&h)?;
+    let c = ops.constant(&t(&[2, 2], |i| 1.0 + i as f64 / 3.0))?;
+    let h = ops.div(&h, &c)?;
+    let h = ops.add(&h, &h)?;
+    let s = ops.scale(&h, 1.5)?;
+    ops.mse_loss(&s, &c)
+}
+
+fn eager<V: Kernels, F>(x: &Tensor<f64>, sweep: Sweep, f: F) -> (Session<V>, Var, Var)
+where
+    F: FnOnce(&mut Session<V>, &Var) -> Result<Var>,
+{
+    let mut s = Session::<V>::new();
+    let input = s.input("x", x, true).unwrap();
+    let out = f(&mut s, &input).unwrap();
+    s.backward(&out, sweep).unwrap();
+    (s, input, out)
+}
+
+fn recorded<F>(x: &Tensor<f64>, f: F) -> Recorded
+where
+    F: FnOnce(&mut Recorder, &Var) -> Result<Var>,
+{
+    let mut r = Recorder::new();
+    let input = r.input("x", x, true).unwrap();
+    let out = f(&mut r, &input).unwrap();
+    r.finish(&out).unwrap()
+}
+
+/// Values and every leaf gradient of the two interpreters, compared by `same`.
+fn agree<V: Kernels>(
+    s: &Session<V>,
+    input: &Var,
+    out: &Var,
+    rec: &Recorded,
+    same: impl Fn(&V, &V) -> bool,
+) {
+    let run = rec.run::<V>().unwrap();
+    assert!(same(s.value(out).unwrap(), &run.output), "output");
+    for (i, leaf) in rec.leaves.iter().enumerate() {
+        let eager = match leaf.kind {
+            LeafKind::Param => s.param_grad(&leaf.name),
+            LeafKind::Input { .. } => s.grad(input).unwrap(),
+            LeafKind::Const => continue,
+        };
+        let eager = eager.unwrap_or_else(|| panic!("no eager gradient for {}", leaf.name));
+        assert!(same(eager, &run.grads[i]), "gradient of `{}`", leaf.name);
+    }
+}
+
+#[test]
+fn eager_and_compiled_agree_bitwise_in_f64_on_every_engine() {
+    let x = t(&[5, 3], |i| (i as f64 * 0.37).sin());
+    let rec = recorded(&x, mlp);
+    for sweep in [Sweep::DenseAll, Sweep::Releasing] {
+        let (s, input, out) = eager::<Tensor<f64>, _>(&x, sweep, mlp);
+        agree(&s, &input, &out, &rec, |a, b| a.bit_eq(b));
+        let (s, input, out) = eager::<CpuF64, _>(&x, sweep, mlp);
+        agree(&s, &input, &out, &rec, |a, b| a.bit_eq(b));
+    }
+    // the parameters carry PyTorch's state_dict names
+    let names: Vec<&str> = rec
+        .leaves
+        .iter()
+        .filter(|l| l.kind == LeafKind::Param)
+        .map(|l| l.name.as_str())
+        .collect();
+    assert_eq!(names, ["0.weight", "0.bias", "2.weight", "2.bias"]);
+}
+
+#[test]
+fn eager_and_compiled_agree_exactly_over_the_rationals() {
+    let x = t(&[2, 3], |i| (i as f64 - 2.5) / 3.0);
+    let rec = recorded(&x, algebraic);
+    let (s, input, out) = eager::<Tensor<Rational>, _>(&x, Sweep::DenseAll, algebraic);
+    // `add(h, h)`: the eager tape scatters twice, the compiled graph sums locally — over the
+    // rationals the two are the same number
+    agree(&s, &input, &out, &rec, |a, b| a == b);
+    let g = s.param_grad("w").unwrap();
+    assert!(g.data().iter().any(|v| *v != Rational::zero()));
+}
+
+#[test]
+fn every_conformance_graph_runs_as_a_program_with_torchlean_grads_gradients() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/cases");
+    let mut n = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let case = Case::from_json_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let program = IrProgram {
+            graph: &case.graph,
+            payload: &case.payload,
+        };
+        let (s, input, out) =
+            eager::<Tensor<f64>, _>(&case.input, Sweep::Releasing, |s, x| program.run(s, x));
+        let want = run_grad::<Tensor<f64>>(&case.graph, &case.payload, &case.input, None).unwrap();
+        let close = |a: &Tensor<f64>, b: &Tensor<f64>, what: &str| {
+            assert_eq!(a.shape(), b.shape(), "{}: {what}", case.name);
+            for (x, y) in a.data().iter().zip(b.data()) {
+                assert!(
+                    x.to_bits() == y.to_bits() || (x - y).abs() <= 1e-12 * (1.0 + y.abs()),
+                    "{}: {what}: {x} vs {y}",
+                    case.name
+                );
+            }
+        };
+        close(s.value(&out).unwrap(), &want.output, "output");
+        close(
+            s.grad(&input).unwrap().unwrap(),
+            &want.grad_input,
+            "input gradient",
+        );
+        for (node, entry) in &want.grad_payload.entries {
+            for (name, g) in &entry.tensors {
+                let eager = s
+                    .param_grad(&IrProgram::param_name(*node, name))
+                    .cloned()
+                    .unwrap_or_else(|| Tensor::zeros(g.shape().clone()).unwrap());
+                close(&eager, g, &format!("{node}.{name}"));
+            }
+        }
+        n += 1;
+    }
+    assert!(n >= 20, "only {n} cases");
+}
+
+#[test]
+fn the_exported_ir_passes_check_and_reproduces_the_session_gradients() {
+    let x = t(&[5, 3], |i| (i as f64 * 0.37).cos());
+    let rec = recorded(&x, mlp);
+    let IrExport {
+        graph,
+        payload,
+        params: places,
+    } = rec.to_ir().unwrap();
+    assert!(check_shapes(&graph).iter().all(|d| !d.is_error()));
+    assert!(check_payload(&graph, &payload)
+        .iter()
+        .all(|d| !d.is_error()));
+    // a JSON round trip keeps it
+    let back = torchlean_ir::Graph::from_json(&graph.to_json()).unwrap();
+    assert_eq!(back, graph);
+    let grads = run_grad::<Tensor<f64>>(&graph, &payload, &x, None).unwrap();
+    let (s, _, out) = eager::<Tensor<f64>, _>(&x, Sweep::Releasing, mlp);
+    assert!(grads.output.bit_eq(s.value(&out).unwrap()));
+    for (name, at) in places {
+        assert_eq!(at.len(), 1, "{name} is used once");
+        let (node, slot) = at[0];
+        let g = grads
+            .grad_payload
+            .entry(node)
+            .unwrap()
+            .tensor(slot)
+            .unwrap();
+        assert!(g.bit_eq(s.param_grad(&name).unwrap()), "{name}");
+    }
+}
+
+#[test]
+fn a_wrong_shape_names_the_op_the_layer_and_the_shapes() {
+    let mut s = Session::<Tensor<f64>>::new();
+    let x = s.input("x", &t(&[5, 7], |_| 1.0), false).unwrap();
+    let e = mlp(&mut s, &x).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        matches!(&e, NnError::Shape { op: "linear", layer, .. } if layer == "0"),
+        "{e:?}"
+    );
+    assert!(
+        msg.contains("layer `0`") && msg.contains("[5, 7]") && msg.contains("[4, 3]"),
+        "{msg}"
+    );
+    // the recorder reports the same, before anything runs
+    let mut r = Recorder::new();
+    let x = r.input("x", &t(&[5, 7], |_| 1.0), false).unwrap();
+    assert_eq!(mlp(&mut r, &x).unwrap_err().to_string(), msg);
+}
+
+#[test]
+fn values_of_another_session_and_stale_values_are_refused() {
+    let mut a = Session::<Tensor<f64>>::new();
+    let mut b = Session::<Tensor<f64>>::new();
+    let x = a.input("x", &t(&[2], |_| 1.0), false).unwrap();
+    let e = b.relu(&x).unwrap_err();
+    assert!(matches!(e, NnError::ForeignValue { op: "relu", .. }), "{e}");
+    a.reset();
+    assert!(a.relu(&x).is_err(), "a value from before the reset");
+    assert_eq!(a.tape_len(), 0);
+    // a parameter asked for with another shape
+    a.param("w", &t(&[2], |_| 1.0)).unwrap();
+    a.reset();
+    let e = a.param("w", &t(&[3], |_| 1.0)).unwrap_err();
+    assert!(matches!(e, NnError::ParamShape { .. }), "{e}");
+}
+
+#[test]
+fn parameters_persist_across_resets_and_no_grad_records_nothing_to_differentiate() {
+    let x = t(&[5, 3], |i| i as f64 / 10.0);
+    let mut s = Session::<Tensor<f64>>::new();
+    let input = s.input("x", &x, false).unwrap();
+    let out = mlp(&mut s, &input).unwrap();
+    s.backward(&out, Sweep::Releasing).unwrap();
+    let g = s.param_grad("2.bias").unwrap().clone();
+    // an optimizer step, then the next step sees the updated value
+    let w = s.param_mut("2.bias").unwrap();
+    *w = Tensor::add(w, &g).unwrap();
+    let updated = w.clone();
+    s.reset();
+    let input = s.input("x", &x, false).unwrap();
+    let b = s
+        .scoped("2", |s| s.param("bias", &t(&[2], |_| 0.25)))
+        .unwrap();
+    assert!(s.value(&b).unwrap().bit_eq(&updated));
+    let _ = mlp(&mut s, &input).unwrap();
+    s.reset();
+    let input = s.input("x", &x, false).unwrap();
+    let out = s.no_grad(|s| mlp(s, &input)).unwrap();
+    s.backward(&out, Sweep::DenseAll).unwrap();
+    assert!(s.param_grad("0.weight").is_none());
+}
+
+#[test]
+fn recording_a_long_program_and_exporting_it() {
+    // 10,000 ops: recording and export are linear (no per-op scan of earlier ops)
+    let mut r = Recorder::new();
+    let x = r.input("x", &t(&[16], |i| i as f64 / 16.0), false).unwrap();
+    let mut v = x.clone();
+    for i in 0..10_000 {
+        v = match i % 3 {
+            0 => r.scale(&v, 0.999).unwrap(),
+            1 => r.add_scalar(&v, 0.001).unwrap(),
+            _ => r.tanh(&v).unwrap(),
+        };
+    }
+    assert_eq!(r.len(), 10_000);
+    let rec = r.finish(&v).unwrap();
+    let graph = rec.to_ir().unwrap().graph;
+    assert_eq!(graph.len(), 10_001);
+}
