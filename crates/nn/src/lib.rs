@@ -53,3 +53,8 @@ pub use ops::{Ops, Var};
 pub use program::{IrProgram, Program};
 pub use record::{IrExport, Leaf, LeafKind, Recorded, RecordedRun, Recorder};
 pub use session::{Session, Sweep};
+
+/// The README's Rust example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExample;
