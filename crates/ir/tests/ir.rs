@@ -137,6 +137,33 @@ fn check_rejected(mutate: impl FnOnce(&mut Value), want: &[&str]) {
 }
 
 #[test]
+fn attributes_restating_the_operand_shape_are_checked_and_named() {
+    // one validation (the shape rule) for in_shape, value_shape and from_shape
+    check_rejected(
+        |v| {
+            v["nodes"][2] = json!({"id": 2, "kind": "reshape", "parents": [1], "shape": [8],
+                       "in_shape": [4, 2], "out_shape": [8]})
+        },
+        &["node 2 (reshape)", "field `in_shape`", "[4, 2]", "[2, 4]"],
+    );
+    check_rejected(
+        |v| {
+            v["nodes"][2] = json!({"id": 2, "kind": "flatten", "parents": [1], "shape": [8],
+                                   "value_shape": [8]})
+        },
+        &["node 2 (flatten)", "field `value_shape`"],
+    );
+    check_rejected(
+        |v| {
+            v["nodes"][2] = json!({"id": 2, "kind": "broadcast_to", "parents": [1],
+                                   "shape": [3, 2, 4], "from_shape": [1, 4],
+                                   "to_shape": [3, 2, 4]})
+        },
+        &["node 2 (broadcast_to)", "field `from_shape`"],
+    );
+}
+
+#[test]
 fn malformed_graphs_name_the_node_and_field() {
     check_rejected(
         |v| v["nodes"][2]["kind"] = json!("frobnicate"),

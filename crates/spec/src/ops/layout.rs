@@ -45,13 +45,7 @@ pub fn broadcast_compatible(from: &Shape, to: &Shape) -> bool {
 
 pub(crate) fn infer_broadcast(from: &Shape, to: &Shape, input: &Shape) -> Result<Shape> {
     const OP: &str = super::desc::BROADCAST_TO.name;
-    if input != from {
-        return Err(SpecError::OpShape {
-            op: OP,
-            shapes: vec![input.clone()],
-            reason: format!("the operand must have the attribute shape from_shape = {from}"),
-        });
-    }
+    check_declared(OP, "from_shape", from, input)?;
     if !broadcast_compatible(from, to) {
         return Err(SpecError::OpAttr {
             op: OP,
