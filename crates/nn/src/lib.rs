@@ -43,12 +43,14 @@
 //! ```
 
 pub mod error;
+pub mod layers;
 pub mod ops;
 pub mod program;
 pub mod record;
 pub mod session;
 
 pub use error::{NnError, Result};
+pub use layers::{Features, Image, Layer, Mode, Seq};
 pub use ops::{Ops, Var};
 pub use program::{IrProgram, Program};
 pub use record::{IrExport, Leaf, LeafKind, Recorded, RecordedRun, Recorder};

@@ -1,0 +1,393 @@
+//! Layers (TorchLean's `LayerDef`) and their composition (`Seq`), with the feature and channel
+//! counts in the types: a [`Seq`] whose layers do not line up does not compile, and the batch
+//! size (and an image's height and width) stay runtime dimensions.
+//!
+//! Parameters are created through [`Ops::param`] under the layer's index in its sequence, so
+//! their names are PyTorch's `nn.Sequential` `state_dict` names (`0.weight`, `2.bias`), and
+//! their initial values follow PyTorch's default initialisation *in distribution* (the values
+//! come from a seeded SplitMix64 stream, not from PyTorch's generator):
+//!
+//! - `Linear(in, out)`: weight and bias `U(−1/√in, 1/√in)` (`kaiming_uniform_(a=√5)` and the
+//!   fan-in bias bound);
+//! - `Conv2d(inC, outC, k)`: the same with fan-in `inC·kH·kW`.
+
+use crate::error::{NnError, Result};
+use crate::ops::{Ops, Var};
+use std::marker::PhantomData;
+use torchlean_spec::ops::uniform_at;
+use torchlean_spec::{Conv2dSpec, PoolKind, Shape, Tensor, UnaryOp};
+
+/// Training or evaluation (dropout and batch statistics differ).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    #[default]
+    Train,
+    Eval,
+}
+
+/// `[batch, N]`: `N` features per example.
+#[derive(Debug)]
+pub struct Features<const N: usize>;
+
+/// `[batch, C, H, W]`: images of `C` channels (height and width are runtime dimensions).
+#[derive(Debug)]
+pub struct Image<const C: usize>;
+
+/// A layer from inputs described by `In` to outputs described by `Out`.
+pub trait Layer {
+    type In;
+    type Out;
+
+    /// A short description (`Linear(3 → 4)`), for summaries and errors.
+    fn describe(&self) -> String;
+
+    /// The layer applied to `x`; parameters are created in the current scope.
+    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode) -> Result<Var>;
+
+    /// How many sequence positions the layer takes (a [`Seq`] the sum of its parts'; every
+    /// other layer 1).
+    fn positions(&self) -> usize {
+        1
+    }
+
+    /// Runs the layer as position `start` of a sequence: in the scope `start` (PyTorch's
+    /// `nn.Sequential` names), and a [`Seq`] its parts one after the other.
+    fn forward_at<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode, start: usize) -> Result<Var> {
+        ops.scoped(&start.to_string(), |ops| self.forward(ops, x, mode))
+    }
+}
+
+/// `a` then `b`, where `b` takes what `a` gives: checked when the sequence is built, so
+/// layers that do not line up do not compile.
+#[derive(Debug)]
+pub struct Seq<A: Layer, B: Layer<In = A::Out>>(A, B);
+
+impl<A: Layer, B: Layer<In = A::Out>> Seq<A, B> {
+    /// `a` then `b`.
+    pub fn new(a: A, b: B) -> Self {
+        Seq(a, b)
+    }
+}
+
+impl<A: Layer, B: Layer<In = A::Out>> Layer for Seq<A, B> {
+    type In = A::In;
+    type Out = B::Out;
+
+    fn describe(&self) -> String {
+        format!("{}, {}", self.0.describe(), self.1.describe())
+    }
+
+    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode) -> Result<Var> {
+        self.forward_at(ops, x, mode, 0)
+    }
+
+    fn positions(&self) -> usize {
+        self.0.positions() + self.1.positions()
+    }
+
+    fn forward_at<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode, start: usize) -> Result<Var> {
+        let h = self.0.forward_at(ops, x, mode, start)?;
+        self.1.forward_at(ops, &h, mode, start + self.0.positions())
+    }
+}
+
+/// `seq![a, b, c]` is `Seq(Seq(a, b), c)`: layers composed in order, numbered from 0.
+#[macro_export]
+macro_rules! seq {
+    ($first:expr $(,)?) => { $first };
+    ($first:expr, $second:expr $(, $rest:expr)* $(,)?) => {
+        $crate::seq!($crate::layers::Seq::new($first, $second) $(, $rest)*)
+    };
+}
+
+/// `n` values `U(−bound, bound)` from the stream `(seed, key)`.
+fn uniform(shape: Shape, bound: f64, seed: u64, key: u64) -> Result<Tensor<f64>> {
+    let n = shape.checked_size()?;
+    let data = (0..n as u64)
+        .map(|i| (2.0 * uniform_at(seed, key, i) - 1.0) * bound)
+        .collect();
+    Ok(Tensor::new(shape, data)?)
+}
+
+/// A fully connected layer, `x Wᵀ + b` over the last axis.
+#[derive(Clone, Debug)]
+pub struct Linear<const IN: usize, const OUT: usize> {
+    weight: Tensor<f64>,
+    bias: Tensor<f64>,
+}
+
+impl<const IN: usize, const OUT: usize> Linear<IN, OUT> {
+    /// PyTorch's default initialisation (see the module docs) from `seed`.
+    pub fn new(seed: u64) -> Result<Self> {
+        let bound = 1.0 / (IN.max(1) as f64).sqrt();
+        Ok(Linear {
+            weight: uniform(Shape::from([OUT, IN]), bound, seed, 0)?,
+            bias: uniform(Shape::from([OUT]), bound, seed, 1)?,
+        })
+    }
+}
+
+impl<const IN: usize, const OUT: usize> Layer for Linear<IN, OUT> {
+    type In = Features<IN>;
+    type Out = Features<OUT>;
+
+    fn describe(&self) -> String {
+        format!("Linear({IN} → {OUT})")
+    }
+
+    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, _: Mode) -> Result<Var> {
+        let w = ops.param("weight", &self.weight)?;
+        let b = ops.param("bias", &self.bias)?;
+        ops.linear(x, &w, &b)
+    }
+}
+
+/// A 2-D convolution of `[N, IN, H, W]` with a `K×K` kernel, stride and zero padding.
+#[derive(Clone, Debug)]
+pub struct Conv2d<const IN: usize, const OUT: usize, const K: usize> {
+    spec: Conv2dSpec,
+    weight: Tensor<f64>,
+    bias: Tensor<f64>,
+}
+
+impl<const IN: usize, const OUT: usize, const K: usize> Conv2d<IN, OUT, K> {
+    /// PyTorch's default initialisation from `seed`.
+    pub fn new(stride: usize, padding: usize, seed: u64) -> Result<Self> {
+        let bound = 1.0 / ((IN * K * K).max(1) as f64).sqrt();
+        Ok(Conv2d {
+            spec: Conv2dSpec {
+                in_channels: IN,
+                out_channels: OUT,
+                kernel_h: K,
+                kernel_w: K,
+                stride,
+                padding,
+            },
+            weight: uniform(Shape::from([OUT, IN, K, K]), bound, seed, 0)?,
+            bias: uniform(Shape::from([OUT]), bound, seed, 1)?,
+        })
+    }
+}
+
+impl<const IN: usize, const OUT: usize, const K: usize> Layer for Conv2d<IN, OUT, K> {
+    type In = Image<IN>;
+    type Out = Image<OUT>;
+
+    fn describe(&self) -> String {
+        format!(
+            "Conv2d({IN} → {OUT}, {K}×{K}, stride {}, padding {})",
+            self.spec.stride, self.spec.padding
+        )
+    }
+
+    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, _: Mode) -> Result<Var> {
+        let w = ops.param("weight", &self.weight)?;
+        let b = ops.param("bias", &self.bias)?;
+        ops.conv2d(self.spec, x, &w, &b)
+    }
+}
+
+/// An elementwise activation; `D` is whatever the layer before it gives (inferred).
+#[derive(Debug)]
+pub struct Activation<D> {
+    f: UnaryOp,
+    _dims: PhantomData<fn(D) -> D>,
+}
+
+impl<D> Activation<D> {
+    fn of(f: UnaryOp) -> Self {
+        Activation {
+            f,
+            _dims: PhantomData,
+        }
+    }
+}
+
+/// `max(x, 0)`.
+pub fn relu<D>() -> Activation<D> {
+    Activation::of(UnaryOp::Relu)
+}
+/// `tanh(x)`.
+pub fn tanh<D>() -> Activation<D> {
+    Activation::of(UnaryOp::Tanh)
+}
+/// `σ(x)`.
+pub fn sigmoid<D>() -> Activation<D> {
+    Activation::of(UnaryOp::Sigmoid)
+}
+/// `x·σ(x)`.
+pub fn silu<D>() -> Activation<D> {
+    Activation::of(UnaryOp::Silu)
+}
+
+impl<D> Layer for Activation<D> {
+    type In = D;
+    type Out = D;
+
+    fn describe(&self) -> String {
+        let name = self.f.name();
+        let mut c = name.chars();
+        match c.next() {
+            Some(first) => format!("{}{}", first.to_uppercase(), c.as_str()),
+            None => String::new(),
+        }
+    }
+
+    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, _: Mode) -> Result<Var> {
+        ops.unary(self.f, x)
+    }
+
+    /// Parameterless: runs without a scope of its own (still one sequence position).
+    fn forward_at<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode, _: usize) -> Result<Var> {
+        self.forward(ops, x, mode)
+    }
+}
+
+/// Softmax (`log = false`) or log-softmax over the last axis.
+#[derive(Debug)]
+pub struct Softmax<D> {
+    log: bool,
+    _dims: PhantomData<fn(D) -> D>,
+}
+
+/// Softmax over the last axis.
+pub fn softmax<D>() -> Softmax<D> {
+    Softmax {
+        log: false,
+        _dims: PhantomData,
+    }
+}
+
+/// Log-softmax over the last axis.
+pub fn log_softmax<D>() -> Softmax<D> {
+    Softmax {
+        log: true,
+        _dims: PhantomData,
+    }
+}
+
+impl<D> Layer for Softmax<D> {
+    type In = D;
+    type Out = D;
+
+    fn describe(&self) -> String {
+        if self.log { "LogSoftmax" } else { "Softmax" }.to_string()
+    }
+
+    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, _: Mode) -> Result<Var> {
+        let axis = x.shape().rank().saturating_sub(1);
+        if self.log {
+            ops.log_softmax(x, axis)
+        } else {
+            ops.softmax(x, axis)
+        }
+    }
+
+    fn forward_at<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode, _: usize) -> Result<Var> {
+        self.forward(ops, x, mode)
+    }
+}
+
+/// Max or average pooling of images, `K×K` windows.
+#[derive(Debug)]
+pub struct Pool2d<const C: usize, const K: usize> {
+    kind: PoolKind,
+    stride: usize,
+    padding: usize,
+}
+
+/// Max pooling with `K×K` windows.
+pub fn max_pool2d<const C: usize, const K: usize>(stride: usize, padding: usize) -> Pool2d<C, K> {
+    Pool2d {
+        kind: PoolKind::Max,
+        stride,
+        padding,
+    }
+}
+
+/// Average pooling with `K×K` windows (padded zeros count in the divisor, as in PyTorch).
+pub fn avg_pool2d<const C: usize, const K: usize>(stride: usize, padding: usize) -> Pool2d<C, K> {
+    Pool2d {
+        kind: PoolKind::Avg,
+        stride,
+        padding,
+    }
+}
+
+impl<const C: usize, const K: usize> Layer for Pool2d<C, K> {
+    type In = Image<C>;
+    type Out = Image<C>;
+
+    fn describe(&self) -> String {
+        let kind = match self.kind {
+            PoolKind::Max => "MaxPool2d",
+            PoolKind::Avg => "AvgPool2d",
+        };
+        format!("{kind}({K}×{K}, stride {})", self.stride)
+    }
+
+    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, _: Mode) -> Result<Var> {
+        ops.pool2d(self.kind, x, (K, K), self.stride, self.padding)
+    }
+
+    fn forward_at<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode, _: usize) -> Result<Var> {
+        self.forward(ops, x, mode)
+    }
+}
+
+/// `[N, C, H, W]` images to `[N, F]` features, `F = C·H·W` (checked when it runs: the height
+/// and width are not in the types).
+#[derive(Debug)]
+pub struct Flatten<const C: usize, const F: usize>;
+
+impl<const C: usize, const F: usize> Layer for Flatten<C, F> {
+    type In = Image<C>;
+    type Out = Features<F>;
+
+    fn describe(&self) -> String {
+        format!("Flatten({C} channels → {F})")
+    }
+
+    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, _: Mode) -> Result<Var> {
+        let d = x.shape().dims();
+        let (n, per) = match d {
+            [n, rest @ ..] => (*n, rest.iter().product::<usize>()),
+            [] => (1, 1),
+        };
+        if per != F {
+            return Err(NnError::Shape {
+                op: "flatten",
+                layer: String::new(),
+                shapes: vec![x.shape().clone()],
+                source: torchlean_spec::SpecError::OpShape {
+                    op: "flatten",
+                    shapes: vec![x.shape().clone()],
+                    reason: format!("C·H·W = {per}, but the layer is declared with {F} features"),
+                },
+            });
+        }
+        ops.reshape(x, Shape::from([n, F]))
+    }
+
+    fn forward_at<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode, _: usize) -> Result<Var> {
+        self.forward(ops, x, mode)
+    }
+}
+
+/// `x + f(x)`.
+#[derive(Debug)]
+pub struct Residual<L>(pub L);
+
+impl<D, L: Layer<In = D, Out = D>> Layer for Residual<L> {
+    type In = D;
+    type Out = D;
+
+    fn describe(&self) -> String {
+        format!("Residual({})", self.0.describe())
+    }
+
+    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode) -> Result<Var> {
+        let fx = self.0.forward_at(ops, x, mode, 0)?;
+        ops.add(x, &fx)
+    }
+}
