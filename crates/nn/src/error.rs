@@ -43,6 +43,15 @@ pub enum NnError {
     #[error("no parameter `{name}`")]
     NoSuchParam { name: String },
 
+    /// A value a layer cannot take (an embedding id out of range, a dropout probability out of
+    /// `[0, 1)`), naming the layer and what was given.
+    #[error("{}{what}: {reason}", at_layer(.layer))]
+    Invalid {
+        what: &'static str,
+        layer: String,
+        reason: String,
+    },
+
     /// A recorded program that cannot be written as `torchlean.ir.v1`.
     #[error("cannot export to torchlean.ir.v1: {reason}")]
     Export { reason: String },

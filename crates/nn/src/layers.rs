@@ -15,7 +15,7 @@ use crate::error::{NnError, Result};
 use crate::ops::{Ops, Var};
 use std::marker::PhantomData;
 use torchlean_spec::ops::uniform_at;
-use torchlean_spec::{Conv2dSpec, PoolKind, Shape, Tensor, UnaryOp};
+use torchlean_spec::{Conv2dSpec, Op, PoolKind, Shape, Tensor, UnaryOp};
 
 /// Training or evaluation (dropout and batch statistics differ).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -25,7 +25,7 @@ pub enum Mode {
     Eval,
 }
 
-/// `[batch, N]`: `N` features per example.
+/// `[.., N]`: `N` features on the last axis, any leading axes (batch, tokens).
 #[derive(Debug)]
 pub struct Features<const N: usize>;
 
@@ -357,7 +357,7 @@ impl<const C: usize, const F: usize> Layer for Flatten<C, F> {
         if per != F {
             return Err(NnError::Shape {
                 op: "flatten",
-                layer: String::new(),
+                layer: ops.scope_path(),
                 shapes: vec![x.shape().clone()],
                 source: torchlean_spec::SpecError::OpShape {
                     op: "flatten",
@@ -389,5 +389,150 @@ impl<D, L: Layer<In = D, Out = D>> Layer for Residual<L> {
     fn forward<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode) -> Result<Var> {
         let fx = self.0.forward_at(ops, x, mode, 0)?;
         ops.add(x, &fx)
+    }
+}
+
+/// Layer normalisation over the last axis with a learned elementwise affine (`weight`, `bias`:
+/// PyTorch's `nn.LayerNorm(F)`, initialised to ones and zeros), `eps` 1e-5 as in PyTorch.
+#[derive(Clone, Debug)]
+pub struct LayerNorm<const F: usize> {
+    eps: f64,
+}
+
+impl<const F: usize> LayerNorm<F> {
+    pub fn new() -> Self {
+        LayerNorm { eps: 1e-5 }
+    }
+}
+
+impl<const F: usize> Default for LayerNorm<F> {
+    fn default() -> Self {
+        LayerNorm::new()
+    }
+}
+
+impl<const F: usize> Layer for LayerNorm<F> {
+    type In = Features<F>;
+    type Out = Features<F>;
+
+    fn describe(&self) -> String {
+        format!("LayerNorm({F})")
+    }
+
+    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, _: Mode) -> Result<Var> {
+        let axis = x.shape().rank().saturating_sub(1);
+        let w = ops.param("weight", &Tensor::full(Shape::from([F]), 1.0)?)?;
+        let b = ops.param("bias", &Tensor::zeros(Shape::from([F]))?)?;
+        let h = ops.apply(
+            Op::LayerNorm {
+                axis,
+                eps: Some(self.eps),
+            },
+            &[x],
+        )?;
+        let w = ops.broadcast_to(&w, x.shape().clone())?;
+        let b = ops.broadcast_to(&b, x.shape().clone())?;
+        let h = ops.mul(&h, &w)?;
+        ops.add(&h, &b)
+    }
+}
+
+/// Dropout with drop probability `p`: in training, `x · mask / (1 − p)` with a mask drawn from
+/// `(seed, key)` (a fresh key per call, so every step draws a new mask); the identity in
+/// evaluation mode.
+#[derive(Debug)]
+pub struct Dropout<D> {
+    p: f64,
+    seed: u64,
+    _dims: PhantomData<fn(D) -> D>,
+}
+
+/// Dropout with probability `p` (in `[0, 1)`), masks from `seed`.
+pub fn dropout<D>(p: f64, seed: u64) -> Result<Dropout<D>> {
+    if !(0.0..1.0).contains(&p) {
+        return Err(NnError::Invalid {
+            what: "dropout",
+            layer: String::new(),
+            reason: format!("the probability {p} is not in [0, 1)"),
+        });
+    }
+    Ok(Dropout {
+        p,
+        seed,
+        _dims: PhantomData,
+    })
+}
+
+impl<D> Layer for Dropout<D> {
+    type In = D;
+    type Out = D;
+
+    fn describe(&self) -> String {
+        format!("Dropout({})", self.p)
+    }
+
+    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode) -> Result<Var> {
+        if mode == Mode::Eval || self.p == 0.0 {
+            return Ok(x.clone());
+        }
+        let keep = ops.constant(&Tensor::scalar(1.0 - self.p))?;
+        let op = Op::BernoulliMask {
+            seed: self.seed,
+            key: ops.fresh_key(),
+            shape: x.shape().clone(),
+        };
+        let mask = ops.apply(op, &[&keep])?;
+        let kept = ops.mul(x, &mask)?;
+        ops.scale(&kept, 1.0 / (1.0 - self.p))
+    }
+
+    fn forward_at<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode, _: usize) -> Result<Var> {
+        self.forward(ops, x, mode)
+    }
+}
+
+/// A lookup table of `V` rows of `D` features (`nn.Embedding(V, D)`, weight `N(0, 1)`-like
+/// init replaced by `U(−1, 1)`·√3, the same variance). Rows are gathered as a product with a
+/// one-hot constant, so the gradient is exact and the graph uses only IR kinds.
+#[derive(Clone, Debug)]
+pub struct Embedding<const V: usize, const D: usize> {
+    weight: Tensor<f64>,
+}
+
+impl<const V: usize, const D: usize> Embedding<V, D> {
+    pub fn new(seed: u64) -> Result<Self> {
+        Ok(Embedding {
+            weight: uniform(Shape::from([V, D]), 3f64.sqrt(), seed, 0)?,
+        })
+    }
+
+    /// The rows of `ids` (shape `batch`, flattened row-major): `[batch.., D]`. An id `≥ V` is
+    /// an error naming it.
+    pub fn forward<O: Ops>(&self, ops: &mut O, ids: &[usize], batch: &[usize]) -> Result<Var> {
+        let n: usize = batch.iter().product();
+        if n != ids.len() {
+            return Err(NnError::Invalid {
+                what: "embedding",
+                layer: ops.scope_path(),
+                reason: format!("{} ids for a batch of shape {batch:?}", ids.len()),
+            });
+        }
+        let mut one_hot = vec![0.0; n * V];
+        for (row, &id) in ids.iter().enumerate() {
+            if id >= V {
+                return Err(NnError::Invalid {
+                    what: "embedding",
+                    layer: ops.scope_path(),
+                    reason: format!("id {id} at position {row} is not below the vocabulary {V}"),
+                });
+            }
+            one_hot[row * V + id] = 1.0;
+        }
+        let w = ops.param("weight", &self.weight)?;
+        let sel = ops.constant(&Tensor::new([n, V], one_hot)?)?;
+        let rows = ops.matmul(&sel, &w)?;
+        let mut out: Vec<usize> = batch.to_vec();
+        out.push(D);
+        ops.reshape(&rows, Shape::new(out))
     }
 }

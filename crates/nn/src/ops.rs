@@ -107,11 +107,18 @@ pub trait Ops {
     /// `init`'s.
     fn param(&mut self, name: &str, init: &Tensor<f64>) -> Result<Var>;
 
+    /// A key for a random op (dropout's mask) not used before in this interpreter: 0, 1, 2, …
+    /// in call order, so the eager session and the recorder key one program alike.
+    fn fresh_key(&mut self) -> u64;
+
     /// Enters a layer's scope (parameter names get the prefix, errors name it).
     fn push_scope(&mut self, name: &str);
 
     /// Leaves the innermost scope.
     fn pop_scope(&mut self);
+
+    /// The current scope path (`layers.1`), for errors.
+    fn scope_path(&self) -> String;
 
     /// Runs `f` inside scope `name`.
     fn scoped<R>(&mut self, name: &str, f: impl FnOnce(&mut Self) -> Result<R>) -> Result<R>

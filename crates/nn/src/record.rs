@@ -49,6 +49,8 @@ pub struct Recorder {
     ops: Vec<(Op, Vec<Slot>, Shape)>,
     /// The slot of every value handed out, by `Var::index`.
     slots: Vec<Slot>,
+    /// Random keys handed out.
+    keys: u64,
 }
 
 impl Default for Recorder {
@@ -66,6 +68,7 @@ impl Recorder {
             leaves: Vec::new(),
             ops: Vec::new(),
             slots: Vec::new(),
+            keys: 0,
         }
     }
 
@@ -175,12 +178,21 @@ impl Ops for Recorder {
         }))
     }
 
+    fn fresh_key(&mut self) -> u64 {
+        self.keys += 1;
+        self.keys - 1
+    }
+
     fn push_scope(&mut self, name: &str) {
         self.scopes.push(name);
     }
 
     fn pop_scope(&mut self) {
         self.scopes.pop();
+    }
+
+    fn scope_path(&self) -> String {
+        self.scopes.path()
     }
 }
 

@@ -35,6 +35,8 @@ pub struct Session<V: Kernels> {
     grads: BTreeMap<usize, V>,
     /// Depth of `no_grad` scopes.
     no_grad: usize,
+    /// Random keys handed out (they go on across resets: each step draws new masks).
+    keys: u64,
 }
 
 impl<V: Kernels> std::fmt::Debug for Session<V> {
@@ -65,6 +67,7 @@ impl<V: Kernels> Session<V> {
             watched: BTreeSet::new(),
             grads: BTreeMap::new(),
             no_grad: 0,
+            keys: 0,
         }
     }
 
@@ -280,12 +283,21 @@ impl<V: Kernels> Ops for Session<V> {
         Ok(var)
     }
 
+    fn fresh_key(&mut self) -> u64 {
+        self.keys += 1;
+        self.keys - 1
+    }
+
     fn push_scope(&mut self, name: &str) {
         self.scopes.push(name);
     }
 
     fn pop_scope(&mut self) {
         self.scopes.pop();
+    }
+
+    fn scope_path(&self) -> String {
+        self.scopes.path()
     }
 }
 

@@ -160,3 +160,62 @@ fn layers_that_do_not_line_up_do_not_compile() {
     let t = trybuild::TestCases::new();
     t.compile_fail("tests/compile-fail/*.rs");
 }
+
+/// Embedding → LayerNorm → dropout → Linear over `[2, 3]` token ids.
+fn tokens<O: Ops>(ops: &mut O, mode: Mode) -> torchlean_nn::Result<Var> {
+    let emb = layers::Embedding::<7, 4>::new(11)?;
+    let h = ops.scoped("embed", |ops| {
+        emb.forward(ops, &[1, 6, 0, 2, 2, 5], &[2, 3])
+    })?;
+    let body = seq![
+        layers::LayerNorm::<4>::new(),
+        layers::dropout(0.25, 3)?,
+        Linear::<4, 2>::new(12)?,
+    ];
+    let y = ops.scoped("body", |ops| body.forward(ops, &h, mode))?;
+    ops.sum(&y)
+}
+
+#[test]
+fn embedding_layer_norm_and_dropout_agree_eagerly_and_compiled() {
+    for mode in [Mode::Train, Mode::Eval] {
+        let mut r = Recorder::new();
+        let out = tokens(&mut r, mode).unwrap();
+        let rec = r.finish(&out).unwrap();
+        let run = rec.run::<CpuF64>().unwrap();
+        let mut s = Session::<CpuF64>::new();
+        let loss = tokens(&mut s, mode).unwrap();
+        s.backward(&loss, Sweep::DenseAll).unwrap();
+        assert!(s.value(&loss).unwrap().bit_eq(&run.output), "{mode:?}");
+        for (leaf, g) in rec.leaves.iter().zip(&run.grads) {
+            if leaf.kind == LeafKind::Param {
+                assert!(s.param_grad(&leaf.name).unwrap().bit_eq(g), "{}", leaf.name);
+            }
+        }
+        let names: Vec<&str> = rec
+            .leaves
+            .iter()
+            .filter(|l| l.kind == LeafKind::Param)
+            .map(|l| l.name.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "embed.weight",
+                "body.0.weight",
+                "body.0.bias",
+                "body.2.weight",
+                "body.2.bias"
+            ]
+        );
+    }
+    // an id outside the vocabulary names the layer and the id
+    let mut s = Session::<Tensor<f64>>::new();
+    let emb = layers::Embedding::<7, 4>::new(1).unwrap();
+    let e = s
+        .scoped("embed", |s| emb.forward(s, &[1, 9], &[2]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("embed") && e.contains("id 9"), "{e}");
+    assert!(layers::dropout::<layers::Features<3>>(1.0, 0).is_err());
+}
