@@ -48,6 +48,7 @@ pub mod ops;
 pub mod program;
 pub mod record;
 pub mod session;
+pub mod zoo;
 
 pub use error::{NnError, Result};
 pub use layers::{Features, Image, Layer, Mode, Seq};

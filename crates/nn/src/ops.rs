@@ -107,6 +107,20 @@ pub trait Ops {
     /// `init`'s.
     fn param(&mut self, name: &str, init: &Tensor<f64>) -> Result<Var>;
 
+    /// The buffer `name` under the current scope (state without a gradient, such as batch
+    /// norm's running statistics), created from `init` on first use.
+    fn buffer(&mut self, name: &str, init: &Tensor<f64>) -> Result<Var>;
+
+    /// Replaces buffer `name` (under the current scope) by `update(current, x)` where `x` is the
+    /// value of `input` — for running statistics in training mode. The eager session applies it
+    /// at once; the recorder records programs, not state changes, and ignores it.
+    fn update_buffer(
+        &mut self,
+        name: &str,
+        input: &Var,
+        update: &dyn Fn(&Tensor<f64>, &Tensor<f64>) -> Result<Tensor<f64>>,
+    ) -> Result<()>;
+
     /// A key for a random op (dropout's mask) not used before in this interpreter: 0, 1, 2, …
     /// in call order, so the eager session and the recorder key one program alike.
     fn fresh_key(&mut self) -> u64;

@@ -19,6 +19,8 @@ pub enum LeafKind {
     Input { requires_grad: bool },
     /// A parameter (gets a gradient).
     Param,
+    /// A buffer (state without a gradient: running statistics).
+    Buffer,
     /// A constant.
     Const,
 }
@@ -176,6 +178,31 @@ impl Ops for Recorder {
             kind: LeafKind::Param,
             value: init.clone(),
         }))
+    }
+
+    fn buffer(&mut self, name: &str, init: &Tensor<f64>) -> Result<Var> {
+        let full = self.scopes.qualify(name);
+        if let Some(i) = self
+            .leaves
+            .iter()
+            .position(|l| l.kind == LeafKind::Buffer && l.name == full)
+        {
+            return Ok(self.hand_out(Slot::Leaf(i), self.leaves[i].value.shape().clone()));
+        }
+        Ok(self.add_leaf(Leaf {
+            name: full,
+            kind: LeafKind::Buffer,
+            value: init.clone(),
+        }))
+    }
+
+    fn update_buffer(
+        &mut self,
+        _name: &str,
+        _input: &Var,
+        _update: &dyn Fn(&Tensor<f64>, &Tensor<f64>) -> Result<Tensor<f64>>,
+    ) -> Result<()> {
+        Ok(())
     }
 
     fn fresh_key(&mut self) -> u64 {

@@ -27,6 +27,8 @@ pub struct Session<V: Kernels> {
     scopes: Scopes,
     /// Parameter values by full name; they outlive [`Session::reset`].
     params: BTreeMap<String, V>,
+    /// Buffer values by full name (no gradient); they outlive [`Session::reset`].
+    buffers: BTreeMap<String, V>,
     /// The leaf of each parameter on the current tape.
     param_leaves: BTreeMap<String, usize>,
     /// Tape ids whose gradient `backward` keeps (parameters, inputs that require grad).
@@ -63,6 +65,7 @@ impl<V: Kernels> Session<V> {
             tape: Tape::empty(),
             scopes: Scopes::default(),
             params: BTreeMap::new(),
+            buffers: BTreeMap::new(),
             param_leaves: BTreeMap::new(),
             watched: BTreeSet::new(),
             grads: BTreeMap::new(),
@@ -159,6 +162,11 @@ impl<V: Kernels> Session<V> {
     /// Every parameter, by full name (PyTorch's `state_dict` names).
     pub fn params(&self) -> &BTreeMap<String, V> {
         &self.params
+    }
+
+    /// Every buffer, by full name (`running_mean`, `running_var`, …).
+    pub fn buffers(&self) -> &BTreeMap<String, V> {
+        &self.buffers
     }
 
     /// A parameter's value, to update it in place (an optimizer step between resets).
@@ -283,6 +291,39 @@ impl<V: Kernels> Ops for Session<V> {
         Ok(var)
     }
 
+    fn buffer(&mut self, name: &str, init: &Tensor<f64>) -> Result<Var> {
+        let full = self.scopes.qualify(name);
+        let value = match self.buffers.get(&full) {
+            Some(v) => v.clone(),
+            None => {
+                let v = V::from_f64(init)?;
+                self.buffers.insert(full, v.clone());
+                v
+            }
+        };
+        self.leaf(value, false)
+    }
+
+    fn update_buffer(
+        &mut self,
+        name: &str,
+        input: &Var,
+        update: &dyn Fn(&Tensor<f64>, &Tensor<f64>) -> Result<Tensor<f64>>,
+    ) -> Result<()> {
+        let full = self.scopes.qualify(name);
+        let x = self.value_f64(input)?;
+        let current = self
+            .buffers
+            .get(&full)
+            .ok_or_else(|| NnError::NoSuchParam { name: full.clone() })?
+            .to_f64()?;
+        let next = V::from_f64(&update(&current, &x)?)?;
+        if let Some(old) = self.buffers.insert(full, next) {
+            old.drop();
+        }
+        Ok(())
+    }
+
     fn fresh_key(&mut self) -> u64 {
         self.keys += 1;
         self.keys - 1
@@ -305,7 +346,10 @@ impl<V: Kernels> Drop for Session<V> {
     fn drop(&mut self) {
         self.release_grads();
         std::mem::take(&mut self.tape).release();
-        for (_, v) in std::mem::take(&mut self.params) {
+        for (_, v) in std::mem::take(&mut self.params)
+            .into_iter()
+            .chain(std::mem::take(&mut self.buffers))
+        {
             v.drop();
         }
     }

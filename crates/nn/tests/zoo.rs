@@ -8,56 +8,33 @@ use torchlean_compiled::{exec_graph_of_ir, lower_text, run_grad};
 use torchlean_engine_cpu::CpuF64;
 use torchlean_ir::{check_payload, check_shapes};
 use torchlean_nn::layers::{self, Conv2d, Flatten, Linear};
+use torchlean_nn::zoo::Model;
 use torchlean_nn::{seq, Layer, LeafKind, Mode, Ops, Recorder, Session, Sweep, Var};
 use torchlean_runtime::Kernels;
 use torchlean_spec::Tensor;
 
-fn mlp() -> impl Layer<In = layers::Features<6>, Out = layers::Features<3>> {
-    seq![
-        Linear::<6, 8>::new(1).unwrap(),
-        layers::relu(),
-        Linear::<8, 8>::new(2).unwrap(),
-        layers::tanh(),
-        Linear::<8, 3>::new(3).unwrap(),
-        layers::log_softmax(),
-    ]
-}
-
-fn cnn() -> impl Layer<In = layers::Image<1>, Out = layers::Features<4>> {
-    seq![
-        Conv2d::<1, 3, 3>::new(1, 1, 7).unwrap(),
-        layers::relu(),
-        layers::max_pool2d::<3, 2>(2, 0),
-        Flatten::<3, 12>,
-        Linear::<12, 4>::new(8).unwrap(),
-    ]
-}
-
 fn input(shape: &[usize]) -> Tensor<f64> {
     let n: usize = shape.iter().product();
-    Tensor::new(
-        shape.to_vec(),
-        (0..n).map(|i| ((i * 7 % 11) as f64 - 5.0) / 6.0).collect(),
-    )
-    .unwrap()
+    Tensor::new(shape.to_vec(), (0..n).map(|i| ((i * 7 % 11) as f64 - 5.0) / 6.0).collect())
+        .unwrap()
 }
 
-fn run<O: Ops, L: Layer>(ops: &mut O, model: &L, x: &Tensor<f64>) -> (Var, Var) {
-    let xv = ops.input("x", x, false).unwrap();
-    let y = model.forward(ops, &xv, Mode::Eval).unwrap();
-    let loss = ops.sum(&y).unwrap();
-    (xv, loss)
+fn run<O: Ops>(ops: &mut O, model: Model, mode: Mode) -> Var {
+    let x = ops.input("x", &model.input().unwrap(), false).unwrap();
+    model.loss(ops, &x, mode).unwrap()
 }
 
 /// Eager on `V` against recorded + compiled, parameter by parameter; the exported IR's
 /// lowering text; `run_grad` on the export against the Session.
-fn check_model<L: Layer>(name: &str, model: &L, x: &Tensor<f64>) -> Vec<String> {
+fn check_model(model: Model, mode: Mode) -> Vec<String> {
+    let name = model.name();
+    let x = model.input().unwrap();
     let mut r = Recorder::new();
-    let (_, out) = run(&mut r, model, x);
+    let out = run(&mut r, model, mode);
     let rec = r.finish(&out).unwrap();
     let compiled = rec.run::<CpuF64>().unwrap();
     let mut s = Session::<CpuF64>::new();
-    let (_, loss) = run(&mut s, model, x);
+    let loss = run(&mut s, model, mode);
     s.backward(&loss, Sweep::Releasing).unwrap();
     assert!(
         s.value(&loss).unwrap().bit_eq(&compiled.output),
@@ -82,7 +59,7 @@ fn check_model<L: Layer>(name: &str, model: &L, x: &Tensor<f64>) -> Vec<String> 
         .all(|d| !d.is_error()));
     let exec = exec_graph_of_ir(&ir.graph, &ir.payload).unwrap();
     insta::assert_snapshot!(format!("zoo_{name}"), lower_text(&exec));
-    let grads = run_grad::<CpuF64>(&ir.graph, &ir.payload, x, None).unwrap();
+    let grads = run_grad::<CpuF64>(&ir.graph, &ir.payload, &x, None).unwrap();
     for (param, places) in &ir.params {
         let [(node, slot)] = places[..] else {
             panic!("{param} used more than once")
@@ -105,20 +82,24 @@ fn check_model<L: Layer>(name: &str, model: &L, x: &Tensor<f64>) -> Vec<String> 
 
 #[test]
 fn mlp_names_agreement_and_export() {
-    let names = check_model("mlp", &mlp(), &input(&[5, 6]));
+    let names = check_model(Model::Mlp, Mode::Eval);
     assert_eq!(
         names,
         ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]
     );
-    assert_eq!(
-        mlp().describe(),
-        "Linear(6 → 8), Relu, Linear(8 → 8), Tanh, Linear(8 → 3), LogSoftmax"
-    );
+    let described = seq![
+        Linear::<6, 8>::new(1).unwrap(),
+        layers::relu(),
+        Linear::<8, 3>::new(3).unwrap(),
+        layers::log_softmax(),
+    ]
+    .describe();
+    assert_eq!(described, "Linear(6 → 8), Relu, Linear(8 → 3), LogSoftmax");
 }
 
 #[test]
 fn cnn_names_agreement_and_export() {
-    let names = check_model("cnn", &cnn(), &input(&[2, 1, 4, 4]));
+    let names = check_model(Model::Cnn, Mode::Eval);
     assert_eq!(names, ["0.weight", "0.bias", "4.weight", "4.bias"]);
 }
 
