@@ -469,7 +469,7 @@ fn eager_vs_compiled<V: Kernels>(case: &GenCase, mode: Mode) -> ClaimResult {
         let e = match leaf.kind {
             LeafKind::Input { .. } => session.grad(&x)?,
             LeafKind::Param => session.param_grad(&leaf.name),
-            LeafKind::Const => continue,
+            LeafKind::Const | LeafKind::Buffer => continue,
         };
         eager.push(match e {
             Some(e) => e.clone(),
@@ -482,6 +482,67 @@ fn eager_vs_compiled<V: Kernels>(case: &GenCase, mode: Mode) -> ClaimResult {
         &eager,
         &compiled,
         mode,
+    );
+    Ok(found.finish())
+}
+
+/// SPEC 2.3's last row on the model zoo: each model run eagerly by the `Session` on `V` and
+/// recorded, compiled and differentiated; values and every parameter's gradient bit for bit
+/// (the models have no repeated parents, so the accumulation order is the same).
+pub fn zoo_claims<V: Kernels>() -> Vec<Observation> {
+    use torchlean_nn::zoo::Model;
+    Model::ALL
+        .iter()
+        .map(|&model| {
+            let (measure, detail) = match zoo_model::<V>(model) {
+                Ok(r) => r,
+                Err(e) => (Measure::FAIL, Some(e)),
+            };
+            obs(
+                Claim::EagerVsCompiled,
+                V::ENGINE,
+                Mode::Bitwise,
+                &[model.label()],
+                measure,
+                detail,
+            )
+        })
+        .collect()
+}
+
+fn zoo_model<V: Kernels>(model: torchlean_nn::zoo::Model) -> ClaimResult {
+    use torchlean_nn::Mode as Phase;
+    let x = model.input()?;
+    let mut session = Session::<V>::new();
+    let sx = session.input("x", &x, false)?;
+    let loss = model.loss(&mut session, &sx, Phase::Eval)?;
+    session.backward(&loss, Sweep::Releasing)?;
+    let mut recorder = Recorder::new();
+    let rx = recorder.input("x", &x, false)?;
+    let out = model.loss(&mut recorder, &rx, Phase::Eval)?;
+    let rec = recorder.finish(&out)?;
+    let run = rec.run::<V>()?;
+    let mut found = Findings::new();
+    found.compare(
+        "eager vs compiled loss",
+        std::slice::from_ref(session.value(&loss)?),
+        std::slice::from_ref(&run.output),
+        Mode::Bitwise,
+    );
+    let (mut eager, mut compiled) = (Vec::new(), Vec::new());
+    for (leaf, g) in rec.leaves.iter().zip(run.grads) {
+        if leaf.kind == LeafKind::Param {
+            if let Some(e) = session.param_grad(&leaf.name) {
+                eager.push(e.clone());
+                compiled.push(g);
+            }
+        }
+    }
+    found.compare(
+        "eager vs compiled parameter gradients",
+        &eager,
+        &compiled,
+        Mode::Bitwise,
     );
     Ok(found.finish())
 }

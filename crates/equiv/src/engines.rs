@@ -25,6 +25,9 @@ pub trait EngineUnderTest: Send + Sync {
     /// Node by node against the reference engine, and (f64 engines) VJPs against finite
     /// differences of the engine's own forward.
     fn per_node(&self, case: &GenCase, fd: bool) -> Vec<Observation>;
+    /// Eager == compiled on every model of the zoo (float engines; the models are not
+    /// algebraic).
+    fn zoo(&self) -> Vec<Observation>;
     /// Output and gradients of a whole graph, in f64.
     fn run_grad(
         &self,
@@ -116,6 +119,13 @@ impl<V: Kernels> EngineUnderTest for EngineOf<V> {
 
     fn semantic(&self, case: &GenCase) -> Vec<Observation> {
         semantic_claims::<V>(case)
+    }
+
+    fn zoo(&self) -> Vec<Observation> {
+        if V::EXACT {
+            return Vec::new();
+        }
+        crate::claims::zoo_claims::<V>()
     }
 
     fn per_node(&self, case: &GenCase, fd: bool) -> Vec<Observation> {

@@ -183,6 +183,8 @@ pub struct Observations {
     pub float: Vec<Vec<Observation>>,
     pub exact: Vec<Vec<Observation>>,
     pub singular: Observation,
+    /// The model zoo's, per engine.
+    pub zoo: Vec<Observation>,
 }
 
 impl Observations {
@@ -200,6 +202,7 @@ impl Observations {
             .flatten()
             .chain(self.exact.iter().flatten())
             .chain(std::iter::once(&self.singular))
+            .chain(self.zoo.iter())
     }
 }
 
@@ -234,6 +237,7 @@ pub fn run_observations(
         float: run(Family::Float),
         exact: run(Family::Exact),
         singular: dense_skipping_avoids_nan(),
+        zoo: engines.iter().flat_map(|e| e.zoo()).collect(),
     }
 }
 
@@ -373,15 +377,18 @@ fn collect_failures(
             });
         }
     }
-    let singular = &obs.singular;
-    if !singular.measure.pass {
-        failures.push(Failure {
-            claim: singular.claim,
-            engine: singular.engine.clone(),
-            detail: singular.detail.clone(),
-            nodes: 3,
-            case_file: CaseFile::NotRequested,
-        });
+    // the fixed cases: the constructed singular graph (3 nodes) and the zoo's models
+    let fixed = std::iter::once((&obs.singular, 3)).chain(obs.zoo.iter().map(|o| (o, 0)));
+    for (o, nodes) in fixed {
+        if !o.measure.pass {
+            failures.push(Failure {
+                claim: o.claim,
+                engine: o.engine.clone(),
+                detail: o.detail.clone(),
+                nodes,
+                case_file: CaseFile::NotRequested,
+            });
+        }
     }
     failures
 }

@@ -90,6 +90,9 @@ pub(crate) fn check_call(owner: u64, scopes: &Scopes, op: &Op, args: &[&Var]) ->
     })
 }
 
+/// How [`Ops::update_buffer`] computes a buffer's next value: `(current, input) -> next`.
+pub type BufferUpdate<'a> = &'a dyn Fn(&Tensor<f64>, &Tensor<f64>) -> Result<Tensor<f64>>;
+
 /// The op interface. A model is ordinary generic Rust code over `O: Ops`; the eager
 /// [`crate::Session`] runs it now on an engine, the [`crate::Recorder`] records it as a graph.
 pub trait Ops {
@@ -118,7 +121,7 @@ pub trait Ops {
         &mut self,
         name: &str,
         input: &Var,
-        update: &dyn Fn(&Tensor<f64>, &Tensor<f64>) -> Result<Tensor<f64>>,
+        update: BufferUpdate<'_>,
     ) -> Result<()>;
 
     /// A key for a random op (dropout's mask) not used before in this interpreter: 0, 1, 2, …

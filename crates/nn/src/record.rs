@@ -6,7 +6,7 @@
 //! `torchlean.ir.v1` with its payload.
 
 use crate::error::{NnError, Result};
-use crate::ops::{check_call, new_owner, Ops, Scopes, Var};
+use crate::ops::{check_call, new_owner, BufferUpdate, Ops, Scopes, Var};
 use torchlean_compiled::{compile, GraphData, Pos};
 use torchlean_ir::{Graph, Node, OpKind, Payload};
 use torchlean_runtime::{Kernels, RuntimeError};
@@ -200,7 +200,7 @@ impl Ops for Recorder {
         &mut self,
         _name: &str,
         _input: &Var,
-        _update: &dyn Fn(&Tensor<f64>, &Tensor<f64>) -> Result<Tensor<f64>>,
+        _update: BufferUpdate<'_>,
     ) -> Result<()> {
         Ok(())
     }

@@ -4,7 +4,7 @@
 //! every value of the tape, and the releasing sweep frees each activation gradient once used.
 
 use crate::error::{NnError, Result};
-use crate::ops::{check_call, new_owner, Ops, Scopes, Var};
+use crate::ops::{check_call, new_owner, BufferUpdate, Ops, Scopes, Var};
 use std::collections::{BTreeMap, BTreeSet};
 use torchlean_runtime::{forward, record, Kernels, Tape};
 use torchlean_spec::{Op, Tensor};
@@ -308,7 +308,7 @@ impl<V: Kernels> Ops for Session<V> {
         &mut self,
         name: &str,
         input: &Var,
-        update: &dyn Fn(&Tensor<f64>, &Tensor<f64>) -> Result<Tensor<f64>>,
+        update: BufferUpdate<'_>,
     ) -> Result<()> {
         let full = self.scopes.qualify(name);
         let x = self.value_f64(input)?;

@@ -28,6 +28,14 @@ impl Model {
         }
     }
 
+    /// The label the checker's report lists the model under.
+    pub fn label(self) -> &'static str {
+        match self {
+            Model::Mlp => "model mlp",
+            Model::Cnn => "model cnn",
+        }
+    }
+
     /// The model's fixed input.
     pub fn input(self) -> Result<Tensor<f64>> {
         let shape = match self {

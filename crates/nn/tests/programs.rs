@@ -85,7 +85,7 @@ fn agree<V: Kernels>(
         let eager = match leaf.kind {
             LeafKind::Param => s.param_grad(&leaf.name),
             LeafKind::Input { .. } => s.grad(input).unwrap(),
-            LeafKind::Const => continue,
+            LeafKind::Const | LeafKind::Buffer => continue,
         };
         let eager = eager.unwrap_or_else(|| panic!("no eager gradient for {}", leaf.name));
         assert!(same(eager, &run.grads[i]), "gradient of `{}`", leaf.name);

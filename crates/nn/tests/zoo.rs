@@ -15,8 +15,11 @@ use torchlean_spec::Tensor;
 
 fn input(shape: &[usize]) -> Tensor<f64> {
     let n: usize = shape.iter().product();
-    Tensor::new(shape.to_vec(), (0..n).map(|i| ((i * 7 % 11) as f64 - 5.0) / 6.0).collect())
-        .unwrap()
+    Tensor::new(
+        shape.to_vec(),
+        (0..n).map(|i| ((i * 7 % 11) as f64 - 5.0) / 6.0).collect(),
+    )
+    .unwrap()
 }
 
 fn run<O: Ops>(ops: &mut O, model: Model, mode: Mode) -> Var {
