@@ -37,6 +37,11 @@ pub fn graph_or_case(path: &Path) -> Result<(Graph, Option<Case>), BadInput> {
 pub fn payload(path: Option<&Path>) -> Result<Payload, BadInput> {
     match path {
         None => Ok(Payload::new()),
+        Some(p) if p.extension().is_some_and(|x| x == "safetensors") => {
+            let bytes = std::fs::read(p)
+                .map_err(|e| BadInput::one(format!("{}: cannot read: {e}", p.display())))?;
+            Payload::from_safetensors(&bytes).map_err(|e| ir_lines(p, &e))
+        }
         Some(p) => Payload::from_json_str(&read(p)?).map_err(|e| ir_lines(p, &e)),
     }
 }

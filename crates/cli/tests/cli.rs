@@ -442,3 +442,44 @@ fn a_deliberately_failing_equivalence_run_writes_a_case_that_conform_reproduces(
         &["unknown fault"],
     );
 }
+
+#[test]
+fn a_safetensors_payload_gives_the_same_gradients_as_payload_json() {
+    let case_path = cases_dir().join("mlp3_relu_mse.json");
+    let case =
+        torchlean_ir::Case::from_json_str(&std::fs::read_to_string(&case_path).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let g = dir.path().join("g.json");
+    let pj = dir.path().join("p.json");
+    let ps = dir.path().join("p.safetensors");
+    let x = dir.path().join("x.json");
+    std::fs::write(&g, case.graph.to_json().to_string()).unwrap();
+    std::fs::write(&pj, case.payload.to_json().to_string()).unwrap();
+    std::fs::write(&ps, case.payload.to_safetensors().unwrap()).unwrap();
+    std::fs::write(&x, case.input.to_json().to_string()).unwrap();
+    let grad = |p: &std::path::Path| {
+        let o = run(&[
+            "grad",
+            g.to_str().unwrap(),
+            "--payload",
+            p.to_str().unwrap(),
+            "--input",
+            x.to_str().unwrap(),
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        stdout(&o)
+    };
+    assert_eq!(grad(&pj), grad(&ps));
+    // a corrupt file is bad input naming it
+    std::fs::write(&ps, b"not safetensors").unwrap();
+    let o = run(&[
+        "grad",
+        g.to_str().unwrap(),
+        "--payload",
+        ps.to_str().unwrap(),
+        "--input",
+        x.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("p.safetensors"), "{}", stderr(&o));
+}

@@ -54,6 +54,104 @@ impl Payload {
         })
     }
 
+    /// The payload as a safetensors file: one tensor per `"<node id>.<name>"` (`"3.weight"`,
+    /// the keys SPEC 3 names), stored as F64, and batch norm's `eps` in the metadata under
+    /// `"<node id>.eps"`.
+    pub fn to_safetensors(&self) -> Result<Vec<u8>> {
+        let mut bytes: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
+        let mut meta = std::collections::HashMap::new();
+        for (id, entry) in &self.entries {
+            for (name, t) in &entry.tensors {
+                let data = t.data().iter().flat_map(|v| v.to_le_bytes()).collect();
+                bytes.push((format!("{id}.{name}"), t.shape().dims().to_vec(), data));
+            }
+            if let Some(eps) = entry.eps {
+                meta.insert(format!("{id}.eps"), format!("{eps:e}"));
+            }
+        }
+        let views = bytes
+            .iter()
+            .map(|(k, shape, data)| {
+                safetensors::tensor::TensorView::new(safetensors::Dtype::F64, shape.clone(), data)
+                    .map(|v| (k.clone(), v))
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(safetensors_error)?;
+        let meta = (!meta.is_empty()).then_some(meta);
+        safetensors::serialize(views, &meta).map_err(safetensors_error)
+    }
+
+    /// Reads a payload from a safetensors file with keys `"<node id>.<name>"` (F64 or F32
+    /// tensors; batch norm's `eps` from the metadata). Every bad key is reported.
+    pub fn from_safetensors(bytes: &[u8]) -> Result<Payload> {
+        let st = safetensors::SafeTensors::deserialize(bytes).map_err(safetensors_error)?;
+        let mut p = Payload::new();
+        let mut problems = Vec::new();
+        for (key, view) in st.tensors() {
+            let Some((node, name)) = key
+                .split_once('.')
+                .and_then(|(n, name)| Some((n.parse::<usize>().ok()?, name)))
+            else {
+                problems.push(
+                    Diagnostic::error(format!("key `{key}` is not `<node id>.<name>`"))
+                        .field(key.clone()),
+                );
+                continue;
+            };
+            let data: Vec<f64> = match view.dtype() {
+                safetensors::Dtype::F64 => view
+                    .data()
+                    .chunks_exact(8)
+                    .map(|c| f64::from_le_bytes(c.try_into().expect("8-byte chunks")))
+                    .collect(),
+                safetensors::Dtype::F32 => view
+                    .data()
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().expect("4-byte chunks")) as f64)
+                    .collect(),
+                other => {
+                    problems.push(
+                        Diagnostic::error(format!("dtype {other:?}; expected F64 or F32"))
+                            .at_node(node)
+                            .field(name.to_string()),
+                    );
+                    continue;
+                }
+            };
+            match Tensor::new(view.shape().to_vec(), data) {
+                Ok(t) => p.insert(node, name, t),
+                Err(e) => problems.push(
+                    Diagnostic::error(e.to_string())
+                        .at_node(node)
+                        .field(name.to_string()),
+                ),
+            }
+        }
+        if let Ok((_, meta)) = safetensors::SafeTensors::read_metadata(bytes) {
+            for (key, value) in meta.metadata().iter().flatten() {
+                let Some(node) = key
+                    .strip_suffix(".eps")
+                    .and_then(|n| n.parse::<usize>().ok())
+                else {
+                    continue;
+                };
+                match value.parse::<f64>() {
+                    Ok(eps) => p.entries.entry(node).or_default().eps = Some(eps),
+                    Err(_) => problems.push(
+                        Diagnostic::error(format!("eps `{value}` is not a number"))
+                            .at_node(node)
+                            .field("eps"),
+                    ),
+                }
+            }
+        }
+        if problems.is_empty() {
+            Ok(p)
+        } else {
+            Err(IrError::Invalid(problems))
+        }
+    }
+
     pub fn from_json_str(text: &str) -> Result<Payload> {
         let v: Value = serde_json::from_str(text)?;
         Payload::from_json(&v)
@@ -124,4 +222,8 @@ impl Payload {
         }
         Value::Object(obj)
     }
+}
+
+fn safetensors_error(e: safetensors::SafeTensorError) -> IrError {
+    IrError::invalid(Diagnostic::error(format!("safetensors: {e}")))
 }

@@ -592,3 +592,34 @@ fn shape_of_every_kind_is_inferred() {
         "kinds without a test graph: {missing:?}"
     );
 }
+
+#[test]
+fn payloads_round_trip_through_safetensors_and_bad_keys_are_all_reported() {
+    let mut p = Payload::new();
+    p.insert(
+        3,
+        "weight",
+        Tensor::new([2, 2], vec![1.5, -0.25, 1e-300, f64::MAX]).unwrap(),
+    );
+    p.insert(3, "bias", Tensor::new([2], vec![0.0, -0.0]).unwrap());
+    p.insert(7, "gamma", Tensor::scalar(2.0));
+    p.entries.get_mut(&7).unwrap().eps = Some(1e-3);
+    let bytes = p.to_safetensors().unwrap();
+    let back = Payload::from_safetensors(&bytes).unwrap();
+    assert_eq!(back, p);
+    for (id, e) in &p.entries {
+        for (name, t) in &e.tensors {
+            assert!(back.entry(*id).unwrap().tensor(name).unwrap().bit_eq(t));
+        }
+    }
+    // truncated bytes and keys that are not `<node>.<name>` are errors, not panics
+    assert!(Payload::from_safetensors(&bytes[..bytes.len() / 2]).is_err());
+    assert!(Payload::from_safetensors(b"garbage").is_err());
+    let mut bad = Payload::new();
+    bad.insert(1, "w", Tensor::scalar(1.0));
+    let mut bytes = bad.to_safetensors().unwrap();
+    let at = bytes.windows(3).position(|w| w == b"1.w").unwrap();
+    bytes[at] = b'x'; // the key in the header, same length
+    let e = Payload::from_safetensors(&bytes).unwrap_err();
+    assert!(e.to_string().contains("x.w"), "{e}");
+}

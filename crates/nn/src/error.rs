@@ -56,6 +56,14 @@ pub enum NnError {
     #[error("cannot export to torchlean.ir.v1: {reason}")]
     Export { reason: String },
 
+    /// Writing a file failed (nothing was left half-written).
+    #[error("cannot write {}: {source}", .path.display())]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
     /// An engine or sweep error.
     #[error("{}{source}", at_layer(.layer))]
     Runtime {

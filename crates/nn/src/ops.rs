@@ -117,12 +117,7 @@ pub trait Ops {
     /// Replaces buffer `name` (under the current scope) by `update(current, x)` where `x` is the
     /// value of `input` — for running statistics in training mode. The eager session applies it
     /// at once; the recorder records programs, not state changes, and ignores it.
-    fn update_buffer(
-        &mut self,
-        name: &str,
-        input: &Var,
-        update: BufferUpdate<'_>,
-    ) -> Result<()>;
+    fn update_buffer(&mut self, name: &str, input: &Var, update: BufferUpdate<'_>) -> Result<()>;
 
     /// A key for a random op (dropout's mask) not used before in this interpreter: 0, 1, 2, …
     /// in call order, so the eager session and the recorder key one program alike.

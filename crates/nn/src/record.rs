@@ -412,3 +412,47 @@ pub struct IrExport {
     /// For every parameter (by name), the `(IR node, payload name)` places holding it.
     pub params: Vec<(String, Vec<(usize, &'static str)>)>,
 }
+
+impl IrExport {
+    /// Writes the graph JSON to `graph` and the payload to `payload` — safetensors when its
+    /// name ends in `.safetensors` (keys `"<node id>.<name>"`), Payload JSON otherwise — each
+    /// atomically (a temporary file in the same directory, synced, then renamed).
+    pub fn save(&self, graph: &std::path::Path, payload: &std::path::Path) -> Result<()> {
+        write_atomically(graph, self.graph.to_json().to_string().as_bytes())?;
+        let bytes = if payload.extension().is_some_and(|x| x == "safetensors") {
+            self.payload.to_safetensors()?
+        } else {
+            self.payload.to_json().to_string().into_bytes()
+        };
+        write_atomically(payload, &bytes)
+    }
+}
+
+/// Writes `bytes` to `path` through a synced temporary file in the same directory and a
+/// rename, so a reader never sees half a file; the temporary file is removed on failure.
+fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let io = |source| NnError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let written = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written.map_err(io)
+}

@@ -304,12 +304,7 @@ impl<V: Kernels> Ops for Session<V> {
         self.leaf(value, false)
     }
 
-    fn update_buffer(
-        &mut self,
-        name: &str,
-        input: &Var,
-        update: BufferUpdate<'_>,
-    ) -> Result<()> {
+    fn update_buffer(&mut self, name: &str, input: &Var, update: BufferUpdate<'_>) -> Result<()> {
         let full = self.scopes.qualify(name);
         let x = self.value_f64(input)?;
         let current = self

@@ -184,6 +184,31 @@ fn the_exported_ir_passes_check_and_reproduces_the_session_gradients() {
     // a JSON round trip keeps it
     let back = torchlean_ir::Graph::from_json(&graph.to_json()).unwrap();
     assert_eq!(back, graph);
+    // saved to files (safetensors payload), read back unchanged; a failed write is an error
+    let dir = std::env::temp_dir().join(format!("torchlean-nn-export-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let export = IrExport {
+        graph: graph.clone(),
+        payload: payload.clone(),
+        params: places.clone(),
+    };
+    export
+        .save(&dir.join("g.json"), &dir.join("p.safetensors"))
+        .unwrap();
+    let read_back =
+        torchlean_ir::Payload::from_safetensors(&std::fs::read(dir.join("p.safetensors")).unwrap())
+            .unwrap();
+    assert_eq!(read_back, payload);
+    let e = export
+        .save(&dir.join("no/such/dir/g.json"), &dir.join("p.json"))
+        .unwrap_err();
+    assert!(matches!(e, NnError::Io { .. }), "{e}");
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(leftovers.len(), 2, "{leftovers:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
     let grads = run_grad::<Tensor<f64>>(&graph, &payload, &x, None).unwrap();
     let (s, _, out) = eager::<Tensor<f64>, _>(&x, Sweep::Releasing, mlp);
     assert!(grads.output.bit_eq(s.value(&out).unwrap()));
