@@ -76,6 +76,7 @@ fn op_attrs(op: &torchlean_spec::Op) -> String {
                 } => format!("{key}={default:e} (default)"),
                 AttrMut::Shape(s) => format!("{key}={s}"),
                 AttrMut::List(l) => format!("{key}={l:?}"),
+                AttrMut::Choice { value, .. } => format!("{key}={value}"),
             });
         }
     }

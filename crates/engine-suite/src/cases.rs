@@ -1,6 +1,8 @@
 //! The table of op cases: every op, with shapes chosen to hit the edges.
 
-use torchlean_spec::{ops, BinaryOp, Conv2dSpec, Op, PoolKind, PoolSpec, Shape, Tensor, UnaryOp};
+use torchlean_spec::{
+    ops, BinaryOp, Conv2dSpec, GeluApprox, Op, PoolKind, PoolSpec, Shape, Tensor, UnaryOp,
+};
 
 /// One op applied to concrete inputs.
 #[derive(Clone, Debug)]
@@ -57,13 +59,15 @@ pub fn op_cases() -> Vec<OpCase> {
                 UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Inv => uniform(shape, next(), 0.25, 3.0),
                 UnaryOp::Abs | UnaryOp::Relu => signed_away_from_zero(shape, next(), 0.05),
                 UnaryOp::Exp | UnaryOp::Softplus => uniform(shape, next(), -4.0, 4.0),
+                // both tails and the curved middle
+                UnaryOp::Gelu(_) => uniform(shape, next(), -6.0, 6.0),
                 _ => uniform(shape, next(), -2.0, 2.0),
             };
-            out.push(case(
-                format!("{}_{shape:?}", u.name()),
-                Op::Unary(u),
-                vec![x],
-            ));
+            let name = match u {
+                UnaryOp::Gelu(a) => format!("gelu_{}", a.wire()),
+                _ => u.name().to_string(),
+            };
+            out.push(case(format!("{name}_{shape:?}"), Op::Unary(u), vec![x]));
         }
     }
     // relu and abs at exactly zero (subgradient choice)
@@ -83,6 +87,15 @@ pub fn op_cases() -> Vec<OpCase> {
         Op::Unary(UnaryOp::Sqrt),
         vec![Tensor::new([3], vec![0.0, 4.0, 0.25]).expect("3 values")],
     ));
+
+    // gelu far in the tails (erf saturates; the tanh form's cube dominates)
+    for a in GeluApprox::ALL {
+        out.push(case(
+            format!("gelu_{}_tails", a.wire()),
+            Op::Unary(UnaryOp::Gelu(a)),
+            vec![Tensor::new([6], vec![-30.0, -9.0, -1e-8, 0.0, 1e-8, 40.0]).expect("6 values")],
+        ));
+    }
 
     for b in BinaryOp::ALL {
         for shape in elementwise_shapes {

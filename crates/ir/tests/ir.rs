@@ -185,6 +185,43 @@ fn malformed_graphs_name_the_node_and_field() {
 }
 
 #[test]
+fn bad_extension_attributes_name_the_node_and_field() {
+    // an `approximate` outside its options
+    check_rejected(
+        |v| {
+            v["nodes"][2]["kind"] = json!("gelu");
+            v["nodes"][2]["approximate"] = json!("exact");
+        },
+        &[
+            "node 2 (gelu)",
+            "field `approximate`",
+            "is \"exact\", expected one of \"none\", \"tanh\"",
+        ],
+    );
+    check_rejected(
+        |v| {
+            v["nodes"][2]["kind"] = json!("gelu");
+            v["nodes"][2]["approximate"] = json!(true);
+        },
+        &["node 2 (gelu)", "field `approximate`", "is true"],
+    );
+}
+
+#[test]
+fn extension_attributes_round_trip_and_default() {
+    let mut v = base();
+    v["nodes"][2]["kind"] = json!("gelu");
+    let g = Graph::from_json(&v).unwrap();
+    // absent `approximate` is "none", and the printer writes it
+    assert_eq!(g.to_json()["nodes"][2]["approximate"], json!("none"));
+    v["nodes"][2]["approximate"] = json!("tanh");
+    let g = Graph::from_json(&v).unwrap();
+    assert_eq!(g.to_json()["nodes"][2]["approximate"], json!("tanh"));
+    assert_eq!(Graph::from_json(&g.to_json()).unwrap(), g);
+    assert!(errors(&check_shapes(&g)).is_empty());
+}
+
+#[test]
 fn every_problem_is_reported_not_only_the_first() {
     let mut v = base();
     v["nodes"][2]["shape"] = json!([9]);

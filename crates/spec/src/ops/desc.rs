@@ -9,7 +9,7 @@
 //! row here, one arm in each of `visit_attrs`, the shape rule, forward and VJP (the compiler
 //! lists every match that needs one), and one kernel per engine.
 
-use super::{Arity, BinaryOp, Conv2dSpec, Op, PoolKind, PoolSpec, UnaryOp};
+use super::{Arity, BinaryOp, Conv2dSpec, GeluApprox, Op, PoolKind, PoolSpec, UnaryOp};
 use crate::shape::Shape;
 
 /// Layer norm's `eps` when the node carries none (TorchLean's `Numbers.epsilon`; SPEC 3).
@@ -126,6 +126,8 @@ pub enum AttrType {
     Shape,
     /// A list of axis indices.
     List,
+    /// One of a fixed set of strings.
+    Choice(&'static [&'static str]),
 }
 
 impl std::fmt::Display for AttrType {
@@ -136,6 +138,10 @@ impl std::fmt::Display for AttrType {
             AttrType::Float => "number",
             AttrType::Shape => "shape",
             AttrType::List => "int list",
+            AttrType::Choice(options) => {
+                let quoted: Vec<String> = options.iter().map(|o| format!("\"{o}\"")).collect();
+                return write!(f, "one of {}", quoted.join(", "));
+            }
         })
     }
 }
@@ -153,6 +159,13 @@ pub enum AttrMut<'a> {
     },
     Shape(&'a mut Shape),
     List(&'a mut Vec<usize>),
+    /// One of `options`; absent means `default`. Readers write only members of `options`
+    /// (anything else is their error to report, naming the field).
+    Choice {
+        value: &'a mut &'static str,
+        options: &'static [&'static str],
+        default: &'static str,
+    },
 }
 
 impl AttrMut<'_> {
@@ -163,6 +176,7 @@ impl AttrMut<'_> {
             AttrMut::Float(_) | AttrMut::OptFloat { .. } => AttrType::Float,
             AttrMut::Shape(_) => AttrType::Shape,
             AttrMut::List(_) => AttrType::List,
+            AttrMut::Choice { options, .. } => AttrType::Choice(options),
         }
     }
 }
@@ -235,6 +249,7 @@ impl AttrVisitor for Describe {
     fn visit(&mut self, key: &'static str, value: AttrMut<'_>) {
         let default = match &value {
             AttrMut::OptFloat { default, .. } => Some(format!("{default:e}")),
+            AttrMut::Choice { default, .. } => Some(format!("\"{default}\"")),
             _ => None,
         };
         self.0.push(AttrDesc {
@@ -420,6 +435,10 @@ unary!(
     Saves::INPUT,
     Silu
 );
+row!(GELU, "gelu", Elementwise, true,
+     "`F.gelu(x, approximate)`: `0.5·x·(1 + erf(x/√2))`, or with `\"tanh\"` `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`",
+     "`s`", operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
+     Proto::Op(|| Op::Unary(UnaryOp::Gelu(GeluApprox::None))));
 row!(SCALE, "scale", Elementwise, true, "`c * x`", "`s`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::Scale { c: 0.0 }));
@@ -539,6 +558,7 @@ pub static OPS: &[&OpDesc] = &[
     &NEG,
     &SOFTPLUS,
     &SILU,
+    &GELU,
     &SCALE,
     &ADD_SCALAR,
     &SOFTMAX,
@@ -584,6 +604,7 @@ impl UnaryOp {
             UnaryOp::Neg => &NEG,
             UnaryOp::Softplus => &SOFTPLUS,
             UnaryOp::Silu => &SILU,
+            UnaryOp::Gelu(_) => &GELU,
         }
     }
 }
@@ -647,6 +668,21 @@ impl Op {
     /// shape, batch norm's `eps`) are not listed.
     pub fn visit_attrs(&mut self, v: &mut dyn AttrVisitor) {
         match self {
+            Op::Unary(UnaryOp::Gelu(approximate)) => {
+                let mut value = approximate.wire();
+                v.visit(
+                    "approximate",
+                    AttrMut::Choice {
+                        value: &mut value,
+                        options: GeluApprox::OPTIONS,
+                        default: GeluApprox::None.wire(),
+                    },
+                );
+                // a reader writes only an option (or leaves the value as it was)
+                if let Some(a) = GeluApprox::from_wire(value) {
+                    *approximate = a;
+                }
+            }
             Op::Unary(_)
             | Op::Binary(_)
             | Op::Detach
@@ -735,6 +771,7 @@ impl Op {
                     AttrMut::OptFloat { value: Some(v), .. } => AttrValue::Float(*v),
                     AttrMut::Shape(s) => AttrValue::Shape(s.clone()),
                     AttrMut::List(l) => AttrValue::List(l.clone()),
+                    AttrMut::Choice { value, .. } => AttrValue::Str(value),
                 };
                 self.0.push((key, v));
             }
@@ -753,6 +790,8 @@ pub enum AttrValue {
     Float(f64),
     Shape(Shape),
     List(Vec<usize>),
+    /// A choice's value (written as a JSON string).
+    Str(&'static str),
 }
 
 impl std::fmt::Display for AttrValue {
@@ -762,6 +801,7 @@ impl std::fmt::Display for AttrValue {
             AttrValue::Float(v) => write!(f, "{v:e}"),
             AttrValue::Shape(s) => write!(f, "{s}"),
             AttrValue::List(v) => write!(f, "{v:?}"),
+            AttrValue::Str(v) => write!(f, "\"{v}\""),
         }
     }
 }
@@ -885,6 +925,9 @@ mod tests {
                     AttrMut::OptFloat { value, .. } => *value = Some(self.0 as f64),
                     AttrMut::Shape(s) => *s = Shape::from([self.0 as usize]),
                     AttrMut::List(l) => *l = vec![self.0 as usize],
+                    AttrMut::Choice { value, options, .. } => {
+                        *value = options[self.0 as usize % options.len()]
+                    }
                 }
             }
         }

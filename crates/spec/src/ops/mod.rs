@@ -35,7 +35,7 @@ pub use conv::{window_out, Conv2dSpec};
 pub use desc::{
     AttrMut, AttrValue, AttrVisitor, OpDesc, BATCH_NORM_DEFAULT_EPS, LAYER_NORM_DEFAULT_EPS,
 };
-pub use elementwise::{BinaryOp, UnaryOp};
+pub use elementwise::{gelu_consts, BinaryOp, GeluApprox, UnaryOp};
 pub use linalg::{linear_dims, matmul_dims};
 pub use pool::{PoolKind, PoolSpec};
 pub use random::{splitmix64, uniform_at};

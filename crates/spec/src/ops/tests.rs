@@ -235,6 +235,37 @@ fn relu_and_abs_have_zero_derivative_at_zero_and_relu_keeps_exact_zeros() {
 }
 
 #[test]
+fn gelu_matches_pytorch_values_in_both_forms() {
+    // x·Φ(x) and the tanh formula in f64 (Python's math.erf / math.tanh)
+    let x = t(&[4], &[-2.0, 0.0, 1.0, 3.0]);
+    for (a, want) in [
+        (
+            GeluApprox::None,
+            [
+                -0.045_500_263_896_358_42,
+                0.0,
+                0.841_344_746_068_542_9,
+                2.995_950_305_905_11,
+            ],
+        ),
+        (
+            GeluApprox::Tanh,
+            [
+                -0.045_402_305_912_224_94,
+                0.0,
+                0.841_191_990_608_276_8,
+                2.996_362_607_918_227,
+            ],
+        ),
+    ] {
+        let y = Op::Unary(UnaryOp::Gelu(a)).forward(&[&x]).unwrap();
+        for (g, w) in y.data().iter().zip(want) {
+            assert!((g - w).abs() < 1e-12, "{a:?}: {g} vs {w}");
+        }
+    }
+}
+
+#[test]
 fn sqrt_derivative_is_zero_at_and_below_zero() {
     let x = t(&[3], &[0.0, -4.0, 4.0]);
     let op = Op::Unary(UnaryOp::Sqrt);
