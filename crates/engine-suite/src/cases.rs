@@ -136,6 +136,38 @@ pub fn op_cases() -> Vec<OpCase> {
         Op::AddScalar { c: 0.375 },
         vec![uniform(&[4, 1], next(), -2.0, 2.0)],
     ));
+    for (min, max) in [
+        (Some(-0.5), Some(0.75)),
+        (Some(0.0), None),
+        (None, Some(-0.25)),
+        (Some(0.5), Some(0.5)),
+        (None, None),
+    ] {
+        for shape in [&[5, 33, 3][..], &[0], &[2, 3]] {
+            out.push(case(
+                format!("clamp_{min:?}_{max:?}_{shape:?}"),
+                Op::Clamp { min, max },
+                vec![uniform(shape, next(), -2.0, 2.0)],
+            ));
+        }
+    }
+    // exactly at the bounds (the gradient passes there), outside, and NaN
+    out.push(case(
+        "clamp_at_bounds",
+        Op::Clamp {
+            min: Some(0.0),
+            max: Some(1.0),
+        },
+        vec![Tensor::new([7], vec![-1.0, 0.0, -0.0, 0.5, 1.0, 2.0, f64::NAN]).expect("7 values")],
+    ));
+    out.push(case(
+        "clamp_min_above_max_error",
+        Op::Clamp {
+            min: Some(1.0),
+            max: Some(0.0),
+        },
+        vec![uniform(&[3], next(), -2.0, 2.0)],
+    ));
     out.push(case(
         "detach",
         Op::Detach,

@@ -138,6 +138,7 @@ enum Step {
     Binary(BinaryOp),
     Scale,
     AddScalar,
+    Clamp,
     Detach,
     Softmax,
     LogSoftmax,
@@ -170,6 +171,7 @@ fn all_steps() -> Vec<Step> {
     steps.extend([
         Step::Scale,
         Step::AddScalar,
+        Step::Clamp,
         Step::Detach,
         Step::Softmax,
         Step::LogSoftmax,
@@ -346,7 +348,9 @@ impl Builder {
         match step {
             Step::Unary(u) => self.unary(c, u, x),
             Step::Binary(op) => self.binary(c, op, x),
-            Step::Scale | Step::AddScalar | Step::Detach => self.scalar_family(c, step, x),
+            Step::Scale | Step::AddScalar | Step::Clamp | Step::Detach => {
+                self.scalar_family(c, step, x)
+            }
             Step::Softmax | Step::LogSoftmax | Step::LayerNorm if rank > 0 => {
                 self.normalise(c, step, x)
             }
@@ -410,6 +414,18 @@ impl Builder {
             Step::AddScalar => {
                 let v = c.value();
                 self.push_op(Op::AddScalar { c: v }, vec![x], vec![]);
+            }
+            Step::Clamp => {
+                // bounds on the values' grid (so inputs land exactly on them), `min <= max`,
+                // either one possibly absent
+                let (a, b) = (c.value(), c.value());
+                let (lo, hi) = (a.min(b), a.max(b));
+                let (min, max) = match c.pick(3) {
+                    0 => (Some(lo), Some(hi)),
+                    1 => (Some(lo), None),
+                    _ => (None, Some(hi)),
+                };
+                self.push_op(Op::Clamp { min, max }, vec![x], vec![]);
             }
             _ => {
                 let d = self.push_op(Op::Detach, vec![x], vec![]);

@@ -168,6 +168,12 @@ impl<V: Kernels, const F: u8> Backend for Faulty<V, F> {
     fn add_scalar(x: &Self, c: f64) -> Result<Self> {
         wrap(V::add_scalar(&x.0, c))
     }
+    fn clamp(x: &Self, min: Option<f64>, max: Option<f64>) -> Result<Self> {
+        wrap(V::clamp(&x.0, min, max))
+    }
+    fn clamp_vjp(x: &Self, dy: &Self, min: Option<f64>, max: Option<f64>) -> Result<Self> {
+        wrap(V::clamp_vjp(&x.0, &dy.0, min, max))
+    }
     fn relabel(x: &Self, shape: &Shape) -> Result<Self> {
         wrap(V::relabel(&x.0, shape))
     }

@@ -149,7 +149,9 @@ impl AttrVisitor for AttrReader<'_> {
             AttrMut::Int(v) => *v = self.int(key),
             AttrMut::Seed(v) => *v = self.u64(key),
             AttrMut::Float(v) => *v = self.float(key),
-            AttrMut::OptFloat { value, .. } => *value = self.opt_float(key),
+            AttrMut::OptFloat { value, .. } | AttrMut::MaybeFloat(value) => {
+                *value = self.opt_float(key)
+            }
             AttrMut::Shape(s) => *s = self.shape(key),
             AttrMut::List(l) => *l = self.shape(key).dims().to_vec(),
             AttrMut::Choice {

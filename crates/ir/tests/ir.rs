@@ -205,6 +205,22 @@ fn bad_extension_attributes_name_the_node_and_field() {
         },
         &["node 2 (gelu)", "field `approximate`", "is true"],
     );
+    // clamp with min > max
+    check_rejected(
+        |v| {
+            v["nodes"][2]["kind"] = json!("clamp");
+            v["nodes"][2]["min"] = json!(1.0);
+            v["nodes"][2]["max"] = json!(-1.0);
+        },
+        &["node 2 (clamp)", "field `min`", "greater than `max`"],
+    );
+    check_rejected(
+        |v| {
+            v["nodes"][2]["kind"] = json!("clamp");
+            v["nodes"][2]["max"] = json!("high");
+        },
+        &["node 2 (clamp)", "field `max`", "expected a number"],
+    );
 }
 
 #[test]
@@ -218,6 +234,14 @@ fn extension_attributes_round_trip_and_default() {
     let g = Graph::from_json(&v).unwrap();
     assert_eq!(g.to_json()["nodes"][2]["approximate"], json!("tanh"));
     assert_eq!(Graph::from_json(&g.to_json()).unwrap(), g);
+    assert!(errors(&check_shapes(&g)).is_empty());
+    // clamp: an absent bound stays absent
+    let mut v = base();
+    v["nodes"][2] = json!({"id": 2, "kind": "clamp", "parents": [1], "shape": [2, 4], "min": 0});
+    let g = Graph::from_json(&v).unwrap();
+    let node = &g.to_json()["nodes"][2];
+    assert_eq!(node["min"], json!(0.0));
+    assert!(node.get("max").is_none(), "{node}");
     assert!(errors(&check_shapes(&g)).is_empty());
 }
 

@@ -282,6 +282,8 @@ impl torchlean_spec::Backend for Counted {
         binary_vjp(op: BinaryOp, a: Option<&Self>, b: Option<&Self>, dy: &Self) -> (Self, Self);
         scale(x: &Self, c: f64) -> Self;
         add_scalar(x: &Self, c: f64) -> Self;
+        clamp(x: &Self, min: Option<f64>, max: Option<f64>) -> Self;
+        clamp_vjp(x: &Self, dy: &Self, min: Option<f64>, max: Option<f64>) -> Self;
         relabel(x: &Self, shape: &Shape) -> Self;
         softmax(x: &Self, axis: usize, log: bool) -> Self;
         softmax_vjp(y: &Self, dy: &Self, axis: usize, log: bool) -> Self;

@@ -9,7 +9,7 @@
 //! The reference engine is `Tensor<A>` below: each method is the naive function of `spec::ops`.
 
 use crate::error::SpecError;
-use crate::ops::{layout, linalg, norm, random, reduce};
+use crate::ops::{elementwise, layout, linalg, norm, random, reduce};
 use crate::ops::{BinaryOp, Conv2dSpec, PoolSpec, UnaryOp};
 use crate::scalar::Scalar;
 use crate::shape::Shape;
@@ -47,6 +47,16 @@ pub trait Backend: Clone + Sized {
     fn scale(x: &Self, c: f64) -> Result<Self, Self::Error>;
     /// `x + c`.
     fn add_scalar(x: &Self, c: f64) -> Result<Self, Self::Error>;
+    /// `torch.clamp(x, min, max)`: an absent bound does not clamp; NaN stays NaN (the bounds
+    /// are validated: not NaN, `min ≤ max`).
+    fn clamp(x: &Self, min: Option<f64>, max: Option<f64>) -> Result<Self, Self::Error>;
+    /// `dy` where `min ≤ x ≤ max` (bounds included), 0 elsewhere and at NaN.
+    fn clamp_vjp(
+        x: &Self,
+        dy: &Self,
+        min: Option<f64>,
+        max: Option<f64>,
+    ) -> Result<Self, Self::Error>;
     /// The same elements under another shape of the same size (reshape, and the identity when
     /// `shape` is the operand's own); engines may share storage.
     fn relabel(x: &Self, shape: &Shape) -> Result<Self, Self::Error>;
@@ -158,6 +168,12 @@ impl<A: Scalar> Backend for Tensor<A> {
     fn add_scalar(x: &Self, c: f64) -> R<A> {
         let c = A::from_f64(c)?;
         x.map(|v| Ok(v.add(&c)))
+    }
+    fn clamp(x: &Self, min: Option<f64>, max: Option<f64>) -> R<A> {
+        elementwise::clamp(x, min, max)
+    }
+    fn clamp_vjp(x: &Self, dy: &Self, min: Option<f64>, max: Option<f64>) -> R<A> {
+        elementwise::clamp_vjp(x, dy, min, max)
     }
     fn relabel(x: &Self, shape: &Shape) -> R<A> {
         x.clone().reshaped(shape.clone())

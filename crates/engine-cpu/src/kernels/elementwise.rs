@@ -303,3 +303,51 @@ pub(crate) fn scale<T: CpuScalar>(x: &CpuTensor<T>, c: T) -> CpuTensor<T> {
 pub(crate) fn add_scalar<T: CpuScalar>(x: &CpuTensor<T>, c: T) -> CpuTensor<T> {
     map(x, CHEAP, |v| v + c)
 }
+
+/// `torch.clamp`: an absent bound is an infinite one (the same result: `x < −inf` never holds,
+/// NaN stays NaN), so the loop is two selects.
+pub(crate) fn clamp<T: CpuScalar>(
+    x: &CpuTensor<T>,
+    min: Option<f64>,
+    max: Option<f64>,
+) -> CpuTensor<T> {
+    let (lo, hi) = clamp_bounds::<T>(min, max);
+    map(x, CHEAP, move |v| {
+        if v < lo {
+            lo
+        } else if v > hi {
+            hi
+        } else {
+            v
+        }
+    })
+}
+
+/// `dy` where `lo ≤ x ≤ hi` (false at NaN), else 0.
+pub(crate) fn clamp_vjp<T: CpuScalar>(
+    x: &CpuTensor<T>,
+    dy: &CpuTensor<T>,
+    min: Option<f64>,
+    max: Option<f64>,
+) -> CpuTensor<T> {
+    let (lo, hi) = clamp_bounds::<T>(min, max);
+    zip(
+        x,
+        dy,
+        CHEAP,
+        move |v, d| {
+            if v >= lo && v <= hi {
+                d
+            } else {
+                T::ZERO
+            }
+        },
+    )
+}
+
+fn clamp_bounds<T: CpuScalar>(min: Option<f64>, max: Option<f64>) -> (T, T) {
+    (
+        T::from_f64(min.unwrap_or(f64::NEG_INFINITY)),
+        T::from_f64(max.unwrap_or(f64::INFINITY)),
+    )
+}

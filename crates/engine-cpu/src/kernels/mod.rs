@@ -51,6 +51,12 @@ impl<T: CpuScalar> Backend for CpuTensor<T> {
     fn add_scalar(x: &Self, c: f64) -> R<T> {
         Ok(elementwise::add_scalar(x, T::from_f64(c)))
     }
+    fn clamp(x: &Self, min: Option<f64>, max: Option<f64>) -> R<T> {
+        Ok(elementwise::clamp(x, min, max))
+    }
+    fn clamp_vjp(x: &Self, dy: &Self, min: Option<f64>, max: Option<f64>) -> R<T> {
+        Ok(elementwise::clamp_vjp(x, dy, min, max))
+    }
     #[inline]
     fn relabel(x: &Self, shape: &Shape) -> R<T> {
         Ok(x.share(shape.clone()))

@@ -157,6 +157,9 @@ pub enum AttrMut<'a> {
         value: &'a mut Option<f64>,
         default: f64,
     },
+    /// An optional number without a default: absent means the op does without it (`clamp`'s
+    /// bounds).
+    MaybeFloat(&'a mut Option<f64>),
     Shape(&'a mut Shape),
     List(&'a mut Vec<usize>),
     /// One of `options`; absent means `default`. Readers write only members of `options`
@@ -173,7 +176,9 @@ impl AttrMut<'_> {
         match self {
             AttrMut::Int(_) => AttrType::Int,
             AttrMut::Seed(_) => AttrType::Seed,
-            AttrMut::Float(_) | AttrMut::OptFloat { .. } => AttrType::Float,
+            AttrMut::Float(_) | AttrMut::OptFloat { .. } | AttrMut::MaybeFloat(_) => {
+                AttrType::Float
+            }
             AttrMut::Shape(_) => AttrType::Shape,
             AttrMut::List(_) => AttrType::List,
             AttrMut::Choice { options, .. } => AttrType::Choice(options),
@@ -186,12 +191,15 @@ pub trait AttrVisitor {
     fn visit(&mut self, key: &'static str, value: AttrMut<'_>);
 }
 
-/// An attribute as documented: key, type and default (`None`: required).
+/// An attribute as documented: key, type, default, and whether it may be absent.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AttrDesc {
     pub key: &'static str,
     pub ty: AttrType,
+    /// What an absent attribute means (`None`: it has no default).
     pub default: Option<String>,
+    /// Whether the attribute may be absent (always, when it has a default).
+    pub optional: bool,
 }
 
 impl OpDesc {
@@ -236,6 +244,7 @@ impl OpDesc {
                 key: "value_shape",
                 ty: AttrType::Shape,
                 default: Some("the node's shape".into()),
+                optional: true,
             }),
             Proto::Input => {}
         }
@@ -252,10 +261,12 @@ impl AttrVisitor for Describe {
             AttrMut::Choice { default, .. } => Some(format!("\"{default}\"")),
             _ => None,
         };
+        let optional = default.is_some() || matches!(value, AttrMut::MaybeFloat(_));
         self.0.push(AttrDesc {
             key,
             ty: value.ty(),
             default,
+            optional,
         });
     }
 }
@@ -439,6 +450,10 @@ row!(GELU, "gelu", Elementwise, true,
      "`F.gelu(x, approximate)`: `0.5·x·(1 + erf(x/√2))`, or with `\"tanh\"` `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`",
      "`s`", operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
      Proto::Op(|| Op::Unary(UnaryOp::Gelu(GeluApprox::None))));
+row!(CLAMP, "clamp", Elementwise, true,
+     "`torch.clamp(x, min, max)` (an absent bound does not clamp; NaN stays NaN); the gradient passes where `min ≤ x ≤ max` (PyTorch's rule at the bounds), 0 outside; `min > max` is an error",
+     "`s`", operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
+     Proto::Op(|| Op::Clamp { min: None, max: None }));
 row!(SCALE, "scale", Elementwise, true, "`c * x`", "`s`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::Scale { c: 0.0 }));
@@ -559,6 +574,7 @@ pub static OPS: &[&OpDesc] = &[
     &SOFTPLUS,
     &SILU,
     &GELU,
+    &CLAMP,
     &SCALE,
     &ADD_SCALAR,
     &SOFTMAX,
@@ -629,6 +645,7 @@ impl Op {
         match self {
             Op::Unary(u) => u.desc(),
             Op::Binary(b) => b.desc(),
+            Op::Clamp { .. } => &CLAMP,
             Op::Scale { .. } => &SCALE,
             Op::AddScalar { .. } => &ADD_SCALAR,
             Op::Detach => &DETACH,
@@ -693,6 +710,10 @@ impl Op {
             | Op::Linear
             | Op::MseLoss => {}
             Op::Scale { c } | Op::AddScalar { c } => v.visit("c", AttrMut::Float(c)),
+            Op::Clamp { min, max } => {
+                v.visit("min", AttrMut::MaybeFloat(min));
+                v.visit("max", AttrMut::MaybeFloat(max));
+            }
             Op::Softmax { axis }
             | Op::LogSoftmax { axis }
             | Op::ReduceSum { axis }
@@ -767,8 +788,10 @@ impl Op {
                     AttrMut::Int(v) => AttrValue::Int(*v as u64),
                     AttrMut::Seed(v) => AttrValue::Int(*v),
                     AttrMut::Float(v) => AttrValue::Float(*v),
-                    AttrMut::OptFloat { value: None, .. } => return,
-                    AttrMut::OptFloat { value: Some(v), .. } => AttrValue::Float(*v),
+                    AttrMut::OptFloat { value: None, .. } | AttrMut::MaybeFloat(None) => return,
+                    AttrMut::OptFloat { value: Some(v), .. } | AttrMut::MaybeFloat(Some(v)) => {
+                        AttrValue::Float(*v)
+                    }
                     AttrMut::Shape(s) => AttrValue::Shape(s.clone()),
                     AttrMut::List(l) => AttrValue::List(l.clone()),
                     AttrMut::Choice { value, .. } => AttrValue::Str(value),
@@ -826,6 +849,7 @@ pub fn markdown_table() -> String {
             .iter()
             .map(|a| match &a.default {
                 Some(def) => format!("`{}` ({}, optional, default {def})", a.key, a.ty),
+                None if a.optional => format!("`{}` ({}, optional)", a.key, a.ty),
                 None => format!("`{}` ({})", a.key, a.ty),
             })
             .collect();
@@ -922,7 +946,9 @@ mod tests {
                     AttrMut::Int(v) => *v = self.0 as usize,
                     AttrMut::Seed(v) => *v = self.0,
                     AttrMut::Float(v) => *v = self.0 as f64 / 4.0,
-                    AttrMut::OptFloat { value, .. } => *value = Some(self.0 as f64),
+                    AttrMut::OptFloat { value, .. } | AttrMut::MaybeFloat(value) => {
+                        *value = Some(self.0 as f64)
+                    }
                     AttrMut::Shape(s) => *s = Shape::from([self.0 as usize]),
                     AttrMut::List(l) => *l = vec![self.0 as usize],
                     AttrMut::Choice { value, options, .. } => {

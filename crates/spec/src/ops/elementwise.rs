@@ -389,3 +389,62 @@ pub(crate) fn infer_same(op: &'static str, a: &Shape, b: &Shape) -> Result<Shape
     }
     Ok(a.clone())
 }
+
+/// `clamp`'s attribute rule: no NaN bound, and `min ≤ max` where both are present.
+pub(crate) fn check_clamp_bounds(min: Option<f64>, max: Option<f64>) -> Result<()> {
+    const OP: &str = "clamp";
+    for (attr, v) in [("min", min), ("max", max)] {
+        if v.is_some_and(f64::is_nan) {
+            return Err(SpecError::OpAttr {
+                op: OP,
+                attr,
+                reason: "is NaN".into(),
+            });
+        }
+    }
+    if let (Some(lo), Some(hi)) = (min, max) {
+        if lo > hi {
+            return Err(SpecError::OpAttr {
+                op: OP,
+                attr: "min",
+                reason: format!("is {lo}, greater than `max` = {hi}"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `torch.clamp`: `min` where `x < min`, `max` where `x > max`, else `x` (so NaN stays NaN).
+pub(crate) fn clamp<A: Scalar>(
+    x: &Tensor<A>,
+    min: Option<f64>,
+    max: Option<f64>,
+) -> Result<Tensor<A>> {
+    let lo = min.map(A::from_f64).transpose()?;
+    let hi = max.map(A::from_f64).transpose()?;
+    x.map(|v| {
+        Ok(match (&lo, &hi) {
+            (Some(lo), _) if lo.greater(v) => lo.clone(),
+            (_, Some(hi)) if v.greater(hi) => hi.clone(),
+            _ => v.clone(),
+        })
+    })
+}
+
+/// PyTorch's `clamp_backward`: `dy` where `min ≤ x ≤ max` (bounds included; an absent bound
+/// is no condition), 0 elsewhere and at NaN.
+pub(crate) fn clamp_vjp<A: Scalar>(
+    x: &Tensor<A>,
+    dy: &Tensor<A>,
+    min: Option<f64>,
+    max: Option<f64>,
+) -> Result<Tensor<A>> {
+    let lo = min.map(A::from_f64).transpose()?;
+    let hi = max.map(A::from_f64).transpose()?;
+    x.zip_with(dy, "clamp", |v, d| {
+        let inside = !v.is_nan()
+            && lo.as_ref().is_none_or(|lo| !lo.greater(v))
+            && hi.as_ref().is_none_or(|hi| !v.greater(hi));
+        Ok(if inside { d.clone() } else { A::zero() })
+    })
+}

@@ -23,7 +23,7 @@
 
 mod conv;
 pub mod desc;
-mod elementwise;
+pub(crate) mod elementwise;
 pub(crate) mod layout;
 pub(crate) mod linalg;
 pub(crate) mod norm;
@@ -56,6 +56,8 @@ pub enum Op {
     Scale { c: f64 },
     /// `x + c` (extension).
     AddScalar { c: f64 },
+    /// `torch.clamp(x, min, max)`; an absent bound does not clamp (extension).
+    Clamp { min: Option<f64>, max: Option<f64> },
     /// Identity forward; the gradient stops here.
     Detach,
     /// Max-shifted softmax along `axis`.
@@ -332,6 +334,10 @@ impl Op {
                 inputs[0].clone()
             }
             Op::Binary(_) => elementwise::infer_same(name, &inputs[0], &inputs[1])?,
+            Op::Clamp { min, max } => {
+                elementwise::check_clamp_bounds(*min, *max)?;
+                inputs[0].clone()
+            }
             Op::Softmax { axis } | Op::LogSoftmax { axis } => {
                 layout::check_axis(name, "axis", *axis, &inputs[0])?;
                 inputs[0].clone()
@@ -440,6 +446,7 @@ impl Op {
             Op::Binary(b) => B::binary(*b, a[0], a[1]),
             Op::Scale { c } => B::scale(a[0], *c),
             Op::AddScalar { c } => B::add_scalar(a[0], *c),
+            Op::Clamp { min, max } => B::clamp(a[0], *min, *max),
             Op::Detach => B::relabel(a[0], &out),
             Op::Softmax { axis } => B::softmax(a[0], *axis, false),
             Op::LogSoftmax { axis } => B::softmax(a[0], *axis, true),
@@ -508,6 +515,7 @@ impl Op {
             }
             Op::Scale { c } => one(B::scale(cot, *c)?),
             Op::AddScalar { .. } => one(B::relabel(cot, out)?),
+            Op::Clamp { min, max } => one(B::clamp_vjp(s.input(self, 0)?, cot, *min, *max)?),
             Op::Detach => Ok(smallvec![None]),
             Op::Softmax { axis } => one(B::softmax_vjp(s.output(self, out)?, cot, *axis, false)?),
             Op::LogSoftmax { axis } => one(B::softmax_vjp(s.output(self, out)?, cot, *axis, true)?),

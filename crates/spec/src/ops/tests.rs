@@ -115,6 +115,20 @@ fn structural_ops_vjp_match_finite_differences() {
     let cases: Vec<(Op, Vec<&[usize]>)> = vec![
         (Op::Scale { c: -1.5 }, vec![&[4]]),
         (Op::AddScalar { c: 0.25 }, vec![&[2, 2]]),
+        (
+            Op::Clamp {
+                min: Some(-0.5),
+                max: Some(0.5),
+            },
+            vec![&[3, 4]],
+        ),
+        (
+            Op::Clamp {
+                min: None,
+                max: Some(0.25),
+            },
+            vec![&[6]],
+        ),
         (Op::Softmax { axis: 0 }, vec![&[3, 4]]),
         (Op::Softmax { axis: 1 }, vec![&[2, 3, 2]]),
         (Op::LogSoftmax { axis: 1 }, vec![&[3, 4]]),
@@ -263,6 +277,60 @@ fn gelu_matches_pytorch_values_in_both_forms() {
             assert!((g - w).abs() < 1e-12, "{a:?}: {g} vs {w}");
         }
     }
+}
+
+#[test]
+fn clamp_passes_the_gradient_at_its_bounds_like_pytorch() {
+    // torch.clamp(x, 0, 1) and its backward: 1 on [min, max] (bounds included), 0 outside and at NaN
+    let x = t(&[6], &[-1.0, 0.0, 0.5, 1.0, 2.0, f64::NAN]);
+    let op = Op::Clamp {
+        min: Some(0.0),
+        max: Some(1.0),
+    };
+    let y = op.forward(&[&x]).unwrap();
+    assert_eq!(&y.data()[..5], &[0.0, 0.0, 0.5, 1.0, 1.0]);
+    assert!(y.data()[5].is_nan());
+    let g = op
+        .vjp(&Saved::for_op(&op, &[&x], &y), &t(&[6], &[3.0; 6]))
+        .unwrap();
+    assert_eq!(
+        g[0].as_ref().unwrap().data(),
+        &[0.0, 3.0, 3.0, 3.0, 0.0, 0.0]
+    );
+    // one bound only
+    let op = Op::Clamp {
+        min: None,
+        max: Some(0.5),
+    };
+    let y = op.forward(&[&x]).unwrap();
+    assert_eq!(&y.data()[..5], &[-1.0, 0.0, 0.5, 0.5, 0.5]);
+    // min == max is allowed; min > max and NaN bounds are attribute errors
+    let op = Op::Clamp {
+        min: Some(0.5),
+        max: Some(0.5),
+    };
+    assert!(op.forward(&[&x]).is_ok());
+    for (min, max, attr) in [
+        (Some(2.0), Some(1.0), "min"),
+        (Some(f64::NAN), None, "min"),
+        (None, Some(f64::NAN), "max"),
+    ] {
+        let e = Op::Clamp { min, max }.forward(&[&x]).unwrap_err();
+        assert!(
+            matches!(e, SpecError::OpAttr { op: "clamp", attr: a, .. } if a == attr),
+            "{e}"
+        );
+    }
+    // exact over the rationals
+    let xr = Tensor::new([3], vec![q(-1, 3), q(1, 2), q(5, 4)]).unwrap();
+    let op = Op::Clamp {
+        min: Some(0.0),
+        max: Some(1.0),
+    };
+    assert_eq!(
+        op.forward(&[&xr]).unwrap().data(),
+        &[q(0, 1), q(1, 2), q(1, 1)]
+    );
 }
 
 #[test]
