@@ -278,6 +278,31 @@ pub fn op_cases() -> Vec<OpCase> {
         Op::Transpose { dim0: 0, dim1: 2 },
         vec![uniform(&[2, 3, 5], next(), -1.0, 1.0)],
     ));
+    for (shape, axis, start, len) in [
+        (&[2, 7][..], 1usize, 4usize, 3usize),
+        (&[2, 7], 1, 0, 7),
+        (&[3, 4, 5], 1, 1, 2),
+        (&[3, 4, 5], 0, 2, 1),
+        (&[6], 0, 5, 1),
+        (&[2, 3], 1, 3, 0),
+        (&[0, 3], 1, 1, 2),
+        (&[64, 300], 1, 17, 200),
+    ] {
+        out.push(case(
+            format!("slice_{shape:?}_axis{axis}_{start}+{len}"),
+            Op::Slice { axis, start, len },
+            vec![uniform(shape, next(), -1.0, 1.0)],
+        ));
+    }
+    out.push(case(
+        "slice_past_the_extent_error",
+        Op::Slice {
+            axis: 1,
+            start: 5,
+            len: 3,
+        },
+        vec![uniform(&[2, 7], next(), -1.0, 1.0)],
+    ));
     out.push(case(
         "transpose_big",
         Op::Transpose { dim0: 0, dim1: 1 },

@@ -150,6 +150,7 @@ enum Step {
     SwapFirstTwo,
     Transpose3d,
     Transpose,
+    Slice,
     ReduceSum,
     ReduceMean,
     Sum,
@@ -183,6 +184,7 @@ fn all_steps() -> Vec<Step> {
         Step::SwapFirstTwo,
         Step::Transpose3d,
         Step::Transpose,
+        Step::Slice,
         Step::ReduceSum,
         Step::ReduceMean,
         Step::Sum,
@@ -362,6 +364,7 @@ impl Builder {
             Step::ReduceSum | Step::ReduceMean | Step::Sum | Step::MseLoss => {
                 self.reduce_family(c, step, x)
             }
+            Step::Slice if rank > 0 => self.slice(c, x),
             Step::MatMul => self.matmul(c, x),
             Step::Linear if rank > 0 => self.linear(c, x),
             Step::Conv2d => self.conv(c, x),
@@ -511,6 +514,16 @@ impl Builder {
             _ => Op::Unary(UnaryOp::Relu),
         };
         self.push_op(op, vec![x], vec![]);
+    }
+
+    fn slice(&mut self, c: &mut Choices<'_>, x: usize) {
+        let s = self.shape(x);
+        let axis = c.pick(s.rank());
+        let extent = s.dims()[axis];
+        // a non-empty window inside the extent (the engine suite covers empty slices)
+        let len = 1 + c.pick(extent);
+        let start = c.pick(extent - len + 1);
+        self.push_op(Op::Slice { axis, start, len }, vec![x], vec![]);
     }
 
     fn reduce_family(&mut self, c: &mut Choices<'_>, step: Step, x: usize) {

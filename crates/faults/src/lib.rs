@@ -218,6 +218,12 @@ impl<V: Kernels, const F: u8> Backend for Faulty<V, F> {
     fn permute(x: &Self, perm: &[usize], out: &Shape) -> Result<Self> {
         wrap(V::permute(&x.0, perm, out))
     }
+    fn slice(x: &Self, axis: usize, start: usize, out: &Shape) -> Result<Self> {
+        wrap(V::slice(&x.0, axis, start, out))
+    }
+    fn slice_vjp(dy: &Self, in_shape: &Shape, axis: usize, start: usize) -> Result<Self> {
+        wrap(V::slice_vjp(&dy.0, in_shape, axis, start))
+    }
     fn concat(args: &[&Self], axis: usize, out: &Shape) -> Result<Self> {
         let args: Vec<&V> = args.iter().map(|a| &a.0).collect();
         wrap(V::concat(&args, axis, out))

@@ -221,6 +221,28 @@ fn bad_extension_attributes_name_the_node_and_field() {
         },
         &["node 2 (clamp)", "field `max`", "expected a number"],
     );
+    // slices past the extent of [2, 4] on axis 1
+    check_rejected(
+        |v| {
+            v["nodes"][2] = json!({"id": 2, "kind": "slice", "parents": [1], "shape": [2, 2],
+                                   "axis": 1, "start": 3, "len": 2});
+        },
+        &["node 2 (slice)", "field `len`", "past the extent 4"],
+    );
+    check_rejected(
+        |v| {
+            v["nodes"][2] = json!({"id": 2, "kind": "slice", "parents": [1], "shape": [2, 0],
+                                   "axis": 1, "start": 5, "len": 0});
+        },
+        &["node 2 (slice)", "field `start`", "past the extent 4"],
+    );
+    check_rejected(
+        |v| {
+            v["nodes"][2] = json!({"id": 2, "kind": "slice", "parents": [1], "shape": [2, 1],
+                                   "axis": 1, "start": 2, "len": u64::MAX});
+        },
+        &["node 2 (slice)", "field `len`", "overflows"],
+    );
 }
 
 #[test]

@@ -294,6 +294,8 @@ impl torchlean_spec::Backend for Counted {
         broadcast(x: &Self, out: &Shape) -> Self;
         broadcast_vjp(dy: &Self, from: &Shape) -> Self;
         permute(x: &Self, perm: &[usize], out: &Shape) -> Self;
+        slice(x: &Self, axis: usize, start: usize, out: &Shape) -> Self;
+        slice_vjp(dy: &Self, in_shape: &Shape, axis: usize, start: usize) -> Self;
         reduce_axis(x: &Self, axis: usize, mean: bool, out: &Shape) -> Self;
         spread(dy: &Self, in_shape: &Shape, axis: usize, mean: bool) -> Self;
         sum_all(x: &Self) -> Self;

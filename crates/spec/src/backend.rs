@@ -85,6 +85,15 @@ pub trait Backend: Clone + Sized {
     fn broadcast_vjp(dy: &Self, from: &Shape) -> Result<Self, Self::Error>;
     /// Output axis `i` is input axis `perm[i]`.
     fn permute(x: &Self, perm: &[usize], out: &Shape) -> Result<Self, Self::Error>;
+    /// Indices `start..start + out[axis]` of `axis` (`x.narrow`).
+    fn slice(x: &Self, axis: usize, start: usize, out: &Shape) -> Result<Self, Self::Error>;
+    /// The VJP of [`Backend::slice`]: `dy` scattered into zeros of `in_shape`.
+    fn slice_vjp(
+        dy: &Self,
+        in_shape: &Shape,
+        axis: usize,
+        start: usize,
+    ) -> Result<Self, Self::Error>;
     fn concat(args: &[&Self], axis: usize, out: &Shape) -> Result<Self, Self::Error>;
     /// One piece per operand, of the given shapes.
     fn concat_vjp(dy: &Self, shapes: &[Shape], axis: usize) -> Result<Vec<Self>, Self::Error>;
@@ -219,6 +228,12 @@ impl<A: Scalar> Backend for Tensor<A> {
     }
     fn permute(x: &Self, perm: &[usize], _out: &Shape) -> R<A> {
         layout::permute(x, perm)
+    }
+    fn slice(x: &Self, axis: usize, start: usize, out: &Shape) -> R<A> {
+        layout::slice(x, axis, start, out)
+    }
+    fn slice_vjp(dy: &Self, in_shape: &Shape, axis: usize, start: usize) -> R<A> {
+        layout::slice_vjp(dy, in_shape, axis, start)
     }
     fn concat(args: &[&Self], axis: usize, out: &Shape) -> R<A> {
         layout::concat(args, axis, out)

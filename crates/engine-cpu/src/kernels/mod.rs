@@ -110,6 +110,12 @@ impl<T: CpuScalar> Backend for CpuTensor<T> {
     fn permute(x: &Self, perm: &[usize], out: &Shape) -> R<T> {
         Ok(layout::permute(x, perm, out.clone()))
     }
+    fn slice(x: &Self, axis: usize, start: usize, out: &Shape) -> R<T> {
+        Ok(layout::slice(x, axis, start, out.clone()))
+    }
+    fn slice_vjp(dy: &Self, in_shape: &Shape, axis: usize, start: usize) -> R<T> {
+        Ok(layout::slice_vjp(dy, in_shape, axis, start))
+    }
     fn concat(args: &[&Self], axis: usize, out: &Shape) -> R<T> {
         Ok(layout::concat(args, axis, out.clone()))
     }

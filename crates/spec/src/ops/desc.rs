@@ -536,6 +536,11 @@ row!(TRANSPOSE3D_LAST_TWO, "transpose3d_last_two", Layout, false,
 row!(TRANSPOSE, "transpose", Layout, true, "`x.transpose(dim0, dim1)`", "`s` with the two axes swapped",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::Transpose { dim0: 0, dim1: 0 }));
+row!(SLICE, "slice", Layout, true,
+     "`x.narrow(axis, start, len)`; the VJP scatters into zeros; past the extent is an error",
+     "`s` with extent `len` on `axis`",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
+     Proto::Op(|| Op::Slice { axis: 0, start: 0, len: 0 }));
 row!(MSE_LOSS, "mse_loss", Reduce, false, "`Σ(a − b)² / size` (size 0 divides by 1)", "`[]`",
      operands: ["y", "target"], payload: 0, arity: Arity::Exact(2), saves: Saves::BOTH_OPERANDS,
      Proto::Op(|| Op::MseLoss));
@@ -598,6 +603,7 @@ pub static OPS: &[&OpDesc] = &[
     &SWAP_FIRST_TWO,
     &TRANSPOSE3D_LAST_TWO,
     &TRANSPOSE,
+    &SLICE,
     &MSE_LOSS,
     &RAND_UNIFORM,
     &BERNOULLI_MASK,
@@ -659,6 +665,7 @@ impl Op {
             Op::SwapFirstTwo => &SWAP_FIRST_TWO,
             Op::Transpose3dLastTwo => &TRANSPOSE3D_LAST_TWO,
             Op::Transpose { .. } => &TRANSPOSE,
+            Op::Slice { .. } => &SLICE,
             Op::ReduceSum { .. } => &REDUCE_SUM,
             Op::ReduceMean { .. } => &REDUCE_MEAN,
             Op::Sum => &SUM,
@@ -742,6 +749,11 @@ impl Op {
             Op::Transpose { dim0, dim1 } => {
                 v.visit("dim0", AttrMut::Int(dim0));
                 v.visit("dim1", AttrMut::Int(dim1));
+            }
+            Op::Slice { axis, start, len } => {
+                v.visit("axis", AttrMut::Int(axis));
+                v.visit("start", AttrMut::Int(start));
+                v.visit("len", AttrMut::Int(len));
             }
             Op::Conv2d(c) => {
                 v.visit("inC", AttrMut::Int(&mut c.in_channels));

@@ -82,6 +82,12 @@ pub enum Op {
     Transpose3dLastTwo,
     /// Swaps two axes (extension).
     Transpose { dim0: usize, dim1: usize },
+    /// `x.narrow(axis, start, len)` (extension).
+    Slice {
+        axis: usize,
+        start: usize,
+        len: usize,
+    },
     /// Sum over one axis, which is removed.
     ReduceSum { axis: usize },
     /// Mean over one axis, which is removed (an empty axis divides by 1).
@@ -359,6 +365,7 @@ impl Op {
                 let perm = self.permutation(&inputs[0])?;
                 layout::infer_permute(name, &perm, &inputs[0])?
             }
+            Op::Slice { axis, start, len } => layout::infer_slice(*axis, *start, *len, &inputs[0])?,
             Op::ReduceSum { axis } | Op::ReduceMean { axis } => {
                 layout::check_axis(name, "axis", *axis, &inputs[0])?;
                 inputs[0].remove_axis(*axis)
@@ -459,6 +466,7 @@ impl Op {
             | Op::SwapFirstTwo
             | Op::Transpose3dLastTwo
             | Op::Transpose { .. } => B::permute(a[0], &self.permutation(&shapes[0])?, &out),
+            Op::Slice { axis, start, .. } => B::slice(a[0], *axis, *start, &out),
             Op::ReduceSum { axis } => B::reduce_axis(a[0], *axis, false, &out),
             Op::ReduceMean { axis } => B::reduce_axis(a[0], *axis, true, &out),
             Op::Sum => B::sum_all(a[0]),
@@ -534,6 +542,9 @@ impl Op {
                 let in_shape = s.shape(self, 0)?;
                 let perm = layout::inverse(&self.permutation(in_shape)?);
                 one(B::permute(cot, &perm, in_shape)?)
+            }
+            Op::Slice { axis, start, .. } => {
+                one(B::slice_vjp(cot, s.shape(self, 0)?, *axis, *start)?)
             }
             Op::ReduceSum { axis } => one(B::spread(cot, s.shape(self, 0)?, *axis, false)?),
             Op::ReduceMean { axis } => one(B::spread(cot, s.shape(self, 0)?, *axis, true)?),

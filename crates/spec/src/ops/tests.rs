@@ -162,6 +162,22 @@ fn structural_ops_vjp_match_finite_differences() {
         (Op::SwapFirstTwo, vec![&[2, 3, 4]]),
         (Op::Transpose3dLastTwo, vec![&[2, 3, 4]]),
         (Op::Transpose { dim0: 0, dim1: 2 }, vec![&[2, 3, 4]]),
+        (
+            Op::Slice {
+                axis: 1,
+                start: 1,
+                len: 2,
+            },
+            vec![&[2, 4, 3]],
+        ),
+        (
+            Op::Slice {
+                axis: 0,
+                start: 3,
+                len: 2,
+            },
+            vec![&[5]],
+        ),
         (Op::ReduceSum { axis: 1 }, vec![&[3, 5, 2]]),
         (Op::ReduceMean { axis: 0 }, vec![&[3, 5, 2]]),
         (Op::Sum, vec![&[2, 3]]),
@@ -331,6 +347,57 @@ fn clamp_passes_the_gradient_at_its_bounds_like_pytorch() {
         op.forward(&[&xr]).unwrap().data(),
         &[q(0, 1), q(1, 2), q(1, 1)]
     );
+}
+
+#[test]
+fn slice_narrows_and_its_vjp_scatters_into_zeros() {
+    let x = t(&[2, 4], &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]);
+    let op = Op::Slice {
+        axis: 1,
+        start: 2,
+        len: 2,
+    };
+    let y = op.forward(&[&x]).unwrap();
+    assert_eq!(y.shape(), &Shape::from([2, 2]));
+    assert_eq!(y.data(), &[2.0, 3.0, 6.0, 7.0]);
+    let g = op
+        .vjp(
+            &Saved::for_op(&op, &[&x], &y),
+            &t(&[2, 2], &[1.0, 2.0, 3.0, 4.0]),
+        )
+        .unwrap();
+    assert_eq!(
+        g[0].as_ref().unwrap().data(),
+        &[0.0, 0.0, 1.0, 2.0, 0.0, 0.0, 3.0, 4.0]
+    );
+    // an empty slice at the end is fine; past the extent names the field
+    let empty = Op::Slice {
+        axis: 1,
+        start: 4,
+        len: 0,
+    };
+    assert_eq!(empty.forward(&[&x]).unwrap().shape(), &Shape::from([2, 0]));
+    for (start, len, attr) in [(5, 0, "start"), (3, 2, "len"), (1, usize::MAX, "len")] {
+        let e = Op::Slice {
+            axis: 1,
+            start,
+            len,
+        }
+        .infer_shape(&[Shape::from([2, 4])])
+        .unwrap_err();
+        assert!(
+            matches!(e, SpecError::OpAttr { op: "slice", attr: a, .. } if a == attr),
+            "{e}"
+        );
+    }
+    let e = Op::Slice {
+        axis: 2,
+        start: 0,
+        len: 1,
+    }
+    .infer_shape(&[Shape::from([2, 4])])
+    .unwrap_err();
+    assert!(matches!(e, SpecError::OpAttr { attr: "axis", .. }), "{e}");
 }
 
 #[test]
