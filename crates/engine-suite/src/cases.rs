@@ -1,7 +1,8 @@
 //! The table of op cases: every op, with shapes chosen to hit the edges.
 
 use torchlean_spec::{
-    ops, BinaryOp, Conv2dSpec, GeluApprox, Op, PoolKind, PoolSpec, Shape, Tensor, UnaryOp,
+    ops, BinaryOp, Conv2dSpec, GeluApprox, Op, PoolKind, PoolSpec, Reduction, Shape, Tensor,
+    UnaryOp,
 };
 
 /// One op applied to concrete inputs.
@@ -340,6 +341,39 @@ pub fn op_cases() -> Vec<OpCase> {
             vec![
                 uniform(shape, next(), -1.0, 1.0),
                 uniform(shape, next(), -1.0, 1.0),
+            ],
+        ));
+    }
+
+    for reduction in Reduction::ALL {
+        for (n, classes, scale) in [
+            (4usize, 3usize, 2.0),
+            (1, 1, 2.0),
+            (0, 3, 2.0),
+            (7, 5, 900.0), // far beyond exp's range: the max shift keeps it finite
+            (300, 130, 4.0),
+        ] {
+            let ids: Vec<f64> = (0..n).map(|i| ((i * 7 + 3) % classes) as f64).collect();
+            out.push(case(
+                format!("cross_entropy_{}_{n}x{classes}_s{scale}", reduction.wire()),
+                Op::CrossEntropy { reduction },
+                vec![
+                    uniform(&[n, classes], next(), -scale, scale),
+                    Tensor::new([n], ids).expect("one id per row"),
+                ],
+            ));
+        }
+    }
+    // class ids that are not integral or not in [0, C) are errors on every engine
+    for bad in [3.0, -1.0, 0.5, f64::NAN] {
+        out.push(case(
+            format!("cross_entropy_bad_target_{bad}_error"),
+            Op::CrossEntropy {
+                reduction: Reduction::Mean,
+            },
+            vec![
+                uniform(&[2, 3], next(), -1.0, 1.0),
+                Tensor::new([2], vec![0.0, bad]).expect("2 ids"),
             ],
         ));
     }

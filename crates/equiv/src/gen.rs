@@ -161,6 +161,7 @@ enum Step {
     BatchNorm,
     Concat,
     MseLoss,
+    CrossEntropy,
     RandUniform,
     Bernoulli,
 }
@@ -196,6 +197,7 @@ fn all_steps() -> Vec<Step> {
         Step::BatchNorm,
         Step::Concat,
         Step::MseLoss,
+        Step::CrossEntropy,
         Step::RandUniform,
         Step::Bernoulli,
     ]);
@@ -207,7 +209,11 @@ impl Step {
     fn is_algebraic(self) -> bool {
         match self {
             Step::Unary(u) => u.is_algebraic(),
-            Step::Softmax | Step::LogSoftmax | Step::LayerNorm | Step::BatchNorm => false,
+            Step::Softmax
+            | Step::LogSoftmax
+            | Step::LayerNorm
+            | Step::BatchNorm
+            | Step::CrossEntropy => false,
             _ => true,
         }
     }
@@ -365,6 +371,7 @@ impl Builder {
                 self.reduce_family(c, step, x)
             }
             Step::Slice if rank > 0 => self.slice(c, x),
+            Step::CrossEntropy => self.cross_entropy(c, x),
             Step::MatMul => self.matmul(c, x),
             Step::Linear if rank > 0 => self.linear(c, x),
             Step::Conv2d => self.conv(c, x),
@@ -546,6 +553,30 @@ impl Builder {
                 self.push_op(Op::Sum, vec![x], vec![]);
             }
         }
+    }
+
+    /// `x` as logits `[N, C]` (rows of its last axis), with valid integral class ids.
+    fn cross_entropy(&mut self, c: &mut Choices<'_>, x: usize) {
+        let s = self.shape(x);
+        let classes = s.dims().last().copied().unwrap_or(1);
+        if s.size() == 0 || classes == 0 {
+            self.push_op(Op::Sum, vec![x], vec![]);
+            return;
+        }
+        let rows = s.size() / classes;
+        let logits = self.reshape(x, Shape::from([rows, classes]));
+        let ids: Vec<f64> = (0..rows).map(|_| c.pick(classes) as f64).collect();
+        let target = Tensor::new([rows], ids).expect("one class id per row");
+        let reduction = if c.one_in(2) {
+            torchlean_spec::Reduction::Sum
+        } else {
+            torchlean_spec::Reduction::Mean
+        };
+        self.push_op(
+            Op::CrossEntropy { reduction },
+            vec![logits],
+            vec![("target", target)],
+        );
     }
 
     fn matmul(&mut self, c: &mut Choices<'_>, x: usize) {

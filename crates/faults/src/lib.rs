@@ -137,6 +137,9 @@ impl<V: Kernels, const F: u8> Backend for Faulty<V, F> {
     fn shape_of(&self) -> &Shape {
         self.0.shape_of()
     }
+    fn values_f64(x: &Self) -> Result<Vec<f64>> {
+        V::values_f64(&x.0).map_err(Into::into)
+    }
     fn unary(op: UnaryOp, x: &Self) -> Result<Self> {
         wrap(V::unary(op, &x.0))
     }
@@ -262,6 +265,12 @@ impl<V: Kernels, const F: u8> Backend for Faulty<V, F> {
     }
     fn mse_loss_vjp(y: &Self, t: &Self, dy: &Self) -> Result<(Self, Self)> {
         wrap2(V::mse_loss_vjp(&y.0, &t.0, &dy.0))
+    }
+    fn cross_entropy(logits: &Self, target: &[usize], mean: bool) -> Result<Self> {
+        wrap(V::cross_entropy(&logits.0, target, mean))
+    }
+    fn cross_entropy_vjp(logits: &Self, target: &[usize], dy: &Self, mean: bool) -> Result<Self> {
+        wrap(V::cross_entropy_vjp(&logits.0, target, &dy.0, mean))
     }
     fn matmul(a: &Self, b: &Self, out: &Shape) -> Result<Self> {
         wrap(V::matmul(&a.0, &b.0, out))

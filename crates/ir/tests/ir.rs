@@ -246,6 +246,65 @@ fn bad_extension_attributes_name_the_node_and_field() {
 }
 
 #[test]
+fn bad_cross_entropy_targets_name_the_node_and_field_in_checks_and_evaluation() {
+    let g = Graph::from_json(&json!({
+        "format": "torchlean.ir.v1", "input_id": 0, "output_id": 1,
+        "nodes": [
+            {"id": 0, "kind": "input", "parents": [], "shape": [2, 3]},
+            {"id": 1, "kind": "cross_entropy", "parents": [0], "shape": [], "reduction": "sum"}
+        ]
+    }))
+    .unwrap();
+    assert!(errors(&check_shapes(&g)).is_empty());
+    let x = Tensor::<f64>::zeros([2, 3]).unwrap();
+    let mut ok = Payload::new();
+    ok.insert(1, "target", Tensor::new([2], vec![2.0, 0.0]).unwrap());
+    assert!(errors(&check_payload(&g, &ok)).is_empty());
+    let y = denote::<f64>(&g, &ok, &x).unwrap();
+    assert!((y.item().unwrap() - 2.0 * 3f64.ln()).abs() < 1e-15);
+    for (bad, want) in [(3.0, "outside [0, 3)"), (0.5, "not an integral class id")] {
+        let mut p = Payload::new();
+        p.insert(1, "target", Tensor::new([2], vec![0.0, bad]).unwrap());
+        let text: Vec<String> = errors(&check_payload(&g, &p))
+            .iter()
+            .map(|d| d.to_string())
+            .collect();
+        let text = text.join("\n");
+        for w in [
+            "node 1 (cross_entropy)",
+            "field `target`",
+            "element 1",
+            want,
+        ] {
+            assert!(text.contains(w), "expected {w:?} in {text}");
+        }
+        // the evaluator refuses too, naming the node and the field
+        let e = denote_all::<f64>(&g, &p, &x).unwrap_err();
+        let text = e.diagnostics()[0].to_string();
+        for w in ["node 1 (cross_entropy)", "field `target`", want] {
+            assert!(text.contains(w), "expected {w:?} in {text}");
+        }
+    }
+    // a target of the wrong shape is a payload-shape error
+    let mut p = Payload::new();
+    p.insert(1, "target", Tensor::new([3], vec![0.0, 1.0, 2.0]).unwrap());
+    let text = format!("{:?}", errors(&check_payload(&g, &p)));
+    assert!(text.contains("expected [2]"), "{text}");
+    // and an unknown reduction is an attribute error
+    check_rejected(
+        |v| {
+            v["nodes"][4] = json!({"id": 4, "kind": "cross_entropy", "parents": [3], "shape": [],
+                                   "reduction": "max"});
+        },
+        &[
+            "node 4 (cross_entropy)",
+            "field `reduction`",
+            "\"mean\", \"sum\"",
+        ],
+    );
+}
+
+#[test]
 fn extension_attributes_round_trip_and_default() {
     let mut v = base();
     v["nodes"][2]["kind"] = json!("gelu");

@@ -278,6 +278,7 @@ impl torchlean_spec::Backend for Counted {
         Ok(vec![Counted::shaped(dy.v, &shapes[0])])
     }
     unused_kernels! {
+        values_f64(x: &Self) -> Vec<f64>;
         binary(op: BinaryOp, a: &Self, b: &Self) -> Self;
         binary_vjp(op: BinaryOp, a: Option<&Self>, b: Option<&Self>, dy: &Self) -> (Self, Self);
         scale(x: &Self, c: f64) -> Self;
@@ -302,6 +303,8 @@ impl torchlean_spec::Backend for Counted {
         sum_all_vjp(dy: &Self, in_shape: &Shape) -> Self;
         mse_loss(y: &Self, t: &Self) -> Self;
         mse_loss_vjp(y: &Self, t: &Self, dy: &Self) -> (Self, Self);
+        cross_entropy(logits: &Self, target: &[usize], mean: bool) -> Self;
+        cross_entropy_vjp(logits: &Self, target: &[usize], dy: &Self, mean: bool) -> Self;
         matmul(a: &Self, b: &Self, out: &Shape) -> Self;
         matmul_vjp(a: &Self, b: &Self, dy: &Self) -> (Self, Self);
         linear(x: &Self, w: &Self, b: &Self, out: &Shape) -> Self;

@@ -24,6 +24,10 @@ pub trait Backend: Clone + Sized {
 
     /// The value's shape.
     fn shape_of(&self) -> &Shape;
+    /// The elements in row-major order as `f64` — exactly, or NaN where an exact scalar's value
+    /// is not an `f64` — so that the dispatch validates a data operand's values (`cross_entropy`'s
+    /// class ids) once for every engine. Called on small operands only.
+    fn values_f64(x: &Self) -> Result<Vec<f64>, Self::Error>;
 
     /// Elementwise unary function.
     fn unary(op: UnaryOp, x: &Self) -> Result<Self, Self::Error>;
@@ -108,6 +112,16 @@ pub trait Backend: Clone + Sized {
     fn sum_all_vjp(dy: &Self, in_shape: &Shape) -> Result<Self, Self::Error>;
     fn mse_loss(y: &Self, t: &Self) -> Result<Self, Self::Error>;
     fn mse_loss_vjp(y: &Self, t: &Self, dy: &Self) -> Result<(Self, Self), Self::Error>;
+    /// Cross entropy of logits `[N, C]` with validated class ids (one per row, each `< C`),
+    /// summed over the rows or (`mean`) divided by `max(N, 1)`; a scalar.
+    fn cross_entropy(logits: &Self, target: &[usize], mean: bool) -> Result<Self, Self::Error>;
+    /// `d/dlogits` from the saved logits, the class ids and the scalar `dy`.
+    fn cross_entropy_vjp(
+        logits: &Self,
+        target: &[usize],
+        dy: &Self,
+        mean: bool,
+    ) -> Result<Self, Self::Error>;
 
     fn matmul(a: &Self, b: &Self, out: &Shape) -> Result<Self, Self::Error>;
     fn matmul_vjp(a: &Self, b: &Self, dy: &Self) -> Result<(Self, Self), Self::Error>;
@@ -152,6 +166,21 @@ impl<A: Scalar> Backend for Tensor<A> {
 
     fn shape_of(&self) -> &Shape {
         self.shape()
+    }
+    fn values_f64(x: &Self) -> Result<Vec<f64>, SpecError> {
+        Ok(x.data()
+            .iter()
+            .map(|v| {
+                let f = v.to_f64();
+                // an exact scalar whose value is not this float (1/3, or 2 + 2^-80) reads NaN
+                let exact = !A::EXACT || A::from_f64(f).is_ok_and(|back| back.bit_eq(v));
+                if exact {
+                    f
+                } else {
+                    f64::NAN
+                }
+            })
+            .collect())
     }
     fn unary(op: UnaryOp, x: &Self) -> R<A> {
         x.map(|v| op.apply(v))
@@ -266,6 +295,12 @@ impl<A: Scalar> Backend for Tensor<A> {
     }
     fn mse_loss_vjp(y: &Self, t: &Self, dy: &Self) -> Result<(Self, Self), SpecError> {
         reduce::mse_loss_vjp(y, t, dy)
+    }
+    fn cross_entropy(logits: &Self, target: &[usize], mean: bool) -> R<A> {
+        reduce::cross_entropy(logits, target, mean)
+    }
+    fn cross_entropy_vjp(logits: &Self, target: &[usize], dy: &Self, mean: bool) -> R<A> {
+        reduce::cross_entropy_vjp(logits, target, dy, mean)
     }
     fn matmul(a: &Self, b: &Self, out: &Shape) -> R<A> {
         linalg::matmul(a, b, out)

@@ -20,7 +20,7 @@ pub use backend::Backend;
 pub use error::{Result, SpecError};
 pub use ops::{
     Arity, BinaryOp, Conv2dSpec, Cotangents, GeluApprox, Op, OpDesc, Operands, PoolKind, PoolSpec,
-    Saved, UnaryOp,
+    Reduction, Saved, UnaryOp,
 };
 pub use scalar::{Rational, Scalar};
 pub use shape::Shape;

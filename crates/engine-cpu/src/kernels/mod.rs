@@ -29,6 +29,9 @@ impl<T: CpuScalar> Backend for CpuTensor<T> {
     fn shape_of(&self) -> &Shape {
         self.shape()
     }
+    fn values_f64(x: &Self) -> std::result::Result<Vec<f64>, CpuError> {
+        Ok(x.as_slice().iter().map(|v| v.to_f64()).collect())
+    }
     #[inline]
     fn unary(op: UnaryOp, x: &Self) -> R<T> {
         Ok(elementwise::unary(op, x))
@@ -143,6 +146,12 @@ impl<T: CpuScalar> Backend for CpuTensor<T> {
     }
     fn mse_loss_vjp(y: &Self, t: &Self, dy: &Self) -> R2<T> {
         Ok(reduce::mse_loss_vjp(y, t, dy))
+    }
+    fn cross_entropy(logits: &Self, target: &[usize], mean: bool) -> R<T> {
+        Ok(reduce::cross_entropy(logits, target, mean))
+    }
+    fn cross_entropy_vjp(logits: &Self, target: &[usize], dy: &Self, mean: bool) -> R<T> {
+        Ok(reduce::cross_entropy_vjp(logits, target, dy, mean))
     }
     fn matmul(a: &Self, b: &Self, out: &Shape) -> R<T> {
         linalg::matmul(a, b, out.clone())

@@ -9,7 +9,7 @@
 //! row here, one arm in each of `visit_attrs`, the shape rule, forward and VJP (the compiler
 //! lists every match that needs one), and one kernel per engine.
 
-use super::{Arity, BinaryOp, Conv2dSpec, GeluApprox, Op, PoolKind, PoolSpec, UnaryOp};
+use super::{Arity, BinaryOp, Conv2dSpec, GeluApprox, Op, PoolKind, PoolSpec, Reduction, UnaryOp};
 use crate::shape::Shape;
 
 /// Layer norm's `eps` when the node carries none (TorchLean's `Numbers.epsilon`; SPEC 3).
@@ -93,6 +93,10 @@ pub struct OpDesc {
     pub arity: Arity,
     /// What the VJP reads.
     pub saves: Saves,
+    /// Operand positions that are data, not differentiable values (`cross_entropy`'s class
+    /// ids): the VJP gives them a structural zero, [`Op::check_data`] validates their values,
+    /// and finite differences never perturb them.
+    pub data: &'static [usize],
     proto: Proto,
 }
 
@@ -284,7 +288,7 @@ pub fn names() -> impl Iterator<Item = &'static str> {
 macro_rules! row {
     ($id:ident, $name:literal, $family:ident, $ext:literal, $summary:literal, $output:literal,
      operands: [$($operand:literal),*], payload: $payload:literal, arity: $arity:expr,
-     saves: $saves:expr, $proto:expr) => {
+     saves: $saves:expr, $proto:expr $(; data: [$($data:literal),*])?) => {
         pub static $id: OpDesc = OpDesc {
             name: $name,
             family: Family::$family,
@@ -295,6 +299,7 @@ macro_rules! row {
             payload: $payload,
             arity: $arity,
             saves: $saves,
+            data: &[$($($data),*)?],
             proto: $proto,
         };
     };
@@ -544,6 +549,11 @@ row!(SLICE, "slice", Layout, true,
 row!(MSE_LOSS, "mse_loss", Reduce, false, "`Σ(a − b)² / size` (size 0 divides by 1)", "`[]`",
      operands: ["y", "target"], payload: 0, arity: Arity::Exact(2), saves: Saves::BOTH_OPERANDS,
      Proto::Op(|| Op::MseLoss));
+row!(CROSS_ENTROPY, "cross_entropy", Reduce, true,
+     "`F.cross_entropy(logits, target, reduction)` with a stable log-softmax; `target` holds integral class ids in `[0, C)` (data: no gradient; anything else is an error); `\"mean\"` over zero rows divides by 1",
+     "`[]`",
+     operands: ["logits", "target"], payload: 1, arity: Arity::Exact(2), saves: Saves::BOTH_OPERANDS,
+     Proto::Op(|| Op::CrossEntropy { reduction: Reduction::Mean }); data: [1]);
 row!(RAND_UNIFORM, "rand_uniform", Random, false,
      "deterministic uniform `[0,1)` (see below)", "declared",
      operands: [], payload: 0, arity: Arity::Exact(0), saves: Saves::NOTHING,
@@ -605,6 +615,7 @@ pub static OPS: &[&OpDesc] = &[
     &TRANSPOSE,
     &SLICE,
     &MSE_LOSS,
+    &CROSS_ENTROPY,
     &RAND_UNIFORM,
     &BERNOULLI_MASK,
 ];
@@ -681,6 +692,7 @@ impl Op {
             Op::BatchNormEval { .. } => &BATCH_NORM2D_NCHW_EVAL,
             Op::Concat { .. } => &CONCAT,
             Op::MseLoss => &MSE_LOSS,
+            Op::CrossEntropy { .. } => &CROSS_ENTROPY,
             Op::RandUniform { .. } => &RAND_UNIFORM,
             Op::BernoulliMask { .. } => &BERNOULLI_MASK,
         }
@@ -749,6 +761,21 @@ impl Op {
             Op::Transpose { dim0, dim1 } => {
                 v.visit("dim0", AttrMut::Int(dim0));
                 v.visit("dim1", AttrMut::Int(dim1));
+            }
+            Op::CrossEntropy { reduction } => {
+                let mut value = reduction.wire();
+                v.visit(
+                    "reduction",
+                    AttrMut::Choice {
+                        value: &mut value,
+                        options: Reduction::OPTIONS,
+                        default: Reduction::Mean.wire(),
+                    },
+                );
+                // a reader writes only an option (or leaves the value as it was)
+                if let Some(r) = Reduction::from_wire(value) {
+                    *reduction = r;
+                }
             }
             Op::Slice { axis, start, len } => {
                 v.visit("axis", AttrMut::Int(axis));
@@ -943,6 +970,9 @@ mod tests {
             assert!(d.payload <= d.operands.len(), "{}", d.name);
             for &i in d.saves.inputs {
                 assert!(i < d.operands.len(), "{} saves operand {i}", d.name);
+            }
+            for &i in d.data {
+                assert!(i < d.operands.len(), "{} data operand {i}", d.name);
             }
         }
     }

@@ -39,6 +39,7 @@ pub use elementwise::{gelu_consts, BinaryOp, GeluApprox, UnaryOp};
 pub use linalg::{linear_dims, matmul_dims};
 pub use pool::{PoolKind, PoolSpec};
 pub use random::{splitmix64, uniform_at};
+pub use reduce::{class_ids, Reduction};
 
 use crate::backend::Backend;
 use crate::error::{Result, SpecError};
@@ -109,6 +110,8 @@ pub enum Op {
     Concat { axis: usize },
     /// Mean squared error `Σ(y − t)² / size` (size 0 divides by 1).
     MseLoss,
+    /// `F.cross_entropy(logits [N, C], target [N])` with integral class ids (extension).
+    CrossEntropy { reduction: Reduction },
     /// Deterministic uniform `[0, 1)` noise keyed by `(seed, key)` and the element index.
     RandUniform { seed: u64, key: u64, shape: Shape },
     /// `1` where `keep_prob > u`, else `0`, with `u` as in `RandUniform`.
@@ -321,6 +324,7 @@ impl Op {
             Op::Linear => linalg::linear_payload_shapes(first()?, out)?,
             Op::Conv2d(spec) => spec.payload_shapes(),
             Op::BatchNormEval { channels, .. } => norm::batch_norm_payload_shapes(*channels),
+            Op::CrossEntropy { .. } => vec![reduce::cross_entropy_target_shape(first()?)?],
             _ => Vec::new(),
         })
     }
@@ -381,6 +385,7 @@ impl Op {
                 elementwise::infer_same(name, &inputs[0], &inputs[1])?;
                 Shape::scalar()
             }
+            Op::CrossEntropy { .. } => reduce::infer_cross_entropy(&inputs[0], &inputs[1])?,
             Op::RandUniform { shape, .. } => shape.clone(),
             Op::BernoulliMask { shape, .. } => {
                 if inputs[0].rank() != 0 {
@@ -395,6 +400,20 @@ impl Op {
         };
         out.checked_size()?;
         Ok(out)
+    }
+
+    /// Validates the values of data operand `i` ([`OpDesc::data`]) of an op whose operands have
+    /// these (valid) shapes: `cross_entropy`'s class ids. Other operands are not checked. The
+    /// rule the dispatch applies on every engine, exposed for checks that run no engine (the
+    /// IR's payload check).
+    pub fn check_data(&self, i: usize, shapes: &[Shape], values: &[f64]) -> Result<()> {
+        match self {
+            Op::CrossEntropy { .. } if i == 1 => {
+                let classes = shapes.first().and_then(|s| s.dims().get(1)).copied();
+                reduce::class_ids(values, classes.unwrap_or(0)).map(drop)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// For the permutation-like ops, the permutation they perform on a tensor of shape `s`.
@@ -477,6 +496,10 @@ impl Op {
             Op::BatchNormEval { eps, .. } => B::batch_norm([a[0], a[1], a[2], a[3], a[4]], *eps),
             Op::Concat { axis } => B::concat(a, *axis, &out),
             Op::MseLoss => B::mse_loss(a[0], a[1]),
+            Op::CrossEntropy { reduction } => {
+                let ids = reduce::class_ids(&B::values_f64(a[1])?, shapes[0].dims()[1])?;
+                B::cross_entropy(a[0], &ids, *reduction == Reduction::Mean)
+            }
             Op::RandUniform { seed, key, .. } => B::rand_uniform(*seed, *key, &out),
             Op::BernoulliMask { seed, key, .. } => B::bernoulli_mask(*seed, *key, a[0], &out),
         }
@@ -583,6 +606,14 @@ impl Op {
             Op::MseLoss => {
                 let (da, db) = B::mse_loss_vjp(s.input(self, 0)?, s.input(self, 1)?, cot)?;
                 Ok(smallvec![Some(da), Some(db)])
+            }
+            Op::CrossEntropy { reduction } => {
+                let logits = s.input(self, 0)?;
+                let classes = logits.shape_of().dims()[1];
+                let ids = reduce::class_ids(&B::values_f64(s.input(self, 1)?)?, classes)?;
+                let mean = *reduction == Reduction::Mean;
+                let dx = B::cross_entropy_vjp(logits, &ids, cot, mean)?;
+                Ok(smallvec![Some(dx), None])
             }
             Op::RandUniform { .. } => Ok(Operands::new()),
             Op::BernoulliMask { .. } => Ok(smallvec![None]),

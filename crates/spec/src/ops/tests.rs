@@ -238,12 +238,31 @@ fn structural_ops_vjp_match_finite_differences() {
         ),
         (Op::Concat { axis: 1 }, vec![&[2, 1], &[2, 3], &[2, 2]]),
         (Op::MseLoss, vec![&[2, 3], &[2, 3]]),
+        (
+            Op::CrossEntropy {
+                reduction: Reduction::Mean,
+            },
+            vec![&[4, 3], &[4]],
+        ),
+        (
+            Op::CrossEntropy {
+                reduction: Reduction::Sum,
+            },
+            vec![&[3, 5], &[3]],
+        ),
     ];
     for (i, (op, shapes)) in cases.iter().enumerate() {
         let mut ins = rand_inputs(300 + i as u64, shapes, -1.0, 1.0);
         if let Op::BatchNormEval { .. } = op {
             // variances positive
             ins[4] = random_tensor(&mut Lcg(7), &Shape::from([3]), 0.5, 1.5);
+        }
+        if let Op::CrossEntropy { .. } = op {
+            // integral class ids in [0, C)
+            let classes = shapes[0][1];
+            for (r, v) in ins[1].data_mut().iter_mut().enumerate() {
+                *v = ((r * 2 + 1) % classes) as f64;
+            }
         }
         check_fd(op, &ins, 400 + i as u64, 1e-6);
     }
@@ -398,6 +417,73 @@ fn slice_narrows_and_its_vjp_scatters_into_zeros() {
     .infer_shape(&[Shape::from([2, 4])])
     .unwrap_err();
     assert!(matches!(e, SpecError::OpAttr { attr: "axis", .. }), "{e}");
+}
+
+#[test]
+fn cross_entropy_matches_pytorch_and_rejects_bad_targets() {
+    // F.cross_entropy(tensor([[1., 2., 3.], [0., 0., 0.]]), tensor([2, 0])): the mean of
+    // log(e + e² + e³) − 3 and log 3
+    let x = t(&[2, 3], &[1.0, 2.0, 3.0, 0.0, 0.0, 0.0]);
+    let target = t(&[2], &[2.0, 0.0]);
+    let l0 = (1f64.exp() + 2f64.exp() + 3f64.exp()).ln() - 3.0;
+    let l1 = 3f64.ln();
+    for (reduction, want) in [
+        (Reduction::Mean, (l0 + l1) / 2.0),
+        (Reduction::Sum, l0 + l1),
+    ] {
+        let op = Op::CrossEntropy { reduction };
+        let y = op.forward(&[&x, &target]).unwrap();
+        assert!((y.item().unwrap() - want).abs() < 1e-14, "{reduction:?}");
+        let g = op
+            .vjp(
+                &Saved::for_op(&op, &[&x, &target], &y),
+                &Tensor::scalar(1.0),
+            )
+            .unwrap();
+        assert!(g[1].is_none(), "the target is data: a structural zero");
+        let dx = g[0].as_ref().unwrap();
+        // each row of softmax − onehot sums to 0
+        for row in dx.data().chunks(3) {
+            assert!(row.iter().sum::<f64>().abs() < 1e-15);
+        }
+    }
+    // stable for huge logits
+    let big = t(&[1, 2], &[1000.0, -1000.0]);
+    let op = Op::CrossEntropy {
+        reduction: Reduction::Sum,
+    };
+    let y = op.forward(&[&big, &t(&[1], &[1.0])]).unwrap();
+    assert_eq!(y.item().unwrap(), &2000.0);
+    // bad class ids name the operand
+    for bad in [3.0, -1.0, 1.5, f64::NAN, f64::INFINITY] {
+        let e = op.forward(&[&x, &t(&[2], &[0.0, bad])]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SpecError::OpData {
+                    op: "cross_entropy",
+                    operand: "target",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("element 1"), "{e}");
+    }
+    // shapes: logits [N, C], target [N]
+    assert!(op
+        .infer_shape(&[Shape::from([2, 3]), Shape::from([3])])
+        .is_err());
+    assert!(op
+        .infer_shape(&[Shape::from([6]), Shape::from([6])])
+        .is_err());
+    // over the rationals, a target that is not an exact integer is rejected too
+    let xr = Tensor::new([1, 2], vec![q(1, 1), q(2, 1)]).unwrap();
+    let tr = Tensor::new([1], vec![q(1, 3)]).unwrap();
+    assert!(matches!(
+        op.forward(&[&xr, &tr]),
+        Err(SpecError::OpData { .. })
+    ));
 }
 
 #[test]
