@@ -490,6 +490,26 @@ pub fn op_cases() -> Vec<OpCase> {
             ],
         ));
     }
+    for (x, eps) in [
+        (&[2, 3, 2, 2][..], None),
+        (&[4, 2, 5, 5], Some(1e-3)),
+        (&[1, 3, 1, 1], None), // one value per channel: var 0, output β, input gradient 0
+        (&[1, 1, 1, 7], Some(1e-4)),
+        (&[0, 3, 2, 2], None),
+        (&[8, 16, 9, 9], None),
+    ] {
+        let c = x[1];
+        out.push(case(
+            format!("batch_norm_train_{x:?}_eps{eps:?}"),
+            Op::BatchNormTrain { channels: c, eps },
+            vec![
+                uniform(x, next(), -2.0, 3.0),
+                uniform(&[c], next(), 0.5, 1.5),
+                uniform(&[c], next(), -0.5, 0.5),
+            ],
+        ));
+    }
+
     for (shapes, axis) in [
         (vec![&[2, 1][..], &[2, 3], &[2, 2]], 1usize),
         (vec![&[1, 3][..], &[2, 3]], 0),

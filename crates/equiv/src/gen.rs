@@ -159,6 +159,7 @@ enum Step {
     Conv2d,
     Pool(PoolKind),
     BatchNorm,
+    BatchNormTrain,
     Concat,
     MseLoss,
     CrossEntropy,
@@ -195,6 +196,7 @@ fn all_steps() -> Vec<Step> {
         Step::Pool(PoolKind::Max),
         Step::Pool(PoolKind::Avg),
         Step::BatchNorm,
+        Step::BatchNormTrain,
         Step::Concat,
         Step::MseLoss,
         Step::CrossEntropy,
@@ -213,6 +215,7 @@ impl Step {
             | Step::LogSoftmax
             | Step::LayerNorm
             | Step::BatchNorm
+            | Step::BatchNormTrain
             | Step::CrossEntropy => false,
             _ => true,
         }
@@ -377,6 +380,7 @@ impl Builder {
             Step::Conv2d => self.conv(c, x),
             Step::Pool(kind) => self.pool(c, kind, x),
             Step::BatchNorm => self.batch_norm(c, x),
+            Step::BatchNormTrain => self.batch_norm_train(c, x),
             Step::Concat if rank > 0 => self.concat(c, x),
             Step::RandUniform | Step::Bernoulli => self.random(c, step, x),
             // a step whose rank condition failed: a neutral elementwise op instead
@@ -690,6 +694,21 @@ impl Builder {
         if let Some(e) = self.payload.entries.get_mut(&id) {
             e.eps = Some(1e-5);
         }
+    }
+
+    fn batch_norm_train(&mut self, c: &mut Choices<'_>, x: usize) {
+        let channels = 1 + c.pick(3);
+        let img = self.image(c, x, true, channels);
+        let op = Op::BatchNormTrain {
+            channels,
+            eps: if c.one_in(2) { Some(1e-3) } else { None },
+        };
+        let shapes = op
+            .payload_shapes(&[self.shape(img)], &Shape::scalar())
+            .expect("batch-norm payload shapes need no parent");
+        let gamma = tensor_of(c, &shapes[0]);
+        let beta = tensor_of(c, &shapes[1]);
+        self.push_op(op, vec![img], vec![("gamma", gamma), ("beta", beta)]);
     }
 
     fn concat(&mut self, c: &mut Choices<'_>, x: usize) {

@@ -207,6 +207,13 @@ impl<V: Kernels, const F: u8> Backend for Faulty<V, F> {
             V::batch_norm_vjp(&x.0, &gamma.0, &mean.0, &var.0, &dy.0, eps).map_err(Into::into)?;
         Ok(g.map(Faulty))
     }
+    fn batch_norm_train(x: &Self, gamma: &Self, beta: &Self, eps: f64) -> Result<Self> {
+        wrap(V::batch_norm_train(&x.0, &gamma.0, &beta.0, eps))
+    }
+    fn batch_norm_train_vjp(x: &Self, gamma: &Self, dy: &Self, eps: f64) -> Result<[Self; 3]> {
+        let g = V::batch_norm_train_vjp(&x.0, &gamma.0, &dy.0, eps).map_err(Into::into)?;
+        Ok(g.map(Faulty))
+    }
     fn broadcast(x: &Self, out: &Shape) -> Result<Self> {
         wrap(V::broadcast(&x.0, out))
     }

@@ -243,6 +243,21 @@ fn bad_extension_attributes_name_the_node_and_field() {
         },
         &["node 2 (slice)", "field `len`", "overflows"],
     );
+    // training-mode batch norm needs [N, C, H, W] and a valid eps
+    check_rejected(
+        |v| {
+            v["nodes"][2] = json!({"id": 2, "kind": "batch_norm2d_nchw_train", "parents": [1],
+                                   "shape": [2, 4], "channels": 4});
+        },
+        &["node 2 (batch_norm2d_nchw_train)", "expects [N, 4, H, W]"],
+    );
+    check_rejected(
+        |v| {
+            v["nodes"][2] = json!({"id": 2, "kind": "batch_norm2d_nchw_train", "parents": [1],
+                                   "shape": [2, 4], "channels": 4, "eps": -1.0});
+        },
+        &["node 2 (batch_norm2d_nchw_train)", "field `eps`"],
+    );
 }
 
 #[test]

@@ -292,6 +292,8 @@ impl torchlean_spec::Backend for Counted {
         layer_norm_vjp(x: &Self, dy: &Self, axis: usize, eps: f64) -> Self;
         batch_norm(args: [&Self; 5], eps: f64) -> Self;
         batch_norm_vjp(x: &Self, g: &Self, m: &Self, v: &Self, dy: &Self, eps: f64) -> [Self; 5];
+        batch_norm_train(x: &Self, g: &Self, b: &Self, eps: f64) -> Self;
+        batch_norm_train_vjp(x: &Self, g: &Self, dy: &Self, eps: f64) -> [Self; 3];
         broadcast(x: &Self, out: &Shape) -> Self;
         broadcast_vjp(dy: &Self, from: &Shape) -> Self;
         permute(x: &Self, perm: &[usize], out: &Shape) -> Self;

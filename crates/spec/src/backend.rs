@@ -82,6 +82,17 @@ pub trait Backend: Clone + Sized {
         dy: &Self,
         eps: f64,
     ) -> Result<[Self; 5], Self::Error>;
+    /// Batch norm in training mode: `x` `[N, C, H, W]`, `gamma`, `beta` `[C]`; statistics over
+    /// `N, H, W`.
+    fn batch_norm_train(x: &Self, gamma: &Self, beta: &Self, eps: f64)
+        -> Result<Self, Self::Error>;
+    /// `[dx, dgamma, dbeta]`, through the batch statistics.
+    fn batch_norm_train_vjp(
+        x: &Self,
+        gamma: &Self,
+        dy: &Self,
+        eps: f64,
+    ) -> Result<[Self; 3], Self::Error>;
 
     /// Right-aligned broadcast to `out`.
     fn broadcast(x: &Self, out: &Shape) -> Result<Self, Self::Error>;
@@ -248,6 +259,17 @@ impl<A: Scalar> Backend for Tensor<A> {
         eps: f64,
     ) -> Result<[Self; 5], SpecError> {
         norm::batch_norm_vjp(x, gamma, mean, var, dy, eps)
+    }
+    fn batch_norm_train(x: &Self, gamma: &Self, beta: &Self, eps: f64) -> R<A> {
+        norm::batch_norm_train(x, gamma, beta, eps)
+    }
+    fn batch_norm_train_vjp(
+        x: &Self,
+        gamma: &Self,
+        dy: &Self,
+        eps: f64,
+    ) -> Result<[Self; 3], SpecError> {
+        norm::batch_norm_train_vjp(x, gamma, dy, eps)
     }
     fn broadcast(x: &Self, out: &Shape) -> R<A> {
         layout::broadcast(x, out)

@@ -22,6 +22,14 @@ pub trait Scalar: Clone + fmt::Debug + PartialEq + Send + Sync + 'static {
     const NAME: &'static str;
     /// Whether arithmetic is exact (no rounding) — true only for [`Rational`].
     const EXACT: bool;
+    /// The accumulation type of ill-conditioned reductions (PyTorch's CPU `acc_type`): `f64`
+    /// for `f32`, the type itself otherwise. Batch statistics are computed in it.
+    type Acc: Scalar;
+
+    /// Widens to [`Scalar::Acc`] (exact).
+    fn to_acc(&self) -> Self::Acc;
+    /// Rounds back from [`Scalar::Acc`] (to nearest; the identity where `Acc = Self`).
+    fn from_acc(x: &Self::Acc) -> Self;
 
     fn zero() -> Self;
     fn one() -> Self;
@@ -107,6 +115,16 @@ macro_rules! float_scalar {
         impl Scalar for $t {
             const NAME: &'static str = $name;
             const EXACT: bool = false;
+            type Acc = f64;
+
+            #[inline]
+            fn to_acc(&self) -> f64 {
+                *self as f64
+            }
+            #[inline]
+            fn from_acc(x: &f64) -> Self {
+                *x as $t
+            }
 
             #[inline]
             fn zero() -> Self {
@@ -221,6 +239,14 @@ fn transcendental<T>(func: &'static str) -> Result<T> {
 impl Scalar for Rational {
     const NAME: &'static str = "rational";
     const EXACT: bool = true;
+    type Acc = Rational;
+
+    fn to_acc(&self) -> Rational {
+        self.clone()
+    }
+    fn from_acc(x: &Rational) -> Self {
+        x.clone()
+    }
 
     fn zero() -> Self {
         Zero::zero()

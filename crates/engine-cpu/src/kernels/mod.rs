@@ -104,6 +104,17 @@ impl<T: CpuScalar> Backend for CpuTensor<T> {
             T::from_f64(eps),
         ))
     }
+    fn batch_norm_train(x: &Self, gamma: &Self, beta: &Self, eps: f64) -> R<T> {
+        Ok(norm::batch_norm_train(x, gamma, beta, eps))
+    }
+    fn batch_norm_train_vjp(
+        x: &Self,
+        gamma: &Self,
+        dy: &Self,
+        eps: f64,
+    ) -> std::result::Result<[Self; 3], CpuError> {
+        Ok(norm::batch_norm_train_vjp(x, gamma, dy, eps))
+    }
     fn broadcast(x: &Self, out: &Shape) -> R<T> {
         Ok(layout::broadcast(x, out.clone()))
     }

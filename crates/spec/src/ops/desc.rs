@@ -14,7 +14,8 @@ use crate::shape::Shape;
 
 /// Layer norm's `eps` when the node carries none (TorchLean's `Numbers.epsilon`; SPEC 3).
 pub const LAYER_NORM_DEFAULT_EPS: f64 = 1e-6;
-/// Batch norm's `eps` when the payload carries none (PyTorch's default; SPEC 3).
+/// Batch norm's `eps` when the payload (`batch_norm2d_nchw_eval`) or the node
+/// (`batch_norm2d_nchw_train`) carries none (PyTorch's default; SPEC 3).
 pub const BATCH_NORM_DEFAULT_EPS: f64 = 1e-5;
 
 /// The family an op belongs to (one module of `spec::ops` and of every engine).
@@ -528,6 +529,12 @@ row!(BATCH_NORM2D_NCHW_EVAL, "batch_norm2d_nchw_eval", Norm, false,
      operands: ["x", "gamma", "beta", "mean", "var"], payload: 4, arity: Arity::Exact(5),
      saves: Saves { inputs: &[0, 1, 3, 4], output: false },
      Proto::Op(|| Op::BatchNormEval { channels: 0, eps: BATCH_NORM_DEFAULT_EPS }));
+row!(BATCH_NORM2D_NCHW_TRAIN, "batch_norm2d_nchw_train", Norm, true,
+     "`F.batch_norm(x, None, None, γ, β, training=True, eps)`: per channel, batch mean and biased variance over `N, H, W`, `(x − mean)/sqrt(var + eps)·γ + β`; the gradient flows through the batch statistics (no running statistics)",
+     "`s`",
+     operands: ["x", "gamma", "beta"], payload: 2, arity: Arity::Exact(3),
+     saves: Saves { inputs: &[0, 1], output: false },
+     Proto::Op(|| Op::BatchNormTrain { channels: 0, eps: None }));
 row!(CONCAT, "concat", Layout, false, "parents agree on every other axis", "sum of extents along `axis`",
      operands: ["x"], payload: 0, arity: Arity::AtLeast(2), saves: Saves::NOTHING,
      Proto::Op(|| Op::Concat { axis: 0 }));
@@ -609,6 +616,7 @@ pub static OPS: &[&OpDesc] = &[
     &MAX_POOL2D_PAD,
     &AVG_POOL2D_PAD,
     &BATCH_NORM2D_NCHW_EVAL,
+    &BATCH_NORM2D_NCHW_TRAIN,
     &CONCAT,
     &SWAP_FIRST_TWO,
     &TRANSPOSE3D_LAST_TWO,
@@ -690,6 +698,7 @@ impl Op {
                 (PoolKind::Avg, true) => &AVG_POOL2D_PAD,
             },
             Op::BatchNormEval { .. } => &BATCH_NORM2D_NCHW_EVAL,
+            Op::BatchNormTrain { .. } => &BATCH_NORM2D_NCHW_TRAIN,
             Op::Concat { .. } => &CONCAT,
             Op::MseLoss => &MSE_LOSS,
             Op::CrossEntropy { .. } => &CROSS_ENTROPY,
@@ -799,6 +808,16 @@ impl Op {
                 }
             }
             Op::BatchNormEval { channels, .. } => v.visit("channels", AttrMut::Int(channels)),
+            Op::BatchNormTrain { channels, eps } => {
+                v.visit("channels", AttrMut::Int(channels));
+                v.visit(
+                    "eps",
+                    AttrMut::OptFloat {
+                        value: eps,
+                        default: BATCH_NORM_DEFAULT_EPS,
+                    },
+                );
+            }
             Op::RandUniform { seed, .. } | Op::BernoulliMask { seed, .. } => {
                 v.visit("seed", AttrMut::Seed(seed))
             }

@@ -106,6 +106,10 @@ pub enum Op {
     /// Batch norm in evaluation mode: `(x − mean)/sqrt(max(var, 0) + eps)·γ + β`, channels on
     /// axis 1.
     BatchNormEval { channels: usize, eps: f64 },
+    /// Batch norm in training mode on `[N, C, H, W]`: per channel, the batch mean and biased
+    /// variance over `N, H, W`, `(x − mean)/sqrt(var + eps)·γ + β`; `eps: None` is the default
+    /// [`BATCH_NORM_DEFAULT_EPS`] (extension).
+    BatchNormTrain { channels: usize, eps: Option<f64> },
     /// Concatenation of two or more tensors along `axis`.
     Concat { axis: usize },
     /// Mean squared error `Σ(y − t)² / size` (size 0 divides by 1).
@@ -324,6 +328,7 @@ impl Op {
             Op::Linear => linalg::linear_payload_shapes(first()?, out)?,
             Op::Conv2d(spec) => spec.payload_shapes(),
             Op::BatchNormEval { channels, .. } => norm::batch_norm_payload_shapes(*channels),
+            Op::BatchNormTrain { channels, .. } => vec![Shape::from([*channels]); 2],
             Op::CrossEntropy { .. } => vec![reduce::cross_entropy_target_shape(first()?)?],
             _ => Vec::new(),
         })
@@ -380,6 +385,11 @@ impl Op {
             Op::Conv2d(spec) => spec.infer(&inputs[0], &inputs[1], &inputs[2])?,
             Op::Pool(spec) => spec.infer(&inputs[0])?,
             Op::BatchNormEval { channels, eps } => norm::infer_batch_norm(*channels, *eps, inputs)?,
+            Op::BatchNormTrain { channels, eps } => norm::infer_batch_norm_train(
+                *channels,
+                eps.unwrap_or(BATCH_NORM_DEFAULT_EPS),
+                inputs,
+            )?,
             Op::Concat { axis } => layout::infer_concat(*axis, inputs)?,
             Op::MseLoss => {
                 elementwise::infer_same(name, &inputs[0], &inputs[1])?;
@@ -494,6 +504,9 @@ impl Op {
             Op::Conv2d(spec) => B::conv2d(spec, a[0], a[1], a[2], &out),
             Op::Pool(spec) => B::pool(spec, a[0], &out),
             Op::BatchNormEval { eps, .. } => B::batch_norm([a[0], a[1], a[2], a[3], a[4]], *eps),
+            Op::BatchNormTrain { eps, .. } => {
+                B::batch_norm_train(a[0], a[1], a[2], eps.unwrap_or(BATCH_NORM_DEFAULT_EPS))
+            }
             Op::Concat { axis } => B::concat(a, *axis, &out),
             Op::MseLoss => B::mse_loss(a[0], a[1]),
             Op::CrossEntropy { reduction } => {
@@ -597,6 +610,12 @@ impl Op {
                     cot,
                     *eps,
                 )?;
+                Ok(grads.into_iter().map(Some).collect())
+            }
+            Op::BatchNormTrain { eps, .. } => {
+                let eps = eps.unwrap_or(BATCH_NORM_DEFAULT_EPS);
+                let grads =
+                    B::batch_norm_train_vjp(s.input(self, 0)?, s.input(self, 1)?, cot, eps)?;
                 Ok(grads.into_iter().map(Some).collect())
             }
             Op::Concat { axis } => Ok(B::concat_vjp(cot, &s.input_shapes, *axis)?

@@ -236,6 +236,20 @@ fn structural_ops_vjp_match_finite_differences() {
             },
             vec![&[2, 3, 2, 2], &[3], &[3], &[3], &[3]],
         ),
+        (
+            Op::BatchNormTrain {
+                channels: 3,
+                eps: Some(1e-3),
+            },
+            vec![&[2, 3, 2, 2], &[3], &[3]],
+        ),
+        (
+            Op::BatchNormTrain {
+                channels: 2,
+                eps: None,
+            },
+            vec![&[3, 2, 1, 2], &[2], &[2]],
+        ),
         (Op::Concat { axis: 1 }, vec![&[2, 1], &[2, 3], &[2, 2]]),
         (Op::MseLoss, vec![&[2, 3], &[2, 3]]),
         (
@@ -484,6 +498,67 @@ fn cross_entropy_matches_pytorch_and_rejects_bad_targets() {
         op.forward(&[&xr, &tr]),
         Err(SpecError::OpData { .. })
     ));
+}
+
+#[test]
+fn batch_norm_train_normalises_each_channel_with_the_batch_statistics() {
+    // two images, two channels, 1×2 each: channel 0 holds 1, 3, 5, 7 (mean 4, biased var 5)
+    let x = t(&[2, 2, 1, 2], &[1.0, 3.0, 10.0, 10.0, 5.0, 7.0, 10.0, 10.0]);
+    let gamma = t(&[2], &[2.0, 1.0]);
+    let beta = t(&[2], &[0.5, -1.0]);
+    let op = Op::BatchNormTrain {
+        channels: 2,
+        eps: Some(0.0),
+    };
+    let y = op.forward(&[&x, &gamma, &beta]).unwrap();
+    let s = 5f64.sqrt();
+    let want0: Vec<f64> = [1.0, 3.0, 5.0, 7.0]
+        .iter()
+        .map(|v| (v - 4.0) / s * 2.0 + 0.5)
+        .collect();
+    for (got, want) in [y.data()[0], y.data()[1], y.data()[4], y.data()[5]]
+        .iter()
+        .zip(&want0)
+    {
+        assert!((got - want).abs() < 1e-14, "{got} vs {want}");
+    }
+    // channel 1 is constant: var 0 and eps 0 make 0/0 (PyTorch gives NaN too)
+    assert!(y.data()[2].is_nan());
+    // with a positive eps a constant channel is β; its input gradient is γ·(dy − mean dy)/√eps
+    // (the variance's derivative vanishes there, the mean's does not)
+    let op = Op::BatchNormTrain {
+        channels: 2,
+        eps: None,
+    };
+    let y = op.forward(&[&x, &gamma, &beta]).unwrap();
+    assert_eq!(y.data()[2], -1.0);
+    let dy = t(&[2, 2, 1, 2], &[1.0, -2.0, 0.5, 3.0, 0.25, 1.0, -1.0, 2.0]);
+    let g = op
+        .vjp(&Saved::for_op(&op, &[&x, &gamma, &beta], &y), &dy)
+        .unwrap();
+    let (dx, dg, db) = (
+        g[0].as_ref().unwrap(),
+        g[1].as_ref().unwrap(),
+        g[2].as_ref().unwrap(),
+    );
+    let want = (0.5 - 1.125) / 1e-5f64.sqrt();
+    assert!(
+        (dx.data()[2] - want).abs() < 1e-9,
+        "{} vs {want}",
+        dx.data()[2]
+    );
+    assert_eq!(db.data(), &[0.25, 4.5]);
+    assert_eq!(dg.data()[1], 0.0);
+    // the input gradient sums to 0 per channel (the mean is subtracted)
+    let ch0 = dx.data()[0] + dx.data()[1] + dx.data()[4] + dx.data()[5];
+    assert!(ch0.abs() < 1e-14, "{ch0}");
+    // only [N, C, H, W] with C = channels
+    for shape in [[2usize, 2, 2].as_slice(), &[2, 3, 1, 2]] {
+        let e = op
+            .infer_shape(&[Shape::from(shape), Shape::from([2]), Shape::from([2])])
+            .unwrap_err();
+        assert!(e.to_string().contains("batch_norm2d_nchw_train"), "{e}");
+    }
 }
 
 #[test]
