@@ -210,6 +210,72 @@ fn malformed_graphs_exit_2_naming_file_node_and_field() {
 }
 
 #[test]
+fn bad_extension_inputs_exit_2_naming_file_node_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    // graph-level: a slice past the extent, clamp with min > max, an unknown `approximate`
+    let node = |v: Value| -> Value {
+        let mut g = base_graph();
+        g["nodes"][2] = v;
+        g
+    };
+    let graphs = [
+        (
+            node(
+                json!({"id": 2, "kind": "slice", "parents": [1], "shape": [2, 3],
+                        "axis": 1, "start": 2, "len": 3}),
+            ),
+            vec!["node 2 (slice), field `len`", "past the extent 4"],
+        ),
+        (
+            node(
+                json!({"id": 2, "kind": "clamp", "parents": [1], "shape": [2, 4],
+                        "min": 2.0, "max": 1.0}),
+            ),
+            vec!["node 2 (clamp), field `min`", "greater than `max`"],
+        ),
+        (
+            node(
+                json!({"id": 2, "kind": "gelu", "parents": [1], "shape": [2, 4],
+                        "approximate": "fast"}),
+            ),
+            vec!["node 2 (gelu), field `approximate`", "\"fast\""],
+        ),
+    ];
+    for (g, want) in graphs {
+        let p = write(dir.path(), "bad.json", &g);
+        let name = p.to_str().unwrap().to_string();
+        let mut want = want.clone();
+        want.push(&name);
+        assert_bad_input(&run(&["check", &name]), &want);
+    }
+    // payload-level: cross_entropy targets out of range and not integral, through `check`,
+    // `eval` on both engines, `grad` and `conform` (a case file)
+    let case = cases_dir().join("transpose_class_major_ce_sum.json");
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&case).unwrap()).unwrap();
+    for (bad, want) in [(7.0, "outside [0, 7)"), (1.5, "not an integral class id")] {
+        v["payload"]["2"]["target"]["data"][1] = json!(bad);
+        let p = write(dir.path(), "bad_case.json", &v);
+        let name = p.to_str().unwrap().to_string();
+        let want = [
+            "node 2 (cross_entropy), field `target`",
+            "element 1",
+            want,
+            name.as_str(),
+        ];
+        for args in [
+            vec!["check", &name],
+            vec!["eval", &name],
+            vec!["eval", &name, "--engine", "reference"],
+            vec!["grad", &name, "--dtype", "f32"],
+            vec!["conform", &name],
+            vec!["conform", &name, "--engine", "reference", "--dtype", "f32"],
+        ] {
+            assert_bad_input(&run(&args), &want);
+        }
+    }
+}
+
+#[test]
 fn truncated_json_and_missing_files_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("trunc.json");

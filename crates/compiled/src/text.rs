@@ -74,8 +74,11 @@ fn op_attrs(op: &torchlean_spec::Op) -> String {
                     value: None,
                     default,
                 } => format!("{key}={default:e} (default)"),
+                AttrMut::MaybeFloat(Some(v)) => format!("{key}={v}"),
+                AttrMut::MaybeFloat(None) => format!("{key}=none"),
                 AttrMut::Shape(s) => format!("{key}={s}"),
                 AttrMut::List(l) => format!("{key}={l:?}"),
+                AttrMut::Choice { value, .. } => format!("{key}={value}"),
             });
         }
     }

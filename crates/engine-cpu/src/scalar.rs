@@ -69,6 +69,8 @@ pub trait CpuScalar:
     fn vexp(self) -> Self;
     /// `tanh`, vectorisable (polynomial on `f32`, the standard library on `f64`).
     fn vtanh(self) -> Self;
+    /// The error function (`libm`'s `erff` / `erf`, the reference's; a scalar call).
+    fn erf(self) -> Self;
 }
 
 thread_local! {
@@ -77,7 +79,7 @@ thread_local! {
 }
 
 macro_rules! cpu_scalar {
-    ($t:ty, $engine:literal, $pool:ident, $exp:expr, $tanh:expr) => {
+    ($t:ty, $engine:literal, $pool:ident, $exp:expr, $tanh:expr, $erf:expr) => {
         impl Sealed for $t {
             #[inline]
             fn with_pool<R>(f: impl FnOnce(&mut BufferPool<Self>) -> R) -> Option<R> {
@@ -150,12 +152,16 @@ macro_rules! cpu_scalar {
             fn vtanh(self) -> Self {
                 $tanh(self)
             }
+            #[inline(always)]
+            fn erf(self) -> Self {
+                $erf(self)
+            }
         }
     };
 }
 
-cpu_scalar!(f32, "cpu-f32", POOL_F32, exp_f32, tanh_f32);
-cpu_scalar!(f64, "cpu-f64", POOL_F64, f64::exp, f64::tanh);
+cpu_scalar!(f32, "cpu-f32", POOL_F32, exp_f32, tanh_f32, libm::erff);
+cpu_scalar!(f64, "cpu-f64", POOL_F64, f64::exp, f64::tanh, libm::erf);
 
 /// `exp` on `f32` without branches or calls (so loops over it vectorise).
 ///

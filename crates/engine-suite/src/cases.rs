@@ -1,6 +1,9 @@
 //! The table of op cases: every op, with shapes chosen to hit the edges.
 
-use torchlean_spec::{ops, BinaryOp, Conv2dSpec, Op, PoolKind, PoolSpec, Shape, Tensor, UnaryOp};
+use torchlean_spec::{
+    ops, BinaryOp, Conv2dSpec, GeluApprox, Op, PoolKind, PoolSpec, Reduction, Shape, Tensor,
+    UnaryOp,
+};
 
 /// One op applied to concrete inputs.
 #[derive(Clone, Debug)]
@@ -57,13 +60,15 @@ pub fn op_cases() -> Vec<OpCase> {
                 UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Inv => uniform(shape, next(), 0.25, 3.0),
                 UnaryOp::Abs | UnaryOp::Relu => signed_away_from_zero(shape, next(), 0.05),
                 UnaryOp::Exp | UnaryOp::Softplus => uniform(shape, next(), -4.0, 4.0),
+                // both tails and the curved middle
+                UnaryOp::Gelu(_) => uniform(shape, next(), -6.0, 6.0),
                 _ => uniform(shape, next(), -2.0, 2.0),
             };
-            out.push(case(
-                format!("{}_{shape:?}", u.name()),
-                Op::Unary(u),
-                vec![x],
-            ));
+            let name = match u {
+                UnaryOp::Gelu(a) => format!("gelu_{}", a.wire()),
+                _ => u.name().to_string(),
+            };
+            out.push(case(format!("{name}_{shape:?}"), Op::Unary(u), vec![x]));
         }
     }
     // relu and abs at exactly zero (subgradient choice)
@@ -83,6 +88,15 @@ pub fn op_cases() -> Vec<OpCase> {
         Op::Unary(UnaryOp::Sqrt),
         vec![Tensor::new([3], vec![0.0, 4.0, 0.25]).expect("3 values")],
     ));
+
+    // gelu far in the tails (erf saturates; the tanh form's cube dominates)
+    for a in GeluApprox::ALL {
+        out.push(case(
+            format!("gelu_{}_tails", a.wire()),
+            Op::Unary(UnaryOp::Gelu(a)),
+            vec![Tensor::new([6], vec![-30.0, -9.0, -1e-8, 0.0, 1e-8, 40.0]).expect("6 values")],
+        ));
+    }
 
     for b in BinaryOp::ALL {
         for shape in elementwise_shapes {
@@ -122,6 +136,38 @@ pub fn op_cases() -> Vec<OpCase> {
         "add_scalar",
         Op::AddScalar { c: 0.375 },
         vec![uniform(&[4, 1], next(), -2.0, 2.0)],
+    ));
+    for (min, max) in [
+        (Some(-0.5), Some(0.75)),
+        (Some(0.0), None),
+        (None, Some(-0.25)),
+        (Some(0.5), Some(0.5)),
+        (None, None),
+    ] {
+        for shape in [&[5, 33, 3][..], &[0], &[2, 3]] {
+            out.push(case(
+                format!("clamp_{min:?}_{max:?}_{shape:?}"),
+                Op::Clamp { min, max },
+                vec![uniform(shape, next(), -2.0, 2.0)],
+            ));
+        }
+    }
+    // exactly at the bounds (the gradient passes there), outside, and NaN
+    out.push(case(
+        "clamp_at_bounds",
+        Op::Clamp {
+            min: Some(0.0),
+            max: Some(1.0),
+        },
+        vec![Tensor::new([7], vec![-1.0, 0.0, -0.0, 0.5, 1.0, 2.0, f64::NAN]).expect("7 values")],
+    ));
+    out.push(case(
+        "clamp_min_above_max_error",
+        Op::Clamp {
+            min: Some(1.0),
+            max: Some(0.0),
+        },
+        vec![uniform(&[3], next(), -2.0, 2.0)],
     ));
     out.push(case(
         "detach",
@@ -233,6 +279,31 @@ pub fn op_cases() -> Vec<OpCase> {
         Op::Transpose { dim0: 0, dim1: 2 },
         vec![uniform(&[2, 3, 5], next(), -1.0, 1.0)],
     ));
+    for (shape, axis, start, len) in [
+        (&[2, 7][..], 1usize, 4usize, 3usize),
+        (&[2, 7], 1, 0, 7),
+        (&[3, 4, 5], 1, 1, 2),
+        (&[3, 4, 5], 0, 2, 1),
+        (&[6], 0, 5, 1),
+        (&[2, 3], 1, 3, 0),
+        (&[0, 3], 1, 1, 2),
+        (&[64, 300], 1, 17, 200),
+    ] {
+        out.push(case(
+            format!("slice_{shape:?}_axis{axis}_{start}+{len}"),
+            Op::Slice { axis, start, len },
+            vec![uniform(shape, next(), -1.0, 1.0)],
+        ));
+    }
+    out.push(case(
+        "slice_past_the_extent_error",
+        Op::Slice {
+            axis: 1,
+            start: 5,
+            len: 3,
+        },
+        vec![uniform(&[2, 7], next(), -1.0, 1.0)],
+    ));
     out.push(case(
         "transpose_big",
         Op::Transpose { dim0: 0, dim1: 1 },
@@ -270,6 +341,39 @@ pub fn op_cases() -> Vec<OpCase> {
             vec![
                 uniform(shape, next(), -1.0, 1.0),
                 uniform(shape, next(), -1.0, 1.0),
+            ],
+        ));
+    }
+
+    for reduction in Reduction::ALL {
+        for (n, classes, scale) in [
+            (4usize, 3usize, 2.0),
+            (1, 1, 2.0),
+            (0, 3, 2.0),
+            (7, 5, 900.0), // far beyond exp's range: the max shift keeps it finite
+            (300, 130, 4.0),
+        ] {
+            let ids: Vec<f64> = (0..n).map(|i| ((i * 7 + 3) % classes) as f64).collect();
+            out.push(case(
+                format!("cross_entropy_{}_{n}x{classes}_s{scale}", reduction.wire()),
+                Op::CrossEntropy { reduction },
+                vec![
+                    uniform(&[n, classes], next(), -scale, scale),
+                    Tensor::new([n], ids).expect("one id per row"),
+                ],
+            ));
+        }
+    }
+    // class ids that are not integral or not in [0, C) are errors on every engine
+    for bad in [3.0, -1.0, 0.5, f64::NAN] {
+        out.push(case(
+            format!("cross_entropy_bad_target_{bad}_error"),
+            Op::CrossEntropy {
+                reduction: Reduction::Mean,
+            },
+            vec![
+                uniform(&[2, 3], next(), -1.0, 1.0),
+                Tensor::new([2], vec![0.0, bad]).expect("2 ids"),
             ],
         ));
     }
@@ -386,6 +490,26 @@ pub fn op_cases() -> Vec<OpCase> {
             ],
         ));
     }
+    for (x, eps) in [
+        (&[2, 3, 2, 2][..], None),
+        (&[4, 2, 5, 5], Some(1e-3)),
+        (&[1, 3, 1, 1], None), // one value per channel: var 0, output β, input gradient 0
+        (&[1, 1, 1, 7], Some(1e-4)),
+        (&[0, 3, 2, 2], None),
+        (&[8, 16, 9, 9], None),
+    ] {
+        let c = x[1];
+        out.push(case(
+            format!("batch_norm_train_{x:?}_eps{eps:?}"),
+            Op::BatchNormTrain { channels: c, eps },
+            vec![
+                uniform(x, next(), -2.0, 3.0),
+                uniform(&[c], next(), 0.5, 1.5),
+                uniform(&[c], next(), -0.5, 0.5),
+            ],
+        ));
+    }
+
     for (shapes, axis) in [
         (vec![&[2, 1][..], &[2, 3], &[2, 2]], 1usize),
         (vec![&[1, 3][..], &[2, 3]], 0),

@@ -138,6 +138,7 @@ enum Step {
     Binary(BinaryOp),
     Scale,
     AddScalar,
+    Clamp,
     Detach,
     Softmax,
     LogSoftmax,
@@ -149,6 +150,7 @@ enum Step {
     SwapFirstTwo,
     Transpose3d,
     Transpose,
+    Slice,
     ReduceSum,
     ReduceMean,
     Sum,
@@ -157,8 +159,10 @@ enum Step {
     Conv2d,
     Pool(PoolKind),
     BatchNorm,
+    BatchNormTrain,
     Concat,
     MseLoss,
+    CrossEntropy,
     RandUniform,
     Bernoulli,
 }
@@ -170,6 +174,7 @@ fn all_steps() -> Vec<Step> {
     steps.extend([
         Step::Scale,
         Step::AddScalar,
+        Step::Clamp,
         Step::Detach,
         Step::Softmax,
         Step::LogSoftmax,
@@ -181,6 +186,7 @@ fn all_steps() -> Vec<Step> {
         Step::SwapFirstTwo,
         Step::Transpose3d,
         Step::Transpose,
+        Step::Slice,
         Step::ReduceSum,
         Step::ReduceMean,
         Step::Sum,
@@ -190,8 +196,10 @@ fn all_steps() -> Vec<Step> {
         Step::Pool(PoolKind::Max),
         Step::Pool(PoolKind::Avg),
         Step::BatchNorm,
+        Step::BatchNormTrain,
         Step::Concat,
         Step::MseLoss,
+        Step::CrossEntropy,
         Step::RandUniform,
         Step::Bernoulli,
     ]);
@@ -203,7 +211,12 @@ impl Step {
     fn is_algebraic(self) -> bool {
         match self {
             Step::Unary(u) => u.is_algebraic(),
-            Step::Softmax | Step::LogSoftmax | Step::LayerNorm | Step::BatchNorm => false,
+            Step::Softmax
+            | Step::LogSoftmax
+            | Step::LayerNorm
+            | Step::BatchNorm
+            | Step::BatchNormTrain
+            | Step::CrossEntropy => false,
             _ => true,
         }
     }
@@ -346,7 +359,9 @@ impl Builder {
         match step {
             Step::Unary(u) => self.unary(c, u, x),
             Step::Binary(op) => self.binary(c, op, x),
-            Step::Scale | Step::AddScalar | Step::Detach => self.scalar_family(c, step, x),
+            Step::Scale | Step::AddScalar | Step::Clamp | Step::Detach => {
+                self.scalar_family(c, step, x)
+            }
             Step::Softmax | Step::LogSoftmax | Step::LayerNorm if rank > 0 => {
                 self.normalise(c, step, x)
             }
@@ -358,11 +373,14 @@ impl Builder {
             Step::ReduceSum | Step::ReduceMean | Step::Sum | Step::MseLoss => {
                 self.reduce_family(c, step, x)
             }
+            Step::Slice if rank > 0 => self.slice(c, x),
+            Step::CrossEntropy => self.cross_entropy(c, x),
             Step::MatMul => self.matmul(c, x),
             Step::Linear if rank > 0 => self.linear(c, x),
             Step::Conv2d => self.conv(c, x),
             Step::Pool(kind) => self.pool(c, kind, x),
             Step::BatchNorm => self.batch_norm(c, x),
+            Step::BatchNormTrain => self.batch_norm_train(c, x),
             Step::Concat if rank > 0 => self.concat(c, x),
             Step::RandUniform | Step::Bernoulli => self.random(c, step, x),
             // a step whose rank condition failed: a neutral elementwise op instead
@@ -410,6 +428,18 @@ impl Builder {
             Step::AddScalar => {
                 let v = c.value();
                 self.push_op(Op::AddScalar { c: v }, vec![x], vec![]);
+            }
+            Step::Clamp => {
+                // bounds on the values' grid (so inputs land exactly on them), `min <= max`,
+                // either one possibly absent
+                let (a, b) = (c.value(), c.value());
+                let (lo, hi) = (a.min(b), a.max(b));
+                let (min, max) = match c.pick(3) {
+                    0 => (Some(lo), Some(hi)),
+                    1 => (Some(lo), None),
+                    _ => (None, Some(hi)),
+                };
+                self.push_op(Op::Clamp { min, max }, vec![x], vec![]);
             }
             _ => {
                 let d = self.push_op(Op::Detach, vec![x], vec![]);
@@ -497,6 +527,16 @@ impl Builder {
         self.push_op(op, vec![x], vec![]);
     }
 
+    fn slice(&mut self, c: &mut Choices<'_>, x: usize) {
+        let s = self.shape(x);
+        let axis = c.pick(s.rank());
+        let extent = s.dims()[axis];
+        // a non-empty window inside the extent (the engine suite covers empty slices)
+        let len = 1 + c.pick(extent);
+        let start = c.pick(extent - len + 1);
+        self.push_op(Op::Slice { axis, start, len }, vec![x], vec![]);
+    }
+
     fn reduce_family(&mut self, c: &mut Choices<'_>, step: Step, x: usize) {
         let s = self.shape(x);
         match step {
@@ -517,6 +557,30 @@ impl Builder {
                 self.push_op(Op::Sum, vec![x], vec![]);
             }
         }
+    }
+
+    /// `x` as logits `[N, C]` (rows of its last axis), with valid integral class ids.
+    fn cross_entropy(&mut self, c: &mut Choices<'_>, x: usize) {
+        let s = self.shape(x);
+        let classes = s.dims().last().copied().unwrap_or(1);
+        if s.size() == 0 || classes == 0 {
+            self.push_op(Op::Sum, vec![x], vec![]);
+            return;
+        }
+        let rows = s.size() / classes;
+        let logits = self.reshape(x, Shape::from([rows, classes]));
+        let ids: Vec<f64> = (0..rows).map(|_| c.pick(classes) as f64).collect();
+        let target = Tensor::new([rows], ids).expect("one class id per row");
+        let reduction = if c.one_in(2) {
+            torchlean_spec::Reduction::Sum
+        } else {
+            torchlean_spec::Reduction::Mean
+        };
+        self.push_op(
+            Op::CrossEntropy { reduction },
+            vec![logits],
+            vec![("target", target)],
+        );
     }
 
     fn matmul(&mut self, c: &mut Choices<'_>, x: usize) {
@@ -630,6 +694,21 @@ impl Builder {
         if let Some(e) = self.payload.entries.get_mut(&id) {
             e.eps = Some(1e-5);
         }
+    }
+
+    fn batch_norm_train(&mut self, c: &mut Choices<'_>, x: usize) {
+        let channels = 1 + c.pick(3);
+        let img = self.image(c, x, true, channels);
+        let op = Op::BatchNormTrain {
+            channels,
+            eps: if c.one_in(2) { Some(1e-3) } else { None },
+        };
+        let shapes = op
+            .payload_shapes(&[self.shape(img)], &Shape::scalar())
+            .expect("batch-norm payload shapes need no parent");
+        let gamma = tensor_of(c, &shapes[0]);
+        let beta = tensor_of(c, &shapes[1]);
+        self.push_op(op, vec![img], vec![("gamma", gamma), ("beta", beta)]);
     }
 
     fn concat(&mut self, c: &mut Choices<'_>, x: usize) {

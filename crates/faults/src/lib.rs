@@ -137,6 +137,9 @@ impl<V: Kernels, const F: u8> Backend for Faulty<V, F> {
     fn shape_of(&self) -> &Shape {
         self.0.shape_of()
     }
+    fn values_f64(x: &Self) -> Result<Vec<f64>> {
+        V::values_f64(&x.0).map_err(Into::into)
+    }
     fn unary(op: UnaryOp, x: &Self) -> Result<Self> {
         wrap(V::unary(op, &x.0))
     }
@@ -168,6 +171,12 @@ impl<V: Kernels, const F: u8> Backend for Faulty<V, F> {
     fn add_scalar(x: &Self, c: f64) -> Result<Self> {
         wrap(V::add_scalar(&x.0, c))
     }
+    fn clamp(x: &Self, min: Option<f64>, max: Option<f64>) -> Result<Self> {
+        wrap(V::clamp(&x.0, min, max))
+    }
+    fn clamp_vjp(x: &Self, dy: &Self, min: Option<f64>, max: Option<f64>) -> Result<Self> {
+        wrap(V::clamp_vjp(&x.0, &dy.0, min, max))
+    }
     fn relabel(x: &Self, shape: &Shape) -> Result<Self> {
         wrap(V::relabel(&x.0, shape))
     }
@@ -198,6 +207,13 @@ impl<V: Kernels, const F: u8> Backend for Faulty<V, F> {
             V::batch_norm_vjp(&x.0, &gamma.0, &mean.0, &var.0, &dy.0, eps).map_err(Into::into)?;
         Ok(g.map(Faulty))
     }
+    fn batch_norm_train(x: &Self, gamma: &Self, beta: &Self, eps: f64) -> Result<Self> {
+        wrap(V::batch_norm_train(&x.0, &gamma.0, &beta.0, eps))
+    }
+    fn batch_norm_train_vjp(x: &Self, gamma: &Self, dy: &Self, eps: f64) -> Result<[Self; 3]> {
+        let g = V::batch_norm_train_vjp(&x.0, &gamma.0, &dy.0, eps).map_err(Into::into)?;
+        Ok(g.map(Faulty))
+    }
     fn broadcast(x: &Self, out: &Shape) -> Result<Self> {
         wrap(V::broadcast(&x.0, out))
     }
@@ -211,6 +227,12 @@ impl<V: Kernels, const F: u8> Backend for Faulty<V, F> {
     }
     fn permute(x: &Self, perm: &[usize], out: &Shape) -> Result<Self> {
         wrap(V::permute(&x.0, perm, out))
+    }
+    fn slice(x: &Self, axis: usize, start: usize, out: &Shape) -> Result<Self> {
+        wrap(V::slice(&x.0, axis, start, out))
+    }
+    fn slice_vjp(dy: &Self, in_shape: &Shape, axis: usize, start: usize) -> Result<Self> {
+        wrap(V::slice_vjp(&dy.0, in_shape, axis, start))
     }
     fn concat(args: &[&Self], axis: usize, out: &Shape) -> Result<Self> {
         let args: Vec<&V> = args.iter().map(|a| &a.0).collect();
@@ -250,6 +272,12 @@ impl<V: Kernels, const F: u8> Backend for Faulty<V, F> {
     }
     fn mse_loss_vjp(y: &Self, t: &Self, dy: &Self) -> Result<(Self, Self)> {
         wrap2(V::mse_loss_vjp(&y.0, &t.0, &dy.0))
+    }
+    fn cross_entropy(logits: &Self, target: &[usize], mean: bool) -> Result<Self> {
+        wrap(V::cross_entropy(&logits.0, target, mean))
+    }
+    fn cross_entropy_vjp(logits: &Self, target: &[usize], dy: &Self, mean: bool) -> Result<Self> {
+        wrap(V::cross_entropy_vjp(&logits.0, target, &dy.0, mean))
     }
     fn matmul(a: &Self, b: &Self, out: &Shape) -> Result<Self> {
         wrap(V::matmul(&a.0, &b.0, out))

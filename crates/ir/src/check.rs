@@ -170,8 +170,9 @@ fn infer_node(
     }
 }
 
-/// Checks a payload against a graph: every `const`, `linear`, `conv2d` and batch-norm node has
-/// all its tensors with the expected shapes. Entries for nodes that take no payload, and
+/// Checks a payload against a graph: every `const`, `linear`, `conv2d`, batch-norm and
+/// `cross_entropy` node has all its tensors with the expected shapes, and data tensors (class
+/// ids) have valid values. Entries for nodes that take no payload, and
 /// unexpected tensor names, are warnings.
 pub fn check_payload(g: &Graph, payload: &Payload) -> Vec<Diagnostic> {
     let mut out = Vec::new();
@@ -209,7 +210,10 @@ pub fn check_payload(g: &Graph, payload: &Payload) -> Vec<Diagnostic> {
             ))));
             continue;
         };
-        for (name, shape) in &expected {
+        // every operand's shape, for the data operands' value rule
+        let mut operand_shapes = parent_shapes.clone();
+        operand_shapes.extend(expected.iter().map(|(_, s)| s.clone()));
+        for (k, (name, shape)) in expected.iter().enumerate() {
             if let Err(e) = shape.checked_size() {
                 out.push(at(Diagnostic::error(e.to_string()).field(*name)));
                 continue;
@@ -224,7 +228,15 @@ pub fn check_payload(g: &Graph, payload: &Payload) -> Vec<Diagnostic> {
                     t.shape()
                 ))
                 .field(*name))),
-                Some(_) => {}
+                Some(t) => {
+                    // data operands (class ids) have a value rule too: the op's own
+                    if let OpKind::Op(op) = &n.kind {
+                        let i = n.parents.len() + k;
+                        if let Err(e) = op.check_data(i, &operand_shapes, t.data()) {
+                            out.push(at(Diagnostic::error(e.to_string()).field(*name)));
+                        }
+                    }
+                }
             }
         }
         for name in entry.tensors.keys() {

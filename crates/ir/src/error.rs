@@ -117,7 +117,11 @@ impl IrError {
             IrError::Invalid(d) => d.clone(),
             IrError::Json { .. } => vec![Diagnostic::error(self.to_string())],
             IrError::Eval { node, kind, source } => {
-                vec![Diagnostic::error(source.to_string()).at(*node, kind.clone())]
+                let d = Diagnostic::error(source.to_string()).at(*node, kind.clone());
+                vec![match source.field() {
+                    Some(f) => d.field(f),
+                    None => d,
+                }]
             }
         }
     }

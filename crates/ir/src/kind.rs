@@ -89,6 +89,7 @@ impl OpKind {
                 Attr::Float(v) => torchlean_spec::tensor::f64_to_json(v),
                 Attr::Shape(s) => Value::from(s.dims().to_vec()),
                 Attr::List(v) => Value::from(v),
+                Attr::Str(v) => Value::from(v),
             };
             obj.insert(k.to_string(), json);
         }
@@ -148,9 +149,16 @@ impl AttrVisitor for AttrReader<'_> {
             AttrMut::Int(v) => *v = self.int(key),
             AttrMut::Seed(v) => *v = self.u64(key),
             AttrMut::Float(v) => *v = self.float(key),
-            AttrMut::OptFloat { value, .. } => *value = self.opt_float(key),
+            AttrMut::OptFloat { value, .. } | AttrMut::MaybeFloat(value) => {
+                *value = self.opt_float(key)
+            }
             AttrMut::Shape(s) => *s = self.shape(key),
             AttrMut::List(l) => *l = self.shape(key).dims().to_vec(),
+            AttrMut::Choice {
+                value,
+                options,
+                default,
+            } => *value = self.choice(key, options, default),
         }
     }
 }
@@ -204,6 +212,31 @@ impl AttrReader<'_> {
         } else {
             None
         }
+    }
+
+    /// One of `options` (absent: `default`); anything else is a diagnostic listing them.
+    fn choice(
+        &mut self,
+        key: &str,
+        options: &'static [&'static str],
+        default: &'static str,
+    ) -> &'static str {
+        let Some(v) = self.obj.get(key) else {
+            return default;
+        };
+        if let Some(o) = v.as_str().and_then(|s| options.iter().find(|o| **o == s)) {
+            return o;
+        }
+        let quoted: Vec<String> = options.iter().map(|o| format!("\"{o}\"")).collect();
+        let text = match v.as_str() {
+            Some(s) => format!("\"{}\"", truncated(s)),
+            None => truncated(&v.to_string()),
+        };
+        self.fail(
+            key,
+            format!("is {text}, expected one of {}", quoted.join(", ")),
+        );
+        default
     }
 
     fn shape(&mut self, key: &str) -> Shape {

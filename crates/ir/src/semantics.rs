@@ -83,9 +83,8 @@ pub fn expected_payload_shapes(
 /// The field a spec error points at, for diagnostics.
 pub(crate) fn field_of(e: &SpecError) -> &'static str {
     match e {
-        SpecError::OpAttr { attr, .. } => attr,
         SpecError::ShapeOverflow { .. } | SpecError::ShapeTooLarge { .. } => "shape",
-        _ => "parents",
+        _ => e.field().unwrap_or("parents"),
     }
 }
 

@@ -212,6 +212,163 @@ fn malformed_graphs_name_the_node_and_field() {
 }
 
 #[test]
+fn bad_extension_attributes_name_the_node_and_field() {
+    // an `approximate` outside its options
+    check_rejected(
+        |v| {
+            v["nodes"][2]["kind"] = json!("gelu");
+            v["nodes"][2]["approximate"] = json!("exact");
+        },
+        &[
+            "node 2 (gelu)",
+            "field `approximate`",
+            "is \"exact\", expected one of \"none\", \"tanh\"",
+        ],
+    );
+    check_rejected(
+        |v| {
+            v["nodes"][2]["kind"] = json!("gelu");
+            v["nodes"][2]["approximate"] = json!(true);
+        },
+        &["node 2 (gelu)", "field `approximate`", "is true"],
+    );
+    // clamp with min > max
+    check_rejected(
+        |v| {
+            v["nodes"][2]["kind"] = json!("clamp");
+            v["nodes"][2]["min"] = json!(1.0);
+            v["nodes"][2]["max"] = json!(-1.0);
+        },
+        &["node 2 (clamp)", "field `min`", "greater than `max`"],
+    );
+    check_rejected(
+        |v| {
+            v["nodes"][2]["kind"] = json!("clamp");
+            v["nodes"][2]["max"] = json!("high");
+        },
+        &["node 2 (clamp)", "field `max`", "expected a number"],
+    );
+    // slices past the extent of [2, 4] on axis 1
+    check_rejected(
+        |v| {
+            v["nodes"][2] = json!({"id": 2, "kind": "slice", "parents": [1], "shape": [2, 2],
+                                   "axis": 1, "start": 3, "len": 2});
+        },
+        &["node 2 (slice)", "field `len`", "past the extent 4"],
+    );
+    check_rejected(
+        |v| {
+            v["nodes"][2] = json!({"id": 2, "kind": "slice", "parents": [1], "shape": [2, 0],
+                                   "axis": 1, "start": 5, "len": 0});
+        },
+        &["node 2 (slice)", "field `start`", "past the extent 4"],
+    );
+    check_rejected(
+        |v| {
+            v["nodes"][2] = json!({"id": 2, "kind": "slice", "parents": [1], "shape": [2, 1],
+                                   "axis": 1, "start": 2, "len": u64::MAX});
+        },
+        &["node 2 (slice)", "field `len`", "overflows"],
+    );
+    // training-mode batch norm needs [N, C, H, W] and a valid eps
+    check_rejected(
+        |v| {
+            v["nodes"][2] = json!({"id": 2, "kind": "batch_norm2d_nchw_train", "parents": [1],
+                                   "shape": [2, 4], "channels": 4});
+        },
+        &["node 2 (batch_norm2d_nchw_train)", "expects [N, 4, H, W]"],
+    );
+    check_rejected(
+        |v| {
+            v["nodes"][2] = json!({"id": 2, "kind": "batch_norm2d_nchw_train", "parents": [1],
+                                   "shape": [2, 4], "channels": 4, "eps": -1.0});
+        },
+        &["node 2 (batch_norm2d_nchw_train)", "field `eps`"],
+    );
+}
+
+#[test]
+fn bad_cross_entropy_targets_name_the_node_and_field_in_checks_and_evaluation() {
+    let g = Graph::from_json(&json!({
+        "format": "torchlean.ir.v1", "input_id": 0, "output_id": 1,
+        "nodes": [
+            {"id": 0, "kind": "input", "parents": [], "shape": [2, 3]},
+            {"id": 1, "kind": "cross_entropy", "parents": [0], "shape": [], "reduction": "sum"}
+        ]
+    }))
+    .unwrap();
+    assert!(errors(&check_shapes(&g)).is_empty());
+    let x = Tensor::<f64>::zeros([2, 3]).unwrap();
+    let mut ok = Payload::new();
+    ok.insert(1, "target", Tensor::new([2], vec![2.0, 0.0]).unwrap());
+    assert!(errors(&check_payload(&g, &ok)).is_empty());
+    let y = denote::<f64>(&g, &ok, &x).unwrap();
+    assert!((y.item().unwrap() - 2.0 * 3f64.ln()).abs() < 1e-15);
+    for (bad, want) in [(3.0, "outside [0, 3)"), (0.5, "not an integral class id")] {
+        let mut p = Payload::new();
+        p.insert(1, "target", Tensor::new([2], vec![0.0, bad]).unwrap());
+        let text: Vec<String> = errors(&check_payload(&g, &p))
+            .iter()
+            .map(|d| d.to_string())
+            .collect();
+        let text = text.join("\n");
+        for w in [
+            "node 1 (cross_entropy)",
+            "field `target`",
+            "element 1",
+            want,
+        ] {
+            assert!(text.contains(w), "expected {w:?} in {text}");
+        }
+        // the evaluator refuses too, naming the node and the field
+        let e = denote_all::<f64>(&g, &p, &x).unwrap_err();
+        let text = e.diagnostics()[0].to_string();
+        for w in ["node 1 (cross_entropy)", "field `target`", want] {
+            assert!(text.contains(w), "expected {w:?} in {text}");
+        }
+    }
+    // a target of the wrong shape is a payload-shape error
+    let mut p = Payload::new();
+    p.insert(1, "target", Tensor::new([3], vec![0.0, 1.0, 2.0]).unwrap());
+    let text = format!("{:?}", errors(&check_payload(&g, &p)));
+    assert!(text.contains("expected [2]"), "{text}");
+    // and an unknown reduction is an attribute error
+    check_rejected(
+        |v| {
+            v["nodes"][4] = json!({"id": 4, "kind": "cross_entropy", "parents": [3], "shape": [],
+                                   "reduction": "max"});
+        },
+        &[
+            "node 4 (cross_entropy)",
+            "field `reduction`",
+            "\"mean\", \"sum\"",
+        ],
+    );
+}
+
+#[test]
+fn extension_attributes_round_trip_and_default() {
+    let mut v = base();
+    v["nodes"][2]["kind"] = json!("gelu");
+    let g = Graph::from_json(&v).unwrap();
+    // absent `approximate` is "none", and the printer writes it
+    assert_eq!(g.to_json()["nodes"][2]["approximate"], json!("none"));
+    v["nodes"][2]["approximate"] = json!("tanh");
+    let g = Graph::from_json(&v).unwrap();
+    assert_eq!(g.to_json()["nodes"][2]["approximate"], json!("tanh"));
+    assert_eq!(Graph::from_json(&g.to_json()).unwrap(), g);
+    assert!(errors(&check_shapes(&g)).is_empty());
+    // clamp: an absent bound stays absent
+    let mut v = base();
+    v["nodes"][2] = json!({"id": 2, "kind": "clamp", "parents": [1], "shape": [2, 4], "min": 0});
+    let g = Graph::from_json(&v).unwrap();
+    let node = &g.to_json()["nodes"][2];
+    assert_eq!(node["min"], json!(0.0));
+    assert!(node.get("max").is_none(), "{node}");
+    assert!(errors(&check_shapes(&g)).is_empty());
+}
+
+#[test]
 fn every_problem_is_reported_not_only_the_first() {
     let mut v = base();
     v["nodes"][2]["shape"] = json!([9]);

@@ -278,10 +278,13 @@ impl torchlean_spec::Backend for Counted {
         Ok(vec![Counted::shaped(dy.v, &shapes[0])])
     }
     unused_kernels! {
+        values_f64(x: &Self) -> Vec<f64>;
         binary(op: BinaryOp, a: &Self, b: &Self) -> Self;
         binary_vjp(op: BinaryOp, a: Option<&Self>, b: Option<&Self>, dy: &Self) -> (Self, Self);
         scale(x: &Self, c: f64) -> Self;
         add_scalar(x: &Self, c: f64) -> Self;
+        clamp(x: &Self, min: Option<f64>, max: Option<f64>) -> Self;
+        clamp_vjp(x: &Self, dy: &Self, min: Option<f64>, max: Option<f64>) -> Self;
         relabel(x: &Self, shape: &Shape) -> Self;
         softmax(x: &Self, axis: usize, log: bool) -> Self;
         softmax_vjp(y: &Self, dy: &Self, axis: usize, log: bool) -> Self;
@@ -289,15 +292,21 @@ impl torchlean_spec::Backend for Counted {
         layer_norm_vjp(x: &Self, dy: &Self, axis: usize, eps: f64) -> Self;
         batch_norm(args: [&Self; 5], eps: f64) -> Self;
         batch_norm_vjp(x: &Self, g: &Self, m: &Self, v: &Self, dy: &Self, eps: f64) -> [Self; 5];
+        batch_norm_train(x: &Self, g: &Self, b: &Self, eps: f64) -> Self;
+        batch_norm_train_vjp(x: &Self, g: &Self, dy: &Self, eps: f64) -> [Self; 3];
         broadcast(x: &Self, out: &Shape) -> Self;
         broadcast_vjp(dy: &Self, from: &Shape) -> Self;
         permute(x: &Self, perm: &[usize], out: &Shape) -> Self;
+        slice(x: &Self, axis: usize, start: usize, out: &Shape) -> Self;
+        slice_vjp(dy: &Self, in_shape: &Shape, axis: usize, start: usize) -> Self;
         reduce_axis(x: &Self, axis: usize, mean: bool, out: &Shape) -> Self;
         spread(dy: &Self, in_shape: &Shape, axis: usize, mean: bool) -> Self;
         sum_all(x: &Self) -> Self;
         sum_all_vjp(dy: &Self, in_shape: &Shape) -> Self;
         mse_loss(y: &Self, t: &Self) -> Self;
         mse_loss_vjp(y: &Self, t: &Self, dy: &Self) -> (Self, Self);
+        cross_entropy(logits: &Self, target: &[usize], mean: bool) -> Self;
+        cross_entropy_vjp(logits: &Self, target: &[usize], dy: &Self, mean: bool) -> Self;
         matmul(a: &Self, b: &Self, out: &Shape) -> Self;
         matmul_vjp(a: &Self, b: &Self, dy: &Self) -> (Self, Self);
         linear(x: &Self, w: &Self, b: &Self, out: &Shape) -> Self;

@@ -9,7 +9,7 @@
 //! The reference engine is `Tensor<A>` below: each method is the naive function of `spec::ops`.
 
 use crate::error::SpecError;
-use crate::ops::{layout, linalg, norm, random, reduce};
+use crate::ops::{elementwise, layout, linalg, norm, random, reduce};
 use crate::ops::{BinaryOp, Conv2dSpec, PoolSpec, UnaryOp};
 use crate::scalar::Scalar;
 use crate::shape::Shape;
@@ -24,6 +24,10 @@ pub trait Backend: Clone + Sized {
 
     /// The value's shape.
     fn shape_of(&self) -> &Shape;
+    /// The elements in row-major order as `f64` — exactly, or NaN where an exact scalar's value
+    /// is not an `f64` — so that the dispatch validates a data operand's values (`cross_entropy`'s
+    /// class ids) once for every engine. Called on small operands only.
+    fn values_f64(x: &Self) -> Result<Vec<f64>, Self::Error>;
 
     /// Elementwise unary function.
     fn unary(op: UnaryOp, x: &Self) -> Result<Self, Self::Error>;
@@ -47,6 +51,16 @@ pub trait Backend: Clone + Sized {
     fn scale(x: &Self, c: f64) -> Result<Self, Self::Error>;
     /// `x + c`.
     fn add_scalar(x: &Self, c: f64) -> Result<Self, Self::Error>;
+    /// `torch.clamp(x, min, max)`: an absent bound does not clamp; NaN stays NaN (the bounds
+    /// are validated: not NaN, `min ≤ max`).
+    fn clamp(x: &Self, min: Option<f64>, max: Option<f64>) -> Result<Self, Self::Error>;
+    /// `dy` where `min ≤ x ≤ max` (bounds included), 0 elsewhere and at NaN.
+    fn clamp_vjp(
+        x: &Self,
+        dy: &Self,
+        min: Option<f64>,
+        max: Option<f64>,
+    ) -> Result<Self, Self::Error>;
     /// The same elements under another shape of the same size (reshape, and the identity when
     /// `shape` is the operand's own); engines may share storage.
     fn relabel(x: &Self, shape: &Shape) -> Result<Self, Self::Error>;
@@ -68,6 +82,17 @@ pub trait Backend: Clone + Sized {
         dy: &Self,
         eps: f64,
     ) -> Result<[Self; 5], Self::Error>;
+    /// Batch norm in training mode: `x` `[N, C, H, W]`, `gamma`, `beta` `[C]`; statistics over
+    /// `N, H, W`.
+    fn batch_norm_train(x: &Self, gamma: &Self, beta: &Self, eps: f64)
+        -> Result<Self, Self::Error>;
+    /// `[dx, dgamma, dbeta]`, through the batch statistics.
+    fn batch_norm_train_vjp(
+        x: &Self,
+        gamma: &Self,
+        dy: &Self,
+        eps: f64,
+    ) -> Result<[Self; 3], Self::Error>;
 
     /// Right-aligned broadcast to `out`.
     fn broadcast(x: &Self, out: &Shape) -> Result<Self, Self::Error>;
@@ -75,6 +100,15 @@ pub trait Backend: Clone + Sized {
     fn broadcast_vjp(dy: &Self, from: &Shape) -> Result<Self, Self::Error>;
     /// Output axis `i` is input axis `perm[i]`.
     fn permute(x: &Self, perm: &[usize], out: &Shape) -> Result<Self, Self::Error>;
+    /// Indices `start..start + out[axis]` of `axis` (`x.narrow`).
+    fn slice(x: &Self, axis: usize, start: usize, out: &Shape) -> Result<Self, Self::Error>;
+    /// The VJP of [`Backend::slice`]: `dy` scattered into zeros of `in_shape`.
+    fn slice_vjp(
+        dy: &Self,
+        in_shape: &Shape,
+        axis: usize,
+        start: usize,
+    ) -> Result<Self, Self::Error>;
     fn concat(args: &[&Self], axis: usize, out: &Shape) -> Result<Self, Self::Error>;
     /// One piece per operand, of the given shapes.
     fn concat_vjp(dy: &Self, shapes: &[Shape], axis: usize) -> Result<Vec<Self>, Self::Error>;
@@ -89,6 +123,16 @@ pub trait Backend: Clone + Sized {
     fn sum_all_vjp(dy: &Self, in_shape: &Shape) -> Result<Self, Self::Error>;
     fn mse_loss(y: &Self, t: &Self) -> Result<Self, Self::Error>;
     fn mse_loss_vjp(y: &Self, t: &Self, dy: &Self) -> Result<(Self, Self), Self::Error>;
+    /// Cross entropy of logits `[N, C]` with validated class ids (one per row, each `< C`),
+    /// summed over the rows or (`mean`) divided by `max(N, 1)`; a scalar.
+    fn cross_entropy(logits: &Self, target: &[usize], mean: bool) -> Result<Self, Self::Error>;
+    /// `d/dlogits` from the saved logits, the class ids and the scalar `dy`.
+    fn cross_entropy_vjp(
+        logits: &Self,
+        target: &[usize],
+        dy: &Self,
+        mean: bool,
+    ) -> Result<Self, Self::Error>;
 
     fn matmul(a: &Self, b: &Self, out: &Shape) -> Result<Self, Self::Error>;
     fn matmul_vjp(a: &Self, b: &Self, dy: &Self) -> Result<(Self, Self), Self::Error>;
@@ -134,6 +178,21 @@ impl<A: Scalar> Backend for Tensor<A> {
     fn shape_of(&self) -> &Shape {
         self.shape()
     }
+    fn values_f64(x: &Self) -> Result<Vec<f64>, SpecError> {
+        Ok(x.data()
+            .iter()
+            .map(|v| {
+                let f = v.to_f64();
+                // an exact scalar whose value is not this float (1/3, or 2 + 2^-80) reads NaN
+                let exact = !A::EXACT || A::from_f64(f).is_ok_and(|back| back.bit_eq(v));
+                if exact {
+                    f
+                } else {
+                    f64::NAN
+                }
+            })
+            .collect())
+    }
     fn unary(op: UnaryOp, x: &Self) -> R<A> {
         x.map(|v| op.apply(v))
     }
@@ -158,6 +217,12 @@ impl<A: Scalar> Backend for Tensor<A> {
     fn add_scalar(x: &Self, c: f64) -> R<A> {
         let c = A::from_f64(c)?;
         x.map(|v| Ok(v.add(&c)))
+    }
+    fn clamp(x: &Self, min: Option<f64>, max: Option<f64>) -> R<A> {
+        elementwise::clamp(x, min, max)
+    }
+    fn clamp_vjp(x: &Self, dy: &Self, min: Option<f64>, max: Option<f64>) -> R<A> {
+        elementwise::clamp_vjp(x, dy, min, max)
     }
     fn relabel(x: &Self, shape: &Shape) -> R<A> {
         x.clone().reshaped(shape.clone())
@@ -195,6 +260,17 @@ impl<A: Scalar> Backend for Tensor<A> {
     ) -> Result<[Self; 5], SpecError> {
         norm::batch_norm_vjp(x, gamma, mean, var, dy, eps)
     }
+    fn batch_norm_train(x: &Self, gamma: &Self, beta: &Self, eps: f64) -> R<A> {
+        norm::batch_norm_train(x, gamma, beta, eps)
+    }
+    fn batch_norm_train_vjp(
+        x: &Self,
+        gamma: &Self,
+        dy: &Self,
+        eps: f64,
+    ) -> Result<[Self; 3], SpecError> {
+        norm::batch_norm_train_vjp(x, gamma, dy, eps)
+    }
     fn broadcast(x: &Self, out: &Shape) -> R<A> {
         layout::broadcast(x, out)
     }
@@ -203,6 +279,12 @@ impl<A: Scalar> Backend for Tensor<A> {
     }
     fn permute(x: &Self, perm: &[usize], _out: &Shape) -> R<A> {
         layout::permute(x, perm)
+    }
+    fn slice(x: &Self, axis: usize, start: usize, out: &Shape) -> R<A> {
+        layout::slice(x, axis, start, out)
+    }
+    fn slice_vjp(dy: &Self, in_shape: &Shape, axis: usize, start: usize) -> R<A> {
+        layout::slice_vjp(dy, in_shape, axis, start)
     }
     fn concat(args: &[&Self], axis: usize, out: &Shape) -> R<A> {
         layout::concat(args, axis, out)
@@ -235,6 +317,12 @@ impl<A: Scalar> Backend for Tensor<A> {
     }
     fn mse_loss_vjp(y: &Self, t: &Self, dy: &Self) -> Result<(Self, Self), SpecError> {
         reduce::mse_loss_vjp(y, t, dy)
+    }
+    fn cross_entropy(logits: &Self, target: &[usize], mean: bool) -> R<A> {
+        reduce::cross_entropy(logits, target, mean)
+    }
+    fn cross_entropy_vjp(logits: &Self, target: &[usize], dy: &Self, mean: bool) -> R<A> {
+        reduce::cross_entropy_vjp(logits, target, dy, mean)
     }
     fn matmul(a: &Self, b: &Self, out: &Shape) -> R<A> {
         linalg::matmul(a, b, out)

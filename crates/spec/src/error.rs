@@ -73,6 +73,15 @@ pub enum SpecError {
         reason: String,
     },
 
+    /// A data operand's values are not what the op accepts (`cross_entropy`'s class ids): bad
+    /// input, naming the operand.
+    #[error("op `{op}`: operand `{operand}` {reason}")]
+    OpData {
+        op: &'static str,
+        operand: &'static str,
+        reason: String,
+    },
+
     /// A value outside the op's domain where the semantics says evaluation fails
     /// (raw `log` of a non-positive value).
     #[error("op `{op}`: {reason}")]
@@ -85,6 +94,17 @@ pub enum SpecError {
     /// Malformed tensor JSON.
     #[error("tensor JSON: {reason}")]
     Json { reason: String },
+}
+
+impl SpecError {
+    /// The attribute or operand the error names, if any (for diagnostics' `field`).
+    pub fn field(&self) -> Option<&'static str> {
+        match self {
+            SpecError::OpAttr { attr, .. } => Some(attr),
+            SpecError::OpData { operand, .. } => Some(operand),
+            _ => None,
+        }
+    }
 }
 
 /// `Result` with [`SpecError`].

@@ -19,8 +19,8 @@ pub mod tensor;
 pub use backend::Backend;
 pub use error::{Result, SpecError};
 pub use ops::{
-    Arity, BinaryOp, Conv2dSpec, Cotangents, Op, OpDesc, Operands, PoolKind, PoolSpec, Saved,
-    UnaryOp,
+    Arity, BinaryOp, Conv2dSpec, Cotangents, GeluApprox, Op, OpDesc, Operands, PoolKind, PoolSpec,
+    Reduction, Saved, UnaryOp,
 };
 pub use scalar::{Rational, Scalar};
 pub use shape::Shape;

@@ -22,6 +22,14 @@ pub trait Scalar: Clone + fmt::Debug + PartialEq + Send + Sync + 'static {
     const NAME: &'static str;
     /// Whether arithmetic is exact (no rounding) — true only for [`Rational`].
     const EXACT: bool;
+    /// The accumulation type of ill-conditioned reductions (PyTorch's CPU `acc_type`): `f64`
+    /// for `f32`, the type itself otherwise. Batch statistics are computed in it.
+    type Acc: Scalar;
+
+    /// Widens to [`Scalar::Acc`] (exact).
+    fn to_acc(&self) -> Self::Acc;
+    /// Rounds back from [`Scalar::Acc`] (to nearest; the identity where `Acc = Self`).
+    fn from_acc(x: &Self::Acc) -> Self;
 
     fn zero() -> Self;
     fn one() -> Self;
@@ -57,6 +65,8 @@ pub trait Scalar: Clone + fmt::Debug + PartialEq + Send + Sync + 'static {
     fn sqrt(&self) -> Result<Self>;
     fn sin(&self) -> Result<Self>;
     fn cos(&self) -> Result<Self>;
+    /// The error function `2/√π ∫₀ˣ e^(−t²) dt` (`libm`'s `erf`/`erff`, within 1 ulp).
+    fn erf(&self) -> Result<Self>;
 
     /// `self > 0`.
     fn is_positive(&self) -> bool {
@@ -101,10 +111,20 @@ pub trait Scalar: Clone + fmt::Debug + PartialEq + Send + Sync + 'static {
 }
 
 macro_rules! float_scalar {
-    ($t:ty, $name:literal) => {
+    ($t:ty, $name:literal, $erf:path) => {
         impl Scalar for $t {
             const NAME: &'static str = $name;
             const EXACT: bool = false;
+            type Acc = f64;
+
+            #[inline]
+            fn to_acc(&self) -> f64 {
+                *self as f64
+            }
+            #[inline]
+            fn from_acc(x: &f64) -> Self {
+                *x as $t
+            }
 
             #[inline]
             fn zero() -> Self {
@@ -195,6 +215,10 @@ macro_rules! float_scalar {
                 Ok(<$t>::cos(*self))
             }
             #[inline]
+            fn erf(&self) -> Result<Self> {
+                Ok($erf(*self))
+            }
+            #[inline]
             fn from_f64_exact_half() -> Self {
                 0.5
             }
@@ -202,8 +226,8 @@ macro_rules! float_scalar {
     };
 }
 
-float_scalar!(f32, "f32");
-float_scalar!(f64, "f64");
+float_scalar!(f32, "f32", libm::erff);
+float_scalar!(f64, "f64", libm::erf);
 
 fn transcendental<T>(func: &'static str) -> Result<T> {
     Err(SpecError::Transcendental {
@@ -215,6 +239,14 @@ fn transcendental<T>(func: &'static str) -> Result<T> {
 impl Scalar for Rational {
     const NAME: &'static str = "rational";
     const EXACT: bool = true;
+    type Acc = Rational;
+
+    fn to_acc(&self) -> Rational {
+        self.clone()
+    }
+    fn from_acc(x: &Rational) -> Self {
+        x.clone()
+    }
 
     fn zero() -> Self {
         Zero::zero()
@@ -291,6 +323,9 @@ impl Scalar for Rational {
     fn cos(&self) -> Result<Self> {
         transcendental("cos")
     }
+    fn erf(&self) -> Result<Self> {
+        transcendental("erf")
+    }
     fn from_f64_exact_half() -> Self {
         Rational::new(BigInt::from(1), BigInt::from(2))
     }
@@ -321,8 +356,25 @@ mod tests {
             x.sqrt(),
             x.sin(),
             x.cos(),
+            x.erf(),
         ] {
             assert!(matches!(r, Err(SpecError::Transcendental { .. })));
+        }
+    }
+
+    #[test]
+    fn erf_is_accurate_on_both_float_types() {
+        // values from the series / mpmath, rounded to f64
+        for (x, want) in [
+            (0.0f64, 0.0f64),
+            (0.5, 0.520_499_877_813_046_5),
+            (1.0, 0.842_700_792_949_714_9),
+            (-2.0, -0.995_322_265_018_952_7),
+            (3.0, 0.999_977_909_503_001_4),
+        ] {
+            assert!((Scalar::erf(&x).unwrap() - want).abs() <= 2e-16, "erf({x})");
+            let f = Scalar::erf(&(x as f32)).unwrap();
+            assert!((f as f64 - want).abs() <= 2e-7, "erff({x})");
         }
     }
 

@@ -183,6 +183,22 @@ impl<A: Scalar> Tensor<A> {
         })
     }
 
+    /// Widened to the accumulation type (exact).
+    pub fn to_acc(&self) -> Tensor<A::Acc> {
+        Tensor {
+            shape: self.shape.clone(),
+            data: self.data.iter().map(Scalar::to_acc).collect(),
+        }
+    }
+
+    /// Rounded back from the accumulation type.
+    pub fn from_acc(t: &Tensor<A::Acc>) -> Self {
+        Tensor {
+            shape: t.shape.clone(),
+            data: t.data.iter().map(A::from_acc).collect(),
+        }
+    }
+
     /// Bitwise equality of shape and data (see [`Scalar::bit_eq`]).
     pub fn bit_eq(&self, other: &Self) -> bool {
         self.shape == other.shape && self.data.iter().zip(&other.data).all(|(a, b)| a.bit_eq(b))

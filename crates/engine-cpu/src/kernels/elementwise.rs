@@ -1,4 +1,4 @@
-//! Elementwise ops: the twelve unary functions, the six binary ones, `scale`, `add_scalar`, and
+//! Elementwise ops: the unary functions, the six binary ones, `scale`, `add_scalar`, and
 //! their VJPs, with the reference's edge policies (`relu'(0) = 0`, `abs'(0) = 0`, `sqrt' = 0`
 //! at `y ≤ 0`, max/min ties split the cotangent in half) and its order of operations.
 //!
@@ -11,7 +11,8 @@ use crate::scalar::CpuScalar;
 use crate::simd::{kernel, vectorized_if};
 use crate::tensor::CpuTensor;
 use crate::threads::par_rows;
-use torchlean_spec::{BinaryOp, UnaryOp};
+use torchlean_spec::ops::gelu_consts as gc;
+use torchlean_spec::{BinaryOp, GeluApprox, UnaryOp};
 
 /// Relative costs (≈ cheap operations per element) that weight the parallel threshold.
 const CHEAP: usize = 1;
@@ -127,6 +128,17 @@ pub(crate) fn unary<T: CpuScalar>(u: UnaryOp, x: &CpuTensor<T>) -> CpuTensor<T> 
         // max(x, 0) + log1p(exp(−|x|)): no overflow for large |x|
         UnaryOp::Softplus => map(x, LIBM, |v| relu(v) + (-v.abs()).vexp().ln_1p()),
         UnaryOp::Silu => map(x, POLY, |v| v * sigmoid(v)),
+        UnaryOp::Gelu(GeluApprox::None) => {
+            let c = T::from_f64(gc::SQRT1_2);
+            map(x, LIBM, move |v| v * T::HALF * (T::ONE + (v * c).erf()))
+        }
+        UnaryOp::Gelu(GeluApprox::Tanh) => {
+            let (beta, kappa) = (T::from_f64(gc::BETA), T::from_f64(gc::KAPPA));
+            map(x, POLY, move |v| {
+                let inner = beta * (v + kappa * (v * v * v));
+                T::HALF * v * (T::ONE + inner.vtanh())
+            })
+        }
     }
 }
 
@@ -188,6 +200,27 @@ pub(crate) fn unary_vjp<T: CpuScalar>(
             let s = sigmoid(x);
             d * (s * (T::ONE + x * (T::ONE - s)))
         }),
+        // Φ(x) + x·φ(x), PyTorch's order (the reference's)
+        UnaryOp::Gelu(GeluApprox::None) => {
+            let (c, alpha) = (T::from_f64(gc::SQRT1_2), T::from_f64(gc::ALPHA));
+            zip(x()?, dy, LIBM, move |x, d| {
+                let cdf = T::HALF * (T::ONE + (x * c).erf());
+                let pdf = alpha * (-T::HALF * x * x).vexp();
+                d * (cdf + x * pdf)
+            })
+        }
+        UnaryOp::Gelu(GeluApprox::Tanh) => {
+            let (beta, kappa) = (T::from_f64(gc::BETA), T::from_f64(gc::KAPPA));
+            let three_kappa = T::from_f64(gc::THREE_KAPPA);
+            zip(x()?, dy, POLY, move |x, d| {
+                let sq = x * x;
+                let t = (beta * (x + kappa * (sq * x))).vtanh();
+                let left = T::HALF * x;
+                let left_d = T::HALF * (T::ONE + t);
+                let right_d = left * (T::ONE - t * t) * (beta * (T::ONE + three_kappa * sq));
+                d * (left_d + right_d)
+            })
+        }
     })
 }
 
@@ -269,4 +302,52 @@ pub(crate) fn scale<T: CpuScalar>(x: &CpuTensor<T>, c: T) -> CpuTensor<T> {
 #[inline]
 pub(crate) fn add_scalar<T: CpuScalar>(x: &CpuTensor<T>, c: T) -> CpuTensor<T> {
     map(x, CHEAP, |v| v + c)
+}
+
+/// `torch.clamp`: an absent bound is an infinite one (the same result: `x < −inf` never holds,
+/// NaN stays NaN), so the loop is two selects.
+pub(crate) fn clamp<T: CpuScalar>(
+    x: &CpuTensor<T>,
+    min: Option<f64>,
+    max: Option<f64>,
+) -> CpuTensor<T> {
+    let (lo, hi) = clamp_bounds::<T>(min, max);
+    map(x, CHEAP, move |v| {
+        if v < lo {
+            lo
+        } else if v > hi {
+            hi
+        } else {
+            v
+        }
+    })
+}
+
+/// `dy` where `lo ≤ x ≤ hi` (false at NaN), else 0.
+pub(crate) fn clamp_vjp<T: CpuScalar>(
+    x: &CpuTensor<T>,
+    dy: &CpuTensor<T>,
+    min: Option<f64>,
+    max: Option<f64>,
+) -> CpuTensor<T> {
+    let (lo, hi) = clamp_bounds::<T>(min, max);
+    zip(
+        x,
+        dy,
+        CHEAP,
+        move |v, d| {
+            if v >= lo && v <= hi {
+                d
+            } else {
+                T::ZERO
+            }
+        },
+    )
+}
+
+fn clamp_bounds<T: CpuScalar>(min: Option<f64>, max: Option<f64>) -> (T, T) {
+    (
+        T::from_f64(min.unwrap_or(f64::NEG_INFINITY)),
+        T::from_f64(max.unwrap_or(f64::INFINITY)),
+    )
 }

@@ -240,6 +240,56 @@ pub(crate) fn concat<T: CpuScalar>(
     out
 }
 
+/// `x.narrow(axis, start, len)`: one copy per outer row; the whole extent shares the input's
+/// buffer.
+pub(crate) fn slice<T: CpuScalar>(
+    x: &CpuTensor<T>,
+    axis: usize,
+    start: usize,
+    out_shape: Shape,
+) -> CpuTensor<T> {
+    if out_shape == *x.shape() {
+        return x.share(out_shape);
+    }
+    let (_, n, inner) = x.shape().split_at_axis(axis);
+    let row = out_shape.dims()[axis] * inner;
+    let src = x.as_slice();
+    let mut out = CpuTensor::uninit(out_shape);
+    par_rows(out.data_mut(), row, row, |first, rows| {
+        for (g, orow) in rows.chunks_exact_mut(row).enumerate() {
+            let from = ((first + g) * n + start) * inner;
+            orow.copy_from_slice(&src[from..from + row]);
+        }
+    });
+    out
+}
+
+/// The adjoint of [`slice`]: each input row is zeros around the cotangent's row (every element
+/// written once).
+pub(crate) fn slice_vjp<T: CpuScalar>(
+    cot: &CpuTensor<T>,
+    in_shape: &Shape,
+    axis: usize,
+    start: usize,
+) -> CpuTensor<T> {
+    if cot.shape() == in_shape {
+        return cot.clone();
+    }
+    let (_, n, inner) = in_shape.split_at_axis(axis);
+    let (row, piece) = (n * inner, cot.shape().dims()[axis] * inner);
+    let (lo, c) = (start * inner, cot.as_slice());
+    let mut dx = CpuTensor::uninit(in_shape.clone());
+    par_rows(dx.data_mut(), row, row, |first, rows| {
+        for (g, drow) in rows.chunks_exact_mut(row).enumerate() {
+            let from = (first + g) * piece;
+            drow[..lo].fill(T::ZERO);
+            drow[lo..lo + piece].copy_from_slice(&c[from..from + piece]);
+            drow[lo + piece..].fill(T::ZERO);
+        }
+    });
+    dx
+}
+
 /// Splits the cotangent back into the operands' pieces.
 pub(crate) fn concat_vjp<T: CpuScalar>(
     cot: &CpuTensor<T>,
@@ -274,6 +324,21 @@ mod tests {
 
     fn t(shape: &[usize], data: Vec<f64>) -> CpuTensor<f64> {
         CpuTensor::from_vec(shape, data).unwrap()
+    }
+
+    #[test]
+    fn slice_and_its_adjoint_match_the_definition() {
+        let x = t(&[2, 5], (0..10).map(f64::from).collect());
+        let y = slice(&x, 1, 1, Shape::from([2, 3]));
+        assert_eq!(y.as_slice(), &[1.0, 2.0, 3.0, 6.0, 7.0, 8.0]);
+        let dx = slice_vjp(&y, x.shape(), 1, 1);
+        assert_eq!(
+            dx.as_slice(),
+            &[0.0, 1.0, 2.0, 3.0, 0.0, 0.0, 6.0, 7.0, 8.0, 0.0]
+        );
+        // the whole extent shares storage; an empty slice has no elements
+        assert!(slice(&x, 0, 0, Shape::from([2, 5])).shares_storage_with(&x));
+        assert!(slice(&x, 1, 5, Shape::from([2, 0])).is_empty());
     }
 
     #[test]

@@ -29,6 +29,9 @@ impl<T: CpuScalar> Backend for CpuTensor<T> {
     fn shape_of(&self) -> &Shape {
         self.shape()
     }
+    fn values_f64(x: &Self) -> std::result::Result<Vec<f64>, CpuError> {
+        Ok(x.as_slice().iter().map(|v| v.to_f64()).collect())
+    }
     #[inline]
     fn unary(op: UnaryOp, x: &Self) -> R<T> {
         Ok(elementwise::unary(op, x))
@@ -50,6 +53,12 @@ impl<T: CpuScalar> Backend for CpuTensor<T> {
     #[inline]
     fn add_scalar(x: &Self, c: f64) -> R<T> {
         Ok(elementwise::add_scalar(x, T::from_f64(c)))
+    }
+    fn clamp(x: &Self, min: Option<f64>, max: Option<f64>) -> R<T> {
+        Ok(elementwise::clamp(x, min, max))
+    }
+    fn clamp_vjp(x: &Self, dy: &Self, min: Option<f64>, max: Option<f64>) -> R<T> {
+        Ok(elementwise::clamp_vjp(x, dy, min, max))
     }
     #[inline]
     fn relabel(x: &Self, shape: &Shape) -> R<T> {
@@ -95,6 +104,17 @@ impl<T: CpuScalar> Backend for CpuTensor<T> {
             T::from_f64(eps),
         ))
     }
+    fn batch_norm_train(x: &Self, gamma: &Self, beta: &Self, eps: f64) -> R<T> {
+        Ok(norm::batch_norm_train(x, gamma, beta, eps))
+    }
+    fn batch_norm_train_vjp(
+        x: &Self,
+        gamma: &Self,
+        dy: &Self,
+        eps: f64,
+    ) -> std::result::Result<[Self; 3], CpuError> {
+        Ok(norm::batch_norm_train_vjp(x, gamma, dy, eps))
+    }
     fn broadcast(x: &Self, out: &Shape) -> R<T> {
         Ok(layout::broadcast(x, out.clone()))
     }
@@ -103,6 +123,12 @@ impl<T: CpuScalar> Backend for CpuTensor<T> {
     }
     fn permute(x: &Self, perm: &[usize], out: &Shape) -> R<T> {
         Ok(layout::permute(x, perm, out.clone()))
+    }
+    fn slice(x: &Self, axis: usize, start: usize, out: &Shape) -> R<T> {
+        Ok(layout::slice(x, axis, start, out.clone()))
+    }
+    fn slice_vjp(dy: &Self, in_shape: &Shape, axis: usize, start: usize) -> R<T> {
+        Ok(layout::slice_vjp(dy, in_shape, axis, start))
     }
     fn concat(args: &[&Self], axis: usize, out: &Shape) -> R<T> {
         Ok(layout::concat(args, axis, out.clone()))
@@ -131,6 +157,12 @@ impl<T: CpuScalar> Backend for CpuTensor<T> {
     }
     fn mse_loss_vjp(y: &Self, t: &Self, dy: &Self) -> R2<T> {
         Ok(reduce::mse_loss_vjp(y, t, dy))
+    }
+    fn cross_entropy(logits: &Self, target: &[usize], mean: bool) -> R<T> {
+        Ok(reduce::cross_entropy(logits, target, mean))
+    }
+    fn cross_entropy_vjp(logits: &Self, target: &[usize], dy: &Self, mean: bool) -> R<T> {
+        Ok(reduce::cross_entropy_vjp(logits, target, dy, mean))
     }
     fn matmul(a: &Self, b: &Self, out: &Shape) -> R<T> {
         linalg::matmul(a, b, out.clone())

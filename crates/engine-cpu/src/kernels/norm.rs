@@ -1,5 +1,5 @@
 //! Normalisers: softmax and log-softmax along an axis, layer norm over a suffix of axes, batch
-//! norm in evaluation mode, and their VJPs — the reference's formulas. Sums along a contiguous
+//! norm in evaluation and in training mode, and their VJPs — the reference's formulas. Sums along a contiguous
 //! row use eight interleaved accumulators (fixed order, vectorised); sums across rows add whole
 //! rows in index order.
 //!
@@ -412,6 +412,160 @@ pub(crate) fn batch_norm_vjp<T: CpuScalar>(
         per_channel(2),
         per_channel(3),
     ]
+}
+
+/// Interleaved `f64` accumulators of [`acc_sum`] (a constant: the order never depends on the
+/// machine).
+const ACC_LANES: usize = 16;
+
+/// `Σ f(x_i)` over a row, widened to `f64` (PyTorch's CPU accumulation type for `f32`), with
+/// interleaved accumulators combined in a fixed tree.
+#[inline(always)]
+fn acc_sum<T: CpuScalar>(x: &[T], f: impl Fn(f64) -> f64) -> f64 {
+    let mut acc = [0.0f64; ACC_LANES];
+    let chunks = x.chunks_exact(ACC_LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for k in 0..ACC_LANES {
+            acc[k] += f(c[k].to_f64());
+        }
+    }
+    let mut n = ACC_LANES;
+    while n > 1 {
+        n /= 2;
+        for k in 0..n {
+            acc[k] += acc[k + n];
+        }
+    }
+    let mut s = acc[0];
+    for &v in rest {
+        s += f(v.to_f64());
+    }
+    s
+}
+
+/// `Σ f(a_i, b_i)` over two rows, widened to `f64`, as [`acc_sum`].
+#[inline(always)]
+fn acc_sum2<T: CpuScalar>(a: &[T], b: &[T], f: impl Fn(f64, f64) -> f64) -> f64 {
+    let mut acc = [0.0f64; ACC_LANES];
+    let (ca, cb) = (a.chunks_exact(ACC_LANES), b.chunks_exact(ACC_LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for k in 0..ACC_LANES {
+            acc[k] += f(x[k].to_f64(), y[k].to_f64());
+        }
+    }
+    let mut n = ACC_LANES;
+    while n > 1 {
+        n /= 2;
+        for k in 0..n {
+            acc[k] += acc[k + n];
+        }
+    }
+    let mut s = acc[0];
+    for (&x, &y) in ra.iter().zip(rb) {
+        s += f(x.to_f64(), y.to_f64());
+    }
+    s
+}
+
+/// Per channel of `[N, C, H, W]`, in `f64`: `(mean, sigma)` over `N, H, W` (biased variance,
+/// two passes, `M = max(N·H·W, 1)`); each image's positions in the fixed lane order, images in
+/// order. Channels in parallel when large.
+fn batch_stats<T: CpuScalar>(
+    xs: &[T],
+    n: usize,
+    c: usize,
+    rest: usize,
+    eps: f64,
+) -> Vec<(f64, f64)> {
+    let count = (n * rest).max(1) as f64;
+    par_map(c, 4 * n * rest, |ch| {
+        let row = |b: usize| &xs[(b * c + ch) * rest..][..rest];
+        let mut sum = 0.0;
+        for b in 0..n {
+            sum += acc_sum(row(b), |v| v);
+        }
+        let mean = sum / count;
+        let mut sq = 0.0;
+        for b in 0..n {
+            sq += acc_sum(row(b), |v| (v - mean) * (v - mean));
+        }
+        (mean, (sq / count + eps).sqrt())
+    })
+}
+
+/// Batch norm with the batch's own statistics, `(x − mean)/sigma·γ + β`, computed in `f64` and
+/// rounded once (the reference's accumulation type).
+pub(crate) fn batch_norm_train<T: CpuScalar>(
+    x: &CpuTensor<T>,
+    gamma: &CpuTensor<T>,
+    beta: &CpuTensor<T>,
+    eps: f64,
+) -> CpuTensor<T> {
+    let (n, c, rest) = bn_dims(x);
+    let src = x.as_slice();
+    let stats = batch_stats(src, n, c, rest, eps);
+    let (g, b) = (gamma.as_slice(), beta.as_slice());
+    let mut out = CpuTensor::uninit(x.shape().clone());
+    par_rows(out.data_mut(), rest, 4 * rest, |first, rows| {
+        for (k, yrow) in rows.chunks_exact_mut(rest).enumerate() {
+            let row = first + k;
+            let ch = row % c;
+            let xrow = &src[row * rest..][..rest];
+            let ((m, s), g, b) = (stats[ch], g[ch].to_f64(), b[ch].to_f64());
+            for (y, &v) in yrow.iter_mut().zip(xrow) {
+                *y = T::from_f64(((v.to_f64() - m) / s) * g + b);
+            }
+        }
+    });
+    out
+}
+
+/// `[dx, dγ, dβ]`: `dβ = Σ dy`, `dγ = Σ dy·x̂`, `dx = γ·((dy − dβ/M) − x̂·dγ/M)/sigma`, in `f64`
+/// (the reference's formula, order and accumulation type).
+pub(crate) fn batch_norm_train_vjp<T: CpuScalar>(
+    x: &CpuTensor<T>,
+    gamma: &CpuTensor<T>,
+    dy: &CpuTensor<T>,
+    eps: f64,
+) -> [CpuTensor<T>; 3] {
+    let (n, c, rest) = bn_dims(x);
+    let (xs, ds, g) = (x.as_slice(), dy.as_slice(), gamma.as_slice());
+    let stats = batch_stats(xs, n, c, rest, eps);
+    let count = (n * rest).max(1) as f64;
+    let sums = par_map(c, 4 * n * rest, |ch| {
+        let (m, s) = stats[ch];
+        let (mut dg, mut db) = (0.0, 0.0);
+        for b in 0..n {
+            let off = (b * c + ch) * rest;
+            let (drow, xrow) = (&ds[off..off + rest], &xs[off..off + rest]);
+            db += acc_sum(drow, |d| d);
+            dg += acc_sum2(drow, xrow, |d, v| d * ((v - m) / s));
+        }
+        (dg, db)
+    });
+    let mut dx = CpuTensor::uninit(x.shape().clone());
+    par_rows(dx.data_mut(), rest, 6 * rest, |first, rows| {
+        for (k, grow) in rows.chunks_exact_mut(rest).enumerate() {
+            let row = first + k;
+            let ch = row % c;
+            let ((m, s), (dg, db), gc) = (stats[ch], sums[ch], g[ch].to_f64());
+            let (mean_d, mean_dh) = (db / count, dg / count);
+            let (drow, xrow) = (&ds[row * rest..][..rest], &xs[row * rest..][..rest]);
+            for ((o, &d), &v) in grow.iter_mut().zip(drow).zip(xrow) {
+                let h = (v.to_f64() - m) / s;
+                *o = T::from_f64((gc * ((d.to_f64() - mean_d) - h * mean_dh)) / s);
+            }
+        }
+    });
+    let per_channel = |data: Vec<T>| {
+        // invariant: c channels, shape [c] (validated by the shape rule)
+        CpuTensor::from_vec([c], data).expect("one value per channel")
+    };
+    let dgamma = per_channel(sums.iter().map(|s| T::from_f64(s.0)).collect());
+    let dbeta = per_channel(sums.iter().map(|s| T::from_f64(s.1)).collect());
+    [dx, dgamma, dbeta]
 }
 
 #[cfg(test)]

@@ -283,6 +283,89 @@ pub(crate) fn mse_loss_vjp<T: CpuScalar>(
     (dy, dt)
 }
 
+/// Rows per block of the cross-entropy sum: blocks are fixed, so the order of the sum (rows left
+/// to right within a block, blocks left to right) never depends on the thread count.
+const CE_ROWS: usize = 64;
+
+/// `Σ −log_softmax(row)[t]` over consecutive rows of `c` logits, left to right; each row is
+/// max-shifted, its sums in the fixed lane order.
+#[inline(always)]
+fn ce_rows<T: CpuScalar>((xs, ids, c): (&[T], &[usize], usize)) -> T {
+    let mut total = T::ZERO;
+    for (row, &t) in xs.chunks_exact(c).zip(ids) {
+        let m = lane_max(row);
+        let sum = lane_sum(row, |v| (v - m).vexp());
+        total += -((row[t] - m) - sum.ln());
+    }
+    total
+}
+
+kernel!(CeRows => ce_rows<'a> [T: (CpuScalar)] ((&'a [T], &'a [usize], usize)) -> T);
+
+/// Cross entropy of `[N, C]` logits with validated class ids: summed, or divided by `max(N, 1)`.
+pub(crate) fn cross_entropy<T: CpuScalar>(
+    logits: &CpuTensor<T>,
+    ids: &[usize],
+    mean: bool,
+) -> CpuTensor<T> {
+    let (n, c) = (logits.shape().dims()[0], logits.shape().dims()[1]);
+    let xs = logits.as_slice();
+    let block = |b: usize| {
+        let (lo, hi) = (b * CE_ROWS, ((b + 1) * CE_ROWS).min(n));
+        let args = (&xs[lo * c..hi * c], &ids[lo..hi], c);
+        vectorized_if::<CeRows, _>((hi - lo) * c, args)
+    };
+    let blocks = if c == 0 { 0 } else { n.div_ceil(CE_ROWS) };
+    let total = if should_par(n.saturating_mul(c).saturating_mul(16)) {
+        let parts: Vec<T> = (0..blocks).into_par_iter().map(block).collect();
+        parts.into_iter().fold(T::ZERO, |acc, s| acc + s)
+    } else {
+        (0..blocks).fold(T::ZERO, |acc, b| acc + block(b))
+    };
+    CpuTensor::scalar(if mean { total / denominator(n) } else { total })
+}
+
+/// `g·(softmax(row) − onehot(t))` for consecutive rows.
+#[inline(always)]
+fn ce_vjp_rows<T: CpuScalar>((xs, ids, dx, c, g): (&[T], &[usize], &mut [T], usize, T)) {
+    for ((row, drow), &t) in xs.chunks_exact(c).zip(dx.chunks_exact_mut(c)).zip(ids) {
+        let m = lane_max(row);
+        let sum = lane_sum(row, |v| (v - m).vexp());
+        for (d, &v) in drow.iter_mut().zip(row) {
+            *d = ((v - m).vexp() / sum) * g;
+        }
+        drow[t] = drow[t] - g;
+    }
+}
+
+kernel!(CeVjpRows => ce_vjp_rows<'a> [T: (CpuScalar)] ((&'a [T], &'a [usize], &'a mut [T], usize, T)) -> ());
+
+/// `d/dlogits = g·(softmax − onehot(t))`, `g = δ / max(N, 1)` for the mean, `δ` for the sum.
+pub(crate) fn cross_entropy_vjp<T: CpuScalar>(
+    logits: &CpuTensor<T>,
+    ids: &[usize],
+    cot: &CpuTensor<T>,
+    mean: bool,
+) -> CpuTensor<T> {
+    let (n, c) = (logits.shape().dims()[0], logits.shape().dims()[1]);
+    let delta = cot.as_slice()[0];
+    let g = if mean { delta / denominator(n) } else { delta };
+    let xs = logits.as_slice();
+    let mut dx = CpuTensor::uninit(logits.shape().clone());
+    par_rows(dx.data_mut(), c, 24 * c, |first, rows| {
+        let k = rows.len() / c;
+        let args = (
+            &xs[first * c..][..rows.len()],
+            &ids[first..first + k],
+            rows,
+            c,
+            g,
+        );
+        vectorized_if::<CeVjpRows, _>(args.2.len(), args)
+    });
+    dx
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -311,6 +394,30 @@ mod tests {
         let e = CpuTensor::<f64>::zeros([0]).unwrap();
         assert_eq!(sum_all(&e).as_slice(), &[0.0]);
         assert_eq!(mse_loss(&e, &e).as_slice(), &[0.0]);
+        let none = CpuTensor::<f64>::zeros([0, 3]).unwrap();
+        assert_eq!(cross_entropy(&none, &[], true).as_slice(), &[0.0]);
+    }
+
+    #[test]
+    fn cross_entropy_is_stable_and_independent_of_the_thread_count() {
+        // logits far beyond exp's range: the max shift keeps the loss finite
+        let x =
+            CpuTensor::<f64>::from_vec([2, 3], vec![1000.0, 0.0, -1000.0, 5.0, 5.0, 5.0]).unwrap();
+        let l = cross_entropy(&x, &[0, 2], false);
+        assert!(
+            (l.as_slice()[0] - 3f64.ln()).abs() < 1e-12,
+            "{:?}",
+            l.as_slice()
+        );
+        let n = 5000;
+        let big: Vec<f32> = (0..n * 7)
+            .map(|i| ((i * 31) % 97) as f32 * 0.05 - 2.0)
+            .collect();
+        let ids: Vec<usize> = (0..n).map(|i| i % 7).collect();
+        let x = CpuTensor::<f32>::from_vec([n, 7], big).unwrap();
+        let one = with_threads(1, || cross_entropy(&x, &ids, true));
+        let two = with_threads(2, || cross_entropy(&x, &ids, true));
+        assert!(one.bit_eq(&two));
     }
 
     #[test]

@@ -9,12 +9,13 @@
 //! row here, one arm in each of `visit_attrs`, the shape rule, forward and VJP (the compiler
 //! lists every match that needs one), and one kernel per engine.
 
-use super::{Arity, BinaryOp, Conv2dSpec, Op, PoolKind, PoolSpec, UnaryOp};
+use super::{Arity, BinaryOp, Conv2dSpec, GeluApprox, Op, PoolKind, PoolSpec, Reduction, UnaryOp};
 use crate::shape::Shape;
 
 /// Layer norm's `eps` when the node carries none (TorchLean's `Numbers.epsilon`; SPEC 3).
 pub const LAYER_NORM_DEFAULT_EPS: f64 = 1e-6;
-/// Batch norm's `eps` when the payload carries none (PyTorch's default; SPEC 3).
+/// Batch norm's `eps` when the payload (`batch_norm2d_nchw_eval`) or the node
+/// (`batch_norm2d_nchw_train`) carries none (PyTorch's default; SPEC 3).
 pub const BATCH_NORM_DEFAULT_EPS: f64 = 1e-5;
 
 /// The family an op belongs to (one module of `spec::ops` and of every engine).
@@ -93,6 +94,10 @@ pub struct OpDesc {
     pub arity: Arity,
     /// What the VJP reads.
     pub saves: Saves,
+    /// Operand positions that are data, not differentiable values (`cross_entropy`'s class
+    /// ids): the VJP gives them a structural zero, [`Op::check_data`] validates their values,
+    /// and finite differences never perturb them.
+    pub data: &'static [usize],
     proto: Proto,
 }
 
@@ -126,6 +131,8 @@ pub enum AttrType {
     Shape,
     /// A list of axis indices.
     List,
+    /// One of a fixed set of strings.
+    Choice(&'static [&'static str]),
 }
 
 impl std::fmt::Display for AttrType {
@@ -136,6 +143,10 @@ impl std::fmt::Display for AttrType {
             AttrType::Float => "number",
             AttrType::Shape => "shape",
             AttrType::List => "int list",
+            AttrType::Choice(options) => {
+                let quoted: Vec<String> = options.iter().map(|o| format!("\"{o}\"")).collect();
+                return write!(f, "one of {}", quoted.join(", "));
+            }
         })
     }
 }
@@ -151,8 +162,18 @@ pub enum AttrMut<'a> {
         value: &'a mut Option<f64>,
         default: f64,
     },
+    /// An optional number without a default: absent means the op does without it (`clamp`'s
+    /// bounds).
+    MaybeFloat(&'a mut Option<f64>),
     Shape(&'a mut Shape),
     List(&'a mut Vec<usize>),
+    /// One of `options`; absent means `default`. Readers write only members of `options`
+    /// (anything else is their error to report, naming the field).
+    Choice {
+        value: &'a mut &'static str,
+        options: &'static [&'static str],
+        default: &'static str,
+    },
 }
 
 impl AttrMut<'_> {
@@ -160,9 +181,12 @@ impl AttrMut<'_> {
         match self {
             AttrMut::Int(_) => AttrType::Int,
             AttrMut::Seed(_) => AttrType::Seed,
-            AttrMut::Float(_) | AttrMut::OptFloat { .. } => AttrType::Float,
+            AttrMut::Float(_) | AttrMut::OptFloat { .. } | AttrMut::MaybeFloat(_) => {
+                AttrType::Float
+            }
             AttrMut::Shape(_) => AttrType::Shape,
             AttrMut::List(_) => AttrType::List,
+            AttrMut::Choice { options, .. } => AttrType::Choice(options),
         }
     }
 }
@@ -172,12 +196,15 @@ pub trait AttrVisitor {
     fn visit(&mut self, key: &'static str, value: AttrMut<'_>);
 }
 
-/// An attribute as documented: key, type and default (`None`: required).
+/// An attribute as documented: key, type, default, and whether it may be absent.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AttrDesc {
     pub key: &'static str,
     pub ty: AttrType,
+    /// What an absent attribute means (`None`: it has no default).
     pub default: Option<String>,
+    /// Whether the attribute may be absent (always, when it has a default).
+    pub optional: bool,
 }
 
 impl OpDesc {
@@ -222,6 +249,7 @@ impl OpDesc {
                 key: "value_shape",
                 ty: AttrType::Shape,
                 default: Some("the node's shape".into()),
+                optional: true,
             }),
             Proto::Input => {}
         }
@@ -235,12 +263,15 @@ impl AttrVisitor for Describe {
     fn visit(&mut self, key: &'static str, value: AttrMut<'_>) {
         let default = match &value {
             AttrMut::OptFloat { default, .. } => Some(format!("{default:e}")),
+            AttrMut::Choice { default, .. } => Some(format!("\"{default}\"")),
             _ => None,
         };
+        let optional = default.is_some() || matches!(value, AttrMut::MaybeFloat(_));
         self.0.push(AttrDesc {
             key,
             ty: value.ty(),
             default,
+            optional,
         });
     }
 }
@@ -258,7 +289,7 @@ pub fn names() -> impl Iterator<Item = &'static str> {
 macro_rules! row {
     ($id:ident, $name:literal, $family:ident, $ext:literal, $summary:literal, $output:literal,
      operands: [$($operand:literal),*], payload: $payload:literal, arity: $arity:expr,
-     saves: $saves:expr, $proto:expr) => {
+     saves: $saves:expr, $proto:expr $(; data: [$($data:literal),*])?) => {
         pub static $id: OpDesc = OpDesc {
             name: $name,
             family: Family::$family,
@@ -269,6 +300,7 @@ macro_rules! row {
             payload: $payload,
             arity: $arity,
             saves: $saves,
+            data: &[$($($data),*)?],
             proto: $proto,
         };
     };
@@ -420,6 +452,14 @@ unary!(
     Saves::INPUT,
     Silu
 );
+row!(GELU, "gelu", Elementwise, true,
+     "`F.gelu(x, approximate)`: `0.5·x·(1 + erf(x/√2))`, or with `\"tanh\"` `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`",
+     "`s`", operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
+     Proto::Op(|| Op::Unary(UnaryOp::Gelu(GeluApprox::None))));
+row!(CLAMP, "clamp", Elementwise, true,
+     "`torch.clamp(x, min, max)` (an absent bound does not clamp; NaN stays NaN); the gradient passes where `min ≤ x ≤ max` (PyTorch's rule at the bounds), 0 outside; `min > max` is an error",
+     "`s`", operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
+     Proto::Op(|| Op::Clamp { min: None, max: None }));
 row!(SCALE, "scale", Elementwise, true, "`c * x`", "`s`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::Scale { c: 0.0 }));
@@ -489,6 +529,12 @@ row!(BATCH_NORM2D_NCHW_EVAL, "batch_norm2d_nchw_eval", Norm, false,
      operands: ["x", "gamma", "beta", "mean", "var"], payload: 4, arity: Arity::Exact(5),
      saves: Saves { inputs: &[0, 1, 3, 4], output: false },
      Proto::Op(|| Op::BatchNormEval { channels: 0, eps: BATCH_NORM_DEFAULT_EPS }));
+row!(BATCH_NORM2D_NCHW_TRAIN, "batch_norm2d_nchw_train", Norm, true,
+     "`F.batch_norm(x, None, None, γ, β, training=True, eps)`: per channel, batch mean and biased variance over `N, H, W`, `(x − mean)/sqrt(var + eps)·γ + β`; the gradient flows through the batch statistics (no running statistics)",
+     "`s`",
+     operands: ["x", "gamma", "beta"], payload: 2, arity: Arity::Exact(3),
+     saves: Saves { inputs: &[0, 1], output: false },
+     Proto::Op(|| Op::BatchNormTrain { channels: 0, eps: None }));
 row!(CONCAT, "concat", Layout, false, "parents agree on every other axis", "sum of extents along `axis`",
      operands: ["x"], payload: 0, arity: Arity::AtLeast(2), saves: Saves::NOTHING,
      Proto::Op(|| Op::Concat { axis: 0 }));
@@ -502,9 +548,19 @@ row!(TRANSPOSE3D_LAST_TWO, "transpose3d_last_two", Layout, false,
 row!(TRANSPOSE, "transpose", Layout, true, "`x.transpose(dim0, dim1)`", "`s` with the two axes swapped",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::Transpose { dim0: 0, dim1: 0 }));
+row!(SLICE, "slice", Layout, true,
+     "`x.narrow(axis, start, len)`; the VJP scatters into zeros; past the extent is an error",
+     "`s` with extent `len` on `axis`",
+     operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
+     Proto::Op(|| Op::Slice { axis: 0, start: 0, len: 0 }));
 row!(MSE_LOSS, "mse_loss", Reduce, false, "`Σ(a − b)² / size` (size 0 divides by 1)", "`[]`",
      operands: ["y", "target"], payload: 0, arity: Arity::Exact(2), saves: Saves::BOTH_OPERANDS,
      Proto::Op(|| Op::MseLoss));
+row!(CROSS_ENTROPY, "cross_entropy", Reduce, true,
+     "`F.cross_entropy(logits, target, reduction)` with a stable log-softmax; `target` holds integral class ids in `[0, C)` (data: no gradient; anything else is an error); `\"mean\"` over zero rows divides by 1",
+     "`[]`",
+     operands: ["logits", "target"], payload: 1, arity: Arity::Exact(2), saves: Saves::BOTH_OPERANDS,
+     Proto::Op(|| Op::CrossEntropy { reduction: Reduction::Mean }); data: [1]);
 row!(RAND_UNIFORM, "rand_uniform", Random, false,
      "deterministic uniform `[0,1)` (see below)", "declared",
      operands: [], payload: 0, arity: Arity::Exact(0), saves: Saves::NOTHING,
@@ -539,6 +595,8 @@ pub static OPS: &[&OpDesc] = &[
     &NEG,
     &SOFTPLUS,
     &SILU,
+    &GELU,
+    &CLAMP,
     &SCALE,
     &ADD_SCALAR,
     &SOFTMAX,
@@ -558,11 +616,14 @@ pub static OPS: &[&OpDesc] = &[
     &MAX_POOL2D_PAD,
     &AVG_POOL2D_PAD,
     &BATCH_NORM2D_NCHW_EVAL,
+    &BATCH_NORM2D_NCHW_TRAIN,
     &CONCAT,
     &SWAP_FIRST_TWO,
     &TRANSPOSE3D_LAST_TWO,
     &TRANSPOSE,
+    &SLICE,
     &MSE_LOSS,
+    &CROSS_ENTROPY,
     &RAND_UNIFORM,
     &BERNOULLI_MASK,
 ];
@@ -584,6 +645,7 @@ impl UnaryOp {
             UnaryOp::Neg => &NEG,
             UnaryOp::Softplus => &SOFTPLUS,
             UnaryOp::Silu => &SILU,
+            UnaryOp::Gelu(_) => &GELU,
         }
     }
 }
@@ -608,6 +670,7 @@ impl Op {
         match self {
             Op::Unary(u) => u.desc(),
             Op::Binary(b) => b.desc(),
+            Op::Clamp { .. } => &CLAMP,
             Op::Scale { .. } => &SCALE,
             Op::AddScalar { .. } => &ADD_SCALAR,
             Op::Detach => &DETACH,
@@ -621,6 +684,7 @@ impl Op {
             Op::SwapFirstTwo => &SWAP_FIRST_TWO,
             Op::Transpose3dLastTwo => &TRANSPOSE3D_LAST_TWO,
             Op::Transpose { .. } => &TRANSPOSE,
+            Op::Slice { .. } => &SLICE,
             Op::ReduceSum { .. } => &REDUCE_SUM,
             Op::ReduceMean { .. } => &REDUCE_MEAN,
             Op::Sum => &SUM,
@@ -634,8 +698,10 @@ impl Op {
                 (PoolKind::Avg, true) => &AVG_POOL2D_PAD,
             },
             Op::BatchNormEval { .. } => &BATCH_NORM2D_NCHW_EVAL,
+            Op::BatchNormTrain { .. } => &BATCH_NORM2D_NCHW_TRAIN,
             Op::Concat { .. } => &CONCAT,
             Op::MseLoss => &MSE_LOSS,
+            Op::CrossEntropy { .. } => &CROSS_ENTROPY,
             Op::RandUniform { .. } => &RAND_UNIFORM,
             Op::BernoulliMask { .. } => &BERNOULLI_MASK,
         }
@@ -647,6 +713,21 @@ impl Op {
     /// shape, batch norm's `eps`) are not listed.
     pub fn visit_attrs(&mut self, v: &mut dyn AttrVisitor) {
         match self {
+            Op::Unary(UnaryOp::Gelu(approximate)) => {
+                let mut value = approximate.wire();
+                v.visit(
+                    "approximate",
+                    AttrMut::Choice {
+                        value: &mut value,
+                        options: GeluApprox::OPTIONS,
+                        default: GeluApprox::None.wire(),
+                    },
+                );
+                // a reader writes only an option (or leaves the value as it was)
+                if let Some(a) = GeluApprox::from_wire(value) {
+                    *approximate = a;
+                }
+            }
             Op::Unary(_)
             | Op::Binary(_)
             | Op::Detach
@@ -657,6 +738,10 @@ impl Op {
             | Op::Linear
             | Op::MseLoss => {}
             Op::Scale { c } | Op::AddScalar { c } => v.visit("c", AttrMut::Float(c)),
+            Op::Clamp { min, max } => {
+                v.visit("min", AttrMut::MaybeFloat(min));
+                v.visit("max", AttrMut::MaybeFloat(max));
+            }
             Op::Softmax { axis }
             | Op::LogSoftmax { axis }
             | Op::ReduceSum { axis }
@@ -686,6 +771,26 @@ impl Op {
                 v.visit("dim0", AttrMut::Int(dim0));
                 v.visit("dim1", AttrMut::Int(dim1));
             }
+            Op::CrossEntropy { reduction } => {
+                let mut value = reduction.wire();
+                v.visit(
+                    "reduction",
+                    AttrMut::Choice {
+                        value: &mut value,
+                        options: Reduction::OPTIONS,
+                        default: Reduction::Mean.wire(),
+                    },
+                );
+                // a reader writes only an option (or leaves the value as it was)
+                if let Some(r) = Reduction::from_wire(value) {
+                    *reduction = r;
+                }
+            }
+            Op::Slice { axis, start, len } => {
+                v.visit("axis", AttrMut::Int(axis));
+                v.visit("start", AttrMut::Int(start));
+                v.visit("len", AttrMut::Int(len));
+            }
             Op::Conv2d(c) => {
                 v.visit("inC", AttrMut::Int(&mut c.in_channels));
                 v.visit("outC", AttrMut::Int(&mut c.out_channels));
@@ -703,6 +808,16 @@ impl Op {
                 }
             }
             Op::BatchNormEval { channels, .. } => v.visit("channels", AttrMut::Int(channels)),
+            Op::BatchNormTrain { channels, eps } => {
+                v.visit("channels", AttrMut::Int(channels));
+                v.visit(
+                    "eps",
+                    AttrMut::OptFloat {
+                        value: eps,
+                        default: BATCH_NORM_DEFAULT_EPS,
+                    },
+                );
+            }
             Op::RandUniform { seed, .. } | Op::BernoulliMask { seed, .. } => {
                 v.visit("seed", AttrMut::Seed(seed))
             }
@@ -731,10 +846,13 @@ impl Op {
                     AttrMut::Int(v) => AttrValue::Int(*v as u64),
                     AttrMut::Seed(v) => AttrValue::Int(*v),
                     AttrMut::Float(v) => AttrValue::Float(*v),
-                    AttrMut::OptFloat { value: None, .. } => return,
-                    AttrMut::OptFloat { value: Some(v), .. } => AttrValue::Float(*v),
+                    AttrMut::OptFloat { value: None, .. } | AttrMut::MaybeFloat(None) => return,
+                    AttrMut::OptFloat { value: Some(v), .. } | AttrMut::MaybeFloat(Some(v)) => {
+                        AttrValue::Float(*v)
+                    }
                     AttrMut::Shape(s) => AttrValue::Shape(s.clone()),
                     AttrMut::List(l) => AttrValue::List(l.clone()),
+                    AttrMut::Choice { value, .. } => AttrValue::Str(value),
                 };
                 self.0.push((key, v));
             }
@@ -753,6 +871,8 @@ pub enum AttrValue {
     Float(f64),
     Shape(Shape),
     List(Vec<usize>),
+    /// A choice's value (written as a JSON string).
+    Str(&'static str),
 }
 
 impl std::fmt::Display for AttrValue {
@@ -762,6 +882,7 @@ impl std::fmt::Display for AttrValue {
             AttrValue::Float(v) => write!(f, "{v:e}"),
             AttrValue::Shape(s) => write!(f, "{s}"),
             AttrValue::List(v) => write!(f, "{v:?}"),
+            AttrValue::Str(v) => write!(f, "\"{v}\""),
         }
     }
 }
@@ -786,6 +907,7 @@ pub fn markdown_table() -> String {
             .iter()
             .map(|a| match &a.default {
                 Some(def) => format!("`{}` ({}, optional, default {def})", a.key, a.ty),
+                None if a.optional => format!("`{}` ({}, optional)", a.key, a.ty),
                 None => format!("`{}` ({})", a.key, a.ty),
             })
             .collect();
@@ -868,6 +990,9 @@ mod tests {
             for &i in d.saves.inputs {
                 assert!(i < d.operands.len(), "{} saves operand {i}", d.name);
             }
+            for &i in d.data {
+                assert!(i < d.operands.len(), "{} data operand {i}", d.name);
+            }
         }
     }
 
@@ -882,9 +1007,14 @@ mod tests {
                     AttrMut::Int(v) => *v = self.0 as usize,
                     AttrMut::Seed(v) => *v = self.0,
                     AttrMut::Float(v) => *v = self.0 as f64 / 4.0,
-                    AttrMut::OptFloat { value, .. } => *value = Some(self.0 as f64),
+                    AttrMut::OptFloat { value, .. } | AttrMut::MaybeFloat(value) => {
+                        *value = Some(self.0 as f64)
+                    }
                     AttrMut::Shape(s) => *s = Shape::from([self.0 as usize]),
                     AttrMut::List(l) => *l = vec![self.0 as usize],
+                    AttrMut::Choice { value, options, .. } => {
+                        *value = options[self.0 as usize % options.len()]
+                    }
                 }
             }
         }

@@ -7,12 +7,59 @@
 //!   infinite); `sqrt` of a negative float is NaN;
 //! - `inv(0)` is `±inf` on floats and an error on rationals;
 //! - `max`/`min` at a tie send half of the cotangent to each side (PyTorch's
-//!   `maximum`/`minimum`).
+//!   `maximum`/`minimum`);
+//! - `gelu` is PyTorch's formula and order of operations for each `approximate` form.
 
 use crate::error::{Result, SpecError};
 use crate::scalar::Scalar;
 use crate::shape::Shape;
 use crate::tensor::Tensor;
+
+/// `gelu`'s `approximate` attribute: PyTorch's erf form (`"none"`) or its tanh form.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GeluApprox {
+    /// `x·Φ(x) = 0.5·x·(1 + erf(x/√2))`.
+    None,
+    /// `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))` (TorchLean's form).
+    Tanh,
+}
+
+impl GeluApprox {
+    /// The wire values, in the order of [`GeluApprox::ALL`].
+    pub const OPTIONS: &'static [&'static str] = &["none", "tanh"];
+    pub const ALL: [GeluApprox; 2] = [GeluApprox::None, GeluApprox::Tanh];
+
+    /// The wire value.
+    pub fn wire(self) -> &'static str {
+        match self {
+            GeluApprox::None => "none",
+            GeluApprox::Tanh => "tanh",
+        }
+    }
+
+    /// The form with wire value `s`.
+    pub fn from_wire(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|a| a.wire() == s)
+    }
+}
+
+/// The constants of PyTorch's gelu kernels, as `f64` (one place for the reference and every
+/// engine).
+pub mod gelu_consts {
+    /// `√(2/π)`, PyTorch's `kBeta` of the tanh form (`M_SQRT2 · M_2_SQRTPI · 0.5`).
+    pub const BETA: f64 = std::f64::consts::SQRT_2 * std::f64::consts::FRAC_2_SQRT_PI * 0.5;
+    /// PyTorch's `kKappa`.
+    pub const KAPPA: f64 = 0.044715;
+    /// `3·κ`, as PyTorch's backward computes it.
+    pub const THREE_KAPPA: f64 = 3.0 * KAPPA;
+    /// `1/√(2π)`, PyTorch's `kAlpha` of the erf form's backward (`M_2_SQRTPI · M_SQRT1_2 · 0.5`).
+    pub const ALPHA: f64 = std::f64::consts::FRAC_2_SQRT_PI * std::f64::consts::FRAC_1_SQRT_2 * 0.5;
+    /// `√½` (`M_SQRT1_2`).
+    pub const SQRT1_2: f64 = std::f64::consts::FRAC_1_SQRT_2;
+}
+
+use gelu_consts::{ALPHA as GELU_ALPHA, BETA as GELU_BETA, KAPPA as GELU_KAPPA};
+use gelu_consts::{SQRT1_2 as GELU_SQRT1_2, THREE_KAPPA as GELU_THREE_KAPPA};
 
 /// Elementwise unary functions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -33,10 +80,13 @@ pub enum UnaryOp {
     Softplus,
     /// Extension: `x · σ(x)`.
     Silu,
+    /// Extension: `F.gelu(x, approximate=…)`.
+    Gelu(GeluApprox),
 }
 
 impl UnaryOp {
-    pub const ALL: [UnaryOp; 13] = [
+    /// Every function, each `gelu` form once.
+    pub const ALL: [UnaryOp; 15] = [
         UnaryOp::Abs,
         UnaryOp::Sqrt,
         UnaryOp::Inv,
@@ -50,6 +100,8 @@ impl UnaryOp {
         UnaryOp::Neg,
         UnaryOp::Softplus,
         UnaryOp::Silu,
+        UnaryOp::Gelu(GeluApprox::None),
+        UnaryOp::Gelu(GeluApprox::Tanh),
     ];
 
     /// The wire name (the descriptor's).
@@ -96,6 +148,19 @@ impl UnaryOp {
                 pos.add(&x.abs().neg().exp()?.log1p()?)
             }
             UnaryOp::Silu => x.mul(&UnaryOp::Sigmoid.apply(x)?),
+            UnaryOp::Gelu(GeluApprox::None) => {
+                // x·0.5·(1 + erf(x·√½)), PyTorch's order
+                let half = A::one().half();
+                let c = A::from_f64(GELU_SQRT1_2)?;
+                x.mul(&half).mul(&A::one().add(&x.mul(&c).erf()?))
+            }
+            UnaryOp::Gelu(GeluApprox::Tanh) => {
+                // 0.5·x·(1 + tanh(β·(x + κ·x³)))
+                let (beta, kappa) = (A::from_f64(GELU_BETA)?, A::from_f64(GELU_KAPPA)?);
+                let cube = x.mul(x).mul(x);
+                let inner = beta.mul(&x.add(&kappa.mul(&cube)));
+                A::one().half().mul(x).mul(&A::one().add(&inner.tanh()?))
+            }
         })
     }
 
@@ -159,6 +224,30 @@ impl UnaryOp {
                 let x = need(x, "input")?;
                 let sg = UnaryOp::Sigmoid.apply(&x)?;
                 dy.mul(&sg.mul(&A::one().add(&x.mul(&A::one().sub(&sg)))))
+            }
+            UnaryOp::Gelu(GeluApprox::None) => {
+                // Φ(x) + x·φ(x): 0.5·(1 + erf(x·√½)) + x·exp(−x²/2)·α
+                let x = need(x, "input")?;
+                let half = A::one().half();
+                let cdf = half.mul(&A::one().add(&x.mul(&A::from_f64(GELU_SQRT1_2)?).erf()?));
+                let pdf = A::from_f64(GELU_ALPHA)?.mul(&half.neg().mul(&x).mul(&x).exp()?);
+                dy.mul(&cdf.add(&x.mul(&pdf)))
+            }
+            UnaryOp::Gelu(GeluApprox::Tanh) => {
+                // PyTorch's gelu_backward: 0.5·(1 + t) + 0.5·x·(1 − t²)·β·(1 + 3κ·x²)
+                let x = need(x, "input")?;
+                let (beta, kappa) = (A::from_f64(GELU_BETA)?, A::from_f64(GELU_KAPPA)?);
+                let half = A::one().half();
+                let sq = x.mul(&x);
+                let cube = sq.mul(&x);
+                let t = beta.mul(&x.add(&kappa.mul(&cube))).tanh()?;
+                let left = half.mul(&x);
+                let right = A::one().add(&t);
+                let left_d = half.mul(&right);
+                let three_kappa = A::from_f64(GELU_THREE_KAPPA)?;
+                let inner_d = beta.mul(&A::one().add(&three_kappa.mul(&sq)));
+                let right_d = left.mul(&A::one().sub(&t.mul(&t))).mul(&inner_d);
+                dy.mul(&left_d.add(&right_d))
             }
         })
     }
@@ -299,4 +388,63 @@ pub(crate) fn infer_same(op: &'static str, a: &Shape, b: &Shape) -> Result<Shape
         });
     }
     Ok(a.clone())
+}
+
+/// `clamp`'s attribute rule: no NaN bound, and `min ≤ max` where both are present.
+pub(crate) fn check_clamp_bounds(min: Option<f64>, max: Option<f64>) -> Result<()> {
+    const OP: &str = "clamp";
+    for (attr, v) in [("min", min), ("max", max)] {
+        if v.is_some_and(f64::is_nan) {
+            return Err(SpecError::OpAttr {
+                op: OP,
+                attr,
+                reason: "is NaN".into(),
+            });
+        }
+    }
+    if let (Some(lo), Some(hi)) = (min, max) {
+        if lo > hi {
+            return Err(SpecError::OpAttr {
+                op: OP,
+                attr: "min",
+                reason: format!("is {lo}, greater than `max` = {hi}"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `torch.clamp`: `min` where `x < min`, `max` where `x > max`, else `x` (so NaN stays NaN).
+pub(crate) fn clamp<A: Scalar>(
+    x: &Tensor<A>,
+    min: Option<f64>,
+    max: Option<f64>,
+) -> Result<Tensor<A>> {
+    let lo = min.map(A::from_f64).transpose()?;
+    let hi = max.map(A::from_f64).transpose()?;
+    x.map(|v| {
+        Ok(match (&lo, &hi) {
+            (Some(lo), _) if lo.greater(v) => lo.clone(),
+            (_, Some(hi)) if v.greater(hi) => hi.clone(),
+            _ => v.clone(),
+        })
+    })
+}
+
+/// PyTorch's `clamp_backward`: `dy` where `min ≤ x ≤ max` (bounds included; an absent bound
+/// is no condition), 0 elsewhere and at NaN.
+pub(crate) fn clamp_vjp<A: Scalar>(
+    x: &Tensor<A>,
+    dy: &Tensor<A>,
+    min: Option<f64>,
+    max: Option<f64>,
+) -> Result<Tensor<A>> {
+    let lo = min.map(A::from_f64).transpose()?;
+    let hi = max.map(A::from_f64).transpose()?;
+    x.zip_with(dy, "clamp", |v, d| {
+        let inside = !v.is_nan()
+            && lo.as_ref().is_none_or(|lo| !lo.greater(v))
+            && hi.as_ref().is_none_or(|hi| !v.greater(hi));
+        Ok(if inside { d.clone() } else { A::zero() })
+    })
 }

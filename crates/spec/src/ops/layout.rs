@@ -165,6 +165,74 @@ pub(crate) fn permute<A: Scalar>(x: &Tensor<A>, perm: &[usize]) -> Result<Tensor
     })
 }
 
+/// `x.narrow(axis, start, len)`: `start` and `start + len` (overflow-checked) within the
+/// extent of `axis`.
+pub(crate) fn infer_slice(axis: usize, start: usize, len: usize, x: &Shape) -> Result<Shape> {
+    const OP: &str = "slice";
+    check_axis(OP, "axis", axis, x)?;
+    let extent = x.dims()[axis];
+    if start > extent {
+        return Err(SpecError::OpAttr {
+            op: OP,
+            attr: "start",
+            reason: format!("is {start}, past the extent {extent} of axis {axis} (operand {x})"),
+        });
+    }
+    let end = start.checked_add(len).ok_or_else(|| SpecError::OpAttr {
+        op: OP,
+        attr: "len",
+        reason: format!("is {len}: start + len overflows"),
+    })?;
+    if end > extent {
+        return Err(SpecError::OpAttr {
+            op: OP,
+            attr: "len",
+            reason: format!(
+                "is {len}: start + len = {end} is past the extent {extent} of axis {axis} \
+                 (operand {x})"
+            ),
+        });
+    }
+    let mut dims = x.dims().to_vec();
+    dims[axis] = len;
+    Ok(Shape::new(dims))
+}
+
+/// Indices `start..start + len` of `axis` (shape validated by [`infer_slice`]).
+pub(crate) fn slice<A: Scalar>(
+    x: &Tensor<A>,
+    axis: usize,
+    start: usize,
+    out: &Shape,
+) -> Result<Tensor<A>> {
+    let (outer, n, inner) = x.shape().split_at_axis(axis);
+    let len = out.dims()[axis];
+    let mut data = Vec::with_capacity(out.size());
+    for o in 0..outer {
+        let from = (o * n + start) * inner;
+        data.extend_from_slice(&x.data()[from..from + len * inner]);
+    }
+    Tensor::new(out.clone(), data)
+}
+
+/// The adjoint of [`slice`]: the cotangent scattered into zeros of the input's shape.
+pub(crate) fn slice_vjp<A: Scalar>(
+    cot: &Tensor<A>,
+    in_shape: &Shape,
+    axis: usize,
+    start: usize,
+) -> Result<Tensor<A>> {
+    let (outer, n, inner) = in_shape.split_at_axis(axis);
+    let len = cot.shape().dims()[axis];
+    let mut dx = Tensor::<A>::zeros(in_shape.clone())?;
+    for o in 0..outer {
+        let to = (o * n + start) * inner;
+        let from = o * len * inner;
+        dx.data_mut()[to..to + len * inner].clone_from_slice(&cot.data()[from..from + len * inner]);
+    }
+    Ok(dx)
+}
+
 pub(crate) fn infer_concat(axis: usize, inputs: &[Shape]) -> Result<Shape> {
     const OP: &str = super::desc::CONCAT.name;
     if inputs.len() < 2 {

@@ -23,7 +23,7 @@
 
 mod conv;
 pub mod desc;
-mod elementwise;
+pub(crate) mod elementwise;
 pub(crate) mod layout;
 pub(crate) mod linalg;
 pub(crate) mod norm;
@@ -35,10 +35,11 @@ pub use conv::{window_out, Conv2dSpec};
 pub use desc::{
     AttrMut, AttrValue, AttrVisitor, OpDesc, BATCH_NORM_DEFAULT_EPS, LAYER_NORM_DEFAULT_EPS,
 };
-pub use elementwise::{BinaryOp, UnaryOp};
+pub use elementwise::{gelu_consts, BinaryOp, GeluApprox, UnaryOp};
 pub use linalg::{linear_dims, matmul_dims};
 pub use pool::{PoolKind, PoolSpec};
 pub use random::{splitmix64, uniform_at};
+pub use reduce::{class_ids, Reduction};
 
 use crate::backend::Backend;
 use crate::error::{Result, SpecError};
@@ -56,6 +57,8 @@ pub enum Op {
     Scale { c: f64 },
     /// `x + c` (extension).
     AddScalar { c: f64 },
+    /// `torch.clamp(x, min, max)`; an absent bound does not clamp (extension).
+    Clamp { min: Option<f64>, max: Option<f64> },
     /// Identity forward; the gradient stops here.
     Detach,
     /// Max-shifted softmax along `axis`.
@@ -80,6 +83,12 @@ pub enum Op {
     Transpose3dLastTwo,
     /// Swaps two axes (extension).
     Transpose { dim0: usize, dim1: usize },
+    /// `x.narrow(axis, start, len)` (extension).
+    Slice {
+        axis: usize,
+        start: usize,
+        len: usize,
+    },
     /// Sum over one axis, which is removed.
     ReduceSum { axis: usize },
     /// Mean over one axis, which is removed (an empty axis divides by 1).
@@ -97,10 +106,16 @@ pub enum Op {
     /// Batch norm in evaluation mode: `(x − mean)/sqrt(max(var, 0) + eps)·γ + β`, channels on
     /// axis 1.
     BatchNormEval { channels: usize, eps: f64 },
+    /// Batch norm in training mode on `[N, C, H, W]`: per channel, the batch mean and biased
+    /// variance over `N, H, W`, `(x − mean)/sqrt(var + eps)·γ + β`; `eps: None` is the default
+    /// [`BATCH_NORM_DEFAULT_EPS`] (extension).
+    BatchNormTrain { channels: usize, eps: Option<f64> },
     /// Concatenation of two or more tensors along `axis`.
     Concat { axis: usize },
     /// Mean squared error `Σ(y − t)² / size` (size 0 divides by 1).
     MseLoss,
+    /// `F.cross_entropy(logits [N, C], target [N])` with integral class ids (extension).
+    CrossEntropy { reduction: Reduction },
     /// Deterministic uniform `[0, 1)` noise keyed by `(seed, key)` and the element index.
     RandUniform { seed: u64, key: u64, shape: Shape },
     /// `1` where `keep_prob > u`, else `0`, with `u` as in `RandUniform`.
@@ -313,6 +328,8 @@ impl Op {
             Op::Linear => linalg::linear_payload_shapes(first()?, out)?,
             Op::Conv2d(spec) => spec.payload_shapes(),
             Op::BatchNormEval { channels, .. } => norm::batch_norm_payload_shapes(*channels),
+            Op::BatchNormTrain { channels, .. } => vec![Shape::from([*channels]); 2],
+            Op::CrossEntropy { .. } => vec![reduce::cross_entropy_target_shape(first()?)?],
             _ => Vec::new(),
         })
     }
@@ -332,6 +349,10 @@ impl Op {
                 inputs[0].clone()
             }
             Op::Binary(_) => elementwise::infer_same(name, &inputs[0], &inputs[1])?,
+            Op::Clamp { min, max } => {
+                elementwise::check_clamp_bounds(*min, *max)?;
+                inputs[0].clone()
+            }
             Op::Softmax { axis } | Op::LogSoftmax { axis } => {
                 layout::check_axis(name, "axis", *axis, &inputs[0])?;
                 inputs[0].clone()
@@ -353,6 +374,7 @@ impl Op {
                 let perm = self.permutation(&inputs[0])?;
                 layout::infer_permute(name, &perm, &inputs[0])?
             }
+            Op::Slice { axis, start, len } => layout::infer_slice(*axis, *start, *len, &inputs[0])?,
             Op::ReduceSum { axis } | Op::ReduceMean { axis } => {
                 layout::check_axis(name, "axis", *axis, &inputs[0])?;
                 inputs[0].remove_axis(*axis)
@@ -363,11 +385,17 @@ impl Op {
             Op::Conv2d(spec) => spec.infer(&inputs[0], &inputs[1], &inputs[2])?,
             Op::Pool(spec) => spec.infer(&inputs[0])?,
             Op::BatchNormEval { channels, eps } => norm::infer_batch_norm(*channels, *eps, inputs)?,
+            Op::BatchNormTrain { channels, eps } => norm::infer_batch_norm_train(
+                *channels,
+                eps.unwrap_or(BATCH_NORM_DEFAULT_EPS),
+                inputs,
+            )?,
             Op::Concat { axis } => layout::infer_concat(*axis, inputs)?,
             Op::MseLoss => {
                 elementwise::infer_same(name, &inputs[0], &inputs[1])?;
                 Shape::scalar()
             }
+            Op::CrossEntropy { .. } => reduce::infer_cross_entropy(&inputs[0], &inputs[1])?,
             Op::RandUniform { shape, .. } => shape.clone(),
             Op::BernoulliMask { shape, .. } => {
                 if inputs[0].rank() != 0 {
@@ -382,6 +410,20 @@ impl Op {
         };
         out.checked_size()?;
         Ok(out)
+    }
+
+    /// Validates the values of data operand `i` ([`OpDesc::data`]) of an op whose operands have
+    /// these (valid) shapes: `cross_entropy`'s class ids. Other operands are not checked. The
+    /// rule the dispatch applies on every engine, exposed for checks that run no engine (the
+    /// IR's payload check).
+    pub fn check_data(&self, i: usize, shapes: &[Shape], values: &[f64]) -> Result<()> {
+        match self {
+            Op::CrossEntropy { .. } if i == 1 => {
+                let classes = shapes.first().and_then(|s| s.dims().get(1)).copied();
+                reduce::class_ids(values, classes.unwrap_or(0)).map(drop)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// For the permutation-like ops, the permutation they perform on a tensor of shape `s`.
@@ -440,6 +482,7 @@ impl Op {
             Op::Binary(b) => B::binary(*b, a[0], a[1]),
             Op::Scale { c } => B::scale(a[0], *c),
             Op::AddScalar { c } => B::add_scalar(a[0], *c),
+            Op::Clamp { min, max } => B::clamp(a[0], *min, *max),
             Op::Detach => B::relabel(a[0], &out),
             Op::Softmax { axis } => B::softmax(a[0], *axis, false),
             Op::LogSoftmax { axis } => B::softmax(a[0], *axis, true),
@@ -452,6 +495,7 @@ impl Op {
             | Op::SwapFirstTwo
             | Op::Transpose3dLastTwo
             | Op::Transpose { .. } => B::permute(a[0], &self.permutation(&shapes[0])?, &out),
+            Op::Slice { axis, start, .. } => B::slice(a[0], *axis, *start, &out),
             Op::ReduceSum { axis } => B::reduce_axis(a[0], *axis, false, &out),
             Op::ReduceMean { axis } => B::reduce_axis(a[0], *axis, true, &out),
             Op::Sum => B::sum_all(a[0]),
@@ -460,8 +504,15 @@ impl Op {
             Op::Conv2d(spec) => B::conv2d(spec, a[0], a[1], a[2], &out),
             Op::Pool(spec) => B::pool(spec, a[0], &out),
             Op::BatchNormEval { eps, .. } => B::batch_norm([a[0], a[1], a[2], a[3], a[4]], *eps),
+            Op::BatchNormTrain { eps, .. } => {
+                B::batch_norm_train(a[0], a[1], a[2], eps.unwrap_or(BATCH_NORM_DEFAULT_EPS))
+            }
             Op::Concat { axis } => B::concat(a, *axis, &out),
             Op::MseLoss => B::mse_loss(a[0], a[1]),
+            Op::CrossEntropy { reduction } => {
+                let ids = reduce::class_ids(&B::values_f64(a[1])?, shapes[0].dims()[1])?;
+                B::cross_entropy(a[0], &ids, *reduction == Reduction::Mean)
+            }
             Op::RandUniform { seed, key, .. } => B::rand_uniform(*seed, *key, &out),
             Op::BernoulliMask { seed, key, .. } => B::bernoulli_mask(*seed, *key, a[0], &out),
         }
@@ -508,6 +559,7 @@ impl Op {
             }
             Op::Scale { c } => one(B::scale(cot, *c)?),
             Op::AddScalar { .. } => one(B::relabel(cot, out)?),
+            Op::Clamp { min, max } => one(B::clamp_vjp(s.input(self, 0)?, cot, *min, *max)?),
             Op::Detach => Ok(smallvec![None]),
             Op::Softmax { axis } => one(B::softmax_vjp(s.output(self, out)?, cot, *axis, false)?),
             Op::LogSoftmax { axis } => one(B::softmax_vjp(s.output(self, out)?, cot, *axis, true)?),
@@ -526,6 +578,9 @@ impl Op {
                 let in_shape = s.shape(self, 0)?;
                 let perm = layout::inverse(&self.permutation(in_shape)?);
                 one(B::permute(cot, &perm, in_shape)?)
+            }
+            Op::Slice { axis, start, .. } => {
+                one(B::slice_vjp(cot, s.shape(self, 0)?, *axis, *start)?)
             }
             Op::ReduceSum { axis } => one(B::spread(cot, s.shape(self, 0)?, *axis, false)?),
             Op::ReduceMean { axis } => one(B::spread(cot, s.shape(self, 0)?, *axis, true)?),
@@ -557,6 +612,12 @@ impl Op {
                 )?;
                 Ok(grads.into_iter().map(Some).collect())
             }
+            Op::BatchNormTrain { eps, .. } => {
+                let eps = eps.unwrap_or(BATCH_NORM_DEFAULT_EPS);
+                let grads =
+                    B::batch_norm_train_vjp(s.input(self, 0)?, s.input(self, 1)?, cot, eps)?;
+                Ok(grads.into_iter().map(Some).collect())
+            }
             Op::Concat { axis } => Ok(B::concat_vjp(cot, &s.input_shapes, *axis)?
                 .into_iter()
                 .map(Some)
@@ -564,6 +625,14 @@ impl Op {
             Op::MseLoss => {
                 let (da, db) = B::mse_loss_vjp(s.input(self, 0)?, s.input(self, 1)?, cot)?;
                 Ok(smallvec![Some(da), Some(db)])
+            }
+            Op::CrossEntropy { reduction } => {
+                let logits = s.input(self, 0)?;
+                let classes = logits.shape_of().dims()[1];
+                let ids = reduce::class_ids(&B::values_f64(s.input(self, 1)?)?, classes)?;
+                let mean = *reduction == Reduction::Mean;
+                let dx = B::cross_entropy_vjp(logits, &ids, cot, mean)?;
+                Ok(smallvec![Some(dx), None])
             }
             Op::RandUniform { .. } => Ok(Operands::new()),
             Op::BernoulliMask { .. } => Ok(smallvec![None]),

@@ -1,5 +1,5 @@
 //! Normalisers: softmax and log-softmax along an axis, layer norm over a suffix of axes,
-//! batch norm in evaluation mode.
+//! batch norm in evaluation and in training mode.
 
 use super::layout::check_axis;
 use crate::error::{Result, SpecError};
@@ -308,5 +308,151 @@ pub(crate) fn batch_norm_vjp<A: Scalar>(
         Tensor::new(cshape.clone(), dbeta)?,
         Tensor::new(cshape.clone(), dmean)?,
         Tensor::new(cshape, dvar)?,
+    ])
+}
+
+const BN_TRAIN: &str = "batch_norm2d_nchw_train";
+
+pub(crate) fn infer_batch_norm_train(channels: usize, eps: f64, inputs: &[Shape]) -> Result<Shape> {
+    check_eps(BN_TRAIN, eps)?;
+    let x = &inputs[0];
+    if x.rank() != 4 || x.dims()[1] != channels {
+        return Err(SpecError::OpShape {
+            op: BN_TRAIN,
+            shapes: vec![x.clone()],
+            reason: format!("expects [N, {channels}, H, W] (channels on axis 1)"),
+        });
+    }
+    for s in &inputs[1..] {
+        if s.dims() != [channels] {
+            return Err(SpecError::OpShape {
+                op: BN_TRAIN,
+                shapes: inputs.to_vec(),
+                reason: format!("gamma and beta must be [{channels}]"),
+            });
+        }
+    }
+    Ok(x.clone())
+}
+
+/// Per channel of a validated `[N, C, H, W]` input: `(mean, sigma)` over `N, H, W` with the
+/// biased variance (`Σ (x − mean)² / M`, `M = max(N·H·W, 1)`) and `sigma = sqrt(var + eps)`;
+/// sums over the batch, then each image's positions, in index order.
+fn batch_stats<A: Scalar>(x: &Tensor<A>, eps: &A) -> Result<Vec<(A, A)>> {
+    let (n, c, rest) = bn_dims(x.shape());
+    let count = A::from_usize((n * rest).max(1));
+    let at = |b: usize, ch: usize, r: usize| &x.data()[(b * c + ch) * rest + r];
+    (0..c)
+        .map(|ch| {
+            let mut sum = A::zero();
+            for b in 0..n {
+                for r in 0..rest {
+                    sum = sum.add(at(b, ch, r));
+                }
+            }
+            let mean = sum.div(&count)?;
+            let mut sq = A::zero();
+            for b in 0..n {
+                for r in 0..rest {
+                    let d = at(b, ch, r).sub(&mean);
+                    sq = sq.add(&d.mul(&d));
+                }
+            }
+            let var = sq.div(&count)?;
+            Ok((mean, var.add(eps).sqrt()?))
+        })
+        .collect()
+}
+
+/// `(x − mean)/sigma·γ + β` with the batch's own statistics, computed in the accumulation
+/// type ([`Scalar::Acc`]: `f64` for `f32`, as PyTorch's CPU kernels do) and rounded once.
+pub(crate) fn batch_norm_train<A: Scalar>(
+    x: &Tensor<A>,
+    gamma: &Tensor<A>,
+    beta: &Tensor<A>,
+    eps: f64,
+) -> Result<Tensor<A>> {
+    let y = batch_norm_train_in(&x.to_acc(), &gamma.to_acc(), &beta.to_acc(), eps)?;
+    Ok(Tensor::from_acc(&y))
+}
+
+fn batch_norm_train_in<A: Scalar>(
+    x: &Tensor<A>,
+    gamma: &Tensor<A>,
+    beta: &Tensor<A>,
+    eps: f64,
+) -> Result<Tensor<A>> {
+    let (n, c, rest) = bn_dims(x.shape());
+    let stats = batch_stats(x, &A::from_f64(eps)?)?;
+    let mut out = Vec::with_capacity(x.len());
+    for b in 0..n {
+        for (ch, (mean, sigma)) in stats.iter().enumerate() {
+            for r in 0..rest {
+                let v = &x.data()[(b * c + ch) * rest + r];
+                let norm = v.sub(mean).div(sigma)?;
+                out.push(norm.mul(&gamma.data()[ch]).add(&beta.data()[ch]));
+            }
+        }
+    }
+    Tensor::new(x.shape().clone(), out)
+}
+
+/// `[dx, dγ, dβ]`: with `x̂ = (x − mean)/sigma`, `dβ = Σ dy`, `dγ = Σ dy·x̂` and
+/// `dx = γ·((dy − dβ/M) − x̂·dγ/M)/sigma` (the gradient through the batch mean and variance),
+/// in the accumulation type like the forward.
+pub(crate) fn batch_norm_train_vjp<A: Scalar>(
+    x: &Tensor<A>,
+    gamma: &Tensor<A>,
+    dy: &Tensor<A>,
+    eps: f64,
+) -> Result<[Tensor<A>; 3]> {
+    let g = batch_norm_train_vjp_in(&x.to_acc(), &gamma.to_acc(), &dy.to_acc(), eps)?;
+    Ok(g.map(|t| Tensor::from_acc(&t)))
+}
+
+fn batch_norm_train_vjp_in<A: Scalar>(
+    x: &Tensor<A>,
+    gamma: &Tensor<A>,
+    dy: &Tensor<A>,
+    eps: f64,
+) -> Result<[Tensor<A>; 3]> {
+    let (n, c, rest) = bn_dims(x.shape());
+    let stats = batch_stats(x, &A::from_f64(eps)?)?;
+    let count = A::from_usize((n * rest).max(1));
+    let xhat = |off: usize, ch: usize| -> Result<A> {
+        let (mean, sigma) = &stats[ch];
+        x.data()[off].sub(mean).div(sigma)
+    };
+    let mut dgamma = vec![A::zero(); c];
+    let mut dbeta = vec![A::zero(); c];
+    for ch in 0..c {
+        for b in 0..n {
+            for r in 0..rest {
+                let off = (b * c + ch) * rest + r;
+                let d = &dy.data()[off];
+                dbeta[ch] = dbeta[ch].add(d);
+                dgamma[ch] = dgamma[ch].add(&d.mul(&xhat(off, ch)?));
+            }
+        }
+    }
+    let mut dx = Vec::with_capacity(x.len());
+    for b in 0..n {
+        for ch in 0..c {
+            let mean_d = dbeta[ch].div(&count)?;
+            let mean_dh = dgamma[ch].div(&count)?;
+            for r in 0..rest {
+                let off = (b * c + ch) * rest + r;
+                let centred = dy.data()[off]
+                    .sub(&mean_d)
+                    .sub(&xhat(off, ch)?.mul(&mean_dh));
+                dx.push(gamma.data()[ch].mul(&centred).div(&stats[ch].1)?);
+            }
+        }
+    }
+    let cshape = Shape::from([c]);
+    Ok([
+        Tensor::new(x.shape().clone(), dx)?,
+        Tensor::new(cshape.clone(), dgamma)?,
+        Tensor::new(cshape, dbeta)?,
     ])
 }

@@ -1,10 +1,152 @@
 //! Reductions: over one axis (removed), over everything, and the mean-squared-error loss.
 //! Sums fold left from zero in index order; a mean over zero elements divides by 1.
 
-use crate::error::Result;
+use crate::error::{Result, SpecError};
 use crate::scalar::Scalar;
 use crate::shape::Shape;
 use crate::tensor::Tensor;
+
+/// `cross_entropy`'s `reduction`: PyTorch's `"mean"` (over the rows) or `"sum"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reduction {
+    Mean,
+    Sum,
+}
+
+impl Reduction {
+    /// The wire values, in the order of [`Reduction::ALL`].
+    pub const OPTIONS: &'static [&'static str] = &["mean", "sum"];
+    pub const ALL: [Reduction; 2] = [Reduction::Mean, Reduction::Sum];
+
+    /// The wire value.
+    pub fn wire(self) -> &'static str {
+        match self {
+            Reduction::Mean => "mean",
+            Reduction::Sum => "sum",
+        }
+    }
+
+    /// The reduction with wire value `s`.
+    pub fn from_wire(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.wire() == s)
+    }
+}
+
+const CE: &str = "cross_entropy";
+
+/// `cross_entropy`'s shape rule: logits `[N, C]`, target `[N]`; the loss is a scalar.
+pub(crate) fn infer_cross_entropy(logits: &Shape, target: &Shape) -> Result<Shape> {
+    let want = cross_entropy_target_shape(logits)?;
+    if target != &want {
+        return Err(SpecError::OpShape {
+            op: CE,
+            shapes: vec![logits.clone(), target.clone()],
+            reason: format!("the target must be {want} (one class id per row of the logits)"),
+        });
+    }
+    Ok(Shape::scalar())
+}
+
+/// The target's shape `[N]` for logits `[N, C]` (the payload-shape rule).
+pub(crate) fn cross_entropy_target_shape(logits: &Shape) -> Result<Shape> {
+    match logits.dims() {
+        &[n, _] => Ok(Shape::from([n])),
+        _ => Err(SpecError::OpShape {
+            op: CE,
+            shapes: vec![logits.clone()],
+            reason: "the logits must be [N, C]".into(),
+        }),
+    }
+}
+
+/// The class ids of a `cross_entropy` target: every value integral and in `[0, classes)`, else
+/// an error naming the operand `target` and the first bad element. The one validation every
+/// engine's forward and VJP go through (the dispatch calls it), and the IR's payload check.
+pub fn class_ids(values: &[f64], classes: usize) -> Result<Vec<usize>> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            if v.is_finite() && v.fract() == 0.0 && v >= 0.0 && v < classes as f64 {
+                // invariant: an integral value in [0, classes) fits in usize
+                Ok(v as usize)
+            } else {
+                let what = if v.is_finite() && v.fract() == 0.0 {
+                    "outside"
+                } else {
+                    "not an integral class id in"
+                };
+                Err(SpecError::OpData {
+                    op: CE,
+                    operand: "target",
+                    reason: format!("element {i} is {v}, {what} [0, {classes})"),
+                })
+            }
+        })
+        .collect()
+}
+
+/// `Σᵢ −log_softmax(logitsᵢ)[tᵢ]`, divided by `max(N, 1)` for the mean; the log-softmax is
+/// max-shifted (`(x − m) − log Σ e^(x−m)`), each row's sum left to right, rows in order.
+pub(crate) fn cross_entropy<A: Scalar>(
+    logits: &Tensor<A>,
+    target: &[usize],
+    mean: bool,
+) -> Result<Tensor<A>> {
+    let (n, c) = (logits.shape().dims()[0], logits.shape().dims()[1]);
+    let mut total = A::zero();
+    for (i, &t) in target.iter().enumerate().take(n) {
+        let row = &logits.data()[i * c..(i + 1) * c];
+        let (m, sum) = row_shift_sum(row)?;
+        let picked = row[t].sub(&m).sub(&sum.log()?);
+        total = total.add(&picked.neg());
+    }
+    Ok(Tensor::scalar(if mean {
+        total.div(&mean_denominator(n))?
+    } else {
+        total
+    }))
+}
+
+/// `(m, Σ e^(x − m))` of a non-empty row, `m` its maximum (`if m > v then m else v`).
+fn row_shift_sum<A: Scalar>(row: &[A]) -> Result<(A, A)> {
+    let mut m = row[0].clone();
+    for v in &row[1..] {
+        m = m.max_of(v);
+    }
+    let mut sum = A::zero();
+    for v in row {
+        sum = sum.add(&v.sub(&m).exp()?);
+    }
+    Ok((m, sum))
+}
+
+/// `d/dlogits = g·(softmax − onehot(t))` with `g = δ / max(N, 1)` for the mean, `δ` for the sum.
+pub(crate) fn cross_entropy_vjp<A: Scalar>(
+    logits: &Tensor<A>,
+    target: &[usize],
+    cot: &Tensor<A>,
+    mean: bool,
+) -> Result<Tensor<A>> {
+    let (n, c) = (logits.shape().dims()[0], logits.shape().dims()[1]);
+    let delta = cot.item()?;
+    let g = if mean {
+        delta.div(&mean_denominator(n))?
+    } else {
+        delta.clone()
+    };
+    let mut dx = Vec::with_capacity(n * c);
+    for (i, &t) in target.iter().enumerate().take(n) {
+        let row = &logits.data()[i * c..(i + 1) * c];
+        let (m, sum) = row_shift_sum(row)?;
+        for (j, v) in row.iter().enumerate() {
+            let p = v.sub(&m).exp()?.div(&sum)?;
+            let d = p.mul(&g);
+            dx.push(if j == t { d.sub(&g) } else { d });
+        }
+    }
+    Tensor::new(logits.shape().clone(), dx)
+}
 
 /// `max(n, 1)` as a scalar: the mean denominator.
 fn mean_denominator<A: Scalar>(n: usize) -> A {

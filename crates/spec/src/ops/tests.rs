@@ -115,6 +115,20 @@ fn structural_ops_vjp_match_finite_differences() {
     let cases: Vec<(Op, Vec<&[usize]>)> = vec![
         (Op::Scale { c: -1.5 }, vec![&[4]]),
         (Op::AddScalar { c: 0.25 }, vec![&[2, 2]]),
+        (
+            Op::Clamp {
+                min: Some(-0.5),
+                max: Some(0.5),
+            },
+            vec![&[3, 4]],
+        ),
+        (
+            Op::Clamp {
+                min: None,
+                max: Some(0.25),
+            },
+            vec![&[6]],
+        ),
         (Op::Softmax { axis: 0 }, vec![&[3, 4]]),
         (Op::Softmax { axis: 1 }, vec![&[2, 3, 2]]),
         (Op::LogSoftmax { axis: 1 }, vec![&[3, 4]]),
@@ -148,6 +162,22 @@ fn structural_ops_vjp_match_finite_differences() {
         (Op::SwapFirstTwo, vec![&[2, 3, 4]]),
         (Op::Transpose3dLastTwo, vec![&[2, 3, 4]]),
         (Op::Transpose { dim0: 0, dim1: 2 }, vec![&[2, 3, 4]]),
+        (
+            Op::Slice {
+                axis: 1,
+                start: 1,
+                len: 2,
+            },
+            vec![&[2, 4, 3]],
+        ),
+        (
+            Op::Slice {
+                axis: 0,
+                start: 3,
+                len: 2,
+            },
+            vec![&[5]],
+        ),
         (Op::ReduceSum { axis: 1 }, vec![&[3, 5, 2]]),
         (Op::ReduceMean { axis: 0 }, vec![&[3, 5, 2]]),
         (Op::Sum, vec![&[2, 3]]),
@@ -206,14 +236,47 @@ fn structural_ops_vjp_match_finite_differences() {
             },
             vec![&[2, 3, 2, 2], &[3], &[3], &[3], &[3]],
         ),
+        (
+            Op::BatchNormTrain {
+                channels: 3,
+                eps: Some(1e-3),
+            },
+            vec![&[2, 3, 2, 2], &[3], &[3]],
+        ),
+        (
+            Op::BatchNormTrain {
+                channels: 2,
+                eps: None,
+            },
+            vec![&[3, 2, 1, 2], &[2], &[2]],
+        ),
         (Op::Concat { axis: 1 }, vec![&[2, 1], &[2, 3], &[2, 2]]),
         (Op::MseLoss, vec![&[2, 3], &[2, 3]]),
+        (
+            Op::CrossEntropy {
+                reduction: Reduction::Mean,
+            },
+            vec![&[4, 3], &[4]],
+        ),
+        (
+            Op::CrossEntropy {
+                reduction: Reduction::Sum,
+            },
+            vec![&[3, 5], &[3]],
+        ),
     ];
     for (i, (op, shapes)) in cases.iter().enumerate() {
         let mut ins = rand_inputs(300 + i as u64, shapes, -1.0, 1.0);
         if let Op::BatchNormEval { .. } = op {
             // variances positive
             ins[4] = random_tensor(&mut Lcg(7), &Shape::from([3]), 0.5, 1.5);
+        }
+        if let Op::CrossEntropy { .. } = op {
+            // integral class ids in [0, C)
+            let classes = shapes[0][1];
+            for (r, v) in ins[1].data_mut().iter_mut().enumerate() {
+                *v = ((r * 2 + 1) % classes) as f64;
+            }
         }
         check_fd(op, &ins, 400 + i as u64, 1e-6);
     }
@@ -232,6 +295,270 @@ fn relu_and_abs_have_zero_derivative_at_zero_and_relu_keeps_exact_zeros() {
     let y = op.forward(&[&x]).unwrap();
     let g = op.vjp(&Saved::for_op(&op, &[&x], &y), &dy).unwrap();
     assert_eq!(g[0].as_ref().unwrap().data(), &[-5.0, 0.0, 5.0]);
+}
+
+#[test]
+fn gelu_matches_pytorch_values_in_both_forms() {
+    // x·Φ(x) and the tanh formula in f64 (Python's math.erf / math.tanh)
+    let x = t(&[4], &[-2.0, 0.0, 1.0, 3.0]);
+    for (a, want) in [
+        (
+            GeluApprox::None,
+            [
+                -0.045_500_263_896_358_42,
+                0.0,
+                0.841_344_746_068_542_9,
+                2.995_950_305_905_11,
+            ],
+        ),
+        (
+            GeluApprox::Tanh,
+            [
+                -0.045_402_305_912_224_94,
+                0.0,
+                0.841_191_990_608_276_8,
+                2.996_362_607_918_227,
+            ],
+        ),
+    ] {
+        let y = Op::Unary(UnaryOp::Gelu(a)).forward(&[&x]).unwrap();
+        for (g, w) in y.data().iter().zip(want) {
+            assert!((g - w).abs() < 1e-12, "{a:?}: {g} vs {w}");
+        }
+    }
+}
+
+#[test]
+fn clamp_passes_the_gradient_at_its_bounds_like_pytorch() {
+    // torch.clamp(x, 0, 1) and its backward: 1 on [min, max] (bounds included), 0 outside and at NaN
+    let x = t(&[6], &[-1.0, 0.0, 0.5, 1.0, 2.0, f64::NAN]);
+    let op = Op::Clamp {
+        min: Some(0.0),
+        max: Some(1.0),
+    };
+    let y = op.forward(&[&x]).unwrap();
+    assert_eq!(&y.data()[..5], &[0.0, 0.0, 0.5, 1.0, 1.0]);
+    assert!(y.data()[5].is_nan());
+    let g = op
+        .vjp(&Saved::for_op(&op, &[&x], &y), &t(&[6], &[3.0; 6]))
+        .unwrap();
+    assert_eq!(
+        g[0].as_ref().unwrap().data(),
+        &[0.0, 3.0, 3.0, 3.0, 0.0, 0.0]
+    );
+    // one bound only
+    let op = Op::Clamp {
+        min: None,
+        max: Some(0.5),
+    };
+    let y = op.forward(&[&x]).unwrap();
+    assert_eq!(&y.data()[..5], &[-1.0, 0.0, 0.5, 0.5, 0.5]);
+    // min == max is allowed; min > max and NaN bounds are attribute errors
+    let op = Op::Clamp {
+        min: Some(0.5),
+        max: Some(0.5),
+    };
+    assert!(op.forward(&[&x]).is_ok());
+    for (min, max, attr) in [
+        (Some(2.0), Some(1.0), "min"),
+        (Some(f64::NAN), None, "min"),
+        (None, Some(f64::NAN), "max"),
+    ] {
+        let e = Op::Clamp { min, max }.forward(&[&x]).unwrap_err();
+        assert!(
+            matches!(e, SpecError::OpAttr { op: "clamp", attr: a, .. } if a == attr),
+            "{e}"
+        );
+    }
+    // exact over the rationals
+    let xr = Tensor::new([3], vec![q(-1, 3), q(1, 2), q(5, 4)]).unwrap();
+    let op = Op::Clamp {
+        min: Some(0.0),
+        max: Some(1.0),
+    };
+    assert_eq!(
+        op.forward(&[&xr]).unwrap().data(),
+        &[q(0, 1), q(1, 2), q(1, 1)]
+    );
+}
+
+#[test]
+fn slice_narrows_and_its_vjp_scatters_into_zeros() {
+    let x = t(&[2, 4], &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]);
+    let op = Op::Slice {
+        axis: 1,
+        start: 2,
+        len: 2,
+    };
+    let y = op.forward(&[&x]).unwrap();
+    assert_eq!(y.shape(), &Shape::from([2, 2]));
+    assert_eq!(y.data(), &[2.0, 3.0, 6.0, 7.0]);
+    let g = op
+        .vjp(
+            &Saved::for_op(&op, &[&x], &y),
+            &t(&[2, 2], &[1.0, 2.0, 3.0, 4.0]),
+        )
+        .unwrap();
+    assert_eq!(
+        g[0].as_ref().unwrap().data(),
+        &[0.0, 0.0, 1.0, 2.0, 0.0, 0.0, 3.0, 4.0]
+    );
+    // an empty slice at the end is fine; past the extent names the field
+    let empty = Op::Slice {
+        axis: 1,
+        start: 4,
+        len: 0,
+    };
+    assert_eq!(empty.forward(&[&x]).unwrap().shape(), &Shape::from([2, 0]));
+    for (start, len, attr) in [(5, 0, "start"), (3, 2, "len"), (1, usize::MAX, "len")] {
+        let e = Op::Slice {
+            axis: 1,
+            start,
+            len,
+        }
+        .infer_shape(&[Shape::from([2, 4])])
+        .unwrap_err();
+        assert!(
+            matches!(e, SpecError::OpAttr { op: "slice", attr: a, .. } if a == attr),
+            "{e}"
+        );
+    }
+    let e = Op::Slice {
+        axis: 2,
+        start: 0,
+        len: 1,
+    }
+    .infer_shape(&[Shape::from([2, 4])])
+    .unwrap_err();
+    assert!(matches!(e, SpecError::OpAttr { attr: "axis", .. }), "{e}");
+}
+
+#[test]
+fn cross_entropy_matches_pytorch_and_rejects_bad_targets() {
+    // F.cross_entropy(tensor([[1., 2., 3.], [0., 0., 0.]]), tensor([2, 0])): the mean of
+    // log(e + e² + e³) − 3 and log 3
+    let x = t(&[2, 3], &[1.0, 2.0, 3.0, 0.0, 0.0, 0.0]);
+    let target = t(&[2], &[2.0, 0.0]);
+    let l0 = (1f64.exp() + 2f64.exp() + 3f64.exp()).ln() - 3.0;
+    let l1 = 3f64.ln();
+    for (reduction, want) in [
+        (Reduction::Mean, (l0 + l1) / 2.0),
+        (Reduction::Sum, l0 + l1),
+    ] {
+        let op = Op::CrossEntropy { reduction };
+        let y = op.forward(&[&x, &target]).unwrap();
+        assert!((y.item().unwrap() - want).abs() < 1e-14, "{reduction:?}");
+        let g = op
+            .vjp(
+                &Saved::for_op(&op, &[&x, &target], &y),
+                &Tensor::scalar(1.0),
+            )
+            .unwrap();
+        assert!(g[1].is_none(), "the target is data: a structural zero");
+        let dx = g[0].as_ref().unwrap();
+        // each row of softmax − onehot sums to 0
+        for row in dx.data().chunks(3) {
+            assert!(row.iter().sum::<f64>().abs() < 1e-15);
+        }
+    }
+    // stable for huge logits
+    let big = t(&[1, 2], &[1000.0, -1000.0]);
+    let op = Op::CrossEntropy {
+        reduction: Reduction::Sum,
+    };
+    let y = op.forward(&[&big, &t(&[1], &[1.0])]).unwrap();
+    assert_eq!(y.item().unwrap(), &2000.0);
+    // bad class ids name the operand
+    for bad in [3.0, -1.0, 1.5, f64::NAN, f64::INFINITY] {
+        let e = op.forward(&[&x, &t(&[2], &[0.0, bad])]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SpecError::OpData {
+                    op: "cross_entropy",
+                    operand: "target",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("element 1"), "{e}");
+    }
+    // shapes: logits [N, C], target [N]
+    assert!(op
+        .infer_shape(&[Shape::from([2, 3]), Shape::from([3])])
+        .is_err());
+    assert!(op
+        .infer_shape(&[Shape::from([6]), Shape::from([6])])
+        .is_err());
+    // over the rationals, a target that is not an exact integer is rejected too
+    let xr = Tensor::new([1, 2], vec![q(1, 1), q(2, 1)]).unwrap();
+    let tr = Tensor::new([1], vec![q(1, 3)]).unwrap();
+    assert!(matches!(
+        op.forward(&[&xr, &tr]),
+        Err(SpecError::OpData { .. })
+    ));
+}
+
+#[test]
+fn batch_norm_train_normalises_each_channel_with_the_batch_statistics() {
+    // two images, two channels, 1×2 each: channel 0 holds 1, 3, 5, 7 (mean 4, biased var 5)
+    let x = t(&[2, 2, 1, 2], &[1.0, 3.0, 10.0, 10.0, 5.0, 7.0, 10.0, 10.0]);
+    let gamma = t(&[2], &[2.0, 1.0]);
+    let beta = t(&[2], &[0.5, -1.0]);
+    let op = Op::BatchNormTrain {
+        channels: 2,
+        eps: Some(0.0),
+    };
+    let y = op.forward(&[&x, &gamma, &beta]).unwrap();
+    let s = 5f64.sqrt();
+    let want0: Vec<f64> = [1.0, 3.0, 5.0, 7.0]
+        .iter()
+        .map(|v| (v - 4.0) / s * 2.0 + 0.5)
+        .collect();
+    for (got, want) in [y.data()[0], y.data()[1], y.data()[4], y.data()[5]]
+        .iter()
+        .zip(&want0)
+    {
+        assert!((got - want).abs() < 1e-14, "{got} vs {want}");
+    }
+    // channel 1 is constant: var 0 and eps 0 make 0/0 (PyTorch gives NaN too)
+    assert!(y.data()[2].is_nan());
+    // with a positive eps a constant channel is β; its input gradient is γ·(dy − mean dy)/√eps
+    // (the variance's derivative vanishes there, the mean's does not)
+    let op = Op::BatchNormTrain {
+        channels: 2,
+        eps: None,
+    };
+    let y = op.forward(&[&x, &gamma, &beta]).unwrap();
+    assert_eq!(y.data()[2], -1.0);
+    let dy = t(&[2, 2, 1, 2], &[1.0, -2.0, 0.5, 3.0, 0.25, 1.0, -1.0, 2.0]);
+    let g = op
+        .vjp(&Saved::for_op(&op, &[&x, &gamma, &beta], &y), &dy)
+        .unwrap();
+    let (dx, dg, db) = (
+        g[0].as_ref().unwrap(),
+        g[1].as_ref().unwrap(),
+        g[2].as_ref().unwrap(),
+    );
+    let want = (0.5 - 1.125) / 1e-5f64.sqrt();
+    assert!(
+        (dx.data()[2] - want).abs() < 1e-9,
+        "{} vs {want}",
+        dx.data()[2]
+    );
+    assert_eq!(db.data(), &[0.25, 4.5]);
+    assert_eq!(dg.data()[1], 0.0);
+    // the input gradient sums to 0 per channel (the mean is subtracted)
+    let ch0 = dx.data()[0] + dx.data()[1] + dx.data()[4] + dx.data()[5];
+    assert!(ch0.abs() < 1e-14, "{ch0}");
+    // only [N, C, H, W] with C = channels
+    for shape in [[2usize, 2, 2].as_slice(), &[2, 3, 1, 2]] {
+        let e = op
+            .infer_shape(&[Shape::from(shape), Shape::from([2]), Shape::from([2])])
+            .unwrap_err();
+        assert!(e.to_string().contains("batch_norm2d_nchw_train"), "{e}");
+    }
 }
 
 #[test]
