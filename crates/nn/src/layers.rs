@@ -536,3 +536,258 @@ impl<const V: usize, const D: usize> Embedding<V, D> {
         ops.reshape(&rows, Shape::new(out))
     }
 }
+
+/// Batch normalisation of `[N, C, H, W]` (PyTorch's `nn.BatchNorm2d(C)`: `weight` ones, `bias`
+/// zeros, buffers `running_mean` zeros and `running_var` ones, `eps` 1e-5, momentum 0.1). In
+/// training mode it normalises with the batch statistics (`batch_norm2d_nchw_train`, the
+/// gradient flowing through them) and updates the running statistics with the unbiased batch
+/// variance, as PyTorch does; in evaluation mode it uses the running statistics
+/// (`batch_norm2d_nchw_eval`).
+#[derive(Clone, Debug)]
+pub struct BatchNorm2d<const C: usize> {
+    eps: f64,
+    momentum: f64,
+}
+
+impl<const C: usize> BatchNorm2d<C> {
+    pub fn new() -> Self {
+        BatchNorm2d {
+            eps: 1e-5,
+            momentum: 0.1,
+        }
+    }
+}
+
+impl<const C: usize> Default for BatchNorm2d<C> {
+    fn default() -> Self {
+        BatchNorm2d::new()
+    }
+}
+
+/// Per-channel mean and unbiased variance of `[N, C, …]` data.
+fn channel_stats(x: &Tensor<f64>, c: usize) -> (Vec<f64>, Vec<f64>) {
+    let d = x.shape().dims();
+    let (n, rest) = (d[0], d[2..].iter().product::<usize>());
+    let count = (n * rest) as f64;
+    let mut mean = vec![0.0; c];
+    let mut var = vec![0.0; c];
+    for ch in 0..c {
+        let vals = (0..n).flat_map(|b| {
+            let off = (b * c + ch) * rest;
+            x.data()[off..off + rest].iter().copied()
+        });
+        let m = vals.clone().sum::<f64>() / count.max(1.0);
+        let ss: f64 = vals.map(|v| (v - m) * (v - m)).sum();
+        mean[ch] = m;
+        var[ch] = ss / (count - 1.0).max(1.0);
+    }
+    (mean, var)
+}
+
+impl<const C: usize> Layer for BatchNorm2d<C> {
+    type In = Image<C>;
+    type Out = Image<C>;
+
+    fn describe(&self) -> String {
+        format!("BatchNorm2d({C})")
+    }
+
+    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode) -> Result<Var> {
+        let cs = Shape::from([C]);
+        let gamma = ops.param("weight", &Tensor::full(cs.clone(), 1.0)?)?;
+        let beta = ops.param("bias", &Tensor::zeros(cs.clone())?)?;
+        let mean = ops.buffer("running_mean", &Tensor::zeros(cs.clone())?)?;
+        let var = ops.buffer("running_var", &Tensor::full(cs, 1.0)?)?;
+        match mode {
+            Mode::Eval => ops.apply(
+                Op::BatchNormEval {
+                    channels: C,
+                    eps: self.eps,
+                },
+                &[x, &gamma, &beta, &mean, &var],
+            ),
+            Mode::Train => {
+                let y = ops.apply(
+                    Op::BatchNormTrain {
+                        channels: C,
+                        eps: Some(self.eps),
+                    },
+                    &[x, &gamma, &beta],
+                )?;
+                let m = self.momentum;
+                for (name, pick) in [("running_mean", 0usize), ("running_var", 1)] {
+                    ops.update_buffer(name, x, &|current, xv| {
+                        let (bm, bv) = channel_stats(xv, C);
+                        let batch = if pick == 0 { bm } else { bv };
+                        let next = current
+                            .data()
+                            .iter()
+                            .zip(batch)
+                            .map(|(r, b)| (1.0 - m) * r + m * b)
+                            .collect();
+                        Ok(Tensor::new(current.shape().clone(), next)?)
+                    })?;
+                }
+                Ok(y)
+            }
+        }
+    }
+}
+
+/// GELU (`approximate = "none"`, PyTorch's default).
+pub fn gelu<D>() -> Activation<D> {
+    Activation::of(UnaryOp::Gelu(torchlean_spec::ops::GeluApprox::None))
+}
+
+/// Multi-head self-attention over `[N, T, D]` tokens with `H` heads (PyTorch's
+/// `nn.MultiheadAttention(D, H, batch_first=True)` with its parameter names `in_proj_weight`,
+/// `in_proj_bias`, `out_proj.weight`, `out_proj.bias` and its initialisation: Xavier-uniform
+/// packed projections, zero biases). `causal` blocks attention to later positions (the
+/// masked scores are `−inf`, so their weights are exactly 0).
+#[derive(Clone, Debug)]
+pub struct MultiHeadAttention<const D: usize, const H: usize> {
+    in_proj_weight: Tensor<f64>,
+    out_proj_weight: Tensor<f64>,
+    causal: bool,
+}
+
+impl<const D: usize, const H: usize> MultiHeadAttention<D, H> {
+    pub fn new(causal: bool, seed: u64) -> Result<Self> {
+        if H == 0 || !D.is_multiple_of(H) {
+            return Err(NnError::Invalid {
+                what: "multi-head attention",
+                layer: String::new(),
+                reason: format!("{D} features do not split into {H} heads"),
+            });
+        }
+        let xavier = (6.0 / (D + 3 * D).max(1) as f64).sqrt();
+        Ok(MultiHeadAttention {
+            in_proj_weight: uniform(Shape::from([3 * D, D]), xavier, seed, 0)?,
+            out_proj_weight: uniform(Shape::from([D, D]), 1.0 / (D.max(1) as f64).sqrt(), seed, 1)?,
+            causal,
+        })
+    }
+
+    /// `[N, T, D]` → `[N·H, T, D/H]`: the heads of one projection.
+    fn heads<O: Ops>(ops: &mut O, p: &Var, n: usize, t: usize) -> Result<Var> {
+        let hd = D / H;
+        let p = ops.reshape(p, Shape::from([n, t, H, hd]))?;
+        let p = ops.apply(
+            Op::Permute {
+                perm: vec![0, 2, 1, 3],
+            },
+            &[&p],
+        )?;
+        ops.reshape(&p, Shape::from([n * H, t, hd]))
+    }
+}
+
+impl<const D: usize, const H: usize> Layer for MultiHeadAttention<D, H> {
+    type In = Features<D>;
+    type Out = Features<D>;
+
+    fn describe(&self) -> String {
+        format!(
+            "MultiHeadAttention({D}, {H} heads{})",
+            if self.causal { ", causal" } else { "" }
+        )
+    }
+
+    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, _: Mode) -> Result<Var> {
+        let [n, t, _] = x.shape().dims()[..] else {
+            return Err(NnError::Invalid {
+                what: "multi-head attention",
+                layer: ops.scope_path(),
+                reason: format!("expects [N, T, {D}] tokens, got {}", x.shape()),
+            });
+        };
+        let w = ops.param("in_proj_weight", &self.in_proj_weight)?;
+        let b = ops.param("in_proj_bias", &Tensor::zeros(Shape::from([3 * D]))?)?;
+        let qkv = ops.linear(x, &w, &b)?;
+        let mut parts = Vec::with_capacity(3);
+        for k in 0..3 {
+            let p = ops.apply(
+                Op::Slice {
+                    axis: 2,
+                    start: k * D,
+                    len: D,
+                },
+                &[&qkv],
+            )?;
+            parts.push(Self::heads(ops, &p, n, t)?);
+        }
+        let kt = ops.apply(Op::Transpose3dLastTwo, &[&parts[1]])?;
+        let scores = ops.matmul(&parts[0], &kt)?;
+        let mut scores = ops.scale(&scores, 1.0 / ((D / H) as f64).sqrt())?;
+        if self.causal {
+            let mask: Vec<f64> = (0..t * t)
+                .map(|i| {
+                    if i % t > i / t {
+                        f64::NEG_INFINITY
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            let mask = ops.constant(&Tensor::new([t, t], mask)?)?;
+            let mask = ops.broadcast_to(&mask, scores.shape().clone())?;
+            scores = ops.add(&scores, &mask)?;
+        }
+        let attn = ops.softmax(&scores, 2)?;
+        let ctx = ops.matmul(&attn, &parts[2])?;
+        let ctx = ops.reshape(&ctx, Shape::from([n, H, t, D / H]))?;
+        let ctx = ops.apply(
+            Op::Permute {
+                perm: vec![0, 2, 1, 3],
+            },
+            &[&ctx],
+        )?;
+        let ctx = ops.reshape(&ctx, Shape::from([n, t, D]))?;
+        ops.scoped("out_proj", |ops| {
+            let w = ops.param("weight", &self.out_proj_weight)?;
+            let b = ops.param("bias", &Tensor::zeros(Shape::from([D]))?)?;
+            ops.linear(&ctx, &w, &b)
+        })
+    }
+}
+
+/// PyTorch's `nn.TransformerEncoderLayer(D, H, FF, dropout=0, batch_first=True)` (post-norm,
+/// ReLU): `x ← norm1(x + self_attn(x))`, `x ← norm2(x + linear2(relu(linear1(x))))`, with
+/// PyTorch's parameter names.
+#[derive(Debug)]
+pub struct TransformerEncoderBlock<const D: usize, const H: usize, const FF: usize> {
+    self_attn: MultiHeadAttention<D, H>,
+    linear1: Linear<D, FF>,
+    linear2: Linear<FF, D>,
+}
+
+impl<const D: usize, const H: usize, const FF: usize> TransformerEncoderBlock<D, H, FF> {
+    pub fn new(causal: bool, seed: u64) -> Result<Self> {
+        Ok(TransformerEncoderBlock {
+            self_attn: MultiHeadAttention::new(causal, seed)?,
+            linear1: Linear::new(seed.wrapping_add(1))?,
+            linear2: Linear::new(seed.wrapping_add(2))?,
+        })
+    }
+}
+
+impl<const D: usize, const H: usize, const FF: usize> Layer for TransformerEncoderBlock<D, H, FF> {
+    type In = Features<D>;
+    type Out = Features<D>;
+
+    fn describe(&self) -> String {
+        format!("TransformerEncoderBlock({D}, {H} heads, {FF})")
+    }
+
+    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode) -> Result<Var> {
+        let norm = LayerNorm::<D>::new();
+        let sa = ops.scoped("self_attn", |ops| self.self_attn.forward(ops, x, mode))?;
+        let h = ops.add(x, &sa)?;
+        let h = ops.scoped("norm1", |ops| norm.forward(ops, &h, mode))?;
+        let f = ops.scoped("linear1", |ops| self.linear1.forward(ops, &h, mode))?;
+        let f = ops.relu(&f)?;
+        let f = ops.scoped("linear2", |ops| self.linear2.forward(ops, &f, mode))?;
+        let out = ops.add(&h, &f)?;
+        ops.scoped("norm2", |ops| norm.forward(ops, &out, mode))
+    }
+}

@@ -164,6 +164,15 @@ impl<V: Kernels> Session<V> {
         &self.params
     }
 
+    /// PyTorch's `state_dict`: every parameter and buffer by its full name, as `f64` data.
+    pub fn state_dict(&self) -> Result<BTreeMap<String, Tensor<f64>>> {
+        self.params
+            .iter()
+            .chain(&self.buffers)
+            .map(|(k, v)| Ok((k.clone(), v.to_f64()?)))
+            .collect()
+    }
+
     /// Every buffer, by full name (`running_mean`, `running_var`, …).
     pub fn buffers(&self) -> &BTreeMap<String, V> {
         &self.buffers

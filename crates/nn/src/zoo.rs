@@ -16,15 +16,31 @@ pub enum Model {
     Mlp,
     /// Conv 1→3 (3×3, padding 1), ReLU, MaxPool 2, Flatten, Linear 12→4; batch 2 of 4×4.
     Cnn,
+    /// Conv 1→3, BatchNorm2d, ReLU, AvgPool 2, Flatten, Linear 12→4; batch 2 of 4×4.
+    CnnBatchNorm,
+    /// Linear 6→6, then a residual block `x + Linear(ReLU(Linear(x)))`, LayerNorm; batch 5.
+    Residual,
+    /// A transformer encoder block (4 features, 2 heads, feed-forward 8, causal) over
+    /// `[2, 3, 4]` tokens.
+    Transformer,
 }
 
 impl Model {
-    pub const ALL: [Model; 2] = [Model::Mlp, Model::Cnn];
+    pub const ALL: [Model; 5] = [
+        Model::Mlp,
+        Model::Cnn,
+        Model::CnnBatchNorm,
+        Model::Residual,
+        Model::Transformer,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Model::Mlp => "mlp",
             Model::Cnn => "cnn",
+            Model::CnnBatchNorm => "cnn_batchnorm",
+            Model::Residual => "residual",
+            Model::Transformer => "transformer",
         }
     }
 
@@ -33,14 +49,18 @@ impl Model {
         match self {
             Model::Mlp => "model mlp",
             Model::Cnn => "model cnn",
+            Model::CnnBatchNorm => "model cnn_batchnorm",
+            Model::Residual => "model residual",
+            Model::Transformer => "model transformer",
         }
     }
 
     /// The model's fixed input.
     pub fn input(self) -> Result<Tensor<f64>> {
         let shape = match self {
-            Model::Mlp => Shape::from([5, 6]),
-            Model::Cnn => Shape::from([2, 1, 4, 4]),
+            Model::Mlp | Model::Residual => Shape::from([5, 6]),
+            Model::Cnn | Model::CnnBatchNorm => Shape::from([2, 1, 4, 4]),
+            Model::Transformer => Shape::from([2, 3, 4]),
         };
         let n = shape.checked_size()?;
         Ok(Tensor::new(
@@ -69,6 +89,28 @@ impl Model {
                 Linear::<12, 4>::new(8)?,
             ]
             .forward(ops, x, mode)?,
+            Model::CnnBatchNorm => seq![
+                Conv2d::<1, 3, 3>::new(1, 1, 9)?,
+                layers::BatchNorm2d::<3>::new(),
+                layers::relu(),
+                layers::avg_pool2d::<3, 2>(2, 0),
+                Flatten::<3, 12>,
+                Linear::<12, 4>::new(10)?,
+            ]
+            .forward(ops, x, mode)?,
+            Model::Residual => seq![
+                Linear::<6, 6>::new(4)?,
+                layers::Residual(seq![
+                    Linear::<6, 6>::new(5)?,
+                    layers::relu(),
+                    Linear::<6, 6>::new(6)?,
+                ]),
+                layers::LayerNorm::<6>::new(),
+            ]
+            .forward(ops, x, mode)?,
+            Model::Transformer => {
+                layers::TransformerEncoderBlock::<4, 2, 8>::new(true, 12)?.forward(ops, x, mode)?
+            }
         };
         ops.sum(&y)
     }

@@ -107,6 +107,105 @@ fn cnn_names_agreement_and_export() {
 }
 
 #[test]
+fn the_batch_norm_residual_and_transformer_models_agree_and_export() {
+    let names = check_model(Model::CnnBatchNorm, Mode::Eval);
+    assert_eq!(
+        names,
+        ["0.weight", "0.bias", "1.weight", "1.bias", "5.weight", "5.bias"]
+    );
+    let names = check_model(Model::Residual, Mode::Eval);
+    assert_eq!(
+        names,
+        [
+            "0.weight",
+            "0.bias",
+            "1.0.weight",
+            "1.0.bias",
+            "1.2.weight",
+            "1.2.bias",
+            "2.weight",
+            "2.bias"
+        ]
+    );
+    let names = check_model(Model::Transformer, Mode::Eval);
+    assert_eq!(
+        names,
+        [
+            "self_attn.in_proj_weight",
+            "self_attn.in_proj_bias",
+            "self_attn.out_proj.weight",
+            "self_attn.out_proj.bias",
+            "norm1.weight",
+            "norm1.bias",
+            "linear1.weight",
+            "linear1.bias",
+            "linear2.weight",
+            "linear2.bias",
+            "norm2.weight",
+            "norm2.bias"
+        ]
+    );
+}
+
+#[test]
+fn training_mode_batch_norm_agrees_and_updates_running_statistics_as_pytorch() {
+    // train mode: eager == compiled through batch_norm2d_nchw_train
+    let mut r = Recorder::new();
+    let out = run(&mut r, Model::CnnBatchNorm, Mode::Train);
+    let rec = r.finish(&out).unwrap();
+    let run_c = rec.run::<CpuF64>().unwrap();
+    let mut s = Session::<CpuF64>::new();
+    let loss = run(&mut s, Model::CnnBatchNorm, Mode::Train);
+    s.backward(&loss, Sweep::Releasing).unwrap();
+    assert!(s.value(&loss).unwrap().bit_eq(&run_c.output));
+    for (leaf, g) in rec.leaves.iter().zip(&run_c.grads) {
+        if leaf.kind == LeafKind::Param {
+            assert!(s.param_grad(&leaf.name).unwrap().bit_eq(g), "{}", leaf.name);
+        }
+    }
+    // running stats: (1 − 0.1)·init + 0.1·batch, with the unbiased batch variance
+    let bn = layers::BatchNorm2d::<2>::new();
+    let x = Tensor::new([2, 2, 1, 2], vec![1.0, 3.0, 0.0, 0.0, 5.0, 7.0, 2.0, 4.0]).unwrap();
+    let mut s = Session::<Tensor<f64>>::new();
+    let xv = s.input("x", &x, false).unwrap();
+    bn.forward(&mut s, &xv, Mode::Train).unwrap();
+    let mean = s.buffers()["running_mean"].data().to_vec();
+    let var = s.buffers()["running_var"].data().to_vec();
+    // channel 0: 1, 3, 5, 7 (mean 4, unbiased var 20/3); channel 1: 0, 0, 2, 4 (1.5, 11/3)
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-15;
+    assert!(close(mean[0], 0.4) && close(mean[1], 0.15), "{mean:?}");
+    assert!(close(var[0], 0.9 + 0.1 * 20.0 / 3.0), "{var:?}");
+    assert!(close(var[1], 0.9 + 0.1 * 11.0 / 3.0), "{var:?}");
+    // the state_dict holds parameters and buffers under PyTorch's names
+    let keys: Vec<String> = s.state_dict().unwrap().into_keys().collect();
+    assert_eq!(keys, ["bias", "running_mean", "running_var", "weight"]);
+    // eval mode reads them
+    let y = bn.forward(&mut s, &xv, Mode::Eval).unwrap();
+    let want0 = (1.0 - 0.4) / (var[0] + 1e-5).sqrt();
+    assert!(close(s.value(&y).unwrap().data()[0], want0));
+}
+
+#[test]
+fn causal_attention_ignores_later_tokens() {
+    // changing the last token does not change the first token's output
+    let mha = layers::MultiHeadAttention::<4, 2>::new(true, 3).unwrap();
+    let out = |last: f64| {
+        let mut data: Vec<f64> = (0..12).map(|i| (i as f64 * 0.3).sin()).collect();
+        data[8..].iter_mut().for_each(|v| *v = last);
+        let mut s = Session::<Tensor<f64>>::new();
+        let x = s
+            .input("x", &Tensor::new([1, 3, 4], data).unwrap(), false)
+            .unwrap();
+        let y = mha.forward(&mut s, &x, Mode::Eval).unwrap();
+        s.value(&y).unwrap().data().to_vec()
+    };
+    let (a, b) = (out(0.5), out(-2.0));
+    assert_eq!(a[..4], b[..4], "the first token sees only itself");
+    assert_ne!(a[8..], b[8..]);
+    assert!(layers::MultiHeadAttention::<5, 2>::new(false, 0).is_err());
+}
+
+#[test]
 fn pytorch_default_initialisation_bounds() {
     // weight and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)), seeded and reproducible
     let a = Linear::<16, 4>::new(5).unwrap();
