@@ -491,8 +491,8 @@ impl<D> Layer for Dropout<D> {
     }
 }
 
-/// A lookup table of `V` rows of `D` features (`nn.Embedding(V, D)`, weight `N(0, 1)`-like
-/// init replaced by `U(−1, 1)`·√3, the same variance). Rows are gathered as a product with a
+/// A lookup table of `V` rows of `D` features (`nn.Embedding(V, D)`; weight `U(±√3)`, the
+/// variance of PyTorch's `N(0, 1)` initialisation). Rows are gathered as a product with a
 /// one-hot constant, so the gradient is exact and the graph uses only IR kinds.
 #[derive(Clone, Debug)]
 pub struct Embedding<const V: usize, const D: usize> {

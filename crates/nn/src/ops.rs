@@ -9,7 +9,9 @@
 
 use crate::error::{NnError, Result};
 use smallvec::SmallVec;
-use torchlean_spec::{BinaryOp, Conv2dSpec, Op, PoolKind, PoolSpec, Shape, Tensor, UnaryOp};
+use torchlean_spec::{
+    BinaryOp, Conv2dSpec, Op, PoolKind, PoolSpec, Reduction, Shape, Tensor, UnaryOp,
+};
 
 /// A value of a program: a handle into the interpreter that made it (a tape node, a graph
 /// position), with its shape.
@@ -264,6 +266,19 @@ pub trait Ops {
         };
         self.apply(Op::Pool(spec), &[x])
     }
+    /// `F.cross_entropy(logits, labels)` for logits `[N, C]` and `N` integer class labels (a
+    /// data input: no gradient). A label outside `[0, C)` is an error naming the op.
+    fn cross_entropy(
+        &mut self,
+        logits: &Var,
+        labels: &[usize],
+        reduction: Reduction,
+    ) -> Result<Var> {
+        let target = Tensor::new([labels.len()], labels.iter().map(|&l| l as f64).collect())?;
+        let target = self.constant(&target)?;
+        self.apply(Op::CrossEntropy { reduction }, &[logits, &target])
+    }
+
     /// Concatenation along `axis`.
     fn concat(&mut self, parts: &[&Var], axis: usize) -> Result<Var> {
         self.apply(Op::Concat { axis }, parts)

@@ -246,6 +246,43 @@ fn a_wrong_shape_names_the_op_the_layer_and_the_shapes() {
 }
 
 #[test]
+fn cross_entropy_with_integer_labels_agrees_and_a_bad_label_names_the_op_and_layer() {
+    use torchlean_spec::Reduction;
+    let logits = t(&[4, 3], |i| (i as f64 * 0.7).sin());
+    let model = |labels: &'static [usize]| {
+        move |ops: &mut Session<Tensor<f64>>, x: &Var| -> Result<Var> {
+            let h = ops.scoped("head", |ops| {
+                let w = ops.param("weight", &t(&[3, 3], |i| (i as f64 - 4.0) / 5.0))?;
+                let b = ops.param("bias", &t(&[3], |_| 0.0))?;
+                ops.linear(x, &w, &b)
+            })?;
+            ops.scoped("loss", |ops| ops.cross_entropy(&h, labels, Reduction::Mean))
+        }
+    };
+    let (s, _, out) = eager::<Tensor<f64>, _>(&logits, Sweep::Releasing, model(&[0, 2, 1, 2]));
+    let mut r = Recorder::new();
+    let x = r.input("x", &logits, true).unwrap();
+    let h = r
+        .scoped("head", |ops| {
+            let w = ops.param("weight", &t(&[3, 3], |i| (i as f64 - 4.0) / 5.0))?;
+            let b = ops.param("bias", &t(&[3], |_| 0.0))?;
+            ops.linear(&x, &w, &b)
+        })
+        .unwrap();
+    let y = r.cross_entropy(&h, &[0, 2, 1, 2], Reduction::Mean).unwrap();
+    let rec = r.finish(&y).unwrap();
+    let run = rec.run::<Tensor<f64>>().unwrap();
+    assert!(run.output.bit_eq(s.value(&out).unwrap()));
+    let g = rec.param_grad(&run, "head.weight").unwrap();
+    assert!(g.bit_eq(s.param_grad("head.weight").unwrap()));
+    // a label outside [0, C): an error naming the op and the layer, not a panic
+    let mut s = Session::<Tensor<f64>>::new();
+    let x = s.input("x", &logits, false).unwrap();
+    let e = model(&[0, 3, 1, 2])(&mut s, &x).unwrap_err().to_string();
+    assert!(e.contains("cross_entropy") && e.contains("loss"), "{e}");
+}
+
+#[test]
 fn values_of_another_session_and_stale_values_are_refused() {
     let mut a = Session::<Tensor<f64>>::new();
     let mut b = Session::<Tensor<f64>>::new();
