@@ -4,7 +4,9 @@
 
 use crate::error::{NnError, Result};
 use crate::ops::{Ops, Var};
-use torchlean_ir::{node_sem, payload_names, Graph, NodeSem, Payload};
+use torchlean_ir::{
+    check_shapes, node_sem, payload_names, Diagnostic, Graph, IrError, NodeSem, Payload,
+};
 use torchlean_spec::Tensor;
 
 /// A model: `run` builds its output from an input, through `ops` only.
@@ -31,7 +33,16 @@ impl IrProgram<'_> {
 }
 
 impl Program for IrProgram<'_> {
+    /// Fails (naming every problem) on a graph that does not pass `check_shapes`, before any
+    /// op runs.
     fn run<O: Ops>(&self, ops: &mut O, x: &Var) -> Result<Var> {
+        let problems: Vec<Diagnostic> = check_shapes(self.graph)
+            .into_iter()
+            .filter(Diagnostic::is_error)
+            .collect();
+        if !problems.is_empty() {
+            return Err(IrError::Invalid(problems).into());
+        }
         let mut params: Vec<Vec<Var>> = Vec::with_capacity(self.graph.len());
         for n in &self.graph.nodes {
             let mut own = Vec::new();

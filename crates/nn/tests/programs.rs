@@ -283,6 +283,29 @@ fn cross_entropy_with_integer_labels_agrees_and_a_bad_label_names_the_op_and_lay
 }
 
 #[test]
+fn an_ill_formed_graph_is_refused_before_anything_runs() {
+    let g = torchlean_ir::Graph::from_json(&serde_json::json!({
+        "format": "torchlean.ir.v1", "input_id": 0, "output_id": 1,
+        "nodes": [
+            {"id": 0, "kind": "input", "parents": [], "shape": [2]},
+            {"id": 1, "kind": "relu", "parents": [5], "shape": [2]}
+        ]
+    }))
+    .unwrap();
+    let p = torchlean_ir::Payload::new();
+    let mut s = Session::<Tensor<f64>>::new();
+    let x = s.input("x", &t(&[2], |_| 1.0), false).unwrap();
+    let e = IrProgram {
+        graph: &g,
+        payload: &p,
+    }
+    .run(&mut s, &x)
+    .unwrap_err();
+    assert!(matches!(e, NnError::Ir(_)), "{e}");
+    assert_eq!(s.tape_len(), 1, "nothing ran");
+}
+
+#[test]
 fn values_of_another_session_and_stale_values_are_refused() {
     let mut a = Session::<Tensor<f64>>::new();
     let mut b = Session::<Tensor<f64>>::new();
