@@ -145,7 +145,7 @@ impl std::fmt::Display for AttrType {
             AttrType::List => "int list",
             AttrType::Choice(options) => {
                 let quoted: Vec<String> = options.iter().map(|o| format!("\"{o}\"")).collect();
-                return write!(f, "one of {}", quoted.join(", "));
+                return f.write_str(&quoted.join(" | "));
             }
         })
     }
