@@ -4,7 +4,7 @@
 //! the common ops that build the `Op` and call it.
 //!
 //! Both interpreters validate every call with the op's own shape rule before doing any work
-//! ([`check_call`]), so a wrong shape is an error naming the op, the layer (the scope path) and
+//! (`check_call`), so a wrong shape is an error naming the op, the layer (the scope path) and
 //! the operand shapes at the call in the user's model, not deep inside a kernel.
 
 use crate::error::{NnError, Result};
