@@ -170,6 +170,13 @@ impl<T: CpuScalar> CpuTensor<T> {
         self.as_slice().to_vec()
     }
 
+    /// Mutable access to the row-major data, for in-place updates between steps (an
+    /// optimizer's). Copy-on-write: a buffer shared with other tensors is copied first, so no
+    /// other tensor observes the change.
+    pub fn make_mut(&mut self) -> &mut [T] {
+        self.data_mut()
+    }
+
     /// The data as an `n`-dimensional ndarray view of the tensor's shape.
     pub fn view(&self) -> ArrayViewD<'_, T> {
         // invariant: data.len() == shape.size(), and a fresh view of a slice is standard layout

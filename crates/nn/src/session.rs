@@ -164,6 +164,26 @@ impl<V: Kernels> Session<V> {
         &self.params
     }
 
+    /// Every parameter's value, mutable, by full name (an optimizer's in-place step; the set of
+    /// names and the shapes are the model's, so a step changes values only). Call it after
+    /// [`Session::reset`], which releases the tape's references, so no buffer is shared and an
+    /// in-place update copies nothing.
+    pub fn params_mut(&mut self) -> impl Iterator<Item = (&str, &mut V)> {
+        self.params.iter_mut().map(|(k, v)| (k.as_str(), v))
+    }
+
+    /// Moves the gradients of the parameters out of the last backward pass, by full name (a
+    /// parameter the loss did not reach has none). Other gradients stay for [`Session::grad`].
+    pub fn take_param_grads(&mut self) -> BTreeMap<String, V> {
+        let mut out = BTreeMap::new();
+        for (name, id) in &self.param_leaves {
+            if let Some(g) = self.grads.remove(id) {
+                out.insert(name.clone(), g);
+            }
+        }
+        out
+    }
+
     /// PyTorch's `state_dict`: every parameter and buffer by its full name, as `f64` data.
     pub fn state_dict(&self) -> Result<BTreeMap<String, Tensor<f64>>> {
         self.params

@@ -366,3 +366,35 @@ fn recording_a_long_program_and_exporting_it() {
     let graph = rec.to_ir().unwrap().graph;
     assert_eq!(graph.len(), 10_001);
 }
+
+#[test]
+fn an_in_place_step_after_reset_copies_no_parameter_buffer_and_the_next_step_sees_it() {
+    let x = t(&[5, 3], |i| (i as f64 * 0.37).sin());
+    let mut s = Session::<CpuF64>::new();
+    let input = s.input("x", &x, false).unwrap();
+    let loss = mlp(&mut s, &input).unwrap();
+    s.backward(&loss, Sweep::Releasing).unwrap();
+    let grads = s.take_param_grads();
+    let names: Vec<&str> = grads.keys().map(String::as_str).collect();
+    assert_eq!(names, ["0.bias", "0.weight", "2.bias", "2.weight"]);
+    // moved out: the session no longer reports them
+    assert!(s.param_grad("0.weight").is_none());
+    s.reset();
+    let before: Vec<*const f64> = s.params().values().map(|p| p.as_slice().as_ptr()).collect();
+    for (name, p) in s.params_mut() {
+        let g = grads[name].as_slice();
+        for (v, g) in p.make_mut().iter_mut().zip(g) {
+            *v -= 0.5 * g;
+        }
+    }
+    let after: Vec<*const f64> = s.params().values().map(|p| p.as_slice().as_ptr()).collect();
+    assert_eq!(
+        before, after,
+        "the reset left every parameter buffer unique"
+    );
+    let w = s.params()["0.weight"].to_f64().unwrap();
+    let input = s.input("x", &x, false).unwrap();
+    let _ = mlp(&mut s, &input).unwrap();
+    assert!(s.params()["0.weight"].to_f64().unwrap().bit_eq(&w));
+    assert!(w.data()[0] != -5.0 / 8.0, "the step moved the weight");
+}

@@ -1,0 +1,16 @@
+//! `torchlean-train`: training models written with `torchlean-nn`.
+//!
+//! - [`value`]: flat, mutable access to an engine's parameter data ([`TrainValue`]), which the
+//!   optimizers update in place between steps;
+//! - [`optim`]: PyTorch's optimizers (update rules, defaults, state names), gradient clipping;
+//! - [`sched`]: learning-rate schedules (StepLR, cosine annealing, linear warm-up);
+//! - [`data`]: the embedded 8×8 digits, CSV data sets, seeded splits, shuffles and batches;
+//! - [`checkpoint`]: safetensors checkpoints with PyTorch's parameter names, written atomically;
+//! - [`plot`]: SVG loss curves;
+//! - [`trainer`]: the training loop behind `torchlean train`, with verified steps.
+
+pub mod error;
+pub mod value;
+
+pub use error::{Result, TrainError};
+pub use value::{Element, TrainValue};
