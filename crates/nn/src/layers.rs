@@ -109,6 +109,37 @@ fn uniform(shape: Shape, bound: f64, seed: u64, key: u64) -> Result<Tensor<f64>>
     Ok(Tensor::new(shape, data)?)
 }
 
+/// The initial `(weight [out, in], bias [out])` of `Linear(in, out)` from `seed` (PyTorch's
+/// default initialisation in distribution; see the module docs) — for models whose sizes are
+/// known only at run time, and for [`Linear::new`].
+pub fn linear_init(inputs: usize, outputs: usize, seed: u64) -> Result<(Tensor<f64>, Tensor<f64>)> {
+    let bound = 1.0 / (inputs.max(1) as f64).sqrt();
+    Ok((
+        uniform(Shape::from([outputs, inputs]), bound, seed, 0)?,
+        uniform(Shape::from([outputs]), bound, seed, 1)?,
+    ))
+}
+
+/// The initial `(weight [out, in, k, k], bias [out])` of `Conv2d(in, out, k)` from `seed`
+/// (fan-in `in·k·k`) — for run-time sizes, and for [`Conv2d::new`].
+pub fn conv2d_init(
+    inputs: usize,
+    outputs: usize,
+    kernel: usize,
+    seed: u64,
+) -> Result<(Tensor<f64>, Tensor<f64>)> {
+    let bound = 1.0 / ((inputs * kernel * kernel).max(1) as f64).sqrt();
+    Ok((
+        uniform(
+            Shape::from([outputs, inputs, kernel, kernel]),
+            bound,
+            seed,
+            0,
+        )?,
+        uniform(Shape::from([outputs]), bound, seed, 1)?,
+    ))
+}
+
 /// A fully connected layer, `x Wᵀ + b` over the last axis.
 #[derive(Clone, Debug)]
 pub struct Linear<const IN: usize, const OUT: usize> {
@@ -119,11 +150,8 @@ pub struct Linear<const IN: usize, const OUT: usize> {
 impl<const IN: usize, const OUT: usize> Linear<IN, OUT> {
     /// PyTorch's default initialisation (see the module docs) from `seed`.
     pub fn new(seed: u64) -> Result<Self> {
-        let bound = 1.0 / (IN.max(1) as f64).sqrt();
-        Ok(Linear {
-            weight: uniform(Shape::from([OUT, IN]), bound, seed, 0)?,
-            bias: uniform(Shape::from([OUT]), bound, seed, 1)?,
-        })
+        let (weight, bias) = linear_init(IN, OUT, seed)?;
+        Ok(Linear { weight, bias })
     }
 }
 
@@ -153,7 +181,7 @@ pub struct Conv2d<const IN: usize, const OUT: usize, const K: usize> {
 impl<const IN: usize, const OUT: usize, const K: usize> Conv2d<IN, OUT, K> {
     /// PyTorch's default initialisation from `seed`.
     pub fn new(stride: usize, padding: usize, seed: u64) -> Result<Self> {
-        let bound = 1.0 / ((IN * K * K).max(1) as f64).sqrt();
+        let (weight, bias) = conv2d_init(IN, OUT, K, seed)?;
         Ok(Conv2d {
             spec: Conv2dSpec {
                 in_channels: IN,
@@ -163,8 +191,8 @@ impl<const IN: usize, const OUT: usize, const K: usize> Conv2d<IN, OUT, K> {
                 stride,
                 padding,
             },
-            weight: uniform(Shape::from([OUT, IN, K, K]), bound, seed, 0)?,
-            bias: uniform(Shape::from([OUT]), bound, seed, 1)?,
+            weight,
+            bias,
         })
     }
 }

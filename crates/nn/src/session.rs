@@ -172,6 +172,28 @@ impl<V: Kernels> Session<V> {
         self.params.iter_mut().map(|(k, v)| (k.as_str(), v))
     }
 
+    /// Sets parameters from `f64` data by full name (a checkpoint's, or another engine's
+    /// values), before or between steps: the model's next `param` call gets them, and its shape
+    /// must then match. A name the session already holds must keep its shape.
+    pub fn load_params(&mut self, values: &BTreeMap<String, Tensor<f64>>) -> Result<()> {
+        for (name, t) in values {
+            if let Some(old) = self.params.get(name) {
+                if old.shape() != t.shape() {
+                    return Err(NnError::ParamShape {
+                        name: name.clone(),
+                        have: old.shape().clone(),
+                        want: t.shape().clone(),
+                    });
+                }
+            }
+            let v = V::from_f64(t)?;
+            if let Some(old) = self.params.insert(name.clone(), v) {
+                old.drop();
+            }
+        }
+        Ok(())
+    }
+
     /// Moves the gradients of the parameters out of the last backward pass, by full name (a
     /// parameter the loss did not reach has none). Other gradients stay for [`Session::grad`].
     pub fn take_param_grads(&mut self) -> BTreeMap<String, V> {

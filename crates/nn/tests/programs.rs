@@ -398,3 +398,22 @@ fn an_in_place_step_after_reset_copies_no_parameter_buffer_and_the_next_step_see
     assert!(s.params()["0.weight"].to_f64().unwrap().bit_eq(&w));
     assert!(w.data()[0] != -5.0 / 8.0, "the step moved the weight");
 }
+
+#[test]
+fn loaded_parameters_are_what_the_next_forward_uses_and_a_shape_change_is_refused() {
+    let x = t(&[5, 3], |i| (i as f64 * 0.37).sin());
+    let w = t(&[4, 3], |i| i as f64 / 10.0);
+    let mut s = Session::<Tensor<f64>>::new();
+    let mut values = std::collections::BTreeMap::new();
+    values.insert("0.weight".to_string(), w.clone());
+    s.load_params(&values).unwrap();
+    let input = s.input("x", &x, false).unwrap();
+    let _ = mlp(&mut s, &input).unwrap();
+    assert!(
+        s.params()["0.weight"].bit_eq(&w),
+        "the model's init did not replace it"
+    );
+    values.insert("0.weight".to_string(), t(&[3, 4], |_| 0.0));
+    let err = s.load_params(&values).unwrap_err().to_string();
+    assert!(err.contains("0.weight") && err.contains("[4, 3]"), "{err}");
+}
