@@ -9,8 +9,10 @@
 //! - [`plot`]: SVG loss curves;
 //! - [`trainer`]: the training loop behind `torchlean train`, with verified steps.
 
+pub mod data;
 pub mod error;
 pub mod value;
 
+pub use data::{batches, epoch_order, Dataset, Standardizer};
 pub use error::{Result, TrainError};
 pub use value::{Element, TrainValue};
