@@ -87,8 +87,8 @@ pub enum NnError {
 
     // --- loss ---
     /// A loss given what it cannot take (a target of the wrong kind or shape, a class label out
-    /// of range, a label smoothing outside `[0, 1]`, a soft target outside `[0, 1]`), naming
-    /// the loss (its CLI name), the layer and the shapes of the output and the target.
+    /// of range, a label smoothing or a soft target outside `[0, 1]`, a mean over no elements),
+    /// naming the loss (its CLI name), the layer and the shapes of the output and the target.
     #[error(
         "{}loss `{loss}` on output {output} and target {target}: {reason}",
         at_layer(.layer)
