@@ -84,6 +84,26 @@ pub enum NnError {
     /// scalar is asked for).
     #[error(transparent)]
     Spec(#[from] SpecError),
+
+    // --- loss ---
+    /// A loss given what it cannot take (a target of the wrong kind or shape, a class label out
+    /// of range, a label smoothing or a soft target outside `[0, 1]`, a mean over no elements),
+    /// naming the loss (its CLI name), the layer and the shapes of the output and the target.
+    #[error(
+        "{}loss `{loss}` on output {output} and target {target}: {reason}",
+        at_layer(.layer)
+    )]
+    Loss {
+        loss: &'static str,
+        layer: String,
+        output: Shape,
+        target: Shape,
+        reason: String,
+    },
+
+    /// A loss name that is not one of `torchlean_nn::Loss::NAMES`.
+    #[error("unknown loss `{name}` (expected one of {})", crate::loss::Loss::NAMES.join(", "))]
+    UnknownLoss { name: String },
 }
 
 impl From<RuntimeError> for NnError {

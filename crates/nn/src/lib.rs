@@ -13,6 +13,9 @@
 //!   TorchLean's link theorem is about) and [`Recorded::to_ir`] writes `torchlean.ir.v1` and
 //!   its payload, which every check of the project applies to.
 //!
+//! The training losses ([`Loss`]: PyTorch's `mse_loss`, `cross_entropy` with label smoothing
+//! and `binary_cross_entropy_with_logits`) are written once over [`Ops`] the same way.
+//!
 //! ```
 //! use torchlean_nn::{Ops, Recorder, Session, Sweep};
 //! use torchlean_spec::{Shape, Tensor};
@@ -44,6 +47,7 @@
 
 pub mod error;
 pub mod layers;
+pub mod loss;
 pub mod ops;
 pub mod program;
 pub mod record;
@@ -52,6 +56,7 @@ pub mod zoo;
 
 pub use error::{NnError, Result};
 pub use layers::{Features, Image, Layer, Mode, Seq};
+pub use loss::{Loss, Target};
 pub use ops::{Ops, Var};
 pub use program::{IrProgram, Program};
 pub use record::{IrExport, Leaf, LeafKind, Recorded, RecordedRun, Recorder};
