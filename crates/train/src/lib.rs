@@ -12,5 +12,10 @@
 pub mod error;
 pub mod value;
 
+pub mod checkpoint;
+pub mod plot;
+
+pub use checkpoint::{Checkpoint, NamedTensor, TensorData};
 pub use error::{Result, TrainError};
+pub use plot::loss_svg;
 pub use value::{Element, TrainValue};
