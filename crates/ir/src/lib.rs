@@ -7,13 +7,16 @@
 //! - [`denote_all`]: the reference evaluator, over any [`torchlean_spec::Scalar`] (so the
 //!   rational scalar evaluates the algebraic fragment exactly), through the op semantics of
 //!   `torchlean_spec::ops`;
-//! - [`pretty()`] and [`dot`]: text for review and Graphviz.
+//! - [`pretty()`] and [`dot`]: text for review and Graphviz;
+//! - [`files`]: safetensors tensor data ([`TensorData`]) and atomic file writes, shared with the
+//!   crates above.
 //!
 //! This crate never touches an engine.
 
 pub mod case;
 pub mod check;
 pub mod error;
+pub mod files;
 pub mod graph;
 pub mod kind;
 pub mod payload;
@@ -23,6 +26,7 @@ pub mod semantics;
 pub use case::{Case, Comparison, DType, Expect, Tolerance, CASE_FORMAT};
 pub use check::{broadcast_warning, check_payload, check_shapes, check_well_formed};
 pub use error::{Diagnostic, IrError, Result, Severity};
+pub use files::{safetensors_bytes, write_atomically, TensorData};
 pub use graph::{Graph, Node, FORMAT};
 pub use kind::{Attr, OpKind, ParentCount};
 pub use payload::{Payload, PayloadEntry};

@@ -3,6 +3,7 @@
 //! `{"gamma", "beta", "mean", "var", "eps"}`).
 
 use crate::error::{Diagnostic, IrError, Result};
+use crate::files::{safetensors_bytes, TensorData};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use torchlean_spec::{Scalar, Tensor};
@@ -58,27 +59,27 @@ impl Payload {
     /// the keys SPEC 3 names), stored as F64, and batch norm's `eps` in the metadata under
     /// `"<node id>.eps"`.
     pub fn to_safetensors(&self) -> Result<Vec<u8>> {
-        let mut bytes: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
-        let mut meta = std::collections::HashMap::new();
+        let mut tensors: Vec<(String, Vec<usize>, TensorData)> = Vec::new();
+        let mut meta = BTreeMap::new();
         for (id, entry) in &self.entries {
             for (name, t) in &entry.tensors {
-                let data = t.data().iter().flat_map(|v| v.to_le_bytes()).collect();
-                bytes.push((format!("{id}.{name}"), t.shape().dims().to_vec(), data));
+                tensors.push((
+                    format!("{id}.{name}"),
+                    t.shape().dims().to_vec(),
+                    TensorData::F64(t.data().to_vec()),
+                ));
             }
             if let Some(eps) = entry.eps {
                 meta.insert(format!("{id}.eps"), format!("{eps:e}"));
             }
         }
-        let views = bytes
-            .iter()
-            .map(|(k, shape, data)| {
-                safetensors::tensor::TensorView::new(safetensors::Dtype::F64, shape.clone(), data)
-                    .map(|v| (k.clone(), v))
-            })
-            .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(safetensors_error)?;
-        let meta = (!meta.is_empty()).then_some(meta);
-        safetensors::serialize(views, &meta).map_err(safetensors_error)
+        safetensors_bytes(
+            tensors
+                .iter()
+                .map(|(k, s, d)| (k.as_str(), s.as_slice(), d)),
+            &meta,
+        )
+        .map_err(safetensors_error)
     }
 
     /// Reads a payload from a safetensors file with keys `"<node id>.<name>"` (F64 or F32
@@ -98,20 +99,12 @@ impl Payload {
                 );
                 continue;
             };
-            let data: Vec<f64> = match view.dtype() {
-                safetensors::Dtype::F64 => view
-                    .data()
-                    .chunks_exact(8)
-                    .map(|c| f64::from_le_bytes(c.try_into().expect("8-byte chunks")))
-                    .collect(),
-                safetensors::Dtype::F32 => view
-                    .data()
-                    .chunks_exact(4)
-                    .map(|c| f32::from_le_bytes(c.try_into().expect("4-byte chunks")) as f64)
-                    .collect(),
-                other => {
+            let data: Vec<f64> = match TensorData::from_le_bytes(view.dtype(), view.data()) {
+                Some(TensorData::F64(v)) => v,
+                Some(TensorData::F32(v)) => v.into_iter().map(f64::from).collect(),
+                None => {
                     problems.push(
-                        Diagnostic::error(format!("dtype {other:?}; expected F64 or F32"))
+                        Diagnostic::error(format!("dtype {:?}; expected F64 or F32", view.dtype()))
                             .at_node(node)
                             .field(name.to_string()),
                     );

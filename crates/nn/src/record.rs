@@ -416,7 +416,7 @@ pub struct IrExport {
 impl IrExport {
     /// Writes the graph JSON to `graph` and the payload to `payload` — safetensors when its
     /// name ends in `.safetensors` (keys `"<node id>.<name>"`), Payload JSON otherwise — each
-    /// atomically (a temporary file in the same directory, synced, then renamed).
+    /// atomically (a temporary file in the same directory, synced, renamed, the directory synced).
     pub fn save(&self, graph: &std::path::Path, payload: &std::path::Path) -> Result<()> {
         write_atomically(graph, self.graph.to_json().to_string().as_bytes())?;
         let bytes = if payload.extension().is_some_and(|x| x == "safetensors") {
@@ -428,31 +428,10 @@ impl IrExport {
     }
 }
 
-/// Writes `bytes` to `path` through a synced temporary file in the same directory and a
-/// rename, so a reader never sees half a file; the temporary file is removed on failure.
+/// [`torchlean_ir::write_atomically`], with the error naming `path`.
 fn write_atomically(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    let io = |source| NnError::Io {
+    torchlean_ir::write_atomically(path, bytes).map_err(|source| NnError::Io {
         path: path.to_path_buf(),
         source,
-    };
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(std::path::Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    let written = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written.map_err(io)
+    })
 }

@@ -40,6 +40,15 @@ pub enum TrainError {
         source: std::io::Error,
     },
 
+    // --- checkpoint ---
+    /// Writing a file (a checkpoint, a plot) failed; the old file, if any, is intact.
+    #[error("cannot write {}: {source}", .path.display())]
+    Write {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
     /// A CSV text is malformed at `line` (1-based) of `origin` (a path, or what the caller
     /// named the text).
     #[error("{origin}, line {line}: {problem}")]
@@ -83,4 +92,104 @@ pub enum TrainError {
     /// A standardizer applied to data with a different number of features.
     #[error("the standardizer was fitted on {fitted} features, the data has {features} features")]
     StandardizerFeatures { fitted: usize, features: usize },
+    /// Reading a checkpoint file failed (missing, unreadable).
+    #[error("cannot read checkpoint {}: {source}", .path.display())]
+    CheckpointRead {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A checkpoint file that is not safetensors, or is truncated or corrupt.
+    #[error(
+        "checkpoint {} is not a valid safetensors file (truncated or corrupt?): {source}",
+        .path.display()
+    )]
+    CheckpointFormat {
+        path: std::path::PathBuf,
+        #[source]
+        source: safetensors::SafeTensorError,
+    },
+
+    /// A checkpoint tensor whose dtype is neither `F32` nor `F64`.
+    #[error(
+        "checkpoint {}: tensor `{name}` has dtype {dtype:?}; only F32 and F64 are supported",
+        .path.display()
+    )]
+    CheckpointDtype {
+        path: std::path::PathBuf,
+        name: String,
+        dtype: safetensors::Dtype,
+    },
+
+    /// A tensor that cannot be saved: its data does not fill its shape exactly.
+    #[error(
+        "cannot save checkpoint {}: tensor `{name}` has shape {shape:?} but {len} elements",
+        .path.display()
+    )]
+    CheckpointShape {
+        path: std::path::PathBuf,
+        name: String,
+        shape: Vec<usize>,
+        len: usize,
+    },
+
+    /// A tensor name that safetensors reserves (`__metadata__`).
+    #[error("cannot save checkpoint {}: the tensor name `{name}` is reserved by safetensors", .path.display())]
+    CheckpointName {
+        path: std::path::PathBuf,
+        name: String,
+    },
+
+    /// Encoding the checkpoint as safetensors failed.
+    #[error("cannot save checkpoint {}: {source}", .path.display())]
+    CheckpointEncode {
+        path: std::path::PathBuf,
+        #[source]
+        source: safetensors::SafeTensorError,
+    },
+
+    /// A checkpoint's tensors do not match the model's (or the optimizer's): every missing,
+    /// unexpected and mis-shaped name at once, like PyTorch's `load_state_dict`.
+    #[error("{}", crate::checkpoint::describe_mismatch(.prefix, .missing, .unexpected, .mismatched))]
+    CheckpointNames {
+        /// The prefix that selected the checkpoint's tensors (`""`: those outside
+        /// `optimizer.`).
+        prefix: String,
+        /// Expected names the checkpoint lacks, in the expected order.
+        missing: Vec<String>,
+        /// Checkpoint names (under the prefix) nobody expected, sorted.
+        unexpected: Vec<String>,
+        /// Names present in both with different shapes, in the expected order.
+        mismatched: Vec<crate::checkpoint::ShapeMismatch>,
+    },
+
+    // --- plot ---
+    /// A loss series with no points (the training series must have at least one).
+    #[error("cannot plot {}: the {series} series is empty", .path.display())]
+    PlotEmpty {
+        path: std::path::PathBuf,
+        series: &'static str,
+    },
+
+    /// A point whose step or loss is not finite.
+    #[error(
+        "cannot plot {}: {series} point {index} is (step {step}, loss {loss}); both must be finite",
+        .path.display()
+    )]
+    PlotNonFinite {
+        path: std::path::PathBuf,
+        series: &'static str,
+        index: usize,
+        step: f64,
+        loss: f64,
+    },
+
+    /// Drawing the chart failed (the plotting library's error).
+    #[error("cannot plot {}: {source}", .path.display())]
+    PlotDraw {
+        path: std::path::PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
 }

@@ -13,6 +13,11 @@ pub mod data;
 pub mod error;
 pub mod value;
 
+pub mod checkpoint;
+pub mod plot;
+
 pub use data::{batches, epoch_order, Dataset, Standardizer};
+pub use checkpoint::{Checkpoint, NamedTensor, TensorData};
 pub use error::{Result, TrainError};
+pub use plot::loss_svg;
 pub use value::{Element, TrainValue};

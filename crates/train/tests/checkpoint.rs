@@ -1,0 +1,523 @@
+//! Checkpoints: bit-exact round trips, the byte layout, atomic writes, clear errors for bad
+//! files, `check_names`, and (when `TORCHLEAN_PYTHON` names an interpreter with torch and
+//! safetensors) loading into a PyTorch `Sequential` and back.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use torchlean_train::checkpoint::{ShapeMismatch, OPTIMIZER_PREFIX};
+use torchlean_train::{Checkpoint, NamedTensor, TensorData, TrainError};
+
+fn f32s(shape: &[usize], v: Vec<f32>) -> NamedTensor {
+    NamedTensor {
+        shape: shape.to_vec(),
+        data: TensorData::F32(v),
+    }
+}
+
+fn f64s(shape: &[usize], v: Vec<f64>) -> NamedTensor {
+    NamedTensor {
+        shape: shape.to_vec(),
+        data: TensorData::F64(v),
+    }
+}
+
+/// Bitwise equality (NaN payloads, signed zeros and subnormals included).
+fn bit_eq(a: &Checkpoint, b: &Checkpoint) -> bool {
+    a.metadata == b.metadata
+        && a.tensors.len() == b.tensors.len()
+        && a.tensors
+            .iter()
+            .zip(&b.tensors)
+            .all(|((ka, ta), (kb, tb))| {
+                ka == kb
+                    && ta.shape == tb.shape
+                    && match (&ta.data, &tb.data) {
+                        (TensorData::F32(x), TensorData::F32(y)) => x
+                            .iter()
+                            .map(|v| v.to_bits())
+                            .eq(y.iter().map(|v| v.to_bits())),
+                        (TensorData::F64(x), TensorData::F64(y)) => x
+                            .iter()
+                            .map(|v| v.to_bits())
+                            .eq(y.iter().map(|v| v.to_bits())),
+                        _ => false,
+                    }
+            })
+}
+
+fn awkward() -> Checkpoint {
+    let mut c = Checkpoint::default();
+    c.tensors.insert(
+        "0.weight".into(),
+        f32s(
+            &[2, 3],
+            vec![
+                1.5,
+                -0.0,
+                f32::from_bits(0x7fc0_1234), // a NaN with a payload
+                f32::from_bits(1),           // the smallest subnormal
+                f32::MAX,
+                f32::NEG_INFINITY,
+            ],
+        ),
+    );
+    c.tensors
+        .insert("0.bias".into(), f32s(&[2], vec![0.1, -3.25]));
+    c.tensors.insert("scalar".into(), f32s(&[], vec![7.0]));
+    c.tensors.insert("empty".into(), f64s(&[0, 3], vec![]));
+    c.tensors.insert(
+        "optimizer.state.0.weight.exp_avg".into(),
+        f64s(
+            &[3, 2],
+            vec![
+                0.1,
+                f64::from_bits(1),
+                -0.0,
+                f64::MAX,
+                f64::from_bits(0xfff8_0000_0000_0042),
+                1e-300,
+            ],
+        ),
+    );
+    c
+}
+
+fn names_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn tensors_round_trip_bit_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.safetensors");
+    let c = awkward();
+    c.save(&path).unwrap();
+    let back = Checkpoint::load(&path).unwrap();
+    assert!(bit_eq(&c, &back), "{c:?}\n{back:?}");
+    assert_eq!(names_in(dir.path()), ["c.safetensors"]);
+}
+
+#[test]
+fn metadata_round_trips_and_fixes_the_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = awkward();
+    c.metadata.insert(
+        "config".into(),
+        r#"{"lr":0.1,"model":"mlp","layers":[64,32]}"#.into(),
+    );
+    c.metadata.insert("step".into(), "1200".into());
+    c.metadata.insert("epoch".into(), "3".into());
+    c.metadata
+        .insert("rng".into(), "{\"seed\":7,\"draws\":98304}".into());
+    c.metadata
+        .insert("note".into(), "ünïcode, \"quotes\", \\ and\nnewline".into());
+    c.metadata.insert("empty".into(), String::new());
+    for i in 0..16 {
+        c.metadata.insert(format!("extra{i}"), i.to_string());
+    }
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    c.save(&a).unwrap();
+    c.save(&b).unwrap();
+    let back = Checkpoint::load(&a).unwrap();
+    assert!(bit_eq(&c, &back));
+    // same contents, same bytes (the metadata's order does not follow a HashMap's seed)
+    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+
+    // no metadata reads back as no metadata
+    let plain = awkward();
+    plain.save(&a).unwrap();
+    assert!(Checkpoint::load(&a).unwrap().metadata.is_empty());
+}
+
+#[test]
+fn the_file_is_the_safetensors_layout() {
+    // one F32 tensor [1, -2]: 8-byte little-endian header length, the JSON header padded
+    // with spaces to a multiple of 8, then the data little-endian
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("w.safetensors");
+    let mut c = Checkpoint::default();
+    c.tensors.insert("w".into(), f32s(&[2], vec![1.0, -2.0]));
+    c.save(&path).unwrap();
+    let header = br#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
+    assert_eq!(header.len(), 54);
+    let mut want = 56u64.to_le_bytes().to_vec();
+    want.extend_from_slice(header);
+    want.extend_from_slice(b"  ");
+    want.extend_from_slice(&[0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0xc0]);
+    assert_eq!(std::fs::read(&path).unwrap(), want);
+}
+
+#[test]
+fn a_failing_write_leaves_the_old_file_and_no_temporary() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = awkward();
+
+    // a name the target allows but its temporary (`.<name>.<pid>-<n>.tmp`) is too long for
+    let long = dir.path().join(format!("{}.st", "c".repeat(247)));
+    std::fs::write(&long, b"the old file").unwrap();
+    let e = c.save(&long).unwrap_err();
+    assert!(
+        matches!(&e, TrainError::Write { path, .. } if path == &long),
+        "{e:?}"
+    );
+    assert_eq!(std::fs::read(&long).unwrap(), b"the old file");
+    assert_eq!(names_in(dir.path()).len(), 1);
+
+    // the target is a directory: the temporary is written, the rename fails, it is removed
+    let target = dir.path().join("is-a-dir");
+    std::fs::create_dir_all(target.join("inside")).unwrap();
+    let e = c.save(&target).unwrap_err();
+    assert!(e.to_string().contains("is-a-dir"), "{e}");
+    assert!(target.join("inside").is_dir());
+    assert_eq!(names_in(dir.path()).len(), 2);
+
+    // the parent does not exist
+    let orphan = dir.path().join("no-such-dir").join("c.safetensors");
+    let e = c.save(&orphan).unwrap_err();
+    assert!(e.to_string().contains("no-such-dir"), "{e}");
+    assert_eq!(names_in(dir.path()).len(), 2);
+
+    // a tensor whose data does not fill its shape: nothing is written
+    let good = dir.path().join("good.safetensors");
+    c.save(&good).unwrap();
+    let before = std::fs::read(&good).unwrap();
+    let mut bad = c.clone();
+    bad.tensors
+        .insert("short".into(), f32s(&[2, 2], vec![1.0; 3]));
+    let e = bad.save(&good).unwrap_err();
+    assert!(
+        matches!(&e, TrainError::CheckpointShape { name, len: 3, .. } if name == "short"),
+        "{e:?}"
+    );
+    assert_eq!(std::fs::read(&good).unwrap(), before);
+
+    // a directory we may not write in (root may write anyway: then this part says so)
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let ro = dir.path().join("read-only");
+        std::fs::create_dir(&ro).unwrap();
+        let target = ro.join("c.safetensors");
+        c.save(&target).unwrap();
+        let before = std::fs::read(&target).unwrap();
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+        if std::fs::write(ro.join("probe"), b"").is_ok() {
+            eprintln!("skipped: the read-only directory case (this user writes anyway, root?)");
+        } else {
+            let e = changed(&c).save(&target).unwrap_err();
+            assert!(matches!(&e, TrainError::Write { .. }), "{e:?}");
+            assert_eq!(std::fs::read(&target).unwrap(), before);
+            assert_eq!(names_in(&ro), ["c.safetensors"]);
+        }
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// A different but valid checkpoint, so a save that succeeded would change the file.
+fn changed(c: &Checkpoint) -> Checkpoint {
+    let mut c = c.clone();
+    c.metadata.insert("step".into(), "2".into());
+    c
+}
+
+#[test]
+fn truncated_and_garbage_files_are_clear_errors_naming_the_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("full.safetensors");
+    let mut c = awkward();
+    c.metadata.insert("step".into(), "5".into());
+    c.save(&path).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let header = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let cut = dir.path().join("cut.safetensors");
+    for len in [
+        0,
+        3,
+        8,
+        9,
+        8 + header / 2,
+        8 + header - 1,
+        8 + header,
+        8 + header + 5,
+        bytes.len() - 1,
+    ] {
+        std::fs::write(&cut, &bytes[..len]).unwrap();
+        let e = Checkpoint::load(&cut).unwrap_err();
+        assert!(
+            matches!(&e, TrainError::CheckpointFormat { path, .. } if path == &cut),
+            "cut at {len}: {e:?}"
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains("cut.safetensors") && msg.contains("safetensors"),
+            "{msg}"
+        );
+        assert!(std::error::Error::source(&e).is_some());
+    }
+
+    let garbage = dir.path().join("garbage.bin");
+    std::fs::write(&garbage, b"this is not a safetensors file, only some text").unwrap();
+    let e = Checkpoint::load(&garbage).unwrap_err();
+    assert!(matches!(&e, TrainError::CheckpointFormat { .. }), "{e:?}");
+    assert!(e.to_string().contains("garbage.bin"), "{e}");
+
+    // a plausible header length, then something that is not the header
+    let mut fake = 16u64.to_le_bytes().to_vec();
+    fake.extend_from_slice(b"{\"w\": not json!}");
+    std::fs::write(&garbage, &fake).unwrap();
+    let e = Checkpoint::load(&garbage).unwrap_err();
+    assert!(matches!(&e, TrainError::CheckpointFormat { .. }), "{e:?}");
+
+    let missing = dir.path().join("missing.safetensors");
+    let e = Checkpoint::load(&missing).unwrap_err();
+    assert!(matches!(&e, TrainError::CheckpointRead { .. }), "{e:?}");
+    assert!(e.to_string().contains("missing.safetensors"), "{e}");
+}
+
+#[test]
+fn an_unsupported_dtype_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ints.safetensors");
+    let data = [1i32, 2, 3]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect::<Vec<u8>>();
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::I32, vec![3], &data).unwrap();
+    std::fs::write(
+        &path,
+        safetensors::serialize([("counts", view)], &None).unwrap(),
+    )
+    .unwrap();
+    let e = Checkpoint::load(&path).unwrap_err();
+    assert!(
+        matches!(&e, TrainError::CheckpointDtype { name, dtype: safetensors::Dtype::I32, .. } if name == "counts"),
+        "{e:?}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("ints.safetensors") && msg.contains("I32"),
+        "{msg}"
+    );
+}
+
+fn expect(list: &[(&str, &[usize])]) -> Vec<(String, Vec<usize>)> {
+    list.iter()
+        .map(|(n, s)| (n.to_string(), s.to_vec()))
+        .collect()
+}
+
+#[test]
+fn check_names_lists_every_problem_at_once() {
+    let mut c = Checkpoint::default();
+    c.tensors
+        .insert("0.weight".into(), f32s(&[4, 3], vec![0.0; 12]));
+    c.tensors.insert("0.bias".into(), f32s(&[4], vec![0.0; 4]));
+    c.tensors
+        .insert("3.weight".into(), f32s(&[2, 4], vec![0.0; 8]));
+    c.tensors.insert("extra".into(), f32s(&[], vec![0.0]));
+    c.tensors.insert(
+        "optimizer.state.0.weight.exp_avg".into(),
+        f64s(&[4, 3], vec![0.0; 12]),
+    );
+    let model = expect(&[
+        ("0.weight", &[4, 2]),
+        ("0.bias", &[4]),
+        ("2.weight", &[2, 4]),
+        ("2.bias", &[2]),
+    ]);
+    let e = c.check_names(&model, "").unwrap_err();
+    let TrainError::CheckpointNames {
+        missing,
+        unexpected,
+        mismatched,
+        ..
+    } = &e
+    else {
+        panic!("{e:?}")
+    };
+    assert_eq!(missing, &["2.weight", "2.bias"]);
+    assert_eq!(unexpected, &["3.weight", "extra"]); // the optimizer's tensor is out of scope
+    assert_eq!(
+        mismatched,
+        &[ShapeMismatch {
+            name: "0.weight".into(),
+            checkpoint: vec![4, 3],
+            expected: vec![4, 2],
+        }]
+    );
+    let msg = e.to_string();
+    for part in [
+        "outside `optimizer.`",
+        "missing key(s): \"2.weight\", \"2.bias\"",
+        "unexpected key(s): \"3.weight\", \"extra\"",
+        "size mismatch for \"0.weight\": shape [4, 3] in the checkpoint, [4, 2] expected",
+    ] {
+        assert!(msg.contains(part), "{part:?} not in:\n{msg}");
+    }
+
+    // the optimizer's names, by prefix
+    let opt = expect(&[("optimizer.state.0.weight.exp_avg", &[4, 3])]);
+    c.check_names(&opt, OPTIMIZER_PREFIX).unwrap();
+    let e = c.check_names(&[], OPTIMIZER_PREFIX).unwrap_err();
+    assert!(
+        e.to_string().contains("under `optimizer.`")
+            && e.to_string()
+                .contains("unexpected key(s): \"optimizer.state.0.weight.exp_avg\""),
+        "{e}"
+    );
+
+    // an exact match passes
+    c.tensors.remove("3.weight");
+    c.tensors.remove("extra");
+    c.tensors
+        .insert("0.weight".into(), f32s(&[4, 2], vec![0.0; 8]));
+    c.tensors
+        .insert("2.weight".into(), f32s(&[2, 4], vec![0.0; 8]));
+    c.tensors.insert("2.bias".into(), f32s(&[2], vec![0.0; 2]));
+    c.check_names(&model, "").unwrap();
+}
+
+/// The interpreter from `TORCHLEAN_PYTHON`, if it can import torch and safetensors.
+fn python() -> Option<PathBuf> {
+    let Some(py) = std::env::var_os("TORCHLEAN_PYTHON") else {
+        eprintln!("skipped: TORCHLEAN_PYTHON is not set");
+        return None;
+    };
+    let ok = std::process::Command::new(&py)
+        .args(["-c", "import torch, safetensors"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!("skipped: {py:?} cannot import torch, safetensors");
+        return None;
+    }
+    Some(py.into())
+}
+
+#[test]
+fn pytorch_loads_the_parameters_strictly_and_writes_them_back() {
+    let Some(py) = python() else { return };
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/pytorch/load_checkpoint.py");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mlp.safetensors");
+    let resaved = dir.path().join("resaved.safetensors");
+
+    // Sequential(Linear(3, 4), ReLU, Linear(4, 2)) under its state_dict names
+    #[rustfmt::skip]
+    let w1 = vec![
+        1.0, 0.0, 0.0,
+        0.0, 1.0, 0.0,
+        0.0, 0.0, 1.0,
+        1.0, 1.0, 1.0,
+    ];
+    let b1 = vec![0.5, -1.0, 0.0, 0.25];
+    #[rustfmt::skip]
+    let w2 = vec![
+        1.0, 2.0, 3.0, 4.0,
+        -1.0, 0.0, 0.0, 2.0,
+    ];
+    let b2 = vec![0.0, 1.0];
+    let mut c = Checkpoint::default();
+    c.tensors.insert("0.weight".into(), f32s(&[4, 3], w1));
+    c.tensors.insert("0.bias".into(), f32s(&[4], b1));
+    c.tensors.insert("2.weight".into(), f32s(&[2, 4], w2));
+    c.tensors.insert("2.bias".into(), f32s(&[2], b2));
+    c.tensors.insert(
+        "optimizer.state.0.weight.exp_avg".into(),
+        f64s(
+            &[4, 3],
+            vec![
+                0.1,
+                5e-324,
+                -0.0,
+                1e-300,
+                1.0 / 3.0,
+                2.0,
+                3.0,
+                4.0,
+                5.0,
+                6.0,
+                7.0,
+                -8.5,
+            ],
+        ),
+    );
+    c.metadata
+        .insert("config".into(), r#"{"lr":0.1,"optimizer":"adam"}"#.into());
+    c.metadata.insert("step".into(), "12".into());
+    c.metadata.insert("epoch".into(), "3".into());
+    c.save(&path).unwrap();
+
+    let out = std::process::Command::new(&py)
+        .arg(&script)
+        .arg(&path)
+        .args(["3", "4", "2", "[1.0, 2.0, -3.0]"])
+        .arg(&resaved)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    // by hand: h = relu(W1 x + b1) = relu([1.5, 1, -3, 0.25]) = [1.5, 1, 0, 0.25];
+    // y = W2 h + b2 = [1.5 + 2 + 0 + 1, -1.5 + 0.5 + 1] = [4.5, 0]
+    assert_eq!(report["output"], serde_json::json!([4.5, 0.0]));
+    assert_eq!(
+        report["state_dict"],
+        serde_json::json!(["0.weight", "0.bias", "2.weight", "2.bias"])
+    );
+    let meta: BTreeMap<String, String> =
+        serde_json::from_value(report["metadata"].clone()).unwrap();
+    assert_eq!(meta, c.metadata);
+    let seen = report["tensors"].as_object().unwrap();
+    assert_eq!(seen.len(), c.tensors.len());
+    for (name, t) in &c.tensors {
+        let s = &seen[name];
+        assert_eq!(s["shape"], serde_json::json!(t.shape), "{name}");
+        let values: Vec<f64> = serde_json::from_value(s["values"].clone()).unwrap();
+        match &t.data {
+            TensorData::F32(v) => {
+                assert_eq!(s["dtype"], "float32", "{name}");
+                let got: Vec<u32> = values.iter().map(|&x| (x as f32).to_bits()).collect();
+                assert_eq!(
+                    got,
+                    v.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    "{name}"
+                );
+            }
+            TensorData::F64(v) => {
+                assert_eq!(s["dtype"], "float64", "{name}");
+                let got: Vec<u64> = values.iter().map(|x| x.to_bits()).collect();
+                assert_eq!(
+                    got,
+                    v.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+                    "{name}"
+                );
+            }
+        }
+    }
+
+    // and PyTorch's own file (state_dict + the optimizer tensor + metadata) reads back equal
+    let back = Checkpoint::load(&resaved).unwrap();
+    assert!(bit_eq(&c, &back), "{c:?}\n{back:?}");
+    let names: Vec<(String, Vec<usize>)> = expect(&[
+        ("0.weight", &[4, 3]),
+        ("0.bias", &[4]),
+        ("2.weight", &[2, 4]),
+        ("2.bias", &[2]),
+    ]);
+    back.check_names(&names, "").unwrap();
+}
