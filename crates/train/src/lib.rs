@@ -10,7 +10,11 @@
 //! - [`trainer`]: the training loop behind `torchlean train`, with verified steps.
 
 pub mod error;
+pub mod optim;
+pub mod sched;
 pub mod value;
 
 pub use error::{Result, TrainError};
+pub use optim::{clip_grad_norm, OptimConfig, Optimizer, Param, ParamState};
+pub use sched::{Schedule, Scheduler};
 pub use value::{Element, TrainValue};
