@@ -825,13 +825,40 @@ fn dispatch<K: WithSimd<Output = ()>>(n: usize, kernel: K) {
     }
 }
 
-/// `torch.lerp(start, end, weight)` as ATen computes it on the CPU (one rounding per branch).
-#[inline(always)]
+/// `torch.lerp(start, end, weight)` as ATen computes it on the CPU: `weight·(end - start) +
+/// start` for `|weight| < 0.5`, else `(weight - 1)·(end - start) + end`, one rounding each.
+/// [`Lerp`] is the same with the branch taken once per loop.
+#[cfg(test)]
 fn lerp<T: Element>(start: T, end: T, weight: T) -> T {
-    if weight.abs() < c(0.5) {
-        weight.mul_add(end - start, start)
-    } else {
-        (weight - T::one()).mul_add(end - start, end)
+    Lerp::new(weight).at(start, end)
+}
+
+/// A `lerp` weight prepared for a loop (ATen's vectorised form: a coefficient and a choice of
+/// base, both fixed for the loop, so the loop has no branch).
+#[derive(Clone, Copy)]
+struct Lerp<T> {
+    coeff: T,
+    from_start: bool,
+}
+
+impl<T: Element> Lerp<T> {
+    #[inline(always)]
+    fn new(weight: T) -> Self {
+        let from_start = weight.abs() < c(0.5);
+        Self {
+            coeff: if from_start {
+                weight
+            } else {
+                weight - T::one()
+            },
+            from_start,
+        }
+    }
+
+    #[inline(always)]
+    fn at(self, start: T, end: T) -> T {
+        let base = if self.from_start { start } else { end };
+        self.coeff.mul_add(end - start, base)
     }
 }
 
@@ -846,6 +873,11 @@ fn maximum<T: Element>(a: T, b: T) -> T {
         b
     }
 }
+
+// The kernels: a struct per optimizer holding the slices and the scalars (already rounded to
+// `T`), whose `with_simd` picks a loop specialised by const flags, so that each loop is
+// straight-line code LLVM vectorises. Every slice is re-sliced to the parameter's length first
+// (the step checked the lengths), which removes the bounds checks.
 
 struct SgdKernel<'a, T> {
     p: &'a mut [T],
@@ -870,41 +902,65 @@ impl<T: Element> WithSimd for SgdKernel<'_, T> {
             buf,
             neg_lr,
             weight_decay,
-            momentum,
-            one_minus_dampening,
+            momentum: mo,
+            one_minus_dampening: omd,
             nesterov,
         } = self;
-        // `grad.add(param, alpha=weight_decay)`.
-        let decayed = |p: T, g: T| match weight_decay {
-            Some(wd) => wd.mul_add(p, g),
-            None => g,
+        let wd = weight_decay.unwrap_or(T::zero());
+        let Some((b, first)) = buf else {
+            return match weight_decay {
+                Some(_) => sgd_loop::<T, true>(p, g, wd, neg_lr),
+                None => sgd_loop::<T, false>(p, g, wd, neg_lr),
+            };
         };
-        match buf {
-            None => {
-                for (p, &g) in p.iter_mut().zip(g) {
-                    let g = decayed(*p, g);
-                    *p = neg_lr.mul_add(g, *p);
-                }
-            }
-            Some((buf, first)) => {
-                for ((p, &g), b) in p.iter_mut().zip(g).zip(buf.iter_mut()) {
-                    let g = decayed(*p, g);
-                    // First step: `buf = grad.clone()`; then
-                    // `buf.mul_(momentum).add_(grad, alpha=1 - dampening)`.
-                    *b = if first {
-                        g
-                    } else {
-                        one_minus_dampening.mul_add(g, *b * momentum)
-                    };
-                    let d = if nesterov {
-                        momentum.mul_add(*b, g)
-                    } else {
-                        *b
-                    };
-                    *p = neg_lr.mul_add(d, *p);
-                }
-            }
+        let s = (p, g, b, wd, neg_lr, mo, omd);
+        match (weight_decay.is_some(), first, nesterov) {
+            (false, false, false) => sgd_momentum_loop::<T, false, false, false>(s),
+            (false, false, true) => sgd_momentum_loop::<T, false, false, true>(s),
+            (false, true, false) => sgd_momentum_loop::<T, false, true, false>(s),
+            (false, true, true) => sgd_momentum_loop::<T, false, true, true>(s),
+            (true, false, false) => sgd_momentum_loop::<T, true, false, false>(s),
+            (true, false, true) => sgd_momentum_loop::<T, true, false, true>(s),
+            (true, true, false) => sgd_momentum_loop::<T, true, true, false>(s),
+            (true, true, true) => sgd_momentum_loop::<T, true, true, true>(s),
         }
+    }
+}
+
+/// SGD without momentum: `grad.add(param, alpha=weight_decay)`; `param.add_(grad, alpha=-lr)`.
+#[inline(always)]
+fn sgd_loop<T: Element, const WD: bool>(p: &mut [T], g: &[T], wd: T, neg_lr: T) {
+    let n = p.len();
+    let g = &g[..n];
+    for i in 0..n {
+        let pi = p[i];
+        let gi = if WD { wd.mul_add(pi, g[i]) } else { g[i] };
+        p[i] = neg_lr.mul_add(gi, pi);
+    }
+}
+
+/// SGD with momentum. First step: `buf = grad.clone()`; then
+/// `buf.mul_(momentum).add_(grad, alpha=1 - dampening)`; Nesterov: `grad.add(buf,
+/// alpha=momentum)`; `param.add_(d, alpha=-lr)`.
+#[inline(always)]
+#[allow(clippy::type_complexity)]
+fn sgd_momentum_loop<T: Element, const WD: bool, const FIRST: bool, const NESTEROV: bool>(
+    (p, g, b, wd, neg_lr, mo, omd): (&mut [T], &[T], &mut [T], T, T, T, T),
+) {
+    let n = p.len();
+    let g = &g[..n];
+    let b = &mut b[..n];
+    for i in 0..n {
+        let pi = p[i];
+        let gi = if WD { wd.mul_add(pi, g[i]) } else { g[i] };
+        let bi = if FIRST {
+            gi
+        } else {
+            omd.mul_add(gi, b[i] * mo)
+        };
+        b[i] = bi;
+        let d = if NESTEROV { mo.mul_add(bi, gi) } else { bi };
+        p[i] = neg_lr.mul_add(d, pi);
     }
 }
 
@@ -926,54 +982,85 @@ struct AdamKernel<'a, T> {
     neg_step_size: T,
 }
 
+/// How Adam's weight decay applies (`AdamKernel` loop flag).
+const NO_DECAY: u8 = 0;
+const COUPLED: u8 = 1;
+const DECOUPLED: u8 = 2;
+
 impl<T: Element> WithSimd for AdamKernel<'_, T> {
     type Output = ();
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, _simd: S) {
-        let Self {
-            p,
-            g,
-            m,
-            v,
-            vmax,
-            coupled,
-            decay,
-            w1,
-            beta2,
-            one_minus_beta2,
-            bias_correction2_sqrt,
-            eps,
-            neg_step_size,
-        } = self;
-        let mut vmax = vmax;
-        for i in 0..p.len().min(g.len()).min(m.len()).min(v.len()) {
-            let mut pi = p[i];
-            let mut gi = g[i];
-            match (coupled, decay) {
-                (Some(wd), _) => gi = wd.mul_add(pi, gi),
-                (None, Some(f)) => pi = pi * f,
-                (None, None) => {}
-            }
-            // `exp_avg.lerp_(grad, 1 - beta1)`;
-            // `exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)`.
-            let mi = lerp(m[i], gi, w1);
-            let vi = (one_minus_beta2 * gi).mul_add(gi, v[i] * beta2);
-            m[i] = mi;
-            v[i] = vi;
-            let second = match vmax.as_deref_mut() {
-                Some(vmax) => {
-                    let x = maximum(vmax[i], vi);
-                    vmax[i] = x;
-                    x
-                }
-                None => vi,
-            };
-            // `denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`;
-            // `param.addcdiv_(exp_avg, denom, value=-step_size)`.
-            let denom = second.sqrt() / bias_correction2_sqrt + eps;
-            p[i] = pi + neg_step_size * mi / denom;
+        let (mode, wd) = match (self.coupled, self.decay) {
+            (Some(wd), _) => (COUPLED, wd),
+            (None, Some(f)) => (DECOUPLED, f),
+            (None, None) => (NO_DECAY, T::zero()),
+        };
+        let ams = self.vmax.is_some();
+        match (mode, ams) {
+            (COUPLED, false) => adam_loop::<T, COUPLED, false>(self, wd),
+            (COUPLED, true) => adam_loop::<T, COUPLED, true>(self, wd),
+            (DECOUPLED, false) => adam_loop::<T, DECOUPLED, false>(self, wd),
+            (DECOUPLED, true) => adam_loop::<T, DECOUPLED, true>(self, wd),
+            (_, false) => adam_loop::<T, NO_DECAY, false>(self, wd),
+            (_, true) => adam_loop::<T, NO_DECAY, true>(self, wd),
         }
+    }
+}
+
+/// Adam: weight decay (`grad.add(param, alpha=weight_decay)`, or AdamW's `param.mul_(1 -
+/// lr·weight_decay)`); `exp_avg.lerp_(grad, 1 - beta1)`;
+/// `exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)`; amsgrad's
+/// `torch.maximum`; `denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`;
+/// `param.addcdiv_(exp_avg, denom, value=-step_size)`.
+#[inline(always)]
+fn adam_loop<T: Element, const MODE: u8, const AMSGRAD: bool>(k: AdamKernel<'_, T>, wd: T) {
+    let AdamKernel {
+        p,
+        g,
+        m,
+        v,
+        vmax,
+        w1,
+        beta2,
+        one_minus_beta2,
+        bias_correction2_sqrt,
+        eps,
+        neg_step_size,
+        ..
+    } = k;
+    let n = p.len();
+    let g = &g[..n];
+    let m = &mut m[..n];
+    let v = &mut v[..n];
+    let mut none: [T; 0] = [];
+    let vmax = match vmax {
+        Some(x) if AMSGRAD => &mut x[..n],
+        _ => &mut none[..],
+    };
+    let lerp1 = Lerp::new(w1);
+    for i in 0..n {
+        let mut pi = p[i];
+        let mut gi = g[i];
+        if MODE == COUPLED {
+            gi = wd.mul_add(pi, gi);
+        } else if MODE == DECOUPLED {
+            pi = pi * wd;
+        }
+        let mi = lerp1.at(m[i], gi);
+        let vi = (one_minus_beta2 * gi).mul_add(gi, v[i] * beta2);
+        m[i] = mi;
+        v[i] = vi;
+        let second = if AMSGRAD {
+            let x = maximum(vmax[i], vi);
+            vmax[i] = x;
+            x
+        } else {
+            vi
+        };
+        let denom = second.sqrt() / bias_correction2_sqrt + eps;
+        p[i] = pi + neg_step_size * mi / denom;
     }
 }
 
@@ -996,49 +1083,81 @@ impl<T: Element> WithSimd for RmsPropKernel<'_, T> {
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, _simd: S) {
-        let Self {
-            p,
-            g,
-            square_avg,
-            mut grad_avg,
-            mut buf,
-            weight_decay,
-            alpha,
-            one_minus_alpha,
-            eps,
-            momentum,
-            lr,
-        } = self;
-        for i in 0..p.len().min(g.len()).min(square_avg.len()) {
-            let pi = p[i];
-            let gi = match weight_decay {
-                Some(wd) => wd.mul_add(pi, g[i]),
-                None => g[i],
-            };
-            // `square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)`.
-            let sa = (one_minus_alpha * gi).mul_add(gi, square_avg[i] * alpha);
-            square_avg[i] = sa;
-            let avg = match grad_avg.as_deref_mut() {
-                // `grad_avg.lerp_(grad, 1 - alpha)`;
-                // `square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_()`.
-                Some(ga) => {
-                    let a = lerp(ga[i], gi, one_minus_alpha);
-                    ga[i] = a;
-                    (-a).mul_add(a, sa).sqrt()
-                }
-                None => sa.sqrt(),
-            } + eps;
-            p[i] = match buf.as_deref_mut() {
-                // `buf.mul_(momentum).addcdiv_(grad, avg)`; `param.add_(buf, alpha=-lr)`.
-                Some(b) => {
-                    let bi = b[i] * momentum + gi / avg;
-                    b[i] = bi;
-                    (-lr).mul_add(bi, pi)
-                }
-                // `param.addcdiv_(grad, avg, value=-lr)`.
-                None => pi + (-lr) * gi / avg,
-            };
+        let flags = (
+            self.weight_decay.is_some(),
+            self.grad_avg.is_some(),
+            self.buf.is_some(),
+        );
+        match flags {
+            (false, false, false) => rmsprop_loop::<T, false, false, false>(self),
+            (false, false, true) => rmsprop_loop::<T, false, false, true>(self),
+            (false, true, false) => rmsprop_loop::<T, false, true, false>(self),
+            (false, true, true) => rmsprop_loop::<T, false, true, true>(self),
+            (true, false, false) => rmsprop_loop::<T, true, false, false>(self),
+            (true, false, true) => rmsprop_loop::<T, true, false, true>(self),
+            (true, true, false) => rmsprop_loop::<T, true, true, false>(self),
+            (true, true, true) => rmsprop_loop::<T, true, true, true>(self),
         }
+    }
+}
+
+/// RMSprop: `grad.add(param, alpha=weight_decay)`;
+/// `square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)`; centered:
+/// `grad_avg.lerp_(grad, 1 - alpha)`, `avg = square_avg.addcmul(grad_avg, grad_avg,
+/// value=-1).sqrt_()`, else `avg = square_avg.sqrt()`; `avg.add_(eps)`; momentum:
+/// `buf.mul_(momentum).addcdiv_(grad, avg)`, `param.add_(buf, alpha=-lr)`, else
+/// `param.addcdiv_(grad, avg, value=-lr)`.
+#[inline(always)]
+fn rmsprop_loop<T: Element, const WD: bool, const CENTERED: bool, const MOMENTUM: bool>(
+    k: RmsPropKernel<'_, T>,
+) {
+    let RmsPropKernel {
+        p,
+        g,
+        square_avg,
+        grad_avg,
+        buf,
+        weight_decay,
+        alpha,
+        one_minus_alpha,
+        eps,
+        momentum,
+        lr,
+    } = k;
+    let n = p.len();
+    let g = &g[..n];
+    let sq = &mut square_avg[..n];
+    let (mut none_a, mut none_b): ([T; 0], [T; 0]) = ([], []);
+    let ga = match grad_avg {
+        Some(x) if CENTERED => &mut x[..n],
+        _ => &mut none_a[..],
+    };
+    let b = match buf {
+        Some(x) if MOMENTUM => &mut x[..n],
+        _ => &mut none_b[..],
+    };
+    let wd = weight_decay.unwrap_or(T::zero());
+    let lerp = Lerp::new(one_minus_alpha);
+    let neg_lr = -lr;
+    for i in 0..n {
+        let pi = p[i];
+        let gi = if WD { wd.mul_add(pi, g[i]) } else { g[i] };
+        let si = (one_minus_alpha * gi).mul_add(gi, sq[i] * alpha);
+        sq[i] = si;
+        let avg = if CENTERED {
+            let a = lerp.at(ga[i], gi);
+            ga[i] = a;
+            (-a).mul_add(a, si).sqrt()
+        } else {
+            si.sqrt()
+        } + eps;
+        p[i] = if MOMENTUM {
+            let bi = b[i] * momentum + gi / avg;
+            b[i] = bi;
+            neg_lr.mul_add(bi, pi)
+        } else {
+            pi + neg_lr * gi / avg
+        };
     }
 }
 
@@ -1056,25 +1175,36 @@ impl<T: Element> WithSimd for AdagradKernel<'_, T> {
 
     #[inline(always)]
     fn with_simd<S: Simd>(self, _simd: S) {
-        let Self {
-            p,
-            g,
-            sum,
-            weight_decay,
-            eps,
-            neg_clr,
-        } = self;
-        for ((p, &g), s) in p.iter_mut().zip(g).zip(sum.iter_mut()) {
-            let g = match weight_decay {
-                Some(wd) => wd.mul_add(*p, g),
-                None => g,
-            };
-            // `state_sum.addcmul_(grad, grad, value=1)`; `std = state_sum.sqrt().add_(eps)`;
-            // `param.addcdiv_(grad, std, value=-clr)`.
-            *s = g.mul_add(g, *s);
-            let std = s.sqrt() + eps;
-            *p = *p + neg_clr * g / std;
+        match self.weight_decay {
+            Some(_) => adagrad_loop::<T, true>(self),
+            None => adagrad_loop::<T, false>(self),
         }
+    }
+}
+
+/// Adagrad: `grad.add(param, alpha=weight_decay)`; `state_sum.addcmul_(grad, grad, value=1)`;
+/// `std = state_sum.sqrt().add_(eps)`; `param.addcdiv_(grad, std, value=-clr)`.
+#[inline(always)]
+fn adagrad_loop<T: Element, const WD: bool>(k: AdagradKernel<'_, T>) {
+    let AdagradKernel {
+        p,
+        g,
+        sum,
+        weight_decay,
+        eps,
+        neg_clr,
+    } = k;
+    let n = p.len();
+    let g = &g[..n];
+    let sum = &mut sum[..n];
+    let wd = weight_decay.unwrap_or(T::zero());
+    for i in 0..n {
+        let pi = p[i];
+        let gi = if WD { wd.mul_add(pi, g[i]) } else { g[i] };
+        let si = gi.mul_add(gi, sum[i]);
+        sum[i] = si;
+        let std = si.sqrt() + eps;
+        p[i] = pi + neg_clr * gi / std;
     }
 }
 
@@ -1180,6 +1310,36 @@ mod tests {
                 dampening: 0.1,
                 weight_decay: 0.01,
                 nesterov: false,
+            },
+            OptimConfig::Sgd {
+                lr: 0.1,
+                momentum: 0.9,
+                dampening: 0.0,
+                weight_decay: 0.0,
+                nesterov: true,
+            },
+            OptimConfig::sgd(0.1),
+            OptimConfig::Adam {
+                lr: 0.01,
+                betas: (0.3, 0.99),
+                eps: 1e-8,
+                weight_decay: 0.1,
+                amsgrad: true,
+            },
+            OptimConfig::RmsProp {
+                lr: 0.01,
+                alpha: 0.4,
+                eps: 1e-8,
+                weight_decay: 0.1,
+                momentum: 0.5,
+                centered: true,
+            },
+            OptimConfig::Adagrad {
+                lr: 0.1,
+                lr_decay: 0.1,
+                weight_decay: 0.1,
+                initial_accumulator_value: 0.2,
+                eps: 1e-10,
             },
         ] {
             let mut long = Optimizer::<f64>::new(config.clone()).expect("valid");
