@@ -11,13 +11,17 @@
 
 pub mod data;
 pub mod error;
+pub mod optim;
+pub mod sched;
 pub mod value;
 
 pub mod checkpoint;
 pub mod plot;
 
-pub use data::{batches, epoch_order, Dataset, Standardizer};
 pub use checkpoint::{Checkpoint, NamedTensor, TensorData};
+pub use data::{batches, epoch_order, Dataset, Standardizer};
 pub use error::{Result, TrainError};
+pub use optim::{clip_grad_norm, OptimConfig, Optimizer, Param, ParamState};
 pub use plot::loss_svg;
+pub use sched::{Schedule, Scheduler};
 pub use value::{Element, TrainValue};
