@@ -162,12 +162,122 @@ def deep_backward_memory(threads, reps):
     sys.stdout.write(out.stdout)
 
 
+LR = 0.01
+
+
+def mlp_model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
+                               torch.nn.ReLU(), torch.nn.Linear(256, 10))
+
+
+def conv_model():
+    # stride 1, padding 0: 28 -> 26 -> 24, as the Rust case
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 16, 3),
+                               torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(16 * 24 * 24, 10))
+
+
+def train_case(name, make_model, x_shape, kind):
+    """One SGD step (forward, F.cross_entropy mean, backward, torch.optim.SGD step, zero_grad);
+    then the JAX twin in a subprocess."""
+    def case(threads, reps):
+        model = make_model()
+        b = x_shape[0]
+        x = torch.rand(*x_shape)
+        y = (torch.arange(b) * 7 + 3) % 10
+        opt = torch.optim.SGD(model.parameters(), lr=LR)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+
+        s = measure(step, reps, warmup=3)
+        row(name, threads, s, backend="eager", batch=b)
+        peer_train(name, kind, x_shape, threads, reps)
+    return case
+
+
+PEER_TRAIN = r"""
+import json, os, sys, time
+name, kind, shape, threads, reps, lr = sys.argv[1], sys.argv[2], [int(v) for v in sys.argv[3].split(",")], int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+os.sched_setaffinity(0, set(range(threads)))
+import jax, jax.numpy as jnp
+def uniform(key, shape, fan_in):
+    bound = 1.0 / fan_in ** 0.5
+    return jax.random.uniform(key, shape, jnp.float32, -bound, bound)
+keys = iter(jax.random.split(jax.random.PRNGKey(0), 16))
+if kind == "mlp":
+    dims = [(784, 256), (256, 256), (256, 10)]
+    params = [(uniform(next(keys), (o, i), i), uniform(next(keys), (o,), i)) for i, o in dims]
+    def forward(p, x):
+        (w1, b1), (w2, b2), (w3, b3) = p
+        h = jax.nn.relu(x @ w1.T + b1)
+        h = jax.nn.relu(h @ w2.T + b2)
+        return h @ w3.T + b3
+else:
+    def conv(x, w, b):
+        y = jax.lax.conv_general_dilated(x, w, (1, 1), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW"))
+        return y + b[None, :, None, None]
+    params = [(uniform(next(keys), (8, 1, 3, 3), 9), uniform(next(keys), (8,), 9)),
+              (uniform(next(keys), (16, 8, 3, 3), 72), uniform(next(keys), (16,), 72)),
+              (uniform(next(keys), (10, 9216), 9216), uniform(next(keys), (10,), 9216))]
+    def forward(p, x):
+        (c1, d1), (c2, d2), (w, b) = p
+        h = jax.nn.relu(conv(x, c1, d1))
+        h = jax.nn.relu(conv(h, c2, d2))
+        return h.reshape(h.shape[0], -1) @ w.T + b
+def loss_fn(p, x, y):
+    logp = jax.nn.log_softmax(forward(p, x), axis=1)
+    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
+@jax.jit
+def train_step(p, x, y):
+    loss, g = jax.value_and_grad(loss_fn)(p, x, y)
+    return jax.tree_util.tree_map(lambda a, b: a - lr * b, p, g), loss
+x = jax.random.uniform(next(keys), shape, jnp.float32)
+y = (jnp.arange(shape[0]) * 7 + 3) % 10
+state = [params]
+def once():
+    p, loss = train_step(state[0], x, y)
+    jax.block_until_ready((p, loss))
+    state[0] = p
+for _ in range(3):
+    once()
+t = []
+for _ in range(reps):
+    s = time.perf_counter(); once(); t.append((time.perf_counter() - s) * 1e3)
+t.sort()
+print(json.dumps({"case": name, "engine": "jax-xla", "threads": threads, "median_ms": round(t[len(t) // 2], 4),
+                  "min_ms": round(t[0], 4), "max_ms": round(t[-1], 4), "reps": reps, "backend": "jit",
+                  "batch": shape[0], "kernel": jax.__version__}), flush=True)
+"""
+
+
+def peer_train(name, kind, x_shape, threads, reps):
+    """The JAX twin (jax.jit of value_and_grad + the SGD update), in a subprocess with the
+    thread count set as for the matmul peer (XLA_FLAGS at 1 thread, CPU affinity always)."""
+    env = dict(os.environ)
+    if threads == 1:
+        env["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    out = subprocess.run([sys.executable, "-c", PEER_TRAIN, name, kind, ",".join(map(str, x_shape)), str(threads),
+                          str(reps), str(LR)], capture_output=True, text=True, env=env)
+    if out.returncode == 0:
+        sys.stdout.write(out.stdout)
+    else:
+        print(f"peer jax unavailable: {out.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+
+
 CASES = {
     "tape_overhead": tape_overhead,
     "relu_chain": relu_chain,
     "matmul_1024": matmul(1024),
     "matmul_2048": matmul(2048),
     "deep_backward_memory": deep_backward_memory,
+    "mlp_train_b64": train_case("mlp_train_b64", mlp_model, (64, 784), "mlp"),
+    "mlp_train_b512": train_case("mlp_train_b512", mlp_model, (512, 784), "mlp"),
+    "conv_train": train_case("conv_train", conv_model, (32, 1, 28, 28), "conv"),
 }
 
 

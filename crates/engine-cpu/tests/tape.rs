@@ -169,3 +169,52 @@ fn the_releasing_sweep_does_not_copy_pass_through_gradients() {
     assert!(gx.is_unique());
     assert_eq!(grads.peak_live(), 2);
 }
+
+/// The releasing sweep skips what nothing keeps: a linear layer whose input does not require
+/// grad never forms its input gradient (the live peak stays below the input's size), a conv
+/// layer's likewise, and the kept weight and bias gradients equal the dense sweep's bit for bit.
+#[test]
+fn the_releasing_sweep_never_forms_the_gradient_of_an_input_nobody_keeps() {
+    fn check(x_shape: &[usize], w_shape: &[usize], b: usize, op: Op) {
+        let mut tape = Tape::<CpuF32>::empty();
+        let leaf = |tape: &mut Tape<CpuF32>, shape: &[usize], salt, grad| {
+            tape.leaf(
+                CpuF32::from_f64(&values(shape, salt, 1.0)).unwrap(),
+                grad,
+                None,
+            )
+        };
+        let x = leaf(&mut tape, x_shape, 1, false);
+        let w = leaf(&mut tape, w_shape, 2, true);
+        let bias = leaf(&mut tape, &[b], 3, true);
+        let y = record(&mut tape, op, &[x, w, bias], None).unwrap();
+        let y = record(&mut tape, Op::Unary(UnaryOp::Tanh), &[y], None).unwrap();
+        let loss = record(&mut tape, Op::Sum, &[y], None).unwrap();
+        let seed = || CpuF32::full(&Shape::scalar(), 1.0).unwrap();
+        let mut sparse = tape
+            .backward_sparse(loss, seed(), |id| id == w || id == bias)
+            .unwrap();
+        let x_size = tape.get_value(x).unwrap().shape().size();
+        assert!(
+            sparse.peak_live_elements() < x_size,
+            "peak {} ≥ the input's {x_size} elements: its gradient was formed",
+            sparse.peak_live_elements()
+        );
+        let dense = tape.backward_dense_all(loss, seed()).unwrap();
+        for id in [w, bias] {
+            assert!(sparse.take(id).unwrap().bit_eq(&dense[id]), "leaf {id}");
+        }
+        assert!(sparse.take(x).is_none());
+    }
+    check(&[4, 3000], &[2, 3000], 2, Op::Linear);
+    let spec = torchlean_spec::Conv2dSpec {
+        in_channels: 8,
+        out_channels: 1,
+        kernel_h: 3,
+        kernel_w: 3,
+        stride: 1,
+        padding: 0,
+    };
+    // the output (and so the frontier) is 8× smaller than the input
+    check(&[4, 8, 30, 30], &[1, 8, 3, 3], 1, Op::Conv2d(spec));
+}

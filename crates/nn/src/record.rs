@@ -275,6 +275,49 @@ impl Recorded {
         Ok(RecordedRun { output: out, grads })
     }
 
+    /// One differentiated run of the program on engine `V` with the given leaf values (one per
+    /// leaf, in leaf order: the current parameters, this batch, the constants), the training
+    /// step of the compiled backend: `compile`, then the releasing sweep
+    /// (`Tape::backward_sparse`) from a ones seed of the output, keeping the gradient of leaf
+    /// `i` only where `keep(i)`. Returns the output and, per leaf, its gradient (`None` where
+    /// not kept or not reached). Every other value of the run is released before it returns, so
+    /// the caller's parameter buffers are no longer shared (an in-place update copies nothing).
+    ///
+    /// The gradients equal those of the eager [`crate::Session`] with
+    /// [`crate::Sweep::Releasing`] bit for bit: both record the same ops in the same order and
+    /// sweep them in decreasing id.
+    pub fn step<V: Kernels>(
+        &self,
+        leaf_values: Vec<V>,
+        keep: impl Fn(usize) -> bool,
+    ) -> Result<(V, Vec<Option<V>>)> {
+        let n = self.leaves.len();
+        let (tape, values) = compile::<V>(&self.graph, leaf_values)?;
+        let output = values[self.output].clone();
+        for v in values {
+            v.drop();
+        }
+        let seed = match V::full(self.graph.shape(self.output), 1.0) {
+            Ok(s) => s,
+            Err(e) => {
+                tape.release();
+                return Err(e.into());
+            }
+        };
+        let swept = tape.backward_sparse(self.output, seed, |id| id < n && keep(id));
+        let mut kept = match swept {
+            Ok(k) => k,
+            Err(e) => {
+                tape.release();
+                return Err(e.into());
+            }
+        };
+        let grads = (0..n).map(|i| kept.take(i)).collect();
+        kept.release();
+        tape.release();
+        Ok((output, grads))
+    }
+
     /// The gradient of parameter `name` in a run.
     pub fn param_grad<'r, V>(&self, run: &'r RecordedRun<V>, name: &str) -> Option<&'r V> {
         self.leaves

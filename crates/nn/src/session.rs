@@ -239,6 +239,13 @@ impl<V: Kernels> Session<V> {
         self.owner = new_owner();
     }
 
+    /// A model input given as an engine value (a batch already on the engine): [`Ops::input`]
+    /// without the conversion from `f64` data, which on a training batch costs as much as a
+    /// small layer. Cloning a value shares its buffer, so a batch can be fed step after step.
+    pub fn input_value(&mut self, _name: &str, value: V, requires_grad: bool) -> Result<Var> {
+        self.leaf(value, requires_grad)
+    }
+
     /// Number of nodes on the tape.
     pub fn tape_len(&self) -> usize {
         self.tape.size()

@@ -39,6 +39,18 @@ pub fn vjp<V: Kernels>(op: &Op, saved: &Saved<V>, cot: &V) -> Result<Cotangents<
     op.vjp(saved, cot).map_err(Into::into)
 }
 
+/// [`vjp`] where only the operands `i` with `needs(i)` need a cotangent (the others may be
+/// `None`): the one dispatch, [`Op::vjp_for`], with the engine's error converted.
+#[inline]
+pub fn vjp_for<V: Kernels>(
+    op: &Op,
+    saved: &Saved<V>,
+    cot: &V,
+    needs: &dyn Fn(usize) -> bool,
+) -> Result<Cotangents<V>> {
+    op.vjp_for(saved, cot, needs).map_err(Into::into)
+}
+
 /// The local-sum rule of compiled graphs — the one place it is written: a node whose operands
 /// repeat a position (`add(a, a)`, `concat(a, b, a)`) forms that position's contribution
 /// locally first, folding the per-operand cotangents in operand order (the first present one
@@ -138,7 +150,14 @@ pub fn record<V: Kernels>(
     parents: &[usize],
     name: Option<String>,
 ) -> Result<usize> {
-    tape.record(op, parents, name, RecordMode::Eager, forward::<V>, vjp::<V>)
+    tape.record(
+        op,
+        parents,
+        name,
+        RecordMode::Eager,
+        forward::<V>,
+        vjp_for::<V>,
+    )
 }
 
 /// Records `op` as a node of a compiled graph (TorchLean's `compileAuxData`, compact form): the
@@ -156,7 +175,7 @@ pub fn record_compiled<V: Kernels>(
         name,
         RecordMode::Compiled,
         forward::<V>,
-        vjp::<V>,
+        vjp_for::<V>,
     )
 }
 

@@ -23,12 +23,12 @@ pub mod value;
 
 pub use error::{Result, RuntimeError};
 pub use kernel::{
-    fold_repeated_operands, forward, record, record_compiled, release_saved, vjp, Cotangents,
-    Kernels, Operands, RecordMode, Saved,
+    fold_repeated_operands, forward, record, record_compiled, release_saved, vjp, vjp_for,
+    Cotangents, Kernels, Operands, RecordMode, Saved,
 };
 pub use sweep::{
     add_grad_all, add_grad_dense, backward_dense_from_loop, backward_dense_from_step,
-    backward_dense_step, totalize, SparseGrads,
+    backward_dense_step, needed_nodes, totalize, SparseGrads,
 };
 pub use tape::{
     Backward, ContributionIter, Contributions, Node, Parents, RecordedSlot, Tape, VjpClosure,

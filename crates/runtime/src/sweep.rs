@@ -12,7 +12,7 @@
 //! still held.
 
 use crate::error::{Result, RuntimeError};
-use crate::tape::{Node, Tape};
+use crate::tape::{Backward, Node, Tape};
 use crate::value::{GradValue, GradZero};
 
 fn release_all<V: GradValue>(vals: impl IntoIterator<Item = V>) {
@@ -203,6 +203,13 @@ impl<V: GradValue> Tape<V> {
     /// each contribution as an owned value on first store, releases each node's gradient as soon
     /// as its VJP has run unless `retain(id)`, and releases everything it holds on error. Peak
     /// live gradients are the frontier plus the retained ones ([`SparseGrads::peak_live`]).
+    ///
+    /// Work whose result nothing observes is skipped: a node's gradient is *needed* when the
+    /// node is retained or requires grad and has a needed parent ([`needed_nodes`]); the VJP of
+    /// a node that is not needed is not run, and a VJP is told which of its parents are
+    /// needed, so it may skip the others' cotangents (the input gradient of a model's first
+    /// layer). The retained gradients are the same, bit for bit, as without the skipping:
+    /// every contribution to them is formed and accumulated in the same order.
     pub fn backward_sparse(
         &self,
         out_id: usize,
@@ -221,8 +228,9 @@ impl<V: GradValue> Tape<V> {
             peak_live_elements: 0,
         };
         map.put(out_id, seed.into_owned());
+        let needed = needed_nodes(self, out_id, &retain);
         for id in (0..self.size()).rev() {
-            if let Err(e) = sparse_step(self, &mut map, id, retain(id)) {
+            if let Err(e) = sparse_step(self, &mut map, id, retain(id), &needed) {
                 map.release();
                 return Err(e);
             }
@@ -243,6 +251,7 @@ fn sparse_step<V: GradValue>(
     map: &mut SparseGrads<V>,
     id: usize,
     retain: bool,
+    needed: &[bool],
 ) -> Result<()> {
     let node = tape.get_node(id)?;
     let release_own = |map: &mut SparseGrads<V>| {
@@ -252,7 +261,7 @@ fn sparse_step<V: GradValue>(
             }
         }
     };
-    if !node.requires_grad {
+    if !node.requires_grad || !needed[id] {
         release_own(map);
         return Ok(());
     }
@@ -262,7 +271,8 @@ fn sparse_step<V: GradValue>(
     if upstream.shape() != node.value.shape() {
         return Err(shape_mismatch(id, node, "the upstream gradient", upstream));
     }
-    let mut contributions = tape.contributions(id, upstream)?;
+    let needs = |p: usize| needed.get(p).copied().unwrap_or(true);
+    let mut contributions = tape.contributions_for(id, upstream, &needs)?;
     map.note_transient(contributions.pending());
     release_own(map);
     while let Some((parent, g)) = contributions.next() {
@@ -281,6 +291,28 @@ fn sparse_step<V: GradValue>(
         }
     }
     Ok(())
+}
+
+/// Which nodes' gradients the releasing sweep from `out_id` needs: node `id ≤ out_id` is needed
+/// when `retain(id)`, or when it requires grad and one of its parents is needed (its
+/// contributions can reach a retained gradient). A node whose VJP is a closure may contribute
+/// to any node, so it is needed whenever it requires grad. One pass in increasing id (a recorded
+/// node's parents come before it; a parent not yet decided counts as needed). Nodes after
+/// `out_id` are never reached.
+pub fn needed_nodes<V: GradValue>(
+    tape: &Tape<V>,
+    out_id: usize,
+    retain: &impl Fn(usize) -> bool,
+) -> Vec<bool> {
+    let nodes = tape.nodes();
+    let mut needed = vec![false; nodes.len()];
+    for (id, node) in nodes.iter().enumerate().take(out_id.saturating_add(1)) {
+        needed[id] = retain(id)
+            || (node.requires_grad
+                && (matches!(node.backward, Backward::Closure(_))
+                    || node.parents.iter().any(|&p| p >= id || needed[p])));
+    }
+    needed
 }
 
 /// Replaces every `None` (unreached node) with zeros of the node's shape.

@@ -19,7 +19,8 @@ pub type Contributions<V> = SmallVec<[(usize, V); 2]>;
 
 /// An engine's VJP entry point (`runtime::vjp`, the dispatch), kept as a plain function pointer so the sweeps
 /// need only `GradValue`.
-pub(crate) type VjpFn<V> = fn(&Op, &Saved<V>, &V) -> Result<Cotangents<V>>;
+/// The last argument says which operands need a cotangent (by operand index).
+pub(crate) type VjpFn<V> = fn(&Op, &Saved<V>, &V, &dyn Fn(usize) -> bool) -> Result<Cotangents<V>>;
 
 /// A node's local VJP (SPEC's `backward: &V -> Result<Vec<(usize, V)>>`), run through
 /// [`Tape::contributions`] or [`Tape::run_backward`].
@@ -278,6 +279,19 @@ impl<V: GradValue> Tape<V> {
     /// returned (which no longer borrows `cot`, so a sweep may release the upstream gradient
     /// before it stores them). Errors name the node.
     pub fn contributions(&self, id: usize, cot: &V) -> Result<ContributionIter<'_, V>> {
+        self.contributions_for(id, cot, &|_| true)
+    }
+
+    /// [`Tape::contributions`] where only the parents `p` with `needs(p)` (by node id) need a
+    /// contribution: a recorded op may skip the others (the input gradient of `linear` and
+    /// `conv2d`), a closure ignores `needs`. The contributions produced are exactly
+    /// [`Tape::contributions`]'s.
+    pub fn contributions_for(
+        &self,
+        id: usize,
+        cot: &V,
+        needs: &dyn Fn(usize) -> bool,
+    ) -> Result<ContributionIter<'_, V>> {
         let node = self.get_node(id)?;
         let iter = match &node.backward {
             Backward::Nothing => Ok(ContributionIter::Empty),
@@ -289,7 +303,7 @@ impl<V: GradValue> Tape<V> {
                     .recorded
                     .get(*k)
                     .expect("a recorded slot indexes its own tape's op table (RecordedSlot)");
-                recorded_vjp(rec, &node.parents, cot)
+                recorded_vjp(rec, &node.parents, cot, needs)
             }
         };
         iter.map_err(|e| e.at_node(id))
@@ -324,8 +338,10 @@ fn recorded_vjp<'t, V: GradValue>(
     rec: &RecordedOp<V>,
     parents: &'t [usize],
     cot: &V,
+    needs: &dyn Fn(usize) -> bool,
 ) -> Result<ContributionIter<'t, V>> {
-    let mut grads = (rec.vjp)(&rec.op, &rec.saved, cot)?;
+    let by_operand = |i: usize| parents.get(i).is_none_or(|&p| needs(p));
+    let mut grads = (rec.vjp)(&rec.op, &rec.saved, cot, &by_operand)?;
     if grads.len() != parents.len() {
         let err = RuntimeError::VjpArity {
             op: rec.op.name(),

@@ -139,6 +139,19 @@ pub trait Backend: Clone + Sized {
     fn linear(x: &Self, w: &Self, b: &Self, out: &Shape) -> Result<Self, Self::Error>;
     /// `(dx, dW, db)`.
     fn linear_vjp(x: &Self, w: &Self, dy: &Self) -> Result<(Self, Self, Self), Self::Error>;
+    /// [`Backend::linear_vjp`] where `dx` is only needed if `need_dx`: an engine may then skip
+    /// it (`None`); `dW` and `db` are [`Backend::linear_vjp`]'s. The default computes all three.
+    #[allow(clippy::type_complexity)]
+    fn linear_vjp_for(
+        x: &Self,
+        w: &Self,
+        dy: &Self,
+        need_dx: bool,
+    ) -> Result<(Option<Self>, Self, Self), Self::Error> {
+        let _ = need_dx;
+        let (dx, dw, db) = Self::linear_vjp(x, w, dy)?;
+        Ok((Some(dx), dw, db))
+    }
     fn conv2d(
         spec: &Conv2dSpec,
         x: &Self,
@@ -153,6 +166,20 @@ pub trait Backend: Clone + Sized {
         w: &Self,
         dy: &Self,
     ) -> Result<(Self, Self, Self), Self::Error>;
+    /// [`Backend::conv2d_vjp`] where `dx` is only needed if `need_dx` (as
+    /// [`Backend::linear_vjp_for`]). The default computes all three.
+    #[allow(clippy::type_complexity)]
+    fn conv2d_vjp_for(
+        spec: &Conv2dSpec,
+        x: &Self,
+        w: &Self,
+        dy: &Self,
+        need_dx: bool,
+    ) -> Result<(Option<Self>, Self, Self), Self::Error> {
+        let _ = need_dx;
+        let (dx, dw, db) = Self::conv2d_vjp(spec, x, w, dy)?;
+        Ok((Some(dx), dw, db))
+    }
     fn pool(spec: &PoolSpec, x: &Self, out: &Shape) -> Result<Self, Self::Error>;
     /// Max pooling's VJP, from the saved input.
     fn max_pool_vjp(spec: &PoolSpec, x: &Self, dy: &Self) -> Result<Self, Self::Error>;

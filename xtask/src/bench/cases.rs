@@ -55,6 +55,21 @@ pub const CASES: &[Case] = &[
         about: "IR chain of relu over [4] at 1k/4k/16k nodes: lowering, compile, backward",
         run: relu_chain_all,
     },
+    Case {
+        name: "mlp_train_b64",
+        about: "one SGD step of MLP 784-256-256-10 (ReLU, cross-entropy), batch 64, f32; eager and compiled",
+        run: super::train::mlp_train_b64,
+    },
+    Case {
+        name: "mlp_train_b512",
+        about: "mlp_train_b64 at batch 512",
+        run: super::train::mlp_train_b512,
+    },
+    Case {
+        name: "conv_train",
+        about: "one SGD step of conv3x3 1->8, relu, conv3x3 8->16, relu, flatten, linear ->10; batch 32 of 28x28, f32; eager and compiled",
+        run: super::train::conv_train,
+    },
 ];
 
 fn err(e: impl std::fmt::Display) -> String {

@@ -2,6 +2,7 @@
 //! case, PyTorch measured in the same invocation with `--compare`.
 
 mod cases;
+mod train;
 
 use clap::Args;
 use serde_json::{json, Map, Value};
@@ -275,7 +276,7 @@ fn print_comparison(ours: &[Row], theirs: &[Value], as_json: bool) {
     if !as_json {
         println!("\nside by side with the peers (same run; ratio = peer time / our time, > 1 means we are faster)");
         println!(
-            "{:<26} {:>3} {:<16} {:>12} {:<16} {:>12} {:>8}  note",
+            "{:<26} {:>3} {:<18} {:>12} {:<16} {:>12} {:>8}  note",
             "case", "thr", "ours", "ours_ms", "peer", "peer_ms", "ratio"
         );
     }
@@ -289,12 +290,30 @@ fn print_comparison(ours: &[Row], theirs: &[Value], as_json: bool) {
         let peer = t["engine"].as_str().unwrap_or("peer");
         let threads = t["threads"].as_u64().unwrap_or(0);
         let k = key(case, threads, t.get("nodes"));
-        // compare with our fast engine where a case has several rows
-        let mine = ours
+        // compare with our fast engine where a case has several rows (one line per backend
+        // where a case has an eager and a compiled row)
+        let same: Vec<&Row> = ours
             .iter()
             .filter(|r| key(&r.case, r.threads as u64, r.extra.get("nodes")) == k)
-            .min_by_key(|r| r.engine.starts_with("reference"));
-        let Some(mine) = mine else { continue };
+            .collect();
+        let fast = same.iter().any(|r| !r.engine.starts_with("reference"));
+        for mine in same
+            .into_iter()
+            .filter(|r| !fast || !r.engine.starts_with("reference"))
+        {
+            compare_line(t, peer, case, threads, mine, as_json);
+        }
+    }
+}
+
+/// One peer row against one of ours.
+fn compare_line(t: &Value, peer: &str, case: &str, threads: u64, mine: &Row, as_json: bool) {
+    {
+        let backend = mine.extra.get("backend").and_then(Value::as_str);
+        let label = match backend {
+            Some(b) => format!("{}/{b}", mine.engine),
+            None => mine.engine.clone(),
+        };
         let theirs_ms = t["median_ms"].as_f64().unwrap_or(f64::NAN);
         let ratio = theirs_ms / mine.stats.median_ms;
         let mut note = String::new();
@@ -306,12 +325,12 @@ fn print_comparison(ours: &[Row], theirs: &[Value], as_json: bool) {
         if as_json {
             println!(
                 "{}",
-                json!({"compare": case, "threads": threads, "peer": peer, "engine": mine.engine, "ours_ms": round(mine.stats.median_ms), "peer_ms": theirs_ms, "ratio": round(ratio)})
+                json!({"compare": case, "threads": threads, "peer": peer, "engine": mine.engine, "backend": backend, "ours_ms": round(mine.stats.median_ms), "peer_ms": theirs_ms, "ratio": round(ratio)})
             );
         } else {
             println!(
-                "{:<26} {:>3} {:<16} {:>12.4} {:<16} {:>12.4} {:>8.2}  {note}",
-                case, threads, mine.engine, mine.stats.median_ms, peer, theirs_ms, ratio
+                "{:<26} {:>3} {:<18} {:>12.4} {:<16} {:>12.4} {:>8.2}  {note}",
+                case, threads, label, mine.stats.median_ms, peer, theirs_ms, ratio
             );
         }
     }

@@ -25,7 +25,7 @@
 //! accumulated per fixed group of images (the grouping depends only on the batch size) and the
 //! group sums are added in group order, so the result does not depend on the thread count.
 
-use super::linalg::{gemm, par_for_work, Grads3, Mat};
+use super::linalg::{gemm, par_for_work, Mat};
 use super::reduce::sum_seq;
 use crate::error::CpuError;
 use crate::scalar::CpuScalar;
@@ -437,14 +437,16 @@ pub(crate) fn forward<T: CpuScalar>(
 }
 
 /// One group of images backward: accumulates the group's weight gradient into `dw` and writes
-/// the images' input gradients into `dx`.
+/// the images' input gradients into `dx` (skipped when `dx` is `None`: an input that needs no
+/// gradient).
+#[allow(clippy::too_many_arguments)]
 fn group_backward<T: CpuScalar>(
     g: &Geo,
     layout: Layout,
     x: &[T],
     w: &[T],
     dy: &[T],
-    dx: &mut [T],
+    mut dx: Option<&mut [T]>,
     dw: &mut [T],
     par: Parallelism,
 ) -> Result<(), CpuError> {
@@ -458,7 +460,7 @@ fn group_backward<T: CpuScalar>(
         out: dcol,
         grad,
     } = &mut sc;
-    for (k, dxi) in dx.chunks_exact_mut(img_in).enumerate() {
+    for k in 0..x.len() / img_in {
         let xi = &x[k * img_in..(k + 1) * img_in];
         let dyi = &dy[k * img_out..(k + 1) * img_out];
         // the patch matrix and the cotangent in its column layout
@@ -497,6 +499,10 @@ fn group_backward<T: CpuScalar>(
             par,
         )?;
         // dcol = Wᵀ · dy, scattered back onto the image
+        let Some(dx) = dx.as_deref_mut() else {
+            continue;
+        };
+        let dxi = &mut dx[k * img_in..(k + 1) * img_in];
         let wt = Mat::transposed(w, kk);
         match layout {
             Layout::Direct => gemm(OP, kk, p, oc, dxi, false, wt, Mat::rows(d, p), par)?,
@@ -529,18 +535,20 @@ fn group_backward<T: CpuScalar>(
     Ok(())
 }
 
-/// `(dx, dW, db)`.
+/// `(dx, dW, db)`, `dx` only when `need_dx` (`dW` and `db` are the same either way).
+#[allow(clippy::type_complexity)]
 pub(crate) fn vjp<T: CpuScalar>(
     spec: &Conv2dSpec,
     x: &CpuTensor<T>,
     w: &CpuTensor<T>,
     dy: &CpuTensor<T>,
-) -> Result<Grads3<T>, CpuError> {
+    need_dx: bool,
+) -> Result<(Option<CpuTensor<T>>, CpuTensor<T>, CpuTensor<T>), CpuError> {
     let g = Geo::new(spec, x.shape(), dy.shape());
     let (xs, ws, ds) = (x.as_slice(), w.as_slice(), dy.as_slice());
     let (p, kk, oc) = (g.p(), g.kk(), g.oc);
     let (img_in, img_out) = (g.image(), oc * p);
-    let mut dx = CpuTensor::uninit(x.shape().clone());
+    let mut dx = need_dx.then(|| CpuTensor::uninit(x.shape().clone()));
     let mut dw = CpuTensor::uninit(w.shape().clone());
     let mut db = CpuTensor::uninit(Shape::from([oc]));
 
@@ -560,7 +568,9 @@ pub(crate) fn vjp<T: CpuScalar>(
     if g.n == 0 || img_in == 0 || wlen == 0 || p == 0 {
         // no product has a nonzero term
         dw.data_mut().fill(T::ZERO);
-        dx.data_mut().fill(T::ZERO);
+        if let Some(dx) = dx.as_mut() {
+            dx.data_mut().fill(T::ZERO);
+        }
         return Ok((dx, dw, db));
     }
     let layout = match g.layout() {
@@ -577,16 +587,16 @@ pub(crate) fn vjp<T: CpuScalar>(
             xs,
             ws,
             ds,
-            dx.data_mut(),
+            dx.as_mut().map(|d| d.data_mut()),
             dw.data_mut(),
             par_for_work(g.work()),
         )?;
         return Ok((dx, dw, db));
     }
     let mut partial = vec![T::ZERO; groups * wlen];
-    let job = |(k, (dxg, dwg)): (usize, (&mut [T], &mut [T]))| {
-        let imgs = dxg.len() / img_in;
+    let job = |(k, (dwg, dxg)): (usize, (&mut [T], Option<&mut [T]>))| {
         let first = k * per;
+        let imgs = per.min(g.n - first);
         group_backward(
             &g,
             layout,
@@ -598,15 +608,21 @@ pub(crate) fn vjp<T: CpuScalar>(
             Parallelism::None,
         )
     };
-    let dxs = dx.data_mut();
+    // one task per group: its slice of dx (when asked for) and its partial weight gradient
+    let mut dx_groups: Vec<Option<&mut [T]>> = match dx.as_mut() {
+        Some(d) => d.data_mut().chunks_mut(per * img_in).map(Some).collect(),
+        None => (0..groups).map(|_| None).collect(),
+    };
     if should_par(g.n.saturating_mul(g.work())) {
-        dxs.par_chunks_mut(per * img_in)
-            .zip(partial.par_chunks_mut(wlen))
+        partial
+            .par_chunks_mut(wlen)
+            .zip(dx_groups.par_drain(..))
             .enumerate()
             .try_for_each(job)?;
     } else {
-        dxs.chunks_mut(per * img_in)
-            .zip(partial.chunks_mut(wlen))
+        partial
+            .chunks_mut(wlen)
+            .zip(dx_groups.drain(..))
             .enumerate()
             .try_for_each(job)?;
     }

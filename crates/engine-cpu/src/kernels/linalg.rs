@@ -284,20 +284,39 @@ pub(crate) fn linear_vjp<T: CpuScalar>(
     w: &CpuTensor<T>,
     dy: &CpuTensor<T>,
 ) -> Result<Grads3<T>, CpuError> {
+    let (dx, dw, db) = linear_vjp_for(x, w, dy, true)?;
+    let dx = dx.expect("dx is computed when asked for");
+    Ok((dx, dw, db))
+}
+
+/// [`linear_vjp`] computing `dx` only when `need_dx` (a first layer's input needs none: its
+/// product is as large as the weight gradient's). `dW` and `db` are the same either way.
+#[allow(clippy::type_complexity)]
+pub(crate) fn linear_vjp_for<T: CpuScalar>(
+    x: &CpuTensor<T>,
+    w: &CpuTensor<T>,
+    dy: &CpuTensor<T>,
+    need_dx: bool,
+) -> Result<(Option<CpuTensor<T>>, CpuTensor<T>, CpuTensor<T>), CpuError> {
     let (rows, inp, outf) = linear_dims(x.shape(), w.shape());
     let dd = dy.as_slice();
-    let mut dx = CpuTensor::uninit(x.shape().clone());
-    gemm(
-        desc::LINEAR.name,
-        rows,
-        inp,
-        outf,
-        dx.data_mut(),
-        false,
-        Mat::rows(dd, outf),
-        Mat::rows(w.as_slice(), inp),
-        gemm_par(rows, inp, outf),
-    )?;
+    let dx = if need_dx {
+        let mut dx = CpuTensor::uninit(x.shape().clone());
+        gemm(
+            desc::LINEAR.name,
+            rows,
+            inp,
+            outf,
+            dx.data_mut(),
+            false,
+            Mat::rows(dd, outf),
+            Mat::rows(w.as_slice(), inp),
+            gemm_par(rows, inp, outf),
+        )?;
+        Some(dx)
+    } else {
+        None
+    };
     let mut dw = CpuTensor::uninit(w.shape().clone());
     gemm(
         desc::LINEAR.name,

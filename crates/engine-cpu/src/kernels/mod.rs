@@ -21,6 +21,8 @@ use torchlean_spec::{Backend, BinaryOp, Conv2dSpec, PoolSpec, Shape, Tensor, Una
 type R<T> = std::result::Result<CpuTensor<T>, CpuError>;
 type R2<T> = std::result::Result<(CpuTensor<T>, CpuTensor<T>), CpuError>;
 type R3<T> = std::result::Result<(CpuTensor<T>, CpuTensor<T>, CpuTensor<T>), CpuError>;
+/// `(dx if asked for, dW, db)`.
+type R3o<T> = std::result::Result<(Option<CpuTensor<T>>, CpuTensor<T>, CpuTensor<T>), CpuError>;
 
 impl<T: CpuScalar> Backend for CpuTensor<T> {
     type Error = CpuError;
@@ -176,11 +178,18 @@ impl<T: CpuScalar> Backend for CpuTensor<T> {
     fn linear_vjp(x: &Self, w: &Self, dy: &Self) -> R3<T> {
         linalg::linear_vjp(x, w, dy)
     }
+    fn linear_vjp_for(x: &Self, w: &Self, dy: &Self, need_dx: bool) -> R3o<T> {
+        linalg::linear_vjp_for(x, w, dy, need_dx)
+    }
     fn conv2d(spec: &Conv2dSpec, x: &Self, w: &Self, b: &Self, out: &Shape) -> R<T> {
         conv::forward(spec, x, w, b, out.clone())
     }
     fn conv2d_vjp(spec: &Conv2dSpec, x: &Self, w: &Self, dy: &Self) -> R3<T> {
-        conv::vjp(spec, x, w, dy)
+        let (dx, dw, db) = conv::vjp(spec, x, w, dy, true)?;
+        Ok((dx.expect("dx is computed when asked for"), dw, db))
+    }
+    fn conv2d_vjp_for(spec: &Conv2dSpec, x: &Self, w: &Self, dy: &Self, need_dx: bool) -> R3o<T> {
+        conv::vjp(spec, x, w, dy, need_dx)
     }
     fn pool(spec: &PoolSpec, x: &Self, out: &Shape) -> R<T> {
         Ok(pool::forward(spec, x, out.clone()))

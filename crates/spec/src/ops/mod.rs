@@ -526,6 +526,20 @@ impl Op {
         saved: &Saved<B>,
         cot: &B,
     ) -> std::result::Result<Cotangents<B>, B::Error> {
+        self.vjp_for(saved, cot, &|_| true)
+    }
+
+    /// [`Op::vjp`] where only the operands `i` with `needs(i)` need a cotangent: the others may
+    /// come back `None` (a sweep passes the operands whose gradient reaches nothing it keeps,
+    /// such as a model input that does not require grad). The cotangents that are returned
+    /// are exactly [`Op::vjp`]'s. Engines skip work through the `_for` methods of [`Backend`]
+    /// (the input gradient of `linear` and `conv2d`); every other op returns all of them.
+    pub fn vjp_for<B: Backend>(
+        &self,
+        saved: &Saved<B>,
+        cot: &B,
+        needs: &dyn Fn(usize) -> bool,
+    ) -> std::result::Result<Cotangents<B>, B::Error> {
         use smallvec::smallvec;
         let inferred;
         let out: &Shape = match saved.input_shapes.as_slice() {
@@ -590,12 +604,14 @@ impl Op {
                 Ok(smallvec![Some(da), Some(db)])
             }
             Op::Linear => {
-                let (dx, dw, db) = B::linear_vjp(s.input(self, 0)?, s.input(self, 1)?, cot)?;
-                Ok(smallvec![Some(dx), Some(dw), Some(db)])
+                let (dx, dw, db) =
+                    B::linear_vjp_for(s.input(self, 0)?, s.input(self, 1)?, cot, needs(0))?;
+                Ok(smallvec![dx, Some(dw), Some(db)])
             }
             Op::Conv2d(spec) => {
-                let (dx, dw, db) = B::conv2d_vjp(spec, s.input(self, 0)?, s.input(self, 1)?, cot)?;
-                Ok(smallvec![Some(dx), Some(dw), Some(db)])
+                let (dx, dw, db) =
+                    B::conv2d_vjp_for(spec, s.input(self, 0)?, s.input(self, 1)?, cot, needs(0))?;
+                Ok(smallvec![dx, Some(dw), Some(db)])
             }
             Op::Pool(spec) => one(match spec.kind {
                 PoolKind::Max => B::max_pool_vjp(spec, s.input(self, 0)?, cot)?,

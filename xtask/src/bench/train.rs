@@ -1,0 +1,213 @@
+//! The training-step cases (SPEC 5): one SGD step — forward, cross-entropy (mean), backward,
+//! `p -= lr·g` — of an MLP (784-256-256-10, ReLU) and of a small CNN (conv 3×3 1→8, relu, conv
+//! 3×3 8→16, relu, flatten, linear → 10) on the CPU engine in f32, through the eager `Session`
+//! and through the compiled path (`Recorded::step`). `bench/pytorch/bench.py` runs the same
+//! steps in PyTorch and JAX.
+
+use super::{measure, Result, Row};
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use torchlean_engine_cpu::CpuF32;
+use torchlean_nn::layers::{relu, Conv2d, Flatten, Linear};
+use torchlean_nn::{seq, Layer, LeafKind, Mode, Ops, Recorded, Recorder, Session, Sweep};
+use torchlean_runtime::Kernels;
+use torchlean_spec::{Reduction, Shape};
+use torchlean_train::TrainValue;
+
+type V = CpuF32;
+
+/// The learning rate of every case (the PyTorch and JAX twins use the same).
+const LR: f32 = 0.01;
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// The plain SGD update `p -= lr·g`, in place (the buffer is unique after the session's reset
+/// or the compiled step's release, so nothing is copied). One small function, so the lead can
+/// swap in `torchlean_train::optim`'s SGD.
+fn sgd_update<T: TrainValue<Elem = f32>>(p: &mut T, g: &T, lr: f32) {
+    for (a, &b) in p.data_mut().iter_mut().zip(g.data()) {
+        *a -= lr * b;
+    }
+}
+
+/// A deterministic batch: `x` in `[0, 1)` of `shape` (batch first) and labels in `0..10`.
+fn batch(shape: &[usize]) -> Result<(V, Vec<usize>)> {
+    let n: usize = shape.iter().product();
+    let mut s = 7u64;
+    let data: Vec<f32> = (0..n)
+        .map(|_| {
+            s = torchlean_spec::ops::splitmix64(s);
+            (s >> 40) as f32 / (1u64 << 24) as f32
+        })
+        .collect();
+    let x = V::from_vec(Shape::from(shape), data).map_err(err)?;
+    let labels = (0..shape[0]).map(|i| (i * 7 + 3) % 10).collect();
+    Ok((x, labels))
+}
+
+/// One eager step: forward on the session, cross-entropy, releasing backward, then (after the
+/// reset that releases the tape) the in-place update. Returns the loss.
+fn eager_step<M: Layer>(s: &mut Session<V>, model: &M, x: &V, labels: &[usize]) -> Result<f32> {
+    s.reset();
+    let xv = s.input_value("x", x.clone(), false).map_err(err)?;
+    let logits = model.forward(s, &xv, Mode::Train).map_err(err)?;
+    let loss = s
+        .cross_entropy(&logits, labels, Reduction::Mean)
+        .map_err(err)?;
+    let l = s.value(&loss).map_err(err)?.as_slice()[0];
+    s.backward(&loss, Sweep::Releasing).map_err(err)?;
+    let grads: BTreeMap<String, V> = s.take_param_grads();
+    s.reset();
+    for (name, p) in s.params_mut() {
+        if let Some(g) = grads.get(name) {
+            sgd_update(p, g, LR);
+        }
+    }
+    Ok(l)
+}
+
+/// The compiled program of a model's training step and the current value of each of its
+/// leaves (parameters, the batch, the labels constant).
+struct CompiledStep {
+    rec: Recorded,
+    leaf_values: Vec<V>,
+    x_leaf: usize,
+}
+
+impl CompiledStep {
+    fn new<M: Layer>(model: &M, x: &V, labels: &[usize]) -> Result<Self> {
+        let mut r = Recorder::new();
+        let xv = r
+            .input("x", &x.to_f64().map_err(err)?, false)
+            .map_err(err)?;
+        let logits = model.forward(&mut r, &xv, Mode::Train).map_err(err)?;
+        let loss = r
+            .cross_entropy(&logits, labels, Reduction::Mean)
+            .map_err(err)?;
+        let rec = r.finish(&loss).map_err(err)?;
+        let leaf_values = rec.inputs::<V>().map_err(err)?;
+        let x_leaf = rec
+            .leaves
+            .iter()
+            .position(|l| matches!(l.kind, LeafKind::Input { .. }))
+            .ok_or("the program has no input")?;
+        Ok(CompiledStep {
+            rec,
+            leaf_values,
+            x_leaf,
+        })
+    }
+
+    /// One compiled step on batch `x`: `Recorded::step` keeping the parameters' gradients,
+    /// then the in-place update. Returns the loss.
+    fn step(&mut self, x: &V) -> Result<f32> {
+        self.leaf_values[self.x_leaf] = x.clone();
+        let leaves = &self.rec.leaves;
+        let (out, grads) = self
+            .rec
+            .step::<V>(self.leaf_values.clone(), |i| {
+                leaves[i].kind == LeafKind::Param
+            })
+            .map_err(err)?;
+        for (p, g) in self.leaf_values.iter_mut().zip(&grads) {
+            if let Some(g) = g {
+                sgd_update(p, g, LR);
+            }
+        }
+        Ok(out.as_slice()[0])
+    }
+}
+
+/// Both backends of one case; `gflop` is the matrix-product work of one step.
+fn train_rows<M: Layer>(
+    case: &str,
+    model: &M,
+    x_shape: &[usize],
+    gflop: f64,
+    threads: usize,
+    reps: usize,
+) -> Result<Vec<Row>> {
+    let (x, labels) = batch(x_shape)?;
+    let mut s = Session::<V>::new();
+    let mut last = f32::NAN;
+    let eager = measure(3, reps, || {
+        last = black_box(eager_step(&mut s, model, &x, &labels)?);
+        Ok(())
+    })?;
+    let eager_loss = last;
+    let mut c = CompiledStep::new(model, &x, &labels)?;
+    let compiled = measure(3, reps, || {
+        last = black_box(c.step(&x)?);
+        Ok(())
+    })?;
+    let row = |backend: &str, stats, loss: f32| {
+        Row::new(case, "cpu-f32", threads, stats)
+            .with("backend", backend)
+            .with("batch", x_shape[0])
+            .with("matmul_gflop", gflop)
+            .with("loss", (loss as f64 * 1e4).round() / 1e4)
+    };
+    Ok(vec![
+        row("eager", eager, eager_loss),
+        row("compiled", compiled, last),
+    ])
+}
+
+/// Matrix-product GFLOP of one MLP step: forward, weight gradients, and the input gradients of
+/// layers 2 and 3 (the first layer's is not needed).
+fn mlp_gflop(b: usize) -> f64 {
+    let fwd = 2.0 * b as f64 * (784.0 * 256.0 + 256.0 * 256.0 + 256.0 * 10.0);
+    let dx = 2.0 * b as f64 * (256.0 * 256.0 + 256.0 * 10.0);
+    (2.0 * fwd + dx) / 1e9
+}
+
+fn mlp_train(case: &str, b: usize, threads: usize, reps: usize) -> Result<Vec<Row>> {
+    let model = seq![
+        Linear::<784, 256>::new(1).map_err(err)?,
+        relu(),
+        Linear::<256, 256>::new(2).map_err(err)?,
+        relu(),
+        Linear::<256, 10>::new(3).map_err(err)?
+    ];
+    train_rows(case, &model, &[b, 784], mlp_gflop(b), threads, reps)
+}
+
+pub fn mlp_train_b64(threads: usize, reps: usize) -> Result<Vec<Row>> {
+    mlp_train("mlp_train_b64", 64, threads, reps)
+}
+
+pub fn mlp_train_b512(threads: usize, reps: usize) -> Result<Vec<Row>> {
+    mlp_train("mlp_train_b512", 512, threads, reps)
+}
+
+pub const CONV_BATCH: usize = 32;
+
+/// conv 3×3 1→8, relu, conv 3×3 8→16, relu, flatten, linear 16·24·24 → 10 on batch 32 of
+/// 28×28 (stride 1, padding 0, as the PyTorch twin).
+pub fn conv_train(threads: usize, reps: usize) -> Result<Vec<Row>> {
+    let model = seq![
+        Conv2d::<1, 8, 3>::new(1, 0, 1).map_err(err)?,
+        relu(),
+        Conv2d::<8, 16, 3>::new(1, 0, 2).map_err(err)?,
+        relu(),
+        Flatten::<16, 9216>,
+        Linear::<9216, 10>::new(3).map_err(err)?
+    ];
+    let b = CONV_BATCH as f64;
+    // forward: conv1 (9 MACs per output), conv2 (72), linear; backward: every weight gradient,
+    // the input gradients of conv2 and the linear layer
+    let conv1 = 2.0 * b * 8.0 * 676.0 * 9.0;
+    let conv2 = 2.0 * b * 16.0 * 576.0 * 72.0;
+    let lin = 2.0 * b * 9216.0 * 10.0;
+    let gflop = (2.0 * (conv1 + conv2 + lin) + conv2 + lin) / 1e9;
+    train_rows(
+        "conv_train",
+        &model,
+        &[CONV_BATCH, 1, 28, 28],
+        (gflop * 1e4).round() / 1e4,
+        threads,
+        reps,
+    )
+}
