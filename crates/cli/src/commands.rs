@@ -84,6 +84,7 @@ pub fn run(cli: Cli) -> Result<Outcome, BadInput> {
             print!("{}", lower_text(&exec));
             Ok(Outcome::Ok)
         }
+        Command::Train(args) => crate::train::run(&args),
         Command::Dot { graph } => {
             let (g, _) = load::graph_or_case(&graph)?;
             let problems = errors_of(check_shapes(&g));

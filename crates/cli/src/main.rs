@@ -7,6 +7,7 @@ mod args;
 mod commands;
 mod engine;
 mod load;
+mod train;
 
 use clap::Parser;
 use std::process::ExitCode;

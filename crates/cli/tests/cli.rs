@@ -470,7 +470,7 @@ fn lower_and_dot_print_text() {
 
 #[test]
 fn help_exists_for_every_subcommand_and_usage_errors_exit_2() {
-    for sub in ["check", "eval", "grad", "conform", "lower", "dot"] {
+    for sub in ["check", "eval", "grad", "conform", "lower", "dot", "train"] {
         let o = run(&[sub, "--help"]);
         assert_eq!(o.status.code(), Some(0), "{sub}");
         assert!(stdout(&o).contains("Usage"));

@@ -18,6 +18,10 @@ pub enum TrainError {
     #[error(transparent)]
     Runtime(#[from] RuntimeError),
 
+    /// Compiling a recorded program failed.
+    #[error(transparent)]
+    Compiled(#[from] torchlean_compiled::CompiledError),
+
     /// Building a tensor failed.
     #[error(transparent)]
     Spec(#[from] SpecError),
@@ -256,4 +260,49 @@ pub enum TrainError {
         milestones: Vec<u64>,
         problem: &'static str,
     },
+
+    // --- model, trainer ---
+    /// A name the user gave that is not one of the valid ones (a model, an optimizer).
+    #[error("unknown {what} `{got}`; valid: {}", .valid.join(", "))]
+    UnknownName {
+        what: &'static str,
+        got: String,
+        valid: Vec<&'static str>,
+    },
+
+    /// The data does not fit the model.
+    #[error("model {arch}: {reason}")]
+    ModelSize {
+        arch: crate::model::Arch,
+        reason: String,
+    },
+
+    /// A training setting out of range.
+    #[error("invalid {field}: {reason}")]
+    Config { field: &'static str, reason: String },
+
+    /// A step's loss was NaN or infinite (the run stops; the last checkpoint is intact).
+    #[error("step {step}: the loss is {loss}; lower the learning rate or clip gradients (--detect-anomaly names the node)")]
+    NonFiniteLoss { step: u64, loss: f64 },
+
+    /// A verified step deviated from the reference engine beyond the tolerance.
+    #[error("step {step}: `{param}` on {engine} deviates from the reference engine (f64) by {deviation:.3e} relative, above the tolerance {tolerance:.0e}")]
+    VerifyFailed {
+        step: u64,
+        param: String,
+        deviation: f64,
+        tolerance: f64,
+        engine: &'static str,
+    },
+
+    /// A checkpoint that is readable but cannot be resumed here.
+    #[error("checkpoint {}: {reason}", .path.display())]
+    Checkpoint {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+
+    /// Something the trainer relies on did not hold (a bug, reported instead of a panic).
+    #[error("internal: expected that {what}")]
+    Invariant { what: &'static str },
 }

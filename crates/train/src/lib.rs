@@ -7,16 +7,20 @@
 //! - [`data`]: the embedded 8×8 digits, CSV data sets, seeded splits, shuffles and batches;
 //! - [`checkpoint`]: safetensors checkpoints with PyTorch's parameter names, written atomically;
 //! - [`plot`]: SVG loss curves;
+//! - [`model`]: the models `torchlean train` trains, sized by the data at run time;
+//! - [`exec`]: the eager and the compiled way to run a step;
 //! - [`trainer`]: the training loop behind `torchlean train`, with verified steps.
 
+pub mod checkpoint;
 pub mod data;
 pub mod error;
+pub mod exec;
+pub mod model;
 pub mod optim;
-pub mod sched;
-pub mod value;
-
-pub mod checkpoint;
 pub mod plot;
+pub mod sched;
+pub mod trainer;
+pub mod value;
 
 pub use checkpoint::{Checkpoint, NamedTensor, TensorData};
 pub use data::{batches, epoch_order, Dataset, Standardizer};

@@ -63,6 +63,18 @@ macro_rules! reference_value {
 reference_value!(f32);
 reference_value!(f64);
 
+/// A fault-injecting engine trains like the engine it wraps (so `--verify-every` can be shown
+/// catching it).
+impl<V: TrainValue, const F: u8> TrainValue for torchlean_faults::Faulty<V, F> {
+    type Elem = V::Elem;
+    fn data(&self) -> &[V::Elem] {
+        self.0.data()
+    }
+    fn data_mut(&mut self) -> &mut [V::Elem] {
+        self.0.data_mut()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,374 @@
+//! `torchlean train mlp|cnn`: the main job (SPEC 4).
+
+use crate::args::{BackendArg, DTypeArg, EngineArg, ModelArg, TrainArgs};
+use crate::{BadInput, Outcome};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+use std::io::IsTerminal;
+use std::path::Path;
+use torchlean_train::data::Dataset;
+use torchlean_train::exec::Backend;
+use torchlean_train::model::Arch;
+use torchlean_train::optim::OptimConfig;
+use torchlean_train::trainer::{Event, Observer, Summary, TrainConfig, Trainer};
+use torchlean_train::{TrainError, TrainValue};
+
+/// The error and its sources, one line: `what: why: deeper why`.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.ends_with(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+fn bad(e: TrainError) -> BadInput {
+    BadInput::one(chain(&e))
+}
+
+/// The optimizer from `--optimizer` and `--lr`: `sgd` (and no `--optimizer`) is the
+/// trainer's default, SGD with momentum 0.9 and lr 0.05; the others take PyTorch's defaults.
+fn optimizer(name: Option<&str>, lr: Option<f64>, arch: Arch) -> Result<OptimConfig, BadInput> {
+    let base = match name {
+        None => TrainConfig::new(arch).optimizer,
+        Some(n) if n.eq_ignore_ascii_case("sgd") => TrainConfig::new(arch).optimizer,
+        Some(n) => OptimConfig::parse(n, None).map_err(bad)?,
+    };
+    let c = match lr {
+        Some(lr) => base.with_lr(lr),
+        None => base,
+    };
+    c.validate().map_err(bad)?;
+    Ok(c)
+}
+
+fn config(a: &TrainArgs) -> Result<TrainConfig, BadInput> {
+    let arch = match a.model {
+        ModelArg::Mlp => Arch::Mlp,
+        ModelArg::Cnn => Arch::Cnn,
+    };
+    let mut c = TrainConfig::new(arch);
+    if let Some(e) = a.epochs {
+        c.epochs = e;
+    }
+    c.steps = a.steps;
+    if let Some(b) = a.batch {
+        c.batch = b;
+    }
+    c.optimizer = optimizer(a.optimizer.as_deref(), a.lr, arch)?;
+    if let Some(s) = a.seed {
+        c.seed = s;
+    }
+    if let Some(h) = a.held_out {
+        c.held_out = h;
+    }
+    c.clip_grad_norm = a.clip_grad_norm;
+    c.backend = match a.backend {
+        BackendArg::Eager => Backend::Eager,
+        BackendArg::Compiled => Backend::Compiled,
+    };
+    c.verify_every = a.verify_every;
+    Ok(c)
+}
+
+/// With `--resume`, the settings that decide what is computed come from the checkpoint; one
+/// given on the command line must agree with it.
+fn check_resume_flags(a: &TrainArgs, c: &TrainConfig, path: &Path) -> Result<(), BadInput> {
+    let mut conflicts = Vec::new();
+    let mut check = |flag: &str, given: Option<String>, have: String| {
+        if let Some(g) = given {
+            if g != have {
+                conflicts.push(format!("{flag} {g} (the checkpoint has {have})"));
+            }
+        }
+    };
+    check(
+        "--batch",
+        a.batch.map(|v| v.to_string()),
+        c.batch.to_string(),
+    );
+    check("--seed", a.seed.map(|v| v.to_string()), c.seed.to_string());
+    check(
+        "--lr",
+        a.lr.map(|v| v.to_string()),
+        c.optimizer.lr().to_string(),
+    );
+    check(
+        "--held-out",
+        a.held_out.map(|v| v.to_string()),
+        c.held_out.to_string(),
+    );
+    check(
+        "--optimizer",
+        a.optimizer.clone(),
+        c.optimizer.name().to_string(),
+    );
+    let arch = match a.model {
+        ModelArg::Mlp => Arch::Mlp,
+        ModelArg::Cnn => Arch::Cnn,
+    };
+    check("model", Some(arch.to_string()), c.arch.to_string());
+    if conflicts.is_empty() {
+        Ok(())
+    } else {
+        Err(BadInput(
+            conflicts
+                .into_iter()
+                .map(|c| format!("{}: cannot resume with {c}", path.display()))
+                .collect(),
+        ))
+    }
+}
+
+/// Progress: a bar on a terminal, plain lines otherwise, JSON lines with `--json`.
+struct Progress {
+    bar: Option<ProgressBar>,
+    json: bool,
+    log_every: u64,
+}
+
+impl Progress {
+    fn line(&self, text: String) {
+        match &self.bar {
+            Some(b) => b.println(text),
+            None => println!("{text}"),
+        }
+    }
+}
+
+impl Observer for Progress {
+    fn event(&mut self, e: &Event<'_>) {
+        match *e {
+            Event::Start {
+                first_step,
+                last_step,
+                ..
+            } => {
+                if let Some(b) = &self.bar {
+                    b.set_length(last_step);
+                    b.set_position(first_step);
+                }
+            }
+            Event::Step {
+                step,
+                epoch,
+                loss,
+                lr,
+            } => {
+                if let Some(b) = &self.bar {
+                    b.set_position(step);
+                    b.set_message(format!("loss {loss:.4}"));
+                }
+                if self.log_every > 0 && step % self.log_every == 0 {
+                    if self.json {
+                        println!(
+                            "{}",
+                            json!({"event": "step", "step": step, "epoch": epoch, "loss": loss, "lr": lr})
+                        );
+                    } else {
+                        self.line(format!("step {step}: loss={loss:.6}"));
+                    }
+                }
+            }
+            Event::Verified { step, worst, param } => {
+                if self.json {
+                    println!(
+                        "{}",
+                        json!({"event": "verified", "step": step, "worst": worst, "param": param})
+                    );
+                } else {
+                    self.line(format!(
+                        "step {step}: verified on reference-f64, worst relative deviation {worst:.2e} ({param})"
+                    ));
+                }
+            }
+            Event::Epoch {
+                epoch,
+                step,
+                held_out_loss,
+                held_out_accuracy,
+            } => {
+                if self.json {
+                    println!(
+                        "{}",
+                        json!({"event": "epoch", "epoch": epoch + 1, "step": step, "held_out_loss": held_out_loss, "held_out_accuracy": held_out_accuracy})
+                    );
+                } else {
+                    self.line(format!(
+                        "epoch {}: held-out loss={held_out_loss:.4} accuracy={:.2}%",
+                        epoch + 1,
+                        100.0 * held_out_accuracy
+                    ));
+                }
+            }
+        }
+    }
+}
+
+fn print_summary(s: &Summary, json_out: bool) {
+    if json_out {
+        let mut v = serde_json::to_value(s).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.remove("losses");
+            o.remove("held_out");
+            o.insert("event".into(), json!("summary"));
+        }
+        println!("{v}");
+        return;
+    }
+    let per_step = if s.steps > 0 {
+        s.train_seconds * 1e3 / s.steps as f64
+    } else {
+        0.0
+    };
+    println!(
+        "summary: {} on {} ({}), steps {}..{}: training loss {:.4} -> {:.4}; held-out loss {:.4} -> {:.4}, accuracy {:.2}% -> {:.2}%",
+        s.arch,
+        s.engine,
+        s.backend,
+        s.first_step,
+        s.first_step + s.steps,
+        s.train_before.loss,
+        s.train_after.loss,
+        s.held_out_before.loss,
+        s.held_out_after.loss,
+        100.0 * s.held_out_before.accuracy,
+        100.0 * s.held_out_after.accuracy,
+    );
+    println!(
+        "time: {:.2} s training ({per_step:.3} ms/step), {:.2} s held-out evaluation",
+        s.train_seconds, s.eval_seconds
+    );
+    if let Some(v) = &s.verify {
+        println!(
+            "verified: {} steps on reference-f64, worst relative deviation {:.2e} ({}), tolerance {:.0e}; cost {:.2} s ({:.0}% of training time)",
+            v.checks,
+            v.worst,
+            v.worst_param,
+            v.tolerance,
+            v.seconds,
+            100.0 * v.seconds / s.train_seconds.max(1e-9)
+        );
+    }
+}
+
+fn train_on<V: TrainValue>(
+    a: &TrainArgs,
+    data: &Dataset,
+    origin: &str,
+) -> Result<Outcome, BadInput> {
+    let mut t = match &a.resume {
+        Some(path) => {
+            let mut t = Trainer::<V>::resume(path, data).map_err(bad)?;
+            check_resume_flags(a, t.config(), path)?;
+            let epochs = a.epochs.unwrap_or(t.config().epochs);
+            t.set_stop(epochs, a.steps);
+            t.set_verify_every(a.verify_every);
+            t
+        }
+        None => Trainer::<V>::new(config(a)?, data).map_err(bad)?,
+    };
+    let c = t.config().clone();
+    if !a.json {
+        println!(
+            "training {} on {origin}: {} examples for training, {} held out; {} features, {} classes; {} {}; {} lr {} batch {}; steps {}..{}",
+            c.arch,
+            t.train_set().len(),
+            t.held_out_set().len(),
+            data.features(),
+            data.classes(),
+            V::ENGINE,
+            c.backend.name(),
+            c.optimizer.name(),
+            c.optimizer.lr(),
+            c.batch,
+            t.steps_done(),
+            t.last_step()
+        );
+    }
+    let bar = (!a.json && std::io::stdout().is_terminal()).then(|| {
+        let b = ProgressBar::new(t.last_step());
+        if let Ok(style) =
+            ProgressStyle::with_template("{bar:40} {pos}/{len} steps {msg} [{elapsed}<{eta}]")
+        {
+            b.set_style(style);
+        }
+        b
+    });
+    let mut progress = Progress {
+        bar,
+        json: a.json,
+        log_every: a.log_every,
+    };
+    let result = t.run(&mut progress);
+    if let Some(b) = &progress.bar {
+        b.finish_and_clear();
+    }
+    let summary = match result {
+        Ok(s) => s,
+        Err(e @ TrainError::VerifyFailed { .. }) => {
+            eprintln!("torchlean: {}", chain(&e));
+            return Ok(Outcome::Failed);
+        }
+        Err(e) => return Err(bad(e)),
+    };
+    print_summary(&summary, a.json);
+    if let Some(path) = &a.plot {
+        let held: Vec<(f64, f64)> = summary
+            .held_out
+            .iter()
+            .map(|&(s, l, _)| (s as f64, l))
+            .collect();
+        let train: Vec<(f64, f64)> = summary.losses.iter().map(|&(s, l)| (s as f64, l)).collect();
+        let title = format!(
+            "torchlean train {} ({}, {})",
+            c.arch,
+            V::ENGINE,
+            c.backend.name()
+        );
+        torchlean_train::plot::loss_svg(path, &title, &train, &held).map_err(bad)?;
+        if !a.json {
+            println!("wrote {}", path.display());
+        }
+    }
+    if let Some(path) = &a.save {
+        t.save(path).map_err(bad)?;
+        if !a.json {
+            println!("wrote {}", path.display());
+        }
+    }
+    Ok(Outcome::Ok)
+}
+
+pub fn run(a: &TrainArgs) -> Result<Outcome, BadInput> {
+    let (data, origin) = match &a.csv {
+        Some(path) => (
+            Dataset::from_csv(path, &a.label_column).map_err(bad)?,
+            path.display().to_string(),
+        ),
+        None => (
+            Dataset::digits().map_err(bad)?,
+            "the 8×8 digits".to_string(),
+        ),
+    };
+    match (a.engine, a.dtype) {
+        (EngineArg::Cpu, DTypeArg::F32) => {
+            train_on::<torchlean_engine_cpu::CpuF32>(a, &data, &origin)
+        }
+        (EngineArg::Cpu, DTypeArg::F64) => {
+            train_on::<torchlean_engine_cpu::CpuF64>(a, &data, &origin)
+        }
+        (EngineArg::Reference, DTypeArg::F32) => {
+            train_on::<torchlean_spec::Tensor<f32>>(a, &data, &origin)
+        }
+        (EngineArg::Reference, DTypeArg::F64) => {
+            train_on::<torchlean_spec::Tensor<f64>>(a, &data, &origin)
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! The two ways a training step runs (`--backend`): the eager [`Session`] (record on a tape as
+//! the ops run, releasing sweep) and the compiled program (record once per batch size with the
+//! [`Recorder`], then per step [`Recorded::step`]: `compile` the GraphData on the batch and run
+//! the releasing sweep over its tape). Both hold the parameters as engine values and hand the optimizer mutable
+//! access to them; both compute the same numbers bit for bit at a fixed thread count (the
+//! models have no repeated operands, so the compiled graph's local sums are single terms).
+
+use crate::error::Result;
+use crate::model::Model;
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap};
+use torchlean_nn::{LeafKind, Ops, Recorded, Recorder, Session, Sweep};
+use torchlean_runtime::Kernels;
+use torchlean_spec::{Reduction, Shape, Tensor};
+
+/// Which interpreter runs a step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// `nn::Session`: eager tape, releasing sweep.
+    #[default]
+    Eager,
+    /// `nn::Recorder` once per batch size, `compile` + releasing sweep per step.
+    Compiled,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Eager => "eager",
+            Backend::Compiled => "compiled",
+        }
+    }
+}
+
+/// The labels of a batch as the `[N]` data input cross-entropy takes.
+pub fn labels_tensor(labels: &[usize]) -> Result<Tensor<f64>> {
+    Ok(Tensor::new(
+        [labels.len()],
+        labels.iter().map(|&l| l as f64).collect(),
+    )?)
+}
+
+/// One step's result: the loss and every parameter's gradient, by name.
+#[derive(Debug)]
+pub struct StepOut<V> {
+    pub loss: f64,
+    pub grads: BTreeMap<String, V>,
+}
+
+/// An interpreter that owns the parameters and runs steps on engine `V`.
+pub trait Exec<V: Kernels> {
+    /// Loss and parameter gradients of `model` on the batch `(x, labels)`, at the current
+    /// parameters; nothing of the step stays alive afterwards except the gradients.
+    fn step(&mut self, model: &Model, x: &Tensor<f64>, labels: &[usize]) -> Result<StepOut<V>>;
+
+    /// The parameters, by name.
+    fn params(&self) -> &BTreeMap<String, V>;
+
+    /// The parameters, mutable (an optimizer step; no buffer is shared at this point).
+    fn params_mut(&mut self) -> Vec<(&str, &mut V)>;
+
+    /// `(summed loss, correct predictions)` of `model` on `(x, labels)`, without gradients.
+    fn evaluate(
+        &mut self,
+        model: &Model,
+        x: &Tensor<f64>,
+        labels: &[usize],
+    ) -> Result<(f64, usize)>;
+}
+
+/// Index of the largest logit of each row (the first on ties).
+pub fn argmax_rows(logits: &Tensor<f64>) -> Vec<usize> {
+    let c = logits.shape().dims().last().copied().unwrap_or(1).max(1);
+    logits
+        .data()
+        .chunks(c)
+        .map(|row| {
+            row.iter()
+                .enumerate()
+                .fold((0, f64::NEG_INFINITY), |(bi, bv), (i, &v)| {
+                    if v > bv {
+                        (i, v)
+                    } else {
+                        (bi, bv)
+                    }
+                })
+                .0
+        })
+        .collect()
+}
+
+/// Evaluation through an eager session (both backends: a forward pass is the same program).
+fn evaluate_in<V: Kernels>(
+    s: &mut Session<V>,
+    model: &Model,
+    x: &Tensor<f64>,
+    labels: &[usize],
+) -> Result<(f64, usize)> {
+    let labels_t = labels_tensor(labels)?;
+    let out = s.no_grad(|s| {
+        let xv = s.input("x", x, false)?;
+        let lv = s.input("labels", &labels_t, false)?;
+        let logits = model.logits(s, &xv)?;
+        let loss = s.apply(
+            torchlean_spec::Op::CrossEntropy {
+                reduction: Reduction::Sum,
+            },
+            &[&logits, &lv],
+        )?;
+        Ok((s.value_f64(&loss)?, s.value_f64(&logits)?))
+    });
+    s.reset();
+    let (loss, logits) = out?;
+    let correct = argmax_rows(&logits)
+        .iter()
+        .zip(labels)
+        .filter(|(p, l)| p == l)
+        .count();
+    Ok((*loss.item()?, correct))
+}
+
+/// The eager backend.
+#[derive(Debug)]
+pub struct EagerExec<V: Kernels> {
+    session: Session<V>,
+}
+
+impl<V: Kernels> EagerExec<V> {
+    /// A session holding `params`.
+    pub fn new(params: &BTreeMap<String, Tensor<f64>>) -> Result<Self> {
+        let mut session = Session::new();
+        session.load_params(params)?;
+        Ok(EagerExec { session })
+    }
+}
+
+impl<V: Kernels> Exec<V> for EagerExec<V> {
+    fn step(&mut self, model: &Model, x: &Tensor<f64>, labels: &[usize]) -> Result<StepOut<V>> {
+        let s = &mut self.session;
+        let run = (|| {
+            let xv = s.input("x", x, false)?;
+            let lv = s.input("labels", &labels_tensor(labels)?, false)?;
+            let loss = model.loss(s, &xv, &lv)?;
+            s.backward(&loss, Sweep::Releasing)?;
+            let value = *s.value_f64(&loss)?.item()?;
+            Ok::<_, crate::TrainError>(value)
+        })();
+        let grads = s.take_param_grads();
+        s.reset();
+        Ok(StepOut { loss: run?, grads })
+    }
+
+    fn params(&self) -> &BTreeMap<String, V> {
+        self.session.params()
+    }
+
+    fn params_mut(&mut self) -> Vec<(&str, &mut V)> {
+        self.session.params_mut().collect()
+    }
+
+    fn evaluate(
+        &mut self,
+        model: &Model,
+        x: &Tensor<f64>,
+        labels: &[usize],
+    ) -> Result<(f64, usize)> {
+        evaluate_in(&mut self.session, model, x, labels)
+    }
+}
+
+/// A program recorded for one batch size: its GraphData and which leaf is what.
+#[derive(Debug)]
+struct Program {
+    rec: Recorded,
+    /// The leaf of the batch input, of the labels, and of each parameter (by name).
+    x: usize,
+    labels: usize,
+    params: Vec<(usize, String)>,
+}
+
+/// The compiled backend.
+#[derive(Debug)]
+pub struct CompiledExec<V: Kernels> {
+    params: BTreeMap<String, V>,
+    programs: HashMap<usize, Program>,
+    eval: Session<V>,
+}
+
+impl<V: Kernels> CompiledExec<V> {
+    pub fn new(params: &BTreeMap<String, Tensor<f64>>) -> Result<Self> {
+        let params = params
+            .iter()
+            .map(|(k, t)| Ok((k.clone(), V::from_f64(t)?)))
+            .collect::<Result<_>>()?;
+        Ok(CompiledExec {
+            params,
+            programs: HashMap::new(),
+            eval: Session::new(),
+        })
+    }
+}
+
+impl Program {
+    /// The program for batches of `n` in `cache`, recorded on first use.
+    fn cached<'c>(
+        cache: &'c mut HashMap<usize, Program>,
+        model: &Model,
+        n: usize,
+    ) -> Result<&'c Program> {
+        Ok(match cache.entry(n) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(Program::record(model, n)?),
+        })
+    }
+
+    /// Records `model`'s loss on a batch of `n` (the values are placeholders: every leaf is
+    /// supplied per step).
+    fn record(model: &Model, n: usize) -> Result<Program> {
+        let mut r = Recorder::new();
+        let x = r.input("x", &Tensor::zeros(model.batch_shape(n))?, false)?;
+        let labels = r.input("labels", &Tensor::zeros(Shape::from([n]))?, false)?;
+        let loss = model.loss(&mut r, &x, &labels)?;
+        let rec = r.finish(&loss)?;
+        let leaf = |name: &str| rec.leaves.iter().position(|l| l.name == name);
+        let (Some(x), Some(labels)) = (leaf("x"), leaf("labels")) else {
+            return Err(crate::TrainError::Invariant {
+                what: "the recorded program has its `x` and `labels` inputs",
+            });
+        };
+        let params = rec
+            .leaves
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.kind == LeafKind::Param)
+            .map(|(i, l)| (i, l.name.clone()))
+            .collect();
+        Ok(Program {
+            rec,
+            x,
+            labels,
+            params,
+        })
+    }
+}
+
+impl<V: Kernels> Exec<V> for CompiledExec<V> {
+    fn step(&mut self, model: &Model, x: &Tensor<f64>, labels: &[usize]) -> Result<StepOut<V>> {
+        let n = labels.len();
+        let p = Program::cached(&mut self.programs, model, n)?;
+        let mut inputs = Vec::with_capacity(p.rec.leaves.len());
+        for (i, leaf) in p.rec.leaves.iter().enumerate() {
+            let v = if i == p.x {
+                V::from_f64(x)?
+            } else if i == p.labels {
+                V::from_f64(&labels_tensor(labels)?)?
+            } else if leaf.kind == LeafKind::Param {
+                self.params
+                    .get(&leaf.name)
+                    .ok_or_else(|| torchlean_nn::NnError::NoSuchParam {
+                        name: leaf.name.clone(),
+                    })?
+                    .clone()
+            } else {
+                V::from_f64(&leaf.value)?
+            };
+            inputs.push(v);
+        }
+        let is_param = |i: usize| p.params.iter().any(|(j, _)| *j == i);
+        let (output, mut grads) = p.rec.step::<V>(inputs, is_param)?;
+        let loss = *output.to_f64()?.item()?;
+        output.drop();
+        let grads = p
+            .params
+            .iter()
+            .filter_map(|(i, name)| grads[*i].take().map(|g| (name.clone(), g)))
+            .collect();
+        Ok(StepOut { loss, grads })
+    }
+
+    fn params(&self) -> &BTreeMap<String, V> {
+        &self.params
+    }
+
+    fn params_mut(&mut self) -> Vec<(&str, &mut V)> {
+        self.params
+            .iter_mut()
+            .map(|(k, v)| (k.as_str(), v))
+            .collect()
+    }
+
+    fn evaluate(
+        &mut self,
+        model: &Model,
+        x: &Tensor<f64>,
+        labels: &[usize],
+    ) -> Result<(f64, usize)> {
+        let values = self
+            .params
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), v.to_f64()?)))
+            .collect::<Result<BTreeMap<_, _>>>()?;
+        self.eval.load_params(&values)?;
+        evaluate_in(&mut self.eval, model, x, labels)
+    }
+}

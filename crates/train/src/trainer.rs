@@ -1,0 +1,708 @@
+//! The training loop behind `torchlean train`: seeded batches of a [`Dataset`], a step on the
+//! chosen backend and engine, the optimizer's in-place update, held-out evaluation per epoch,
+//! checkpoints that resume bit for bit, and verified steps — every `verify_every`-th step's
+//! loss and parameter gradients recomputed on the reference engine in f64 from the same
+//! parameters and batch, stopping at the first deviation beyond the dtype's tolerance.
+//!
+//! Invariant: the batch of global step `k` is a pure function of `(train set, seed, batch, k)`
+//! (`data::epoch_order` of epoch `k / batches_per_epoch`), and every piece of state a step
+//! reads — parameters, optimizer state, the step counter — is in the checkpoint, in the
+//! engine's own precision. So a run resumed from a checkpoint computes the same losses, bit
+//! for bit, as the uninterrupted run.
+
+use crate::checkpoint::{Checkpoint, NamedTensor, TensorData};
+use crate::data::{epoch_order, Dataset, Standardizer};
+use crate::error::{Result, TrainError};
+use crate::exec::{Backend, CompiledExec, EagerExec, Exec};
+use crate::model::{Arch, Model};
+use crate::optim::{clip_grad_norm, OptimConfig, Optimizer, Param, ParamState};
+use crate::sched::{Schedule, Scheduler};
+use crate::value::{Element, TrainValue};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use torchlean_spec::Tensor;
+
+/// The checkpoint's format tag.
+pub const CHECKPOINT_FORMAT: &str = "torchlean.train.v1";
+
+/// Everything that decides what a run computes.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TrainConfig {
+    pub arch: Arch,
+    /// Epochs to run (an epoch is one pass over the training split).
+    pub epochs: u64,
+    /// Stop after this many steps in all (overrides `epochs` when given).
+    pub steps: Option<u64>,
+    pub batch: usize,
+    pub optimizer: OptimConfig,
+    pub schedule: Schedule,
+    /// `clip_grad_norm_` to this total 2-norm before each update.
+    pub clip_grad_norm: Option<f64>,
+    pub seed: u64,
+    /// The fraction of the data held out for evaluation.
+    pub held_out: f64,
+    pub backend: Backend,
+    /// Verify every N-th step on the reference engine in f64 (0 or `None`: never).
+    pub verify_every: Option<u64>,
+}
+
+impl TrainConfig {
+    /// The defaults of `torchlean train <arch>` on the digits.
+    pub fn new(arch: Arch) -> TrainConfig {
+        let (epochs, lr) = match arch {
+            Arch::Mlp => (30, 0.05),
+            Arch::Cnn => (20, 0.05),
+        };
+        TrainConfig {
+            arch,
+            epochs,
+            steps: None,
+            batch: 32,
+            optimizer: sgd_momentum(lr),
+            schedule: Schedule::Constant,
+            clip_grad_norm: None,
+            seed: 0,
+            held_out: 0.2,
+            backend: Backend::Eager,
+            verify_every: None,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.batch == 0 {
+            return Err(TrainError::Config {
+                field: "batch",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if !(self.held_out > 0.0 && self.held_out < 1.0) {
+            return Err(TrainError::Config {
+                field: "held_out",
+                reason: format!("must be in (0, 1), got {}", self.held_out),
+            });
+        }
+        if let Some(c) = self.clip_grad_norm {
+            if !(c > 0.0 && c.is_finite()) {
+                return Err(TrainError::Config {
+                    field: "clip_grad_norm",
+                    reason: format!("must be positive and finite, got {c}"),
+                });
+            }
+        }
+        self.optimizer.validate()
+    }
+}
+
+/// The trainer's default optimizer: `torch.optim.SGD(lr, momentum=0.9)`.
+pub fn sgd_momentum(lr: f64) -> OptimConfig {
+    OptimConfig::Sgd {
+        lr,
+        momentum: 0.9,
+        dampening: 0.0,
+        weight_decay: 0.0,
+        nesterov: false,
+    }
+}
+
+/// What the trainer reports as it goes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event<'a> {
+    /// Before the first step: the total number of steps this run will take.
+    Start {
+        first_step: u64,
+        last_step: u64,
+        params: usize,
+    },
+    /// After step `step` (1-based) of `epoch` (0-based): its loss (before the update) and lr.
+    Step {
+        step: u64,
+        epoch: u64,
+        loss: f64,
+        lr: f64,
+    },
+    /// A verified step: the worst relative deviation and the parameter it was in.
+    Verified {
+        step: u64,
+        worst: f64,
+        param: &'a str,
+    },
+    /// At the end of each epoch: held-out loss and accuracy.
+    Epoch {
+        epoch: u64,
+        step: u64,
+        held_out_loss: f64,
+        held_out_accuracy: f64,
+    },
+}
+
+/// Receives [`Event`]s (the CLI's progress bar and lines; a test's recorder).
+pub trait Observer {
+    fn event(&mut self, e: &Event<'_>);
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Default)]
+pub struct Quiet;
+
+impl Observer for Quiet {
+    fn event(&mut self, _: &Event<'_>) {}
+}
+
+/// The evaluation of a set at some parameters.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Eval {
+    pub loss: f64,
+    pub accuracy: f64,
+}
+
+/// What verified steps found.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct VerifySummary {
+    pub checks: u64,
+    /// The worst relative deviation over every checked loss and gradient.
+    pub worst: f64,
+    pub worst_param: String,
+    pub tolerance: f64,
+    pub seconds: f64,
+}
+
+/// The outcome of a run.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Summary {
+    pub arch: Arch,
+    pub engine: &'static str,
+    pub backend: &'static str,
+    pub steps: u64,
+    pub first_step: u64,
+    /// Training-set loss and accuracy before the first step of this run, and after the last.
+    pub train_before: Eval,
+    pub train_after: Eval,
+    pub held_out_before: Eval,
+    pub held_out_after: Eval,
+    /// Wall time of the steps (forward, backward, update; verification excluded).
+    pub train_seconds: f64,
+    /// Wall time of the held-out evaluations.
+    pub eval_seconds: f64,
+    pub verify: Option<VerifySummary>,
+    /// `(step, loss)` of every step of this run.
+    pub losses: Vec<(u64, f64)>,
+    /// `(step, held-out loss, held-out accuracy)` at every epoch end.
+    pub held_out: Vec<(u64, f64, f64)>,
+}
+
+/// The relative tolerance of a verified step for an engine of element type `T`: the deviation
+/// a correct f32 engine shows stays below 1e-3 of the gradient's largest entry on these models
+/// (measured ~1e-6); an f64 engine agrees with the reference to ~1e-14.
+pub fn verify_tolerance<T: Element>() -> f64 {
+    if T::NAME == "f64" {
+        1e-9
+    } else {
+        1e-3
+    }
+}
+
+/// `max |a − b| / max(max |b|, tiny)` — the deviation of a whole tensor relative to the
+/// reference's scale (elementwise relative errors of entries near zero say nothing).
+pub fn relative_deviation(a: &[f64], reference: &[f64]) -> f64 {
+    let scale = reference.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let diff = a
+        .iter()
+        .zip(reference)
+        .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()));
+    if a.iter().chain(reference).any(|v| !v.is_finite()) {
+        return f64::INFINITY;
+    }
+    diff / scale.max(f64::MIN_POSITIVE)
+}
+
+/// A training run on engine `V`.
+pub struct Trainer<V: TrainValue> {
+    cfg: TrainConfig,
+    model: Model,
+    /// The training and held-out sets, standardized by `standardizer`.
+    train: Dataset,
+    held: Dataset,
+    standardizer: Standardizer,
+    exec: Box<dyn Exec<V>>,
+    optimizer: Optimizer<V::Elem>,
+    /// Global steps done.
+    step: u64,
+}
+
+impl<V: TrainValue> std::fmt::Debug for Trainer<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trainer")
+            .field("cfg", &self.cfg)
+            .field("engine", &V::ENGINE)
+            .field("step", &self.step)
+            .finish()
+    }
+}
+
+fn exec_for<V: TrainValue>(
+    backend: Backend,
+    params: &BTreeMap<String, Tensor<f64>>,
+) -> Result<Box<dyn Exec<V>>> {
+    Ok(match backend {
+        Backend::Eager => Box::new(EagerExec::<V>::new(params)?),
+        Backend::Compiled => Box::new(CompiledExec::<V>::new(params)?),
+    })
+}
+
+impl<V: TrainValue> Trainer<V> {
+    /// A fresh run of `cfg` on `data`: split into training and held-out sets by `cfg.seed`
+    /// (stratified), both standardized with the training set's per-feature mean and standard
+    /// deviation (which the checkpoint records, for whoever uses the model later).
+    pub fn new(cfg: TrainConfig, data: &Dataset) -> Result<Self> {
+        cfg.validate()?;
+        let (mut train, mut held) = data.split(cfg.held_out, cfg.seed)?;
+        let standardizer = Standardizer::fit(&train);
+        train.standardize(&standardizer)?;
+        held.standardize(&standardizer)?;
+        let model = Model::new(
+            cfg.arch,
+            data.features(),
+            data.image(),
+            data.classes(),
+            cfg.seed,
+        )?;
+        let params: BTreeMap<String, Tensor<f64>> = model.initial_params().into_iter().collect();
+        let exec = exec_for::<V>(cfg.backend, &params)?;
+        let optimizer = Optimizer::new(cfg.optimizer.clone())?;
+        Ok(Trainer {
+            cfg,
+            model,
+            train,
+            held,
+            standardizer,
+            exec,
+            optimizer,
+            step: 0,
+        })
+    }
+
+    pub fn config(&self) -> &TrainConfig {
+        &self.cfg
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    pub fn train_set(&self) -> &Dataset {
+        &self.train
+    }
+
+    pub fn held_out_set(&self) -> &Dataset {
+        &self.held
+    }
+
+    /// Global steps done so far (including those before a resume).
+    pub fn steps_done(&self) -> u64 {
+        self.step
+    }
+
+    /// Batches in one epoch of the training set.
+    pub fn batches_per_epoch(&self) -> u64 {
+        self.train.len().div_ceil(self.cfg.batch) as u64
+    }
+
+    /// The training-set rows of global step `k` (0-based).
+    pub fn batch_rows(&self, k: u64) -> Vec<usize> {
+        let per = self.batches_per_epoch();
+        let order = epoch_order(self.train.len(), self.cfg.seed, k / per);
+        let b = self.cfg.batch;
+        let start = (k % per) as usize * b;
+        order[start..(start + b).min(order.len())].to_vec()
+    }
+
+    /// The step at which this run stops.
+    pub fn last_step(&self) -> u64 {
+        self.cfg
+            .steps
+            .unwrap_or(self.cfg.epochs.saturating_mul(self.batches_per_epoch()))
+    }
+
+    /// Changes where the run stops (a resumed run's `--steps` / `--epochs`).
+    pub fn set_stop(&mut self, epochs: u64, steps: Option<u64>) {
+        self.cfg.epochs = epochs;
+        self.cfg.steps = steps;
+    }
+
+    /// Changes how often steps are verified.
+    pub fn set_verify_every(&mut self, every: Option<u64>) {
+        self.cfg.verify_every = every;
+    }
+
+    /// The current parameters as `f64` data, by name.
+    pub fn params_f64(&self) -> Result<BTreeMap<String, Tensor<f64>>> {
+        self.exec
+            .params()
+            .iter()
+            .map(|(k, v)| Ok((k.clone(), v.to_f64()?)))
+            .collect()
+    }
+
+    /// Loss and accuracy of the current parameters on `set`, in batches.
+    pub fn evaluate(&mut self, held_out: bool) -> Result<Eval> {
+        let set = if held_out { &self.held } else { &self.train };
+        let n = set.len();
+        let (mut loss, mut correct) = (0.0, 0);
+        let rows: Vec<usize> = (0..n).collect();
+        for chunk in rows.chunks(256) {
+            let (x, y) = set.batch(chunk)?;
+            let x = x.reshaped(self.model.batch_shape(chunk.len()))?;
+            let (l, c) = self.exec.evaluate(&self.model, &x, &y)?;
+            loss += l;
+            correct += c;
+        }
+        Ok(Eval {
+            loss: loss / n.max(1) as f64,
+            accuracy: correct as f64 / n.max(1) as f64,
+        })
+    }
+
+    /// Runs the steps from the current one to [`Trainer::last_step`].
+    pub fn run(&mut self, obs: &mut dyn Observer) -> Result<Summary> {
+        let first_step = self.step;
+        let last = self.last_step();
+        let t_eval = Instant::now();
+        let train_before = self.evaluate(false)?;
+        let held_out_before = self.evaluate(true)?;
+        let mut eval_time = t_eval.elapsed();
+        obs.event(&Event::Start {
+            first_step,
+            last_step: last,
+            params: self.exec.params().values().map(|v| v.shape().size()).sum(),
+        });
+        let mut losses = Vec::new();
+        let mut held_out = Vec::new();
+        let mut train_time = Duration::ZERO;
+        let mut verify: Option<VerifySummary> = None;
+        let per = self.batches_per_epoch();
+        let mut sched = Scheduler::resume(
+            self.cfg.schedule.clone(),
+            self.cfg.optimizer.lr(),
+            self.step,
+        )?;
+        while self.step < last {
+            let k = self.step;
+            let rows = self.batch_rows(k);
+            let (x, y) = self.train.batch(&rows)?;
+            let x = x.reshaped(self.model.batch_shape(rows.len()))?;
+            let lr = sched.lr();
+            let verify_now =
+                matches!(self.cfg.verify_every, Some(n) if n > 0 && (k + 1).is_multiple_of(n));
+            let before = if verify_now {
+                Some(self.params_f64()?)
+            } else {
+                None
+            };
+            let t = Instant::now();
+            let out = self.exec.step(&self.model, &x, &y)?;
+            train_time += t.elapsed();
+            if !out.loss.is_finite() {
+                return Err(TrainError::NonFiniteLoss {
+                    step: k + 1,
+                    loss: out.loss,
+                });
+            }
+            if let Some(params) = before {
+                let t = Instant::now();
+                let (worst, param) = self.verify_step(&params, &x, &y, out.loss, &out.grads)?;
+                let tol = verify_tolerance::<V::Elem>();
+                let v = verify.get_or_insert_with(|| VerifySummary {
+                    checks: 0,
+                    worst: 0.0,
+                    worst_param: String::new(),
+                    tolerance: tol,
+                    seconds: 0.0,
+                });
+                v.checks += 1;
+                if worst >= v.worst {
+                    v.worst = worst;
+                    v.worst_param = param.clone();
+                }
+                v.seconds += t.elapsed().as_secs_f64();
+                obs.event(&Event::Verified {
+                    step: k + 1,
+                    worst,
+                    param: &param,
+                });
+                if worst.is_nan() || worst > tol {
+                    return Err(TrainError::VerifyFailed {
+                        step: k + 1,
+                        param,
+                        deviation: worst,
+                        tolerance: tol,
+                        engine: V::ENGINE,
+                    });
+                }
+            }
+            let t = Instant::now();
+            self.update(lr, out.grads)?;
+            train_time += t.elapsed();
+            self.step += 1;
+            sched.step();
+            losses.push((self.step, out.loss));
+            obs.event(&Event::Step {
+                step: self.step,
+                epoch: k / per,
+                loss: out.loss,
+                lr,
+            });
+            if self.step.is_multiple_of(per) || self.step == last {
+                let t = Instant::now();
+                let e = self.evaluate(true)?;
+                eval_time += t.elapsed();
+                held_out.push((self.step, e.loss, e.accuracy));
+                obs.event(&Event::Epoch {
+                    epoch: k / per,
+                    step: self.step,
+                    held_out_loss: e.loss,
+                    held_out_accuracy: e.accuracy,
+                });
+            }
+        }
+        let t = Instant::now();
+        let train_after = self.evaluate(false)?;
+        let held_out_after = self.evaluate(true)?;
+        eval_time += t.elapsed();
+        Ok(Summary {
+            arch: self.cfg.arch,
+            engine: V::ENGINE,
+            backend: self.cfg.backend.name(),
+            steps: self.step - first_step,
+            first_step,
+            train_before,
+            train_after,
+            held_out_before,
+            held_out_after,
+            train_seconds: train_time.as_secs_f64(),
+            eval_seconds: eval_time.as_secs_f64(),
+            verify,
+            losses,
+            held_out,
+        })
+    }
+
+    /// Clips (if asked) and applies the optimizer to every parameter with a gradient.
+    fn update(&mut self, lr: f64, mut grads: BTreeMap<String, V>) -> Result<()> {
+        if let Some(max) = self.cfg.clip_grad_norm {
+            let mut slices: Vec<&mut [V::Elem]> =
+                grads.values_mut().map(|g| g.data_mut()).collect();
+            clip_grad_norm(&mut slices, max);
+        }
+        let mut params = self.exec.params_mut();
+        let mut batch: Vec<Param<'_, V::Elem>> = Vec::with_capacity(params.len());
+        for (name, value) in params.iter_mut() {
+            if let Some(g) = grads.get(*name) {
+                batch.push(Param {
+                    name,
+                    value: value.data_mut(),
+                    grad: g.data(),
+                });
+            }
+        }
+        self.optimizer.step(lr, &mut batch)?;
+        drop(batch);
+        drop(params);
+        for (_, g) in grads {
+            g.drop();
+        }
+        Ok(())
+    }
+
+    /// Recomputes the step on the reference engine in f64 from `params`; returns the worst
+    /// relative deviation of the loss and the gradients, and where it was.
+    fn verify_step(
+        &self,
+        params: &BTreeMap<String, Tensor<f64>>,
+        x: &Tensor<f64>,
+        labels: &[usize],
+        loss: f64,
+        grads: &BTreeMap<String, V>,
+    ) -> Result<(f64, String)> {
+        let mut reference = EagerExec::<Tensor<f64>>::new(params)?;
+        let want = reference.step(&self.model, x, labels)?;
+        let mut worst = (
+            relative_deviation(&[loss], &[want.loss]),
+            "loss".to_string(),
+        );
+        for (name, g_ref) in &want.grads {
+            let dev = match grads.get(name) {
+                Some(g) => relative_deviation(g.to_f64()?.data(), g_ref.data()),
+                None => f64::INFINITY,
+            };
+            if dev.is_nan() || dev > worst.0 {
+                worst = (dev, name.clone());
+            }
+        }
+        for name in grads.keys().filter(|n| !want.grads.contains_key(*n)) {
+            worst = (f64::INFINITY, name.clone());
+        }
+        Ok(worst)
+    }
+
+    // ---- checkpoints ----
+
+    /// The run's state as a checkpoint: parameters under their PyTorch names, optimizer state
+    /// under `optimizer.state.<param>.<buffer>`, and the metadata to resume.
+    pub fn checkpoint(&self) -> Result<Checkpoint> {
+        let mut tensors = BTreeMap::new();
+        for (name, v) in self.exec.params() {
+            tensors.insert(name.clone(), named(v.shape().dims(), v.data()));
+        }
+        let mut steps = BTreeMap::new();
+        for (pname, st) in self.optimizer.state() {
+            let shape = self
+                .exec
+                .params()
+                .get(pname)
+                .map(|v| v.shape().dims().to_vec())
+                .unwrap_or_default();
+            for (buf, data) in &st.buffers {
+                tensors.insert(
+                    format!("optimizer.state.{pname}.{buf}"),
+                    named(&shape, data),
+                );
+            }
+            steps.insert(pname.clone(), st.step);
+        }
+        let meta = serde_json::json!({
+            "format": CHECKPOINT_FORMAT,
+            "config": self.cfg,
+            "step": self.step,
+            "dtype": V::Elem::NAME,
+            "engine": V::ENGINE,
+            "model": {
+                "arch": self.model.arch(),
+                "features": self.train.features(),
+                "classes": self.train.classes(),
+                "image": self.train.image(),
+                "torch": self.model.torch_expr(),
+            },
+            "optimizer_steps": steps,
+            "standardize": self.standardizer,
+        });
+        let mut metadata = BTreeMap::new();
+        metadata.insert("torchlean".to_string(), meta.to_string());
+        Ok(Checkpoint { tensors, metadata })
+    }
+
+    /// Writes [`Trainer::checkpoint`] to `path` atomically.
+    pub fn save(&self, path: &Path) -> Result<()> {
+        self.checkpoint()?.save(path)
+    }
+
+    /// A run restored from the checkpoint at `path` on `data`: the checkpoint's configuration,
+    /// parameters, optimizer state and step. `data` must be the data set it was trained on
+    /// (checked by feature and class count).
+    pub fn resume(path: &Path, data: &Dataset) -> Result<Self> {
+        let ck = Checkpoint::load(path)?;
+        let bad = |reason: String| TrainError::Checkpoint {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let meta = ck.metadata.get("torchlean").ok_or_else(|| {
+            bad("no `torchlean` metadata: not a torchlean train checkpoint".into())
+        })?;
+        let meta: serde_json::Value =
+            serde_json::from_str(meta).map_err(|e| bad(format!("metadata is not JSON: {e}")))?;
+        if meta["format"] != CHECKPOINT_FORMAT {
+            return Err(bad(format!(
+                "format {}, expected {CHECKPOINT_FORMAT}",
+                meta["format"]
+            )));
+        }
+        if meta["dtype"] != V::Elem::NAME {
+            return Err(bad(format!(
+                "it holds {} values; resume it with --dtype {}",
+                meta["dtype"],
+                meta["dtype"].as_str().unwrap_or("?")
+            )));
+        }
+        let cfg: TrainConfig = serde_json::from_value(meta["config"].clone())
+            .map_err(|e| bad(format!("config: {e}")))?;
+        let (features, classes) = (&meta["model"]["features"], &meta["model"]["classes"]);
+        if features.as_u64() != Some(data.features() as u64)
+            || classes.as_u64() != Some(data.classes() as u64)
+        {
+            return Err(bad(format!(
+                "trained on {features} features and {classes} classes, this data has {} and {}",
+                data.features(),
+                data.classes()
+            )));
+        }
+        let step = meta["step"].as_u64().ok_or_else(|| bad("no step".into()))?;
+        let mut t = Trainer::<V>::new(cfg, data)?;
+        ck.check_names(&t.model.param_shapes(), "")?;
+        let mut params = BTreeMap::new();
+        for (name, shape) in t.model.param_shapes() {
+            let nt = &ck.tensors[&name];
+            params.insert(name, Tensor::new(shape, tensor_f64(nt))?);
+        }
+        t.exec = exec_for::<V>(t.cfg.backend, &params)?;
+        // the engine's own precision, exactly: f32 data converted to f64 and back is the same
+        let mut state = BTreeMap::new();
+        let steps = meta["optimizer_steps"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        for (pname, st) in steps {
+            let mut buffers = BTreeMap::new();
+            let prefix = format!("optimizer.state.{pname}.");
+            for (name, nt) in ck.tensors.range(prefix.clone()..) {
+                let Some(buf) = name.strip_prefix(&prefix) else {
+                    break;
+                };
+                buffers.insert(buf.to_string(), elements::<V::Elem>(nt));
+            }
+            state.insert(
+                pname,
+                ParamState {
+                    step: st.as_u64().unwrap_or(0),
+                    buffers,
+                },
+            );
+        }
+        t.optimizer.load_state(state)?;
+        t.step = step;
+        Ok(t)
+    }
+}
+
+fn named<T: Element>(shape: &[usize], data: &[T]) -> NamedTensor {
+    let data = if T::NAME == "f64" {
+        TensorData::F64(
+            data.iter()
+                .map(|v| v.to_f64().unwrap_or(f64::NAN))
+                .collect(),
+        )
+    } else {
+        TensorData::F32(
+            data.iter()
+                .map(|v| v.to_f32().unwrap_or(f32::NAN))
+                .collect(),
+        )
+    };
+    NamedTensor {
+        shape: shape.to_vec(),
+        data,
+    }
+}
+
+fn tensor_f64(t: &NamedTensor) -> Vec<f64> {
+    match &t.data {
+        TensorData::F32(d) => d.iter().map(|&v| v as f64).collect(),
+        TensorData::F64(d) => d.clone(),
+    }
+}
+
+fn elements<T: Element>(t: &NamedTensor) -> Vec<T> {
+    tensor_f64(t)
+        .into_iter()
+        .map(|v| T::from_f64(v).unwrap_or_else(T::nan))
+        .collect()
+}

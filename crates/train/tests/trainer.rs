@@ -1,0 +1,153 @@
+//! The trainer end to end on the embedded digits: both backends compute the same losses bit
+//! for bit, a resumed run continues bit for bit, verified steps pass on correct engines and
+//! stop a faulty one naming the parameter, and bad checkpoints are clear errors.
+#![allow(clippy::unwrap_used)]
+
+use torchlean_engine_cpu::{CpuF32, CpuF64};
+use torchlean_faults::{fault, Faulty};
+use torchlean_spec::Tensor;
+use torchlean_train::checkpoint::TensorData;
+use torchlean_train::data::Dataset;
+use torchlean_train::exec::Backend;
+use torchlean_train::model::Arch;
+use torchlean_train::optim::OptimConfig;
+use torchlean_train::trainer::{Quiet, Summary, TrainConfig, Trainer};
+use torchlean_train::{TrainError, TrainValue};
+
+fn digits() -> Dataset {
+    Dataset::digits().unwrap()
+}
+
+fn cfg(arch: Arch, steps: u64) -> TrainConfig {
+    let mut c = TrainConfig::new(arch);
+    c.steps = Some(steps);
+    c
+}
+
+fn run<V: TrainValue>(c: TrainConfig) -> Summary {
+    Trainer::<V>::new(c, &digits())
+        .unwrap()
+        .run(&mut Quiet)
+        .unwrap()
+}
+
+fn bits(s: &Summary) -> Vec<u64> {
+    s.losses.iter().map(|(_, l)| l.to_bits()).collect()
+}
+
+#[test]
+fn eager_and_compiled_backends_give_the_same_losses_bit_for_bit() {
+    for arch in [Arch::Mlp, Arch::Cnn] {
+        let mut c = cfg(arch, 12);
+        let eager = run::<CpuF32>(c.clone());
+        c.backend = Backend::Compiled;
+        let compiled = run::<CpuF32>(c.clone());
+        assert_eq!(bits(&eager), bits(&compiled), "{arch} f32");
+        let e64 = run::<CpuF64>(cfg(arch, 12));
+        let c64 = run::<CpuF64>(c);
+        assert_eq!(bits(&e64), bits(&c64), "{arch} f64");
+    }
+}
+
+#[test]
+fn a_resumed_run_continues_with_the_same_losses_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ck.safetensors");
+    for (arch, opt) in [
+        (Arch::Mlp, OptimConfig::parse("adam", None).unwrap()),
+        (Arch::Cnn, torchlean_train::trainer::sgd_momentum(0.05)),
+    ] {
+        let mut c = cfg(arch, 50);
+        c.optimizer = opt;
+        let whole = run::<CpuF32>(c.clone());
+        // 45 batches per epoch: the resumed part crosses an epoch boundary (a new order)
+        let mut first = Trainer::<CpuF32>::new(cfg_with_steps(&c, 30), &digits()).unwrap();
+        first.run(&mut Quiet).unwrap();
+        first.save(&path).unwrap();
+        let mut resumed = Trainer::<CpuF32>::resume(&path, &digits()).unwrap();
+        resumed.set_stop(c.epochs, Some(50));
+        let rest = resumed.run(&mut Quiet).unwrap();
+        assert_eq!(rest.first_step, 30);
+        assert_eq!(bits(&rest), bits(&whole)[30..].to_vec(), "{arch}");
+    }
+}
+
+fn cfg_with_steps(c: &TrainConfig, steps: u64) -> TrainConfig {
+    let mut c = c.clone();
+    c.steps = Some(steps);
+    c
+}
+
+#[test]
+fn verified_steps_pass_on_the_cpu_engine_in_both_precisions() {
+    for arch in [Arch::Mlp, Arch::Cnn] {
+        let mut c = cfg(arch, 6);
+        c.verify_every = Some(3);
+        let s = run::<CpuF32>(c.clone());
+        let v = s.verify.unwrap();
+        assert_eq!(v.checks, 2);
+        assert!(v.worst > 0.0 && v.worst < 1e-4, "f32 {arch}: {}", v.worst);
+        let v = run::<CpuF64>(c).verify.unwrap();
+        assert!(v.worst < 1e-12, "f64 {arch}: {}", v.worst);
+    }
+}
+
+#[test]
+fn a_faulty_engine_is_stopped_at_the_first_verified_step_naming_where() {
+    let mut c = cfg(Arch::Cnn, 10);
+    c.verify_every = Some(2);
+    let err = Trainer::<Faulty<Tensor<f64>, { fault::POOL_OFF_BY_ONE }>>::new(c, &digits())
+        .unwrap()
+        .run(&mut Quiet)
+        .unwrap_err();
+    match &err {
+        TrainError::VerifyFailed { step, param, .. } => {
+            assert_eq!(*step, 2);
+            assert!(!param.is_empty());
+        }
+        other => panic!("expected a verification failure, got {other}"),
+    }
+    assert!(err.to_string().contains("faulty-pool-off-by-one"), "{err}");
+}
+
+#[test]
+fn training_learns_the_digits() {
+    // a short run, far from the README's figures, but well above chance (10 %)
+    let s = run::<CpuF32>(cfg(Arch::Mlp, 90));
+    assert!(
+        s.held_out_after.accuracy > 0.8,
+        "{}",
+        s.held_out_after.accuracy
+    );
+    assert!(s.train_after.loss < 0.5 * s.train_before.loss);
+}
+
+#[test]
+fn a_checkpoint_of_another_model_or_precision_is_refused_with_what_differs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mlp.safetensors");
+    let t = Trainer::<CpuF32>::new(cfg(Arch::Mlp, 0), &digits()).unwrap();
+    t.save(&path).unwrap();
+    let err = Trainer::<CpuF64>::resume(&path, &digits())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("f32") && err.contains("--dtype"), "{err}");
+    // the same file with one parameter removed and one mis-shaped: every name is listed
+    let mut ck = t.checkpoint().unwrap();
+    ck.tensors.remove("2.bias");
+    let w = ck.tensors.get_mut("4.weight").unwrap();
+    w.shape = vec![5, 128];
+    w.data = TensorData::F32(vec![0.0; 640]);
+    ck.save(&path).unwrap();
+    let err = Trainer::<CpuF32>::resume(&path, &digits())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("2.bias") && err.contains("4.weight"), "{err}");
+    // a truncated file
+    let bytes = std::fs::read(dir.path().join("mlp.safetensors")).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    let err = Trainer::<CpuF32>::resume(&path, &digits())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("mlp.safetensors"), "{err}");
+}
