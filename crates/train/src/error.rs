@@ -282,7 +282,7 @@ pub enum TrainError {
     Config { field: &'static str, reason: String },
 
     /// A step's loss was NaN or infinite (the run stops; the last checkpoint is intact).
-    #[error("step {step}: the loss is {loss}; lower the learning rate or clip gradients (--detect-anomaly names the node)")]
+    #[error("step {step}: the loss is {loss}; lower the learning rate or clip gradients (--clip-grad-norm)")]
     NonFiniteLoss { step: u64, loss: f64 },
 
     /// A verified step deviated from the reference engine beyond the tolerance.

@@ -1,5 +1,5 @@
 //! The training-step cases (SPEC 5): one SGD step — forward, cross-entropy (mean), backward,
-//! `p -= lr·g` — of an MLP (784-256-256-10, ReLU) and of a small CNN (conv 3×3 1→8, relu, conv
+//! PyTorch's plain SGD (`torchlean_train::Optimizer`) — of an MLP (784-256-256-10, ReLU) and of a small CNN (conv 3×3 1→8, relu, conv
 //! 3×3 8→16, relu, flatten, linear → 10) on the CPU engine in f32, through the eager `Session`
 //! and through the compiled path (`Recorded::step`). `bench/pytorch/bench.py` runs the same
 //! steps in PyTorch and JAX.
@@ -12,24 +12,38 @@ use torchlean_nn::layers::{relu, Conv2d, Flatten, Linear};
 use torchlean_nn::{seq, Layer, LeafKind, Mode, Ops, Recorded, Recorder, Session, Sweep};
 use torchlean_runtime::Kernels;
 use torchlean_spec::{Reduction, Shape};
-use torchlean_train::TrainValue;
+use torchlean_train::{OptimConfig, Optimizer, Param, TrainValue};
 
 type V = CpuF32;
 
 /// The learning rate of every case (the PyTorch and JAX twins use the same).
-const LR: f32 = 0.01;
+const LR: f64 = 0.01;
 
 fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// The plain SGD update `p -= lr·g`, in place (the buffer is unique after the session's reset
-/// or the compiled step's release, so nothing is copied). One small function, so the lead can
-/// swap in `torchlean_train::optim`'s SGD.
-fn sgd_update<T: TrainValue<Elem = f32>>(p: &mut T, g: &T, lr: f32) {
-    for (a, &b) in p.data_mut().iter_mut().zip(g.data()) {
-        *a -= lr * b;
-    }
+/// PyTorch's plain SGD (`torch.optim.SGD(lr=0.01)`), `torchlean_train`'s implementation.
+fn sgd() -> Result<Optimizer<f32>> {
+    Optimizer::new(OptimConfig::sgd(LR)).map_err(err)
+}
+
+/// One optimizer step over `(name, parameter, gradient)` triples (the buffers are unique
+/// after the session's reset or the compiled step's release, so the update copies nothing).
+fn update<'a>(
+    opt: &mut Optimizer<f32>,
+    params: impl Iterator<Item = (&'a str, &'a mut V, Option<&'a V>)>,
+) -> Result<()> {
+    let mut batch: Vec<Param<'_, f32>> = params
+        .filter_map(|(name, p, g)| {
+            g.map(|g| Param {
+                name,
+                value: p.data_mut(),
+                grad: g.data(),
+            })
+        })
+        .collect();
+    opt.step(LR, &mut batch).map_err(err)
 }
 
 /// A deterministic batch: `x` in `[0, 1)` of `shape` (batch first) and labels in `0..10`.
@@ -49,7 +63,13 @@ fn batch(shape: &[usize]) -> Result<(V, Vec<usize>)> {
 
 /// One eager step: forward on the session, cross-entropy, releasing backward, then (after the
 /// reset that releases the tape) the in-place update. Returns the loss.
-fn eager_step<M: Layer>(s: &mut Session<V>, model: &M, x: &V, labels: &[usize]) -> Result<f32> {
+fn eager_step<M: Layer>(
+    s: &mut Session<V>,
+    opt: &mut Optimizer<f32>,
+    model: &M,
+    x: &V,
+    labels: &[usize],
+) -> Result<f32> {
     s.reset();
     let xv = s.input_value("x", x.clone(), false).map_err(err)?;
     let logits = model.forward(s, &xv, Mode::Train).map_err(err)?;
@@ -60,11 +80,7 @@ fn eager_step<M: Layer>(s: &mut Session<V>, model: &M, x: &V, labels: &[usize]) 
     s.backward(&loss, Sweep::Releasing).map_err(err)?;
     let grads: BTreeMap<String, V> = s.take_param_grads();
     s.reset();
-    for (name, p) in s.params_mut() {
-        if let Some(g) = grads.get(name) {
-            sgd_update(p, g, LR);
-        }
-    }
+    update(opt, s.params_mut().map(|(n, p)| (n, p, grads.get(n))))?;
     Ok(l)
 }
 
@@ -102,7 +118,7 @@ impl CompiledStep {
 
     /// One compiled step on batch `x`: `Recorded::step` keeping the parameters' gradients,
     /// then the in-place update. Returns the loss.
-    fn step(&mut self, x: &V) -> Result<f32> {
+    fn step(&mut self, opt: &mut Optimizer<f32>, x: &V) -> Result<f32> {
         self.leaf_values[self.x_leaf] = x.clone();
         let leaves = &self.rec.leaves;
         let (out, grads) = self
@@ -111,11 +127,11 @@ impl CompiledStep {
                 leaves[i].kind == LeafKind::Param
             })
             .map_err(err)?;
-        for (p, g) in self.leaf_values.iter_mut().zip(&grads) {
-            if let Some(g) = g {
-                sgd_update(p, g, LR);
-            }
-        }
+        let named = leaves.iter().zip(self.leaf_values.iter_mut()).zip(&grads);
+        update(
+            opt,
+            named.map(|((l, p), g)| (l.name.as_str(), p, g.as_ref())),
+        )?;
         Ok(out.as_slice()[0])
     }
 }
@@ -132,14 +148,16 @@ fn train_rows<M: Layer>(
     let (x, labels) = batch(x_shape)?;
     let mut s = Session::<V>::new();
     let mut last = f32::NAN;
+    let mut opt = sgd()?;
     let eager = measure(3, reps, || {
-        last = black_box(eager_step(&mut s, model, &x, &labels)?);
+        last = black_box(eager_step(&mut s, &mut opt, model, &x, &labels)?);
         Ok(())
     })?;
     let eager_loss = last;
     let mut c = CompiledStep::new(model, &x, &labels)?;
+    let mut opt = sgd()?;
     let compiled = measure(3, reps, || {
-        last = black_box(c.step(&x)?);
+        last = black_box(c.step(&mut opt, &x)?);
         Ok(())
     })?;
     let row = |backend: &str, stats, loss: f32| {
