@@ -178,4 +178,8 @@ pub struct TrainArgs {
     /// JSON lines on stdout (one per step line, epoch and verified step, then a summary)
     #[arg(long)]
     pub json: bool,
+    /// Train on a deliberately broken variant of the reference f64 engine (see `conform
+    /// --inject-fault`), to watch --verify-every stop it
+    #[arg(long)]
+    pub inject_fault: Option<String>,
 }

@@ -260,6 +260,21 @@ fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, BadInput> {
     Ok(out)
 }
 
+/// `name` is one of `torchlean_faults::fault::ALL`'s (`--inject-fault`).
+pub fn check_fault_name(name: &str) -> Result<(), BadInput> {
+    if torchlean_faults::fault::ALL.iter().any(|(_, n)| *n == name) {
+        return Ok(());
+    }
+    let names: Vec<&str> = torchlean_faults::fault::ALL
+        .iter()
+        .map(|(_, n)| *n)
+        .collect();
+    Err(BadInput::one(format!(
+        "unknown fault `{name}` (one of {})",
+        names.join(", ")
+    )))
+}
+
 /// Runs a case on the reference f64 engine with fault `name` injected.
 fn run_faulty(
     case: &torchlean_ir::Case,
@@ -284,16 +299,7 @@ fn conform(
     inject_fault: Option<&str>,
 ) -> Result<Outcome, BadInput> {
     if let Some(f) = inject_fault {
-        if !torchlean_faults::fault::ALL.iter().any(|(_, n)| *n == f) {
-            let names: Vec<&str> = torchlean_faults::fault::ALL
-                .iter()
-                .map(|(_, n)| *n)
-                .collect();
-            return Err(BadInput::one(format!(
-                "unknown fault `{f}` (one of {})",
-                names.join(", ")
-            )));
-        }
+        check_fault_name(f)?;
     }
     let files = expand(paths)?;
     if files.is_empty() {

@@ -357,6 +357,24 @@ pub fn run(a: &TrainArgs) -> Result<Outcome, BadInput> {
             "the 8×8 digits".to_string(),
         ),
     };
+    if let Some(f) = a.inject_fault.as_deref() {
+        crate::commands::check_fault_name(f)?;
+        use torchlean_faults::{fault, Faulty};
+        type R = torchlean_spec::Tensor<f64>;
+        return match f {
+            "flip-sign" => train_on::<Faulty<R, { fault::FLIP_SIGN }>>(a, &data, &origin),
+            "drop-contribution" => {
+                train_on::<Faulty<R, { fault::DROP_CONTRIBUTION }>>(a, &data, &origin)
+            }
+            "accumulation-order" => {
+                train_on::<Faulty<R, { fault::ACCUMULATION_ORDER }>>(a, &data, &origin)
+            }
+            "broadcast-reduction" => {
+                train_on::<Faulty<R, { fault::BROADCAST_REDUCTION }>>(a, &data, &origin)
+            }
+            _ => train_on::<Faulty<R, { fault::POOL_OFF_BY_ONE }>>(a, &data, &origin),
+        };
+    }
     match (a.engine, a.dtype) {
         (EngineArg::Cpu, DTypeArg::F32) => {
             train_on::<torchlean_engine_cpu::CpuF32>(a, &data, &origin)

@@ -193,3 +193,41 @@ fn bad_settings_exit_2() {
     let o = train(&["mlp", "--resume", "/nonexistent/ck.safetensors"]);
     assert_exit(&o, 2, &["/nonexistent/ck.safetensors"]);
 }
+
+#[test]
+fn verify_every_stops_a_faulty_engine_with_exit_1_naming_the_parameter() {
+    let o = train(&[
+        "cnn",
+        "--steps",
+        "4",
+        "--verify-every",
+        "2",
+        "--inject-fault",
+        "pool-off-by-one",
+    ]);
+    assert_exit(
+        &o,
+        1,
+        &[
+            "step 2:",
+            "faulty-pool-off-by-one",
+            "deviates from the reference engine",
+        ],
+    );
+    // the same run on the correct engine passes
+    let o = train(&[
+        "cnn",
+        "--steps",
+        "4",
+        "--verify-every",
+        "2",
+        "--dtype",
+        "f64",
+    ]);
+    assert_exit(&o, 0, &[]);
+    assert_exit(
+        &train(&["mlp", "--inject-fault", "nope"]),
+        2,
+        &["unknown fault `nope`"],
+    );
+}
