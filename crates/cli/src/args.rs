@@ -99,7 +99,7 @@ pub enum Command {
     /// Train a model on the digits shipped in the repository (or on --csv data), with a
     /// progress bar, held-out accuracy per epoch and, with --verify-every, gradients re-checked
     /// on the reference engine as it goes
-    Train(TrainArgs),
+    Train(Box<TrainArgs>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -13,9 +13,7 @@ use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use rayon::prelude::*;
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use torchlean_compiled::run_grad;
@@ -549,34 +547,11 @@ pub fn write_counterexample(
     Ok(path)
 }
 
-/// Writes `contents` to `path` atomically: into a new temporary file in the same directory,
-/// synced to disk, then renamed over `path`. A reader sees the old file or the whole new one,
-/// never a partial write. On failure the temporary file is removed and the error names `path`.
+/// [`torchlean_ir::write_atomically`] (a reader sees the old file or the whole new one), with
+/// the error naming `path`.
 fn write_atomically(path: &Path, contents: &[u8]) -> Result<(), EquivError> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(
-        ".{name}.{}-{}.tmp",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let written = (|| -> std::io::Result<()> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)?;
-        f.write_all(contents)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)
-    })();
-    written.map_err(|e| {
-        // the write's error is the one reported; if the temporary file was never created,
-        // there is nothing to remove and this fails harmlessly
-        let _ = std::fs::remove_file(&tmp);
-        EquivError::io("write counterexample", path, e)
-    })
+    torchlean_ir::write_atomically(path, contents)
+        .map_err(|e| EquivError::io("write counterexample", path, e))
 }
 
 #[cfg(test)]
