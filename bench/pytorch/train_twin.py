@@ -3,7 +3,7 @@
 optimizer, trained in PyTorch, printing its per-step losses as JSON.
 
 Input: a directory written by the Rust test `crates/train/tests/twin.rs` (or by hand):
-  init.safetensors   our initial checkpoint (PyTorch state_dict names; `optimizer.*` ignored)
+  init.safetensors   our initial checkpoint (exactly PyTorch's state_dict names)
   data.safetensors   `x` (the training split, as our trainer sees it) and `y` (labels, as floats)
   plan.json          {"model": {...}, "optimizer": {...}, "schedule": ..., "dtype": "f64",
                       "rows": [[row, ...] per step], "clip_grad_norm": null}
@@ -48,9 +48,8 @@ def main():
     dtype = torch.float64 if plan["dtype"] == "f64" else torch.float32
     torch.set_num_threads(1)
     model = build(plan["model"]).to(dtype)
-    state = {k: v for k, v in load_file(f"{d}/init.safetensors").items()
-             if not k.startswith("optimizer.")}
-    model.load_state_dict(state, strict=True)
+    # our checkpoint holds exactly the state_dict (the optimizer state is in a file beside it)
+    model.load_state_dict(load_file(f"{d}/init.safetensors"), strict=True)
     data = load_file(f"{d}/data.safetensors")
     x, y = data["x"].to(dtype), data["y"].long()
     if plan["model"]["arch"] == "cnn":

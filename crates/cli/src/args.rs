@@ -158,8 +158,9 @@ pub struct TrainArgs {
     /// Clip the gradients' total 2-norm to this before each update
     #[arg(long)]
     pub clip_grad_norm: Option<f64>,
-    /// Write the trained parameters (PyTorch state_dict names) and the optimizer state here,
-    /// atomically, as safetensors
+    /// Write the trained parameters here as safetensors, exactly PyTorch's state_dict (for
+    /// `load_state_dict(safetensors.torch.load_file(PATH))`), and the optimizer state beside
+    /// it (`NAME.optim.safetensors`); each written atomically
     #[arg(long)]
     pub save: Option<PathBuf>,
     /// Continue a run from its checkpoint (--save): the same subsequent losses, bit for bit

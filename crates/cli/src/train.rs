@@ -340,7 +340,11 @@ fn train_on<V: TrainValue>(
     if let Some(path) = &a.save {
         t.save(path).map_err(bad)?;
         if !a.json {
-            println!("wrote {}", path.display());
+            println!(
+                "wrote {} (the state_dict) and {} (the optimizer state)",
+                path.display(),
+                torchlean_train::trainer::optimizer_path(path).display()
+            );
         }
     }
     Ok(Outcome::Ok)

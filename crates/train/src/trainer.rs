@@ -6,8 +6,8 @@
 //!
 //! Invariant: the batch of global step `k` is a pure function of `(train set, seed, batch, k)`
 //! (`data::epoch_order` of epoch `k / batches_per_epoch`), and every piece of state a step
-//! reads — parameters, optimizer state, the step counter — is in the checkpoint, in the
-//! engine's own precision. So a run resumed from a checkpoint computes the same losses, bit
+//! reads — parameters, optimizer state, the step counter — is in the checkpoint (the model file
+//! and its optimizer file), in the engine's own precision. So a run resumed from a checkpoint computes the same losses, bit
 //! for bit, as the uninterrupted run.
 
 use crate::checkpoint::{Checkpoint, NamedTensor, TensorData};
@@ -19,12 +19,25 @@ use crate::optim::{clip_grad_norm, OptimConfig, Optimizer, Param, ParamState};
 use crate::sched::{Schedule, Scheduler};
 use crate::value::{Element, TrainValue};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use torchlean_spec::Tensor;
 
 /// The checkpoint's format tag.
 pub const CHECKPOINT_FORMAT: &str = "torchlean.train.v1";
+
+/// The optimizer file's format tag.
+pub const OPTIMIZER_FORMAT: &str = "torchlean.train.optim.v1";
+
+/// Where the optimizer state of the checkpoint `path` lives: `run.safetensors` →
+/// `run.optim.safetensors`, beside it.
+pub fn optimizer_path(path: &Path) -> PathBuf {
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    path.with_file_name(format!("{stem}.optim.safetensors"))
+}
 
 /// Everything that decides what a run computes.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -547,13 +560,26 @@ impl<V: TrainValue> Trainer<V> {
 
     // ---- checkpoints ----
 
-    /// The run's state as a checkpoint: parameters under their PyTorch names, optimizer state
-    /// under `optimizer.state.<param>.<buffer>`, and the metadata to resume.
-    pub fn checkpoint(&self) -> Result<Checkpoint> {
+    /// The run's state as two checkpoints. The model file holds the parameters under their
+    /// PyTorch names and nothing else (so `model.load_state_dict(safetensors.torch.load_file(
+    /// path))` works with `strict=True`), with the metadata to resume (config, step, dtype,
+    /// standardizer) as safetensors metadata; the optimizer file
+    /// ([`optimizer_path`]) holds `state.<param>.<buffer>` tensors and the step counts. Both
+    /// carry one `save_id`, so a pair from different saves is refused on resume.
+    pub fn checkpoint(&self) -> Result<(Checkpoint, Checkpoint)> {
+        let save_id = format!(
+            "{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0)
+        );
         let mut tensors = BTreeMap::new();
         for (name, v) in self.exec.params() {
             tensors.insert(name.clone(), named(v.shape().dims(), v.data()));
         }
+        let mut optim = BTreeMap::new();
         let mut steps = BTreeMap::new();
         for (pname, st) in self.optimizer.state() {
             let shape = self
@@ -563,15 +589,13 @@ impl<V: TrainValue> Trainer<V> {
                 .map(|v| v.shape().dims().to_vec())
                 .unwrap_or_default();
             for (buf, data) in &st.buffers {
-                tensors.insert(
-                    format!("optimizer.state.{pname}.{buf}"),
-                    named(&shape, data),
-                );
+                optim.insert(format!("state.{pname}.{buf}"), named(&shape, data));
             }
             steps.insert(pname.clone(), st.step);
         }
         let meta = serde_json::json!({
             "format": CHECKPOINT_FORMAT,
+            "save_id": save_id,
             "config": self.cfg,
             "step": self.step,
             "dtype": V::Elem::NAME,
@@ -583,22 +607,34 @@ impl<V: TrainValue> Trainer<V> {
                 "image": self.train.image(),
                 "torch": self.model.torch_expr(),
             },
-            "optimizer_steps": steps,
             "standardize": self.standardizer,
         });
-        let mut metadata = BTreeMap::new();
-        metadata.insert("torchlean".to_string(), meta.to_string());
-        Ok(Checkpoint { tensors, metadata })
+        let optim_meta = serde_json::json!({
+            "format": OPTIMIZER_FORMAT,
+            "save_id": save_id,
+            "optimizer": self.cfg.optimizer,
+            "steps": steps,
+        });
+        let file = |tensors, meta: serde_json::Value| {
+            let mut metadata = BTreeMap::new();
+            metadata.insert("torchlean".to_string(), meta.to_string());
+            Checkpoint { tensors, metadata }
+        };
+        Ok((file(tensors, meta), file(optim, optim_meta)))
     }
 
-    /// Writes [`Trainer::checkpoint`] to `path` atomically.
+    /// Writes [`Trainer::checkpoint`] to `path` and [`optimizer_path`]`(path)`, each
+    /// atomically: the optimizer file first, so an interrupted save leaves either the old pair
+    /// or a new optimizer file beside the old model file, which resume refuses by `save_id`.
     pub fn save(&self, path: &Path) -> Result<()> {
-        self.checkpoint()?.save(path)
+        let (model, optim) = self.checkpoint()?;
+        optim.save(&optimizer_path(path))?;
+        model.save(path)
     }
 
-    /// A run restored from the checkpoint at `path` on `data`: the checkpoint's configuration,
-    /// parameters, optimizer state and step. `data` must be the data set it was trained on
-    /// (checked by feature and class count).
+    /// A run restored from the checkpoint at `path` (and its optimizer file beside it) on
+    /// `data`: the checkpoint's configuration, parameters, optimizer state and step. `data`
+    /// must be the data set it was trained on (checked by feature and class count).
     pub fn resume(path: &Path, data: &Dataset) -> Result<Self> {
         let ck = Checkpoint::load(path)?;
         let bad = |reason: String| TrainError::Checkpoint {
@@ -645,15 +681,39 @@ impl<V: TrainValue> Trainer<V> {
         }
         t.exec = exec_for::<V>(t.cfg.backend, &params)?;
         // the engine's own precision, exactly: f32 data converted to f64 and back is the same
+        let opath = optimizer_path(path);
+        let oc = Checkpoint::load(&opath)?;
+        let obad = |reason: String| TrainError::Checkpoint {
+            path: opath.clone(),
+            reason,
+        };
+        let ometa: serde_json::Value = oc
+            .metadata
+            .get("torchlean")
+            .and_then(|m| serde_json::from_str(m).ok())
+            .ok_or_else(|| {
+                obad("no `torchlean` metadata: not a torchlean optimizer file".into())
+            })?;
+        if ometa["format"] != OPTIMIZER_FORMAT {
+            return Err(obad(format!(
+                "format {}, expected {OPTIMIZER_FORMAT}",
+                ometa["format"]
+            )));
+        }
+        if ometa["save_id"] != meta["save_id"] {
+            return Err(obad(format!(
+                "written by another save than {} (save {} against {}); save again",
+                path.display(),
+                ometa["save_id"],
+                meta["save_id"]
+            )));
+        }
         let mut state = BTreeMap::new();
-        let steps = meta["optimizer_steps"]
-            .as_object()
-            .cloned()
-            .unwrap_or_default();
+        let steps = ometa["steps"].as_object().cloned().unwrap_or_default();
         for (pname, st) in steps {
             let mut buffers = BTreeMap::new();
-            let prefix = format!("optimizer.state.{pname}.");
-            for (name, nt) in ck.tensors.range(prefix.clone()..) {
+            let prefix = format!("state.{pname}.");
+            for (name, nt) in oc.tensors.range(prefix.clone()..) {
                 let Some(buf) = name.strip_prefix(&prefix) else {
                     break;
                 };

@@ -6,12 +6,12 @@
 use torchlean_engine_cpu::{CpuF32, CpuF64};
 use torchlean_faults::{fault, Faulty};
 use torchlean_spec::Tensor;
-use torchlean_train::checkpoint::TensorData;
+use torchlean_train::checkpoint::{Checkpoint, TensorData};
 use torchlean_train::data::Dataset;
 use torchlean_train::exec::Backend;
 use torchlean_train::model::Arch;
 use torchlean_train::optim::OptimConfig;
-use torchlean_train::trainer::{Quiet, Summary, TrainConfig, Trainer};
+use torchlean_train::trainer::{optimizer_path, Quiet, Summary, TrainConfig, Trainer};
 use torchlean_train::{TrainError, TrainValue};
 
 fn digits() -> Dataset {
@@ -133,21 +133,60 @@ fn a_checkpoint_of_another_model_or_precision_is_refused_with_what_differs() {
         .to_string();
     assert!(err.contains("f32") && err.contains("--dtype"), "{err}");
     // the same file with one parameter removed and one mis-shaped: every name is listed
-    let mut ck = t.checkpoint().unwrap();
+    let (mut ck, optim) = t.checkpoint().unwrap();
     ck.tensors.remove("2.bias");
     let w = ck.tensors.get_mut("4.weight").unwrap();
     w.shape = vec![5, 128];
     w.data = TensorData::F32(vec![0.0; 640]);
     ck.save(&path).unwrap();
+    optim.save(&optimizer_path(&path)).unwrap();
     let err = Trainer::<CpuF32>::resume(&path, &digits())
         .unwrap_err()
         .to_string();
     assert!(err.contains("2.bias") && err.contains("4.weight"), "{err}");
     // a truncated file
+    t.save(&path).unwrap();
     let bytes = std::fs::read(dir.path().join("mlp.safetensors")).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
     let err = Trainer::<CpuF32>::resume(&path, &digits())
         .unwrap_err()
         .to_string();
     assert!(err.contains("mlp.safetensors"), "{err}");
+}
+
+#[test]
+fn the_model_file_holds_only_the_parameters_and_the_optimizer_file_must_match_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.safetensors");
+    let mut c = cfg(Arch::Mlp, 5);
+    c.optimizer = OptimConfig::parse("adam", None).unwrap();
+    let mut t = Trainer::<CpuF32>::new(c, &digits()).unwrap();
+    t.run(&mut Quiet).unwrap();
+    t.save(&path).unwrap();
+    // what `load_state_dict(strict=True)` needs: exactly the state_dict names
+    let ck = Checkpoint::load(&path).unwrap();
+    let names: Vec<&str> = ck.tensors.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        ["0.bias", "0.weight", "2.bias", "2.weight", "4.bias", "4.weight"]
+    );
+    let optim = Checkpoint::load(&optimizer_path(&path)).unwrap();
+    assert!(optim.tensors.contains_key("state.0.weight.exp_avg_sq"));
+    // an optimizer file from another save is refused, naming it
+    let other = dir.path().join("other.safetensors");
+    t.save(&other).unwrap();
+    std::fs::copy(optimizer_path(&other), optimizer_path(&path)).unwrap();
+    let err = Trainer::<CpuF32>::resume(&path, &digits())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("run.optim.safetensors") && err.contains("another save"),
+        "{err}"
+    );
+    // a missing one too
+    std::fs::remove_file(optimizer_path(&path)).unwrap();
+    let err = Trainer::<CpuF32>::resume(&path, &digits())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("run.optim.safetensors"), "{err}");
 }
