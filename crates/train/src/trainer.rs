@@ -204,14 +204,18 @@ pub struct Summary {
     pub held_out: Vec<(u64, f64, f64)>,
 }
 
-/// The relative tolerance of a verified step for an engine of element type `T`: the deviation
-/// a correct f32 engine shows stays below 1e-3 of the gradient's largest entry on these models
-/// (measured ~1e-6); an f64 engine agrees with the reference to ~1e-14.
+/// The relative tolerance of a verified step for an engine of element type `T`. A correct f64
+/// engine agrees with the reference to ~1e-14 (measured worst 3.7e-14 over a 30-epoch MLP run).
+/// A correct f32 engine's deviation grows as training converges, because late gradients are
+/// small sums of cancelling terms (a bias gradient sums 2,048 of them in the CNN): measured
+/// worst 2.5e-4 (MLP, 30 epochs) and 9.1e-4 (CNN, 20 epochs, `0.bias`); 1e-2 leaves a margin
+/// of 10 over that, while the faults this is meant to catch deviate by O(1) (an off-by-one
+/// pooling window: 0.72 at the first verified step).
 pub fn verify_tolerance<T: Element>() -> f64 {
     if T::NAME == "f64" {
         1e-9
     } else {
-        1e-3
+        1e-2
     }
 }
 
