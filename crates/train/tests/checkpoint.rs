@@ -4,8 +4,9 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use torchlean_train::checkpoint::{ShapeMismatch, OPTIMIZER_PREFIX};
 use torchlean_train::{Checkpoint, NamedTensor, TensorData, TrainError};
 
@@ -385,29 +386,10 @@ fn check_names_lists_every_problem_at_once() {
     c.check_names(&model, "").unwrap();
 }
 
-/// The interpreter from `TORCHLEAN_PYTHON`, if it can import torch and safetensors.
-fn python() -> Option<PathBuf> {
-    let Some(py) = std::env::var_os("TORCHLEAN_PYTHON") else {
-        eprintln!("skipped: TORCHLEAN_PYTHON is not set");
-        return None;
-    };
-    let ok = std::process::Command::new(&py)
-        .args(["-c", "import torch, safetensors"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        eprintln!("skipped: {py:?} cannot import torch, safetensors");
-        return None;
-    }
-    Some(py.into())
-}
-
 #[test]
 fn pytorch_loads_the_parameters_strictly_and_writes_them_back() {
-    let Some(py) = python() else { return };
-    let script =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/pytorch/load_checkpoint.py");
+    let Some(py) = common::python() else { return };
+    let script = common::script("tools/pytorch/load_checkpoint.py");
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mlp.safetensors");
     let resaved = dir.path().join("resaved.safetensors");
@@ -458,19 +440,18 @@ fn pytorch_loads_the_parameters_strictly_and_writes_them_back() {
     c.metadata.insert("epoch".into(), "3".into());
     c.save(&path).unwrap();
 
-    let out = std::process::Command::new(&py)
-        .arg(&script)
-        .arg(&path)
-        .args(["3", "4", "2", "[1.0, 2.0, -3.0]"])
-        .arg(&resaved)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let report = common::run_json(
+        &py,
+        &script,
+        &[
+            path.as_os_str(),
+            "3".as_ref(),
+            "4".as_ref(),
+            "2".as_ref(),
+            "[1.0, 2.0, -3.0]".as_ref(),
+            resaved.as_os_str(),
+        ],
     );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
 
     // by hand: h = relu(W1 x + b1) = relu([1.5, 1, -3, 0.25]) = [1.5, 1, 0, 0.25];
     // y = W2 h + b2 = [1.5 + 2 + 0 + 1, -1.5 + 0.5 + 1] = [4.5, 0]

@@ -4,9 +4,9 @@
 //! is unset or cannot import torch and safetensors.
 #![allow(clippy::unwrap_used)]
 
+mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use torchlean_engine_cpu::{CpuF32, CpuF64};
 use torchlean_train::checkpoint::{Checkpoint, NamedTensor, TensorData};
 use torchlean_train::data::Dataset;
@@ -16,30 +16,6 @@ use torchlean_train::trainer::{Quiet, TrainConfig, Trainer};
 use torchlean_train::TrainValue;
 
 const STEPS: u64 = 100;
-
-fn python() -> Option<String> {
-    let py = match std::env::var("TORCHLEAN_PYTHON") {
-        Ok(p) if !p.is_empty() => p,
-        _ => {
-            eprintln!("skipped: TORCHLEAN_PYTHON is not set (a Python with torch and safetensors)");
-            return None;
-        }
-    };
-    let ok = Command::new(&py)
-        .args(["-c", "import torch, safetensors"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        eprintln!("skipped: {py} cannot import torch and safetensors");
-        return None;
-    }
-    Some(py)
-}
-
-fn script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bench/pytorch/train_twin.py")
-}
 
 /// Writes the twin's inputs for `t` into `dir`.
 fn write_bundle<V: TrainValue>(t: &Trainer<V>, dtype: &str, dir: &Path) {
@@ -86,7 +62,7 @@ fn write_bundle<V: TrainValue>(t: &Trainer<V>, dtype: &str, dir: &Path) {
 }
 
 /// Our per-step losses and the twin's, for `cfg` on engine `V`.
-fn both<V: TrainValue>(py: &str, cfg: TrainConfig, dtype: &str) -> (Vec<f64>, Vec<f64>) {
+fn both<V: TrainValue>(py: &PathBuf, cfg: TrainConfig, dtype: &str) -> (Vec<f64>, Vec<f64>) {
     let dir = tempfile::tempdir().unwrap();
     let mut t = Trainer::<V>::new(cfg, &Dataset::digits().unwrap()).unwrap();
     write_bundle(&t, dtype, dir.path());
@@ -97,17 +73,8 @@ fn both<V: TrainValue>(py: &str, cfg: TrainConfig, dtype: &str) -> (Vec<f64>, Ve
         .iter()
         .map(|p| p.1)
         .collect();
-    let out = Command::new(py)
-        .arg(script())
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let script = common::script("bench/pytorch/train_twin.py");
+    let v = common::run_json(py, &script, &[dir.path().as_os_str()]);
     let theirs = v["losses"]
         .as_array()
         .unwrap()
@@ -142,7 +109,7 @@ fn configs() -> Vec<(&'static str, TrainConfig)> {
 
 #[test]
 fn pytorch_replays_our_training_with_the_same_losses_in_f64() {
-    let Some(py) = python() else { return };
+    let Some(py) = common::python() else { return };
     for (opt, c) in configs() {
         let arch = c.arch;
         let (ours, theirs) = both::<CpuF64>(&py, c, "f64");
@@ -156,7 +123,7 @@ fn pytorch_replays_our_training_with_the_same_losses_in_f64() {
 
 #[test]
 fn pytorch_replays_our_training_in_f32_within_what_rounding_allows() {
-    let Some(py) = python() else { return };
+    let Some(py) = common::python() else { return };
     for (opt, c) in configs() {
         let arch = c.arch;
         let (ours, theirs) = both::<CpuF32>(&py, c, "f32");
