@@ -13,7 +13,7 @@
 use crate::checkpoint::{Checkpoint, NamedTensor, TensorData};
 use crate::data::{epoch_order, Dataset, Standardizer};
 use crate::error::{Result, TrainError};
-use crate::exec::{Backend, CompiledExec, EagerExec, Exec};
+use crate::exec::{Backend, CompiledExec, EagerExec, Exec, StepOut};
 use crate::model::{Arch, Model};
 use crate::optim::{clip_grad_norm, OptimConfig, Optimizer, Param, ParamState};
 use crate::sched::{Schedule, Scheduler};
@@ -411,11 +411,6 @@ impl<V: TrainValue> Trainer<V> {
             let lr = sched.lr();
             let verify_now =
                 matches!(self.cfg.verify_every, Some(n) if n > 0 && (k + 1).is_multiple_of(n));
-            let before = if verify_now {
-                Some(self.params_f64()?)
-            } else {
-                None
-            };
             let t = Instant::now();
             let out = self.exec.step(&self.model, &x, &y)?;
             train_time += t.elapsed();
@@ -425,37 +420,8 @@ impl<V: TrainValue> Trainer<V> {
                     loss: out.loss,
                 });
             }
-            if let Some(params) = before {
-                let t = Instant::now();
-                let (worst, param) = self.verify_step(&params, &x, &y, out.loss, &out.grads)?;
-                let tol = verify_tolerance::<V::Elem>();
-                let v = verify.get_or_insert_with(|| VerifySummary {
-                    checks: 0,
-                    worst: 0.0,
-                    worst_param: String::new(),
-                    tolerance: tol,
-                    seconds: 0.0,
-                });
-                v.checks += 1;
-                if worst >= v.worst {
-                    v.worst = worst;
-                    v.worst_param = param.clone();
-                }
-                v.seconds += t.elapsed().as_secs_f64();
-                obs.event(&Event::Verified {
-                    step: k + 1,
-                    worst,
-                    param: &param,
-                });
-                if worst.is_nan() || worst > tol {
-                    return Err(TrainError::VerifyFailed {
-                        step: k + 1,
-                        param,
-                        deviation: worst,
-                        tolerance: tol,
-                        engine: V::ENGINE,
-                    });
-                }
+            if verify_now {
+                self.verify(k + 1, &x, &y, &out, &mut verify, obs)?;
             }
             let t = Instant::now();
             self.update(lr, out.grads)?;
@@ -527,6 +493,52 @@ impl<V: TrainValue> Trainer<V> {
         drop(params);
         for (_, g) in grads {
             g.drop();
+        }
+        Ok(())
+    }
+
+    /// Verifies step `step` (1-based) before its update: the parameters are still those the
+    /// step ran with. Records the check in `summary`, reports it to `obs`, and fails when the
+    /// deviation exceeds the dtype's tolerance.
+    fn verify(
+        &self,
+        step: u64,
+        x: &Tensor<f64>,
+        labels: &[usize],
+        out: &StepOut<V>,
+        summary: &mut Option<VerifySummary>,
+        obs: &mut dyn Observer,
+    ) -> Result<()> {
+        let t = Instant::now();
+        let (worst, param) =
+            self.verify_step(&self.params_f64()?, x, labels, out.loss, &out.grads)?;
+        let tol = verify_tolerance::<V::Elem>();
+        let v = summary.get_or_insert_with(|| VerifySummary {
+            checks: 0,
+            worst: 0.0,
+            worst_param: String::new(),
+            tolerance: tol,
+            seconds: 0.0,
+        });
+        v.checks += 1;
+        if worst >= v.worst {
+            v.worst = worst;
+            v.worst_param = param.clone();
+        }
+        v.seconds += t.elapsed().as_secs_f64();
+        obs.event(&Event::Verified {
+            step,
+            worst,
+            param: &param,
+        });
+        if worst.is_nan() || worst > tol {
+            return Err(TrainError::VerifyFailed {
+                step,
+                param,
+                deviation: worst,
+                tolerance: tol,
+                engine: V::ENGINE,
+            });
         }
         Ok(())
     }
