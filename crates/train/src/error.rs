@@ -115,6 +115,41 @@ pub enum TrainError {
         source: safetensors::SafeTensorError,
     },
 
+    /// A checkpoint file shorter than its own header says (a save cut short, a partial copy).
+    #[error(
+        "checkpoint {} is truncated: {len} bytes, its header describes {expected}",
+        .path.display()
+    )]
+    CheckpointTruncated {
+        path: std::path::PathBuf,
+        len: u64,
+        expected: u64,
+        #[source]
+        source: safetensors::SafeTensorError,
+    },
+
+    /// A checkpoint whose bytes do not match its checksum (`computed` is `None` when the
+    /// stored entry is malformed): corrupted on disk or in transit, or edited.
+    #[error(
+        "checkpoint {} is corrupt: its checksum says {stored}, its bytes give {}",
+        .path.display(),
+        .computed.as_deref().unwrap_or("no comparable value (the checksum entry is malformed)")
+    )]
+    CheckpointChecksum {
+        path: std::path::PathBuf,
+        stored: String,
+        computed: Option<String>,
+    },
+
+    /// A file that must carry torchlean's checksum (a run's checkpoint or optimizer file) has
+    /// none.
+    #[error(
+        "checkpoint {} has no checksum (`torchlean.checksum`): not written by torchlean train, \
+         or damaged",
+        .path.display()
+    )]
+    CheckpointUnchecked { path: std::path::PathBuf },
+
     /// A checkpoint tensor whose dtype is neither `F32` nor `F64`.
     #[error(
         "checkpoint {}: tensor `{name}` has dtype {dtype:?}; only F32 and F64 are supported",
@@ -301,6 +336,12 @@ pub enum TrainError {
         path: std::path::PathBuf,
         reason: String,
     },
+
+    /// The run stopped at a step boundary because its stop flag was set
+    /// ([`crate::trainer::Trainer::set_stop_flag`]); `step` steps are done and the trainer's state is
+    /// consistent there (save it to resume).
+    #[error("interrupted after step {step}")]
+    Interrupted { step: u64 },
 
     /// Something the trainer relies on did not hold (a bug, reported instead of a panic).
     #[error("internal: expected that {what}")]

@@ -20,6 +20,8 @@ use crate::sched::{Schedule, Scheduler};
 use crate::value::{Element, TrainValue};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use torchlean_spec::Tensor;
 
@@ -245,6 +247,9 @@ pub struct Trainer<V: TrainValue> {
     optimizer: Optimizer<V::Elem>,
     /// Global steps done.
     step: u64,
+    /// When set (by a signal handler, another thread), [`Trainer::run`] stops before its next
+    /// step with [`TrainError::Interrupted`].
+    stop: Option<Arc<AtomicBool>>,
 }
 
 impl<V: TrainValue> std::fmt::Debug for Trainer<V> {
@@ -296,6 +301,7 @@ impl<V: TrainValue> Trainer<V> {
             exec,
             optimizer,
             step: 0,
+            stop: None,
         })
     }
 
@@ -347,6 +353,19 @@ impl<V: TrainValue> Trainer<V> {
         self.cfg.steps = steps;
     }
 
+    /// A flag [`Trainer::run`] reads between steps: once it is `true`, the run stops before
+    /// its next step with [`TrainError::Interrupted`], every piece of state consistent at that
+    /// step, so [`Trainer::save`] then writes a checkpoint that resumes bit for bit. The
+    /// library installs no signal handler; the caller sets the flag (the CLI: on SIGINT).
+    pub fn set_stop_flag(&mut self, flag: Arc<AtomicBool>) {
+        self.stop = Some(flag);
+    }
+
+    /// Whether the stop flag is set.
+    fn stop_requested(&self) -> bool {
+        self.stop.as_ref().is_some_and(|f| f.load(Ordering::SeqCst))
+    }
+
     /// Changes how often steps are verified.
     pub fn set_verify_every(&mut self, every: Option<u64>) {
         self.cfg.verify_every = every;
@@ -380,7 +399,9 @@ impl<V: TrainValue> Trainer<V> {
         })
     }
 
-    /// Runs the steps from the current one to [`Trainer::last_step`].
+    /// Runs the steps from the current one to [`Trainer::last_step`]. With a stop flag
+    /// ([`Trainer::set_stop_flag`]) set, returns [`TrainError::Interrupted`] at the first step
+    /// boundary after it was set (the steps done were reported to `obs`).
     pub fn run(&mut self, obs: &mut dyn Observer) -> Result<Summary> {
         let first_step = self.step;
         let last = self.last_step();
@@ -404,6 +425,9 @@ impl<V: TrainValue> Trainer<V> {
             self.step,
         )?;
         while self.step < last {
+            if self.stop_requested() {
+                return Err(TrainError::Interrupted { step: self.step });
+            }
             let k = self.step;
             let rows = self.batch_rows(k);
             let (x, y) = self.train.batch(&rows)?;
@@ -652,7 +676,7 @@ impl<V: TrainValue> Trainer<V> {
     /// `data`: the checkpoint's configuration, parameters, optimizer state and step. `data`
     /// must be the data set it was trained on (checked by feature and class count).
     pub fn resume(path: &Path, data: &Dataset) -> Result<Self> {
-        let ck = Checkpoint::load(path)?;
+        let ck = Checkpoint::load_checked(path)?;
         let bad = |reason: String| TrainError::Checkpoint {
             path: path.to_path_buf(),
             reason,
@@ -698,7 +722,7 @@ impl<V: TrainValue> Trainer<V> {
         t.exec = exec_for::<V>(t.cfg.backend, &params)?;
         // the engine's own precision, exactly: f32 data converted to f64 and back is the same
         let opath = optimizer_path(path);
-        let oc = Checkpoint::load(&opath)?;
+        let oc = Checkpoint::load_checked(&opath)?;
         let obad = |reason: String| TrainError::Checkpoint {
             path: opath.clone(),
             reason,

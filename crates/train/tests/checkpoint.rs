@@ -140,17 +140,24 @@ fn metadata_round_trips_and_fixes_the_bytes() {
 #[test]
 fn the_file_is_the_safetensors_layout() {
     // one F32 tensor [1, -2]: 8-byte little-endian header length, the JSON header padded
-    // with spaces to a multiple of 8, then the data little-endian
+    // with spaces to a multiple of 8, then the data little-endian; the metadata holds only
+    // the checksum, zlib.crc32 of these very bytes with its 8 digits as zeros (computed in
+    // Python: `zlib.crc32(struct.pack("<Q", 112) + header_with_zeros + b"   " +
+    // struct.pack("<ff", 1, -2))`)
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("w.safetensors");
     let mut c = Checkpoint::default();
     c.tensors.insert("w".into(), f32s(&[2], vec![1.0, -2.0]));
     c.save(&path).unwrap();
-    let header = br#"{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#;
-    assert_eq!(header.len(), 54);
-    let mut want = 56u64.to_le_bytes().to_vec();
+    let header = concat!(
+        r#"{"__metadata__":{"torchlean.checksum":"crc32:2f515937"},"#,
+        r#""w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}"#
+    )
+    .as_bytes();
+    assert_eq!(header.len(), 109);
+    let mut want = 112u64.to_le_bytes().to_vec();
     want.extend_from_slice(header);
-    want.extend_from_slice(b"  ");
+    want.extend_from_slice(b"   ");
     want.extend_from_slice(&[0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0xc0]);
     assert_eq!(std::fs::read(&path).unwrap(), want);
 }
@@ -251,15 +258,33 @@ fn truncated_and_garbage_files_are_clear_errors_naming_the_path() {
     ] {
         std::fs::write(&cut, &bytes[..len]).unwrap();
         let e = Checkpoint::load(&cut).unwrap_err();
-        assert!(
-            matches!(&e, TrainError::CheckpointFormat { path, .. } if path == &cut),
-            "cut at {len}: {e:?}"
-        );
-        let msg = e.to_string();
-        assert!(
-            msg.contains("cut.safetensors") && msg.contains("safetensors"),
-            "{msg}"
-        );
+        if len >= 8 + header {
+            // the whole header is there: it says how long the file should be
+            let full = bytes.len() as u64;
+            assert!(
+                matches!(&e, TrainError::CheckpointTruncated { path, len: l, expected, .. }
+                    if path == &cut && *l == len as u64 && *expected == full),
+                "cut at {len}: {e:?}"
+            );
+            let msg = e.to_string();
+            assert!(
+                msg.contains("cut.safetensors")
+                    && msg.contains("truncated")
+                    && msg.contains(&format!("{len} bytes"))
+                    && msg.contains(&full.to_string()),
+                "{msg}"
+            );
+        } else {
+            assert!(
+                matches!(&e, TrainError::CheckpointFormat { path, .. } if path == &cut),
+                "cut at {len}: {e:?}"
+            );
+            let msg = e.to_string();
+            assert!(
+                msg.contains("cut.safetensors") && msg.contains("safetensors"),
+                "{msg}"
+            );
+        }
         assert!(std::error::Error::source(&e).is_some());
     }
 
@@ -280,6 +305,82 @@ fn truncated_and_garbage_files_are_clear_errors_naming_the_path() {
     let e = Checkpoint::load(&missing).unwrap_err();
     assert!(matches!(&e, TrainError::CheckpointRead { .. }), "{e:?}");
     assert!(e.to_string().contains("missing.safetensors"), "{e}");
+}
+
+#[test]
+fn every_single_bit_flip_is_refused_naming_the_file() {
+    // a small checkpoint, so every bit of it can be flipped: header length, header JSON,
+    // metadata, padding, tensor data, the checksum itself
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("good.safetensors");
+    let mut c = Checkpoint::default();
+    c.tensors
+        .insert("w".into(), f32s(&[2, 2], vec![1.0, -2.0, 0.5, 3.0]));
+    c.tensors.insert("b".into(), f64s(&[1], vec![0.25]));
+    c.metadata.insert("step".into(), "7".into());
+    c.save(&path).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let bad = dir.path().join("flipped.safetensors");
+    let mut by_kind = BTreeMap::new();
+    for i in 0..bytes.len() {
+        for bit in 0..8 {
+            let mut b = bytes.clone();
+            b[i] ^= 1 << bit;
+            std::fs::write(&bad, &b).unwrap();
+            let e = Checkpoint::load_checked(&bad)
+                .err()
+                .unwrap_or_else(|| panic!("byte {i} bit {bit} flipped was accepted"));
+            assert!(e.to_string().contains("flipped.safetensors"), "{e}");
+            let kind = format!("{e:?}");
+            *by_kind
+                .entry(kind[..kind.find([' ', '(']).unwrap_or(kind.len())].to_string())
+                .or_insert(0) += 1;
+        }
+    }
+    // the data and most of the header are caught by the checksum alone
+    assert!(by_kind["CheckpointChecksum"] > 8 * 24, "{by_kind:?}");
+    // a flip in the tensor data: the message says what is wrong
+    let mut b = bytes.clone();
+    let last = b.len() - 1;
+    b[last] ^= 0x10;
+    std::fs::write(&bad, &b).unwrap();
+    let e = Checkpoint::load(&bad).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        matches!(
+            &e,
+            TrainError::CheckpointChecksum {
+                computed: Some(_),
+                ..
+            }
+        ) && msg.contains("corrupt")
+            && msg.contains("checksum"),
+        "{msg}"
+    );
+    // the good file is untouched and loads
+    assert!(bit_eq(&c, &Checkpoint::load_checked(&path).unwrap()));
+}
+
+#[test]
+fn a_file_without_a_checksum_loads_but_not_where_one_is_required() {
+    // what PyTorch's `save_file` writes: valid safetensors, no torchlean checksum
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("plain.safetensors");
+    let data = [1.0f32, 2.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect::<Vec<u8>>();
+    let view =
+        safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2], &data).unwrap();
+    std::fs::write(&path, safetensors::serialize([("w", view)], &None).unwrap()).unwrap();
+    let back = Checkpoint::load(&path).unwrap();
+    assert_eq!(back.tensors["w"].data, TensorData::F32(vec![1.0, 2.0]));
+    let e = Checkpoint::load_checked(&path).unwrap_err();
+    assert!(
+        matches!(&e, TrainError::CheckpointUnchecked { path: p } if p == &path),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("plain.safetensors"), "{e}");
 }
 
 #[test]
@@ -460,8 +561,13 @@ fn pytorch_loads_the_parameters_strictly_and_writes_them_back() {
         report["state_dict"],
         serde_json::json!(["0.weight", "0.bias", "2.weight", "2.bias"])
     );
-    let meta: BTreeMap<String, String> =
+    let mut meta: BTreeMap<String, String> =
         serde_json::from_value(report["metadata"].clone()).unwrap();
+    // the checksum is in the file PyTorch read, and Python's zlib agrees with it
+    let checksum = meta
+        .remove(torchlean_train::checkpoint::CHECKSUM_KEY)
+        .unwrap();
+    assert_eq!(report["checksum_by_zlib"], serde_json::json!(checksum));
     assert_eq!(meta, c.metadata);
     let seen = report["tensors"].as_object().unwrap();
     assert_eq!(seen.len(), c.tensors.len());

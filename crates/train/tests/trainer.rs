@@ -190,3 +190,96 @@ fn the_model_file_holds_only_the_parameters_and_the_optimizer_file_must_match_it
         .to_string();
     assert!(err.contains("run.optim.safetensors"), "{err}");
 }
+
+/// Records every step's loss and sets the stop flag once step `at` is done (what the CLI's
+/// SIGINT handler does, at a known step).
+struct StopAt {
+    at: u64,
+    flag: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    losses: Vec<u64>,
+}
+
+impl torchlean_train::trainer::Observer for StopAt {
+    fn event(&mut self, e: &torchlean_train::trainer::Event<'_>) {
+        if let torchlean_train::trainer::Event::Step { step, loss, .. } = *e {
+            self.losses.push(loss.to_bits());
+            if step == self.at {
+                self.flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_run_stopped_by_its_flag_saves_and_resumes_with_the_same_losses_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stopped.safetensors");
+    let mut c = cfg(Arch::Mlp, 60);
+    c.optimizer = OptimConfig::parse("adam", None).unwrap();
+    c.schedule = torchlean_train::Schedule::Step {
+        step_size: 10,
+        gamma: 0.5,
+    };
+    let whole = run::<CpuF32>(c.clone());
+    // stopped mid-epoch (45 batches per epoch) and mid-schedule-period
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut t = Trainer::<CpuF32>::new(c.clone(), &digits()).unwrap();
+    t.set_stop_flag(flag.clone());
+    let mut obs = StopAt {
+        at: 37,
+        flag,
+        losses: Vec::new(),
+    };
+    let e = t.run(&mut obs).unwrap_err();
+    assert!(matches!(e, TrainError::Interrupted { step: 37 }), "{e:?}");
+    assert_eq!(t.steps_done(), 37);
+    assert_eq!(obs.losses, bits(&whole)[..37].to_vec());
+    t.save(&path).unwrap();
+    let mut resumed = Trainer::<CpuF32>::resume(&path, &digits()).unwrap();
+    let rest = resumed.run(&mut Quiet).unwrap();
+    assert_eq!(rest.first_step, 37);
+    assert_eq!(bits(&rest), bits(&whole)[37..].to_vec());
+
+    // a flag already set stops the run before its first step
+    let mut t = Trainer::<CpuF32>::new(c, &digits()).unwrap();
+    t.set_stop_flag(std::sync::Arc::new(std::sync::atomic::AtomicBool::new(
+        true,
+    )));
+    let e = t.run(&mut Quiet).unwrap_err();
+    assert!(matches!(e, TrainError::Interrupted { step: 0 }), "{e:?}");
+}
+
+#[test]
+fn a_corrupted_model_or_optimizer_file_is_refused_on_resume_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.safetensors");
+    let mut t = Trainer::<CpuF32>::new(cfg(Arch::Mlp, 3), &digits()).unwrap();
+    t.run(&mut Quiet).unwrap();
+    t.save(&path).unwrap();
+    for (file, name) in [
+        (path.clone(), "run.safetensors"),
+        (optimizer_path(&path), "run.optim.safetensors"),
+    ] {
+        let good = std::fs::read(&file).unwrap();
+        // one bit of one parameter (or momentum buffer) value, near the end of the data
+        let mut bad = good.clone();
+        let i = bad.len() - 5;
+        bad[i] ^= 0x01;
+        std::fs::write(&file, &bad).unwrap();
+        let e = Trainer::<CpuF32>::resume(&path, &digits()).unwrap_err();
+        assert!(
+            matches!(&e, TrainError::CheckpointChecksum { path: p, .. } if p == &file),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains(name), "{e}");
+        // cut short
+        std::fs::write(&file, &good[..good.len() - 100]).unwrap();
+        let e = Trainer::<CpuF32>::resume(&path, &digits()).unwrap_err();
+        assert!(
+            matches!(&e, TrainError::CheckpointTruncated { path: p, .. } if p == &file),
+            "{e:?}"
+        );
+        std::fs::write(&file, &good).unwrap();
+        Trainer::<CpuF32>::resume(&path, &digits()).unwrap();
+    }
+}
