@@ -163,7 +163,10 @@ pub struct TrainArgs {
     /// it (`NAME.optim.safetensors`); each written atomically
     #[arg(long)]
     pub save: Option<PathBuf>,
-    /// Continue a run from its checkpoint (--save): the same subsequent losses, bit for bit
+    /// Continue a run from its checkpoint (--save, or the one Ctrl-C saved): the same
+    /// subsequent losses, bit for bit. Ctrl-C (SIGINT) stops a run between steps, saves it to
+    /// --save, else to the --resume file, else to ./torchlean-interrupted.safetensors, and
+    /// exits 130
     #[arg(long)]
     pub resume: Option<PathBuf>,
     /// Write an SVG of the training and held-out loss

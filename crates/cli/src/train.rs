@@ -1,11 +1,13 @@
 //! `torchlean train mlp|cnn`: the main job (SPEC 4).
 
 use crate::args::{BackendArg, DTypeArg, EngineArg, ModelArg, TrainArgs};
-use crate::{BadInput, Outcome};
+use crate::{BadInput, Outcome, EXIT_INTERRUPTED};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use std::io::IsTerminal;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use torchlean_train::data::Dataset;
 use torchlean_train::exec::Backend;
 use torchlean_train::model::Arch;
@@ -258,6 +260,63 @@ fn print_summary(s: &Summary, json_out: bool) {
     }
 }
 
+/// Where a run interrupted by SIGINT saves its checkpoint: `--save`, else the `--resume`
+/// checkpoint it continues (replaced atomically), else [`INTERRUPTED_CHECKPOINT`].
+fn interrupt_path(a: &TrainArgs) -> PathBuf {
+    a.save
+        .clone()
+        .or_else(|| a.resume.clone())
+        .unwrap_or_else(|| PathBuf::from(INTERRUPTED_CHECKPOINT))
+}
+
+/// The checkpoint of an interrupted run given neither `--save` nor `--resume`, in the current
+/// directory.
+const INTERRUPTED_CHECKPOINT: &str = "torchlean-interrupted.safetensors";
+
+/// A flag SIGINT sets, for [`Trainer::set_stop_flag`]: the first Ctrl-C asks the run to stop
+/// at the next step boundary and save; a second one, while the first is handled, ends the
+/// process at once with [`EXIT_INTERRUPTED`] (a save under way is atomic: the old checkpoint
+/// survives). `None`, after a warning, when the handler cannot be installed (then Ctrl-C
+/// kills the run as it would without one).
+fn stop_on_sigint() -> Option<Arc<AtomicBool>> {
+    use signal_hook::consts::SIGINT;
+    let flag = Arc::new(AtomicBool::new(false));
+    // the conditional shutdown first: it sees the flag as the previous SIGINT left it
+    let installed = signal_hook::flag::register_conditional_shutdown(
+        SIGINT,
+        i32::from(EXIT_INTERRUPTED),
+        Arc::clone(&flag),
+    )
+    .and_then(|_| signal_hook::flag::register(SIGINT, Arc::clone(&flag)));
+    match installed {
+        Ok(_) => Some(flag),
+        Err(e) => {
+            eprintln!("torchlean: warning: cannot handle SIGINT ({e}); Ctrl-C will not save");
+            None
+        }
+    }
+}
+
+/// After [`TrainError::Interrupted`]: saves the run where [`interrupt_path`] says and tells
+/// stderr where, and how to continue.
+fn save_interrupted<V: TrainValue>(
+    a: &TrainArgs,
+    t: &Trainer<V>,
+    step: u64,
+) -> Result<Outcome, BadInput> {
+    let path = interrupt_path(a);
+    t.save(&path).map_err(bad)?;
+    eprintln!(
+        "torchlean: interrupted after step {step} of {}; saved a checkpoint to {} (optimizer \
+         state: {}); continue with --resume {}",
+        t.last_step(),
+        path.display(),
+        torchlean_train::trainer::optimizer_path(&path).display(),
+        path.display()
+    );
+    Ok(Outcome::Interrupted)
+}
+
 fn train_on<V: TrainValue>(
     a: &TrainArgs,
     data: &Dataset,
@@ -306,12 +365,16 @@ fn train_on<V: TrainValue>(
         json: a.json,
         log_every: a.log_every,
     };
+    if let Some(flag) = stop_on_sigint() {
+        t.set_stop_flag(flag);
+    }
     let result = t.run(&mut progress);
     if let Some(b) = &progress.bar {
         b.finish_and_clear();
     }
     let summary = match result {
         Ok(s) => s,
+        Err(TrainError::Interrupted { step }) => return save_interrupted(a, &t, step),
         Err(e @ TrainError::VerifyFailed { .. }) => {
             eprintln!("torchlean: {}", chain(&e));
             return Ok(Outcome::Failed);

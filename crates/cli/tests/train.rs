@@ -231,3 +231,136 @@ fn verify_every_stops_a_faulty_engine_with_exit_1_naming_the_parameter() {
         &["unknown fault `nope`"],
     );
 }
+
+/// Sends SIGINT to the process `pid` (what Ctrl-C in a terminal does).
+#[allow(unsafe_code)]
+fn sigint(pid: u32) {
+    let pid = libc::pid_t::try_from(pid).unwrap();
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours; `pid` is our own
+    // child, not yet waited for, so the id cannot have been reused.
+    let rc = unsafe { libc::kill(pid, libc::SIGINT) };
+    assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
+}
+
+#[test]
+fn sigint_saves_a_checkpoint_that_resumes_with_the_losses_of_an_uninterrupted_run() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ck.safetensors");
+    let ck = ck.to_str().unwrap();
+    // far more steps than it can take before the signal lands
+    let mut child = Command::new(env!("CARGO_BIN_EXE_torchlean"))
+        .args(["train", "mlp", "--optimizer", "adam", "--steps", "1000000"])
+        .args(["--json", "--log-every", "1", "--save", ck])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.contains(r#""event":"step""#), "{first}");
+    sigint(child.id());
+    // the rest of stdout, read on a thread so a full pipe cannot stall the child
+    let rest = std::thread::spawn(move || lines.map(Result::unwrap).collect::<Vec<_>>());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("SIGINT did not stop the run within 120 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(130), "stderr: {err}");
+    let stdout: Vec<String> = std::iter::once(first).chain(rest.join().unwrap()).collect();
+    let before: Vec<(u64, f64)> = stdout
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| v["event"] == "step")
+        .map(|v| (v["step"].as_u64().unwrap(), v["loss"].as_f64().unwrap()))
+        .collect();
+    let k = before.last().unwrap().0;
+    assert_eq!(before.len() as u64, k, "{stdout:?}");
+    assert!(
+        err.contains(&format!("interrupted after step {k} of 1000000"))
+            && err.contains("ck.safetensors")
+            && err.contains("ck.optim.safetensors")
+            && err.contains("--resume"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+
+    // resumed to k + 20 steps: the same losses, bit for bit, as one run of k + 20 steps
+    let end = (k + 20).to_string();
+    let resumed = train(&[
+        "mlp",
+        "--resume",
+        ck,
+        "--steps",
+        &end,
+        "--json",
+        "--log-every",
+        "1",
+    ]);
+    assert_exit(&resumed, 0, &[]);
+    let whole = train(&[
+        "mlp",
+        "--optimizer",
+        "adam",
+        "--steps",
+        &end,
+        "--json",
+        "--log-every",
+        "1",
+    ]);
+    assert_exit(&whole, 0, &[]);
+    let whole = losses(&whole);
+    assert_eq!(before, whole[..k as usize].to_vec());
+    let bits = |v: &[(u64, f64)]| v.iter().map(|&(s, l)| (s, l.to_bits())).collect::<Vec<_>>();
+    let resumed = losses(&resumed);
+    assert_eq!(resumed.first().map(|s| s.0), Some(k + 1));
+    assert_eq!(bits(&resumed), bits(&whole[k as usize..]));
+}
+
+#[test]
+fn a_save_that_fails_exits_2_naming_the_file_and_keeps_the_old_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ck.safetensors");
+    let ck_s = ck.to_str().unwrap();
+    assert_exit(&train(&["mlp", "--steps", "3", "--save", ck_s]), 0, &[]);
+    let optim = dir.path().join("ck.optim.safetensors");
+    let (model_before, optim_before) =
+        (std::fs::read(&ck).unwrap(), std::fs::read(&optim).unwrap());
+    // a real write failure, root or not: files may grow to 20 KiB (the checkpoint is ~100 KiB),
+    // so the write fails with EFBIG (SIGXFSZ ignored, as it then stays across exec)
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(r#"trap "" XFSZ; ulimit -f 40 && exec "$0" train mlp --steps 5 --save "$1""#)
+        .arg(env!("CARGO_BIN_EXE_torchlean"))
+        .arg(ck_s)
+        .output()
+        .unwrap();
+    assert_exit(
+        &o,
+        2,
+        &["cannot write", "ck.optim.safetensors", "too large"],
+    );
+    assert_eq!(std::fs::read(&ck).unwrap(), model_before);
+    assert_eq!(std::fs::read(&optim).unwrap(), optim_before);
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["ck.optim.safetensors", "ck.safetensors"],
+        "no temporary left"
+    );
+    // and the old pair still resumes
+    assert_exit(&train(&["mlp", "--resume", ck_s, "--steps", "4"]), 0, &[]);
+}
