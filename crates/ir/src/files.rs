@@ -131,7 +131,9 @@ fn sort_metadata(bytes: &mut [u8], metadata: &BTreeMap<String, String>) {
 /// (`.<name>.<pid>-<n>.tmp`), synced to disk, renamed over `path`, then the directory synced so
 /// the rename itself is durable (on Unix). A reader sees the old file or the whole new one; on
 /// a failure before the rename the old file is untouched and the temporary file is removed.
-/// A failure to sync the directory is reported, but the new file is already in place.
+/// A failure to sync the directory is reported, but the new file is already in place. The new
+/// file keeps the permissions of the one it replaces (a `0600` checkpoint stays private); a
+/// symlink at `path` is replaced by the file, not written through.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let Some(name) = path.file_name() else {
@@ -155,6 +157,9 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
             .write(true)
             .create_new(true)
             .open(&tmp)?;
+        if let Ok(old) = std::fs::metadata(path) {
+            f.set_permissions(old.permissions())?;
+        }
         f.write_all(bytes)?;
         f.sync_all()?;
         drop(f);
@@ -242,6 +247,22 @@ mod tests {
             .collect();
         assert_eq!(names.len(), 2, "{names:?}");
         assert!(write_atomically(Path::new("/"), b"x").is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn atomic_write_keeps_the_replaced_files_permissions() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("torchlean-ir-perm-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("private.bin");
+        write_atomically(&path, b"old").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        write_atomically(&path, b"new").unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
