@@ -256,3 +256,40 @@ fn eval_node<A: Scalar>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn denote_is_denote_all_at_the_output_while_dropping_dead_values() {
+        let g = Graph::from_json_str(
+            r#"{"format":"torchlean.ir.v1","input_id":0,"output_id":3,"nodes":[
+            {"id":0,"kind":"input","parents":[],"shape":[2]},
+            {"id":1,"kind":"tanh","parents":[0],"shape":[2]},
+            {"id":2,"kind":"exp","parents":[1],"shape":[2]},
+            {"id":3,"kind":"mul_elem","parents":[1,0],"shape":[2]},
+            {"id":4,"kind":"sin","parents":[3],"shape":[2]}]}"#,
+        )
+        .expect("a graph");
+        let x = Tensor::new([2], vec![0.25, -3.0]).expect("2 values");
+        let p = Payload::new();
+        let all = denote_all(&g, &p, &x).expect("evaluates");
+        for out in 0..g.len() {
+            let g = Graph {
+                output_id: out,
+                ..g.clone()
+            };
+            assert_eq!(
+                denote(&g, &p, &x).expect("evaluates"),
+                all[out],
+                "output {out}"
+            );
+        }
+        let bad = Graph {
+            output_id: 9,
+            ..g.clone()
+        };
+        assert!(denote(&bad, &p, &x).is_err());
+    }
+}
