@@ -239,11 +239,20 @@ mod tests {
         // a repeated argument, a value read late, an unused node and an unused input
         let s = Shape::from([3]);
         let mut g = GraphData::new(vec![s.clone(), s.clone(), s]).expect("valid shapes");
-        let t = g.push(Op::Unary(UnaryOp::Tanh), vec![0], None).expect("push");
-        let m = g.push(Op::Binary(BinaryOp::Mul), vec![t, t], None).expect("push");
-        let _unused = g.push(Op::Unary(UnaryOp::Exp), vec![m], None).expect("push");
-        let a = g.push(Op::Binary(BinaryOp::Add), vec![m, 1], None).expect("push");
-        g.push(Op::Binary(BinaryOp::Sub), vec![a, t], None).expect("push");
+        let t = g
+            .push(Op::Unary(UnaryOp::Tanh), vec![0], None)
+            .expect("push");
+        let m = g
+            .push(Op::Binary(BinaryOp::Mul), vec![t, t], None)
+            .expect("push");
+        let _unused = g
+            .push(Op::Unary(UnaryOp::Exp), vec![m], None)
+            .expect("push");
+        let a = g
+            .push(Op::Binary(BinaryOp::Add), vec![m, 1], None)
+            .expect("push");
+        g.push(Op::Binary(BinaryOp::Sub), vec![a, t], None)
+            .expect("push");
         let inputs = || -> Vec<Tensor<f64>> {
             (0..3)
                 .map(|i| Tensor::new([3], vec![0.3 * i as f64, -1.7, 2.5]).expect("3 values"))
