@@ -35,14 +35,17 @@ pub fn graph_or_case(path: &Path) -> Result<(Graph, Option<CaseDefaults>), BadIn
     let text = read(path)?;
     match GraphFile::from_json_str(&text).map_err(|e| ir_lines(path, &e))? {
         GraphFile::Graph(g) => Ok((g, None)),
-        GraphFile::Case(c) => Ok((
-            c.graph,
-            Some(CaseDefaults {
-                payload: c.payload,
-                input: c.input,
-                seed: c.seed,
-            }),
-        )),
+        GraphFile::Case(c) => {
+            let c = *c;
+            Ok((
+                c.graph,
+                Some(CaseDefaults {
+                    payload: c.payload,
+                    input: c.input,
+                    seed: c.seed,
+                }),
+            ))
+        }
     }
 }
 

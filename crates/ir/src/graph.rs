@@ -48,10 +48,7 @@ impl Graph {
                 "a graph must be a JSON object",
             )));
         };
-        let nodes = obj
-            .get("nodes")
-            .and_then(Value::as_array)
-            .map(|arr| parse_nodes(arr));
+        let nodes = obj.get("nodes").and_then(Value::as_array).map(parse_nodes);
         Graph::assemble(obj, nodes)
     }
 

@@ -33,7 +33,7 @@ pub(crate) struct Doc {
 #[derive(Clone, Debug, PartialEq)]
 pub enum GraphFile {
     Graph(Graph),
-    Case(Case),
+    Case(Box<Case>),
 }
 
 impl GraphFile {
@@ -42,7 +42,7 @@ impl GraphFile {
     pub fn from_json_str(text: &str) -> Result<GraphFile> {
         match read_doc(text)? {
             Some(doc) if doc.fields.get("format").and_then(Value::as_str) == Some(CASE_FORMAT) => {
-                Case::from_doc(doc).map(GraphFile::Case)
+                Case::from_doc(doc).map(|c| GraphFile::Case(Box::new(c)))
             }
             Some(doc) => Graph::from_doc(doc).map(GraphFile::Graph),
             None => Graph::from_json(&serde_json::from_str(text)?).map(GraphFile::Graph),

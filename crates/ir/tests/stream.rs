@@ -70,7 +70,7 @@ fn streamed_cases_equal_cases_read_through_a_value() {
         let streamed = Case::from_json_str(&text).map_err(|e| e.diagnostics());
         same(&text, streamed, via_value.clone());
         let file = GraphFile::from_json_str(&text).map_err(|e| e.diagnostics());
-        same(&text, file, via_value.map(GraphFile::Case));
+        same(&text, file, via_value.map(|c| GraphFile::Case(Box::new(c))));
     }
     assert!(Case::from_json_str(&case_with_graph(GOOD)).is_ok());
 }
