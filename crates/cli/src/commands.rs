@@ -6,7 +6,9 @@ use crate::load::{self, ir_lines};
 use crate::{BadInput, Outcome};
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use torchlean_compiled::{exec_graph_of_ir, lower_text, run_case, run_grad, CaseOutcome};
+use torchlean_compiled::{
+    exec_graph_of_ir, lower_text, run_case, run_grad_lowered, CaseOutcome, ExecGraph,
+};
 use torchlean_ir::{check_payload, check_shapes, dot, Diagnostic, Graph, IrError, Payload};
 use torchlean_runtime::Kernels;
 use torchlean_spec::Tensor;
@@ -34,7 +36,9 @@ pub fn run(cli: Cli) -> Result<Outcome, BadInput> {
                     eval_reference::<f32>(&graph, &g, &p, &x)?
                 }
                 (EngineArg::Cpu, d) => {
-                    with_engine!(EngineArg::Cpu, d, V => eval::<V>(&graph, &g, &p, &x))?
+                    let exec = exec_graph_of_ir(&g, &p).map_err(|e| compiled_lines(&graph, e))?;
+                    drop(g);
+                    with_engine!(EngineArg::Cpu, d, V => eval::<V>(&graph, &exec, &p, &x))?
                 }
             };
             println!("{}", out.to_json());
@@ -54,7 +58,10 @@ pub fn run(cli: Cli) -> Result<Outcome, BadInput> {
                 Some(s) => Some(load::tensor(s)?),
                 None => case_seed,
             };
-            let r = with_engine!(engine, dtype(d), V => run_grad::<V>(&g, &p, &x, seed.as_ref()))
+            // the IR graph is not needed once lowered: free it before the tape is built
+            let exec = exec_graph_of_ir(&g, &p).map_err(|e| compiled_lines(&graph, e))?;
+            drop(g);
+            let r = with_engine!(engine, dtype(d), V => run_grad_lowered::<V>(exec, &p, &x, seed.as_ref()))
                 .map_err(|e| compiled_lines(&graph, e))?;
             println!(
                 "{}",
@@ -224,21 +231,19 @@ fn eval_reference<A: torchlean_spec::Scalar>(
         .map_err(|e| BadInput::one(format!("{}: {e}", path.display())))
 }
 
-/// Evaluates the lowered graph on engine `V`.
+/// Evaluates the lowered graph on engine `V`, keeping only live values.
 fn eval<V: Kernels>(
     path: &Path,
-    g: &Graph,
+    exec: &ExecGraph,
     p: &Payload,
     x: &Tensor<f64>,
 ) -> Result<Tensor<f64>, BadInput> {
-    let exec = exec_graph_of_ir(g, p).map_err(|e| compiled_lines(path, e))?;
     let inputs: Vec<V> = exec.inputs(x, p).map_err(|e| compiled_lines(path, e))?;
-    let values = exec
+    let out = exec
         .graph
-        .eval(inputs)
+        .eval_output(inputs, exec.output)
         .map_err(|e| compiled_lines(path, e))?;
-    values[exec.output]
-        .to_f64()
+    out.to_f64()
         .map_err(|e| BadInput::one(format!("{}: {e}", path.display())))
 }
 

@@ -2,7 +2,7 @@
 
 use crate::BadInput;
 use std::path::Path;
-use torchlean_ir::{Case, Graph, IrError, Payload};
+use torchlean_ir::{Case, Graph, GraphFile, IrError, Payload};
 use torchlean_spec::Tensor;
 
 fn read(path: &Path) -> Result<String, BadInput> {
@@ -20,18 +20,33 @@ pub fn ir_lines(path: &Path, e: &IrError) -> BadInput {
     )
 }
 
+/// What a case file supplies besides its graph: defaults for the other arguments.
+#[derive(Debug)]
+pub struct CaseDefaults {
+    pub payload: Payload,
+    pub input: Tensor<f64>,
+    pub seed: Option<Tensor<f64>>,
+}
+
 /// A graph file, or a `torchlean.case.v1` file (its graph, with the case's payload, input and
-/// seed as defaults for the other arguments).
-pub fn graph_or_case(path: &Path) -> Result<(Graph, Option<Case>), BadInput> {
+/// seed as defaults for the other arguments). The node list is read one node at a time
+/// ([`GraphFile`]), and a case's graph is moved out, not copied.
+pub fn graph_or_case(path: &Path) -> Result<(Graph, Option<CaseDefaults>), BadInput> {
     let text = read(path)?;
-    let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| ir_lines(path, &IrError::from(e)))?;
-    if value.get("format").and_then(serde_json::Value::as_str) == Some(torchlean_ir::CASE_FORMAT) {
-        let case = Case::from_json(&value).map_err(|e| ir_lines(path, &e))?;
-        return Ok((case.graph.clone(), Some(case)));
+    match GraphFile::from_json_str(&text).map_err(|e| ir_lines(path, &e))? {
+        GraphFile::Graph(g) => Ok((g, None)),
+        GraphFile::Case(c) => {
+            let c = *c;
+            Ok((
+                c.graph,
+                Some(CaseDefaults {
+                    payload: c.payload,
+                    input: c.input,
+                    seed: c.seed,
+                }),
+            ))
+        }
     }
-    let g = Graph::from_json(&value).map_err(|e| ir_lines(path, &e))?;
-    Ok((g, None))
 }
 
 pub fn payload(path: Option<&Path>) -> Result<Payload, BadInput> {

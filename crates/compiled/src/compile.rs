@@ -24,6 +24,21 @@ pub fn compile<V: Kernels>(g: &GraphData, inputs: Vec<V>) -> Result<(Tape<V>, Ve
     compile_with(g, inputs, CompileMode::Compact)
 }
 
+/// [`compile`] without the copy of every value: the tape alone (its nodes hold the values).
+/// Compiled nodes carry no name string (a recorded node's label is its op's name,
+/// [`Tape::node_label`]), so a node costs its tape entry and its op-table entry only.
+pub fn compile_tape<V: Kernels>(g: &GraphData, inputs: Vec<V>) -> Result<Tape<V>> {
+    g.check_inputs(&inputs)?;
+    let mut tape = Tape::with_capacity(g.len());
+    for (i, v) in inputs.into_iter().enumerate() {
+        tape.leaf(v, true, Some(format!("input {i}")));
+    }
+    for node in g.nodes() {
+        record_compiled(&mut tape, node.op.clone(), &node.args, None)?;
+    }
+    Ok(tape)
+}
+
 /// Evaluates `g` on `inputs` and records one tape node per context position: a leaf per input
 /// (`requires_grad`, no parents, no contributions), then one node per op whose id is its context
 /// position and whose VJP returns the node's contribution under the local-sum rule. Returns the
@@ -37,18 +52,14 @@ pub fn compile_with<V: Kernels>(
     inputs: Vec<V>,
     mode: CompileMode,
 ) -> Result<(Tape<V>, Vec<V>)> {
-    g.check_inputs(&inputs)?;
-    let mut tape = Tape::with_capacity(g.len());
-    for (i, v) in inputs.into_iter().enumerate() {
-        tape.leaf(v, true, Some(format!("input {i}")));
-    }
-    match mode {
-        CompileMode::Compact => {
-            for node in g.nodes() {
-                record_compiled(&mut tape, node.op.clone(), &node.args, node_name(node))?;
-            }
-        }
+    let tape = match mode {
+        CompileMode::Compact => compile_tape(g, inputs)?,
         CompileMode::FullContext => {
+            g.check_inputs(&inputs)?;
+            let mut tape = Tape::with_capacity(g.len());
+            for (i, v) in inputs.into_iter().enumerate() {
+                tape.leaf(v, true, Some(format!("input {i}")));
+            }
             let shapes: Arc<Vec<Shape>> =
                 Arc::new((0..g.len()).map(|p| g.shape(p).clone()).collect());
             for (k, node) in g.nodes().iter().enumerate() {
@@ -78,8 +89,9 @@ pub fn compile_with<V: Kernels>(
                     backward,
                 });
             }
+            tape
         }
-    }
+    };
     let values = tape.nodes().iter().map(|n| n.value.clone()).collect();
     Ok((tape, values))
 }

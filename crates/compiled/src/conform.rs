@@ -1,8 +1,8 @@
 //! Running a `torchlean.case.v1` case on an engine: lower, evaluate, sweep, compare.
 
-use crate::compile::compile;
+use crate::compile::compile_tape;
 use crate::error::{CompiledError, Result};
-use crate::lower::exec_graph_of_ir;
+use crate::lower::{exec_graph_of_ir, ExecGraph};
 use torchlean_ir::{Case, Comparison, Payload, Tolerance};
 use torchlean_runtime::Kernels;
 use torchlean_spec::Tensor;
@@ -23,26 +23,45 @@ pub fn run_grad<V: Kernels>(
     input: &Tensor<f64>,
     seed: Option<&Tensor<f64>>,
 ) -> Result<GradResult> {
-    let exec = exec_graph_of_ir(graph, payload)?;
+    run_grad_lowered::<V>(exec_graph_of_ir(graph, payload)?, payload, input, seed)
+}
+
+/// [`run_grad`] on a lowered graph, which it consumes: the GraphData is dropped as soon as the
+/// tape is built, so the sweep runs with only the tape (no copy of every value, no name string
+/// per node) and the gradient slots in memory.
+pub fn run_grad_lowered<V: Kernels>(
+    exec: ExecGraph,
+    payload: &Payload,
+    input: &Tensor<f64>,
+    seed: Option<&Tensor<f64>>,
+) -> Result<GradResult> {
     let inputs: Vec<V> = exec.inputs(input, payload)?;
-    let (tape, values) = compile(&exec.graph, inputs)?;
-    let out_v = &values[exec.output];
+    let tape = compile_tape(&exec.graph, inputs)?;
+    let ExecGraph {
+        graph,
+        slots,
+        output: out_id,
+        ..
+    } = exec;
+    let input_shapes = graph.inputs().to_vec();
+    drop(graph);
+    let out_v = tape.get_value(out_id).map_err(CompiledError::Runtime)?;
     let output = out_v.to_f64()?;
     let seed_v = match seed {
         Some(s) => V::from_f64(s)?,
         None => V::full(out_v.shape(), 1.0)?,
     };
-    let n_inputs = exec.graph.n_inputs();
-    let mut grads = tape.backward_sparse(exec.output, seed_v, |id| id < n_inputs)?;
+    let n_inputs = input_shapes.len();
+    let mut grads = tape.backward_sparse(out_id, seed_v, |id| id < n_inputs)?;
     let mut input_grads = Vec::with_capacity(n_inputs);
-    for (i, shape) in exec.graph.inputs().iter().enumerate() {
+    for (i, shape) in input_shapes.into_iter().enumerate() {
         input_grads.push(match grads.take(i) {
             Some(g) => {
                 let t = g.to_f64()?;
                 g.drop();
                 t
             }
-            None => Tensor::zeros(shape.clone()).map_err(|e| CompiledError::Runtime(e.into()))?,
+            None => Tensor::zeros(shape).map_err(|e| CompiledError::Runtime(e.into()))?,
         });
     }
     grads.release();
@@ -50,7 +69,7 @@ pub fn run_grad<V: Kernels>(
     Ok(GradResult {
         output,
         grad_input: input_grads[0].clone(),
-        grad_payload: exec.grad_payload(&input_grads),
+        grad_payload: crate::lower::grad_payload(&slots, &input_grads),
     })
 }
 

@@ -9,14 +9,32 @@ use torchlean_spec::{Op, Shape};
 /// A context position: an input (`< n_inputs`) or the value of node `position − n_inputs`.
 pub type Pos = usize;
 
+/// Where a node came from, for printing (a number, not a string: one per node adds up).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Lowered from this IR node.
+    IrNode(usize),
+    /// The `k`-th op recorded by a program (`torchlean-nn`).
+    Op(usize),
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::IrNode(n) => write!(f, "IR node {n}"),
+            Origin::Op(k) => write!(f, "op {k}"),
+        }
+    }
+}
+
 /// One SSA node.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GNode {
     pub op: Op,
     pub args: Vec<Pos>,
     pub shape: Shape,
-    /// Where the node came from (e.g. "IR node 7"), for printing.
-    pub origin: Option<String>,
+    /// Where the node came from (printed "IR node 7"), for printing.
+    pub origin: Option<Origin>,
 }
 
 /// Typed SSA graph data.
@@ -47,7 +65,7 @@ impl GraphData {
 
     /// Appends a node; returns its position. Fails if an argument is not an earlier position or
     /// the op rejects the argument shapes.
-    pub fn push(&mut self, op: Op, args: Vec<Pos>, origin: Option<String>) -> Result<Pos> {
+    pub fn push(&mut self, op: Op, args: Vec<Pos>, origin: Option<Origin>) -> Result<Pos> {
         let position = self.len();
         let mut shapes = Vec::with_capacity(args.len());
         for (arg, &target) in args.iter().enumerate() {
@@ -140,6 +158,62 @@ impl GraphData {
         Ok(())
     }
 
+    /// Evaluates the graph for the value at `output` only, releasing every value
+    /// ([`GradValue::drop`](torchlean_runtime::GradValue::drop)) right after its last use, so
+    /// memory holds the live values rather than all of them (a chain holds two). The values
+    /// are those of [`GraphData::eval`]: the same kernels on the same operands.
+    pub fn eval_output<V: Kernels>(&self, inputs: Vec<V>, output: Pos) -> Result<V> {
+        if output >= self.len() {
+            return Err(CompiledError::NoSuchPosition {
+                position: output,
+                len: self.len(),
+            });
+        }
+        self.check_inputs(&inputs)?;
+        // the last position reading each value (its own position when nothing reads it)
+        let mut last_use: Vec<Pos> = (0..self.len()).collect();
+        for (k, node) in self.nodes.iter().enumerate() {
+            for &a in &node.args {
+                last_use[a] = self.inputs.len() + k;
+            }
+        }
+        last_use[output] = Pos::MAX;
+        let mut ctx: Vec<Option<V>> = Vec::with_capacity(self.len());
+        for (pos, v) in inputs.into_iter().enumerate() {
+            ctx.push(if last_use[pos] == pos {
+                v.drop();
+                None
+            } else {
+                Some(v)
+            });
+        }
+        for (k, node) in self.nodes.iter().enumerate() {
+            let pos = self.inputs.len() + k;
+            let args: Vec<&V> = node
+                .args
+                .iter()
+                .map(|&a| ctx[a].as_ref().expect("a value lives until its last use"))
+                .collect();
+            let v = forward(&node.op, &args).map_err(|e| e.at_node(pos))?;
+            for &a in &node.args {
+                if last_use[a] == pos {
+                    if let Some(dead) = ctx[a].take() {
+                        dead.drop();
+                    }
+                }
+            }
+            ctx.push(if last_use[pos] == pos {
+                v.drop();
+                None
+            } else {
+                Some(v)
+            });
+        }
+        Ok(ctx[output]
+            .take()
+            .expect("the output is never released (its last use is MAX)"))
+    }
+
     /// Evaluates the graph: all values in context order (inputs, then each node).
     pub fn eval<V: Kernels>(&self, inputs: Vec<V>) -> Result<Vec<V>> {
         self.check_inputs(&inputs)?;
@@ -152,5 +226,46 @@ impl GraphData {
             ctx.push(v);
         }
         Ok(ctx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use torchlean_spec::{BinaryOp, Tensor, UnaryOp};
+
+    #[test]
+    fn eval_output_is_evals_value_bit_for_bit_at_every_position() {
+        // a repeated argument, a value read late, an unused node and an unused input
+        let s = Shape::from([3]);
+        let mut g = GraphData::new(vec![s.clone(), s.clone(), s]).expect("valid shapes");
+        let t = g
+            .push(Op::Unary(UnaryOp::Tanh), vec![0], None)
+            .expect("push");
+        let m = g
+            .push(Op::Binary(BinaryOp::Mul), vec![t, t], None)
+            .expect("push");
+        let _unused = g
+            .push(Op::Unary(UnaryOp::Exp), vec![m], None)
+            .expect("push");
+        let a = g
+            .push(Op::Binary(BinaryOp::Add), vec![m, 1], None)
+            .expect("push");
+        g.push(Op::Binary(BinaryOp::Sub), vec![a, t], None)
+            .expect("push");
+        let inputs = || -> Vec<Tensor<f64>> {
+            (0..3)
+                .map(|i| Tensor::new([3], vec![0.3 * i as f64, -1.7, 2.5]).expect("3 values"))
+                .collect()
+        };
+        let all = g.eval(inputs()).expect("evaluates");
+        for p in 0..g.len() {
+            let one = g.eval_output(inputs(), p).expect("evaluates");
+            assert!(one.bit_eq(&all[p]), "position {p}");
+        }
+        assert!(matches!(
+            g.eval_output(inputs(), g.len()),
+            Err(CompiledError::NoSuchPosition { .. })
+        ));
     }
 }

@@ -18,10 +18,10 @@ pub mod reference;
 pub mod saved;
 pub mod text;
 
-pub use compile::{compile, compile_with, CompileMode};
-pub use conform::{run_case, run_grad, CaseOutcome, Check, GradResult};
+pub use compile::{compile, compile_tape, compile_with, CompileMode};
+pub use conform::{run_case, run_grad, run_grad_lowered, CaseOutcome, Check, GradResult};
 pub use error::{CompiledError, Result};
-pub use graph::{GNode, GraphData, Pos};
+pub use graph::{GNode, GraphData, Origin, Pos};
 pub use lower::{exec_graph_of_ir, ExecGraph, InputSlot};
 pub use pack::{compact_pack, dense_pack};
 pub use reference::{backprop_all_ctx, backprop_ctx, backprop_ctx_reference};

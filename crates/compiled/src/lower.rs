@@ -2,7 +2,7 @@
 //! to an input of the GraphData so that payload gradients come out of the same sweep.
 
 use crate::error::{CompiledError, Result};
-use crate::graph::{GraphData, Pos};
+use crate::graph::{GraphData, Origin, Pos};
 use torchlean_ir::{
     check_payload, check_shapes, node_sem, payload_names, Diagnostic, Graph, IrError, NodeSem,
     Payload,
@@ -77,7 +77,7 @@ pub fn exec_graph_of_ir(g: &Graph, payload: &Payload) -> Result<ExecGraph> {
                 let mut args: Vec<Pos> = n.parents.iter().map(|&p| ir_positions[p]).collect();
                 args.extend(payload_pos[n.id].iter().copied());
                 graph
-                    .push(op, args, Some(format!("IR node {}", n.id)))
+                    .push(op, args, Some(Origin::IrNode(n.id)))
                     .map_err(|e| CompiledError::AtIrNode {
                         node: n.id,
                         kind: n.kind.name(),
@@ -129,12 +129,17 @@ impl ExecGraph {
 
     /// Gradients of the payload inputs (positions `1..`), keyed back by IR node and name.
     pub fn grad_payload(&self, input_grads: &[Tensor<f64>]) -> Payload {
-        let mut p = Payload::new();
-        for (slot, g) in self.slots.iter().zip(input_grads) {
-            if let InputSlot::Payload { node, name } = slot {
-                p.insert(*node, name, g.clone());
-            }
-        }
-        p
+        grad_payload(&self.slots, input_grads)
     }
+}
+
+/// [`ExecGraph::grad_payload`] from the input slots alone.
+pub(crate) fn grad_payload(slots: &[InputSlot], input_grads: &[Tensor<f64>]) -> Payload {
+    let mut p = Payload::new();
+    for (slot, g) in slots.iter().zip(input_grads) {
+        if let InputSlot::Payload { node, name } = slot {
+            p.insert(*node, name, g.clone());
+        }
+    }
+    p
 }

@@ -5,31 +5,16 @@ use crate::lower::{ExecGraph, InputSlot};
 use std::fmt::Write;
 
 /// One line per context position: `%p : shape = what`, the `=` column aligned; node lines name
-/// the op, its attributes and arguments, and the IR node they came from.
+/// the op, its attributes and arguments, and the IR node they came from. Two passes (the column
+/// width, then the lines) so that nothing per line is kept besides the text itself.
 pub fn graph_text(g: &GraphData, slots: Option<&[InputSlot]>, output: Option<usize>) -> String {
-    let mut lines: Vec<(String, String)> = Vec::with_capacity(g.len());
-    for (i, s) in g.inputs().iter().enumerate() {
-        let what = match slots.and_then(|s| s.get(i)) {
-            Some(InputSlot::GraphInput) => "graph input".to_string(),
-            None => format!("input {i}"),
-            Some(InputSlot::Payload { node, name }) => format!("payload {node}.{name}"),
-        };
-        lines.push((format!("%{i} : {s}"), what));
+    let mut head = String::new();
+    let mut width = 0;
+    for p in 0..g.len() {
+        head.clear();
+        write_head(&mut head, p, g.shape(p));
+        width = width.max(head.len());
     }
-    for (k, n) in g.nodes().iter().enumerate() {
-        let p = g.n_inputs() + k;
-        let args: Vec<String> = n.args.iter().map(|a| format!("%{a}")).collect();
-        let mut what = format!("{}({})", n.op.name(), args.join(", "));
-        let attrs = op_attrs(&n.op);
-        if !attrs.is_empty() {
-            let _ = write!(what, " {attrs}");
-        }
-        if let Some(o) = &n.origin {
-            let _ = write!(what, "  ; {o}");
-        }
-        lines.push((format!("%{p} : {}", n.shape), what));
-    }
-    let width = lines.iter().map(|(h, _)| h.len()).max().unwrap_or(0);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -40,16 +25,49 @@ pub fn graph_text(g: &GraphData, slots: Option<&[InputSlot]>, output: Option<usi
         if g.nodes().len() == 1 { "" } else { "s" },
         output.map(|o| format!(", output %{o}")).unwrap_or_default()
     );
-    for (i, (head, what)) in lines.iter().enumerate() {
-        if i == 0 {
+    let mut what = String::new();
+    for p in 0..g.len() {
+        if p == 0 {
             out.push_str("inputs:\n");
         }
-        if i == g.n_inputs() {
+        if p == g.n_inputs() {
             out.push_str("nodes:\n");
+        }
+        head.clear();
+        write_head(&mut head, p, g.shape(p));
+        what.clear();
+        match g.node_at(p) {
+            None => match slots.and_then(|s| s.get(p)) {
+                Some(InputSlot::GraphInput) => what.push_str("graph input"),
+                None => {
+                    let _ = write!(what, "input {p}");
+                }
+                Some(InputSlot::Payload { node, name }) => {
+                    let _ = write!(what, "payload {node}.{name}");
+                }
+            },
+            Some(n) => {
+                let _ = write!(what, "{}(", n.op.name());
+                for (i, a) in n.args.iter().enumerate() {
+                    let _ = write!(what, "{}%{a}", if i == 0 { "" } else { ", " });
+                }
+                what.push(')');
+                let attrs = op_attrs(&n.op);
+                if !attrs.is_empty() {
+                    let _ = write!(what, " {attrs}");
+                }
+                if let Some(o) = &n.origin {
+                    let _ = write!(what, "  ; {o}");
+                }
+            }
         }
         let _ = writeln!(out, "  {head:<width$} = {what}");
     }
     out
+}
+
+fn write_head(out: &mut String, p: usize, shape: &torchlean_spec::Shape) {
+    let _ = write!(out, "%{p} : {shape}");
 }
 
 /// The text of a lowered IR graph.

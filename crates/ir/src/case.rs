@@ -142,9 +142,13 @@ fn tensor_member(
 }
 
 impl Case {
+    /// Parses case JSON text, reading the graph's node list one node at a time (no JSON tree of
+    /// the whole document: [`crate::stream`]).
     pub fn from_json_str(text: &str) -> Result<Case> {
-        let v: Value = serde_json::from_str(text)?;
-        Case::from_json(&v)
+        match crate::stream::read_doc(text)? {
+            Some(doc) => Case::from_doc(doc),
+            None => Case::from_json(&serde_json::from_str(text)?),
+        }
     }
 
     /// Parses a case, reporting every malformed member (graph and payload problems keep their
@@ -155,6 +159,12 @@ impl Case {
                 "a case must be a JSON object",
             )));
         };
+        Case::assemble(obj, obj.get("graph").map(Graph::from_json))
+    }
+
+    /// A case from its top-level members and its parsed `graph` member (`None`: missing): the
+    /// one assembly of both parsing routes.
+    pub(crate) fn assemble(obj: &Map<String, Value>, graph: Option<Result<Graph>>) -> Result<Case> {
         let mut errors = Vec::new();
         match obj.get("format").and_then(Value::as_str) {
             Some(CASE_FORMAT) => {}
@@ -169,8 +179,8 @@ impl Case {
             .and_then(Value::as_str)
             .unwrap_or("unnamed")
             .to_string();
-        let graph = match obj.get("graph") {
-            Some(g) => match Graph::from_json(g) {
+        let graph = match graph {
+            Some(g) => match g {
                 Ok(g) => Some(g),
                 Err(e) => {
                     errors.extend(e.diagnostics());

@@ -2,7 +2,9 @@
 
 use crate::error::{Diagnostic, IrError, Result};
 use crate::kind::OpKind;
+use crate::stream::ParsedNodes;
 use serde_json::{Map, Value};
+use std::borrow::Borrow;
 use torchlean_spec::tensor::parse_shape;
 use torchlean_spec::Shape;
 
@@ -29,21 +31,31 @@ pub struct Graph {
 }
 
 impl Graph {
-    /// Parses graph JSON text.
+    /// Parses graph JSON text, reading the node list one node at a time (no JSON tree of the
+    /// whole document: [`crate::stream`]).
     pub fn from_json_str(text: &str) -> Result<Graph> {
-        let value: Value = serde_json::from_str(text)?;
-        Graph::from_json(&value)
+        match crate::stream::read_doc(text)? {
+            Some(doc) => Graph::from_doc(doc),
+            None => Graph::from_json(&serde_json::from_str(text)?),
+        }
     }
 
     /// Parses a graph from a JSON value. Structure and attribute types are checked here (every
     /// problem is reported); well-formedness and shapes are checked by [`crate::check_shapes`].
     pub fn from_json(value: &Value) -> Result<Graph> {
-        let mut errors = Vec::new();
         let Some(obj) = value.as_object() else {
             return Err(IrError::invalid(Diagnostic::error(
                 "a graph must be a JSON object",
             )));
         };
+        let nodes = obj.get("nodes").and_then(Value::as_array).map(parse_nodes);
+        Graph::assemble(obj, nodes)
+    }
+
+    /// A graph from its top-level members and its parsed `nodes` array (`None`: missing or
+    /// not an array): the one assembly of both parsing routes.
+    pub(crate) fn assemble(obj: &Map<String, Value>, nodes: Option<ParsedNodes>) -> Result<Graph> {
+        let mut errors = Vec::new();
         match obj.get("format") {
             Some(Value::String(f)) if f == FORMAT => {}
             Some(other) => errors.push(
@@ -68,18 +80,17 @@ impl Graph {
         };
         let input_id = id_field("input_id");
         let output_id = id_field("output_id");
-        let mut nodes = Vec::new();
-        match obj.get("nodes").and_then(Value::as_array) {
-            None => errors.push(Diagnostic::error("missing array").field("nodes")),
-            Some(arr) => {
-                for (index, v) in arr.iter().enumerate() {
-                    match parse_node(index, v) {
-                        Ok(n) => nodes.push(n),
-                        Err(mut d) => errors.append(&mut d),
-                    }
-                }
+        let nodes = match nodes {
+            None => {
+                errors.push(Diagnostic::error("missing array").field("nodes"));
+                Vec::new()
             }
-        }
+            Some(Ok(nodes)) => nodes,
+            Some(Err(mut d)) => {
+                errors.append(&mut d);
+                Vec::new()
+            }
+        };
         if errors.is_empty() {
             Ok(Graph {
                 input_id,
@@ -130,6 +141,28 @@ impl Graph {
     /// Whether any node uses a kind outside TorchLean's wire format.
     pub fn uses_extensions(&self) -> bool {
         self.nodes.iter().any(|n| n.kind.is_extension())
+    }
+}
+
+/// Parses the elements of a `nodes` array, in order: every node, or every problem of every
+/// malformed node (the well-formed ones are dropped as soon as a problem is found).
+pub(crate) fn parse_nodes<V: Borrow<Value>>(elements: impl IntoIterator<Item = V>) -> ParsedNodes {
+    let mut nodes = Vec::new();
+    let mut errors = Vec::new();
+    for (index, v) in elements.into_iter().enumerate() {
+        match parse_node(index, v.borrow()) {
+            Ok(n) if errors.is_empty() => nodes.push(n),
+            Ok(_) => {}
+            Err(mut d) => {
+                nodes = Vec::new();
+                errors.append(&mut d);
+            }
+        }
+    }
+    if errors.is_empty() {
+        Ok(nodes)
+    } else {
+        Err(errors)
     }
 }
 

@@ -22,6 +22,7 @@ pub mod kind;
 pub mod payload;
 pub mod pretty;
 pub mod semantics;
+pub mod stream;
 
 pub use case::{Case, Comparison, DType, Expect, Tolerance, CASE_FORMAT};
 pub use check::{broadcast_warning, check_payload, check_shapes, check_well_formed};
@@ -35,3 +36,4 @@ pub use semantics::{
     denote, denote_all, expected_payload_shapes, node_sem, payload_names, payload_tensor, DVal,
     NodeSem,
 };
+pub use stream::GraphFile;

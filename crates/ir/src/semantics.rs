@@ -99,42 +99,83 @@ pub fn denote_all<A: Scalar>(
     payload: &Payload,
     input: &Tensor<A>,
 ) -> Result<Vec<DVal<A>>> {
-    let problems: Vec<Diagnostic> = check_well_formed(g)
-        .into_iter()
-        .filter(Diagnostic::is_error)
-        .collect();
-    if !problems.is_empty() {
-        return Err(IrError::Invalid(problems));
-    }
+    well_formed_for_eval(g)?;
     let mut vals: Vec<Tensor<A>> = Vec::with_capacity(g.len());
     for node in &g.nodes {
-        let v = eval_node(node, payload, input, &vals)?;
-        if v.shape() != &node.shape {
-            return Err(IrError::invalid(
-                Diagnostic::error(format!(
-                    "evaluates to shape {}, but the node declares {}",
-                    v.shape(),
-                    node.shape
-                ))
-                .at(node.id, node.kind.name())
-                .field("shape"),
-            ));
-        }
+        let parents = node.parents.iter().map(|&p| &vals[p]).collect();
+        let v = declared(node, eval_node(node, payload, input, parents)?)?;
         vals.push(v);
     }
     Ok(vals)
 }
 
-/// The value of the output node.
+/// The value of the output node: [`denote_all`]'s, computed holding only live values (each is
+/// dropped after the last node that reads it), so memory follows the graph's width, not its
+/// length.
 pub fn denote<A: Scalar>(g: &Graph, payload: &Payload, input: &Tensor<A>) -> Result<DVal<A>> {
-    let mut all = denote_all(g, payload, input)?;
-    if g.output_id >= all.len() {
+    well_formed_for_eval(g)?;
+    if g.output_id >= g.len() {
+        // every node's own error comes first, as in `denote_all`
+        denote_all(g, payload, input)?;
         return Err(IrError::invalid(
             Diagnostic::error(format!("output_id {} is not a node", g.output_id))
                 .field("output_id"),
         ));
     }
-    Ok(all.swap_remove(g.output_id))
+    // the last node reading each value (well-formed: parents are earlier nodes)
+    let mut last_use: Vec<usize> = (0..g.len()).collect();
+    for node in &g.nodes {
+        for &p in &node.parents {
+            last_use[p] = node.id;
+        }
+    }
+    last_use[g.output_id] = usize::MAX;
+    let mut vals: Vec<Option<Tensor<A>>> = Vec::with_capacity(g.len());
+    for node in &g.nodes {
+        let parents = node
+            .parents
+            .iter()
+            .map(|&p| vals[p].as_ref().expect("a value lives until its last use"))
+            .collect();
+        let v = declared(node, eval_node(node, payload, input, parents)?)?;
+        for &p in &node.parents {
+            if last_use[p] == node.id {
+                vals[p] = None;
+            }
+        }
+        vals.push((last_use[node.id] != node.id).then_some(v));
+    }
+    Ok(vals[g.output_id]
+        .take()
+        .expect("the output is never dropped (its last use is MAX)"))
+}
+
+fn well_formed_for_eval(g: &Graph) -> Result<()> {
+    let problems: Vec<Diagnostic> = check_well_formed(g)
+        .into_iter()
+        .filter(Diagnostic::is_error)
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(IrError::Invalid(problems))
+    }
+}
+
+/// `v`, if it has the shape `node` declares.
+fn declared<A: Scalar>(node: &Node, v: Tensor<A>) -> Result<Tensor<A>> {
+    if v.shape() != &node.shape {
+        return Err(IrError::invalid(
+            Diagnostic::error(format!(
+                "evaluates to shape {}, but the node declares {}",
+                v.shape(),
+                node.shape
+            ))
+            .at(node.id, node.kind.name())
+            .field("shape"),
+        ));
+    }
+    Ok(v)
 }
 
 /// Fetches payload tensor `name` of `node` in scalar type `A`, with its expected shape.
@@ -163,7 +204,7 @@ fn eval_node<A: Scalar>(
     node: &Node,
     payload: &Payload,
     input: &Tensor<A>,
-    vals: &[Tensor<A>],
+    parent_vals: Vec<&Tensor<A>>,
 ) -> Result<Tensor<A>> {
     let kind = node.kind.name();
     let eval_err = |source: SpecError| IrError::Eval {
@@ -171,7 +212,6 @@ fn eval_node<A: Scalar>(
         kind: kind.to_string(),
         source,
     };
-    let parent_vals: Vec<&Tensor<A>> = node.parents.iter().map(|&p| &vals[p]).collect();
     let parent_shapes: Vec<Shape> = parent_vals.iter().map(|t| t.shape().clone()).collect();
     let slots = expected_payload_shapes(node, &parent_shapes).map_err(IrError::invalid)?;
     let weights = slots
@@ -214,5 +254,42 @@ fn eval_node<A: Scalar>(
             args.extend(weights.iter());
             op.forward(&args).map_err(eval_err)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn denote_is_denote_all_at_the_output_while_dropping_dead_values() {
+        let g = Graph::from_json_str(
+            r#"{"format":"torchlean.ir.v1","input_id":0,"output_id":3,"nodes":[
+            {"id":0,"kind":"input","parents":[],"shape":[2]},
+            {"id":1,"kind":"tanh","parents":[0],"shape":[2]},
+            {"id":2,"kind":"exp","parents":[1],"shape":[2]},
+            {"id":3,"kind":"mul_elem","parents":[1,0],"shape":[2]},
+            {"id":4,"kind":"sin","parents":[3],"shape":[2]}]}"#,
+        )
+        .expect("a graph");
+        let x = Tensor::new([2], vec![0.25, -3.0]).expect("2 values");
+        let p = Payload::new();
+        let all = denote_all(&g, &p, &x).expect("evaluates");
+        for out in 0..g.len() {
+            let g = Graph {
+                output_id: out,
+                ..g.clone()
+            };
+            assert_eq!(
+                denote(&g, &p, &x).expect("evaluates"),
+                all[out],
+                "output {out}"
+            );
+        }
+        let bad = Graph {
+            output_id: 9,
+            ..g.clone()
+        };
+        assert!(denote(&bad, &p, &x).is_err());
     }
 }

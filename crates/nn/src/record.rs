@@ -7,7 +7,7 @@
 
 use crate::error::{NnError, Result};
 use crate::ops::{check_call, new_owner, BufferUpdate, Ops, Scopes, Var};
-use torchlean_compiled::{compile, GraphData, Pos};
+use torchlean_compiled::{compile, GraphData, Origin, Pos};
 use torchlean_ir::{Graph, Node, OpKind, Payload};
 use torchlean_runtime::{Kernels, RuntimeError};
 use torchlean_spec::{Op, Shape, Tensor};
@@ -122,7 +122,7 @@ impl Recorder {
         )?;
         for (k, (op, args, _)) in self.ops.into_iter().enumerate() {
             let args: Vec<Pos> = args.into_iter().map(pos).collect();
-            graph.push(op, args, Some(format!("op {k}")))?;
+            graph.push(op, args, Some(Origin::Op(k)))?;
         }
         Ok(Recorded {
             graph,

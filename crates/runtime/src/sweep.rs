@@ -27,6 +27,7 @@ fn release_slots<V: GradValue>(slots: Vec<Option<V>>) {
 
 /// Node `id`'s value and a gradient `g` meant for it (`what`) have different shapes.
 fn shape_mismatch<V: GradValue>(
+    tape: &Tape<V>,
     id: usize,
     node: &Node<V>,
     what: &'static str,
@@ -34,7 +35,7 @@ fn shape_mismatch<V: GradValue>(
 ) -> RuntimeError {
     RuntimeError::ShapeMismatch {
         node: id,
-        name: node.name.clone(),
+        name: tape.node_label(id).map(str::to_string),
         what,
         expected: Box::new(node.value.shape().clone()),
         got: Box::new(g.shape().clone()),
@@ -50,7 +51,7 @@ fn validate_contribution<V: GradValue>(
     g: V,
 ) -> Result<Option<V>> {
     let size = tape.size();
-    let name = || tape.get_node(node).ok().and_then(|n| n.name.clone());
+    let name = || tape.node_label(node).map(str::to_string);
     let Ok(p) = tape.get_node(parent) else {
         g.drop();
         return Err(RuntimeError::BadParent {
@@ -65,7 +66,7 @@ fn validate_contribution<V: GradValue>(
         return Ok(None);
     }
     if g.shape() != p.value.shape() {
-        let err = shape_mismatch(parent, p, "a gradient contribution", &g);
+        let err = shape_mismatch(tape, parent, p, "a gradient contribution", &g);
         g.drop();
         return Err(err);
     }
@@ -185,7 +186,7 @@ impl<V: GradValue> Tape<V> {
         }
         for (id, (g, node)) in grads0.iter().zip(self.nodes()).enumerate() {
             if g.shape() != node.value.shape() {
-                let err = shape_mismatch(id, node, "the initial gradient", g);
+                let err = shape_mismatch(self, id, node, "the initial gradient", g);
                 release_all(grads0);
                 return Err(err);
             }
@@ -269,7 +270,13 @@ fn sparse_step<V: GradValue>(
         return Ok(());
     };
     if upstream.shape() != node.value.shape() {
-        return Err(shape_mismatch(id, node, "the upstream gradient", upstream));
+        return Err(shape_mismatch(
+            tape,
+            id,
+            node,
+            "the upstream gradient",
+            upstream,
+        ));
     }
     let needs = |p: usize| needed.get(p).copied().unwrap_or(true);
     let mut contributions = tape.contributions_for(id, upstream, &needs)?;

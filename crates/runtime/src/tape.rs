@@ -172,6 +172,19 @@ impl<V: GradValue> Tape<V> {
         }
     }
 
+    /// What errors call node `id`: its name, or for an unnamed recorded node its op's wire
+    /// name (compiled tapes keep no name string per node).
+    pub fn node_label(&self, id: usize) -> Option<&str> {
+        let node = self.nodes.get(id)?;
+        match (&node.name, &node.backward) {
+            (Some(name), _) => Some(name),
+            (None, Backward::Recorded(RecordedSlot(k))) => {
+                self.recorded.get(*k).map(|r| r.op.name())
+            }
+            (None, _) => None,
+        }
+    }
+
     /// The value of node `id`.
     pub fn get_value(&self, id: usize) -> Result<&V> {
         self.get_node(id).map(|n| &n.value)
