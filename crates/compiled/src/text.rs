@@ -29,7 +29,12 @@ pub fn graph_text(g: &GraphData, slots: Option<&[InputSlot]>, output: Option<usi
         }
         lines.push((format!("%{p} : {}", n.shape), what));
     }
-    let width = lines.iter().map(|(h, _)| h.len()).max().unwrap_or(0);
+    // padded by hand: `{:<width$}` panics for a width over 65,535 (a rank-22,000 shape)
+    let width = lines
+        .iter()
+        .map(|(h, _)| h.chars().count())
+        .max()
+        .unwrap_or(0);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -47,7 +52,10 @@ pub fn graph_text(g: &GraphData, slots: Option<&[InputSlot]>, output: Option<usi
         if i == g.n_inputs() {
             out.push_str("nodes:\n");
         }
-        let _ = writeln!(out, "  {head:<width$} = {what}");
+        out.push_str("  ");
+        out.push_str(head);
+        out.extend(std::iter::repeat_n(' ', width - head.chars().count()));
+        let _ = writeln!(out, " = {what}");
     }
     out
 }
