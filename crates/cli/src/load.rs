@@ -24,8 +24,7 @@ pub fn ir_lines(path: &Path, e: &IrError) -> BadInput {
 /// seed as defaults for the other arguments).
 pub fn graph_or_case(path: &Path) -> Result<(Graph, Option<Case>), BadInput> {
     let text = read(path)?;
-    let value: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| ir_lines(path, &IrError::from(e)))?;
+    let value = torchlean_ir::json::parse(&text).map_err(|e| ir_lines(path, &e))?;
     if value.get("format").and_then(serde_json::Value::as_str) == Some(torchlean_ir::CASE_FORMAT) {
         let case = Case::from_json(&value).map_err(|e| ir_lines(path, &e))?;
         return Ok((case.graph.clone(), Some(case)));
@@ -48,14 +47,7 @@ pub fn payload(path: Option<&Path>) -> Result<Payload, BadInput> {
 
 pub fn tensor(path: &Path) -> Result<Tensor<f64>, BadInput> {
     let text = read(path)?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-        BadInput::one(format!(
-            "{}: invalid JSON at line {}, column {}: {e}",
-            path.display(),
-            e.line(),
-            e.column()
-        ))
-    })?;
+    let v = torchlean_ir::json::parse(&text).map_err(|e| ir_lines(path, &e))?;
     Tensor::from_json(&v).map_err(|e| BadInput::one(format!("{}: {e}", path.display())))
 }
 
