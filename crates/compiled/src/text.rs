@@ -29,7 +29,7 @@ pub fn graph_text(g: &GraphData, slots: Option<&[InputSlot]>, output: Option<usi
         }
         lines.push((format!("%{p} : {}", n.shape), what));
     }
-    // padded by hand: `{:<width$}` panics for a width over 65,535 (a rank-22,000 shape)
+    // padded by `push_padded`: `{:<width$}` panics for a width over 65,535
     let width = lines
         .iter()
         .map(|(h, _)| h.chars().count())
@@ -53,8 +53,7 @@ pub fn graph_text(g: &GraphData, slots: Option<&[InputSlot]>, output: Option<usi
             out.push_str("nodes:\n");
         }
         out.push_str("  ");
-        out.push_str(head);
-        out.extend(std::iter::repeat_n(' ', width - head.chars().count()));
+        torchlean_ir::pretty::push_padded(&mut out, head, width);
         let _ = writeln!(out, " = {what}");
     }
     out
