@@ -286,9 +286,9 @@ fn train_on<V: TrainValue>(a: &TrainArgs, data: &Dataset, origin: &str) -> Resul
         None => Trainer::<V>::new(config(a)?, data).map_err(bad)?,
     };
     let c = t.config().clone();
+    let mut printer = Printer::default();
     if !a.json {
-        // before any work: a reader already gone ends the command here
-        out::line(format_args!(
+        printer.line(format_args!(
             "training {} on {origin}: {} examples for training, {} held out; {} features, {} classes; {} {}; {} lr {} batch {}; steps {}..{}",
             c.arch,
             t.train_set().len(),
@@ -302,7 +302,7 @@ fn train_on<V: TrainValue>(a: &TrainArgs, data: &Dataset, origin: &str) -> Resul
             c.batch,
             t.steps_done(),
             t.last_step()
-        ))?;
+        ));
     }
     let bar = (!a.json && std::io::stdout().is_terminal()).then(|| {
         let b = ProgressBar::new(t.last_step());
@@ -317,7 +317,7 @@ fn train_on<V: TrainValue>(a: &TrainArgs, data: &Dataset, origin: &str) -> Resul
         bar,
         json: a.json,
         log_every: a.log_every,
-        out: Printer::default(),
+        out: printer,
     };
     let result = t.run(&mut progress);
     if let Some(b) = &progress.bar {

@@ -444,3 +444,22 @@ fn conform_reports_the_error_against_the_tolerance_not_a_near_zero_relative_erro
     assert!((got - of_tolerance).abs() < 1e-12, "{first}");
     assert!(first["max_rel"].as_f64().unwrap() >= 1.0, "{first}");
 }
+
+#[test]
+fn train_whose_reader_went_away_still_trains_and_saves() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("m.safetensors");
+    let mut child = bin()
+        .args(["train", "mlp", "--steps", "3", "--log-every", "1", "--save"])
+        .arg(&ck)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert_no_panic(&o);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(stderr(&o), "");
+    assert!(ck.exists(), "the checkpoint was not written");
+}
