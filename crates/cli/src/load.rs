@@ -63,14 +63,7 @@ pub fn payload(path: Option<&Path>) -> Result<Payload, BadInput> {
 
 pub fn tensor(path: &Path) -> Result<Tensor<f64>, BadInput> {
     let text = read(path)?;
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
-        BadInput::one(format!(
-            "{}: invalid JSON at line {}, column {}: {e}",
-            path.display(),
-            e.line(),
-            e.column()
-        ))
-    })?;
+    let v = torchlean_ir::json::parse(&text).map_err(|e| ir_lines(path, &e))?;
     Tensor::from_json(&v).map_err(|e| BadInput::one(format!("{}: {e}", path.display())))
 }
 

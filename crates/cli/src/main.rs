@@ -1,14 +1,16 @@
 //! `torchlean`: the command line (SPEC 4).
 //!
 //! Exit codes: 0 success, 1 a check failed (conformance), 2 bad input (one line per problem on
-//! stderr, naming the file, node id and field), 130 `train` interrupted by SIGINT (Ctrl-C)
-//! after saving a checkpoint to resume from (as shells report a SIGINT death: 128 + 2). Never
-//! a panic on bad input.
+//! stderr, naming the file, node id and field) or output that could not be written (one
+//! line), 130 `train` interrupted by SIGINT (Ctrl-C) after saving a checkpoint to resume from
+//! (as shells report a SIGINT death: 128 + 2). Standard output closed by its reader
+//! (`torchlean dot g.json | head -n 1`) ends the command quietly with exit 0. Never a panic.
 
 mod args;
 mod commands;
 mod engine;
 mod load;
+mod out;
 mod train;
 
 use clap::Parser;
@@ -37,23 +39,52 @@ impl BadInput {
     }
 }
 
+/// Why a command stopped early.
+#[derive(Debug)]
+pub enum Stop {
+    /// Bad input: exit 2.
+    BadInput(BadInput),
+    /// Standard output closed by its reader (exit 0, quietly) or failing (exit 2).
+    Output(out::WriteError),
+}
+
+impl From<BadInput> for Stop {
+    fn from(b: BadInput) -> Self {
+        Stop::BadInput(b)
+    }
+}
+
+impl From<out::WriteError> for Stop {
+    fn from(e: out::WriteError) -> Self {
+        Stop::Output(e)
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match args::Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
+            // `--help` into a closed pipe: nothing more to do either way
             let _ = e.print();
             return ExitCode::from(code);
         }
     };
-    match commands::run(cli) {
-        Ok(Outcome::Ok) => ExitCode::SUCCESS,
+    let result = out::check_open()
+        .map_err(Stop::from)
+        .and_then(|()| commands::run(cli));
+    match result {
+        Ok(Outcome::Ok) | Err(Stop::Output(out::WriteError::Closed)) => ExitCode::SUCCESS,
         Ok(Outcome::Failed) => ExitCode::from(1),
         Ok(Outcome::Interrupted) => ExitCode::from(EXIT_INTERRUPTED),
-        Err(BadInput(lines)) => {
+        Err(Stop::BadInput(BadInput(lines))) => {
             for l in lines {
-                eprintln!("torchlean: {l}");
+                out::error_line(l);
             }
+            ExitCode::from(2)
+        }
+        Err(Stop::Output(e)) => {
+            out::error_line(e);
             ExitCode::from(2)
         }
     }

@@ -1,7 +1,8 @@
 //! `torchlean train mlp|cnn`: the main job (SPEC 4).
 
 use crate::args::{BackendArg, DTypeArg, EngineArg, ModelArg, TrainArgs};
-use crate::{BadInput, Outcome, EXIT_INTERRUPTED};
+use crate::out::{self, WriteError};
+use crate::{BadInput, Outcome, Stop, EXIT_INTERRUPTED};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use std::io::IsTerminal;
@@ -128,18 +129,39 @@ fn check_resume_flags(a: &TrainArgs, c: &TrainConfig, path: &Path) -> Result<(),
     }
 }
 
+/// Standard output for a run that must not stop when its output does: after the first failed
+/// write nothing more is written, training goes on (and saves what it was asked to), and
+/// [`Printer::finish`] reports the failure at the end.
+#[derive(Default)]
+struct Printer {
+    failed: Option<WriteError>,
+}
+
+impl Printer {
+    fn line(&mut self, text: impl std::fmt::Display) {
+        if self.failed.is_none() {
+            self.failed = out::line(text).err();
+        }
+    }
+
+    fn finish(self) -> Result<(), WriteError> {
+        self.failed.map_or(Ok(()), Err)
+    }
+}
+
 /// Progress: a bar on a terminal, plain lines otherwise, JSON lines with `--json`.
 struct Progress {
     bar: Option<ProgressBar>,
     json: bool,
     log_every: u64,
+    out: Printer,
 }
 
 impl Progress {
-    fn line(&self, text: String) {
+    fn line(&mut self, text: String) {
         match &self.bar {
             Some(b) => b.println(text),
-            None => println!("{text}"),
+            None => self.out.line(text),
         }
     }
 }
@@ -169,10 +191,7 @@ impl Observer for Progress {
                 }
                 if self.log_every > 0 && step % self.log_every == 0 {
                     if self.json {
-                        println!(
-                            "{}",
-                            json!({"event": "step", "step": step, "epoch": epoch, "loss": loss, "lr": lr})
-                        );
+                        self.out.line(json!({"event": "step", "step": step, "epoch": epoch, "loss": loss, "lr": lr}));
                     } else {
                         self.line(format!("step {step}: loss={loss:.6}"));
                     }
@@ -180,9 +199,8 @@ impl Observer for Progress {
             }
             Event::Verified { step, worst, param } => {
                 if self.json {
-                    println!(
-                        "{}",
-                        json!({"event": "verified", "step": step, "worst": worst, "param": param})
+                    self.out.line(
+                        json!({"event": "verified", "step": step, "worst": worst, "param": param}),
                     );
                 } else {
                     self.line(format!(
@@ -197,10 +215,7 @@ impl Observer for Progress {
                 held_out_accuracy,
             } => {
                 if self.json {
-                    println!(
-                        "{}",
-                        json!({"event": "epoch", "epoch": epoch + 1, "step": step, "held_out_loss": held_out_loss, "held_out_accuracy": held_out_accuracy})
-                    );
+                    self.out.line(json!({"event": "epoch", "epoch": epoch + 1, "step": step, "held_out_loss": held_out_loss, "held_out_accuracy": held_out_accuracy}));
                 } else {
                     self.line(format!(
                         "epoch {}: held-out loss={held_out_loss:.4} accuracy={:.2}%",
@@ -213,7 +228,7 @@ impl Observer for Progress {
     }
 }
 
-fn print_summary(s: &Summary, json_out: bool) {
+fn print_summary(out: &mut Printer, s: &Summary, json_out: bool) {
     if json_out {
         let mut v = serde_json::to_value(s).unwrap_or_default();
         if let Some(o) = v.as_object_mut() {
@@ -221,7 +236,7 @@ fn print_summary(s: &Summary, json_out: bool) {
             o.remove("held_out");
             o.insert("event".into(), json!("summary"));
         }
-        println!("{v}");
+        out.line(v);
         return;
     }
     let per_step = if s.steps > 0 {
@@ -229,7 +244,7 @@ fn print_summary(s: &Summary, json_out: bool) {
     } else {
         0.0
     };
-    println!(
+    out.line(format_args!(
         "summary: {} on {} ({}), steps {}..{}: training loss {:.4} -> {:.4}; held-out loss {:.4} -> {:.4}, accuracy {:.2}% -> {:.2}%",
         s.arch,
         s.engine,
@@ -242,13 +257,13 @@ fn print_summary(s: &Summary, json_out: bool) {
         s.held_out_after.loss,
         100.0 * s.held_out_before.accuracy,
         100.0 * s.held_out_after.accuracy,
-    );
-    println!(
+    ));
+    out.line(format_args!(
         "time: {:.2} s training ({per_step:.3} ms/step), {:.2} s held-out evaluation",
         s.train_seconds, s.eval_seconds
-    );
+    ));
     if let Some(v) = &s.verify {
-        println!(
+        out.line(format_args!(
             "verified: {} steps on reference-f64, worst relative deviation {:.2e} ({}), tolerance {:.0e}; cost {:.2} s ({:.0}% of training time)",
             v.checks,
             v.worst,
@@ -256,7 +271,7 @@ fn print_summary(s: &Summary, json_out: bool) {
             v.tolerance,
             v.seconds,
             100.0 * v.seconds / s.train_seconds.max(1e-9)
-        );
+        ));
     }
 }
 
@@ -291,7 +306,9 @@ fn stop_on_sigint() -> Option<Arc<AtomicBool>> {
     match installed {
         Ok(_) => Some(flag),
         Err(e) => {
-            eprintln!("torchlean: warning: cannot handle SIGINT ({e}); Ctrl-C will not save");
+            out::error_line(format_args!(
+                "warning: cannot handle SIGINT ({e}); Ctrl-C will not save"
+            ));
             None
         }
     }
@@ -303,25 +320,21 @@ fn save_interrupted<V: TrainValue>(
     a: &TrainArgs,
     t: &Trainer<V>,
     step: u64,
-) -> Result<Outcome, BadInput> {
+) -> Result<Outcome, Stop> {
     let path = interrupt_path(a);
     t.save(&path).map_err(bad)?;
-    eprintln!(
-        "torchlean: interrupted after step {step} of {}; saved a checkpoint to {} (optimizer \
+    out::error_line(format_args!(
+        "interrupted after step {step} of {}; saved a checkpoint to {} (optimizer \
          state: {}); continue with --resume {}",
         t.last_step(),
         path.display(),
         torchlean_train::trainer::optimizer_path(&path).display(),
         path.display()
-    );
+    ));
     Ok(Outcome::Interrupted)
 }
 
-fn train_on<V: TrainValue>(
-    a: &TrainArgs,
-    data: &Dataset,
-    origin: &str,
-) -> Result<Outcome, BadInput> {
+fn train_on<V: TrainValue>(a: &TrainArgs, data: &Dataset, origin: &str) -> Result<Outcome, Stop> {
     let mut t = match &a.resume {
         Some(path) => {
             let mut t = Trainer::<V>::resume(path, data).map_err(bad)?;
@@ -334,8 +347,9 @@ fn train_on<V: TrainValue>(
         None => Trainer::<V>::new(config(a)?, data).map_err(bad)?,
     };
     let c = t.config().clone();
+    let mut printer = Printer::default();
     if !a.json {
-        println!(
+        printer.line(format_args!(
             "training {} on {origin}: {} examples for training, {} held out; {} features, {} classes; {} {}; {} lr {} batch {}; steps {}..{}",
             c.arch,
             t.train_set().len(),
@@ -349,7 +363,7 @@ fn train_on<V: TrainValue>(
             c.batch,
             t.steps_done(),
             t.last_step()
-        );
+        ));
     }
     let bar = (!a.json && std::io::stdout().is_terminal()).then(|| {
         let b = ProgressBar::new(t.last_step());
@@ -364,6 +378,7 @@ fn train_on<V: TrainValue>(
         bar,
         json: a.json,
         log_every: a.log_every,
+        out: printer,
     };
     if let Some(flag) = stop_on_sigint() {
         t.set_stop_flag(flag);
@@ -376,12 +391,13 @@ fn train_on<V: TrainValue>(
         Ok(s) => s,
         Err(TrainError::Interrupted { step }) => return save_interrupted(a, &t, step),
         Err(e @ TrainError::VerifyFailed { .. }) => {
-            eprintln!("torchlean: {}", chain(&e));
+            out::error_line(chain(&e));
             return Ok(Outcome::Failed);
         }
-        Err(e) => return Err(bad(e)),
+        Err(e) => return Err(bad(e).into()),
     };
-    print_summary(&summary, a.json);
+    let mut printer = progress.out;
+    print_summary(&mut printer, &summary, a.json);
     if let Some(path) = &a.plot {
         let held: Vec<(f64, f64)> = summary
             .held_out
@@ -397,23 +413,24 @@ fn train_on<V: TrainValue>(
         );
         torchlean_train::plot::loss_svg(path, &title, &train, &held).map_err(bad)?;
         if !a.json {
-            println!("wrote {}", path.display());
+            printer.line(format_args!("wrote {}", path.display()));
         }
     }
     if let Some(path) = &a.save {
         t.save(path).map_err(bad)?;
         if !a.json {
-            println!(
+            printer.line(format_args!(
                 "wrote {} (the state_dict) and {} (the optimizer state)",
                 path.display(),
                 torchlean_train::trainer::optimizer_path(path).display()
-            );
+            ));
         }
     }
+    printer.finish()?;
     Ok(Outcome::Ok)
 }
 
-pub fn run(a: &TrainArgs) -> Result<Outcome, BadInput> {
+pub fn run(a: &TrainArgs) -> Result<Outcome, Stop> {
     let (data, origin) = match &a.csv {
         Some(path) => (
             Dataset::from_csv(path, &a.label_column).map_err(bad)?,

@@ -1,60 +1,10 @@
 //! The `torchlean` binary end to end: exit codes 0/1/2, one clear line per problem, no panics.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::{assert_bad_input, base_graph, cases_dir, run, stderr, stdout, write};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_torchlean"))
-}
-
-fn cases_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/cases")
-}
-
-fn run(args: &[&str]) -> Output {
-    bin().args(args).output().unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-#[track_caller]
-fn assert_bad_input(o: &Output, want: &[&str]) {
-    let err = stderr(o);
-    assert_eq!(o.status.code(), Some(2), "stderr: {err}");
-    assert!(
-        !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
-        "{err}"
-    );
-    for w in want {
-        assert!(err.contains(w), "expected {w:?} in stderr:\n{err}");
-    }
-}
-
-fn write(dir: &Path, name: &str, v: &Value) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::write(&p, v.to_string()).unwrap();
-    p
-}
-
-fn base_graph() -> Value {
-    json!({
-        "format": "torchlean.ir.v1", "input_id": 0, "output_id": 3,
-        "nodes": [
-            {"id": 0, "kind": "input", "parents": [], "shape": [2, 3]},
-            {"id": 1, "kind": "linear", "parents": [0], "shape": [2, 4]},
-            {"id": 2, "kind": "relu", "parents": [1], "shape": [2, 4]},
-            {"id": 3, "kind": "softmax", "parents": [2], "shape": [2, 4], "axis": 1}
-        ]
-    })
-}
 
 /// The number of shipped case files.
 fn case_count() -> usize {

@@ -41,6 +41,7 @@ pub fn run_grad_lowered<V: Kernels>(
         graph,
         slots,
         output: out_id,
+        ir_output,
         ..
     } = exec;
     let input_shapes = graph.inputs().to_vec();
@@ -48,6 +49,13 @@ pub fn run_grad_lowered<V: Kernels>(
     let out_v = tape.get_value(out_id).map_err(CompiledError::Runtime)?;
     let output = out_v.to_f64()?;
     let seed_v = match seed {
+        Some(s) if s.shape() != out_v.shape() => {
+            return Err(CompiledError::SeedShape {
+                node: ir_output,
+                expected: out_v.shape().clone(),
+                got: s.shape().clone(),
+            })
+        }
         Some(s) => V::from_f64(s)?,
         None => V::full(out_v.shape(), 1.0)?,
     };
@@ -89,8 +97,10 @@ pub struct CaseOutcome {
 }
 
 impl CaseOutcome {
+    /// Every check passed, and there was at least one: a case that checks nothing does not
+    /// pass (case files without expectations are refused when parsed).
     pub fn pass(&self) -> bool {
-        self.checks.iter().all(|c| c.comparison.pass)
+        !self.checks.is_empty() && self.checks.iter().all(|c| c.comparison.pass)
     }
 
     /// The worst comparison over all checks.
@@ -125,11 +135,7 @@ pub fn run_case<V: Kernels>(case: &Case, tol: Option<Tolerance>) -> Result<CaseO
                 let got = r.grad_payload.entry(*node).and_then(|e| e.tensor(name));
                 let comparison = match got {
                     Some(g) => tol.compare(g, t),
-                    None => Comparison {
-                        max_abs: f64::INFINITY,
-                        max_rel: f64::INFINITY,
-                        pass: false,
-                    },
+                    None => Comparison::failed(),
                 };
                 checks.push(Check {
                     what: format!("grad_payload.{node}.{name}"),

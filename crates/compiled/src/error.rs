@@ -60,6 +60,15 @@ pub enum CompiledError {
         source: Box<CompiledError>,
     },
 
+    /// A seed (the output's cotangent) whose shape is not the output's; `node` is the IR
+    /// graph's output node, not a lowered position.
+    #[error("the seed has shape {got}, but the output (node {node}) has shape {expected}")]
+    SeedShape {
+        node: usize,
+        expected: Shape,
+        got: Shape,
+    },
+
     /// A position that is not in the context.
     #[error("position %{position} is not in the context ({len} positions)")]
     NoSuchPosition { position: usize, len: usize },

@@ -30,6 +30,8 @@ pub struct ExecGraph {
     pub ir_positions: Vec<Pos>,
     /// The context position of the IR output.
     pub output: Pos,
+    /// The IR output node's id (what errors about the output name).
+    pub ir_output: usize,
 }
 
 /// Lowers an IR graph (TorchLean's `execGraphOfIR`, extended): the graph must pass
@@ -93,6 +95,7 @@ pub fn exec_graph_of_ir(g: &Graph, payload: &Payload) -> Result<ExecGraph> {
         slots,
         ir_positions,
         output,
+        ir_output: g.output_id,
     })
 }
 

@@ -61,7 +61,10 @@ pub fn graph_text(g: &GraphData, slots: Option<&[InputSlot]>, output: Option<usi
                 }
             }
         }
-        let _ = writeln!(out, "  {head:<width$} = {what}");
+        // padded by `push_padded`: `{:<width$}` panics for a width over 65,535
+        out.push_str("  ");
+        torchlean_ir::pretty::push_padded(&mut out, &head, width);
+        let _ = writeln!(out, " = {what}");
     }
     out
 }

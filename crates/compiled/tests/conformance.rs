@@ -41,3 +41,36 @@ fn a_wrong_expectation_fails() {
     let out = run_case::<Tensor<f64>>(&case, None).unwrap();
     assert!(!out.pass());
 }
+
+#[test]
+fn a_case_that_checks_nothing_does_not_pass() {
+    let mut case = common::case("residual_block");
+    case.expect = Default::default();
+    let out = run_case::<Tensor<f64>>(&case, None).unwrap();
+    assert!(out.checks.is_empty());
+    assert!(!out.pass());
+}
+
+#[test]
+fn a_seed_of_the_wrong_shape_names_the_ir_output_node() {
+    let case = common::case("residual_block");
+    let out = case.graph.output_id;
+    let bad = Tensor::new([1], vec![1.0]).unwrap();
+    let e = torchlean_compiled::run_grad::<Tensor<f64>>(
+        &case.graph,
+        &case.payload,
+        &case.input,
+        Some(&bad),
+    )
+    .unwrap_err();
+    let torchlean_compiled::CompiledError::SeedShape { node, got, .. } = &e else {
+        panic!("{e:?}")
+    };
+    assert_eq!((*node, got.dims()), (out, &[1][..]));
+    assert!(
+        e.to_string().starts_with(&format!(
+            "the seed has shape [1], but the output (node {out})"
+        )),
+        "{e}"
+    );
+}

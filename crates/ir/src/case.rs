@@ -1,6 +1,6 @@
 //! `torchlean.case.v1`: "this graph, on these values, must give these outputs and gradients".
 
-use crate::error::{Diagnostic, IrError, Result};
+use crate::error::{shorten, shown, Diagnostic, IrError, Result};
 use crate::graph::Graph;
 use crate::payload::Payload;
 use serde_json::{Map, Value};
@@ -36,8 +36,12 @@ pub struct Tolerance {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Comparison {
     pub max_abs: f64,
-    /// Largest `|got − want| / |want|` over elements with `want ≠ 0`.
+    /// Largest `|got − want| / |want|` over elements with `want ≠ 0` (huge where `want` is
+    /// near zero, even in a passing comparison: read [`Comparison::of_tolerance`] instead).
     pub max_rel: f64,
+    /// Largest `|got − want| / (atol + rtol·|want|)`: the worst error as a fraction of what
+    /// the tolerance allows there; the comparison passes exactly when this is at most 1.
+    pub of_tolerance: f64,
     pub pass: bool,
 }
 
@@ -47,7 +51,18 @@ impl Comparison {
         Comparison {
             max_abs: 0.0,
             max_rel: 0.0,
+            of_tolerance: 0.0,
             pass: true,
+        }
+    }
+
+    /// A comparison that could not be made (a shape mismatch, a missing tensor).
+    pub fn failed() -> Self {
+        Comparison {
+            max_abs: f64::INFINITY,
+            max_rel: f64::INFINITY,
+            of_tolerance: f64::INFINITY,
+            pass: false,
         }
     }
 
@@ -56,6 +71,7 @@ impl Comparison {
         Comparison {
             max_abs: self.max_abs.max(other.max_abs),
             max_rel: self.max_rel.max(other.max_rel),
+            of_tolerance: self.of_tolerance.max(other.of_tolerance),
             pass: self.pass && other.pass,
         }
     }
@@ -66,11 +82,7 @@ impl Tolerance {
     /// NaN, or both are the same infinity. A length or shape mismatch fails.
     pub fn compare(&self, got: &Tensor<f64>, want: &Tensor<f64>) -> Comparison {
         if got.shape() != want.shape() {
-            return Comparison {
-                max_abs: f64::INFINITY,
-                max_rel: f64::INFINITY,
-                pass: false,
-            };
+            return Comparison::failed();
         }
         let mut c = Comparison::exact();
         for (&g, &w) in got.data().iter().zip(want.data()) {
@@ -83,8 +95,13 @@ impl Tolerance {
             if w != 0.0 {
                 c.max_rel = c.max_rel.max(abs / w.abs());
             }
-            if abs > self.atol + self.rtol * w.abs() {
+            let allowed = self.atol + self.rtol * w.abs();
+            if abs > allowed {
                 c.pass = false;
+            }
+            // 0/0 (a zero tolerance met exactly) is no error at all
+            if abs > 0.0 {
+                c.of_tolerance = c.of_tolerance.max(abs / allowed);
             }
         }
         c
@@ -100,12 +117,19 @@ impl Default for Tolerance {
     }
 }
 
-/// What a case expects; absent members are not checked.
+/// What a case expects; absent members are not checked, but at least one must be present.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Expect {
     pub output: Option<Tensor<f64>>,
     pub grad_input: Option<Tensor<f64>>,
     pub grad_payload: Option<Payload>,
+}
+
+impl Expect {
+    /// Whether nothing is expected (such a case checks nothing, so it is refused).
+    pub fn is_empty(&self) -> bool {
+        self.output.is_none() && self.grad_input.is_none() && self.grad_payload.is_none()
+    }
 }
 
 /// One conformance case.
@@ -124,6 +148,45 @@ pub struct Case {
 
 fn field_err(field: &str, msg: impl std::fmt::Display) -> Diagnostic {
     Diagnostic::error(msg.to_string()).field(field)
+}
+
+/// Why a case without expectations is refused: it would "pass" with nothing checked.
+const NOTHING_CHECKED: &str =
+    "checks nothing: give at least one of `output`, `grad_input`, `grad_payload`";
+
+/// The members of `expect`.
+const EXPECT_MEMBERS: [&str; 3] = ["output", "grad_input", "grad_payload"];
+
+/// `{"rtol": r, "atol": a}`, each a finite non-negative number, absent ones the default; any
+/// other value of a member is an error naming it (never silently the default).
+fn parse_tolerance(t: &Value, errors: &mut Vec<Diagnostic>) -> Tolerance {
+    let mut tol = Tolerance::default();
+    let Some(obj) = t.as_object() else {
+        errors.push(field_err(
+            "tolerance",
+            format!("is {}, expected an object", shown(t)),
+        ));
+        return tol;
+    };
+    for (key, slot) in [("rtol", &mut tol.rtol), ("atol", &mut tol.atol)] {
+        match obj.get(key) {
+            None => {}
+            Some(v) => match v.as_f64() {
+                Some(x) if x.is_finite() && x >= 0.0 => *slot = x,
+                _ => errors.push(field_err(
+                    &format!("tolerance.{key}"),
+                    format!("is {}, expected a non-negative number", shown(v)),
+                )),
+            },
+        }
+    }
+    for key in obj.keys().filter(|k| *k != "rtol" && *k != "atol") {
+        errors.push(field_err(
+            &format!("tolerance.{}", shorten(key)),
+            "unknown member (a tolerance has `rtol` and `atol`)",
+        ));
+    }
+    tol
 }
 
 fn tensor_member(
@@ -147,7 +210,7 @@ impl Case {
     pub fn from_json_str(text: &str) -> Result<Case> {
         match crate::stream::read_doc(text)? {
             Some(doc) => Case::from_doc(doc),
-            None => Case::from_json(&serde_json::from_str(text)?),
+            None => Case::from_json(&crate::json::parse(text)?),
         }
     }
 
@@ -170,15 +233,21 @@ impl Case {
             Some(CASE_FORMAT) => {}
             Some(f) => errors.push(field_err(
                 "format",
-                format!("is \"{f}\", expected \"{CASE_FORMAT}\""),
+                format!("is \"{}\", expected \"{CASE_FORMAT}\"", shorten(f)),
             )),
             None => errors.push(field_err("format", "missing")),
         }
-        let name = obj
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or("unnamed")
-            .to_string();
+        let name = match obj.get("name") {
+            None => "unnamed".to_string(),
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => {
+                errors.push(field_err(
+                    "name",
+                    format!("is {}, expected a string", shown(other)),
+                ));
+                String::new()
+            }
+        };
         let graph = match graph {
             Some(g) => match g {
                 Ok(g) => Some(g),
@@ -208,9 +277,13 @@ impl Case {
         }
         let seed = tensor_member(obj, "seed", &mut errors);
         let mut expect = Expect::default();
-        if let Some(e) = obj.get("expect") {
-            match e.as_object() {
+        match obj.get("expect") {
+            None => errors.push(field_err("expect", NOTHING_CHECKED)),
+            Some(e) => match e.as_object() {
                 Some(eo) => {
+                    if !EXPECT_MEMBERS.iter().any(|k| eo.contains_key(*k)) {
+                        errors.push(field_err("expect", NOTHING_CHECKED));
+                    }
                     expect.output = tensor_member(eo, "output", &mut errors);
                     expect.grad_input = tensor_member(eo, "grad_input", &mut errors);
                     if let Some(gp) = eo.get("grad_payload") {
@@ -229,29 +302,25 @@ impl Case {
                     }
                 }
                 None => errors.push(field_err("expect", "is not an object")),
-            }
+            },
         }
-        let mut tolerance = Tolerance::default();
-        if let Some(t) = obj.get("tolerance") {
-            let get = |k: &str| t.get(k).and_then(Value::as_f64);
-            match (t.as_object(), get("rtol"), get("atol")) {
-                (Some(_), rtol, atol) => {
-                    tolerance.rtol = rtol.unwrap_or(tolerance.rtol);
-                    tolerance.atol = atol.unwrap_or(tolerance.atol);
+        let tolerance = match obj.get("tolerance") {
+            None => Tolerance::default(),
+            Some(t) => parse_tolerance(t, &mut errors),
+        };
+        let dtype = match obj.get("dtype") {
+            None => DType::F64,
+            Some(v) => match v.as_str() {
+                Some("f64") | Some("float64") => DType::F64,
+                Some("f32") | Some("float32") => DType::F32,
+                _ => {
+                    errors.push(field_err(
+                        "dtype",
+                        format!("is {}, expected \"f32\" or \"f64\"", shown(v)),
+                    ));
+                    DType::F64
                 }
-                (None, ..) => errors.push(field_err("tolerance", "is not an object")),
-            }
-        }
-        let dtype = match obj.get("dtype").and_then(Value::as_str) {
-            None | Some("f64") | Some("float64") => DType::F64,
-            Some("f32") | Some("float32") => DType::F32,
-            Some(other) => {
-                errors.push(field_err(
-                    "dtype",
-                    format!("is \"{other}\", expected \"f32\" or \"f64\""),
-                ));
-                DType::F64
-            }
+            },
         };
         match (graph, input) {
             (Some(graph), Some(input)) if errors.is_empty() => Ok(Case {
@@ -297,5 +366,96 @@ impl Case {
             obj.insert("dtype".into(), Value::from("f32"));
         }
         Value::Object(obj)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn case() -> Value {
+        json!({
+            "format": CASE_FORMAT,
+            "graph": {"format": "torchlean.ir.v1", "input_id": 0, "output_id": 1, "nodes": [
+                {"id": 0, "kind": "input", "parents": [], "shape": [2]},
+                {"id": 1, "kind": "relu", "parents": [0], "shape": [2]}]},
+            "input": {"shape": [2], "data": [1.0, -1.0]},
+            "expect": {"output": {"shape": [2], "data": [1.0, 0.0]}},
+        })
+    }
+
+    fn errors(v: &Value) -> String {
+        let e = Case::from_json(v).unwrap_err();
+        e.diagnostics()
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    #[test]
+    fn tolerance_members_are_numbers_or_absent_never_silently_the_default() {
+        let mut v = case();
+        v["tolerance"] = json!({"atol": 0.5});
+        let t = Case::from_json(&v).unwrap().tolerance;
+        assert_eq!((t.rtol, t.atol), (Tolerance::default().rtol, 0.5));
+        for (bad, field) in [
+            (
+                json!({"rtol": "loose"}),
+                "field `tolerance.rtol`: is \"loose\"",
+            ),
+            (json!({"atol": null}), "field `tolerance.atol`: is null"),
+            (json!({"atol": -1e-9}), "field `tolerance.atol`: is -1e-9"),
+            (json!({"tol": 1}), "field `tolerance.tol`: unknown member"),
+            (
+                json!([1e-6]),
+                "field `tolerance`: is [1e-6], expected an object",
+            ),
+        ] {
+            v["tolerance"] = bad;
+            let text = errors(&v);
+            assert!(text.contains(field), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_case_that_checks_nothing_is_refused() {
+        let mut v = case();
+        v["expect"] = json!({});
+        assert!(errors(&v).contains("field `expect`: checks nothing"));
+        v.as_object_mut().unwrap().remove("expect");
+        assert!(errors(&v).contains("field `expect`: checks nothing"));
+        // a malformed member is reported as such, not as "checks nothing" too
+        v["expect"] = json!({"output": 3});
+        let text = errors(&v);
+        assert!(
+            text.contains("field `output`") && !text.contains("checks nothing"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn of_tolerance_is_the_worst_error_over_what_the_tolerance_allows() {
+        let t = Tolerance {
+            rtol: 0.1,
+            atol: 1.0,
+        };
+        let want = Tensor::new([3], vec![0.0, 10.0, 100.0]).unwrap();
+        // allowed: 1, 2, 11; errors: 0.5, 3, 0 -> worst 3/2, a failure
+        let got = Tensor::new([3], vec![0.5, 13.0, 100.0]).unwrap();
+        let c = t.compare(&got, &want);
+        assert_eq!(c.of_tolerance, 1.5);
+        assert!(!c.pass);
+        let got = Tensor::new([3], vec![0.5, 10.0, 100.0]).unwrap();
+        let c = t.compare(&got, &want);
+        assert_eq!((c.of_tolerance, c.pass), (0.5, true));
+        // a zero tolerance met exactly is no error; missed, an infinite one
+        let zero = Tolerance {
+            rtol: 0.0,
+            atol: 0.0,
+        };
+        assert_eq!(zero.compare(&want, &want).of_tolerance, 0.0);
+        assert_eq!(zero.compare(&got, &want).of_tolerance, f64::INFINITY);
     }
 }

@@ -239,6 +239,9 @@ pub fn check_payload(g: &Graph, payload: &Payload) -> Vec<Diagnostic> {
                 }
             }
         }
+        if let Some(d) = payload_attr_problem(n, payload, &operand_shapes) {
+            out.push(d);
+        }
         for name in entry.tensors.keys() {
             if !names.contains(&name.as_str()) {
                 out.push(at(Diagnostic::warning(format!(
@@ -256,6 +259,28 @@ pub fn check_payload(g: &Graph, payload: &Payload) -> Vec<Diagnostic> {
         }
     }
     out
+}
+
+/// The shape rule's verdict on the attributes a node takes from the payload (batch norm's
+/// `eps`): the op as evaluation runs it ([`node_sem`] with the payload) through the same
+/// `Op::infer_shape` that `forward` validates with, so `check` and evaluation cannot disagree.
+/// Only where the payload changes the op: otherwise [`check_shapes`] has already run the rule.
+fn payload_attr_problem(
+    n: &crate::graph::Node,
+    payload: &Payload,
+    operand_shapes: &[Shape],
+) -> Option<Diagnostic> {
+    let NodeSem::Apply(op) = node_sem(n, Some(payload)) else {
+        return None;
+    };
+    if NodeSem::Apply(op.clone()) == node_sem(n, None) {
+        return None;
+    }
+    op.infer_shape(operand_shapes).err().map(|e| {
+        Diagnostic::error(e.to_string())
+            .at(n.id, n.kind.name())
+            .field(field_of(&e))
+    })
 }
 
 /// Where TorchLean's left-aligned `CanBroadcastTo` can derive `from → to` with a different
@@ -333,5 +358,44 @@ mod tests {
         assert!(w(&[], &[5, 5]).is_none());
         // size-1 source axes read the same value wherever they land
         assert!(w(&[1], &[4, 4]).is_none());
+    }
+}
+
+#[cfg(test)]
+mod payload_attr_tests {
+    use super::*;
+    use torchlean_spec::Tensor;
+
+    #[test]
+    fn batch_norm_eps_from_the_payload_goes_through_the_shape_rule() {
+        let g = Graph::from_json(&serde_json::json!({
+            "format": "torchlean.ir.v1", "input_id": 0, "output_id": 1, "nodes": [
+                {"id": 0, "kind": "input", "parents": [], "shape": [2, 3]},
+                {"id": 1, "kind": "batch_norm2d_nchw_eval", "parents": [0], "shape": [2, 3],
+                 "channels": 3}]}))
+        .unwrap();
+        let mut p = Payload::new();
+        for name in ["gamma", "beta", "mean", "var"] {
+            p.insert(1, name, Tensor::new([3], vec![1.0; 3]).unwrap());
+        }
+        let errors = |p: &Payload| -> Vec<String> {
+            check_payload(&g, p)
+                .iter()
+                .filter(|d| d.is_error())
+                .map(|d| d.to_string())
+                .collect()
+        };
+        assert!(errors(&p).is_empty(), "{:?}", errors(&p));
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            p.entries.get_mut(&1).unwrap().eps = Some(bad);
+            let e = errors(&p);
+            assert_eq!(e.len(), 1, "{e:?}");
+            assert!(
+                e[0].starts_with("node 1 (batch_norm2d_nchw_eval), field `eps`: "),
+                "{e:?}"
+            );
+        }
+        p.entries.get_mut(&1).unwrap().eps = Some(0.0);
+        assert!(errors(&p).is_empty());
     }
 }

@@ -68,16 +68,36 @@ impl fmt::Display for Diagnostic {
         if self.severity == Severity::Warning {
             write!(f, "warning: ")?;
         }
-        match (self.node, &self.kind) {
-            (Some(n), Some(k)) => write!(f, "node {n} ({k})")?,
-            (Some(n), None) => write!(f, "node {n}")?,
-            (None, _) => write!(f, "graph")?,
+        // no node: the problem is in the document itself (a graph's `format`, a payload's
+        // key), which the caller names (the file); "graph" would mislabel a payload's
+        match (self.node, &self.kind, &self.field) {
+            (Some(n), Some(k), _) => write!(f, "node {n} ({})", shorten(k))?,
+            (Some(n), None, _) => write!(f, "node {n}")?,
+            (None, _, Some(field)) => write!(f, "field `{}`", shorten(field))?,
+            (None, _, None) => return write!(f, "{}", self.message),
         }
-        if let Some(field) = &self.field {
-            write!(f, ", field `{field}`")?;
+        if let (Some(_), Some(field)) = (self.node, &self.field) {
+            write!(f, ", field `{}`", shorten(field))?;
         }
         write!(f, ": {}", self.message)
     }
+}
+
+/// The longest user string (a kind, a key, a name) echoed whole in a message.
+pub const SHORTEN_AT: usize = 64;
+
+/// A user's string cut for a message: up to [`SHORTEN_AT`] characters as is, a longer one cut
+/// there and followed by its length (a 1 MB kind name is not echoed back whole).
+pub fn shorten(s: &str) -> std::borrow::Cow<'_, str> {
+    match s.char_indices().nth(SHORTEN_AT) {
+        Some((i, _)) => format!("{}… ({} bytes)", &s[..i], s.len()).into(),
+        None => s.into(),
+    }
+}
+
+/// A user's JSON value as text for a message, cut by [`shorten`].
+pub(crate) fn shown(v: &serde_json::Value) -> String {
+    shorten(&v.to_string()).into_owned()
 }
 
 /// Errors of the IR crate.
@@ -143,3 +163,39 @@ fn join(d: &[Diagnostic]) -> String {
 }
 
 pub type Result<T, E = IrError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_user_strings_are_cut_and_their_length_given() {
+        let long = "k".repeat(1 << 20);
+        let d = Diagnostic::error("unknown").at(3, long.clone()).field(long);
+        let text = d.to_string();
+        assert!(text.len() < 400, "{} bytes", text.len());
+        assert!(text.contains("(1048576 bytes)"), "{text}");
+        assert_eq!(shorten("relu"), "relu");
+        // cut on a character boundary
+        assert!(shorten(&"é".repeat(100)).starts_with(&"é".repeat(SHORTEN_AT)));
+    }
+
+    #[test]
+    fn a_diagnostic_without_a_node_does_not_claim_to_be_about_a_graph() {
+        assert_eq!(
+            Diagnostic::error("payload key `x` is not a node id").to_string(),
+            "payload key `x` is not a node id"
+        );
+        assert_eq!(
+            Diagnostic::error("missing").field("format").to_string(),
+            "field `format`: missing"
+        );
+        assert_eq!(
+            Diagnostic::error("m")
+                .at(2, "relu")
+                .field("shape")
+                .to_string(),
+            "node 2 (relu), field `shape`: m"
+        );
+    }
+}

@@ -1,6 +1,6 @@
 //! `Graph` and `Node`, and the `torchlean.ir.v1` JSON they are read from and written to.
 
-use crate::error::{Diagnostic, IrError, Result};
+use crate::error::{shorten, shown, Diagnostic, IrError, Result};
 use crate::kind::OpKind;
 use crate::stream::ParsedNodes;
 use serde_json::{Map, Value};
@@ -36,7 +36,7 @@ impl Graph {
     pub fn from_json_str(text: &str) -> Result<Graph> {
         match crate::stream::read_doc(text)? {
             Some(doc) => Graph::from_doc(doc),
-            None => Graph::from_json(&serde_json::from_str(text)?),
+            None => Graph::from_json(&crate::json::parse(text)?),
         }
     }
 
@@ -59,12 +59,13 @@ impl Graph {
         match obj.get("format") {
             Some(Value::String(f)) if f == FORMAT => {}
             Some(other) => errors.push(
-                Diagnostic::error(format!("is {other}, expected \"{FORMAT}\"")).field("format"),
+                Diagnostic::error(format!("is {}, expected \"{FORMAT}\"", shown(other)))
+                    .field("format"),
             ),
             None => errors.push(Diagnostic::error("missing").field("format")),
         }
         let mut id_field = |key: &str| -> usize {
-            match obj.get(key).map(|v| (v.as_u64(), v.to_string())) {
+            match obj.get(key).map(|v| (v.as_u64(), shown(v))) {
                 Some((Some(v), _)) => usize::try_from(v).unwrap_or(usize::MAX),
                 Some((None, text)) => {
                     errors.push(
@@ -174,7 +175,7 @@ fn parse_node(index: usize, v: &Value) -> std::result::Result<Node, Vec<Diagnost
         .at_node(index)]);
     };
     let kind_name = obj.get("kind").and_then(Value::as_str);
-    let label = kind_name.unwrap_or("?").to_string();
+    let label = shorten(kind_name.unwrap_or("?")).into_owned();
     let mut errors = Vec::new();
     let id = match obj.get("id").and_then(Value::as_u64) {
         Some(i) => usize::try_from(i).unwrap_or(usize::MAX),

@@ -6,7 +6,7 @@
 //! `Op::visit_attrs`. This module only moves attributes between JSON and the op. Kinds marked
 //! *extension* in the descriptors are ours; a graph that uses none of them is a TorchLean graph.
 
-use crate::error::Diagnostic;
+use crate::error::{shorten, shown, Diagnostic};
 use serde_json::{Map, Value};
 use torchlean_spec::ops::desc::{self, AttrMut, AttrValue, AttrVisitor};
 use torchlean_spec::tensor::parse_shape;
@@ -101,7 +101,7 @@ impl OpKind {
         let Some(d) = desc::lookup(name) else {
             return Err(vec![Diagnostic::error(format!(
                 "unknown kind `{}` (known kinds: {})",
-                truncated(name),
+                shorten(name),
                 desc::names().collect::<Vec<_>>().join(", ")
             ))
             .field("kind")]);
@@ -125,15 +125,6 @@ impl OpKind {
         } else {
             Err(r.errors)
         }
-    }
-}
-
-/// A user's unknown kind, cut for an error message (a 1 MB name is not echoed back whole).
-fn truncated(name: &str) -> String {
-    const MAX: usize = 64;
-    match name.char_indices().nth(MAX) {
-        Some((i, _)) => format!("{}… ({} bytes)", &name[..i], name.len()),
-        None => name.to_string(),
     }
 }
 
@@ -177,7 +168,7 @@ impl AttrReader<'_> {
     }
 
     fn u64(&mut self, key: &str) -> u64 {
-        match self.get(key).map(|v| (v.as_u64(), v.to_string())) {
+        match self.get(key).map(|v| (v.as_u64(), shown(v))) {
             Some((Some(x), _)) => x,
             Some((None, text)) => {
                 self.fail(key, format!("is {text}, expected a non-negative integer"));
@@ -196,7 +187,7 @@ impl AttrReader<'_> {
     }
 
     fn float(&mut self, key: &str) -> f64 {
-        match self.get(key).map(|v| (v.as_f64(), v.to_string())) {
+        match self.get(key).map(|v| (v.as_f64(), shown(v))) {
             Some((Some(x), _)) => x,
             Some((None, text)) => {
                 self.fail(key, format!("is {text}, expected a number"));
@@ -229,8 +220,8 @@ impl AttrReader<'_> {
         }
         let quoted: Vec<String> = options.iter().map(|o| format!("\"{o}\"")).collect();
         let text = match v.as_str() {
-            Some(s) => format!("\"{}\"", truncated(s)),
-            None => truncated(&v.to_string()),
+            Some(s) => format!("\"{}\"", shorten(s)),
+            None => shown(v),
         };
         self.fail(
             key,

@@ -8,6 +8,7 @@
 //!   rational scalar evaluates the algebraic fragment exactly), through the op semantics of
 //!   `torchlean_spec::ops`;
 //! - [`pretty()`] and [`dot`]: text for review and Graphviz;
+//! - [`json::parse`]: the strict JSON parser of every user file (a repeated key is an error);
 //! - [`files`]: safetensors tensor data ([`TensorData`]) and atomic file writes, shared with the
 //!   crates above.
 //!
@@ -18,6 +19,7 @@ pub mod check;
 pub mod error;
 pub mod files;
 pub mod graph;
+pub mod json;
 pub mod kind;
 pub mod payload;
 pub mod pretty;
@@ -26,7 +28,7 @@ pub mod stream;
 
 pub use case::{Case, Comparison, DType, Expect, Tolerance, CASE_FORMAT};
 pub use check::{broadcast_warning, check_payload, check_shapes, check_well_formed};
-pub use error::{Diagnostic, IrError, Result, Severity};
+pub use error::{shorten, Diagnostic, IrError, Result, Severity};
 pub use files::{safetensors_bytes, write_atomically, TensorData};
 pub use graph::{Graph, Node, FORMAT};
 pub use kind::{Attr, OpKind, ParentCount};

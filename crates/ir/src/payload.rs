@@ -2,7 +2,7 @@
 //! (`{"<id>": {"weight": T, "bias": T}}`, `{"value": T}`, batch norm's
 //! `{"gamma", "beta", "mean", "var", "eps"}`).
 
-use crate::error::{Diagnostic, IrError, Result};
+use crate::error::{shorten, shown, Diagnostic, IrError, Result};
 use crate::files::{safetensors_bytes, TensorData};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -94,7 +94,7 @@ impl Payload {
                 .and_then(|(n, name)| Some((n.parse::<usize>().ok()?, name)))
             else {
                 problems.push(
-                    Diagnostic::error(format!("key `{key}` is not `<node id>.<name>`"))
+                    Diagnostic::error(format!("key `{}` is not `<node id>.<name>`", shorten(&key)))
                         .field(key.clone()),
                 );
                 continue;
@@ -146,8 +146,7 @@ impl Payload {
     }
 
     pub fn from_json_str(text: &str) -> Result<Payload> {
-        let v: Value = serde_json::from_str(text)?;
-        Payload::from_json(&v)
+        Payload::from_json(&crate::json::parse(text)?)
     }
 
     /// Parses Payload JSON, reporting every malformed member.
@@ -162,7 +161,8 @@ impl Payload {
         for (key, val) in obj {
             let Ok(node) = key.parse::<usize>() else {
                 errors.push(Diagnostic::error(format!(
-                    "payload key `{key}` is not a node id"
+                    "payload key `{}` is not a node id",
+                    shorten(key)
                 )));
                 continue;
             };
@@ -176,7 +176,7 @@ impl Payload {
                     match t.as_f64() {
                         Some(e) => entry.eps = Some(e),
                         None => errors.push(
-                            Diagnostic::error(format!("is {t}, expected a number"))
+                            Diagnostic::error(format!("is {}, expected a number", shown(t)))
                                 .at_node(node)
                                 .field("eps"),
                         ),

@@ -25,10 +25,12 @@ pub fn pretty(g: &Graph) -> String {
         .iter()
         .map(|n| format!("%{} : {}", n.id, n.shape))
         .collect();
-    let width = heads.iter().map(String::len).max().unwrap_or(0);
+    let width = heads.iter().map(|h| h.chars().count()).max().unwrap_or(0);
     for (n, head) in g.nodes.iter().zip(&heads) {
         let parents: Vec<String> = n.parents.iter().map(|p| format!("%{p}")).collect();
-        let mut line = format!("  {head:<width$} = {}", n.kind.name());
+        let mut line = String::from("  ");
+        push_padded(&mut line, head, width);
+        let _ = write!(line, " = {}", n.kind.name());
         if !parents.is_empty() {
             let _ = write!(line, "({})", parents.join(", "));
         }
@@ -53,6 +55,16 @@ pub fn pretty(g: &Graph) -> String {
         out.push('\n');
     }
     out
+}
+
+/// Appends `s` and spaces up to `width` characters: `{:<width$}` without its limit (a width
+/// over 65,535, from a rank-22,000 shape, panics in `format!`).
+pub fn push_padded(out: &mut String, s: &str, width: usize) {
+    out.push_str(s);
+    out.extend(std::iter::repeat_n(
+        ' ',
+        width.saturating_sub(s.chars().count()),
+    ));
 }
 
 /// Graphviz DOT: one box per node (id, kind, attributes, shape), one edge per parent.
@@ -97,4 +109,32 @@ pub fn dot(g: &Graph) -> String {
     }
     out.push_str("}\n");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rank_22000_shape_prints_aligned() {
+        let dims = vec![1usize; 22_000];
+        let g = Graph::from_json(&serde_json::json!({
+            "format": "torchlean.ir.v1", "input_id": 0, "output_id": 1, "nodes": [
+                {"id": 0, "kind": "input", "parents": [], "shape": dims},
+                {"id": 1, "kind": "input", "parents": [], "shape": []}]}))
+        .unwrap();
+        let text = pretty(&g);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[1].find(" = "), lines[2].find(" = "));
+        assert!(lines[2].starts_with("  %1 : []    "));
+    }
+
+    #[test]
+    fn push_padded_counts_characters() {
+        let mut s = String::new();
+        push_padded(&mut s, "é", 3);
+        assert_eq!(s, "é  ");
+        push_padded(&mut s, "long", 2);
+        assert_eq!(s, "é  long");
+    }
 }

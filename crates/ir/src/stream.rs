@@ -11,6 +11,7 @@
 use crate::case::{Case, CASE_FORMAT};
 use crate::error::{Diagnostic, Result};
 use crate::graph::{parse_nodes, Graph, Node};
+use crate::json::{duplicate_key, StrictValue};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 use std::fmt;
@@ -45,7 +46,7 @@ impl GraphFile {
                 Case::from_doc(doc).map(|c| GraphFile::Case(Box::new(c)))
             }
             Some(doc) => Graph::from_doc(doc).map(GraphFile::Graph),
-            None => Graph::from_json(&serde_json::from_str(text)?).map(GraphFile::Graph),
+            None => Graph::from_json(&crate::json::parse(text)?).map(GraphFile::Graph),
         }
     }
 
@@ -89,8 +90,17 @@ impl<'de> Visitor<'de> for DocVisitor {
 
     fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> std::result::Result<Doc, M::Error> {
         let mut doc = Doc::default();
+        let mut seen_nodes = false;
         while let Some(key) = map.next_key::<String>()? {
-            // a repeated member replaces the earlier one, as in a `Value` map
+            // a repeated member is an error, as in [`crate::json::parse`]
+            let repeated = match key.as_str() {
+                "nodes" => std::mem::replace(&mut seen_nodes, true),
+                "graph" => doc.graph.is_some() || doc.fields.contains_key("graph"),
+                _ => doc.fields.contains_key(&key),
+            };
+            if repeated {
+                return Err(duplicate_key(&key));
+            }
             match key.as_str() {
                 "nodes" => doc.nodes = Some(map.next_value_seed(NodesVisitor)?),
                 "graph" => match map.next_value_seed(MemberVisitor)? {
@@ -104,7 +114,7 @@ impl<'de> Visitor<'de> for DocVisitor {
                     }
                 },
                 _ => {
-                    let v = map.next_value::<Value>()?;
+                    let v = map.next_value_seed(StrictValue)?;
                     doc.fields.insert(key, v);
                 }
             }
@@ -142,7 +152,7 @@ impl<'de> Visitor<'de> for MemberVisitor {
 
     fn visit_seq<S: SeqAccess<'de>>(self, mut seq: S) -> std::result::Result<Member, S::Error> {
         let mut items = Vec::new();
-        while let Some(v) = seq.next_element::<Value>()? {
+        while let Some(v) = seq.next_element_seed(StrictValue)? {
             items.push(v);
         }
         Ok(Member::Other(Value::Array(items)))
@@ -198,7 +208,7 @@ impl<'de> Visitor<'de> for NodesVisitor {
         self,
         mut seq: S,
     ) -> std::result::Result<Option<ParsedNodes>, S::Error> {
-        let elements = std::iter::from_fn(|| seq.next_element::<Value>().transpose());
+        let elements = std::iter::from_fn(|| seq.next_element_seed(StrictValue).transpose());
         let mut failure = None;
         let parsed = parse_nodes(elements.map_while(|v| match v {
             Ok(v) => Some(v),

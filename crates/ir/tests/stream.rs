@@ -15,8 +15,14 @@ const GOOD: &str = r#"{"format":"torchlean.ir.v1","input_id":0,"output_id":2,"no
 fn graph_documents() -> Vec<String> {
     vec![
         GOOD.to_string(),
-        // members in another order, and a repeated member (the last one counts)
+        // members in another order
+        r#"{"nodes":[{"id":0,"kind":"input","parents":[],"shape":[1]}],"output_id":0,"format":"torchlean.ir.v1","input_id":0}"#.into(),
+        // a repeated member: an error on both routes, at the top level, for `nodes` and
+        // `graph`, and inside a node
         r#"{"nodes":[{"id":0,"kind":"input","parents":[],"shape":[1]}],"output_id":0,"input_id":5,"format":"torchlean.ir.v1","input_id":0}"#.into(),
+        r#"{"format":"torchlean.ir.v1","input_id":0,"output_id":0,"nodes":[],"nodes":[{"id":0,"kind":"input","parents":[],"shape":[1]}]}"#.into(),
+        r#"{"format":"torchlean.ir.v1","input_id":0,"output_id":0,"nodes":[{"id":0,"kind":"input","kind":"tanh","parents":[],"shape":[1]}]}"#.into(),
+        r#"{"graph":{},"graph":3}"#.into(),
         r#"{"format":"torchlean.ir.v1","input_id":0,"output_id":0,"nodes":{"id":0}}"#.into(),
         r#"{"format":"torchlean.ir.v1","input_id":0,"output_id":0,"nodes":"none"}"#.into(),
         r#"{"format":"torchlean.ir.v1","input_id":0,"output_id":0,"nodes":null}"#.into(),
@@ -35,8 +41,19 @@ fn graph_documents() -> Vec<String> {
 
 fn case_with_graph(graph: &str) -> String {
     format!(
-        r#"{{"format":"torchlean.case.v1","name":"c","graph":{graph},"input":{{"shape":[2,3],"data":[1,2,3,4,5,6]}},"expect":{{}},"dtype":"f32"}}"#
+        r#"{{"format":"torchlean.case.v1","name":"c","graph":{graph},"input":{{"shape":[2,3],"data":[1,2,3,4,5,6]}},"expect":{{"grad_input":{{"shape":[2,3],"data":[1,1,1,1,1,1]}}}},"dtype":"f32"}}"#
     )
+}
+
+/// The `Value` route: the strict parser (a repeated key is its error), then `from_json`.
+fn via_value<T>(
+    text: &str,
+    from_json: impl Fn(&Value) -> torchlean_ir::Result<T>,
+) -> Result<T, Vec<torchlean_ir::Diagnostic>> {
+    match torchlean_ir::json::parse(text) {
+        Ok(v) => from_json(&v).map_err(|e| e.diagnostics()),
+        Err(e) => Err(e.diagnostics()),
+    }
 }
 
 fn same<T: PartialEq + std::fmt::Debug>(text: &str, streamed: T, via_value: T) {
@@ -46,14 +63,15 @@ fn same<T: PartialEq + std::fmt::Debug>(text: &str, streamed: T, via_value: T) {
 #[test]
 fn streamed_graphs_equal_graphs_read_through_a_value() {
     for text in graph_documents() {
-        let value: Value = serde_json::from_str(&text).unwrap();
-        let via_value = Graph::from_json(&value).map_err(|e| e.diagnostics());
+        let via_value = via_value(&text, Graph::from_json);
         let streamed = Graph::from_json_str(&text).map_err(|e| e.diagnostics());
         same(&text, streamed.clone(), via_value.clone());
         let file = GraphFile::from_json_str(&text).map_err(|e| e.diagnostics());
         same(&text, file, via_value.map(GraphFile::Graph));
     }
     assert!(Graph::from_json_str(GOOD).is_ok());
+    let e = Graph::from_json_str(&graph_documents()[3]).unwrap_err();
+    assert!(e.to_string().contains("duplicate key \"nodes\""), "{e}");
 }
 
 #[test]
@@ -65,8 +83,7 @@ fn streamed_cases_equal_cases_read_through_a_value() {
     texts.push(r#"{"format":"torchlean.case.v1","graph":[1]}"#.into());
     texts.push(r#"{"format":"torchlean.case.v1","input":{"shape":[1],"data":[1]}}"#.into());
     for text in texts {
-        let value: Value = serde_json::from_str(&text).unwrap();
-        let via_value = Case::from_json(&value).map_err(|e| e.diagnostics());
+        let via_value = via_value(&text, Case::from_json);
         let streamed = Case::from_json_str(&text).map_err(|e| e.diagnostics());
         same(&text, streamed, via_value.clone());
         let file = GraphFile::from_json_str(&text).map_err(|e| e.diagnostics());

@@ -1,0 +1,58 @@
+//! Helpers shared by the CLI's integration tests: running the binary, reading its output,
+//! asserting a bad-input exit, writing JSON files, a small graph.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_torchlean"))
+}
+
+pub fn cases_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/cases")
+}
+
+pub fn run(args: &[&str]) -> Output {
+    bin().args(args).output().unwrap()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[track_caller]
+pub fn assert_bad_input(o: &Output, want: &[&str]) {
+    let err = stderr(o);
+    assert_eq!(o.status.code(), Some(2), "stderr: {err}");
+    assert!(
+        !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
+        "{err}"
+    );
+    for w in want {
+        assert!(err.contains(w), "expected {w:?} in stderr:\n{err}");
+    }
+}
+
+pub fn write(dir: &Path, name: &str, v: &Value) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, v.to_string()).unwrap();
+    p
+}
+
+pub fn base_graph() -> Value {
+    json!({
+        "format": "torchlean.ir.v1", "input_id": 0, "output_id": 3,
+        "nodes": [
+            {"id": 0, "kind": "input", "parents": [], "shape": [2, 3]},
+            {"id": 1, "kind": "linear", "parents": [0], "shape": [2, 4]},
+            {"id": 2, "kind": "relu", "parents": [1], "shape": [2, 4]},
+            {"id": 3, "kind": "softmax", "parents": [2], "shape": [2, 4], "axis": 1}
+        ]
+    })
+}
