@@ -99,11 +99,17 @@ impl Checkpoint {
             path: path.to_path_buf(),
             source,
         })?;
+        Checkpoint::from_safetensors(&bytes, path)
+    }
+
+    /// Parses the bytes of a checkpoint file; `path` only names it in errors (the errors of
+    /// [`Checkpoint::load`] but the read).
+    pub fn from_safetensors(bytes: &[u8], path: &Path) -> Result<Checkpoint> {
         let format = |source| TrainError::CheckpointFormat {
             path: path.to_path_buf(),
             source,
         };
-        let st = safetensors::SafeTensors::deserialize(&bytes).map_err(format)?;
+        let st = safetensors::SafeTensors::deserialize(bytes).map_err(format)?;
         let mut tensors = BTreeMap::new();
         for (name, view) in st.iter() {
             let data = TensorData::from_le_bytes(view.dtype(), view.data()).ok_or_else(|| {
@@ -116,7 +122,7 @@ impl Checkpoint {
             let shape = view.shape().to_vec();
             tensors.insert(name.to_string(), NamedTensor { shape, data });
         }
-        let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).map_err(format)?;
+        let (_, header) = safetensors::SafeTensors::read_metadata(bytes).map_err(format)?;
         let metadata = header
             .metadata()
             .iter()
