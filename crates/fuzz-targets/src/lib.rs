@@ -166,7 +166,11 @@ pub fn payload_safetensors(data: &[u8]) {
     if let Ok(bytes) = p.to_safetensors() {
         let again = Payload::from_safetensors(&bytes)
             .unwrap_or_else(|e| panic!("a written payload does not read back: {e}"));
-        assert_eq!(again.to_json(), p.to_json(), "payload safetensors round trip");
+        assert_eq!(
+            again.to_json(),
+            p.to_json(),
+            "payload safetensors round trip"
+        );
     }
 }
 

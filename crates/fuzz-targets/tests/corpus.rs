@@ -154,8 +154,18 @@ fn generate() -> Seeds {
         add(&mut s, "case_json", &name, bytes.clone());
         add(&mut s, "lowering", &name, bytes);
         add(&mut s, "graph_json", &name, text(&v["graph"]));
-        add(&mut s, "lowering", &format!("graph-{name}"), text(&v["graph"]));
-        add(&mut s, "tensor_json", &format!("input-{name}"), text(&v["input"]));
+        add(
+            &mut s,
+            "lowering",
+            &format!("graph-{name}"),
+            text(&v["graph"]),
+        );
+        add(
+            &mut s,
+            "tensor_json",
+            &format!("input-{name}"),
+            text(&v["input"]),
+        );
         if let Some(p) = v.get("payload") {
             add(&mut s, "payload_json", &name, text(p));
             let st = Payload::from_json(p)
@@ -288,7 +298,10 @@ fn tensors(s: &mut Seeds) {
             br#"{"shape": [4294967296, 4294967296, 4294967296], "data": []}"#,
         ),
         ("zero-dim", br#"{"shape": [0, 1000000000], "data": []}"#),
-        ("shape-types", br#"{"shape": [-1, 2.5, "3", null], "data": []}"#),
+        (
+            "shape-types",
+            br#"{"shape": [-1, 2.5, "3", null], "data": []}"#,
+        ),
     ];
     for (name, bytes) in inputs {
         add(s, "tensor_json", &format!("hand-{name}.json"), bytes);
@@ -315,12 +328,23 @@ fn checkpoints(s: &mut Seeds) {
             ("0.weight", vec![2, 3], TensorData::F32(vec![0.5; 6])),
             ("0.bias", vec![2], TensorData::F32(vec![-1.0, 1.0])),
         ],
-        &[("torchlean", r#"{"format": "torchlean.checkpoint.v1", "step": 3}"#)],
+        &[(
+            "torchlean",
+            r#"{"format": "torchlean.checkpoint.v1", "step": 3}"#,
+        )],
     );
     let optimizer = checkpoint_bytes(
         &[
-            ("optimizer.state.0.weight.exp_avg", vec![2, 3], TensorData::F64(vec![0.0; 6])),
-            ("optimizer.state.0.bias.exp_avg", vec![2], TensorData::F64(vec![0.0; 2])),
+            (
+                "optimizer.state.0.weight.exp_avg",
+                vec![2, 3],
+                TensorData::F64(vec![0.0; 6]),
+            ),
+            (
+                "optimizer.state.0.bias.exp_avg",
+                vec![2],
+                TensorData::F64(vec![0.0; 2]),
+            ),
         ],
         &[("save_id", "1")],
     );
@@ -346,7 +370,12 @@ fn checkpoints(s: &mut Seeds) {
         ("i32", other_dtype),
         ("lying-length", lying_length),
     ] {
-        add(s, "checkpoint", &format!("{name}.safetensors"), bytes.clone());
+        add(
+            s,
+            "checkpoint",
+            &format!("{name}.safetensors"),
+            bytes.clone(),
+        );
         add(
             s,
             "payload_safetensors",
@@ -366,7 +395,10 @@ fn csvs(s: &mut Seeds) {
         ("named-classes", "x,label\n0.5,b\n1e300,a\n-0,c\n  2 ,b\n"),
         ("ragged", "a,label\n1,0,9\n2\n"),
         ("non-finite", "a,label\ninf,0\nNaN,1\n"),
-        ("many-classes", "a,label\n1,65535\n2,65536\n3,18446744073709551616\n"),
+        (
+            "many-classes",
+            "a,label\n1,65535\n2,65536\n3,18446744073709551616\n",
+        ),
         ("unterminated", "a,label\n\"1,0\n"),
         ("after-quote", "a,label\n\"1\"x,0\n"),
         ("duplicate-header", "a,a,label\n1,2,0\n"),
