@@ -34,6 +34,8 @@ struct Outcome {
     name: &'static str,
     /// `stat::number_of_executed_units` (`None`: libFuzzer printed no final stats).
     executions: Option<u64>,
+    /// `stat::average_exec_per_sec`.
+    per_second: Option<u64>,
     /// `stat::peak_rss_mb`.
     peak_rss_mb: Option<u64>,
     /// The crash, leak, timeout or out-of-memory inputs this run wrote.
@@ -56,12 +58,11 @@ pub fn run(args: &FuzzArgs) -> Result<bool, String> {
         "target", "executions", "per second", "peak MB"
     );
     for o in &outcomes {
-        let per_s = o.executions.map(|n| n / args.seconds.max(1));
         println!(
             "{:<22} {:>14} {:>12} {:>10}  {}",
             o.name,
             show(o.executions),
-            show(per_s),
+            show(o.per_second),
             show(o.peak_rss_mb),
             result(o)
         );
@@ -160,6 +161,7 @@ fn run_target(fuzz_dir: &Path, t: &Target, seconds: u64) -> Result<Outcome, Stri
     Ok(Outcome {
         name: t.name,
         executions: final_stat(&text, "stat::number_of_executed_units"),
+        per_second: final_stat(&text, "stat::average_exec_per_sec"),
         peak_rss_mb: final_stat(&text, "stat::peak_rss_mb"),
         findings,
         clean: status.success(),

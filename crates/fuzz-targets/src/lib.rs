@@ -14,7 +14,7 @@
 use std::path::Path;
 
 use serde_json::Value;
-use torchlean_compiled::{exec_graph_of_ir, lower_text};
+use torchlean_compiled::{exec_graph_of_ir, lower_text, CompiledError};
 use torchlean_ir::{
     check_payload, check_shapes, check_well_formed, dot, expected_payload_shapes, pretty, Case,
     Graph, Payload,
@@ -227,29 +227,26 @@ pub fn csv(data: &[u8]) {
 /// is lowered with `exec_graph_of_ir` and printed with `lower_text`. A bare graph gets a
 /// zero payload of the shapes it expects, so mutated graphs still reach the lowering.
 pub fn lowering(data: &[u8]) {
-    let Ok(v) = serde_json::from_slice::<Value>(data) else {
-        return;
-    };
+    let _ = lowered_text(data);
+}
+
+/// The lowering target's work: `None` when the input is skipped (not JSON, not a graph, fails
+/// `check_shapes`, too large), else the lowering's text or its error.
+fn lowered_text(data: &[u8]) -> Option<Result<String, CompiledError>> {
+    let v = serde_json::from_slice::<Value>(data).ok()?;
     let (graph_v, payload) = match v.get("graph") {
         Some(g) => match v.get("payload").map(Payload::from_json) {
             None => (g, None),
-            Some(Ok(p)) => (g, Some(p)),
-            Some(Err(_)) => return,
+            Some(p) => (g, Some(p.ok()?)),
         },
         None => (&v, None),
     };
-    let Ok(g) = Graph::from_json(graph_v) else {
-        return;
-    };
+    let g = Graph::from_json(graph_v).ok()?;
     if check_shapes(&g).iter().any(|d| d.is_error()) || !small(&g) {
-        return;
+        return None;
     }
-    let Some(payload) = payload.or_else(|| zero_payload(&g)) else {
-        return;
-    };
-    if let Ok(e) = exec_graph_of_ir(&g, &payload) {
-        let _ = lower_text(&e);
-    }
+    let payload = payload.or_else(|| zero_payload(&g))?;
+    Some(exec_graph_of_ir(&g, &payload).map(|e| lower_text(&e)))
 }
 
 fn small(g: &Graph) -> bool {
@@ -312,6 +309,28 @@ mod tests {
             assert!(p.entry(id).is_some(), "node {id} takes no payload");
         }
         assert!(exec_graph_of_ir(&g, &p).is_ok());
+    }
+
+    /// The lowering target is not vacuous: every conformance case, and its bare graph with
+    /// the zero payload, passes the cap and lowers.
+    #[test]
+    fn every_conformance_case_and_its_bare_graph_lowers() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/cases");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).expect("tests/cases") {
+            let path = entry.expect("a readable folder").path();
+            let bytes = std::fs::read(&path).expect("a readable case");
+            let v: Value = serde_json::from_slice(&bytes).expect("a case is JSON");
+            let graph = serde_json::to_vec(&v["graph"]).expect("JSON prints");
+            for input in [&bytes, &graph] {
+                match lowered_text(input) {
+                    Some(Ok(text)) => assert!(!text.is_empty()),
+                    other => panic!("{} does not lower: {other:?}", path.display()),
+                }
+            }
+            n += 1;
+        }
+        assert!(n > 0);
     }
 
     #[test]
