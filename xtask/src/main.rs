@@ -7,9 +7,13 @@
 //!   contract of SPEC 5: one JSON line per case (`--json`) or a table; `--compare` runs the
 //!   PyTorch scripts in `bench/pytorch/` in the same invocation (with `$TORCHLEAN_PYTHON`, a
 //!   virtualenv you create, see `bench/pytorch/README.md`) and prints ratios.
+//! - `cargo xtask fuzz [--target T]… [--seconds N]` — every fuzz target under libFuzzer
+//!   (nightly; installs cargo-fuzz if absent), N seconds each, one after the other; a table of
+//!   executions per target, exit 1 if any input crashed, leaked, hung or ran out of memory.
 
 mod bench;
 mod equiv;
+mod fuzz;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -27,6 +31,8 @@ enum Cmd {
     Bench(bench::BenchArgs),
     /// Check TorchLean's theorems on random graphs, on every engine (SPEC 2.3)
     CheckEquivalence(equiv::EquivArgs),
+    /// Fuzz every parser and checker with libFuzzer (nightly, cargo-fuzz)
+    Fuzz(fuzz::FuzzArgs),
     /// Internal: run one benchmark case in this fresh process
     #[command(hide = true)]
     BenchChild {
@@ -43,6 +49,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Cmd::Bench(args) => bench::run(&args),
         Cmd::CheckEquivalence(args) => equiv::run(&args),
+        Cmd::Fuzz(args) => fuzz::run(&args),
         Cmd::BenchChild {
             case,
             threads,

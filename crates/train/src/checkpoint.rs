@@ -73,6 +73,16 @@ impl Checkpoint {
     /// ([`TrainError::Write`]). The file carries its checksum under [`CHECKSUM_KEY`] (a
     /// `metadata` entry of that name is replaced).
     pub fn save(&self, path: &Path) -> Result<()> {
+        let bytes = self.to_safetensors(path)?;
+        write_atomically(path, &bytes).map_err(|source| TrainError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// The bytes [`Checkpoint::save`] writes, checksum included (the inverse of
+    /// [`Checkpoint::from_safetensors`]); `path` only names the file in errors.
+    pub fn to_safetensors(&self, path: &Path) -> Result<Vec<u8>> {
         for (name, t) in &self.tensors {
             let numel = t.shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
             if numel != Some(t.data.len()) {
@@ -107,10 +117,7 @@ impl Checkpoint {
         })?;
         let crc = file_crc(&bytes, at);
         bytes[at..at + 8].copy_from_slice(format!("{crc:08x}").as_bytes());
-        write_atomically(path, &bytes).map_err(|source| TrainError::Write {
-            path: path.to_path_buf(),
-            source,
-        })
+        Ok(bytes)
     }
 
     /// Reads a checkpoint, checking its checksum when it has one ([`CHECKSUM_KEY`]; a file
@@ -135,7 +142,17 @@ impl Checkpoint {
             path: path.to_path_buf(),
             source,
         })?;
-        let format = |source| match expected_len(&bytes) {
+        Checkpoint::parse(&bytes, path, require_checksum)
+    }
+
+    /// Parses the bytes of a checkpoint file, checking its checksum when it has one; `path`
+    /// only names it in errors (the errors of [`Checkpoint::load`] but the read).
+    pub fn from_safetensors(bytes: &[u8], path: &Path) -> Result<Checkpoint> {
+        Checkpoint::parse(bytes, path, false)
+    }
+
+    fn parse(bytes: &[u8], path: &Path, require_checksum: bool) -> Result<Checkpoint> {
+        let format = |source| match expected_len(bytes) {
             Some(expected) if expected > bytes.len() as u64 => TrainError::CheckpointTruncated {
                 path: path.to_path_buf(),
                 len: bytes.len() as u64,
@@ -147,8 +164,8 @@ impl Checkpoint {
                 source,
             },
         };
-        let st = safetensors::SafeTensors::deserialize(&bytes).map_err(format)?;
-        let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).map_err(format)?;
+        let st = safetensors::SafeTensors::deserialize(bytes).map_err(format)?;
+        let (_, header) = safetensors::SafeTensors::read_metadata(bytes).map_err(format)?;
         let mut metadata: BTreeMap<String, String> = header
             .metadata()
             .iter()
@@ -156,7 +173,7 @@ impl Checkpoint {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         match metadata.remove(CHECKSUM_KEY) {
-            Some(stored) => verify_checksum(path, &bytes, &stored)?,
+            Some(stored) => verify_checksum(path, bytes, &stored)?,
             None if require_checksum => {
                 return Err(TrainError::CheckpointUnchecked {
                     path: path.to_path_buf(),
