@@ -37,6 +37,12 @@ pub fn compile_with<V: Kernels>(
     inputs: Vec<V>,
     mode: CompileMode,
 ) -> Result<(Tape<V>, Vec<V>)> {
+    // tapes exist to be differentiated: values, gradients and backward workspaces count
+    g.check_budget(
+        torchlean_spec::Budget::process_default(),
+        crate::graph::BUDGET_ELEM_BYTES,
+        torchlean_spec::Pass::Grad,
+    )?;
     g.check_inputs(&inputs)?;
     let mut tape = Tape::with_capacity(g.len());
     for (i, v) in inputs.into_iter().enumerate() {

@@ -13,6 +13,7 @@
 //!
 //! This crate never touches an engine.
 
+pub mod budget;
 pub mod case;
 pub mod check;
 pub mod error;
@@ -23,6 +24,7 @@ pub mod payload;
 pub mod pretty;
 pub mod semantics;
 
+pub use budget::check_budget;
 pub use case::{Case, Comparison, DType, Expect, Tolerance, CASE_FORMAT};
 pub use check::{broadcast_warning, check_payload, check_shapes, check_well_formed};
 pub use error::{Diagnostic, IrError, Result, Severity};
@@ -32,6 +34,6 @@ pub use kind::{Attr, OpKind, ParentCount};
 pub use payload::{Payload, PayloadEntry};
 pub use pretty::{dot, pretty};
 pub use semantics::{
-    denote, denote_all, expected_payload_shapes, node_sem, payload_names, payload_tensor, DVal,
-    NodeSem,
+    denote, denote_all, denote_all_within, expected_payload_shapes, node_sem, payload_names,
+    payload_tensor, DVal, NodeSem,
 };

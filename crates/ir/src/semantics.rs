@@ -9,7 +9,7 @@ use crate::error::{Diagnostic, IrError, Result};
 use crate::graph::{Graph, Node};
 use crate::kind::OpKind;
 use crate::payload::Payload;
-use torchlean_spec::{Op, Scalar, Shape, SpecError, Tensor, UnaryOp};
+use torchlean_spec::{Budget, Op, Pass, Scalar, Shape, SpecError, Tensor, UnaryOp};
 
 pub use torchlean_spec::ops::{BATCH_NORM_DEFAULT_EPS, LAYER_NORM_DEFAULT_EPS};
 
@@ -92,17 +92,33 @@ pub(crate) fn field_of(e: &SpecError) -> &'static str {
 ///
 /// Fails on a graph that is not well formed, on missing or ill-shaped payload, on an input of
 /// the wrong shape, on raw `log` of a non-positive (or NaN) value (use `softplus`-based
-/// formulations instead), and on transcendental ops over the rational scalar. Every error names
-/// the node.
+/// formulations instead), on transcendental ops over the rational scalar, and on a graph over
+/// the process's memory budget ([`Budget::process_default`], see [`denote_all_within`]). Every
+/// error names the node.
 pub fn denote_all<A: Scalar>(
     g: &Graph,
     payload: &Payload,
     input: &Tensor<A>,
 ) -> Result<Vec<DVal<A>>> {
-    let problems: Vec<Diagnostic> = check_well_formed(g)
+    denote_all_within(g, payload, input, Budget::process_default())
+}
+
+/// [`denote_all`] within `budget`: a graph whose values and workspaces
+/// ([`crate::check_budget`] for [`Pass::Eval`], at `A`'s size) exceed it is refused before any
+/// node is evaluated.
+pub fn denote_all_within<A: Scalar>(
+    g: &Graph,
+    payload: &Payload,
+    input: &Tensor<A>,
+    budget: Budget,
+) -> Result<Vec<DVal<A>>> {
+    let mut problems: Vec<Diagnostic> = check_well_formed(g)
         .into_iter()
         .filter(Diagnostic::is_error)
         .collect();
+    if problems.is_empty() {
+        problems = crate::budget::check_budget(g, budget, std::mem::size_of::<A>(), Pass::Eval);
+    }
     if !problems.is_empty() {
         return Err(IrError::Invalid(problems));
     }
