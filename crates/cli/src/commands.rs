@@ -6,17 +6,25 @@ use crate::load::{self, ir_lines};
 use crate::{BadInput, Outcome};
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use torchlean_compiled::{exec_graph_of_ir, lower_text, run_case, run_grad, CaseOutcome};
-use torchlean_ir::{check_payload, check_shapes, dot, Diagnostic, Graph, IrError, Payload};
+use torchlean_compiled::{
+    exec_graph_of_ir, lower_text, run_case, run_grad, CaseOutcome, BUDGET_ELEM_BYTES,
+};
+use torchlean_ir::{
+    check_budget, check_payload, check_shapes, dot, Diagnostic, Graph, IrError, Payload,
+};
 use torchlean_runtime::Kernels;
-use torchlean_spec::Tensor;
+use torchlean_spec::{Budget, Pass, Tensor};
 
 pub fn run(cli: Cli) -> Result<Outcome, BadInput> {
+    if let Some(b) = cli.command.max_memory() {
+        Budget::set_process_default(b);
+    }
     match cli.command {
         Command::Check {
             graph,
             payload,
             input,
+            ..
         } => check(&graph, payload.as_deref(), input.as_deref()),
         Command::Eval {
             graph,
@@ -24,8 +32,10 @@ pub fn run(cli: Cli) -> Result<Outcome, BadInput> {
             input,
             engine,
             dtype: d,
+            ..
         } => {
-            let (g, p, x, _) = load_run_inputs(&graph, payload.as_deref(), input.as_deref())?;
+            let (g, p, x, _) =
+                load_run_inputs(&graph, payload.as_deref(), input.as_deref(), Pass::Eval)?;
             let out = match (engine, dtype(d)) {
                 (EngineArg::Reference, torchlean_ir::DType::F64) => {
                     eval_reference::<f64>(&graph, &g, &p, &x)?
@@ -47,9 +57,10 @@ pub fn run(cli: Cli) -> Result<Outcome, BadInput> {
             seed,
             engine,
             dtype: d,
+            ..
         } => {
             let (g, p, x, case_seed) =
-                load_run_inputs(&graph, payload.as_deref(), input.as_deref())?;
+                load_run_inputs(&graph, payload.as_deref(), input.as_deref(), Pass::Grad)?;
             let seed = match seed.as_deref() {
                 Some(s) => Some(load::tensor(s)?),
                 None => case_seed,
@@ -72,9 +83,11 @@ pub fn run(cli: Cli) -> Result<Outcome, BadInput> {
             dtype: d,
             json,
             inject_fault,
+            ..
         } => conform(&paths, engine, d.map(dtype), json, inject_fault.as_deref()),
-        Command::Lower { graph, payload } => {
+        Command::Lower { graph, payload, .. } => {
             let (g, case) = load::graph_or_case(&graph)?;
+            within_budget(&graph, &g, Pass::Grad)?;
             let p = match (payload.as_deref(), case) {
                 (Some(pp), _) => load::payload(Some(pp))?,
                 (None, Some(c)) => c.payload,
@@ -116,6 +129,17 @@ fn compiled_lines(path: &Path, e: torchlean_compiled::CompiledError) -> BadInput
     }
 }
 
+/// The graph's memory estimate for `pass` against the process's budget (`--max-memory`): one
+/// line naming the node that takes it over, before anything is allocated.
+fn within_budget(path: &Path, g: &Graph, pass: Pass) -> Result<(), BadInput> {
+    let over = check_budget(g, Budget::process_default(), BUDGET_ELEM_BYTES, pass);
+    if over.is_empty() {
+        Ok(())
+    } else {
+        Err(diag_lines(path, &over))
+    }
+}
+
 fn check(graph: &Path, payload: Option<&Path>, input: Option<&Path>) -> Result<Outcome, BadInput> {
     let (g, case) = load::graph_or_case(graph)?;
     let (mut errors, mut warnings) = (Vec::new(), Vec::new());
@@ -130,6 +154,10 @@ fn check(graph: &Path, payload: Option<&Path>, input: Option<&Path>) -> Result<O
         }
     };
     file_diags(graph, check_shapes(&g));
+    file_diags(
+        graph,
+        check_budget(&g, Budget::process_default(), BUDGET_ELEM_BYTES, Pass::Grad),
+    );
     match (payload, &case) {
         (Some(pp), _) => {
             let p = load::payload(Some(pp))?;
@@ -184,8 +212,10 @@ fn load_run_inputs(
     graph: &Path,
     payload: Option<&Path>,
     input: Option<&Path>,
+    pass: Pass,
 ) -> Result<RunInputs, BadInput> {
     let (g, case) = load::graph_or_case(graph)?;
+    within_budget(graph, &g, pass)?;
     let p = match (payload, &case) {
         (Some(pp), _) => load::payload(Some(pp))?,
         (None, Some(c)) => c.payload.clone(),
@@ -314,6 +344,10 @@ fn conform(
                 continue;
             }
         };
+        if let Err(BadInput(lines)) = within_budget(f, &case.graph, Pass::Grad) {
+            bad.extend(lines);
+            continue;
+        }
         let d = dtype_override.unwrap_or(case.dtype);
         let tol = (d == torchlean_ir::DType::F32).then_some(F32_TOLERANCE);
         let result: Result<CaseOutcome, IrError> = match inject_fault {
