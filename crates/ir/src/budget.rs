@@ -19,42 +19,41 @@ use torchlean_spec::{Budget, NodeCost, Pass, Shape, Tally};
 pub fn check_budget(g: &Graph, budget: Budget, elem_bytes: usize, pass: Pass) -> Vec<Diagnostic> {
     let mut tally = Tally::new(budget, elem_bytes);
     let mut shapes: Vec<Shape> = Vec::with_capacity(g.len());
+    // the node's operand shapes: parents, then payload (one buffer for the whole walk)
+    let mut operands: Vec<Shape> = Vec::new();
     for (i, n) in g.nodes.iter().enumerate() {
-        let parents: Vec<Shape> = n
-            .parents
-            .iter()
-            .map(|&p| shapes.get(p).cloned().unwrap_or_default())
-            .collect();
-        let payload: Vec<Shape> = expected_payload_shapes(n, &parents)
-            .map(|v| v.into_iter().map(|(_, s)| s).collect())
-            .unwrap_or_default();
-        let (out, workspace) = match node_sem(n, None) {
-            NodeSem::Input => (n.shape.clone(), 0),
-            NodeSem::Const => (payload.first().cloned().unwrap_or(n.shape.clone()), 0),
-            NodeSem::Apply(op) => {
-                let mut operands = parents.clone();
-                operands.extend(payload.iter().cloned());
-                match op.infer_shape(&operands) {
-                    Ok(out) => {
-                        let ws = op.workspace_elements(&operands, &out, pass);
-                        (out, ws)
-                    }
-                    Err(_) => (n.shape.clone(), 0),
-                }
-            }
-        };
+        operands.clear();
+        operands.extend(
+            n.parents
+                .iter()
+                .map(|&p| shapes.get(p).cloned().unwrap_or_default()),
+        );
+        let parents = n.parents.len();
+        let payload = expected_payload_shapes(n, &operands).unwrap_or_default();
         let payload_elements = payload
             .iter()
-            .fold(0usize, |a, s| a.saturating_add(s.size()));
+            .fold(0usize, |a, (_, s)| a.saturating_add(s.size()));
+        operands.extend(payload.into_iter().map(|(_, s)| s));
+        let (out, workspace) = match node_sem(n, None) {
+            NodeSem::Input => (n.shape.clone(), 0),
+            NodeSem::Const => (operands.first().cloned().unwrap_or(n.shape.clone()), 0),
+            NodeSem::Apply(op) => match op.infer_shape(&operands) {
+                Ok(out) => {
+                    let ws = op.workspace_elements(&operands, &out, pass);
+                    (out, ws)
+                }
+                Err(_) => (n.shape.clone(), 0),
+            },
+        };
         let cost = NodeCost::new(out.size().saturating_add(payload_elements), workspace, pass);
         if let Err(over) = tally.add(cost) {
-            let operands = if parents.is_empty() {
+            let from = if parents == 0 {
                 String::new()
             } else {
-                let p: Vec<String> = parents.iter().map(Shape::to_string).collect();
+                let p: Vec<String> = operands[..parents].iter().map(Shape::to_string).collect();
                 format!(" from {}", p.join(", "))
             };
-            return vec![Diagnostic::error(format!("output {out}{operands} {over}"))
+            return vec![Diagnostic::error(format!("output {out}{from} {over}"))
                 .at(i, n.kind.name())
                 .field("shape")];
         }
