@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
+use torchlean_spec::Budget;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -40,6 +41,8 @@ pub enum Command {
         payload: Option<PathBuf>,
         #[arg(long)]
         input: Option<PathBuf>,
+        #[command(flatten)]
+        memory: MemoryArgs,
     },
     /// Evaluate a graph and print its output as tensor JSON
     Eval {
@@ -53,6 +56,8 @@ pub enum Command {
         engine: EngineArg,
         #[arg(long, value_enum, default_value = "f64")]
         dtype: DTypeArg,
+        #[command(flatten)]
+        memory: MemoryArgs,
     },
     /// Evaluate a graph and its gradients; prints {"output", "grad_input", "grad_payload"}
     Grad {
@@ -69,6 +74,8 @@ pub enum Command {
         engine: EngineArg,
         #[arg(long, value_enum, default_value = "f64")]
         dtype: DTypeArg,
+        #[command(flatten)]
+        memory: MemoryArgs,
     },
     /// Run torchlean.case.v1 files (or every *.json in directories) and compare
     Conform {
@@ -87,12 +94,16 @@ pub enum Command {
         /// drop-contribution, accumulation-order, broadcast-reduction, pool-off-by-one
         #[arg(long)]
         inject_fault: Option<String>,
+        #[command(flatten)]
+        memory: MemoryArgs,
     },
     /// Print the lowered SSA GraphData (the text the insta snapshots hold)
     Lower {
         graph: PathBuf,
         #[arg(long)]
         payload: Option<PathBuf>,
+        #[command(flatten)]
+        memory: MemoryArgs,
     },
     /// Print the graph as Graphviz DOT
     Dot { graph: PathBuf },
@@ -186,4 +197,35 @@ pub struct TrainArgs {
     /// --inject-fault`), to watch --verify-every stop it
     #[arg(long)]
     pub inject_fault: Option<String>,
+    #[command(flatten)]
+    pub memory: MemoryArgs,
+}
+
+/// `--max-memory`, on every command that checks or runs a graph.
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct MemoryArgs {
+    /// The most bytes a graph's values, gradients and engine workspaces may take, estimated
+    /// from its shapes before anything is allocated (suffixes K, M, G, T: 512M, 4G) [default:
+    /// 3/4 of the smallest of physical memory, the cgroup limit and the address-space limit]
+    #[arg(long, value_name = "BYTES", value_parser = parse_max_memory)]
+    pub max_memory: Option<Budget>,
+}
+
+fn parse_max_memory(text: &str) -> Result<Budget, String> {
+    Budget::parse(text).map_err(|e| e.to_string())
+}
+
+impl Command {
+    /// The `--max-memory` of the command, if it takes one and it was given.
+    pub fn max_memory(&self) -> Option<Budget> {
+        match self {
+            Command::Check { memory, .. }
+            | Command::Eval { memory, .. }
+            | Command::Grad { memory, .. }
+            | Command::Conform { memory, .. }
+            | Command::Lower { memory, .. } => memory.max_memory,
+            Command::Train(args) => args.memory.max_memory,
+            Command::Dot { .. } => None,
+        }
+    }
 }

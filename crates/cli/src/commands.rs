@@ -8,19 +8,24 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 use torchlean_compiled::{
     exec_graph_of_ir, lower_text, run_case, run_grad_lowered, CaseOutcome, ExecGraph,
+    BUDGET_ELEM_BYTES,
 };
 use torchlean_ir::{
-    check_payload, check_shapes, dot, shorten, Diagnostic, Graph, IrError, Payload,
+    check_budget, check_payload, check_shapes, dot, shorten, Diagnostic, Graph, IrError, Payload,
 };
 use torchlean_runtime::Kernels;
-use torchlean_spec::Tensor;
+use torchlean_spec::{Budget, Pass, Tensor};
 
 pub fn run(cli: Cli) -> Result<Outcome, Stop> {
+    if let Some(b) = cli.command.max_memory() {
+        Budget::set_process_default(b);
+    }
     match cli.command {
         Command::Check {
             graph,
             payload,
             input,
+            ..
         } => check(&graph, payload.as_deref(), input.as_deref()),
         Command::Eval {
             graph,
@@ -28,8 +33,15 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             input,
             engine,
             dtype: d,
+            ..
         } => {
-            let (g, p, x, _) = load_run_inputs(&graph, payload.as_deref(), input.as_deref(), None)?;
+            let (g, p, x, _) = load_run_inputs(
+                &graph,
+                payload.as_deref(),
+                input.as_deref(),
+                None,
+                Pass::Eval,
+            )?;
             let out = match (engine, dtype(d)) {
                 (EngineArg::Reference, torchlean_ir::DType::F64) => {
                     eval_reference::<f64>(&graph, &g, &p, &x)?
@@ -53,12 +65,14 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             seed,
             engine,
             dtype: d,
+            ..
         } => {
             let (g, p, x, seed) = load_run_inputs(
                 &graph,
                 payload.as_deref(),
                 input.as_deref(),
                 seed.as_deref(),
+                Pass::Grad,
             )?;
             // the IR graph is not needed once lowered: free it before the tape is built
             let exec = exec_graph_of_ir(&g, &p).map_err(|e| compiled_lines(&graph, e))?;
@@ -78,9 +92,11 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             dtype: d,
             json,
             inject_fault,
+            ..
         } => conform(&paths, engine, d.map(dtype), json, inject_fault.as_deref()),
-        Command::Lower { graph, payload } => {
+        Command::Lower { graph, payload, .. } => {
             let (g, case) = load::graph_or_case(&graph)?;
+            within_budget(&graph, &g, Pass::Grad)?;
             let p = match (payload.as_deref(), case) {
                 (Some(pp), _) => load::payload(Some(pp))?,
                 (None, Some(c)) => c.payload,
@@ -119,6 +135,17 @@ fn compiled_lines(path: &Path, e: torchlean_compiled::CompiledError) -> BadInput
     match e {
         torchlean_compiled::CompiledError::Ir(ir) => ir_lines(path, &ir),
         other => BadInput::one(format!("{}: {other}", path.display())),
+    }
+}
+
+/// The graph's memory estimate for `pass` against the process's budget (`--max-memory`): one
+/// line naming the node that takes it over, before anything is allocated.
+fn within_budget(path: &Path, g: &Graph, pass: Pass) -> Result<(), BadInput> {
+    let over = check_budget(g, Budget::process_default(), BUDGET_ELEM_BYTES, pass);
+    if over.is_empty() {
+        Ok(())
+    } else {
+        Err(diag_lines(path, &over))
     }
 }
 
@@ -168,7 +195,7 @@ fn load<'a>(
 /// The one validation of `check`, `eval` and `grad`: the graph's shapes, the payload against
 /// the graph, the input against the input node and the seed against the output node, each
 /// line naming the file the problem is in. Errors, then warnings.
-fn validate(l: &Loaded<'_>) -> (Vec<String>, Vec<String>) {
+fn validate(l: &Loaded<'_>, pass: Pass) -> (Vec<String>, Vec<String>) {
     let (mut errors, mut warnings) = (Vec::new(), Vec::new());
     let mut file_diags = |path: &Path, diags: Vec<Diagnostic>| {
         for d in diags {
@@ -182,6 +209,10 @@ fn validate(l: &Loaded<'_>) -> (Vec<String>, Vec<String>) {
     };
     let g = &l.graph;
     file_diags(l.graph_file, check_shapes(g));
+    file_diags(
+        l.graph_file,
+        check_budget(g, Budget::process_default(), BUDGET_ELEM_BYTES, pass),
+    );
     if let Some((p, pp)) = &l.payload {
         file_diags(pp, check_payload(g, p));
     }
@@ -209,7 +240,8 @@ fn validate(l: &Loaded<'_>) -> (Vec<String>, Vec<String>) {
 
 fn check(graph: &Path, payload: Option<&Path>, input: Option<&Path>) -> Result<Outcome, Stop> {
     let loaded = load(graph, payload, input, None)?;
-    let (errors, warnings) = validate(&loaded);
+    // `check` answers for every command: the estimate with gradients
+    let (errors, warnings) = validate(&loaded, Pass::Grad);
     for w in &warnings {
         out::error_line(w);
     }
@@ -241,13 +273,14 @@ fn load_run_inputs(
     payload: Option<&Path>,
     input: Option<&Path>,
     seed: Option<&Path>,
+    pass: Pass,
 ) -> Result<RunInputs, BadInput> {
     let mut loaded = load(graph, payload, input, seed)?;
     // no payload given: an empty one, so a graph that needs weights is told what is missing
     loaded
         .payload
         .get_or_insert_with(|| (Payload::new(), graph));
-    let (mut errors, _) = validate(&loaded);
+    let (mut errors, _) = validate(&loaded, pass);
     let Some((x, _)) = loaded.input else {
         errors.push(format!(
             "{}: --input is required for a graph file",
@@ -370,6 +403,10 @@ fn conform(
                 continue;
             }
         };
+        if let Err(BadInput(lines)) = within_budget(f, &case.graph, Pass::Grad) {
+            bad.extend(lines);
+            continue;
+        }
         let d = dtype_override.unwrap_or(case.dtype);
         let tol = (d == torchlean_ir::DType::F32).then_some(F32_TOLERANCE);
         let result: Result<CaseOutcome, IrError> = match inject_fault {

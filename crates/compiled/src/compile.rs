@@ -28,6 +28,7 @@ pub fn compile<V: Kernels>(g: &GraphData, inputs: Vec<V>) -> Result<(Tape<V>, Ve
 /// Compiled nodes carry no name string (a recorded node's label is its op's name,
 /// [`Tape::node_label`]), so a node costs its tape entry and its op-table entry only.
 pub fn compile_tape<V: Kernels>(g: &GraphData, inputs: Vec<V>) -> Result<Tape<V>> {
+    check_grad_budget(g)?;
     g.check_inputs(&inputs)?;
     let mut tape = Tape::with_capacity(g.len());
     for (i, v) in inputs.into_iter().enumerate() {
@@ -55,6 +56,7 @@ pub fn compile_with<V: Kernels>(
     let tape = match mode {
         CompileMode::Compact => compile_tape(g, inputs)?,
         CompileMode::FullContext => {
+            check_grad_budget(g)?;
             g.check_inputs(&inputs)?;
             let mut tape = Tape::with_capacity(g.len());
             for (i, v) in inputs.into_iter().enumerate() {
@@ -94,6 +96,16 @@ pub fn compile_with<V: Kernels>(
     };
     let values = tape.nodes().iter().map(|n| n.value.clone()).collect();
     Ok((tape, values))
+}
+
+/// Tapes exist to be differentiated: values, gradients and backward workspaces must fit the
+/// process's memory budget, checked before anything is allocated.
+fn check_grad_budget(g: &GraphData) -> Result<()> {
+    g.check_budget(
+        torchlean_spec::Budget::process_default(),
+        crate::graph::BUDGET_ELEM_BYTES,
+        torchlean_spec::Pass::Grad,
+    )
 }
 
 fn node_name(node: &crate::graph::GNode) -> Option<String> {

@@ -3,7 +3,7 @@
 use thiserror::Error;
 use torchlean_ir::IrError;
 use torchlean_runtime::RuntimeError;
-use torchlean_spec::{Shape, SpecError};
+use torchlean_spec::{OverBudget, Shape, SpecError};
 
 #[derive(Debug, Error)]
 pub enum CompiledError {
@@ -67,6 +67,17 @@ pub enum CompiledError {
         node: usize,
         expected: Shape,
         got: Shape,
+    },
+
+    /// The graph's values, gradients and workspaces would exceed the memory budget; found at
+    /// this node before anything was allocated.
+    #[error("node %{position} ({op}): output {shape} {source}")]
+    OverBudget {
+        position: usize,
+        op: &'static str,
+        shape: Shape,
+        #[source]
+        source: OverBudget,
     },
 
     /// A position that is not in the context.

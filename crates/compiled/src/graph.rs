@@ -4,7 +4,7 @@
 
 use crate::error::{CompiledError, Result};
 use torchlean_runtime::{forward, Kernels};
-use torchlean_spec::{Op, Shape};
+use torchlean_spec::{Budget, NodeCost, Op, Pass, Shape, Tally};
 
 /// A context position: an input (`< n_inputs`) or the value of node `position − n_inputs`.
 pub type Pos = usize;
@@ -36,6 +36,10 @@ pub struct GNode {
     /// Where the node came from (printed "IR node 7"), for printing.
     pub origin: Option<Origin>,
 }
+
+/// The element size the evaluators' budget check counts when it does not know the engine's
+/// dtype: 8 (f64; f32 runs are counted twice their size, a safe overestimate).
+pub const BUDGET_ELEM_BYTES: usize = 8;
 
 /// Typed SSA graph data.
 ///
@@ -163,6 +167,8 @@ impl GraphData {
     /// memory holds the live values rather than all of them (a chain holds two). The values
     /// are those of [`GraphData::eval`]: the same kernels on the same operands.
     pub fn eval_output<V: Kernels>(&self, inputs: Vec<V>, output: Pos) -> Result<V> {
+        // counted as [`GraphData::eval`] counts (every value): a safe overestimate
+        self.check_budget(Budget::process_default(), BUDGET_ELEM_BYTES, Pass::Eval)?;
         if output >= self.len() {
             return Err(CompiledError::NoSuchPosition {
                 position: output,
@@ -214,8 +220,43 @@ impl GraphData {
             .expect("the output is never released (its last use is MAX)"))
     }
 
-    /// Evaluates the graph: all values in context order (inputs, then each node).
+    /// Checks that the values (and for [`Pass::Grad`] the gradients) and workspaces of every
+    /// position ([`torchlean_spec::budget`], `elem_bytes` per element) fit `budget`; the error
+    /// names the first position that takes the total over it.
+    pub fn check_budget(&self, budget: Budget, elem_bytes: usize, pass: Pass) -> Result<()> {
+        let mut tally = Tally::new(budget, elem_bytes);
+        let over = |position: usize, op: &'static str, shape: &Shape| {
+            let shape = shape.clone();
+            move |source| CompiledError::OverBudget {
+                position,
+                op,
+                shape,
+                source,
+            }
+        };
+        for (i, s) in self.inputs.iter().enumerate() {
+            tally
+                .add(NodeCost::new(s.size(), 0, pass))
+                .map_err(over(i, "input", s))?;
+        }
+        let mut operands: Vec<Shape> = Vec::new();
+        for (k, node) in self.nodes.iter().enumerate() {
+            operands.clear();
+            operands.extend(node.args.iter().map(|&a| self.shape(a).clone()));
+            let ws = node.op.workspace_elements(&operands, &node.shape, pass);
+            tally
+                .add(NodeCost::new(node.shape.size(), ws, pass))
+                .map_err(over(self.inputs.len() + k, node.op.name(), &node.shape))?;
+        }
+        Ok(())
+    }
+
+    /// Evaluates the graph: all values in context order (inputs, then each node). Refused
+    /// before anything runs when over the process's memory budget
+    /// ([`GraphData::check_budget`] for [`Pass::Eval`] with [`Budget::process_default`],
+    /// counting [`BUDGET_ELEM_BYTES`] per element).
     pub fn eval<V: Kernels>(&self, inputs: Vec<V>) -> Result<Vec<V>> {
+        self.check_budget(Budget::process_default(), BUDGET_ELEM_BYTES, Pass::Eval)?;
         self.check_inputs(&inputs)?;
         let mut ctx = inputs;
         ctx.reserve(self.nodes.len());
@@ -266,6 +307,71 @@ mod tests {
         assert!(matches!(
             g.eval_output(inputs(), g.len()),
             Err(CompiledError::NoSuchPosition { .. })
+        ));
+    }
+
+    /// `x [4]`, `relu(x)`, `broadcast_to [1000]` of `sum`.
+    fn graph() -> GraphData {
+        let mut g = GraphData::new(vec![Shape::from([4])]).unwrap();
+        let r = g.push(Op::Unary(UnaryOp::Relu), vec![0], None).unwrap();
+        let s = g.push(Op::Sum, vec![r], None).unwrap();
+        let to = Shape::from([1000]);
+        g.push(
+            Op::BroadcastTo {
+                from: Shape::scalar(),
+                to,
+            },
+            vec![s],
+            None,
+        )
+        .unwrap();
+        g
+    }
+
+    #[test]
+    fn the_budget_names_the_position_that_crosses_it() {
+        let g = graph();
+        // values 4 + 4 + 1 + 1000 elements, f64; twice that with gradients
+        let eval = (4 + 4 + 1 + 1000) * 8;
+        assert!(g.check_budget(Budget::bytes(eval), 8, Pass::Eval).is_ok());
+        assert!(g
+            .check_budget(Budget::bytes(2 * eval), 8, Pass::Grad)
+            .is_ok());
+        match g.check_budget(Budget::bytes(eval - 1), 8, Pass::Eval) {
+            Err(CompiledError::OverBudget {
+                position: 3,
+                op: "broadcast_to",
+                source,
+                ..
+            }) => assert_eq!((source.node_bytes, source.total_bytes), (8000, eval)),
+            other => panic!("{other:?}"),
+        }
+        assert!(g
+            .check_budget(Budget::bytes(2 * eval - 1), 8, Pass::Grad)
+            .is_err());
+    }
+
+    #[test]
+    fn eval_refuses_a_graph_over_the_process_budget_before_running() {
+        // 1 GiB for this test binary (no other test here reads the process default); a
+        // 2^32-element broadcast (32 GiB) is over it
+        Budget::set_process_default(Budget::bytes(1 << 30));
+        assert_eq!(Budget::process_default(), Budget::bytes(1 << 30));
+        let mut g = GraphData::new(vec![Shape::scalar()]).unwrap();
+        let to = Shape::from([1 << 16, 1 << 16]);
+        g.push(
+            Op::BroadcastTo {
+                from: Shape::scalar(),
+                to,
+            },
+            vec![0],
+            None,
+        )
+        .unwrap();
+        let x = Tensor::<f64>::scalar(1.0);
+        assert!(matches!(
+            g.eval(vec![x]),
+            Err(CompiledError::OverBudget { position: 1, .. })
         ));
     }
 }

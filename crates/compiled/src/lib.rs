@@ -21,7 +21,7 @@ pub mod text;
 pub use compile::{compile, compile_tape, compile_with, CompileMode};
 pub use conform::{run_case, run_grad, run_grad_lowered, CaseOutcome, Check, GradResult};
 pub use error::{CompiledError, Result};
-pub use graph::{GNode, GraphData, Origin, Pos};
+pub use graph::{GNode, GraphData, Origin, Pos, BUDGET_ELEM_BYTES};
 pub use lower::{exec_graph_of_ir, ExecGraph, InputSlot};
 pub use pack::{compact_pack, dense_pack};
 pub use reference::{backprop_all_ctx, backprop_ctx, backprop_ctx_reference};

@@ -14,6 +14,7 @@
 //!
 //! This crate never touches an engine.
 
+pub mod budget;
 pub mod case;
 pub mod check;
 pub mod error;
@@ -26,6 +27,7 @@ pub mod pretty;
 pub mod semantics;
 pub mod stream;
 
+pub use budget::check_budget;
 pub use case::{Case, Comparison, DType, Expect, Tolerance, CASE_FORMAT};
 pub use check::{broadcast_warning, check_payload, check_shapes, check_well_formed};
 pub use error::{shorten, Diagnostic, IrError, Result, Severity};
@@ -35,7 +37,7 @@ pub use kind::{Attr, OpKind, ParentCount};
 pub use payload::{Payload, PayloadEntry};
 pub use pretty::{dot, pretty};
 pub use semantics::{
-    denote, denote_all, expected_payload_shapes, node_sem, payload_names, payload_tensor, DVal,
-    NodeSem,
+    denote, denote_all, denote_all_within, expected_payload_shapes, node_sem, payload_names,
+    payload_tensor, DVal, NodeSem,
 };
 pub use stream::GraphFile;

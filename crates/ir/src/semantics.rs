@@ -9,7 +9,7 @@ use crate::error::{Diagnostic, IrError, Result};
 use crate::graph::{Graph, Node};
 use crate::kind::OpKind;
 use crate::payload::Payload;
-use torchlean_spec::{Op, Scalar, Shape, SpecError, Tensor, UnaryOp};
+use torchlean_spec::{Budget, Op, Pass, Scalar, Shape, SpecError, Tensor, UnaryOp};
 
 pub use torchlean_spec::ops::{BATCH_NORM_DEFAULT_EPS, LAYER_NORM_DEFAULT_EPS};
 
@@ -92,14 +92,27 @@ pub(crate) fn field_of(e: &SpecError) -> &'static str {
 ///
 /// Fails on a graph that is not well formed, on missing or ill-shaped payload, on an input of
 /// the wrong shape, on raw `log` of a non-positive (or NaN) value (use `softplus`-based
-/// formulations instead), and on transcendental ops over the rational scalar. Every error names
-/// the node.
+/// formulations instead), on transcendental ops over the rational scalar, and on a graph over
+/// the process's memory budget ([`Budget::process_default`], see [`denote_all_within`]). Every
+/// error names the node.
 pub fn denote_all<A: Scalar>(
     g: &Graph,
     payload: &Payload,
     input: &Tensor<A>,
 ) -> Result<Vec<DVal<A>>> {
-    well_formed_for_eval(g)?;
+    denote_all_within(g, payload, input, Budget::process_default())
+}
+
+/// [`denote_all`] within `budget`: a graph whose values and workspaces
+/// ([`crate::check_budget`] for [`Pass::Eval`], at `A`'s size) exceed it is refused before any
+/// node is evaluated.
+pub fn denote_all_within<A: Scalar>(
+    g: &Graph,
+    payload: &Payload,
+    input: &Tensor<A>,
+    budget: Budget,
+) -> Result<Vec<DVal<A>>> {
+    well_formed_for_eval::<A>(g, budget)?;
     let mut vals: Vec<Tensor<A>> = Vec::with_capacity(g.len());
     for node in &g.nodes {
         let parents = node.parents.iter().map(|&p| &vals[p]).collect();
@@ -113,7 +126,7 @@ pub fn denote_all<A: Scalar>(
 /// dropped after the last node that reads it), so memory follows the graph's width, not its
 /// length.
 pub fn denote<A: Scalar>(g: &Graph, payload: &Payload, input: &Tensor<A>) -> Result<DVal<A>> {
-    well_formed_for_eval(g)?;
+    well_formed_for_eval::<A>(g, Budget::process_default())?;
     if g.output_id >= g.len() {
         // every node's own error comes first, as in `denote_all`
         denote_all(g, payload, input)?;
@@ -150,11 +163,16 @@ pub fn denote<A: Scalar>(g: &Graph, payload: &Payload, input: &Tensor<A>) -> Res
         .expect("the output is never dropped (its last use is MAX)"))
 }
 
-fn well_formed_for_eval(g: &Graph) -> Result<()> {
-    let problems: Vec<Diagnostic> = check_well_formed(g)
+/// The graph is well formed and its values and workspaces ([`crate::check_budget`] for
+/// [`Pass::Eval`], at `A`'s size) fit `budget`: checked before any node is evaluated.
+fn well_formed_for_eval<A: Scalar>(g: &Graph, budget: Budget) -> Result<()> {
+    let mut problems: Vec<Diagnostic> = check_well_formed(g)
         .into_iter()
         .filter(Diagnostic::is_error)
         .collect();
+    if problems.is_empty() {
+        problems = crate::budget::check_budget(g, budget, std::mem::size_of::<A>(), Pass::Eval);
+    }
     if problems.is_empty() {
         Ok(())
     } else {

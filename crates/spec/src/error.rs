@@ -91,6 +91,10 @@ pub enum SpecError {
     #[error("op `{op}`: the VJP needs the saved {what}, which was not provided")]
     MissingSaved { op: &'static str, what: String },
 
+    /// A byte count (`--max-memory`) that is not a whole number of bytes with a known suffix.
+    #[error("byte count `{text}` {reason}")]
+    BadByteCount { text: String, reason: String },
+
     /// Malformed tensor JSON.
     #[error("tensor JSON: {reason}")]
     Json { reason: String },

@@ -10,6 +10,7 @@
 //! This crate never touches an engine or the IR.
 
 pub mod backend;
+pub mod budget;
 pub mod error;
 pub mod ops;
 pub mod scalar;
@@ -17,6 +18,7 @@ pub mod shape;
 pub mod tensor;
 
 pub use backend::Backend;
+pub use budget::{Budget, NodeCost, OverBudget, Pass, Tally};
 pub use error::{Result, SpecError};
 pub use ops::{
     Arity, BinaryOp, Conv2dSpec, Cotangents, GeluApprox, Op, OpDesc, Operands, PoolKind, PoolSpec,

@@ -25,7 +25,7 @@
 //! accumulated per fixed group of images (the grouping depends only on the batch size) and the
 //! group sums are added in group order, so the result does not depend on the thread count.
 
-use super::linalg::{gemm, par_for_work, Mat};
+use super::linalg::{gemm, gemm_rows, par_for_work, Mat};
 use super::reduce::sum_seq;
 use crate::error::CpuError;
 use crate::scalar::CpuScalar;
@@ -33,6 +33,7 @@ use crate::tensor::CpuTensor;
 use crate::threads::should_par;
 use gemm::Parallelism;
 use rayon::prelude::*;
+use torchlean_spec::ops::{Chunks, PATCH_CHUNK_ELEMENTS};
 use torchlean_spec::{Conv2dSpec, Shape};
 
 const OP: &str = torchlean_spec::ops::desc::CONV2D.name;
@@ -147,6 +148,8 @@ struct Scratch<T> {
     col: Vec<T>,
     out: Vec<T>,
     grad: Vec<T>,
+    /// The padded image's gradient (wide backward with padding).
+    dxp: Vec<T>,
 }
 
 /// Resizes `v` to `n` elements (new ones zero) and returns it.
@@ -212,10 +215,12 @@ fn add_run<T: CpuScalar>(dst: &mut [T], src: &[T]) {
     }
 }
 
-/// Fills `col` (`kk × p`) with the patches of one image `x` (`c × h × w`).
-fn im2col<T: CpuScalar>(g: &Geo, x: &[T], col: &mut [T]) {
+/// Fills `col` (rows `r0..` of the `kk × p` patch matrix) with the patches of one image `x`
+/// (`c × h × w`).
+fn im2col<T: CpuScalar>(g: &Geo, x: &[T], col: &mut [T], r0: usize) {
     let (p, wo) = (g.p(), g.wo);
     for (r, crow) in col.chunks_exact_mut(p).enumerate() {
+        let r = r0 + r;
         let v = r % g.kw;
         let u = (r / g.kw) % g.kh;
         let ci = r / (g.kw * g.kh);
@@ -244,10 +249,33 @@ fn im2col<T: CpuScalar>(g: &Geo, x: &[T], col: &mut [T]) {
     }
 }
 
-/// Adds the columns of `col` (`kk × p`) back onto the image gradient `dx` (`c × h × w`).
-fn col2im<T: CpuScalar>(g: &Geo, col: &[T], dx: &mut [T]) {
+/// Fills `col` (`kk × len`) with columns `c0..c0 + len` of the compact patch matrix of one image
+/// `x`: the chunked forward's builder (element by element; only used when the whole matrix would
+/// exceed the chunk cap).
+fn im2col_cols<T: CpuScalar>(g: &Geo, x: &[T], col: &mut [T], c0: usize, len: usize) {
+    for (r, crow) in col.chunks_exact_mut(len).enumerate() {
+        let v = r % g.kw;
+        let u = (r / g.kw) % g.kh;
+        let ci = r / (g.kw * g.kh);
+        let plane = &x[ci * g.h * g.w..][..g.h * g.w];
+        for (t, d) in crow.iter_mut().enumerate() {
+            let (i, j) = ((c0 + t) / g.wo, (c0 + t) % g.wo);
+            let rr = (i * g.s + u).checked_sub(g.pad).filter(|&rr| rr < g.h);
+            let cc = (j * g.s + v).checked_sub(g.pad).filter(|&cc| cc < g.w);
+            *d = match (rr, cc) {
+                (Some(rr), Some(cc)) => plane[rr * g.w + cc],
+                _ => T::ZERO,
+            };
+        }
+    }
+}
+
+/// Adds rows `r0..` of the patch matrix (`col`, `p` columns) back onto the image gradient `dx`
+/// (`c × h × w`).
+fn col2im<T: CpuScalar>(g: &Geo, col: &[T], dx: &mut [T], r0: usize) {
     let (p, wo) = (g.p(), g.wo);
     for (r, crow) in col.chunks_exact(p).enumerate() {
+        let r = r0 + r;
         let v = r % g.kw;
         let u = (r / g.kw) % g.kh;
         let ci = r / (g.kw * g.kh);
@@ -300,30 +328,36 @@ fn wide_start(g: &Geo, r: usize) -> usize {
     (ci * g.hp() + u) * g.wp() + v
 }
 
-/// Fills the wide patch matrix (`kk × q`) from the padded image: one contiguous run per row.
-fn im2col_wide<T: CpuScalar>(g: &Geo, xp: &[T], col: &mut [T]) {
-    let q = g.q();
-    for (r, crow) in col.chunks_exact_mut(q).enumerate() {
-        // start < xp.len(): u < kH ≤ Hp and v < kW ≤ Wp (the window fits the padded input)
-        let start = wide_start(g, r);
-        let len = q.min(xp.len() - start);
-        crow[..len].copy_from_slice(&xp[start..start + len]);
+/// Fills `col` with rows `r0..` and columns `c0..c0 + cols` of the wide patch matrix (`kk × q`)
+/// from the padded image: one contiguous run per row.
+fn im2col_wide<T: CpuScalar>(g: &Geo, xp: &[T], col: &mut [T], r0: usize, c0: usize, cols: usize) {
+    for (r, crow) in col.chunks_exact_mut(cols).enumerate() {
+        // wide_start < xp.len(): u < kH ≤ Hp and v < kW ≤ Wp (the window fits the padded input)
+        let start = wide_start(g, r0 + r) + c0;
+        let len = cols.min(xp.len().saturating_sub(start));
+        if len > 0 {
+            crow[..len].copy_from_slice(&xp[start..start + len]);
+        }
         // past the end of the image: only dropped columns, never a real output position
         crow[len..].fill(T::ZERO);
     }
 }
 
-/// Adds the wide patch-matrix gradient (`kk × q`) onto the padded image gradient.
-fn col2im_wide<T: CpuScalar>(g: &Geo, dcol: &[T], dxp: &mut [T]) {
+/// Adds rows `r0..` of the wide patch-matrix gradient (`q` columns) onto the padded image
+/// gradient.
+fn col2im_wide<T: CpuScalar>(g: &Geo, dcol: &[T], dxp: &mut [T], r0: usize) {
     let q = g.q();
     for (r, crow) in dcol.chunks_exact(q).enumerate() {
-        let start = wide_start(g, r);
+        let start = wide_start(g, r0 + r);
         let len = q.min(dxp.len() - start);
         add_run(&mut dxp[start..start + len], &crow[..len]);
     }
 }
 
-/// One image forward: `y = W·col + b`.
+/// One image forward: `y = W·col + b`, the patch matrix built at most `cap` elements (at least
+/// [`torchlean_spec::ops::PATCH_CHUNK_MIN_UNITS`] columns) at a time ([`Chunks`]). A chunk is a range of the product's output columns
+/// (the contracted dimension is never split), so chunked and whole results are the same bits.
+#[allow(clippy::too_many_arguments)]
 fn image_forward<T: CpuScalar>(
     g: &Geo,
     x: &[T],
@@ -332,55 +366,71 @@ fn image_forward<T: CpuScalar>(
     y: &mut [T],
     sc: &mut Scratch<T>,
     par: Parallelism,
+    cap: usize,
 ) -> Result<(), CpuError> {
-    let (p, kk) = (g.p(), g.kk());
+    let (p, kk, oc) = (g.p(), g.kk(), g.oc);
     let Scratch { xp, col, out, .. } = sc;
     match g.layout() {
         Layout::Direct | Layout::Compact => {
             for (row, &bias) in y.chunks_exact_mut(p).zip(b) {
                 row.fill(bias);
             }
-            let col: &[T] = if g.layout() == Layout::Direct {
-                x
-            } else {
-                let col = sized(col, kk * p);
-                im2col(g, x, col);
-                col
-            };
-            gemm(
-                OP,
-                g.oc,
-                p,
-                kk,
-                y,
-                true,
-                Mat::rows(w, kk),
-                Mat::rows(col, p),
-                par,
-            )
+            let chunks = Chunks::new(p, kk, cap);
+            if g.layout() == Layout::Direct || chunks.count() == 1 {
+                let col: &[T] = if g.layout() == Layout::Direct {
+                    x
+                } else {
+                    let col = sized(col, kk * p);
+                    im2col(g, x, col, 0);
+                    col
+                };
+                return gemm(
+                    OP,
+                    oc,
+                    p,
+                    kk,
+                    y,
+                    true,
+                    Mat::rows(w, kk),
+                    Mat::rows(col, p),
+                    par,
+                );
+            }
+            for range in chunks.ranges() {
+                let (c0, len) = (range.start, range.len());
+                let col = sized(col, kk * len);
+                im2col_cols(g, x, col, c0, len);
+                let (wm, cm) = (Mat::rows(w, kk), Mat::rows(&col[..], len));
+                gemm_rows(OP, oc, len, kk, &mut y[c0..], p, true, wm, cm, par)?;
+            }
+            Ok(())
         }
         Layout::Wide => {
             let (q, wp, wo) = (g.q(), g.wp(), g.wo);
             let xp = padded(g, x, xp);
-            let col = sized(col, kk * q);
-            im2col_wide(g, xp, col);
-            let out = sized(out, g.oc * q);
-            gemm(
-                OP,
-                g.oc,
-                q,
-                kk,
-                out,
-                false,
-                Mat::rows(w, kk),
-                Mat::rows(col, q),
-                par,
-            )?;
-            // keep the Wo real columns of each output row, adding the bias
-            for ((yrow, wide), &bias) in y.chunks_exact_mut(p).zip(out.chunks_exact(q)).zip(b) {
-                for (seg, src) in yrow.chunks_exact_mut(wo).zip(wide.chunks_exact(wp)) {
-                    for (d, &v) in seg.iter_mut().zip(src) {
-                        *d = v + bias;
+            for range in Chunks::new(q, kk, cap).ranges() {
+                let (c0, len) = (range.start, range.len());
+                let col = sized(col, kk * len);
+                im2col_wide(g, xp, col, 0, c0, len);
+                let out = sized(out, oc * len);
+                let (wm, cm) = (Mat::rows(w, kk), Mat::rows(&col[..], len));
+                gemm(OP, oc, len, kk, out, false, wm, cm, par)?;
+                // keep the real columns (j < Wo of each padded-width row), adding the bias
+                for ((yrow, wide), &bias) in y.chunks_exact_mut(p).zip(out.chunks_exact(len)).zip(b)
+                {
+                    if len == q {
+                        for (seg, src) in yrow.chunks_exact_mut(wo).zip(wide.chunks_exact(wp)) {
+                            for (d, &v) in seg.iter_mut().zip(src) {
+                                *d = v + bias;
+                            }
+                        }
+                        continue;
+                    }
+                    for (t, &v) in wide.iter().enumerate() {
+                        let (i, j) = ((c0 + t) / wp, (c0 + t) % wp);
+                        if j < wo {
+                            yrow[i * wo + j] = v + bias;
+                        }
                     }
                 }
             }
@@ -395,6 +445,18 @@ pub(crate) fn forward<T: CpuScalar>(
     w: &CpuTensor<T>,
     b: &CpuTensor<T>,
     out_shape: Shape,
+) -> Result<CpuTensor<T>, CpuError> {
+    forward_capped(spec, x, w, b, out_shape, PATCH_CHUNK_ELEMENTS)
+}
+
+/// [`forward`] with patch-matrix chunks of at most `cap` elements.
+fn forward_capped<T: CpuScalar>(
+    spec: &Conv2dSpec,
+    x: &CpuTensor<T>,
+    w: &CpuTensor<T>,
+    b: &CpuTensor<T>,
+    out_shape: Shape,
+    cap: usize,
 ) -> Result<CpuTensor<T>, CpuError> {
     let g = Geo::new(spec, x.shape(), &out_shape);
     let mut out = CpuTensor::uninit(out_shape);
@@ -416,6 +478,7 @@ pub(crate) fn forward<T: CpuScalar>(
                     yi,
                     sc,
                     Parallelism::None,
+                    cap,
                 )
             },
         )?;
@@ -430,6 +493,7 @@ pub(crate) fn forward<T: CpuScalar>(
                 yi,
                 &mut sc,
                 par_for_work(g.work()),
+                cap,
             )?;
         }
     }
@@ -438,7 +502,10 @@ pub(crate) fn forward<T: CpuScalar>(
 
 /// One group of images backward: accumulates the group's weight gradient into `dw` and writes
 /// the images' input gradients into `dx` (skipped when `dx` is `None`: an input that needs no
-/// gradient).
+/// gradient). The patch matrix is built at most `cap` elements (at least
+/// [`torchlean_spec::ops::PATCH_CHUNK_MIN_UNITS`] tap rows) at a time ([`Chunks`]); a chunk is a range of taps, which is a range of output columns of `dW`
+/// and of output rows of `dcol` (the contracted dimension is never split), scattered in tap
+/// order, so chunked and whole results are the same bits.
 #[allow(clippy::too_many_arguments)]
 fn group_backward<T: CpuScalar>(
     g: &Geo,
@@ -449,33 +516,34 @@ fn group_backward<T: CpuScalar>(
     mut dx: Option<&mut [T]>,
     dw: &mut [T],
     par: Parallelism,
+    cap: usize,
 ) -> Result<(), CpuError> {
     let (p, kk, oc) = (g.p(), g.kk(), g.oc);
     let (img_in, img_out) = (g.image(), oc * p);
     let cols = g.cols(layout);
+    let chunks = match layout {
+        Layout::Direct => Chunks::new(kk, 0, usize::MAX),
+        _ => Chunks::new(kk, cols, cap),
+    };
     let mut sc = Scratch::default();
     let Scratch {
         xp,
         col,
         out: dcol,
         grad,
+        dxp,
     } = &mut sc;
     for k in 0..x.len() / img_in {
         let xi = &x[k * img_in..(k + 1) * img_in];
         let dyi = &dy[k * img_out..(k + 1) * img_out];
-        // the patch matrix and the cotangent in its column layout
-        let (c, d): (&[T], &[T]) = match layout {
-            Layout::Direct => (xi, dyi),
-            Layout::Compact => {
-                let col = sized(col, kk * p);
-                im2col(g, xi, col);
-                (col, dyi)
-            }
+        // the padded image (wide) and the cotangent in the patch matrix's column layout
+        let xpad = match layout {
+            Layout::Wide => padded(g, xi, xp),
+            _ => xi,
+        };
+        let d: &[T] = match layout {
             Layout::Wide => {
                 let (wp, wo) = (g.wp(), g.wo);
-                let xpad = padded(g, xi, xp);
-                let col = sized(col, kk * cols);
-                im2col_wide(g, xpad, col);
                 let grad = sized(grad, oc * cols);
                 grad.fill(T::ZERO);
                 for (wide, drow) in grad.chunks_exact_mut(cols).zip(dyi.chunks_exact(p)) {
@@ -483,51 +551,73 @@ fn group_backward<T: CpuScalar>(
                         copy_run(&mut seg[..wo], src);
                     }
                 }
-                (col, grad)
+                grad
             }
+            _ => dyi,
         };
-        // dW (+)= dy · colᵀ
-        gemm(
-            OP,
-            oc,
-            kk,
-            cols,
-            dw,
-            k > 0,
-            Mat::rows(d, cols),
-            Mat::transposed(c, cols),
-            par,
-        )?;
-        // dcol = Wᵀ · dy, scattered back onto the image
-        let Some(dx) = dx.as_deref_mut() else {
-            continue;
-        };
-        let dxi = &mut dx[k * img_in..(k + 1) * img_in];
-        let wt = Mat::transposed(w, kk);
-        match layout {
-            Layout::Direct => gemm(OP, kk, p, oc, dxi, false, wt, Mat::rows(d, p), par)?,
-            Layout::Compact => {
-                let dcol = sized(dcol, kk * p);
-                gemm(OP, kk, p, oc, dcol, false, wt, Mat::rows(d, p), par)?;
+        let mut dxi = dx
+            .as_deref_mut()
+            .map(|dx| &mut dx[k * img_in..(k + 1) * img_in]);
+        // where the patch-matrix gradient is scattered: the image, or its padded copy (wide)
+        let wide_padded = layout == Layout::Wide && g.pad > 0;
+        if let Some(dxi) = dxi.as_deref_mut() {
+            if layout != Layout::Direct {
                 dxi.fill(T::ZERO);
-                col2im(g, dcol, dxi);
             }
-            Layout::Wide => {
-                let dcol = sized(dcol, kk * cols);
-                gemm(OP, kk, cols, oc, dcol, false, wt, Mat::rows(d, cols), par)?;
-                if g.pad == 0 {
-                    dxi.fill(T::ZERO);
-                    col2im_wide(g, dcol, dxi);
-                } else {
-                    let (hp, wp) = (g.hp(), g.wp());
-                    let dxp = sized(xp, g.c * hp * wp);
-                    dxp.fill(T::ZERO);
-                    col2im_wide(g, dcol, dxp);
-                    for (ci, plane) in dxi.chunks_exact_mut(g.h * g.w).enumerate() {
-                        for (r, row) in plane.chunks_exact_mut(g.w).enumerate() {
-                            copy_run(row, &dxp[(ci * hp + r + g.pad) * wp + g.pad..][..g.w]);
-                        }
+        }
+        if wide_padded && dxi.is_some() {
+            sized(dxp, g.c * g.hp() * g.wp()).fill(T::ZERO);
+        }
+        for range in chunks.ranges() {
+            let (t0, nt) = (range.start, range.len());
+            let c: &[T] = match layout {
+                Layout::Direct => xi,
+                Layout::Compact => {
+                    let col = sized(col, nt * p);
+                    im2col(g, xi, col, t0);
+                    col
+                }
+                Layout::Wide => {
+                    let col = sized(col, nt * cols);
+                    im2col_wide(g, xpad, col, t0, 0, cols);
+                    col
+                }
+            };
+            // dW[:, t0..t0 + nt] (+)= dy · colᵀ
+            let (dm, cm) = (Mat::rows(d, cols), Mat::transposed(c, cols));
+            gemm_rows(OP, oc, nt, cols, &mut dw[t0..], kk, k > 0, dm, cm, par)?;
+            // dcol = Wᵀ · dy (taps t0..t0 + nt), scattered back onto the image
+            let Some(dxi) = dxi.as_deref_mut() else {
+                continue;
+            };
+            let wt = Mat {
+                data: &w[t0..],
+                rs: 1,
+                cs: kk,
+            };
+            match layout {
+                Layout::Direct => gemm(OP, kk, p, oc, dxi, false, wt, Mat::rows(d, p), par)?,
+                Layout::Compact => {
+                    let dcol = sized(dcol, nt * p);
+                    gemm(OP, nt, p, oc, dcol, false, wt, Mat::rows(d, p), par)?;
+                    col2im(g, dcol, dxi, t0);
+                }
+                Layout::Wide => {
+                    let dcol = sized(dcol, nt * cols);
+                    gemm(OP, nt, cols, oc, dcol, false, wt, Mat::rows(d, cols), par)?;
+                    if wide_padded {
+                        col2im_wide(g, dcol, dxp, t0);
+                    } else {
+                        col2im_wide(g, dcol, dxi, t0);
                     }
+                }
+            }
+        }
+        if let (true, Some(dxi)) = (wide_padded, dxi) {
+            let (hp, wp) = (g.hp(), g.wp());
+            for (ci, plane) in dxi.chunks_exact_mut(g.h * g.w).enumerate() {
+                for (r, row) in plane.chunks_exact_mut(g.w).enumerate() {
+                    copy_run(row, &dxp[(ci * hp + r + g.pad) * wp + g.pad..][..g.w]);
                 }
             }
         }
@@ -543,6 +633,19 @@ pub(crate) fn vjp<T: CpuScalar>(
     w: &CpuTensor<T>,
     dy: &CpuTensor<T>,
     need_dx: bool,
+) -> Result<(Option<CpuTensor<T>>, CpuTensor<T>, CpuTensor<T>), CpuError> {
+    vjp_capped(spec, x, w, dy, need_dx, PATCH_CHUNK_ELEMENTS)
+}
+
+/// [`vjp`] with patch-matrix chunks of at most `cap` elements.
+#[allow(clippy::type_complexity)]
+fn vjp_capped<T: CpuScalar>(
+    spec: &Conv2dSpec,
+    x: &CpuTensor<T>,
+    w: &CpuTensor<T>,
+    dy: &CpuTensor<T>,
+    need_dx: bool,
+    cap: usize,
 ) -> Result<(Option<CpuTensor<T>>, CpuTensor<T>, CpuTensor<T>), CpuError> {
     let g = Geo::new(spec, x.shape(), dy.shape());
     let (xs, ws, ds) = (x.as_slice(), w.as_slice(), dy.as_slice());
@@ -590,6 +693,7 @@ pub(crate) fn vjp<T: CpuScalar>(
             dx.as_mut().map(|d| d.data_mut()),
             dw.data_mut(),
             par_for_work(g.work()),
+            cap,
         )?;
         return Ok((dx, dw, db));
     }
@@ -606,6 +710,7 @@ pub(crate) fn vjp<T: CpuScalar>(
             dxg,
             dwg,
             Parallelism::None,
+            cap,
         )
     };
     // one task per group: its slice of dx (when asked for) and its partial weight gradient
@@ -666,6 +771,120 @@ mod tests {
         assert_eq!(g[2].as_ref().unwrap().as_slice(), &[0.5, -1.0]);
     }
 
+    /// Deterministic values in [-1, 1) (an LCG), with `inf` at `bad` if given.
+    fn values(n: usize, seed: u64, bad: Option<usize>) -> Vec<f64> {
+        let mut st = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let mut v: Vec<f64> = (0..n)
+            .map(|_| {
+                st = st
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((st >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+            })
+            .collect();
+        if let Some(i) = bad.filter(|&i| i < n) {
+            v[i] = f64::INFINITY;
+        }
+        v
+    }
+
+    fn bits<T: CpuScalar>(t: &CpuTensor<T>) -> Vec<u64> {
+        t.as_slice().iter().map(|v| v.to_f64().to_bits()).collect()
+    }
+
+    /// Forward and VJP with patch chunks of the fewest units equal the unchunked ones bit for
+    /// bit, on every layout (wide with and without padding, compact, direct), with more than
+    /// 257 columns and taps (so chunks happen), more than 512 of them (GEMM's blocking of the
+    /// contracted dimension), few and many output channels (GEMM's size classes), one image
+    /// and several (the parallel weight-gradient groups), with and without the input gradient,
+    /// and with a non-finite input (the wide backward's compact fallback).
+    fn chunked_equals_whole<T: CpuScalar>() {
+        let geos = [
+            // (C, H, W, outC, k, stride, padding)
+            (60, 24, 24, 3, 3, 1, 1),
+            (60, 24, 24, 2, 3, 1, 0),
+            (60, 56, 56, 3, 3, 2, 1),
+            (60, 24, 24, 70, 3, 1, 1),
+            (300, 16, 17, 3, 1, 1, 0),
+        ];
+        for (gi, &(c, h, w, oc, k, st, pad)) in geos.iter().enumerate() {
+            // the geometries chunk at the smallest cap (else the test would prove nothing)
+            let (ho, wo) = ((h + 2 * pad - k) / st + 1, (w + 2 * pad - k) / st + 1);
+            let cols = if st == 1 { ho * (w + 2 * pad) } else { ho * wo };
+            let kk = c * k * k;
+            assert!(
+                gi == 4 || Chunks::new(cols, kk, 1).count() > 1,
+                "geometry {gi}"
+            );
+            assert!(
+                gi == 4 || Chunks::new(kk, cols, 1).count() > 1,
+                "geometry {gi}"
+            );
+            for n in [1usize, 3] {
+                for bad in [None, Some(5)] {
+                    let spec = Conv2dSpec {
+                        in_channels: c,
+                        out_channels: oc,
+                        kernel_h: k,
+                        kernel_w: k,
+                        stride: st,
+                        padding: pad,
+                    };
+                    let seed = (gi * 100 + n) as u64;
+                    let make = |shape: Vec<usize>, seed: u64, bad: Option<usize>| {
+                        let len = shape.iter().product();
+                        let data = values(len, seed, bad)
+                            .into_iter()
+                            .map(T::from_f64)
+                            .collect();
+                        CpuTensor::<T>::from_vec(shape, data).unwrap()
+                    };
+                    let x = make(vec![n, c, h, w], seed, bad);
+                    let wt = make(vec![oc, c, k, k], seed + 1, None);
+                    let b = make(vec![oc], seed + 2, None);
+                    let ho = (h + 2 * pad - k) / st + 1;
+                    let wo = (w + 2 * pad - k) / st + 1;
+                    let out = Shape::from([n, oc, ho, wo]);
+                    let dy = make(vec![n, oc, ho, wo], seed + 3, None);
+                    let whole =
+                        forward_capped(&spec, &x, &wt, &b, out.clone(), usize::MAX).unwrap();
+                    let whole_vjp = vjp_capped(&spec, &x, &wt, &dy, true, usize::MAX).unwrap();
+                    for cap in [1, 300 * c * k * k] {
+                        let what = format!("geometry {gi}, n {n}, bad {bad:?}, cap {cap}");
+                        let y = forward_capped(&spec, &x, &wt, &b, out.clone(), cap).unwrap();
+                        assert_eq!(bits(&y), bits(&whole), "forward, {what}");
+                        for need_dx in [true, false] {
+                            let (dx, dw, db) =
+                                vjp_capped(&spec, &x, &wt, &dy, need_dx, cap).unwrap();
+                            assert_eq!(bits(&dw), bits(&whole_vjp.1), "dW, {what}");
+                            assert_eq!(bits(&db), bits(&whole_vjp.2), "db, {what}");
+                            match dx {
+                                Some(dx) => assert_eq!(
+                                    bits(&dx),
+                                    bits(whole_vjp.0.as_ref().unwrap()),
+                                    "dx, {what}"
+                                ),
+                                None => assert!(!need_dx),
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn chunked_patch_matrices_give_the_same_bits_f64() {
+        chunked_equals_whole::<f64>();
+    }
+
+    #[test]
+    fn chunked_patch_matrices_give_the_same_bits_f32() {
+        chunked_equals_whole::<f32>();
+    }
+
     #[test]
     fn valid_ranges_clip_the_padding() {
         // extent 5, kernel offset 0, pad 1, stride 1: output i reads i − 1
@@ -690,9 +909,9 @@ mod tests {
         let g = Geo::new(&spec, &Shape::from([1, 4, 4]), &Shape::from([1, 4, 4]));
         let x = vec![1.0f64; 16];
         let mut col = vec![0.0; g.kk() * g.p()];
-        im2col(&g, &x, &mut col);
+        im2col(&g, &x, &mut col, 0);
         let mut dx = vec![0.0; 16];
-        col2im(&g, &col, &mut dx);
+        col2im(&g, &col, &mut dx, 0);
         // corners are in 4 windows, edges in 6, interior cells in 9
         assert_eq!(dx[0], 4.0);
         assert_eq!(dx[1], 6.0);

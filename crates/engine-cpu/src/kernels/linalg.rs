@@ -86,7 +86,7 @@ fn fits<T>(a: &Mat<'_, T>, rows: usize, cols: usize) -> bool {
 ///
 /// Every extent and stride is checked against the buffers first, so a wrong call is an error,
 /// never an out-of-bounds access.
-#[allow(unsafe_code)]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn gemm<T: CpuScalar>(
     op: &'static str,
     m: usize,
@@ -98,10 +98,42 @@ pub(crate) fn gemm<T: CpuScalar>(
     rhs: Mat<'_, T>,
     par: Parallelism,
 ) -> Result<(), CpuError> {
-    let err = |reason: String| CpuError::Gemm { op, reason };
     if m.checked_mul(n) != Some(dst.len()) {
+        return Err(CpuError::Gemm {
+            op,
+            reason: format!(
+                "destination of {} elements for a {m}×{n} product",
+                dst.len()
+            ),
+        });
+    }
+    gemm_rows(op, m, n, k, dst, n, accumulate, lhs, rhs, par)
+}
+
+/// [`gemm`] into an `m × n` block of a row-major matrix whose rows are `dst_rs` apart (`dst`
+/// starts at the block's first element): a range of columns, as the convolution's chunks
+/// write.
+#[allow(unsafe_code, clippy::too_many_arguments)]
+pub(crate) fn gemm_rows<T: CpuScalar>(
+    op: &'static str,
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: &mut [T],
+    dst_rs: usize,
+    accumulate: bool,
+    lhs: Mat<'_, T>,
+    rhs: Mat<'_, T>,
+    par: Parallelism,
+) -> Result<(), CpuError> {
+    let err = |reason: String| CpuError::Gemm { op, reason };
+    let last = m
+        .checked_sub(1)
+        .and_then(|r| r.checked_mul(dst_rs))
+        .and_then(|r| r.checked_add(n));
+    if dst_rs < n || (m > 0 && !matches!(last, Some(l) if l <= dst.len())) {
         return Err(err(format!(
-            "destination of {} elements for a {m}×{n} product",
+            "destination of {} elements (row stride {dst_rs}) for a {m}×{n} product",
             dst.len()
         )));
     }
@@ -110,7 +142,9 @@ pub(crate) fn gemm<T: CpuScalar>(
     }
     if k == 0 {
         if !accumulate {
-            dst.fill(T::ZERO);
+            for r in 0..m {
+                dst[r * dst_rs..r * dst_rs + n].fill(T::ZERO);
+            }
         }
         return Ok(());
     }
@@ -126,15 +160,16 @@ pub(crate) fn gemm<T: CpuScalar>(
             rhs.data.len()
         )));
     }
-    let n_isize = isize::try_from(n).map_err(|_| err(format!("{n} columns")))?;
+    let rs_isize = isize::try_from(dst_rs).map_err(|_| err(format!("row stride {dst_rs}")))?;
     // SAFETY: `gemm::gemm` reads `lhs` at `i·lhs_rs + l·lhs_cs` for `i < m`, `l < k`, reads
     // `rhs` at `l·rhs_rs + j·rhs_cs` for `l < k`, `j < n`, and reads/writes `dst` at
-    // `i·n + j`. Above we checked `m·n == dst.len()` (so the largest dst offset is
-    // `(m−1)·n + n−1 < dst.len()`), and `fits` checked that the largest offset of each
-    // operand is inside its slice and that every stride fits `isize`. All strides are
-    // non-negative. `dst` is a `&mut` slice, so it cannot overlap `lhs` or `rhs` (shared
-    // borrows), and distinct `(i, j)` map to distinct dst elements (column stride 1, row stride
-    // n). `T` is `f32` or `f64` (sealed `CpuScalar`), the types `gemm` dispatches on.
+    // `i·dst_rs + j`. Above we checked `(m−1)·dst_rs + n ≤ dst.len()` without overflow (so the
+    // largest dst offset, `(m−1)·dst_rs + n−1`, is inside `dst`), and `fits` checked that the
+    // largest offset of each operand is inside its slice and that every stride fits `isize`.
+    // All strides are non-negative. `dst` is a `&mut` slice, so it cannot overlap `lhs` or
+    // `rhs` (shared borrows), and distinct `(i, j)` map to distinct dst elements (column
+    // stride 1, row stride `dst_rs ≥ n`). `T` is `f32` or `f64` (sealed `CpuScalar`), the
+    // types `gemm` dispatches on.
     unsafe {
         gemm::gemm(
             m,
@@ -142,7 +177,7 @@ pub(crate) fn gemm<T: CpuScalar>(
             k,
             dst.as_mut_ptr(),
             1,
-            n_isize,
+            rs_isize,
             accumulate,
             lhs.data.as_ptr(),
             lhs.cs as isize,

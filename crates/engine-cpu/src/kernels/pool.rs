@@ -7,6 +7,7 @@
 //! each output cotangent in output row-major order. Planes are independent, so they go to
 //! threads freely.
 
+use crate::error::CpuError;
 use crate::scalar::CpuScalar;
 use crate::tensor::CpuTensor;
 use crate::threads::par_rows;
@@ -56,19 +57,26 @@ fn argmax<T: CpuScalar>(
     best.map(|(k, _)| k)
 }
 
+/// Work of `planes`' windows (at most the real cells each), saturating: the parallel split's
+/// estimate, never a loop bound.
+fn cost(spec: &PoolSpec, (h, w, ho, wo): (usize, usize, usize, usize)) -> usize {
+    let cells = spec.kernel_h.min(h).saturating_mul(spec.kernel_w.min(w));
+    (ho * wo).saturating_mul(cells).saturating_add(h * w)
+}
+
 pub(crate) fn forward<T: CpuScalar>(
     spec: &PoolSpec,
     x: &CpuTensor<T>,
     out_shape: Shape,
-) -> CpuTensor<T> {
+) -> Result<CpuTensor<T>, CpuError> {
     let (_, h, w, ho, wo) = dims(x.shape(), &out_shape);
     let rows = windows(ho, spec.kernel_h, spec.stride, spec.padding, h);
     let cols = windows(wo, spec.kernel_w, spec.stride, spec.padding, w);
-    let area = T::from_usize(spec.kernel_h * spec.kernel_w);
     let is_max = spec.kind == torchlean_spec::PoolKind::Max;
+    let area = T::from_usize(if is_max { 1 } else { spec.divisor()? });
     let mut out = CpuTensor::uninit(out_shape);
     let src = x.as_slice();
-    let cost = ho * wo * spec.kernel_h * spec.kernel_w;
+    let cost = cost(spec, (h, w, ho, wo));
     par_rows(out.data_mut(), ho * wo, cost, |first, planes| {
         for (k, yplane) in planes.chunks_exact_mut(ho * wo).enumerate() {
             let plane = &src[(first + k) * h * w..][..h * w];
@@ -89,7 +97,7 @@ pub(crate) fn forward<T: CpuScalar>(
             }
         }
     });
-    out
+    Ok(out)
 }
 
 /// Routes each output cotangent to its window's winner.
@@ -103,7 +111,7 @@ pub(crate) fn max_vjp<T: CpuScalar>(
     let cols = windows(wo, spec.kernel_w, spec.stride, spec.padding, w);
     let mut dx = CpuTensor::uninit(x.shape().clone());
     let (src, ds) = (x.as_slice(), dy.as_slice());
-    let cost = ho * wo * spec.kernel_h * spec.kernel_w + h * w;
+    let cost = cost(spec, (h, w, ho, wo));
     par_rows(dx.data_mut(), h * w, cost, |first, planes| {
         for (k, gplane) in planes.chunks_exact_mut(h * w).enumerate() {
             let p = first + k;
@@ -127,14 +135,14 @@ pub(crate) fn avg_vjp<T: CpuScalar>(
     spec: &PoolSpec,
     in_shape: &Shape,
     dy: &CpuTensor<T>,
-) -> CpuTensor<T> {
+) -> Result<CpuTensor<T>, CpuError> {
     let (_, h, w, ho, wo) = dims(in_shape, dy.shape());
     let rows = windows(ho, spec.kernel_h, spec.stride, spec.padding, h);
     let cols = windows(wo, spec.kernel_w, spec.stride, spec.padding, w);
-    let area = T::from_usize(spec.kernel_h * spec.kernel_w);
+    let area = T::from_usize(spec.divisor()?);
     let mut dx = CpuTensor::uninit(in_shape.clone());
     let ds = dy.as_slice();
-    let cost = ho * wo * spec.kernel_h * spec.kernel_w + h * w;
+    let cost = cost(spec, (h, w, ho, wo));
     par_rows(dx.data_mut(), h * w, cost, |first, planes| {
         for (k, gplane) in planes.chunks_exact_mut(h * w).enumerate() {
             let dplane = &ds[(first + k) * ho * wo..][..ho * wo];
@@ -151,7 +159,7 @@ pub(crate) fn avg_vjp<T: CpuScalar>(
             }
         }
     });
-    dx
+    Ok(dx)
 }
 
 #[cfg(test)]
@@ -174,12 +182,12 @@ mod tests {
     fn max_pool_first_maximum_wins_but_nan_takes_over() {
         let x = CpuTensor::<f64>::from_vec([1, 2, 2], vec![3.0, 3.0, 1.0, 3.0]).unwrap();
         let sp = spec(PoolKind::Max, 2, 2, 0);
-        let y = forward(&sp, &x, Shape::from([1, 1, 1]));
+        let y = forward(&sp, &x, Shape::from([1, 1, 1])).unwrap();
         assert_eq!(y.as_slice(), &[3.0]);
         let d = CpuTensor::from_vec([1, 1, 1], vec![1.0]).unwrap();
         assert_eq!(max_vjp(&sp, &x, &d).as_slice(), &[1.0, 0.0, 0.0, 0.0]);
         let x = CpuTensor::<f64>::from_vec([1, 2, 2], vec![1.0, f64::NAN, 5.0, 2.0]).unwrap();
-        assert!(forward(&sp, &x, Shape::from([1, 1, 1])).as_slice()[0].is_nan());
+        assert!(forward(&sp, &x, Shape::from([1, 1, 1])).unwrap().as_slice()[0].is_nan());
         assert_eq!(max_vjp(&sp, &x, &d).as_slice(), &[0.0, 1.0, 0.0, 0.0]);
     }
 
@@ -187,7 +195,7 @@ mod tests {
     fn avg_pool_counts_padding_in_the_divisor() {
         let x = CpuTensor::<f64>::filled([1, 2, 2], 1.0).unwrap();
         let sp = spec(PoolKind::Avg, 2, 1, 1);
-        let y = forward(&sp, &x, Shape::from([1, 3, 3]));
+        let y = forward(&sp, &x, Shape::from([1, 3, 3])).unwrap();
         assert_eq!(y.as_slice()[0], 0.25);
         assert_eq!(y.as_slice()[4], 1.0);
     }

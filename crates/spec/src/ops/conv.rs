@@ -1,6 +1,7 @@
 //! 2-D convolution over `[C,H,W]` or `[N,C,H,W]`: zero padding on both sides, no dilation,
 //! one group, weight `[O,C,kH,kW]`, bias `[O]`.
 
+use crate::budget::Pass;
 use crate::error::{Result, SpecError};
 use crate::scalar::Scalar;
 use crate::shape::Shape;
@@ -15,6 +16,59 @@ pub struct Conv2dSpec {
     pub kernel_w: usize,
     pub stride: usize,
     pub padding: usize,
+}
+
+/// Most elements of one chunk of the CPU engine's patch matrix (im2col), 2^22 (32 MiB of f64):
+/// the forward builds it a range of output columns at a time, the backward a range of weight
+/// taps at a time, each chunk at least [`PATCH_CHUNK_MIN_UNITS`] columns or taps.
+pub const PATCH_CHUNK_ELEMENTS: usize = 1 << 22;
+
+/// The fewest columns (forward) or taps (backward) a chunk holds when the whole has more. The
+/// CPU engine's GEMM (the `gemm` crate) picks its kernel and its blocking of the contracted
+/// dimension by size class: a product with one column, at most 64 columns and rows, or at most
+/// 256 outputs takes another route with other rounding. A chunk of 257 or more stays in the
+/// class of the whole product, so chunked results are the whole's bits.
+pub const PATCH_CHUNK_MIN_UNITS: usize = 257;
+
+/// The most images the CPU engine convolves at once (its weight-gradient groups), each with its
+/// own workspace: the factor of [`Conv2dSpec::workspace_elements`].
+pub const PARALLEL_IMAGES: usize = 8;
+
+/// How `units` (columns, taps) of `per_unit` elements each are split into chunks of at most
+/// `cap` elements: the one chunking rule (the CPU engine builds its patch matrices chunk by
+/// chunk, the budget's workspace estimate reads [`Chunks::largest`]). Chunks are as even as
+/// possible and each holds at least [`PATCH_CHUNK_MIN_UNITS`] units (all of them when there
+/// are fewer), so a chunk may exceed `cap` by up to twice the minimum's worth.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chunks {
+    units: usize,
+    count: usize,
+}
+
+impl Chunks {
+    pub fn new(units: usize, per_unit: usize, cap: usize) -> Self {
+        let want = (cap / per_unit.max(1)).max(PATCH_CHUNK_MIN_UNITS);
+        Chunks {
+            units,
+            count: (units / want).max(1),
+        }
+    }
+
+    /// How many chunks.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The units of the largest chunk.
+    pub fn largest(&self) -> usize {
+        self.units.div_ceil(self.count)
+    }
+
+    /// The chunks' unit ranges, in order, covering `0..units`.
+    pub fn ranges(&self) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+        let at = |i: usize| (i as u128 * self.units as u128 / self.count as u128) as usize;
+        (0..self.count).map(move |i| at(i)..at(i + 1))
+    }
 }
 
 /// Output extent of a sliding window: `(input + 2·padding − kernel) / stride + 1`, or `None`
@@ -111,6 +165,38 @@ impl Conv2dSpec {
             ]),
             Shape::from([self.out_channels]),
         ]
+    }
+
+    /// The CPU engine's workspace, in elements, for input `x` and output `out` (validated
+    /// shapes) in `pass`: per image at work, the zero-padded image and the forward chunk (patch
+    /// columns and their wide output); for [`Pass::Grad`] also the padded image's gradient and
+    /// the backward chunk (patch tap rows, their gradient, the wide cotangent), with a partial
+    /// weight gradient per image group and the bias-gradient rows. At most
+    /// [`PARALLEL_IMAGES`] images at once. Columns are counted over the padded width (the
+    /// "wide" layout, the widest). Saturating: a sum past `usize` is over any budget.
+    pub fn workspace_elements(&self, x: &Shape, out: &Shape, pass: Pass) -> usize {
+        let (Ok((n, c, h, w)), Ok((_, oc, ho, _))) = (nchw(Self::OP, x), nchw(Self::OP, out))
+        else {
+            return 0;
+        };
+        let (m, a) = (usize::saturating_mul, usize::saturating_add);
+        let pad2 = m(self.padding, 2);
+        let (hp, wp) = (a(h, pad2), a(w, pad2));
+        let kk = m(m(c, self.kernel_h), self.kernel_w);
+        let cols = m(ho, wp);
+        let padded = if self.padding > 0 { m(m(c, hp), wp) } else { 0 };
+        let forward = m(
+            a(kk, oc),
+            Chunks::new(cols, kk, PATCH_CHUNK_ELEMENTS).largest(),
+        );
+        let at_once = n.clamp(1, PARALLEL_IMAGES);
+        if pass == Pass::Eval {
+            return m(at_once, a(padded, forward));
+        }
+        let taps = Chunks::new(kk, cols, PATCH_CHUNK_ELEMENTS).largest();
+        let backward = a(a(m(m(taps, cols), 2), m(oc, cols)), padded);
+        let per_image = a(padded, forward.max(backward));
+        a(a(m(at_once, per_image), m(at_once, m(oc, kk))), m(n, oc))
     }
 
     /// Output `(Ho, Wo)` for an input of spatial size `(h, w)` (validated attributes), for
@@ -235,5 +321,93 @@ impl Conv2dSpec {
             }
         }
         Ok((dx, dw, db))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_even_cover_every_unit_and_hold_the_minimum() {
+        for (units, per_unit, cap) in [
+            (540, 624, 1),
+            (1000, 1, 300),
+            (256, 9, 1),
+            (3_800_000, 10_000, PATCH_CHUNK_ELEMENTS),
+        ] {
+            let ch = Chunks::new(units, per_unit, cap);
+            let ranges: Vec<_> = ch.ranges().collect();
+            assert_eq!(ranges.len(), ch.count());
+            assert_eq!(ranges.first().unwrap().start, 0);
+            assert_eq!(ranges.last().unwrap().end, units);
+            for w in ranges.windows(2) {
+                assert_eq!(w[0].end, w[1].start);
+            }
+            let min = PATCH_CHUNK_MIN_UNITS.min(units);
+            for r in &ranges {
+                assert!(
+                    r.len() >= min && r.len() <= ch.largest(),
+                    "{r:?} of {units}"
+                );
+            }
+        }
+        // fewer units than the minimum: one chunk; a cap fitting everything: one chunk
+        assert_eq!(Chunks::new(100, 1_000_000, 1).count(), 1);
+        assert_eq!(Chunks::new(10_000, 10, 1 << 20).count(), 1);
+        // 540 taps of 624 at the smallest cap: two chunks of 270 (no 26-tap remainder, which
+        // would leave GEMM's size class)
+        assert_eq!(
+            Chunks::new(540, 624, 1).ranges().collect::<Vec<_>>(),
+            [0..270, 270..540]
+        );
+    }
+
+    /// The reviewers' convolution: a 1×1 input, a 100×100 kernel, padding 999, output
+    /// 1900×1900 (3.6M elements). The unchunked wide patch matrix was 10^4 × 1900·1999 elements
+    /// (304 GB of f64); the forward's chunks stay near the cap.
+    #[test]
+    fn the_forward_workspace_of_a_huge_kernel_stays_near_the_chunk_cap() {
+        let spec = Conv2dSpec {
+            in_channels: 1,
+            out_channels: 1,
+            kernel_h: 100,
+            kernel_w: 100,
+            stride: 1,
+            padding: 999,
+        };
+        let (x, out) = (Shape::from([1, 1, 1, 1]), Shape::from([1, 1, 1900, 1900]));
+        assert_eq!(
+            spec.infer(&x, &Shape::from([1, 1, 100, 100]), &Shape::from([1]))
+                .unwrap(),
+            out
+        );
+        let eval = spec.workspace_elements(&x, &out, Pass::Eval);
+        let padded = 1999 * 1999;
+        assert!(eval <= padded + 2 * PATCH_CHUNK_ELEMENTS, "{eval}");
+        assert!(eval < 304_000_000_000 / 8 / 1000);
+        // the backward's tap chunks are 257 rows of the output plane's width
+        let grad = spec.workspace_elements(&x, &out, Pass::Grad);
+        assert!(
+            grad >= 2 * 257 * 1900 * 1999 && grad < 10 * 257 * 1900 * 1999,
+            "{grad}"
+        );
+    }
+
+    #[test]
+    fn the_workspace_estimate_saturates_instead_of_wrapping() {
+        let spec = Conv2dSpec {
+            in_channels: usize::MAX / 2,
+            out_channels: 3,
+            kernel_h: usize::MAX / 2,
+            kernel_w: 3,
+            stride: 1,
+            padding: usize::MAX / 4,
+        };
+        let x = Shape::from([5, usize::MAX / 2, 1, 1]);
+        assert_eq!(
+            spec.workspace_elements(&x, &Shape::from([5, 3, 1, 1]), Pass::Grad),
+            usize::MAX
+        );
     }
 }

@@ -31,7 +31,9 @@ mod pool;
 pub(crate) mod random;
 pub(crate) mod reduce;
 
-pub use conv::{window_out, Conv2dSpec};
+pub use conv::{
+    window_out, Chunks, Conv2dSpec, PARALLEL_IMAGES, PATCH_CHUNK_ELEMENTS, PATCH_CHUNK_MIN_UNITS,
+};
 pub use desc::{
     AttrMut, AttrValue, AttrVisitor, OpDesc, BATCH_NORM_DEFAULT_EPS, LAYER_NORM_DEFAULT_EPS,
 };
@@ -42,6 +44,7 @@ pub use random::{splitmix64, uniform_at};
 pub use reduce::{class_ids, Reduction};
 
 use crate::backend::Backend;
+use crate::budget::Pass;
 use crate::error::{Result, SpecError};
 use crate::shape::Shape;
 use smallvec::SmallVec;
@@ -410,6 +413,18 @@ impl Op {
         };
         out.checked_size()?;
         Ok(out)
+    }
+
+    /// Engine workspace of one application in `pass`, in elements, for operands and output of these
+    /// (validated) shapes: what a forward or VJP allocates besides its output and its operands'
+    /// gradients (the convolution's patch matrices, [`Conv2dSpec::workspace_elements`]). The
+    /// memory budget ([`crate::budget`]) adds it to each node's value and gradient. Products,
+    /// pools, norms and layout ops allocate only their results.
+    pub fn workspace_elements(&self, operands: &[Shape], out: &Shape, pass: Pass) -> usize {
+        match (self, operands.first()) {
+            (Op::Conv2d(spec), Some(x)) => spec.workspace_elements(x, out, pass),
+            _ => 0,
+        }
     }
 
     /// Validates the values of data operand `i` ([`OpDesc::data`]) of an op whose operands have

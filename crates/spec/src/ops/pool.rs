@@ -89,6 +89,9 @@ impl PoolSpec {
                 )
             })
         };
+        if self.kind == PoolKind::Avg {
+            self.divisor()?;
+        }
         Ok((fit(h, self.kernel_h, "kH")?, fit(w, self.kernel_w, "kW")?))
     }
 
@@ -98,15 +101,39 @@ impl PoolSpec {
         Ok(with_batch(x, c, ho, wo))
     }
 
-    /// The real input cells `(flat offset within the plane)` of window `(i, j)`, row-major.
+    /// The real input cells `(flat offset within the plane)` of window `(i, j)`, row-major:
+    /// only the rows and columns inside the input are visited, so the time is bounded by the
+    /// input's size whatever the kernel (a kernel of 2^62 over a 1×1 input is one cell).
     fn window(&self, i: usize, j: usize, h: usize, w: usize) -> impl Iterator<Item = usize> + '_ {
-        let (kh, kw, s, p) = (self.kernel_h, self.kernel_w, self.stride, self.padding);
-        (0..kh).flat_map(move |u| {
-            (0..kw).filter_map(move |v| {
-                let r = (i * s + u).checked_sub(p).filter(|&r| r < h)?;
-                let c = (j * s + v).checked_sub(p).filter(|&c| c < w)?;
-                Some(r * w + c)
-            })
+        let (rows, cols) = (
+            self.real(i, self.kernel_h, h),
+            self.real(j, self.kernel_w, w),
+        );
+        rows.flat_map(move |r| cols.clone().map(move |c| r * w + c))
+    }
+
+    /// The input indices `[lo, hi)` of output index `o`'s window along an axis of `extent`
+    /// with kernel `k`, clipped to the input. `o·stride + k ≤ extent + 2·padding` for every
+    /// output index of a validated pooling, so nothing overflows.
+    fn real(&self, o: usize, k: usize, extent: usize) -> std::ops::Range<usize> {
+        let start = o * self.stride;
+        let lo = start.saturating_sub(self.padding).min(extent);
+        let hi = (start + k).saturating_sub(self.padding).min(extent);
+        lo..hi.max(lo)
+    }
+
+    /// Average pooling's divisor `kH·kW` (padded cells count), or an error naming `kW` when
+    /// the product overflows: the one place it is computed (the shape rule checks it, the
+    /// engines read it).
+    pub fn divisor(&self) -> Result<usize> {
+        self.kernel_h.checked_mul(self.kernel_w).ok_or_else(|| {
+            self.attr_err(
+                "kW",
+                format!(
+                    "= {} times kH = {} overflows the average's divisor kH·kW",
+                    self.kernel_w, self.kernel_h
+                ),
+            )
         })
     }
 
@@ -135,7 +162,11 @@ impl PoolSpec {
     pub(crate) fn forward<A: Scalar>(&self, x: &Tensor<A>, out: &Shape) -> Result<Tensor<A>> {
         let (n, c, h, w) = nchw(self.name(), x.shape())?;
         let (ho, wo) = self.out_hw(h, w)?;
-        let area = A::from_usize(self.kernel_h * self.kernel_w);
+        // the divisor only for averages (a max pool's kernel may be any size)
+        let area = match self.kind {
+            PoolKind::Max => A::one(),
+            PoolKind::Avg => A::from_usize(self.divisor()?),
+        };
         let mut data = Vec::with_capacity(out.size());
         for pc in 0..n * c {
             let plane = &x.data()[pc * h * w..(pc + 1) * h * w];
@@ -184,7 +215,7 @@ impl PoolSpec {
     pub(crate) fn avg_vjp<A: Scalar>(&self, in_shape: &Shape, dy: &Tensor<A>) -> Result<Tensor<A>> {
         let (n, c, h, w) = nchw(self.name(), in_shape)?;
         let (ho, wo) = self.out_hw(h, w)?;
-        let area = A::from_usize(self.kernel_h * self.kernel_w);
+        let area = A::from_usize(self.divisor()?);
         let mut dx = Tensor::<A>::zeros(in_shape.clone())?;
         for pc in 0..n * c {
             for i in 0..ho {
@@ -198,5 +229,61 @@ impl PoolSpec {
             }
         }
         Ok(dx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(kind: PoolKind, k: usize, padding: usize) -> PoolSpec {
+        PoolSpec {
+            kind,
+            kernel_h: k,
+            kernel_w: k,
+            stride: 1,
+            padding,
+            padded: true,
+        }
+    }
+
+    /// A kernel of 2^62 over a 1×1 input used to scan 2^124 window cells per output (a hang);
+    /// windows now visit only the real cells.
+    #[test]
+    fn a_huge_max_kernel_runs_in_time_bounded_by_the_input() {
+        let k = 1usize << 62;
+        let sp = spec(PoolKind::Max, k, k / 2);
+        let x = Tensor::new([1, 1, 1], vec![3.0f64]).unwrap();
+        let out = sp.infer(x.shape()).unwrap();
+        assert_eq!(out, Shape::from([1, 2, 2]));
+        let y = sp.forward(&x, &out).unwrap();
+        assert_eq!(y.data(), &[3.0; 4]);
+        let dy = Tensor::new([1, 2, 2], vec![1.0f64; 4]).unwrap();
+        assert_eq!(sp.max_vjp(&x, &dy).unwrap().data(), &[4.0]);
+    }
+
+    /// `kH·kW` = 2^64 used to wrap to 0 (an `inf` average, exit 0); it is an error naming `kW`.
+    #[test]
+    fn an_average_divisor_that_overflows_is_an_error() {
+        let k = 1usize << 32;
+        let sp = spec(PoolKind::Avg, k, k / 2);
+        let e = sp.infer(&Shape::from([1, 1, 1])).unwrap_err();
+        assert_eq!(e.field(), Some("kW"), "{e}");
+        assert!(e.to_string().contains("divisor"), "{e}");
+        // a max pool has no divisor: the same kernel is fine
+        assert!(spec(PoolKind::Max, k, k / 2)
+            .infer(&Shape::from([1, 1, 1]))
+            .is_ok());
+        // the largest divisor that fits is exact in f64 and divides
+        let big = spec(PoolKind::Avg, 1 << 31, 1 << 30);
+        assert_eq!(big.divisor().unwrap(), 1 << 62);
+        let x = Tensor::new([1, 1, 1], vec![2.0f64.powi(62)]).unwrap();
+        let out = big.infer(x.shape()).unwrap();
+        assert!(big
+            .forward(&x, &out)
+            .unwrap()
+            .data()
+            .iter()
+            .all(|&v| v == 1.0));
     }
 }
