@@ -275,8 +275,16 @@ mod tests {
     use super::*;
     use torchlean_spec::{BinaryOp, Tensor, UnaryOp};
 
+    /// The process default of this test binary: 1 GiB. Every test that evaluates sets it first
+    /// (only the first set takes effect, and a read before any set would fix the machine's
+    /// default), so whichever runs first, every test sees 1 GiB.
+    fn one_gib_process_budget() {
+        Budget::set_process_default(Budget::bytes(1 << 30));
+    }
+
     #[test]
     fn eval_output_is_evals_value_bit_for_bit_at_every_position() {
+        one_gib_process_budget();
         // a repeated argument, a value read late, an unused node and an unused input
         let s = Shape::from([3]);
         let mut g = GraphData::new(vec![s.clone(), s.clone(), s]).expect("valid shapes");
@@ -353,9 +361,8 @@ mod tests {
 
     #[test]
     fn eval_refuses_a_graph_over_the_process_budget_before_running() {
-        // 1 GiB for this test binary (no other test here reads the process default); a
-        // 2^32-element broadcast (32 GiB) is over it
-        Budget::set_process_default(Budget::bytes(1 << 30));
+        // a 2^32-element broadcast (32 GiB) is over the test binary's 1 GiB
+        one_gib_process_budget();
         assert_eq!(Budget::process_default(), Budget::bytes(1 << 30));
         let mut g = GraphData::new(vec![Shape::scalar()]).unwrap();
         let to = Shape::from([1 << 16, 1 << 16]);
