@@ -6,9 +6,12 @@ use crate::load::{self, ir_lines};
 use crate::{BadInput, Outcome};
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use torchlean_compiled::{exec_graph_of_ir, lower_text, run_case, run_grad, CaseOutcome};
+use torchlean_compiled::{
+    check_denotation, exec_graph_of_ir, lower_text, run_case, run_grad_with, CaseOutcome,
+    CompiledError, IrAnomaly,
+};
 use torchlean_ir::{check_payload, check_shapes, dot, Diagnostic, Graph, IrError, Payload};
-use torchlean_runtime::Kernels;
+use torchlean_runtime::{AnomalyMode, Kernels};
 use torchlean_spec::Tensor;
 
 pub fn run(cli: Cli) -> Result<Outcome, BadInput> {
@@ -24,18 +27,24 @@ pub fn run(cli: Cli) -> Result<Outcome, BadInput> {
             input,
             engine,
             dtype: d,
+            detect_anomaly,
         } => {
             let (g, p, x, _) = load_run_inputs(&graph, payload.as_deref(), input.as_deref())?;
+            let mode = AnomalyMode::detect_if(detect_anomaly);
             let out = match (engine, dtype(d)) {
                 (EngineArg::Reference, torchlean_ir::DType::F64) => {
-                    eval_reference::<f64>(&graph, &g, &p, &x)?
+                    eval_reference::<f64>(&graph, &g, &p, &x, mode)?
                 }
                 (EngineArg::Reference, torchlean_ir::DType::F32) => {
-                    eval_reference::<f32>(&graph, &g, &p, &x)?
+                    eval_reference::<f32>(&graph, &g, &p, &x, mode)?
                 }
                 (EngineArg::Cpu, d) => {
-                    with_engine!(EngineArg::Cpu, d, V => eval::<V>(&graph, &g, &p, &x))?
+                    with_engine!(EngineArg::Cpu, d, V => eval::<V>(&graph, &g, &p, &x, mode))?
                 }
+            };
+            let out = match out {
+                Ok(out) => out,
+                Err(anomaly) => return Ok(report_anomaly(&graph, &anomaly)),
             };
             println!("{}", out.to_json());
             Ok(Outcome::Ok)
@@ -47,6 +56,7 @@ pub fn run(cli: Cli) -> Result<Outcome, BadInput> {
             seed,
             engine,
             dtype: d,
+            detect_anomaly,
         } => {
             let (g, p, x, case_seed) =
                 load_run_inputs(&graph, payload.as_deref(), input.as_deref())?;
@@ -54,8 +64,12 @@ pub fn run(cli: Cli) -> Result<Outcome, BadInput> {
                 Some(s) => Some(load::tensor(s)?),
                 None => case_seed,
             };
-            let r = with_engine!(engine, dtype(d), V => run_grad::<V>(&g, &p, &x, seed.as_ref()))
-                .map_err(|e| compiled_lines(&graph, e))?;
+            let mode = AnomalyMode::detect_if(detect_anomaly);
+            let r = with_engine!(engine, dtype(d), V => run_grad_with::<V>(&g, &p, &x, seed.as_ref(), mode));
+            let r = match r {
+                Err(CompiledError::Anomaly { at, .. }) => return Ok(report_anomaly(&graph, &at)),
+                r => r.map_err(|e| compiled_lines(&graph, e))?,
+            };
             println!(
                 "{}",
                 json!({
@@ -204,14 +218,32 @@ fn load_run_inputs(
     Ok((g, p, x, case.and_then(|c| c.seed)))
 }
 
-/// The reference engine evaluates with the IR denotation itself (`denote`, which enforces the
-/// domain of raw `log`); other engines run the lowered graph.
+/// Anomaly mode's finding: one line on stderr, exit 1.
+fn report_anomaly(path: &Path, anomaly: &IrAnomaly) -> Outcome {
+    eprintln!("torchlean: {}: {anomaly}", path.display());
+    Outcome::Failed
+}
+
+/// An evaluation's output, or where anomaly mode found a NaN or an infinity originate.
+type Evaluated = Result<Tensor<f64>, Box<IrAnomaly>>;
+
+/// `Ok(Err(anomaly))` for an anomaly, the error's lines for anything else.
+fn split_anomaly(path: &Path, e: CompiledError) -> Result<Evaluated, BadInput> {
+    match e {
+        CompiledError::Anomaly { at, .. } => Ok(Err(at)),
+        other => Err(compiled_lines(path, other)),
+    }
+}
+
+/// The reference engine evaluates with the IR denotation itself (`denote_all`, which enforces
+/// the domain of raw `log`); other engines run the lowered graph.
 fn eval_reference<A: torchlean_spec::Scalar>(
     path: &Path,
     g: &Graph,
     p: &Payload,
     x: &Tensor<f64>,
-) -> Result<Tensor<f64>, BadInput> {
+    mode: AnomalyMode,
+) -> Result<Evaluated, BadInput> {
     let problems = errors_of(check_shapes(g));
     if !problems.is_empty() {
         return Err(diag_lines(path, &problems));
@@ -219,8 +251,21 @@ fn eval_reference<A: torchlean_spec::Scalar>(
     let x = x
         .convert::<A>()
         .map_err(|e| BadInput::one(format!("{}: input: {e}", path.display())))?;
-    let out = torchlean_ir::denote(g, p, &x).map_err(|e| ir_lines(path, &e))?;
+    let values = torchlean_ir::denote_all(g, p, &x).map_err(|e| ir_lines(path, &e))?;
+    if mode.is_on() {
+        if let Err(e) = check_denotation(g, &values) {
+            return split_anomaly(path, e);
+        }
+    }
+    let Some(out) = values.get(g.output_id) else {
+        return Err(BadInput::one(format!(
+            "{}: output_id {} is not a node",
+            path.display(),
+            g.output_id
+        )));
+    };
     out.convert::<f64>()
+        .map(Ok)
         .map_err(|e| BadInput::one(format!("{}: {e}", path.display())))
 }
 
@@ -230,15 +275,17 @@ fn eval<V: Kernels>(
     g: &Graph,
     p: &Payload,
     x: &Tensor<f64>,
-) -> Result<Tensor<f64>, BadInput> {
+    mode: AnomalyMode,
+) -> Result<Evaluated, BadInput> {
     let exec = exec_graph_of_ir(g, p).map_err(|e| compiled_lines(path, e))?;
     let inputs: Vec<V> = exec.inputs(x, p).map_err(|e| compiled_lines(path, e))?;
-    let values = exec
-        .graph
-        .eval(inputs)
-        .map_err(|e| compiled_lines(path, e))?;
+    let values = match exec.graph.eval_with(inputs, mode) {
+        Ok(v) => v,
+        Err(e) => return split_anomaly(path, exec.in_ir_terms(g, e)),
+    };
     values[exec.output]
         .to_f64()
+        .map(Ok)
         .map_err(|e| BadInput::one(format!("{}: {e}", path.display())))
 }
 

@@ -74,6 +74,7 @@ fn config(a: &TrainArgs) -> Result<TrainConfig, BadInput> {
         BackendArg::Compiled => Backend::Compiled,
     };
     c.verify_every = a.verify_every;
+    c.detect_anomaly = a.detect_anomaly;
     Ok(c)
 }
 
@@ -270,6 +271,7 @@ fn train_on<V: TrainValue>(
             let epochs = a.epochs.unwrap_or(t.config().epochs);
             t.set_stop(epochs, a.steps);
             t.set_verify_every(a.verify_every);
+            t.set_detect_anomaly(a.detect_anomaly);
             t
         }
         None => Trainer::<V>::new(config(a)?, data).map_err(bad)?,
@@ -312,7 +314,7 @@ fn train_on<V: TrainValue>(
     }
     let summary = match result {
         Ok(s) => s,
-        Err(e @ TrainError::VerifyFailed { .. }) => {
+        Err(e @ (TrainError::VerifyFailed { .. } | TrainError::Anomaly { .. })) => {
             eprintln!("torchlean: {}", chain(&e));
             return Ok(Outcome::Failed);
         }

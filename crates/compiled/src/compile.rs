@@ -5,7 +5,10 @@ use crate::error::Result;
 use crate::graph::GraphData;
 use crate::pack::{compact_pack, dense_pack};
 use std::sync::Arc;
-use torchlean_runtime::{forward, record_compiled, Backward, Kernels, Node, Parents, Saved, Tape};
+use torchlean_runtime::{
+    check_forward, forward, record_compiled, AnomalyMode, Backward, Kernels, Node, Parents, Saved,
+    Tape,
+};
 use torchlean_spec::Shape;
 
 /// What a compiled node's VJP returns.
@@ -22,6 +25,37 @@ pub enum CompileMode {
 /// [`compile_with`] in [`CompileMode::Compact`].
 pub fn compile<V: Kernels>(g: &GraphData, inputs: Vec<V>) -> Result<(Tape<V>, Vec<V>)> {
     compile_with(g, inputs, CompileMode::Compact)
+}
+
+/// [`compile`]; with [`AnomalyMode::Detect`], each value is checked as it is recorded (inputs
+/// first) and the first NaN or infinite one stops with a `RuntimeError::Anomaly` naming its
+/// tape node (= context position); its operands, checked before it, are finite.
+pub fn compile_detecting<V: Kernels>(
+    g: &GraphData,
+    inputs: Vec<V>,
+    mode: AnomalyMode,
+) -> Result<(Tape<V>, Vec<V>)> {
+    if !mode.is_on() {
+        return compile(g, inputs);
+    }
+    g.check_inputs(&inputs)?;
+    let mut tape = Tape::with_capacity(g.len());
+    for (i, v) in inputs.into_iter().enumerate() {
+        let id = tape.leaf(v, true, Some(format!("input {i}")));
+        if let Err(e) = check_forward(&tape, id, Some("input")) {
+            tape.release();
+            return Err(e.into());
+        }
+    }
+    for node in g.nodes() {
+        let id = record_compiled(&mut tape, node.op.clone(), &node.args, node_name(node))?;
+        if let Err(e) = check_forward(&tape, id, None) {
+            tape.release();
+            return Err(e.into());
+        }
+    }
+    let values = tape.nodes().iter().map(|n| n.value.clone()).collect();
+    Ok((tape, values))
 }
 
 /// Evaluates `g` on `inputs` and records one tape node per context position: a leaf per input

@@ -1,10 +1,10 @@
 //! Running a `torchlean.case.v1` case on an engine: lower, evaluate, sweep, compare.
 
-use crate::compile::compile;
+use crate::compile::compile_detecting;
 use crate::error::{CompiledError, Result};
-use crate::lower::exec_graph_of_ir;
+use crate::lower::{exec_graph_of_ir, ExecGraph};
 use torchlean_ir::{Case, Comparison, Payload, Tolerance};
-use torchlean_runtime::Kernels;
+use torchlean_runtime::{AnomalyMode, Kernels};
 use torchlean_spec::Tensor;
 
 /// What running a graph forward and backward produced, in `f64`.
@@ -23,9 +23,33 @@ pub fn run_grad<V: Kernels>(
     input: &Tensor<f64>,
     seed: Option<&Tensor<f64>>,
 ) -> Result<GradResult> {
+    run_grad_with::<V>(graph, payload, input, seed, AnomalyMode::Off)
+}
+
+/// [`run_grad`]; with [`AnomalyMode::Detect`], stops at the first IR node whose forward value
+/// or backward gradient contribution is NaN or infinite while what it was computed from was
+/// finite, with a [`CompiledError::Anomaly`] naming the IR node, its kind, shapes and parents.
+pub fn run_grad_with<V: Kernels>(
+    graph: &torchlean_ir::Graph,
+    payload: &Payload,
+    input: &Tensor<f64>,
+    seed: Option<&Tensor<f64>>,
+    mode: AnomalyMode,
+) -> Result<GradResult> {
     let exec = exec_graph_of_ir(graph, payload)?;
+    differentiate::<V>(&exec, payload, input, seed, mode).map_err(|e| exec.in_ir_terms(graph, e))
+}
+
+/// The forward and the releasing sweep of [`run_grad_with`] on a lowered graph.
+fn differentiate<V: Kernels>(
+    exec: &ExecGraph,
+    payload: &Payload,
+    input: &Tensor<f64>,
+    seed: Option<&Tensor<f64>>,
+    mode: AnomalyMode,
+) -> Result<GradResult> {
     let inputs: Vec<V> = exec.inputs(input, payload)?;
-    let (tape, values) = compile(&exec.graph, inputs)?;
+    let (tape, values) = compile_detecting(&exec.graph, inputs, mode)?;
     let out_v = &values[exec.output];
     let output = out_v.to_f64()?;
     let seed_v = match seed {
@@ -33,7 +57,7 @@ pub fn run_grad<V: Kernels>(
         None => V::full(out_v.shape(), 1.0)?,
     };
     let n_inputs = exec.graph.n_inputs();
-    let mut grads = tape.backward_sparse(exec.output, seed_v, |id| id < n_inputs)?;
+    let mut grads = tape.backward_sparse_with(exec.output, seed_v, |id| id < n_inputs, mode)?;
     let mut input_grads = Vec::with_capacity(n_inputs);
     for (i, shape) in exec.graph.inputs().iter().enumerate() {
         input_grads.push(match grads.take(i) {

@@ -78,6 +78,9 @@ impl GradValue for Counted {
         self.released = true;
         self.reg.released.fetch_add(1, SeqCst);
     }
+    fn non_finite(&self) -> Option<torchlean_runtime::NonFinite> {
+        NonFinite::scan(&[self.v], |x| x.is_finite(), |x| *x)
+    }
     fn into_owned(self) -> Self {
         // always copy, to exercise the accounting of copy-on-first-store
         let mut out = Counted::new(&self.reg, self.v);

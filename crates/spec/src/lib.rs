@@ -11,6 +11,7 @@
 
 pub mod backend;
 pub mod error;
+pub mod finite;
 pub mod ops;
 pub mod scalar;
 pub mod shape;
@@ -18,6 +19,7 @@ pub mod tensor;
 
 pub use backend::Backend;
 pub use error::{Result, SpecError};
+pub use finite::NonFinite;
 pub use ops::{
     Arity, BinaryOp, Conv2dSpec, Cotangents, GeluApprox, Op, OpDesc, Operands, PoolKind, PoolSpec,
     Reduction, Saved, UnaryOp,

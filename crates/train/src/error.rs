@@ -285,6 +285,15 @@ pub enum TrainError {
     #[error("step {step}: the loss is {loss}; lower the learning rate or clip gradients (--clip-grad-norm)")]
     NonFiniteLoss { step: u64, loss: f64 },
 
+    /// Anomaly mode found where a NaN or an infinity originates in step `step`; the source
+    /// names the node (a `RuntimeError::Anomaly` down its chain).
+    #[error("step {step}")]
+    Anomaly {
+        step: u64,
+        #[source]
+        source: Box<TrainError>,
+    },
+
     /// A verified step deviated from the reference engine beyond the tolerance.
     #[error("step {step}: `{param}` on {engine} deviates from the reference engine (f64) by {deviation:.3e} relative, above the tolerance {tolerance:.0e}")]
     VerifyFailed {
@@ -305,4 +314,31 @@ pub enum TrainError {
     /// Something the trainer relies on did not hold (a bug, reported instead of a panic).
     #[error("internal: expected that {what}")]
     Invariant { what: &'static str },
+}
+
+impl TrainError {
+    /// The anomaly down this error's source chain, if anomaly mode stopped the run.
+    pub fn anomaly(&self) -> Option<&torchlean_runtime::Anomaly> {
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(e) = cur {
+            if let Some(RuntimeError::Anomaly(a)) = e.downcast_ref::<RuntimeError>() {
+                return Some(a);
+            }
+            cur = e.source();
+        }
+        None
+    }
+
+    /// An error of step `step`: an anomaly becomes [`TrainError::Anomaly`] (naming the step);
+    /// anything else is unchanged.
+    pub fn at_step(self, step: u64) -> Self {
+        if self.anomaly().is_some() {
+            TrainError::Anomaly {
+                step,
+                source: Box::new(self),
+            }
+        } else {
+            self
+        }
+    }
 }
