@@ -48,7 +48,9 @@ pub fn compile_detecting<V: Kernels>(
         }
     }
     for node in g.nodes() {
-        let id = record_compiled(&mut tape, node.op.clone(), &node.args, node_name(node))?;
+        // named by origin (`IR node 7`, a recorder's `op 3`) so a report says where it came from
+        let name = node.origin.clone().or_else(|| node_name(node));
+        let id = record_compiled(&mut tape, node.op.clone(), &node.args, name)?;
         if let Err(e) = check_forward(&tape, id, None) {
             tape.release();
             return Err(e.into());

@@ -152,7 +152,7 @@ impl fmt::Display for Anomaly {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "anomaly: tape node {} ({}", self.node, self.kind)?;
         if let Some(n) = &self.name {
-            write!(f, " `{n}`")?;
+            write!(f, ", `{n}`")?;
         }
         write!(f, ", shape {}, parents [", self.shape)?;
         for (i, (p, s)) in self.parents.iter().enumerate() {
@@ -163,15 +163,19 @@ impl fmt::Display for Anomaly {
         }
         f.write_str("]): ")?;
         match &self.site {
-            Site::Value => write!(f, "forward value is {} (its operands are finite)", self.found),
+            Site::Value => write!(
+                f,
+                "forward value is {}; its operands are finite",
+                self.found
+            ),
             Site::Contribution { parent } => write!(
                 f,
-                "backward: its gradient for parent {parent} is {} (the incoming gradient is finite)",
+                "backward: its gradient for parent {parent} is {}; the incoming gradient is finite",
                 self.found
             ),
             Site::Accumulated => write!(
                 f,
-                "backward: its gradient is {} after summing finite contributions (overflow)",
+                "backward: its gradient is {} after summing finite contributions",
                 self.found
             ),
             Site::Seed => write!(f, "backward: the seed is {}", self.found),

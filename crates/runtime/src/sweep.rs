@@ -129,7 +129,14 @@ fn run_vjp<V: GradValue>(
             }
             _ => Ok(()),
         };
-        if let Err(e) = checked.and_then(|()| accumulate(tape, grads, id, parent, g)) {
+        let result = match checked {
+            Ok(()) => accumulate(tape, grads, id, parent, g),
+            Err(e) => {
+                g.drop();
+                Err(e)
+            }
+        };
+        if let Err(e) = result {
             release_all(contributions.map(|(_, g)| g));
             return Err(e);
         }

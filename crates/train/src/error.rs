@@ -317,9 +317,22 @@ pub enum TrainError {
 }
 
 impl TrainError {
-    /// The anomaly down this error's source chain, if anomaly mode stopped the run.
+    /// The anomaly this error carries, if anomaly mode stopped the run (through the
+    /// transparent wrappers, which `source()` skips, then down the source chain).
     pub fn anomaly(&self) -> Option<&torchlean_runtime::Anomaly> {
-        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        let direct = match self {
+            TrainError::Runtime(RuntimeError::Anomaly(a)) => Some(&**a),
+            TrainError::Nn(NnError::Runtime {
+                source: RuntimeError::Anomaly(a),
+                ..
+            }) => Some(&**a),
+            TrainError::Nn(NnError::Compiled(c)) | TrainError::Compiled(c) => compiled_anomaly(c),
+            _ => None,
+        };
+        if direct.is_some() {
+            return direct;
+        }
+        let mut cur = std::error::Error::source(self);
         while let Some(e) = cur {
             if let Some(RuntimeError::Anomaly(a)) = e.downcast_ref::<RuntimeError>() {
                 return Some(a);
@@ -340,5 +353,12 @@ impl TrainError {
         } else {
             self
         }
+    }
+}
+
+fn compiled_anomaly(e: &torchlean_compiled::CompiledError) -> Option<&torchlean_runtime::Anomaly> {
+    match e {
+        torchlean_compiled::CompiledError::Runtime(RuntimeError::Anomaly(a)) => Some(a),
+        _ => None,
     }
 }
