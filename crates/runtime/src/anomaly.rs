@@ -7,6 +7,13 @@
 //! contribution was finite overflowed while contributions were summed ([`Site::Accumulated`]),
 //! and a non-finite seed is reported as such ([`Site::Seed`]). With anomaly mode off nothing
 //! here runs.
+//!
+//! Compared with PyTorch's `torch.autograd.detect_anomaly`, which checks each backward
+//! function's outputs and prints the traceback of the forward call that made it: this also
+//! checks forward values (so `log(0)` is caught where it happens, not at its gradient), names
+//! the node with its op, shape and parents (the compiled crate restates it as the user's IR
+//! node, the eager session adds the layer path), tells a non-finite seed and an overflowing
+//! sum from a VJP's own result, and gives the first bad element and how many there are.
 
 use crate::error::RuntimeError;
 use crate::tape::{Backward, Tape};

@@ -79,4 +79,21 @@ mod tests {
             None
         );
     }
+
+    #[test]
+    fn tensors_report_their_first_non_finite_element_and_rationals_never_do() {
+        let t = crate::Tensor::new([3], vec![1.0f32, f32::INFINITY, f32::NAN]).expect("3 elements");
+        let found = t.non_finite().expect("two are non-finite");
+        assert_eq!(
+            (found.index, found.value, found.count),
+            (1, f64::INFINITY, 2)
+        );
+        let q = t.convert::<crate::Rational>();
+        // an infinity has no rational value; finite data converts and stays finite
+        assert!(q.is_err());
+        let q = crate::Tensor::new([2], vec![0.5f64, -3.0])
+            .and_then(|t| t.convert::<crate::Rational>())
+            .expect("finite values are rationals");
+        assert_eq!(q.non_finite(), None);
+    }
 }
