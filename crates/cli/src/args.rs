@@ -58,6 +58,11 @@ pub enum Command {
         dtype: DTypeArg,
         #[command(flatten)]
         memory: MemoryArgs,
+        /// Stop at the first node whose forward value is NaN or infinite
+        /// (computed from finite values) and name it: node id, kind, shapes, parents,
+        /// direction; exit 1
+        #[arg(long)]
+        detect_anomaly: bool,
     },
     /// Evaluate a graph and its gradients; prints {"output", "grad_input", "grad_payload"}
     Grad {
@@ -76,6 +81,11 @@ pub enum Command {
         dtype: DTypeArg,
         #[command(flatten)]
         memory: MemoryArgs,
+        /// Stop at the first node whose forward value or backward gradient is NaN or infinite
+        /// (computed from finite values) and name it: node id, kind, shapes, parents,
+        /// direction; exit 1
+        #[arg(long)]
+        detect_anomaly: bool,
     },
     /// Run torchlean.case.v1 files (or every *.json in directories) and compare
     Conform {
@@ -197,6 +207,11 @@ pub struct TrainArgs {
     /// --inject-fault`), to watch --verify-every stop it
     #[arg(long)]
     pub inject_fault: Option<String>,
+    /// Stop at the first node whose forward value or backward gradient is NaN or infinite
+    /// (computed from finite values) and name it: tape node, op, layer, shapes, parents,
+    /// direction, step; exit 1
+    #[arg(long)]
+    pub detect_anomaly: bool,
     #[command(flatten)]
     pub memory: MemoryArgs,
 }

@@ -7,13 +7,13 @@ use crate::{out, BadInput, Outcome, Stop};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use torchlean_compiled::{
-    exec_graph_of_ir, lower_text, run_case, run_grad_lowered, CaseOutcome, ExecGraph,
-    BUDGET_ELEM_BYTES,
+    check_denotation, exec_graph_of_ir, lower_text, run_case, run_grad_lowered, run_grad_with,
+    CaseOutcome, CompiledError, ExecGraph, IrAnomaly, BUDGET_ELEM_BYTES,
 };
 use torchlean_ir::{
     check_budget, check_payload, check_shapes, dot, shorten, Diagnostic, Graph, IrError, Payload,
 };
-use torchlean_runtime::Kernels;
+use torchlean_runtime::{AnomalyMode, Kernels};
 use torchlean_spec::{Budget, Pass, Tensor};
 
 pub fn run(cli: Cli) -> Result<Outcome, Stop> {
@@ -33,6 +33,7 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             input,
             engine,
             dtype: d,
+            detect_anomaly,
             ..
         } => {
             let (g, p, x, _) = load_run_inputs(
@@ -42,18 +43,28 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
                 None,
                 Pass::Eval,
             )?;
+            let mode = AnomalyMode::detect_if(detect_anomaly);
             let out = match (engine, dtype(d)) {
                 (EngineArg::Reference, torchlean_ir::DType::F64) => {
-                    eval_reference::<f64>(&graph, &g, &p, &x)?
+                    eval_reference::<f64>(&graph, &g, &p, &x, mode)?
                 }
                 (EngineArg::Reference, torchlean_ir::DType::F32) => {
-                    eval_reference::<f32>(&graph, &g, &p, &x)?
+                    eval_reference::<f32>(&graph, &g, &p, &x, mode)?
                 }
                 (EngineArg::Cpu, d) => {
                     let exec = exec_graph_of_ir(&g, &p).map_err(|e| compiled_lines(&graph, e))?;
-                    drop(g);
-                    with_engine!(EngineArg::Cpu, d, V => eval::<V>(&graph, &exec, &p, &x))?
+                    if mode.is_on() {
+                        with_engine!(EngineArg::Cpu, d, V => eval_detecting::<V>(&graph, &g, &exec, &p, &x))?
+                    } else {
+                        // the IR graph is not needed once lowered
+                        drop(g);
+                        with_engine!(EngineArg::Cpu, d, V => eval::<V>(&graph, &exec, &p, &x))?
+                    }
                 }
+            };
+            let out = match out {
+                Ok(out) => out,
+                Err(anomaly) => return Ok(report_anomaly(&graph, &anomaly)),
             };
             out::line(out.to_json())?;
             Ok(Outcome::Ok)
@@ -65,6 +76,7 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             seed,
             engine,
             dtype: d,
+            detect_anomaly,
             ..
         } => {
             let (g, p, x, seed) = load_run_inputs(
@@ -74,11 +86,19 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
                 seed.as_deref(),
                 Pass::Grad,
             )?;
-            // the IR graph is not needed once lowered: free it before the tape is built
-            let exec = exec_graph_of_ir(&g, &p).map_err(|e| compiled_lines(&graph, e))?;
-            drop(g);
-            let r = with_engine!(engine, dtype(d), V => run_grad_lowered::<V>(exec, &p, &x, seed.as_ref()))
-                .map_err(|e| compiled_lines(&graph, e))?;
+            let mode = AnomalyMode::detect_if(detect_anomaly);
+            let r = if mode.is_on() {
+                with_engine!(engine, dtype(d), V => run_grad_with::<V>(&g, &p, &x, seed.as_ref(), mode))
+            } else {
+                // the IR graph is not needed once lowered: free it before the tape is built
+                let exec = exec_graph_of_ir(&g, &p).map_err(|e| compiled_lines(&graph, e))?;
+                drop(g);
+                with_engine!(engine, dtype(d), V => run_grad_lowered::<V>(exec, &p, &x, seed.as_ref()))
+            };
+            let r = match r {
+                Err(CompiledError::Anomaly { at, .. }) => return Ok(report_anomaly(&graph, &at)),
+                r => r.map_err(|e| compiled_lines(&graph, e))?,
+            };
             out::line(json!({
                 "output": r.output.to_json(),
                 "grad_input": r.grad_input.to_json(),
@@ -295,14 +315,32 @@ fn load_run_inputs(
     Ok((loaded.graph, p, x, loaded.seed.map(|(s, _)| s)))
 }
 
-/// The reference engine evaluates with the IR denotation itself (`denote`, which enforces the
-/// domain of raw `log`); other engines run the lowered graph.
+/// Anomaly mode's finding: one line on stderr, exit 1.
+fn report_anomaly(path: &Path, anomaly: &IrAnomaly) -> Outcome {
+    out::error_line(format_args!("{}: {anomaly}", path.display()));
+    Outcome::Failed
+}
+
+/// An evaluation's output, or where anomaly mode found a NaN or an infinity originate.
+type Evaluated = Result<Tensor<f64>, Box<IrAnomaly>>;
+
+/// `Ok(Err(anomaly))` for an anomaly, the error's lines for anything else.
+fn split_anomaly(path: &Path, e: CompiledError) -> Result<Evaluated, BadInput> {
+    match e {
+        CompiledError::Anomaly { at, .. } => Ok(Err(at)),
+        other => Err(compiled_lines(path, other)),
+    }
+}
+
+/// The reference engine evaluates with the IR denotation itself (`denote`, or `denote_all` in
+/// anomaly mode; both enforce the domain of raw `log`); other engines run the lowered graph.
 fn eval_reference<A: torchlean_spec::Scalar>(
     path: &Path,
     g: &Graph,
     p: &Payload,
     x: &Tensor<f64>,
-) -> Result<Tensor<f64>, BadInput> {
+    mode: AnomalyMode,
+) -> Result<Evaluated, BadInput> {
     let problems = errors_of(check_shapes(g));
     if !problems.is_empty() {
         return Err(diag_lines(path, &problems));
@@ -310,8 +348,26 @@ fn eval_reference<A: torchlean_spec::Scalar>(
     let x = x
         .convert::<A>()
         .map_err(|e| BadInput::one(format!("{}: input: {e}", path.display())))?;
-    let out = torchlean_ir::denote(g, p, &x).map_err(|e| ir_lines(path, &e))?;
+    let out = if mode.is_on() {
+        // every value kept, to find where a NaN or an infinity originates
+        let mut values = torchlean_ir::denote_all(g, p, &x).map_err(|e| ir_lines(path, &e))?;
+        if let Err(e) = check_denotation(g, &values) {
+            return split_anomaly(path, e);
+        }
+        if g.output_id >= values.len() {
+            return Err(BadInput::one(format!(
+                "{}: output_id {} is not a node",
+                path.display(),
+                g.output_id
+            )));
+        }
+        values.swap_remove(g.output_id)
+    } else {
+        // only live values
+        torchlean_ir::denote(g, p, &x).map_err(|e| ir_lines(path, &e))?
+    };
     out.convert::<f64>()
+        .map(Ok)
         .map_err(|e| BadInput::one(format!("{}: {e}", path.display())))
 }
 
@@ -321,13 +377,34 @@ fn eval<V: Kernels>(
     exec: &ExecGraph,
     p: &Payload,
     x: &Tensor<f64>,
-) -> Result<Tensor<f64>, BadInput> {
+) -> Result<Evaluated, BadInput> {
     let inputs: Vec<V> = exec.inputs(x, p).map_err(|e| compiled_lines(path, e))?;
     let out = exec
         .graph
         .eval_output(inputs, exec.output)
         .map_err(|e| compiled_lines(path, e))?;
     out.to_f64()
+        .map(Ok)
+        .map_err(|e| BadInput::one(format!("{}: {e}", path.display())))
+}
+
+/// [`eval`] in anomaly mode: every value is kept (and checked in order), and a finding is
+/// stated in terms of IR graph `g`.
+fn eval_detecting<V: Kernels>(
+    path: &Path,
+    g: &Graph,
+    exec: &ExecGraph,
+    p: &Payload,
+    x: &Tensor<f64>,
+) -> Result<Evaluated, BadInput> {
+    let inputs: Vec<V> = exec.inputs(x, p).map_err(|e| compiled_lines(path, e))?;
+    let values = match exec.graph.eval_with(inputs, AnomalyMode::Detect) {
+        Ok(v) => v,
+        Err(e) => return split_anomaly(path, exec.in_ir_terms(g, e)),
+    };
+    values[exec.output]
+        .to_f64()
+        .map(Ok)
         .map_err(|e| BadInput::one(format!("{}: {e}", path.display())))
 }
 

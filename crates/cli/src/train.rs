@@ -77,6 +77,7 @@ fn config(a: &TrainArgs) -> Result<TrainConfig, BadInput> {
         BackendArg::Compiled => Backend::Compiled,
     };
     c.verify_every = a.verify_every;
+    c.detect_anomaly = a.detect_anomaly;
     Ok(c)
 }
 
@@ -342,6 +343,7 @@ fn train_on<V: TrainValue>(a: &TrainArgs, data: &Dataset, origin: &str) -> Resul
             let epochs = a.epochs.unwrap_or(t.config().epochs);
             t.set_stop(epochs, a.steps);
             t.set_verify_every(a.verify_every);
+            t.set_detect_anomaly(a.detect_anomaly);
             t
         }
         None => Trainer::<V>::new(config(a)?, data).map_err(bad)?,
@@ -390,7 +392,7 @@ fn train_on<V: TrainValue>(a: &TrainArgs, data: &Dataset, origin: &str) -> Resul
     let summary = match result {
         Ok(s) => s,
         Err(TrainError::Interrupted { step }) => return save_interrupted(a, &t, step),
-        Err(e @ TrainError::VerifyFailed { .. }) => {
+        Err(e @ (TrainError::VerifyFailed { .. } | TrainError::Anomaly { .. })) => {
             out::error_line(chain(&e));
             return Ok(Outcome::Failed);
         }

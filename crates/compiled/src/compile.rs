@@ -5,7 +5,10 @@ use crate::error::Result;
 use crate::graph::GraphData;
 use crate::pack::{compact_pack, dense_pack};
 use std::sync::Arc;
-use torchlean_runtime::{forward, record_compiled, Backward, Kernels, Node, Parents, Saved, Tape};
+use torchlean_runtime::{
+    check_forward, forward, record_compiled, AnomalyMode, Backward, Kernels, Node, Parents, Saved,
+    Tape,
+};
 use torchlean_spec::Shape;
 
 /// What a compiled node's VJP returns.
@@ -28,16 +31,58 @@ pub fn compile<V: Kernels>(g: &GraphData, inputs: Vec<V>) -> Result<(Tape<V>, Ve
 /// Compiled nodes carry no name string (a recorded node's label is its op's name,
 /// [`Tape::node_label`]), so a node costs its tape entry and its op-table entry only.
 pub fn compile_tape<V: Kernels>(g: &GraphData, inputs: Vec<V>) -> Result<Tape<V>> {
+    compile_tape_with(g, inputs, AnomalyMode::Off)
+}
+
+/// [`compile_tape`]; with [`AnomalyMode::Detect`], each value is checked as it is recorded
+/// (inputs first) and the first NaN or infinite one stops with a `RuntimeError::Anomaly` naming
+/// its tape node (= context position, named by its origin, e.g. `IR node 7`); its operands,
+/// checked before it, are finite. The tape is released on that error.
+pub fn compile_tape_with<V: Kernels>(
+    g: &GraphData,
+    inputs: Vec<V>,
+    mode: AnomalyMode,
+) -> Result<Tape<V>> {
     check_grad_budget(g)?;
     g.check_inputs(&inputs)?;
     let mut tape = Tape::with_capacity(g.len());
+    let detect = mode.is_on();
     for (i, v) in inputs.into_iter().enumerate() {
-        tape.leaf(v, true, Some(format!("input {i}")));
+        let id = tape.leaf(v, true, Some(format!("input {i}")));
+        if detect {
+            if let Err(e) = check_forward(&tape, id, Some("input")) {
+                tape.release();
+                return Err(e.into());
+            }
+        }
     }
     for node in g.nodes() {
-        record_compiled(&mut tape, node.op.clone(), &node.args, None)?;
+        // a name only when detecting: a report says where the node came from
+        let name = if detect {
+            node.origin.map(|o| o.to_string())
+        } else {
+            None
+        };
+        let id = record_compiled(&mut tape, node.op.clone(), &node.args, name)?;
+        if detect {
+            if let Err(e) = check_forward(&tape, id, None) {
+                tape.release();
+                return Err(e.into());
+            }
+        }
     }
     Ok(tape)
+}
+
+/// [`compile`] with anomaly mode ([`compile_tape_with`]), returning every value too.
+pub fn compile_detecting<V: Kernels>(
+    g: &GraphData,
+    inputs: Vec<V>,
+    mode: AnomalyMode,
+) -> Result<(Tape<V>, Vec<V>)> {
+    let tape = compile_tape_with(g, inputs, mode)?;
+    let values = tape.nodes().iter().map(|n| n.value.clone()).collect();
+    Ok((tape, values))
 }
 
 /// Evaluates `g` on `inputs` and records one tape node per context position: a leaf per input

@@ -1,10 +1,10 @@
 //! Running a `torchlean.case.v1` case on an engine: lower, evaluate, sweep, compare.
 
-use crate::compile::compile_tape;
+use crate::compile::compile_tape_with;
 use crate::error::{CompiledError, Result};
 use crate::lower::{exec_graph_of_ir, ExecGraph};
 use torchlean_ir::{Case, Comparison, Payload, Tolerance};
-use torchlean_runtime::Kernels;
+use torchlean_runtime::{AnomalyMode, Kernels};
 use torchlean_spec::Tensor;
 
 /// What running a graph forward and backward produced, in `f64`.
@@ -36,49 +36,107 @@ pub fn run_grad_lowered<V: Kernels>(
     seed: Option<&Tensor<f64>>,
 ) -> Result<GradResult> {
     let inputs: Vec<V> = exec.inputs(input, payload)?;
-    let tape = compile_tape(&exec.graph, inputs)?;
+    let tape = compile_tape_with(&exec.graph, inputs, AnomalyMode::Off)?;
     let ExecGraph {
         graph,
         slots,
-        output: out_id,
+        output,
         ir_output,
         ..
     } = exec;
     let input_shapes = graph.inputs().to_vec();
     drop(graph);
-    let out_v = tape.get_value(out_id).map_err(CompiledError::Runtime)?;
-    let output = out_v.to_f64()?;
-    let seed_v = match seed {
-        Some(s) if s.shape() != out_v.shape() => {
-            return Err(CompiledError::SeedShape {
-                node: ir_output,
-                expected: out_v.shape().clone(),
-                got: s.shape().clone(),
-            })
-        }
-        Some(s) => V::from_f64(s)?,
-        None => V::full(out_v.shape(), 1.0)?,
-    };
-    let n_inputs = input_shapes.len();
-    let mut grads = tape.backward_sparse(out_id, seed_v, |id| id < n_inputs)?;
-    let mut input_grads = Vec::with_capacity(n_inputs);
-    for (i, shape) in input_shapes.into_iter().enumerate() {
-        input_grads.push(match grads.take(i) {
-            Some(g) => {
-                let t = g.to_f64()?;
-                g.drop();
-                t
-            }
-            None => Tensor::zeros(shape).map_err(|e| CompiledError::Runtime(e.into()))?,
-        });
-    }
-    grads.release();
-    tape.release();
-    Ok(GradResult {
+    let at = Sweep {
         output,
-        grad_input: input_grads[0].clone(),
-        grad_payload: crate::lower::grad_payload(&slots, &input_grads),
-    })
+        ir_output,
+        input_shapes,
+        mode: AnomalyMode::Off,
+    };
+    at.run(tape, seed, &slots)
+}
+
+/// [`run_grad`]; with [`AnomalyMode::Detect`], stops at the first IR node whose forward value
+/// or backward gradient contribution is NaN or infinite while what it was computed from was
+/// finite, with a [`CompiledError::Anomaly`] naming the IR node, its kind, shapes and parents.
+/// (The lowered graph is kept to the end, to state a finding in IR terms.)
+pub fn run_grad_with<V: Kernels>(
+    graph: &torchlean_ir::Graph,
+    payload: &Payload,
+    input: &Tensor<f64>,
+    seed: Option<&Tensor<f64>>,
+    mode: AnomalyMode,
+) -> Result<GradResult> {
+    if !mode.is_on() {
+        return run_grad::<V>(graph, payload, input, seed);
+    }
+    let exec = exec_graph_of_ir(graph, payload)?;
+    let detected = || {
+        let inputs: Vec<V> = exec.inputs(input, payload)?;
+        let tape = compile_tape_with(&exec.graph, inputs, mode)?;
+        let at = Sweep {
+            output: exec.output,
+            ir_output: exec.ir_output,
+            input_shapes: exec.graph.inputs().to_vec(),
+            mode,
+        };
+        at.run(tape, seed, &exec.slots)
+    };
+    detected().map_err(|e| exec.in_ir_terms(graph, e))
+}
+
+/// What the releasing sweep of [`run_grad_lowered`] and [`run_grad_with`] needs of the lowered
+/// graph once its tape is built.
+struct Sweep {
+    output: crate::Pos,
+    ir_output: usize,
+    input_shapes: Vec<torchlean_spec::Shape>,
+    mode: AnomalyMode,
+}
+
+impl Sweep {
+    /// The output's value, then the releasing sweep from it with `seed` (ones when absent),
+    /// retaining only the inputs' gradients; every value and gradient released at the end.
+    fn run<V: Kernels>(
+        self,
+        tape: torchlean_runtime::Tape<V>,
+        seed: Option<&Tensor<f64>>,
+        slots: &[crate::InputSlot],
+    ) -> Result<GradResult> {
+        let out_v = tape.get_value(self.output).map_err(CompiledError::Runtime)?;
+        let output = out_v.to_f64()?;
+        let seed_v = match seed {
+            Some(s) if s.shape() != out_v.shape() => {
+                return Err(CompiledError::SeedShape {
+                    node: self.ir_output,
+                    expected: out_v.shape().clone(),
+                    got: s.shape().clone(),
+                })
+            }
+            Some(s) => V::from_f64(s)?,
+            None => V::full(out_v.shape(), 1.0)?,
+        };
+        let n_inputs = self.input_shapes.len();
+        let mut grads =
+            tape.backward_sparse_with(self.output, seed_v, |id| id < n_inputs, self.mode)?;
+        let mut input_grads = Vec::with_capacity(n_inputs);
+        for (i, shape) in self.input_shapes.into_iter().enumerate() {
+            input_grads.push(match grads.take(i) {
+                Some(g) => {
+                    let t = g.to_f64()?;
+                    g.drop();
+                    t
+                }
+                None => Tensor::zeros(shape).map_err(|e| CompiledError::Runtime(e.into()))?,
+            });
+        }
+        grads.release();
+        tape.release();
+        Ok(GradResult {
+            output,
+            grad_input: input_grads[0].clone(),
+            grad_payload: crate::lower::grad_payload(slots, &input_grads),
+        })
+    }
 }
 
 /// One compared quantity of a case.

@@ -80,6 +80,15 @@ pub enum CompiledError {
         source: OverBudget,
     },
 
+    /// Anomaly mode found where a NaN or an infinity originates, stated in IR terms; the
+    /// runtime's finding (tape ids) is the source when a tape or GraphData run found it.
+    #[error("{at}")]
+    Anomaly {
+        at: Box<crate::anomaly::IrAnomaly>,
+        #[source]
+        source: Option<Box<RuntimeError>>,
+    },
+
     /// A position that is not in the context.
     #[error("position %{position} is not in the context ({len} positions)")]
     NoSuchPosition { position: usize, len: usize },

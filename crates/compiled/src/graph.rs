@@ -3,7 +3,7 @@
 //! index and shape is known good.
 
 use crate::error::{CompiledError, Result};
-use torchlean_runtime::{forward, Kernels};
+use torchlean_runtime::{forward, AnomalyMode, Kernels};
 use torchlean_spec::{Budget, NodeCost, Op, Pass, Shape, Tally};
 
 /// A context position: an input (`< n_inputs`) or the value of node `position − n_inputs`.
@@ -256,14 +256,29 @@ impl GraphData {
     /// ([`GraphData::check_budget`] for [`Pass::Eval`] with [`Budget::process_default`],
     /// counting [`BUDGET_ELEM_BYTES`] per element).
     pub fn eval<V: Kernels>(&self, inputs: Vec<V>) -> Result<Vec<V>> {
+        self.eval_with(inputs, AnomalyMode::Off)
+    }
+
+    /// [`GraphData::eval`]; with [`AnomalyMode::Detect`], every value (inputs first) is checked
+    /// in order and the first NaN or infinite one stops the evaluation with a
+    /// `RuntimeError::Anomaly` naming its position (its operands, checked before it, are finite).
+    pub fn eval_with<V: Kernels>(&self, inputs: Vec<V>, mode: AnomalyMode) -> Result<Vec<V>> {
         self.check_budget(Budget::process_default(), BUDGET_ELEM_BYTES, Pass::Eval)?;
         self.check_inputs(&inputs)?;
+        if mode.is_on() {
+            for (pos, v) in inputs.iter().enumerate() {
+                crate::anomaly::check_position(self, pos, v)?;
+            }
+        }
         let mut ctx = inputs;
         ctx.reserve(self.nodes.len());
         for (k, node) in self.nodes.iter().enumerate() {
             let pos = self.inputs.len() + k;
             let args: Vec<&V> = node.args.iter().map(|&a| &ctx[a]).collect();
             let v = forward(&node.op, &args).map_err(|e| e.at_node(pos))?;
+            if mode.is_on() {
+                crate::anomaly::check_position(self, pos, &v)?;
+            }
             ctx.push(v);
         }
         Ok(ctx)

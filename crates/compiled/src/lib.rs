@@ -8,6 +8,7 @@
 //! - [`SavedGraph`]: the saved-graph executor and its passes;
 //! - [`lower_text`]: the printed form reviewers read (and insta snapshots hold).
 
+pub mod anomaly;
 pub mod compile;
 pub mod conform;
 pub mod error;
@@ -18,8 +19,11 @@ pub mod reference;
 pub mod saved;
 pub mod text;
 
-pub use compile::{compile, compile_tape, compile_with, CompileMode};
-pub use conform::{run_case, run_grad, run_grad_lowered, CaseOutcome, Check, GradResult};
+pub use anomaly::{check_denotation, IrAnomaly, IrRef, IrSite};
+pub use compile::{compile, compile_detecting, compile_tape, compile_tape_with, compile_with, CompileMode};
+pub use conform::{
+    run_case, run_grad, run_grad_lowered, run_grad_with, CaseOutcome, Check, GradResult,
+};
 pub use error::{CompiledError, Result};
 pub use graph::{GNode, GraphData, Origin, Pos, BUDGET_ELEM_BYTES};
 pub use lower::{exec_graph_of_ir, ExecGraph, InputSlot};

@@ -14,7 +14,7 @@ use crate::threads::par_rows;
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 use std::fmt;
 use std::sync::Arc;
-use torchlean_runtime::{GradValue, GradZero, Result};
+use torchlean_runtime::{GradValue, GradZero, NonFinite, Result};
 use torchlean_spec::Shape;
 
 /// A dense tensor of `f32` or `f64` on the CPU.
@@ -318,6 +318,11 @@ impl<T: CpuScalar> GradValue for CpuTensor<T> {
 
     /// Releases the value; a uniquely owned buffer goes back to the pool (see `Drop`).
     fn drop(self) {}
+
+    /// Reads the buffer in place (no copy).
+    fn non_finite(&self) -> Option<NonFinite> {
+        NonFinite::scan(self.as_slice(), |x| x.is_finite(), |x| x.to_f64())
+    }
 
     fn into_owned(self) -> Self {
         if self.is_unique() {

@@ -66,6 +66,9 @@ impl<V: GradValue, const F: u8> GradValue for Faulty<V, F> {
     fn into_owned(self) -> Self {
         Faulty(self.0.into_owned())
     }
+    fn non_finite(&self) -> Option<torchlean_runtime::NonFinite> {
+        self.0.non_finite()
+    }
 }
 
 impl<V: GradZero, const F: u8> GradZero for Faulty<V, F> {

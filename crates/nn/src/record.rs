@@ -7,9 +7,9 @@
 
 use crate::error::{NnError, Result};
 use crate::ops::{check_call, new_owner, BufferUpdate, Ops, Scopes, Var};
-use torchlean_compiled::{compile, GraphData, Origin, Pos};
+use torchlean_compiled::{compile, compile_detecting, GraphData, Origin, Pos};
 use torchlean_ir::{Graph, Node, OpKind, Payload};
-use torchlean_runtime::{Kernels, RuntimeError};
+use torchlean_runtime::{AnomalyMode, Kernels, RuntimeError};
 use torchlean_spec::{Op, Shape, Tensor};
 
 /// What a leaf of the recorded program is.
@@ -291,8 +291,20 @@ impl Recorded {
         leaf_values: Vec<V>,
         keep: impl Fn(usize) -> bool,
     ) -> Result<(V, Vec<Option<V>>)> {
+        self.step_with(leaf_values, keep, AnomalyMode::Off)
+    }
+
+    /// [`Recorded::step`]; with [`AnomalyMode::Detect`], the compile checks each value and the
+    /// sweep each gradient contribution, and the first NaN or infinite one fails the step with
+    /// a `RuntimeError::Anomaly` naming its tape node (= GraphData position: leaves first).
+    pub fn step_with<V: Kernels>(
+        &self,
+        leaf_values: Vec<V>,
+        keep: impl Fn(usize) -> bool,
+        mode: AnomalyMode,
+    ) -> Result<(V, Vec<Option<V>>)> {
         let n = self.leaves.len();
-        let (tape, values) = compile::<V>(&self.graph, leaf_values)?;
+        let (tape, values) = compile_detecting::<V>(&self.graph, leaf_values, mode)?;
         let output = values[self.output].clone();
         for v in values {
             v.drop();
@@ -304,7 +316,7 @@ impl Recorded {
                 return Err(e.into());
             }
         };
-        let swept = tape.backward_sparse(self.output, seed, |id| id < n && keep(id));
+        let swept = tape.backward_sparse_with(self.output, seed, |id| id < n && keep(id), mode);
         let mut kept = match swept {
             Ok(k) => k,
             Err(e) => {

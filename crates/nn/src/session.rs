@@ -6,7 +6,7 @@
 use crate::error::{NnError, Result};
 use crate::ops::{check_call, new_owner, BufferUpdate, Ops, Scopes, Var};
 use std::collections::{BTreeMap, BTreeSet};
-use torchlean_runtime::{forward, record, Kernels, Tape};
+use torchlean_runtime::{check_forward, forward, record, AnomalyMode, Kernels, Tape};
 use torchlean_spec::{Op, Tensor};
 
 /// Which reverse sweep [`Session::backward`] runs.
@@ -39,6 +39,8 @@ pub struct Session<V: Kernels> {
     no_grad: usize,
     /// Random keys handed out (they go on across resets: each step draws new masks).
     keys: u64,
+    /// Anomaly mode: every value and gradient contribution checked for NaN and infinities.
+    anomaly: AnomalyMode,
 }
 
 impl<V: Kernels> std::fmt::Debug for Session<V> {
@@ -71,7 +73,22 @@ impl<V: Kernels> Session<V> {
             grads: BTreeMap::new(),
             no_grad: 0,
             keys: 0,
+            anomaly: AnomalyMode::Off,
         }
+    }
+
+    /// Turns anomaly mode on or off (PyTorch's `detect_anomaly`, naming the node). With
+    /// [`AnomalyMode::Detect`], each op's output and each leaf is checked as it is made, and the
+    /// first NaN or infinite one fails the call with a `RuntimeError::Anomaly` naming its tape
+    /// node, op, layer (the node's name), shapes and parents, forward; `backward` stops at the
+    /// first node whose VJP makes a non-finite contribution from a finite gradient, backward.
+    /// Off (the default), nothing is checked and nothing is named.
+    pub fn set_anomaly_mode(&mut self, mode: AnomalyMode) {
+        self.anomaly = mode;
+    }
+
+    pub fn anomaly_mode(&self) -> AnomalyMode {
+        self.anomaly
     }
 
     /// Runs `f` with gradient recording off: its ops run but record nothing to differentiate
@@ -118,9 +135,10 @@ impl<V: Kernels> Session<V> {
         self.release_grads();
         let loss = out;
         let seed = V::from_f64(seed)?;
+        let mode = self.anomaly;
         match sweep {
             Sweep::DenseAll => {
-                let all = self.tape.backward_dense_all(loss.index, seed)?;
+                let all = self.tape.backward_dense_all_with(loss.index, seed, mode)?;
                 for (id, g) in all.into_iter().enumerate() {
                     if self.watched.contains(&id) {
                         self.grads.insert(id, g);
@@ -131,9 +149,12 @@ impl<V: Kernels> Session<V> {
             }
             Sweep::Releasing => {
                 let watched = &self.watched;
-                let mut kept = self
-                    .tape
-                    .backward_sparse(loss.index, seed, |id| watched.contains(&id))?;
+                let mut kept = self.tape.backward_sparse_with(
+                    loss.index,
+                    seed,
+                    |id| watched.contains(&id),
+                    mode,
+                )?;
                 for id in kept.ids() {
                     if let Some(g) = kept.take(id) {
                         self.grads.insert(id, g);
@@ -242,8 +263,8 @@ impl<V: Kernels> Session<V> {
     /// A model input given as an engine value (a batch already on the engine): [`Ops::input`]
     /// without the conversion from `f64` data, which on a training batch costs as much as a
     /// small layer. Cloning a value shares its buffer, so a batch can be fed step after step.
-    pub fn input_value(&mut self, _name: &str, value: V, requires_grad: bool) -> Result<Var> {
-        self.leaf(value, requires_grad)
+    pub fn input_value(&mut self, name: &str, value: V, requires_grad: bool) -> Result<Var> {
+        self.leaf(value, requires_grad, "input", name)
     }
 
     /// Number of nodes on the tape.
@@ -276,13 +297,39 @@ impl<V: Kernels> Session<V> {
         })
     }
 
-    fn leaf(&mut self, value: V, requires_grad: bool) -> Result<Var> {
+    /// A leaf; in anomaly mode named `name` and checked (`kind`: what it is, for the report).
+    fn leaf(
+        &mut self,
+        value: V,
+        requires_grad: bool,
+        kind: &'static str,
+        name: &str,
+    ) -> Result<Var> {
         let requires_grad = requires_grad && self.no_grad == 0;
-        let id = self.tape.leaf(value, requires_grad, None);
+        let name = self.anomaly.is_on().then(|| name.to_string());
+        let id = self.tape.leaf(value, requires_grad, name);
+        self.check_anomaly(id, kind)?;
         if requires_grad {
             self.watched.insert(id);
         }
         self.var(id)
+    }
+
+    /// Anomaly mode's forward check of tape node `id` (nothing when off).
+    fn check_anomaly(&self, id: usize, kind: &'static str) -> Result<()> {
+        if !self.anomaly.is_on() {
+            return Ok(());
+        }
+        check_forward(&self.tape, id, Some(kind)).map_err(|source| NnError::Runtime {
+            layer: self.scopes.path(),
+            source,
+        })
+    }
+
+    /// The tape name of an op node: its layer path in anomaly mode (so a report names the
+    /// layer), none otherwise.
+    fn op_node_name(&self) -> Option<String> {
+        self.anomaly.is_on().then(|| self.scopes.path())
     }
 }
 
@@ -291,6 +338,7 @@ impl<V: Kernels> Ops for Session<V> {
         let shape = check_call(self.owner, &self.scopes, &op, args)?;
         let layer = || self.scopes.path();
         let ids: torchlean_runtime::Operands<usize> = args.iter().map(|a| a.index).collect();
+        let kind = op.name();
         let index = if self.no_grad > 0 {
             let vals: Vec<&V> = ids
                 .iter()
@@ -300,13 +348,15 @@ impl<V: Kernels> Ops for Session<V> {
                 layer: layer(),
                 source,
             })?;
-            self.tape.leaf(value, false, None)
+            self.tape.leaf(value, false, self.op_node_name())
         } else {
-            record(&mut self.tape, op, &ids, None).map_err(|source| NnError::Runtime {
+            let name = self.op_node_name();
+            record(&mut self.tape, op, &ids, name).map_err(|source| NnError::Runtime {
                 layer: self.scopes.path(),
                 source,
             })?
         };
+        self.check_anomaly(index, kind)?;
         Ok(Var {
             index,
             shape,
@@ -316,12 +366,12 @@ impl<V: Kernels> Ops for Session<V> {
 
     fn constant(&mut self, value: &Tensor<f64>) -> Result<Var> {
         let v = V::from_f64(value)?;
-        self.leaf(v, false)
+        self.leaf(v, false, "constant", "constant")
     }
 
-    fn input(&mut self, _name: &str, value: &Tensor<f64>, requires_grad: bool) -> Result<Var> {
+    fn input(&mut self, name: &str, value: &Tensor<f64>, requires_grad: bool) -> Result<Var> {
         let v = V::from_f64(value)?;
-        self.leaf(v, requires_grad)
+        self.leaf(v, requires_grad, "input", name)
     }
 
     fn param(&mut self, name: &str, init: &Tensor<f64>) -> Result<Var> {
@@ -344,7 +394,7 @@ impl<V: Kernels> Ops for Session<V> {
                 v
             }
         };
-        let var = self.leaf(value, true)?;
+        let var = self.leaf(value, true, "param", &full)?;
         self.param_leaves.insert(full, var.index);
         Ok(var)
     }
@@ -355,11 +405,11 @@ impl<V: Kernels> Ops for Session<V> {
             Some(v) => v.clone(),
             None => {
                 let v = V::from_f64(init)?;
-                self.buffers.insert(full, v.clone());
+                self.buffers.insert(full.clone(), v.clone());
                 v
             }
         };
-        self.leaf(value, false)
+        self.leaf(value, false, "buffer", &full)
     }
 
     fn update_buffer(&mut self, name: &str, input: &Var, update: BufferUpdate<'_>) -> Result<()> {

@@ -72,6 +72,10 @@ pub enum RuntimeError {
     #[error("invalid value: {0}")]
     Invalid(String),
 
+    /// Anomaly mode found the node where a NaN or an infinity originates.
+    #[error("{0}")]
+    Anomaly(Box<crate::anomaly::Anomaly>),
+
     /// An error from the reference semantics.
     #[error("{}{source}", node_prefix(.node))]
     Spec {

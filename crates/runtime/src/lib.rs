@@ -14,6 +14,7 @@
 //!
 //! This crate never inspects the IR.
 
+pub mod anomaly;
 pub mod error;
 pub mod kernel;
 pub mod reference;
@@ -21,6 +22,7 @@ pub mod sweep;
 pub mod tape;
 pub mod value;
 
+pub use anomaly::{check_forward, Anomaly, AnomalyMode, Direction, Site};
 pub use error::{Result, RuntimeError};
 pub use kernel::{
     fold_repeated_operands, forward, record, record_compiled, release_saved, vjp, vjp_for,
@@ -33,4 +35,5 @@ pub use sweep::{
 pub use tape::{
     Backward, ContributionIter, Contributions, Node, Parents, RecordedSlot, Tape, VjpClosure,
 };
+pub use torchlean_spec::NonFinite;
 pub use value::{GradValue, GradZero};

@@ -5,7 +5,7 @@
 use crate::error::{Result, RuntimeError};
 use crate::kernel::Kernels;
 use crate::value::{GradValue, GradZero};
-use torchlean_spec::{Scalar, Shape, Tensor};
+use torchlean_spec::{NonFinite, Scalar, Shape, Tensor};
 
 impl<A: Scalar> GradValue for Tensor<A> {
     fn shape(&self) -> &Shape {
@@ -35,6 +35,10 @@ impl<A: Scalar> GradValue for Tensor<A> {
 
     fn into_owned(self) -> Self {
         self
+    }
+
+    fn non_finite(&self) -> Option<NonFinite> {
+        Tensor::non_finite(self)
     }
 }
 

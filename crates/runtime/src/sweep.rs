@@ -11,6 +11,7 @@
 //! accumulation, the upstream gradients the releasing sweep is done with, and on error everything
 //! still held.
 
+use crate::anomaly::{check_gradient, AnomalyMode, Site};
 use crate::error::{Result, RuntimeError};
 use crate::tape::{Backward, Node, Tape};
 use crate::value::{GradValue, GradZero};
@@ -104,6 +105,7 @@ fn run_vjp<V: GradValue>(
     grads: &mut [Option<V>],
     id: usize,
     accumulate: Accumulate<V>,
+    anomaly: Option<usize>,
 ) -> Result<()> {
     let node = tape.get_node(id)?;
     if !node.requires_grad {
@@ -112,16 +114,51 @@ fn run_vjp<V: GradValue>(
     let Some(upstream) = grads[id].take() else {
         return Ok(());
     };
+    if let Some(out_id) = anomaly {
+        if let Err(e) = check_upstream(tape, id, out_id, &upstream) {
+            grads[id] = Some(upstream);
+            return Err(e);
+        }
+    }
     let contributions = tape.contributions(id, &upstream);
     grads[id] = Some(upstream);
     let mut contributions = contributions?;
     while let Some((parent, g)) = contributions.next() {
-        if let Err(e) = accumulate(tape, grads, id, parent, g) {
+        let checked = match anomaly {
+            Some(_) if takes_grad(tape, parent) => {
+                check_gradient(tape, id, Site::Contribution { parent }, &g)
+            }
+            _ => Ok(()),
+        };
+        let result = match checked {
+            Ok(()) => accumulate(tape, grads, id, parent, g),
+            Err(e) => {
+                g.drop();
+                Err(e)
+            }
+        };
+        if let Err(e) = result {
             release_all(contributions.map(|(_, g)| g));
             return Err(e);
         }
     }
     Ok(())
+}
+
+/// Whether contributions to `parent` are kept (anomaly mode checks only those).
+fn takes_grad<V: GradValue>(tape: &Tape<V>, parent: usize) -> bool {
+    tape.get_node(parent).is_ok_and(|p| p.requires_grad)
+}
+
+/// Anomaly mode's check of node `id`'s gradient before its VJP runs: non-finite there means the
+/// seed was (at `out_id`) or finite contributions overflowed when summed.
+fn check_upstream<V: GradValue>(tape: &Tape<V>, id: usize, out_id: usize, g: &V) -> Result<()> {
+    let site = if id == out_id {
+        Site::Seed
+    } else {
+        Site::Accumulated
+    };
+    check_gradient(tape, id, site, g)
 }
 
 /// Runs node `id`'s VJP if its slot is filled and it requires grad, accumulating into `grads`.
@@ -130,7 +167,7 @@ pub fn backward_dense_step<V: GradValue>(
     grads: &mut [Option<V>],
     id: usize,
 ) -> Result<()> {
-    run_vjp(tape, grads, id, add_grad_dense)
+    run_vjp(tape, grads, id, add_grad_dense, None)
 }
 
 fn check_seed<V: GradValue>(tape: &Tape<V>, out_id: usize, seed: &V) -> Result<()> {
@@ -149,14 +186,27 @@ impl<V: GradValue> Tape<V> {
     /// Reachable-only reverse sweep: `grads[out_id] = seed`, then for ids `n−1 … 0` a node's VJP
     /// runs only if its slot is filled. `None` marks nodes the output does not depend on.
     pub fn backward_dense(&self, out_id: usize, seed: V) -> Result<Vec<Option<V>>> {
+        self.backward_dense_with(out_id, seed, AnomalyMode::Off)
+    }
+
+    /// [`Tape::backward_dense`]; with [`AnomalyMode::Detect`], stops with
+    /// [`RuntimeError::Anomaly`] at the first node (in the sweep's order) whose VJP makes a
+    /// non-finite contribution from a finite gradient (or whose gradient overflows).
+    pub fn backward_dense_with(
+        &self,
+        out_id: usize,
+        seed: V,
+        mode: AnomalyMode,
+    ) -> Result<Vec<Option<V>>> {
         if let Err(e) = check_seed(self, out_id, &seed) {
             seed.drop();
             return Err(e);
         }
         let mut grads: Vec<Option<V>> = (0..self.size()).map(|_| None).collect();
         grads[out_id] = Some(seed);
+        let anomaly = mode.is_on().then_some(out_id);
         for id in (0..self.size()).rev() {
-            if let Err(e) = backward_dense_step(self, &mut grads, id) {
+            if let Err(e) = run_vjp(self, &mut grads, id, add_grad_dense, anomaly) {
                 release_slots(grads);
                 return Err(e);
             }
@@ -169,7 +219,20 @@ impl<V: GradValue> Tape<V> {
     where
         V: GradZero,
     {
-        let grads = self.backward_dense(out_id, seed)?;
+        self.backward_dense_all_with(out_id, seed, AnomalyMode::Off)
+    }
+
+    /// [`Tape::backward_dense_all`] with anomaly mode as in [`Tape::backward_dense_with`].
+    pub fn backward_dense_all_with(
+        &self,
+        out_id: usize,
+        seed: V,
+        mode: AnomalyMode,
+    ) -> Result<Vec<V>>
+    where
+        V: GradZero,
+    {
+        let grads = self.backward_dense_with(out_id, seed, mode)?;
         Ok(totalize(self, grads))
     }
 
@@ -217,6 +280,20 @@ impl<V: GradValue> Tape<V> {
         seed: V,
         retain: impl Fn(usize) -> bool,
     ) -> Result<SparseGrads<V>> {
+        self.backward_sparse_with(out_id, seed, retain, AnomalyMode::Off)
+    }
+
+    /// [`Tape::backward_sparse`]; with [`AnomalyMode::Detect`], stops with
+    /// [`RuntimeError::Anomaly`] (releasing everything) at the first node whose VJP makes a
+    /// non-finite contribution to a needed parent from a finite gradient, or whose gradient is
+    /// non-finite before its VJP runs (a non-finite seed, or an overflowing sum).
+    pub fn backward_sparse_with(
+        &self,
+        out_id: usize,
+        seed: V,
+        retain: impl Fn(usize) -> bool,
+        mode: AnomalyMode,
+    ) -> Result<SparseGrads<V>> {
         if let Err(e) = check_seed(self, out_id, &seed) {
             seed.drop();
             return Err(e);
@@ -230,8 +307,9 @@ impl<V: GradValue> Tape<V> {
         };
         map.put(out_id, seed.into_owned());
         let needed = needed_nodes(self, out_id, &retain);
+        let anomaly = mode.is_on().then_some(out_id);
         for id in (0..self.size()).rev() {
-            if let Err(e) = sparse_step(self, &mut map, id, retain(id), &needed) {
+            if let Err(e) = sparse_step(self, &mut map, id, retain(id), &needed, anomaly) {
                 map.release();
                 return Err(e);
             }
@@ -253,6 +331,7 @@ fn sparse_step<V: GradValue>(
     id: usize,
     retain: bool,
     needed: &[bool],
+    anomaly: Option<usize>,
 ) -> Result<()> {
     let node = tape.get_node(id)?;
     let release_own = |map: &mut SparseGrads<V>| {
@@ -278,6 +357,9 @@ fn sparse_step<V: GradValue>(
             upstream,
         ));
     }
+    if let Some(out_id) = anomaly {
+        check_upstream(tape, id, out_id, upstream)?;
+    }
     let needs = |p: usize| needed.get(p).copied().unwrap_or(true);
     let mut contributions = tape.contributions_for(id, upstream, &needs)?;
     map.note_transient(contributions.pending());
@@ -285,6 +367,12 @@ fn sparse_step<V: GradValue>(
     while let Some((parent, g)) = contributions.next() {
         let result = validate_contribution(tape, id, parent, g).and_then(|g| {
             if let Some(g) = g {
+                if anomaly.is_some() && needs(parent) {
+                    if let Err(e) = check_gradient(tape, id, Site::Contribution { parent }, &g) {
+                        g.drop();
+                        return Err(e);
+                    }
+                }
                 match map.take(parent) {
                     None => map.put(parent, g.into_owned()),
                     Some(old) => map.put(parent, old.add(g)?),
@@ -362,7 +450,7 @@ pub fn backward_dense_from_step<V: GradValue>(
     grads: &mut [Option<V>],
     id: usize,
 ) -> Result<()> {
-    run_vjp(tape, grads, id, add_grad_all)
+    run_vjp(tape, grads, id, add_grad_all, None)
 }
 
 /// Visits ids `n−1 … 0` with [`backward_dense_from_step`].

@@ -282,6 +282,15 @@ impl<V: GradValue> Tape<V> {
         &self.nodes
     }
 
+    /// The wire name of the op recorded at node `id` (`None` for leaves, closures and nodes
+    /// that recorded no VJP).
+    pub fn op_name(&self, id: usize) -> Option<&'static str> {
+        match &self.nodes.get(id)?.backward {
+            Backward::Recorded(slot) => self.recorded.get(slot.0).map(|r| r.op.name()),
+            _ => None,
+        }
+    }
+
     /// Runs node `id`'s local VJP on the upstream gradient `cot`: its `(parent id,
     /// contribution)` pairs in accumulation order. Errors name the node.
     pub fn run_backward(&self, id: usize, cot: &V) -> Result<Contributions<V>> {

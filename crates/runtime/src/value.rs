@@ -1,7 +1,7 @@
 //! What a gradient value must provide to the sweeps.
 
 use crate::error::Result;
-use torchlean_spec::Shape;
+use torchlean_spec::{NonFinite, Shape};
 
 /// A value the reverse sweeps can accumulate and release.
 ///
@@ -29,6 +29,10 @@ pub trait GradValue: Sized {
     /// may alias another value (a VJP may return its upstream buffer). The releasing sweep
     /// stores only owned values ("copy on first store").
     fn into_owned(self) -> Self;
+
+    /// The first NaN or infinite element and how many there are (`None` when every element is
+    /// finite; always for exact scalars). Anomaly mode reads values through this, in place.
+    fn non_finite(&self) -> Option<NonFinite>;
 }
 
 /// Values that can produce a zero of their own shape (for totalizing gradient arrays).

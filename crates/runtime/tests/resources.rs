@@ -78,6 +78,9 @@ impl GradValue for Counted {
         self.released = true;
         self.reg.released.fetch_add(1, SeqCst);
     }
+    fn non_finite(&self) -> Option<torchlean_runtime::NonFinite> {
+        NonFinite::scan(&[self.v], |x| x.is_finite(), |x| *x)
+    }
     fn into_owned(self) -> Self {
         // always copy, to exercise the accounting of copy-on-first-store
         let mut out = Counted::new(&self.reg, self.v);
@@ -162,6 +165,33 @@ fn every_value_created_during_backward_sparse_is_released_exactly_once() {
     let end = reg.snapshot();
     assert_eq!(end.0, end.1);
     assert_eq!(end.2, 0);
+}
+
+#[test]
+fn a_sweep_stopped_by_anomaly_mode_releases_everything() {
+    let reg = Arc::new(Registry::default());
+    let mut tape = Tape::empty();
+    let x = tape.add_node(node(&reg, 1.0, vec![], 1.0, None));
+    let a = tape.add_node(node(&reg, 2.0, vec![x], 2.0, None));
+    // b's VJP sends inf to `a` and to `x` from a finite gradient
+    let b = tape.add_node(node(&reg, 2.0, vec![x, a, x], f64::INFINITY, None));
+    let out = tape.add_node(node(&reg, 4.0, vec![b, a], 1.0, None));
+    let detect = AnomalyMode::Detect;
+    let e = tape
+        .backward_sparse_with(out, Counted::new(&reg, 1.0), |_| true, detect)
+        .unwrap_err();
+    assert!(
+        matches!(&e, RuntimeError::Anomaly(an) if an.node == b && an.site == Site::Contribution { parent: x }),
+        "{e}"
+    );
+    let e = tape
+        .backward_dense_with(out, Counted::new(&reg, 1.0), detect)
+        .unwrap_err();
+    assert!(matches!(e, RuntimeError::Anomaly(_)), "{e}");
+    tape.release();
+    let (created, released, leaked) = reg.snapshot();
+    assert_eq!(leaked, 0, "leaked values");
+    assert_eq!(created, released);
 }
 
 #[test]

@@ -12,6 +12,7 @@
 pub mod backend;
 pub mod budget;
 pub mod error;
+pub mod finite;
 pub mod ops;
 pub mod scalar;
 pub mod shape;
@@ -20,6 +21,7 @@ pub mod tensor;
 pub use backend::Backend;
 pub use budget::{Budget, NodeCost, OverBudget, Pass, Tally};
 pub use error::{Result, SpecError};
+pub use finite::NonFinite;
 pub use ops::{
     Arity, BinaryOp, Conv2dSpec, Cotangents, GeluApprox, Op, OpDesc, Operands, PoolKind, PoolSpec,
     Reduction, Saved, UnaryOp,

@@ -84,6 +84,11 @@ impl<A: Scalar> Tensor<A> {
         &self.data
     }
 
+    /// The first NaN or infinite element, if any (never for exact rationals).
+    pub fn non_finite(&self) -> Option<crate::NonFinite> {
+        crate::NonFinite::scan(&self.data, A::is_finite, A::to_f64)
+    }
+
     /// Mutable access to the flat data (the shape cannot change through it).
     pub fn data_mut(&mut self) -> &mut [A] {
         &mut self.data

@@ -320,6 +320,15 @@ pub enum TrainError {
     #[error("step {step}: the loss is {loss}; lower the learning rate or clip gradients (--clip-grad-norm)")]
     NonFiniteLoss { step: u64, loss: f64 },
 
+    /// Anomaly mode found where a NaN or an infinity originates in step `step`; the source
+    /// names the node (a `RuntimeError::Anomaly` down its chain).
+    #[error("step {step}")]
+    Anomaly {
+        step: u64,
+        #[source]
+        source: Box<TrainError>,
+    },
+
     /// A verified step deviated from the reference engine beyond the tolerance.
     #[error("step {step}: `{param}` on {engine} deviates from the reference engine (f64) by {deviation:.3e} relative, above the tolerance {tolerance:.0e}")]
     VerifyFailed {
@@ -346,4 +355,51 @@ pub enum TrainError {
     /// Something the trainer relies on did not hold (a bug, reported instead of a panic).
     #[error("internal: expected that {what}")]
     Invariant { what: &'static str },
+}
+
+impl TrainError {
+    /// The anomaly this error carries, if anomaly mode stopped the run (through the
+    /// transparent wrappers, which `source()` skips, then down the source chain).
+    pub fn anomaly(&self) -> Option<&torchlean_runtime::Anomaly> {
+        let direct = match self {
+            TrainError::Runtime(RuntimeError::Anomaly(a)) => Some(&**a),
+            TrainError::Nn(NnError::Runtime {
+                source: RuntimeError::Anomaly(a),
+                ..
+            }) => Some(&**a),
+            TrainError::Nn(NnError::Compiled(c)) | TrainError::Compiled(c) => compiled_anomaly(c),
+            _ => None,
+        };
+        if direct.is_some() {
+            return direct;
+        }
+        let mut cur = std::error::Error::source(self);
+        while let Some(e) = cur {
+            if let Some(RuntimeError::Anomaly(a)) = e.downcast_ref::<RuntimeError>() {
+                return Some(a);
+            }
+            cur = e.source();
+        }
+        None
+    }
+
+    /// An error of step `step`: an anomaly becomes [`TrainError::Anomaly`] (naming the step);
+    /// anything else is unchanged.
+    pub fn at_step(self, step: u64) -> Self {
+        if self.anomaly().is_some() {
+            TrainError::Anomaly {
+                step,
+                source: Box::new(self),
+            }
+        } else {
+            self
+        }
+    }
+}
+
+fn compiled_anomaly(e: &torchlean_compiled::CompiledError) -> Option<&torchlean_runtime::Anomaly> {
+    match e {
+        torchlean_compiled::CompiledError::Runtime(RuntimeError::Anomaly(a)) => Some(a),
+        _ => None,
+    }
 }

@@ -10,7 +10,7 @@ use crate::model::Model;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use torchlean_nn::{LeafKind, Ops, Recorded, Recorder, Session, Sweep};
-use torchlean_runtime::Kernels;
+use torchlean_runtime::{AnomalyMode, Kernels};
 use torchlean_spec::{Reduction, Shape, Tensor};
 
 /// Which interpreter runs a step.
@@ -59,6 +59,10 @@ pub trait Exec<V: Kernels> {
 
     /// The parameters, mutable (an optimizer step; no buffer is shared at this point).
     fn params_mut(&mut self) -> Vec<(&str, &mut V)>;
+
+    /// Anomaly mode for the steps (evaluation is not checked: it computes nothing a step
+    /// did not).
+    fn set_anomaly_mode(&mut self, mode: AnomalyMode);
 
     /// `(summed loss, correct predictions)` of `model` on `(x, labels)`, without gradients.
     fn evaluate(
@@ -155,6 +159,10 @@ impl<V: Kernels> Exec<V> for EagerExec<V> {
         self.session.params()
     }
 
+    fn set_anomaly_mode(&mut self, mode: AnomalyMode) {
+        self.session.set_anomaly_mode(mode);
+    }
+
     fn params_mut(&mut self) -> Vec<(&str, &mut V)> {
         self.session.params_mut().collect()
     }
@@ -185,6 +193,7 @@ pub struct CompiledExec<V: Kernels> {
     params: BTreeMap<String, V>,
     programs: HashMap<usize, Program>,
     eval: Session<V>,
+    anomaly: AnomalyMode,
 }
 
 impl<V: Kernels> CompiledExec<V> {
@@ -197,6 +206,7 @@ impl<V: Kernels> CompiledExec<V> {
             params,
             programs: HashMap::new(),
             eval: Session::new(),
+            anomaly: AnomalyMode::Off,
         })
     }
 }
@@ -267,7 +277,7 @@ impl<V: Kernels> Exec<V> for CompiledExec<V> {
             inputs.push(v);
         }
         let is_param = |i: usize| p.params.iter().any(|(j, _)| *j == i);
-        let (output, mut grads) = p.rec.step::<V>(inputs, is_param)?;
+        let (output, mut grads) = p.rec.step_with::<V>(inputs, is_param, self.anomaly)?;
         let loss = *output.to_f64()?.item()?;
         output.drop();
         let grads = p
@@ -280,6 +290,10 @@ impl<V: Kernels> Exec<V> for CompiledExec<V> {
 
     fn params(&self) -> &BTreeMap<String, V> {
         &self.params
+    }
+
+    fn set_anomaly_mode(&mut self, mode: AnomalyMode) {
+        self.anomaly = mode;
     }
 
     fn params_mut(&mut self) -> Vec<(&str, &mut V)> {

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use torchlean_runtime::AnomalyMode;
 use torchlean_spec::Tensor;
 
 /// The checkpoint's format tag.
@@ -60,6 +61,10 @@ pub struct TrainConfig {
     pub backend: Backend,
     /// Verify every N-th step on the reference engine in f64 (0 or `None`: never).
     pub verify_every: Option<u64>,
+    /// Anomaly mode: stop at the first node whose value or gradient contribution is NaN or
+    /// infinite ([`TrainError::Anomaly`]). Decides whether a run stops, not what it computes.
+    #[serde(default)]
+    pub detect_anomaly: bool,
 }
 
 impl TrainConfig {
@@ -81,6 +86,7 @@ impl TrainConfig {
             held_out: 0.2,
             backend: Backend::Eager,
             verify_every: None,
+            detect_anomaly: false,
         }
     }
 
@@ -263,13 +269,15 @@ impl<V: TrainValue> std::fmt::Debug for Trainer<V> {
 }
 
 fn exec_for<V: TrainValue>(
-    backend: Backend,
+    cfg: &TrainConfig,
     params: &BTreeMap<String, Tensor<f64>>,
 ) -> Result<Box<dyn Exec<V>>> {
-    Ok(match backend {
+    let mut exec: Box<dyn Exec<V>> = match cfg.backend {
         Backend::Eager => Box::new(EagerExec::<V>::new(params)?),
         Backend::Compiled => Box::new(CompiledExec::<V>::new(params)?),
-    })
+    };
+    exec.set_anomaly_mode(AnomalyMode::detect_if(cfg.detect_anomaly));
+    Ok(exec)
 }
 
 impl<V: TrainValue> Trainer<V> {
@@ -290,7 +298,7 @@ impl<V: TrainValue> Trainer<V> {
             cfg.seed,
         )?;
         let params: BTreeMap<String, Tensor<f64>> = model.initial_params().into_iter().collect();
-        let exec = exec_for::<V>(cfg.backend, &params)?;
+        let exec = exec_for::<V>(&cfg, &params)?;
         let optimizer = Optimizer::new(cfg.optimizer.clone())?;
         Ok(Trainer {
             cfg,
@@ -371,6 +379,12 @@ impl<V: TrainValue> Trainer<V> {
         self.cfg.verify_every = every;
     }
 
+    /// Turns anomaly mode on or off (for a resumed run).
+    pub fn set_detect_anomaly(&mut self, on: bool) {
+        self.cfg.detect_anomaly = on;
+        self.exec.set_anomaly_mode(AnomalyMode::detect_if(on));
+    }
+
     /// The current parameters as `f64` data, by name.
     pub fn params_f64(&self) -> Result<BTreeMap<String, Tensor<f64>>> {
         self.exec
@@ -436,7 +450,10 @@ impl<V: TrainValue> Trainer<V> {
             let verify_now =
                 matches!(self.cfg.verify_every, Some(n) if n > 0 && (k + 1).is_multiple_of(n));
             let t = Instant::now();
-            let out = self.exec.step(&self.model, &x, &y)?;
+            let out = self
+                .exec
+                .step(&self.model, &x, &y)
+                .map_err(|e| e.at_step(k + 1))?;
             train_time += t.elapsed();
             if !out.loss.is_finite() {
                 return Err(TrainError::NonFiniteLoss {
@@ -719,7 +736,7 @@ impl<V: TrainValue> Trainer<V> {
             let nt = &ck.tensors[&name];
             params.insert(name, Tensor::new(shape, tensor_f64(nt))?);
         }
-        t.exec = exec_for::<V>(t.cfg.backend, &params)?;
+        t.exec = exec_for::<V>(&t.cfg, &params)?;
         // the engine's own precision, exactly: f32 data converted to f64 and back is the same
         let opath = optimizer_path(path);
         let oc = Checkpoint::load_checked(&opath)?;

@@ -1,0 +1,197 @@
+//! `--detect-anomaly` on `eval`, `grad` and `train`: exit 1 and one line naming the node where a
+//! NaN or an infinity originates, on every engine and dtype; without the flag, nothing changes.
+#![allow(clippy::unwrap_used)]
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn run(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_torchlean"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Exit 1, nothing on stdout, and exactly one line on stderr holding every `want`.
+#[track_caller]
+fn assert_anomaly(o: &Output, want: &[&str]) {
+    let err = stderr(o);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "stdout: {}\nstderr: {err}",
+        stdout(o)
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(stdout(o).is_empty(), "{}", stdout(o));
+    for w in want {
+        assert!(err.contains(w), "expected {w:?} in stderr:\n{err}");
+    }
+}
+
+fn write(dir: &Path, name: &str, v: &Value) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, v.to_string()).unwrap();
+    p
+}
+
+/// The reviewers' graph, `inv(sub(x, x))`, and an input.
+fn inv_of_zero(dir: &Path) -> (String, String) {
+    let g = json!({
+        "format": "torchlean.ir.v1", "input_id": 0, "output_id": 2,
+        "nodes": [
+            {"id": 0, "kind": "input", "parents": [], "shape": [2]},
+            {"id": 1, "kind": "sub", "parents": [0, 0], "shape": [2]},
+            {"id": 2, "kind": "inv", "parents": [1], "shape": [2]}
+        ]
+    });
+    let x = json!({"shape": [2], "data": [1.0, 0.0]});
+    (
+        write(dir, "g.json", &g).display().to_string(),
+        write(dir, "x.json", &x).display().to_string(),
+    )
+}
+
+const ENGINES: [[&str; 4]; 4] = [
+    ["--engine", "cpu", "--dtype", "f64"],
+    ["--engine", "cpu", "--dtype", "f32"],
+    ["--engine", "reference", "--dtype", "f64"],
+    ["--engine", "reference", "--dtype", "f32"],
+];
+
+#[test]
+fn eval_and_grad_name_the_inv_node_in_the_forward_on_every_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let (g, x) = inv_of_zero(dir.path());
+    for cmd in ["eval", "grad"] {
+        for e in ENGINES {
+            let mut args = vec![cmd, g.as_str(), "--input", x.as_str(), "--detect-anomaly"];
+            args.extend(e);
+            assert_anomaly(
+                &run(&args),
+                &[
+                    &g,
+                    "anomaly in the forward",
+                    "IR node 2 (inv)",
+                    "shape [2]",
+                    "parents [node 1 (sub) [2]]",
+                    "inf at flat index 0",
+                    "from finite operands",
+                ],
+            );
+        }
+    }
+}
+
+#[test]
+fn without_the_flag_the_output_is_unchanged_inf_and_nan_with_exit_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let (g, x) = inv_of_zero(dir.path());
+    for e in ENGINES {
+        let mut args = vec!["grad", g.as_str(), "--input", x.as_str()];
+        args.extend(e);
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert_eq!(v["output"]["data"], json!(["inf", "inf"]), "{e:?}");
+        assert_eq!(v["grad_input"]["data"], json!(["nan", "nan"]), "{e:?}");
+        let mut args = vec!["eval", g.as_str(), "--input", x.as_str()];
+        args.extend(e);
+        let o = run(&args);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert_eq!(v["data"], json!(["inf", "inf"]), "{e:?}");
+    }
+}
+
+#[test]
+fn grad_names_the_node_whose_gradient_overflows_in_the_backward() {
+    // inv(1e-200) = 1e200 is finite; its gradient −1/x² is not
+    let dir = tempfile::tempdir().unwrap();
+    let g = json!({
+        "format": "torchlean.ir.v1", "input_id": 0, "output_id": 1,
+        "nodes": [
+            {"id": 0, "kind": "input", "parents": [], "shape": [2]},
+            {"id": 1, "kind": "inv", "parents": [0], "shape": [2]}
+        ]
+    });
+    let g = write(dir.path(), "g.json", &g).display().to_string();
+    let x = write(
+        dir.path(),
+        "x.json",
+        &json!({"shape": [2], "data": [1.0, 1e-200]}),
+    );
+    let x = x.display().to_string();
+    for engine in ["cpu", "reference"] {
+        let args = [
+            "grad",
+            &g,
+            "--input",
+            &x,
+            "--engine",
+            engine,
+            "--detect-anomaly",
+        ];
+        assert_anomaly(
+            &run(&args),
+            &[
+                "anomaly in the backward",
+                "IR node 1 (inv)",
+                "its gradient for node 0 (input) is -inf at flat index 1",
+                "from a finite incoming gradient",
+            ],
+        );
+    }
+    // a finite run prints the same with the flag as without
+    let fine = write(
+        dir.path(),
+        "fine.json",
+        &json!({"shape": [2], "data": [1.0, 2.0]}),
+    );
+    let fine = fine.display().to_string();
+    let with = run(&["grad", &g, "--input", &fine, "--detect-anomaly"]);
+    let without = run(&["grad", &g, "--input", &fine]);
+    assert_eq!(with.status.code(), Some(0), "{}", stderr(&with));
+    assert_eq!(stdout(&with), stdout(&without));
+}
+
+fn train(args: &[&str]) -> Output {
+    let mut all = vec!["train", "mlp", "--steps", "6", "--lr", "1e30"];
+    all.extend(args);
+    run(&all)
+}
+
+#[test]
+fn train_with_an_absurd_learning_rate_stops_at_the_first_node_that_overflows() {
+    for backend in ["eager", "compiled"] {
+        let o = train(&["--detect-anomaly", "--backend", backend]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{backend}: {err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        for w in [
+            "step 2",
+            "anomaly: tape node",
+            "(linear,",
+            "forward value is inf",
+            "its operands are finite",
+        ] {
+            assert!(err.contains(w), "{backend}: expected {w:?} in {err}");
+        }
+    }
+    // the eager session names the layer
+    assert!(stderr(&train(&["--detect-anomaly"])).contains("(linear, `2`"));
+    // without the flag the run goes on to the NaN loss, as before
+    let o = train(&[]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("the loss is NaN"), "{}", stderr(&o));
+}
