@@ -102,7 +102,9 @@ impl Sweep {
         seed: Option<&Tensor<f64>>,
         slots: &[crate::InputSlot],
     ) -> Result<GradResult> {
-        let out_v = tape.get_value(self.output).map_err(CompiledError::Runtime)?;
+        let out_v = tape
+            .get_value(self.output)
+            .map_err(CompiledError::Runtime)?;
         let output = out_v.to_f64()?;
         let seed_v = match seed {
             Some(s) if s.shape() != out_v.shape() => {

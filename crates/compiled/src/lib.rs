@@ -20,7 +20,9 @@ pub mod saved;
 pub mod text;
 
 pub use anomaly::{check_denotation, IrAnomaly, IrRef, IrSite};
-pub use compile::{compile, compile_detecting, compile_tape, compile_tape_with, compile_with, CompileMode};
+pub use compile::{
+    compile, compile_detecting, compile_tape, compile_tape_with, compile_with, CompileMode,
+};
 pub use conform::{
     run_case, run_grad, run_grad_lowered, run_grad_with, CaseOutcome, Check, GradResult,
 };
