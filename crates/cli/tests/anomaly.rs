@@ -4,22 +4,11 @@
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn run(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_torchlean"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+mod common;
 
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use common::{run, stderr, stdout};
 
 /// Exit 1, nothing on stdout, and exactly one line on stderr holding every `want`.
 #[track_caller]

@@ -6,20 +6,12 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};
 
+mod common;
+
+use common::{bin, stderr, stdout};
+
 fn train(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_torchlean"))
-        .arg("train")
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    bin().arg("train").args(args).output().unwrap()
 }
 
 #[track_caller]
@@ -249,7 +241,7 @@ fn sigint_saves_a_checkpoint_that_resumes_with_the_losses_of_an_uninterrupted_ru
     let ck = dir.path().join("ck.safetensors");
     let ck = ck.to_str().unwrap();
     // far more steps than it can take before the signal lands
-    let mut child = Command::new(env!("CARGO_BIN_EXE_torchlean"))
+    let mut child = bin()
         .args(["train", "mlp", "--optimizer", "adam", "--steps", "1000000"])
         .args(["--json", "--log-every", "1", "--save", ck])
         .stdout(std::process::Stdio::piped())
