@@ -99,6 +99,18 @@ impl Payload {
                 );
                 continue;
             };
+            if name == "eps" {
+                // batch norm's `eps` is a number (metadata `<node>.eps`), never a tensor: as a
+                // tensor it would print as JSON that does not parse back
+                problems.push(
+                    Diagnostic::error(
+                        "a tensor named `eps`; batch norm's eps is the metadata entry `<node>.eps`",
+                    )
+                    .at_node(node)
+                    .field("eps"),
+                );
+                continue;
+            }
             let data: Vec<f64> = match TensorData::from_le_bytes(view.dtype(), view.data()) {
                 Some(TensorData::F64(v)) => v,
                 Some(TensorData::F32(v)) => v.into_iter().map(f64::from).collect(),

@@ -779,4 +779,11 @@ fn payloads_round_trip_through_safetensors_and_bad_keys_are_all_reported() {
     bytes[at] = b'x'; // the key in the header, same length
     let e = Payload::from_safetensors(&bytes).unwrap_err();
     assert!(e.to_string().contains("x.w"), "{e}");
+    // a *tensor* named `eps` (batch norm's eps is a number, in the metadata) is refused: it
+    // printed as payload JSON that did not parse back (found by fuzzing payload_safetensors)
+    let mut eps_tensor = Payload::new();
+    eps_tensor.insert(2, "eps", Tensor::new([2], vec![1.0, -1.0]).unwrap());
+    let e = Payload::from_safetensors(&eps_tensor.to_safetensors().unwrap()).unwrap_err();
+    let d = &e.diagnostics()[0];
+    assert_eq!((d.node, d.field.as_deref()), (Some(2), Some("eps")), "{e}");
 }
