@@ -1,0 +1,1 @@
+// The layout kernels (see kernels/mod.rs for the rules).

@@ -1,0 +1,1 @@
+// The norm kernels (see kernels/mod.rs for the rules).

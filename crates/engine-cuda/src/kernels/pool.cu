@@ -1,0 +1,1 @@
+// The pooling kernels (see kernels/mod.rs for the rules).

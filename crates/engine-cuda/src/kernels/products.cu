@@ -1,0 +1,1 @@
+// What the products need around cuBLAS (see kernels/mod.rs for the rules).

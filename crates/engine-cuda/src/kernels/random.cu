@@ -1,0 +1,1 @@
+// The random kernels (see kernels/mod.rs for the rules).

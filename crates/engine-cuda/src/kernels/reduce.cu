@@ -1,0 +1,1 @@
+// The reduce kernels (see kernels/mod.rs for the rules).
