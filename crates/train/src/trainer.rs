@@ -511,27 +511,38 @@ impl<V: TrainValue> Trainer<V> {
         })
     }
 
-    /// Clips (if asked) and applies the optimizer to every parameter with a gradient.
+    /// Clips (if asked) and applies the optimizer to every parameter with a gradient. The
+    /// gradients are read where they are ([`TrainValue::read`]: borrowed on a host engine);
+    /// the parameters are updated together through [`TrainValue::update_all`].
     fn update(&mut self, lr: f64, mut grads: BTreeMap<String, V>) -> Result<()> {
         if let Some(max) = self.cfg.clip_grad_norm {
-            let mut slices: Vec<&mut [V::Elem]> =
-                grads.values_mut().map(|g| g.data_mut()).collect();
-            clip_grad_norm(&mut slices, max);
+            let mut all: Vec<&mut V> = grads.values_mut().collect();
+            V::update_all(&mut all, |slices| {
+                clip_grad_norm(slices, max);
+                Ok(())
+            })?;
         }
-        let mut params = self.exec.params_mut();
-        let mut batch: Vec<Param<'_, V::Elem>> = Vec::with_capacity(params.len());
-        for (name, value) in params.iter_mut() {
-            if let Some(g) = grads.get(*name) {
-                batch.push(Param {
-                    name,
-                    value: value.data_mut(),
-                    grad: g.data(),
-                });
+        let mut names = Vec::new();
+        let mut host_grads = Vec::new();
+        let mut values = Vec::new();
+        for (name, value) in self.exec.params_mut() {
+            if let Some(g) = grads.get(name) {
+                names.push(name);
+                host_grads.push(g.read()?);
+                values.push(value);
             }
         }
-        self.optimizer.step(lr, &mut batch)?;
-        drop(batch);
-        drop(params);
+        let optimizer = &mut self.optimizer;
+        V::update_all(&mut values, |slices| {
+            let mut batch: Vec<Param<'_, V::Elem>> = names
+                .iter()
+                .zip(slices.iter_mut())
+                .zip(&host_grads)
+                .map(|((name, value), grad)| Param { name, value, grad })
+                .collect();
+            optimizer.step(lr, &mut batch)
+        })?;
+        drop(host_grads);
         for (_, g) in grads {
             g.drop();
         }
@@ -634,7 +645,7 @@ impl<V: TrainValue> Trainer<V> {
         );
         let mut tensors = BTreeMap::new();
         for (name, v) in self.exec.params() {
-            tensors.insert(name.clone(), named(v.shape().dims(), v.data()));
+            tensors.insert(name.clone(), named(v.shape().dims(), &v.read()?));
         }
         let mut optim = BTreeMap::new();
         let mut steps = BTreeMap::new();

@@ -1,8 +1,9 @@
 //! The training-step cases (SPEC 5): one SGD step — forward, cross-entropy (mean), backward,
 //! PyTorch's plain SGD (`torchlean_train::Optimizer`) — of an MLP (784-256-256-10, ReLU) and of a small CNN (conv 3×3 1→8, relu, conv
 //! 3×3 8→16, relu, flatten, linear → 10) on the CPU engine in f32, through the eager `Session`
-//! and through the compiled path (`Recorded::step`). `bench/pytorch/bench.py` runs the same
-//! steps in PyTorch and JAX.
+//! and through the compiled path (`Recorded::step`); `mlp_train_b512_cuda` is the same MLP step
+//! on the CUDA engine (a step ends with the loss on the host, which waits for the device).
+//! `bench/pytorch/bench.py` runs the same steps in PyTorch (CPU and CUDA) and JAX.
 
 use super::{measure, Result, Row};
 use std::collections::BTreeMap;
@@ -11,10 +12,8 @@ use torchlean_engine_cpu::CpuF32;
 use torchlean_nn::layers::{relu, Conv2d, Flatten, Linear};
 use torchlean_nn::{seq, Layer, LeafKind, Mode, Ops, Recorded, Recorder, Session, Sweep};
 use torchlean_runtime::Kernels;
-use torchlean_spec::{Reduction, Shape};
+use torchlean_spec::{Reduction, Shape, Tensor};
 use torchlean_train::{OptimConfig, Optimizer, Param, TrainValue};
-
-type V = CpuF32;
 
 /// The learning rate of every case (the PyTorch and JAX twins use the same).
 const LR: f64 = 0.01;
@@ -29,41 +28,50 @@ fn sgd() -> Result<Optimizer<f32>> {
 }
 
 /// One optimizer step over `(name, parameter, gradient)` triples (the buffers are unique
-/// after the session's reset or the compiled step's release, so the update copies nothing).
-fn update<'a>(
+/// after the session's reset or the compiled step's release, so on a host engine the update
+/// copies nothing; a device engine downloads and uploads, `TrainValue::update_all`).
+fn update<'a, V: TrainValue<Elem = f32> + 'a>(
     opt: &mut Optimizer<f32>,
     params: impl Iterator<Item = (&'a str, &'a mut V, Option<&'a V>)>,
 ) -> Result<()> {
-    let mut batch: Vec<Param<'_, f32>> = params
-        .filter_map(|(name, p, g)| {
-            g.map(|g| Param {
-                name,
-                value: p.data_mut(),
-                grad: g.data(),
-            })
-        })
-        .collect();
-    opt.step(LR, &mut batch).map_err(err)
+    let (mut names, mut grads, mut values) = (Vec::new(), Vec::new(), Vec::new());
+    for (name, p, g) in params {
+        if let Some(g) = g {
+            names.push(name);
+            grads.push(g.read().map_err(err)?);
+            values.push(p);
+        }
+    }
+    V::update_all(&mut values, |slices| {
+        let mut batch: Vec<Param<'_, f32>> = names
+            .iter()
+            .zip(slices.iter_mut())
+            .zip(&grads)
+            .map(|((name, value), grad)| Param { name, value, grad })
+            .collect();
+        opt.step(LR, &mut batch)
+    })
+    .map_err(err)
 }
 
 /// A deterministic batch: `x` in `[0, 1)` of `shape` (batch first) and labels in `0..10`.
-fn batch(shape: &[usize]) -> Result<(V, Vec<usize>)> {
+fn batch<V: Kernels>(shape: &[usize]) -> Result<(V, Vec<usize>)> {
     let n: usize = shape.iter().product();
     let mut s = 7u64;
-    let data: Vec<f32> = (0..n)
+    let data: Vec<f64> = (0..n)
         .map(|_| {
             s = torchlean_spec::ops::splitmix64(s);
-            (s >> 40) as f32 / (1u64 << 24) as f32
+            f64::from((s >> 40) as f32 / (1u64 << 24) as f32)
         })
         .collect();
-    let x = V::from_vec(Shape::from(shape), data).map_err(err)?;
+    let x = V::from_f64(&Tensor::new(Shape::from(shape), data).map_err(err)?).map_err(err)?;
     let labels = (0..shape[0]).map(|i| (i * 7 + 3) % 10).collect();
     Ok((x, labels))
 }
 
 /// One eager step: forward on the session, cross-entropy, releasing backward, then (after the
 /// reset that releases the tape) the in-place update. Returns the loss.
-fn eager_step<M: Layer>(
+fn eager_step<V: TrainValue<Elem = f32>, M: Layer>(
     s: &mut Session<V>,
     opt: &mut Optimizer<f32>,
     model: &M,
@@ -76,7 +84,7 @@ fn eager_step<M: Layer>(
     let loss = s
         .cross_entropy(&logits, labels, Reduction::Mean)
         .map_err(err)?;
-    let l = s.value(&loss).map_err(err)?.as_slice()[0];
+    let l = s.value_f64(&loss).map_err(err)?.data()[0] as f32;
     s.backward(&loss, Sweep::Releasing).map_err(err)?;
     let grads: BTreeMap<String, V> = s.take_param_grads();
     s.reset();
@@ -86,13 +94,13 @@ fn eager_step<M: Layer>(
 
 /// The compiled program of a model's training step and the current value of each of its
 /// leaves (parameters, the batch, the labels constant).
-struct CompiledStep {
+struct CompiledStep<V> {
     rec: Recorded,
     leaf_values: Vec<V>,
     x_leaf: usize,
 }
 
-impl CompiledStep {
+impl<V: TrainValue<Elem = f32>> CompiledStep<V> {
     fn new<M: Layer>(model: &M, x: &V, labels: &[usize]) -> Result<Self> {
         let mut r = Recorder::new();
         let xv = r
@@ -132,12 +140,12 @@ impl CompiledStep {
             opt,
             named.map(|((l, p), g)| (l.name.as_str(), p, g.as_ref())),
         )?;
-        Ok(out.as_slice()[0])
+        Ok(out.to_f64().map_err(err)?.data()[0] as f32)
     }
 }
 
 /// Both backends of one case; `gflop` is the matrix-product work of one step.
-fn train_rows<M: Layer>(
+fn train_rows<V: TrainValue<Elem = f32>, M: Layer>(
     case: &str,
     model: &M,
     x_shape: &[usize],
@@ -145,7 +153,7 @@ fn train_rows<M: Layer>(
     threads: usize,
     reps: usize,
 ) -> Result<Vec<Row>> {
-    let (x, labels) = batch(x_shape)?;
+    let (x, labels) = batch::<V>(x_shape)?;
     let mut s = Session::<V>::new();
     let mut last = f32::NAN;
     let mut opt = sgd()?;
@@ -161,7 +169,7 @@ fn train_rows<M: Layer>(
         Ok(())
     })?;
     let row = |backend: &str, stats, loss: f32| {
-        Row::new(case, "cpu-f32", threads, stats)
+        Row::new(case, V::ENGINE, threads, stats)
             .with("backend", backend)
             .with("batch", x_shape[0])
             .with("matmul_gflop", gflop)
@@ -181,7 +189,12 @@ fn mlp_gflop(b: usize) -> f64 {
     (2.0 * fwd + dx) / 1e9
 }
 
-fn mlp_train(case: &str, b: usize, threads: usize, reps: usize) -> Result<Vec<Row>> {
+fn mlp_train<V: TrainValue<Elem = f32>>(
+    case: &str,
+    b: usize,
+    threads: usize,
+    reps: usize,
+) -> Result<Vec<Row>> {
     let model = seq![
         Linear::<784, 256>::new(1).map_err(err)?,
         relu(),
@@ -189,15 +202,20 @@ fn mlp_train(case: &str, b: usize, threads: usize, reps: usize) -> Result<Vec<Ro
         relu(),
         Linear::<256, 10>::new(3).map_err(err)?
     ];
-    train_rows(case, &model, &[b, 784], mlp_gflop(b), threads, reps)
+    train_rows::<V, _>(case, &model, &[b, 784], mlp_gflop(b), threads, reps)
 }
 
 pub fn mlp_train_b64(threads: usize, reps: usize) -> Result<Vec<Row>> {
-    mlp_train("mlp_train_b64", 64, threads, reps)
+    mlp_train::<CpuF32>("mlp_train_b64", 64, threads, reps)
 }
 
 pub fn mlp_train_b512(threads: usize, reps: usize) -> Result<Vec<Row>> {
-    mlp_train("mlp_train_b512", 512, threads, reps)
+    mlp_train::<CpuF32>("mlp_train_b512", 512, threads, reps)
+}
+
+/// `mlp_train_b512` on the CUDA engine (the harness skips it, with a line, without a device).
+pub fn mlp_train_b512_cuda(threads: usize, reps: usize) -> Result<Vec<Row>> {
+    mlp_train::<torchlean_engine_cuda::CudaF32>("mlp_train_b512_cuda", 512, threads, reps)
 }
 
 pub const CONV_BATCH: usize = 32;
@@ -220,7 +238,7 @@ pub fn conv_train(threads: usize, reps: usize) -> Result<Vec<Row>> {
     let conv2 = 2.0 * b * 16.0 * 576.0 * 72.0;
     let lin = 2.0 * b * 9216.0 * 10.0;
     let gflop = (2.0 * (conv1 + conv2 + lin) + conv2 + lin) / 1e9;
-    train_rows(
+    train_rows::<CpuF32, _>(
         "conv_train",
         &model,
         &[CONV_BATCH, 1, 28, 28],
