@@ -23,6 +23,12 @@ pub enum EngineArg {
     /// The reference engine (the semantics; slow, obviously correct). `eval` with it is the IR
     /// denotation itself, which enforces raw `log`'s domain
     Reference,
+    /// The CUDA engine on the GPU (f32 only; exit 2 with `no CUDA device: <reason>` when
+    /// there is none)
+    Cuda,
+    /// The CUDA engine's host emulation: the same kernel sources compiled for the CPU, one
+    /// thread at a time (f32 only; a testing aid, slow, needs a C++ compiler)
+    CudaEmu,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -54,8 +60,9 @@ pub enum Command {
         input: Option<PathBuf>,
         #[arg(long, value_enum, default_value = "cpu")]
         engine: EngineArg,
-        #[arg(long, value_enum, default_value = "f64")]
-        dtype: DTypeArg,
+        /// [default: f64; f32 on the CUDA engines, which run f32 only]
+        #[arg(long, value_enum)]
+        dtype: Option<DTypeArg>,
         #[command(flatten)]
         memory: MemoryArgs,
         /// Stop at the first node whose forward value is NaN or infinite
@@ -77,8 +84,9 @@ pub enum Command {
         seed: Option<PathBuf>,
         #[arg(long, value_enum, default_value = "cpu")]
         engine: EngineArg,
-        #[arg(long, value_enum, default_value = "f64")]
-        dtype: DTypeArg,
+        /// [default: f64; f32 on the CUDA engines, which run f32 only]
+        #[arg(long, value_enum)]
+        dtype: Option<DTypeArg>,
         #[command(flatten)]
         memory: MemoryArgs,
         /// Stop at the first node whose forward value or backward gradient is NaN or infinite
@@ -93,7 +101,8 @@ pub enum Command {
         paths: Vec<PathBuf>,
         #[arg(long, value_enum, default_value = "cpu")]
         engine: EngineArg,
-        /// Override the cases' dtype (f32 runs compare at f32 tolerance)
+        /// Override the cases' dtype (f32 runs compare at f32 tolerance; the CUDA engines run
+        /// every case in f32)
         #[arg(long, value_enum)]
         dtype: Option<DTypeArg>,
         /// One JSON object per case, then a summary object
@@ -161,6 +170,7 @@ pub struct TrainArgs {
     /// Seed of the initial parameters, the held-out split and the batch order [default: 0]
     #[arg(long)]
     pub seed: Option<u64>,
+    /// cpu, reference, cuda or cuda-emu (the CUDA engines train in f32 only)
     #[arg(long, value_enum, default_value = "cpu")]
     pub engine: EngineArg,
     #[arg(long, value_enum, default_value = "eager")]

@@ -1,7 +1,9 @@
 //! The subcommands.
 
-use crate::args::{Cli, Command, EngineArg};
-use crate::engine::{dtype, engine_name, with_engine, F32_TOLERANCE};
+use crate::args::{Cli, Command};
+use crate::engine::{
+    default_dtype, dtype_or, engine_name, select, with_engine, Selected, F32_TOLERANCE,
+};
 use crate::load::{self, ir_lines};
 use crate::{out, BadInput, Outcome, Stop};
 use serde_json::json;
@@ -36,6 +38,7 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             detect_anomaly,
             ..
         } => {
+            let sel = select(engine, dtype_or(engine, d, torchlean_ir::DType::F64))?;
             let (g, p, x, _) = load_run_inputs(
                 &graph,
                 payload.as_deref(),
@@ -44,21 +47,17 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
                 Pass::Eval,
             )?;
             let mode = AnomalyMode::detect_if(detect_anomaly);
-            let out = match (engine, dtype(d)) {
-                (EngineArg::Reference, torchlean_ir::DType::F64) => {
-                    eval_reference::<f64>(&graph, &g, &p, &x, mode)?
-                }
-                (EngineArg::Reference, torchlean_ir::DType::F32) => {
-                    eval_reference::<f32>(&graph, &g, &p, &x, mode)?
-                }
-                (EngineArg::Cpu, d) => {
+            let out = match sel {
+                Selected::ReferenceF64 => eval_reference::<f64>(&graph, &g, &p, &x, mode)?,
+                Selected::ReferenceF32 => eval_reference::<f32>(&graph, &g, &p, &x, mode)?,
+                sel => {
                     let exec = exec_graph_of_ir(&g, &p).map_err(|e| compiled_lines(&graph, e))?;
                     if mode.is_on() {
-                        with_engine!(EngineArg::Cpu, d, V => eval_detecting::<V>(&graph, &g, &exec, &p, &x))?
+                        with_engine!(sel, V => eval_detecting::<V>(&graph, &g, &exec, &p, &x))?
                     } else {
                         // the IR graph is not needed once lowered
                         drop(g);
-                        with_engine!(EngineArg::Cpu, d, V => eval::<V>(&graph, &exec, &p, &x))?
+                        with_engine!(sel, V => eval::<V>(&graph, &exec, &p, &x))?
                     }
                 }
             };
@@ -79,6 +78,7 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             detect_anomaly,
             ..
         } => {
+            let sel = select(engine, dtype_or(engine, d, torchlean_ir::DType::F64))?;
             let (g, p, x, seed) = load_run_inputs(
                 &graph,
                 payload.as_deref(),
@@ -88,12 +88,12 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             )?;
             let mode = AnomalyMode::detect_if(detect_anomaly);
             let r = if mode.is_on() {
-                with_engine!(engine, dtype(d), V => run_grad_with::<V>(&g, &p, &x, seed.as_ref(), mode))
+                with_engine!(sel, V => run_grad_with::<V>(&g, &p, &x, seed.as_ref(), mode))
             } else {
                 // the IR graph is not needed once lowered: free it before the tape is built
                 let exec = exec_graph_of_ir(&g, &p).map_err(|e| compiled_lines(&graph, e))?;
                 drop(g);
-                with_engine!(engine, dtype(d), V => run_grad_lowered::<V>(exec, &p, &x, seed.as_ref()))
+                with_engine!(sel, V => run_grad_lowered::<V>(exec, &p, &x, seed.as_ref()))
             };
             let r = match r {
                 Err(CompiledError::Anomaly { at, .. }) => return Ok(report_anomaly(&graph, &at)),
@@ -113,7 +113,13 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             json,
             inject_fault,
             ..
-        } => conform(&paths, engine, d.map(dtype), json, inject_fault.as_deref()),
+        } => conform(
+            &paths,
+            engine,
+            d.map(crate::engine::dtype),
+            json,
+            inject_fault.as_deref(),
+        ),
         Command::Lower { graph, payload, .. } => {
             let (g, case) = load::graph_or_case(&graph)?;
             within_budget(&graph, &g, Pass::Grad)?;
@@ -464,8 +470,15 @@ fn conform(
     as_json: bool,
     inject_fault: Option<&str>,
 ) -> Result<Outcome, Stop> {
-    if let Some(f) = inject_fault {
-        check_fault_name(f)?;
+    match inject_fault {
+        Some(f) => check_fault_name(f)?,
+        // the engine is available (a device, the emulation) before any case runs: one line
+        None => {
+            select(
+                engine,
+                dtype_override.unwrap_or(default_dtype(engine, torchlean_ir::DType::F64)),
+            )?;
+        }
     }
     let files = expand(paths)?;
     if files.is_empty() {
@@ -484,11 +497,14 @@ fn conform(
             bad.extend(lines);
             continue;
         }
-        let d = dtype_override.unwrap_or(case.dtype);
+        let d = dtype_override.unwrap_or(default_dtype(engine, case.dtype));
         let tol = (d == torchlean_ir::DType::F32).then_some(F32_TOLERANCE);
         let result: Result<CaseOutcome, IrError> = match inject_fault {
             Some(f) => run_faulty(&case, f),
-            None => with_engine!(engine, d, V => run_case::<V>(&case, tol)),
+            None => {
+                let sel = select(engine, d)?;
+                with_engine!(sel, V => run_case::<V>(&case, tol))
+            }
         }
         .map_err(|e| match e {
             torchlean_compiled::CompiledError::Ir(ir) => ir,

@@ -1,6 +1,6 @@
 //! `torchlean train mlp|cnn`: the main job (SPEC 4).
 
-use crate::args::{BackendArg, DTypeArg, EngineArg, ModelArg, TrainArgs};
+use crate::args::{BackendArg, ModelArg, TrainArgs};
 use crate::out::{self, WriteError};
 use crate::{BadInput, Outcome, Stop, EXIT_INTERRUPTED};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -17,7 +17,7 @@ use torchlean_train::trainer::{Event, Observer, Summary, TrainConfig, Trainer};
 use torchlean_train::{TrainError, TrainValue};
 
 /// The error and its sources, one line: `what: why: deeper why`.
-fn chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
@@ -461,18 +461,6 @@ pub fn run(a: &TrainArgs) -> Result<Outcome, Stop> {
             _ => train_on::<Faulty<R, { fault::POOL_OFF_BY_ONE }>>(a, &data, &origin),
         };
     }
-    match (a.engine, a.dtype) {
-        (EngineArg::Cpu, DTypeArg::F32) => {
-            train_on::<torchlean_engine_cpu::CpuF32>(a, &data, &origin)
-        }
-        (EngineArg::Cpu, DTypeArg::F64) => {
-            train_on::<torchlean_engine_cpu::CpuF64>(a, &data, &origin)
-        }
-        (EngineArg::Reference, DTypeArg::F32) => {
-            train_on::<torchlean_spec::Tensor<f32>>(a, &data, &origin)
-        }
-        (EngineArg::Reference, DTypeArg::F64) => {
-            train_on::<torchlean_spec::Tensor<f64>>(a, &data, &origin)
-        }
-    }
+    let sel = crate::engine::select(a.engine, crate::engine::dtype(a.dtype))?;
+    crate::engine::with_engine!(sel, V => train_on::<V>(a, &data, &origin))
 }
