@@ -269,6 +269,65 @@ def peer_train(name, kind, x_shape, threads, reps):
         print(f"peer jax unavailable: {out.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
 
 
+def cuda_available(case):
+    if torch.cuda.is_available():
+        return True
+    print(f"{case}: skipped: PyTorch sees no CUDA device", file=sys.stderr)
+    return False
+
+
+def measure_cuda(fn, reps, warmup=2):
+    """`measure` with the device drained after each run (the Rust side downloads a result)."""
+    def synced():
+        fn()
+        torch.cuda.synchronize()
+    return measure(synced, reps, warmup)
+
+
+def matmul_cuda(n):
+    """`n`^2 f32 torch.mm on the GPU, TF32 off (rows matmul_N_cuda) and allowed (_tf32)."""
+    def case(threads, reps):
+        if not cuda_available(f"matmul_{n}_cuda"):
+            return
+        a = torch.randn(n, n, dtype=torch.float32, device="cuda")
+        b = torch.randn(n, n, dtype=torch.float32, device="cuda")
+        saved = torch.backends.cuda.matmul.allow_tf32
+        for tf32 in (False, True):
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            s = measure_cuda(lambda: torch.mm(a, b), reps)
+            name = f"matmul_{n}_cuda_tf32" if tf32 else f"matmul_{n}_cuda"
+            r = {"case": name, "engine": "pytorch-cuda", "threads": threads, **s,
+                 "gflops": round(2 * n**3 / (s["median_ms"] * 1e6), 2), "tf32": tf32}
+            print(json.dumps(r), flush=True)
+        torch.backends.cuda.matmul.allow_tf32 = saved
+    return case
+
+
+def train_case_cuda(name, make_model, x_shape):
+    """train_case's SGD step on the GPU (eager PyTorch, TF32 off), synchronized per step."""
+    def case(threads, reps):
+        if not cuda_available(name):
+            return
+        torch.backends.cuda.matmul.allow_tf32 = False
+        model = make_model().cuda()
+        b = x_shape[0]
+        x = torch.rand(*x_shape, device="cuda")
+        y = ((torch.arange(b) * 7 + 3) % 10).cuda()
+        opt = torch.optim.SGD(model.parameters(), lr=LR)
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+
+        s = measure_cuda(step, reps, warmup=3)
+        r = {"case": name, "engine": "pytorch-cuda", "threads": threads, **s, "backend": "eager",
+             "batch": b}
+        print(json.dumps(r), flush=True)
+    return case
+
+
 CASES = {
     "tape_overhead": tape_overhead,
     "relu_chain": relu_chain,
@@ -278,6 +337,8 @@ CASES = {
     "mlp_train_b64": train_case("mlp_train_b64", mlp_model, (64, 784), "mlp"),
     "mlp_train_b512": train_case("mlp_train_b512", mlp_model, (512, 784), "mlp"),
     "conv_train": train_case("conv_train", conv_model, (32, 1, 28, 28), "conv"),
+    "matmul_8192_cuda": matmul_cuda(8192),
+    "mlp_train_b512_cuda": train_case_cuda("mlp_train_b512_cuda", mlp_model, (512, 784)),
 }
 
 

@@ -3,17 +3,24 @@
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;
 use torchlean_engine_cpu::{CpuF32, CpuF64};
+use torchlean_engine_cuda::{CudaF32, EmuF32};
 use torchlean_equiv::{check, fault, CheckConfig, EngineOf, EngineUnderTest, Faulty};
+use torchlean_spec::Tensor;
 
 /// Node-by-node tolerances of engines against the reference (the engine suite's).
 const F32_TOLERANCE: f64 = 1e-5;
 const F64_TOLERANCE: f64 = 1e-12;
-use torchlean_spec::Tensor;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum EngineSel {
     Reference,
     Cpu,
+    /// The CUDA engine on the GPU (f32; skipped with a line when there is no device, an error
+    /// then with TORCHLEAN_REQUIRE_CUDA=1)
+    Cuda,
+    /// The CUDA engine's host emulation (f32; the same kernel sources on the CPU, slow)
+    CudaEmu,
+    /// The host engines: reference and cpu (the CUDA engines are asked for by name)
     All,
 }
 
@@ -106,6 +113,23 @@ pub fn run(args: &EquivArgs) -> Result<bool, String> {
             ));
         }
     };
+    let cuda32 = EngineOf::<CudaF32>::with_tolerance(F32_TOLERANCE);
+    let emu32 = EngineOf::<EmuF32>::with_tolerance(F32_TOLERANCE);
+    if matches!(args.engine, EngineSel::Cuda | EngineSel::CudaEmu) {
+        if args.dtype == DTypeSel::F64 {
+            return Err(format!(
+                "--engine {} computes in f32 only: use --dtype f32 (or all)",
+                cuda_name(args.engine)
+            ));
+        }
+        if args.engine == EngineSel::CudaEmu {
+            torchlean_engine_cuda::emulation_ready()
+                .map_err(|e| format!("--engine cuda-emu is not available: {e}"))?;
+            engines.push(&emu32);
+        } else if cuda_available()? {
+            engines.push(&cuda32);
+        }
+    }
     if let Some(f) = &faulty {
         engines.push(f.as_ref());
     }
@@ -116,4 +140,34 @@ pub fn run(args: &EquivArgs) -> Result<bool, String> {
         print!("{}", report.text());
     }
     Ok(report.ok())
+}
+
+fn cuda_name(e: EngineSel) -> &'static str {
+    if e == EngineSel::CudaEmu {
+        "cuda-emu"
+    } else {
+        "cuda"
+    }
+}
+
+/// Whether the GPU engine can be checked: `false`, after a printed line, when there is no
+/// device, and an error instead when `TORCHLEAN_REQUIRE_CUDA=1` (a GPU machine's check must not
+/// pass by skipping).
+fn cuda_available() -> Result<bool, String> {
+    match torchlean_engine_cuda::probe() {
+        Ok(info) => {
+            eprintln!(
+                "cuda: {} (compute capability {}.{})",
+                info.name, info.compute_capability.0, info.compute_capability.1
+            );
+            Ok(true)
+        }
+        Err(why) if std::env::var("TORCHLEAN_REQUIRE_CUDA").is_ok_and(|v| v == "1") => Err(
+            format!("TORCHLEAN_REQUIRE_CUDA=1 but there is no CUDA device: {why}"),
+        ),
+        Err(why) => {
+            eprintln!("cuda-f32: skipped: no CUDA device ({why})");
+            Ok(false)
+        }
+    }
 }

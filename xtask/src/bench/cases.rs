@@ -12,11 +12,13 @@ use torchlean_spec::{Op, Shape, Tensor, UnaryOp};
 pub type RunFn = fn(usize, usize) -> Result<Vec<Row>>;
 
 /// A benchmark case: `run(threads, reps)` returns one or more rows. Each case runs in a fresh
-/// process whose rayon pool has `threads` threads.
+/// process whose rayon pool has `threads` threads. A `cuda` case needs a CUDA device: the
+/// harness skips it, with a line, when there is none.
 pub struct Case {
     pub name: &'static str,
     pub about: &'static str,
     pub run: RunFn,
+    pub cuda: bool,
 }
 
 pub const CASES: &[Case] = &[
@@ -24,51 +26,73 @@ pub const CASES: &[Case] = &[
         name: "tape_overhead",
         about: "10,000 elementwise ops (×c, +c, tanh) on [16], forward then backward; us_per_op",
         run: tape_overhead_cpu,
+        cuda: false,
     },
     Case {
         name: "session_overhead",
         about: "tape_overhead's chain through the eager nn Session, and recording + exporting it to torchlean.ir.v1; us_per_op",
         run: session_overhead,
+        cuda: false,
     },
     Case {
         name: "matmul_1024",
         about: "1024² f32 matmul on the CPU engine; gflops",
         run: matmul_1024,
+        cuda: false,
     },
     Case {
         name: "matmul_2048",
         about: "2048² f32 matmul on the CPU engine; gflops",
         run: matmul_2048,
+        cuda: false,
     },
     Case {
         name: "deep_backward_memory",
         about: "200 × (Linear 512→512, tanh), batch 64, forward + releasing backward; peak_rss_mb",
         run: deep_backward_memory,
+        cuda: false,
     },
     Case {
         name: "equiv_throughput",
         about: "random graphs checked per second by the equivalence checker (every claim, reference engines)",
         run: equiv_throughput,
+        cuda: false,
     },
     Case {
         name: "relu_chain",
         about: "IR chain of relu over [4] at 1k/4k/16k nodes: lowering, compile, backward",
         run: relu_chain_all,
+        cuda: false,
     },
     Case {
         name: "mlp_train_b64",
         about: "one SGD step of MLP 784-256-256-10 (ReLU, cross-entropy), batch 64, f32; eager and compiled",
         run: super::train::mlp_train_b64,
+        cuda: false,
     },
     Case {
         name: "mlp_train_b512",
         about: "mlp_train_b64 at batch 512",
         run: super::train::mlp_train_b512,
+        cuda: false,
     },
     Case {
         name: "conv_train",
         about: "one SGD step of conv3x3 1->8, relu, conv3x3 8->16, relu, flatten, linear ->10; batch 32 of 28x28, f32; eager and compiled",
         run: super::train::conv_train,
+        cuda: false,
+    },
+    Case {
+        name: "matmul_8192_cuda",
+        about: "8192² f32 matmul on the CUDA engine (cuBLAS), TF32 off, and with TF32 allowed as matmul_8192_cuda_tf32; gflops",
+        run: matmul_8192_cuda,
+        cuda: true,
+    },
+    Case {
+        name: "mlp_train_b512_cuda",
+        about: "mlp_train_b512 on the CUDA engine; eager and compiled",
+        run: super::train::mlp_train_b512_cuda,
+        cuda: true,
     },
 ];
 
@@ -306,6 +330,46 @@ fn matmul_case(n: usize, threads: usize, reps: usize) -> Result<Vec<Row>> {
         stats,
     )
     .with("gflops", (gflops * 10.0).round() / 10.0)])
+}
+
+/// `n`² f32 matmul on the CUDA engine, TF32 off then allowed (rows `matmul_N_cuda` and
+/// `matmul_N_cuda_tf32`). Each timed run ends by downloading one element of the product, which
+/// waits for the device (the PyTorch twin calls `torch.cuda.synchronize()`).
+fn matmul_cuda(n: usize, threads: usize, reps: usize) -> Result<Vec<Row>> {
+    use torchlean_engine_cuda::{set_tf32, CudaF32, Device, Gpu};
+    let fill = |f: fn(usize, usize) -> f32| -> Result<CudaF32> {
+        let data: Vec<f32> = (0..n * n).map(|k| f(k / n, k % n)).collect();
+        CudaF32::from_host([n, n], &data).map_err(err)
+    };
+    let a = fill(|i, j| ((i * 7 + j * 3) % 11) as f32 / 11.0 - 0.5)?;
+    let b = fill(|i, j| ((i * 5 + j) % 13) as f32 / 13.0 - 0.5)?;
+    let mut rows = Vec::new();
+    for tf32 in [false, true] {
+        set_tf32(tf32);
+        let stats = measure(2, reps, || {
+            let c = torchlean_runtime::forward::<CudaF32>(&Op::MatMul, &[&a, &b]).map_err(err)?;
+            black_box(Gpu::download(c.mem(), 1).map_err(err)?);
+            torchlean_runtime::GradValue::drop(c);
+            Ok(())
+        })?;
+        let gflops = 2.0 * (n as f64).powi(3) / (stats.median_ms * 1e6);
+        let case = if tf32 {
+            format!("matmul_{n}_cuda_tf32")
+        } else {
+            format!("matmul_{n}_cuda")
+        };
+        rows.push(
+            Row::new(&case, "cuda-f32", threads, stats)
+                .with("gflops", (gflops * 10.0).round() / 10.0)
+                .with("tf32", tf32),
+        );
+    }
+    set_tf32(false);
+    Ok(rows)
+}
+
+fn matmul_8192_cuda(threads: usize, reps: usize) -> Result<Vec<Row>> {
+    matmul_cuda(8192, threads, reps)
 }
 
 fn matmul_1024(threads: usize, reps: usize) -> Result<Vec<Row>> {

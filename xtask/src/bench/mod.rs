@@ -149,6 +149,7 @@ pub fn run(args: &BenchArgs) -> Result<bool> {
             return Err(format!("unknown case `{n}` (see --list)"));
         }
     }
+    let selected = without_missing_devices(selected)?;
     let mut rows = Vec::new();
     for &threads in &args.threads {
         for case in &selected {
@@ -169,6 +170,31 @@ pub fn run(args: &BenchArgs) -> Result<bool> {
         print_comparison(&rows, &theirs, args.json);
     }
     Ok(true)
+}
+
+/// `selected` without its CUDA cases when there is no CUDA device (one line each says so), or
+/// an error then when `TORCHLEAN_REQUIRE_CUDA=1`.
+fn without_missing_devices(selected: Vec<&cases::Case>) -> Result<Vec<&cases::Case>> {
+    if !selected.iter().any(|c| c.cuda) {
+        return Ok(selected);
+    }
+    let Err(why) = torchlean_engine_cuda::probe() else {
+        return Ok(selected);
+    };
+    if std::env::var("TORCHLEAN_REQUIRE_CUDA").is_ok_and(|v| v == "1") {
+        return Err(format!(
+            "TORCHLEAN_REQUIRE_CUDA=1 but there is no CUDA device: {why}"
+        ));
+    }
+    Ok(selected
+        .into_iter()
+        .filter(|c| {
+            if c.cuda {
+                eprintln!("{}: skipped: no CUDA device ({why})", c.name);
+            }
+            !c.cuda
+        })
+        .collect())
 }
 
 /// Runs one case in a fresh process of this program: its rayon global pool has exactly
