@@ -103,7 +103,7 @@ fn open() -> std::result::Result<GpuContext, NoDevice> {
         info,
         stream,
         blas,
-        arch: format!("compute_{major}{minor}"),
+        arch: format!("sm_{major}{minor}"),
         modules: Mutex::new(HashMap::new()),
         functions: Mutex::new(HashMap::new()),
     })
@@ -132,11 +132,15 @@ impl GpuContext {
         if let Some(m) = modules.get(module.name) {
             return Ok(m.clone());
         }
-        let ptx = nvrtc::compile(module, &self.arch)?;
+        let compiled = nvrtc::compile(module, &self.arch)?;
+        let image = match compiled.cubin {
+            Some(bin) => cudarc::nvrtc::Ptx::from_binary(bin),
+            None => cudarc::nvrtc::Ptx::from_src(compiled.ptx),
+        };
         let m = self
             .stream
             .context()
-            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .load_module(image)
             .map_err(CudaError::driver("cuModuleLoadData", None))?;
         modules.insert(module.name, m.clone());
         Ok(m)
