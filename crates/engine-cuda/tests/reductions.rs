@@ -107,6 +107,83 @@ fn batch_statistics_over_many_positions_match_the_reference() {
 }
 
 #[test]
+fn strided_sums_over_several_partials_match_the_reference() {
+    // more than one partial per output, items at a stride, and (for batch norm) partials that
+    // step across images: the kernel's (m1, m2) stepping
+    let bn_train = Op::BatchNormTrain {
+        channels: 2,
+        eps: None,
+    };
+    let bn_eval = Op::BatchNormEval {
+        channels: 2,
+        eps: 1e-5,
+    };
+    let param = |v: f64| Tensor::new(Shape::from([2]), vec![v, 2.0 * v]).unwrap();
+    assert_cases_pass(&[
+        case(
+            "reduce_sum_700x3_axis0",
+            Op::ReduceSum { axis: 0 },
+            vec![tensor(&[700, 3], 0.0)],
+        ),
+        case(
+            "reduce_mean_2x600x3_axis1",
+            Op::ReduceMean { axis: 1 },
+            vec![tensor(&[2, 600, 3], 0.5)],
+        ),
+        case(
+            "bn_train_300x2x1x3",
+            bn_train.clone(),
+            vec![tensor(&[300, 2, 1, 3], 0.3), param(1.0), param(0.1)],
+        ),
+        case(
+            "bn_train_1000x2x1x1",
+            bn_train,
+            vec![tensor(&[1000, 2, 1, 1], -0.2), param(0.7), param(0.0)],
+        ),
+        case(
+            "bn_eval_300x2x3",
+            bn_eval,
+            vec![
+                tensor(&[300, 2, 3], 0.0),
+                param(1.0),
+                param(0.5),
+                param(0.1),
+                param(0.8),
+            ],
+        ),
+    ]);
+}
+
+#[test]
+fn partial_sums_keep_the_range_of_a_double_and_infinities() {
+    // 1000 values near f32's largest: every partial sum overflows f32, the mean does not
+    let big = Tensor::new([1000], vec![3.0e38; 1000]).unwrap();
+    let mut with_inf = values(LONG, 0.0);
+    with_inf[LONG / 2] = f64::INFINITY;
+    let with_inf = Tensor::new([LONG], with_inf).unwrap();
+    assert_cases_pass(&[
+        case(
+            "mean_of_huge_values",
+            Op::ReduceMean { axis: 0 },
+            vec![big.clone()],
+        ),
+        case(
+            "mean_of_huge_rows",
+            Op::BatchNormTrain {
+                channels: 1,
+                eps: None,
+            },
+            vec![
+                big.reshaped(Shape::from([10, 1, 10, 10])).unwrap(),
+                Tensor::new([1], vec![1.0]).unwrap(),
+                Tensor::new([1], vec![0.0]).unwrap(),
+            ],
+        ),
+        case("sum_with_an_infinity", Op::Sum, vec![with_inf]),
+    ]);
+}
+
+#[test]
 fn reruns_are_bit_identical() {
     emulation_ready().unwrap();
     let x = EmuF32::from_f64(&tensor(&[LONG], 0.1)).unwrap();

@@ -41,9 +41,18 @@ extern "C" __global__ void tl_red_items(float* __restrict__ out, const float* __
     tl_index p = t - j * parts;
     tl_index base = (j / j_inner) * sj1 + (j % j_inner) * sj2;
     double c = (kind >= 2) ? tl_load_f64(center + 2 * j) : 0.0;
+    // (m1, m2) of item m, stepped by `parts` without a division per item
+    tl_index step1 = parts / m_inner, step2 = parts % m_inner;
+    tl_index m1 = p / m_inner, m2 = p % m_inner;
     double s = 0.0;
     for (tl_index m = p; m < items; m += parts) {
-      tl_index o = base + (m / m_inner) * sm1 + (m % m_inner) * sm2;
+      tl_index o = base + m1 * sm1 + m2 * sm2;
+      m1 += step1;
+      m2 += step2;
+      if (m2 >= m_inner) {
+        m2 -= m_inner;
+        m1 += 1;
+      }
       double x = (double)a[o];
       double v;
       if (kind == 0) {
