@@ -246,6 +246,26 @@ fn max_pool_routes_to_the_first_maximum_and_a_nan_takes_over() {
 }
 
 #[test]
+fn huge_pooling_windows_visit_only_real_cells_without_overflow() {
+    let huge = |kind, k: usize| {
+        Op::Pool(PoolSpec {
+            kind,
+            kernel_h: k,
+            kernel_w: k,
+            stride: 1,
+            padding: k / 2,
+            padded: true,
+        })
+    };
+    let x = Tensor::new([1, 1, 1], vec![3.0]).unwrap();
+    let big = Tensor::new([1, 1, 1], vec![2.0f64.powi(62)]).unwrap();
+    assert_cases_pass(&[
+        case("max_pool_k2^62", huge(PoolKind::Max, 1 << 62), vec![x]),
+        case("avg_pool_k2^31", huge(PoolKind::Avg, 1 << 31), vec![big]),
+    ]);
+}
+
+#[test]
 fn a_nan_reaches_its_whole_softmax_line_and_only_it() {
     let nan = f64::NAN;
     let x = Tensor::new([2, 3], vec![1.0, nan, 0.5, 0.25, -1.0, 2.0]).unwrap();

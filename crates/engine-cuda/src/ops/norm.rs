@@ -132,9 +132,9 @@ pub fn layer_norm_vjp<D: Device>(
 
 /// `(total, C, rest)` of a batch-norm input as kernel indices.
 fn bn_indices(op: &'static str, x: &Shape) -> Result<[i64; 3]> {
-    let (n, c, rest) = bn_dims(x);
+    let (_, c, rest) = bn_dims(x);
     Ok([
-        index(op, "n", n.saturating_mul(c).saturating_mul(rest))?,
+        index(op, "n", x.size())?,
         index(op, "C", c)?,
         index(op, "rest", rest)?,
     ])
