@@ -199,6 +199,32 @@ pub fn broadcast<D: Device>(x: &CudaTensor<D>, out: &Shape) -> Result<CudaTensor
     GatherPlan::broadcast(x.shape(), out).run(desc::BROADCAST_TO.name, x, out.clone())
 }
 
+/// Threads a split broadcast VJP aims for (a fraction of an H200's resident threads is enough
+/// for a memory-bound pass).
+const SPLIT_THREADS: usize = 1 << 18;
+/// The fewest targets a chunk of a split broadcast VJP sums.
+const SPLIT_MIN_CHUNK: usize = 256;
+
+/// How a broadcast VJP with `n` source elements of `count` targets each is split: `None` for
+/// one thread per source element (enough of them, or short sums), else `(chunks, len)` — each
+/// source's targets in `chunks` consecutive runs of `len` (the last one shorter), summed by
+/// their own threads and then combined in order.
+pub fn split_plan(n: usize, count: usize) -> Option<(usize, usize)> {
+    if n == 0 || n >= SPLIT_THREADS {
+        return None;
+    }
+    let chunks = SPLIT_THREADS.div_ceil(n).min(count / SPLIT_MIN_CHUNK);
+    if chunks < 2 {
+        return None;
+    }
+    let len = count.div_ceil(chunks);
+    Some((count.div_ceil(len), len))
+}
+
+/// Sums the cotangent back onto `from`, each source element's targets in row-major order, in
+/// double: one thread per source element, or (few sources with long sums, [`split_plan`]) a
+/// fixed two-pass split whose partial sums keep double precision (two floats each). Either way
+/// deterministic.
 pub fn broadcast_vjp<D: Device>(dy: &CudaTensor<D>, from: &Shape) -> Result<CudaTensor<D>> {
     const OP: &str = desc::BROADCAST_TO.name;
     if dy.shape() == from {
@@ -206,9 +232,17 @@ pub fn broadcast_vjp<D: Device>(dy: &CudaTensor<D>, from: &Shape) -> Result<Cuda
     }
     let plan = SumPlan::new(from, dy.shape());
     let n = from.checked_size()?;
+    let count = plan.count();
     let mut buf = Buffer::<D>::uninit(n)?;
-    if n > 0 {
-        let table = plan.table(OP)?;
+    if n == 0 {
+        return CudaTensor::from_buffer(from.clone(), buf);
+    }
+    let table = plan.table(OP)?;
+    let (n_kept, n_sum) = (
+        index(OP, "rank", plan.kept.len())?,
+        index(OP, "rank", plan.summed.len())?,
+    );
+    let Some((chunks, len)) = split_plan(n, count) else {
         // tl_layout_broadcast_vjp(float* dx, const float* dy, const long long* table,
         //                         long long n_kept, long long n_sum, long long count,
         //                         long long n)
@@ -219,13 +253,46 @@ pub fn broadcast_vjp<D: Device>(dy: &CudaTensor<D>, from: &Shape) -> Result<Cuda
                 Arg::Out(buf.mem_mut()),
                 Arg::In(dy.mem()),
                 Arg::Table(&table),
-                Arg::Index(index(OP, "rank", plan.kept.len())?),
-                Arg::Index(index(OP, "rank", plan.summed.len())?),
-                Arg::Index(index(OP, "count", plan.count())?),
+                Arg::Index(n_kept),
+                Arg::Index(n_sum),
+                Arg::Index(index(OP, "count", count)?),
                 Arg::Index(index(OP, "n", n)?),
             ],
         )?;
-    }
+        return CudaTensor::from_buffer(from.clone(), buf);
+    };
+    let items = n * chunks;
+    let mut partials = Buffer::<D>::uninit(2 * items)?;
+    // tl_layout_broadcast_vjp_partial(float* partials, const float* dy,
+    //                                 const long long* table, long long n_kept,
+    //                                 long long n_sum, long long count, long long len,
+    //                                 long long n, long long items)
+    D::launch(
+        LAYOUT.kernel("tl_layout_broadcast_vjp_partial"),
+        Launch::for_items(items),
+        &mut [
+            Arg::Out(partials.mem_mut()),
+            Arg::In(dy.mem()),
+            Arg::Table(&table),
+            Arg::Index(n_kept),
+            Arg::Index(n_sum),
+            Arg::Index(index(OP, "count", count)?),
+            Arg::Index(index(OP, "chunk", len)?),
+            Arg::Index(index(OP, "n", n)?),
+            Arg::Index(index(OP, "items", items)?),
+        ],
+    )?;
+    // tl_layout_sum_partials(float* dx, const float* partials, long long chunks, long long n)
+    D::launch(
+        LAYOUT.kernel("tl_layout_sum_partials"),
+        Launch::for_items(n),
+        &mut [
+            Arg::Out(buf.mem_mut()),
+            Arg::In(partials.mem()),
+            Arg::Index(index(OP, "chunks", chunks)?),
+            Arg::Index(index(OP, "n", n)?),
+        ],
+    )?;
     CudaTensor::from_buffer(from.clone(), buf)
 }
 
@@ -406,6 +473,29 @@ mod tests {
         assert_eq!(offsets(&p), vec![1, 2, 3, 6, 7, 8]);
         let p = GatherPlan::slice(&Shape::from([3, 2]), 0, 1, 2);
         assert_eq!(offsets(&p), vec![2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn long_sums_of_few_sources_are_split_into_whole_chunks() {
+        // many sources, or short sums: one thread each
+        assert_eq!(split_plan(1 << 18, 1 << 20), None);
+        assert_eq!(split_plan(4, 300), None);
+        assert_eq!(split_plan(0, 1 << 20), None);
+        // a scalar over 300 000 targets: runs of at least 256, covering every target once
+        for (n, count) in [(1, 300_000), (3, 1000), (512, 512), (1, 513), (7, 1 << 22)] {
+            let Some((chunks, len)) = split_plan(n, count) else {
+                panic!("{n} x {count}: not split")
+            };
+            assert!(
+                chunks >= 2 && len >= SPLIT_MIN_CHUNK,
+                "{n} x {count}: {chunks} x {len}"
+            );
+            assert!(
+                (chunks - 1) * len < count && chunks * len >= count,
+                "{chunks} x {len}"
+            );
+            assert!(n * chunks <= SPLIT_THREADS + n, "{n} x {chunks}");
+        }
     }
 
     #[test]
