@@ -76,10 +76,25 @@ __device__ __forceinline__ float tl_unary_at(tl_index op, float v, float c0, flo
   }
 }
 
-// y[i] = f_op(x[i])
+// Every unary code, for the kernels that switch on the code once, outside their loop (each case
+// is the loop with the code a constant, so the inner switch folds away).
+#define TL_UNARY_CASES(CASE)                                                                 \
+  CASE(TL_UNARY_ABS) CASE(TL_UNARY_SQRT) CASE(TL_UNARY_INV) CASE(TL_UNARY_RELU)              \
+  CASE(TL_UNARY_TANH) CASE(TL_UNARY_SIGMOID) CASE(TL_UNARY_EXP) CASE(TL_UNARY_LOG)           \
+  CASE(TL_UNARY_SIN) CASE(TL_UNARY_COS) CASE(TL_UNARY_NEG) CASE(TL_UNARY_SOFTPLUS)           \
+  CASE(TL_UNARY_SILU) CASE(TL_UNARY_GELU_ERF) CASE(TL_UNARY_GELU_TANH)
+
+// y[i] = f_op(x[i]); an unknown code writes NaN
 extern "C" __global__ void tl_ew_unary(float* __restrict__ y, const float* __restrict__ x,
                                        tl_index op, float c0, float c1, tl_index n) {
-  for (tl_index i = tl_first(); i < n; i += tl_stride()) y[i] = tl_unary_at(op, x[i], c0, c1);
+#define TL_CASE(code)                                                  \
+  case code:                                                           \
+    for (tl_index i = tl_first(); i < n; i += tl_stride())             \
+      y[i] = tl_unary_at(code, x[i], c0, c1);                          \
+    return;
+  switch (op) { TL_UNARY_CASES(TL_CASE) default: break; }
+#undef TL_CASE
+  for (tl_index i = tl_first(); i < n; i += tl_stride()) y[i] = TL_NAN;
 }
 
 // dx from the saved value `s` (the input x or the output y, as the op's descriptor saves) and
@@ -128,8 +143,14 @@ __device__ __forceinline__ float tl_unary_vjp_at(tl_index op, float s, float d, 
 extern "C" __global__ void tl_ew_unary_vjp(float* __restrict__ dx, const float* __restrict__ s,
                                            const float* __restrict__ dy, tl_index op, float c0,
                                            float c1, float c2, tl_index n) {
-  for (tl_index i = tl_first(); i < n; i += tl_stride())
-    dx[i] = tl_unary_vjp_at(op, s[i], dy[i], c0, c1, c2);
+#define TL_CASE(code)                                                  \
+  case code:                                                           \
+    for (tl_index i = tl_first(); i < n; i += tl_stride())             \
+      dx[i] = tl_unary_vjp_at(code, s[i], dy[i], c0, c1, c2);          \
+    return;
+  switch (op) { TL_UNARY_CASES(TL_CASE) default: break; }
+#undef TL_CASE
+  for (tl_index i = tl_first(); i < n; i += tl_stride()) dx[i] = TL_NAN;
 }
 
 // The binary functions' codes: must agree with `ops::elementwise::binary_code` (a test reads
@@ -157,7 +178,18 @@ __device__ __forceinline__ float tl_binary_at(tl_index op, float a, float b) {
 // y[i] = a[i] op b[i]
 extern "C" __global__ void tl_ew_binary(float* __restrict__ y, const float* __restrict__ a,
                                         const float* __restrict__ b, tl_index op, tl_index n) {
-  for (tl_index i = tl_first(); i < n; i += tl_stride()) y[i] = tl_binary_at(op, a[i], b[i]);
+#define TL_CASE(code)                                                  \
+  case code:                                                           \
+    for (tl_index i = tl_first(); i < n; i += tl_stride())             \
+      y[i] = tl_binary_at(code, a[i], b[i]);                           \
+    return;
+  switch (op) {
+    TL_CASE(TL_BINARY_ADD) TL_CASE(TL_BINARY_SUB) TL_CASE(TL_BINARY_MUL)
+    TL_CASE(TL_BINARY_DIV) TL_CASE(TL_BINARY_MAX) TL_CASE(TL_BINARY_MIN)
+    default: break;
+  }
+#undef TL_CASE
+  for (tl_index i = tl_first(); i < n; i += tl_stride()) y[i] = TL_NAN;
 }
 
 // The winner takes the cotangent; a tie (or NaN) splits it in half.

@@ -338,6 +338,13 @@ mod tests {
                 defs.contains(&(name.to_string(), code)),
                 "{op:?}: `#define TL_UNARY_{name} {code}` is not in elementwise.cu"
             );
+            // the kernels that switch outside their loop list every code
+            assert!(
+                ELEMENTWISE
+                    .source
+                    .contains(&format!("CASE(TL_UNARY_{name})")),
+                "{op:?}: TL_UNARY_{name} is missing from TL_UNARY_CASES"
+            );
         }
     }
 
@@ -352,6 +359,12 @@ mod tests {
             assert!(
                 defs.contains(&(name.to_string(), code)),
                 "{op:?}: `#define TL_BINARY_{name} {code}` is not in elementwise.cu"
+            );
+            assert!(
+                ELEMENTWISE
+                    .source
+                    .contains(&format!("TL_CASE(TL_BINARY_{name})")),
+                "{op:?}: tl_ew_binary has no case for TL_BINARY_{name}"
             );
         }
     }
