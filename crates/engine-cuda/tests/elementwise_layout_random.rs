@@ -393,6 +393,38 @@ fn missing_saved_values_and_a_non_scalar_probability_are_errors() {
     assert!(e.to_string().contains("bernoulli_mask"), "{e}");
 }
 
+#[test]
+fn layout_calls_the_shape_rules_refuse_are_errors_not_reads_past_a_buffer() {
+    let x = emu(&[2, 3], &values(6, 4));
+    let y = emu(&[2, 2], &values(4, 5));
+    let s = |d: &[usize]| Shape::from(d);
+    // an output shape that does not follow from the operands would make a kernel write or
+    // read past a buffer: each is refused, naming the op
+    let errors = [
+        EmuF32::concat(&[&x, &y], 1, &s(&[2, 9])).map(|_| ()),
+        EmuF32::concat(&[&x, &y], 0, &s(&[4, 3])).map(|_| ()),
+        EmuF32::concat_vjp(&x, &[s(&[2, 2]), s(&[2, 2])], 1).map(|_| ()),
+        EmuF32::permute(&x, &[1, 0], &s(&[2, 3])).map(|_| ()),
+        EmuF32::permute(&x, &[1, 1], &s(&[3, 3])).map(|_| ()),
+        EmuF32::slice(&x, 1, 2, &s(&[2, 2])).map(|_| ()),
+        EmuF32::slice(&x, 5, 0, &s(&[2, 1])).map(|_| ()),
+        EmuF32::slice_vjp(&y, &s(&[2, 3]), 1, 2).map(|_| ()),
+        EmuF32::broadcast(&x, &s(&[4, 2, 4])).map(|_| ()),
+        EmuF32::broadcast(&x, &s(&[3])).map(|_| ()),
+        EmuF32::broadcast_vjp(&x, &s(&[4])).map(|_| ()),
+    ];
+    for (k, e) in errors.into_iter().enumerate() {
+        let e = e.err().unwrap_or_else(|| panic!("call {k} was accepted"));
+        let msg = e.to_string();
+        assert!(
+            ["concat", "permute", "slice", "broadcast_to"]
+                .iter()
+                .any(|op| msg.contains(op)),
+            "call {k}: {msg}"
+        );
+    }
+}
+
 /// A layout op on random shapes, with its operands.
 #[derive(Debug, Clone)]
 struct LayoutCase {

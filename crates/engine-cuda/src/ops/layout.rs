@@ -11,12 +11,12 @@
 
 use crate::buffer::Buffer;
 use crate::device::{Arg, Device};
-use crate::error::Result;
+use crate::error::{CudaError, Result};
 use crate::geometry::{index, row_major_strides, Launch};
 use crate::kernels::LAYOUT;
 use crate::tensor::CudaTensor;
 use torchlean_spec::ops::desc;
-use torchlean_spec::Shape;
+use torchlean_spec::{Op, Shape, SpecError};
 
 /// `out[i] = src[offset + Σ_k idx_k(i) · strides[k]]` with `idx(i)` the row-major multi-index
 /// of `i` over `dims`, simplified.
@@ -192,11 +192,35 @@ impl SumPlan {
     }
 }
 
+/// The op's own shape rule must give `out` from `inputs`: the kernels index buffers by these
+/// shapes with no bounds checks, so a call the dispatch did not validate is refused here rather
+/// than read or written past a buffer.
+fn check_rule(op: Op, inputs: &[Shape], out: &Shape) -> Result<()> {
+    let got = op.infer_shape(inputs)?;
+    if &got != out {
+        return Err(CudaError::Spec(SpecError::OpShape {
+            op: op.name(),
+            shapes: inputs.to_vec(),
+            reason: format!("the output shape is {got}, not the {out} asked for"),
+        }));
+    }
+    Ok(())
+}
+
 pub fn broadcast<D: Device>(x: &CudaTensor<D>, out: &Shape) -> Result<CudaTensor<D>> {
     if x.shape() == out {
         return x.share(out.clone());
     }
-    GatherPlan::broadcast(x.shape(), out).run(desc::BROADCAST_TO.name, x, out.clone())
+    let from = x.shape().clone();
+    check_rule(
+        Op::BroadcastTo {
+            from: from.clone(),
+            to: out.clone(),
+        },
+        std::slice::from_ref(&from),
+        out,
+    )?;
+    GatherPlan::broadcast(&from, out).run(desc::BROADCAST_TO.name, x, out.clone())
 }
 
 /// Threads a split broadcast VJP aims for (a fraction of an H200's resident threads is enough
@@ -230,6 +254,14 @@ pub fn broadcast_vjp<D: Device>(dy: &CudaTensor<D>, from: &Shape) -> Result<Cuda
     if dy.shape() == from {
         return Ok(dy.clone());
     }
+    check_rule(
+        Op::BroadcastTo {
+            from: from.clone(),
+            to: dy.shape().clone(),
+        },
+        std::slice::from_ref(from),
+        dy.shape(),
+    )?;
     let plan = SumPlan::new(from, dy.shape());
     let n = from.checked_size()?;
     let count = plan.count();
@@ -300,6 +332,13 @@ pub fn permute<D: Device>(x: &CudaTensor<D>, perm: &[usize], out: &Shape) -> Res
     if perm.iter().enumerate().all(|(i, &p)| i == p) {
         return x.share(out.clone());
     }
+    check_rule(
+        Op::Permute {
+            perm: perm.to_vec(),
+        },
+        std::slice::from_ref(x.shape()),
+        out,
+    )?;
     GatherPlan::permute(x.shape(), perm).run(desc::PERMUTE.name, x, out.clone())
 }
 
@@ -312,11 +351,13 @@ pub fn slice<D: Device>(
     if out == x.shape() {
         return x.share(out.clone());
     }
-    GatherPlan::slice(x.shape(), axis, start, out.dims()[axis]).run(
-        desc::SLICE.name,
-        x,
-        out.clone(),
-    )
+    let len = out.dims().get(axis).copied().unwrap_or(0);
+    check_rule(
+        Op::Slice { axis, start, len },
+        std::slice::from_ref(x.shape()),
+        out,
+    )?;
+    GatherPlan::slice(x.shape(), axis, start, len).run(desc::SLICE.name, x, out.clone())
 }
 
 /// The cotangent scattered into zeros of the input's shape: one launch writing every element.
@@ -330,6 +371,12 @@ pub fn slice_vjp<D: Device>(
     if dy.shape() == in_shape {
         return Ok(dy.clone());
     }
+    let len = dy.shape().dims().get(axis).copied().unwrap_or(0);
+    check_rule(
+        Op::Slice { axis, start, len },
+        std::slice::from_ref(in_shape),
+        dy.shape(),
+    )?;
     let (_, n_axis, inner) = in_shape.split_at_axis(axis);
     let (row, piece) = (n_axis * inner, dy.shape().dims()[axis] * inner);
     let n = in_shape.checked_size()?;
@@ -361,6 +408,8 @@ pub fn concat<D: Device>(
     out: &Shape,
 ) -> Result<CudaTensor<D>> {
     const OP: &str = desc::CONCAT.name;
+    let shapes: Vec<Shape> = args.iter().map(|t| t.shape().clone()).collect();
+    check_rule(Op::Concat { axis }, &shapes, out)?;
     let (_, total, inner) = out.split_at_axis(axis);
     let row = total * inner;
     let mut buf = Buffer::<D>::uninit(out.checked_size()?)?;
@@ -395,6 +444,7 @@ pub fn concat_vjp<D: Device>(
     shapes: &[Shape],
     axis: usize,
 ) -> Result<Vec<CudaTensor<D>>> {
+    check_rule(Op::Concat { axis }, shapes, dy.shape())?;
     let (outer, total, inner) = dy.shape().split_at_axis(axis);
     let mut at = 0usize;
     shapes
