@@ -6,8 +6,11 @@
 //! ([`GatherPlan`]: size-1 axes dropped, contiguous axes merged, so the kernel's index
 //! arithmetic is as short as the layout allows); concat places each operand with one launch,
 //! slice's VJP pads with zeros in one launch, and broadcast's VJP sums each source element's
-//! targets in row-major order in one thread ([`SumPlan`]). A layout op that moves nothing
+//! targets in row-major order in `double` in one thread ([`SumPlan`]), or, for few sources with
+//! long sums, in a fixed two-pass split ([`split_plan`]). A layout op that moves nothing
 //! (identity permutation, broadcast or slice to the same shape) shares the operand's buffer.
+//! Every op checks its shapes with the op's own rule first (`Op::infer_shape`): the kernels have
+//! no bounds checks.
 
 use crate::buffer::Buffer;
 use crate::device::{Arg, Device};
