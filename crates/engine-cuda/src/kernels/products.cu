@@ -97,3 +97,15 @@ extern "C" __global__ void tl_conv_col2im(float* __restrict__ dx, const float* _
     dx[at] = dx[at] + acc;
   }
 }
+
+// Column sums added on: y[j] = y[j] + Σ_{r < rows} x[r·cols + j] for j < cols, r ascending,
+// accumulated in double from y[j] (partial weight gradients of a group of images, in order).
+extern "C" __global__ void tl_prod_add_col_sums(float* __restrict__ y,
+                                                const float* __restrict__ x, tl_index rows,
+                                                tl_index cols) {
+  for (tl_index j = tl_first(); j < cols; j += tl_stride()) {
+    double acc = (double)y[j];
+    for (tl_index r = 0; r < rows; ++r) acc += (double)x[r * cols + j];
+    y[j] = (float)acc;
+  }
+}

@@ -342,76 +342,116 @@ pub(crate) fn conv2d_vjp_capped<D: Device>(
     let g = Geo::new(spec, x.shape())?;
     let kk = g.kk();
     let db = bias_grad(&g, dy)?;
-    let mut dw = Buffer::<D>::zeros(w.len())?;
     let mut dx = if need_dx {
         Some(Buffer::<D>::zeros(x.len())?)
     } else {
         None
     };
     // an empty contraction (no channel out) leaves dx zero; no tap or no image leaves dW zero
-    let dx_product = g.oc > 0;
-    if kk > 0 && g.n > 0 {
-        if g.direct() {
-            direct_vjp(&g, x, w, dy, &mut dw, dx.as_mut().filter(|_| dx_product))?;
-        } else {
-            patch_vjp(
-                &g,
-                x,
-                w,
-                dy,
-                &mut dw,
-                dx.as_mut().filter(|_| dx_product),
-                cap,
-            )?;
-        }
-    }
+    let dx_product = dx.as_mut().filter(|_| g.oc > 0);
+    let dw = if kk == 0 || g.n == 0 {
+        Buffer::<D>::zeros(w.len())?
+    } else if g.direct() {
+        direct_vjp(&g, x, w, dy, dx_product, cap)?
+    } else {
+        patch_vjp(&g, x, w, dy, dx_product, cap)?
+    };
     let dx = dx
         .map(|buf| CudaTensor::from_buffer(x.shape().clone(), buf))
         .transpose()?;
     Ok((dx, CudaTensor::from_buffer(w.shape().clone(), dw)?, db))
 }
 
-/// The product `dW[oc×kk] += dy[img][:, p0..p0+pc] · col[img]ᵀ` for every image of a chunk,
-/// images in order (`col` holds the chunk's patch matrices, `kk × pc` each, from `col_offset`).
-fn weight_grad<D: Device>(
-    g: &Geo,
-    ch: &Chunk,
-    dy: &CudaTensor<D>,
-    col: &D::Mem,
-    col_offset: usize,
-    dw: &mut Buffer<D>,
-) -> Result<()> {
-    let (kk, p) = (g.kk(), g.p());
-    for img in 0..ch.images {
-        let prod = RowMajorGemm {
-            op: OP,
-            batch: 1,
-            m: g.oc,
-            n: kk,
-            k: ch.pc,
-            trans_a: false,
-            trans_b: true,
-            alpha: 1.0,
-            beta: 1.0,
-            a: RowMajor {
-                offset: (ch.n0 + img) * g.oc * p + ch.p0,
-                ld: p,
-                stride: 0,
-            },
-            b: RowMajor {
-                offset: col_offset + img * kk * ch.pc,
-                ld: ch.pc,
-                stride: 0,
-            },
-            c: RowMajor {
-                offset: 0,
-                ld: kk,
-                stride: 0,
-            },
+/// The weight gradient's accumulator: `dW` and a workspace for per-image partial products.
+///
+/// `dW += Σ_img dy[img][:, p0..p0+pc] · col[img]ᵀ` for the images of each chunk, in order: the
+/// images of a chunk go in groups of at most `group` (so the partials stay within the patch
+/// cap), each group one batched product into `partial` (`oc × kk` per image) and one
+/// fixed-order sum over the group's images added onto `dW`; a group of one image is a single
+/// accumulating product.
+struct WeightGrad<D: Device> {
+    dw: Buffer<D>,
+    partial: Option<Buffer<D>>,
+    group: usize,
+}
+
+impl<D: Device> WeightGrad<D> {
+    /// Zeros for `dW`, and a partial workspace if some chunk has several images.
+    fn new(g: &Geo, most_images: usize, cap: usize) -> Result<Self> {
+        let per_image = g.oc * g.kk();
+        let group = (cap / per_image.max(1)).clamp(1, most_images.max(1));
+        let partial = if group > 1 {
+            Some(Buffer::uninit(group * per_image)?)
+        } else {
+            None
         };
-        prod.run::<D>(dy.mem(), col, dw.mem_mut())?;
+        Ok(WeightGrad {
+            dw: Buffer::zeros(per_image)?,
+            partial,
+            group,
+        })
     }
-    Ok(())
+
+    /// Adds chunk `ch`'s contribution (`col` holds its patch matrices, `kk × pc` per image).
+    fn add(&mut self, g: &Geo, ch: &Chunk, dy: &CudaTensor<D>, col: &D::Mem) -> Result<()> {
+        let (kk, p) = (g.kk(), g.p());
+        for first in (0..ch.images).step_by(self.group) {
+            let images = self.group.min(ch.images - first);
+            // dy[n0 + first + i][:, p0..p0+pc] · (col[first + i][kk×pc])ᵀ for i < images
+            let mut prod = RowMajorGemm {
+                op: OP,
+                batch: images,
+                m: g.oc,
+                n: kk,
+                k: ch.pc,
+                trans_a: false,
+                trans_b: true,
+                alpha: 1.0,
+                beta: 0.0,
+                a: RowMajor {
+                    offset: (ch.n0 + first) * g.oc * p + ch.p0,
+                    ld: p,
+                    stride: g.oc * p,
+                },
+                b: RowMajor {
+                    offset: first * kk * ch.pc,
+                    ld: ch.pc,
+                    stride: kk * ch.pc,
+                },
+                c: RowMajor {
+                    offset: 0,
+                    ld: kk,
+                    stride: g.oc * kk,
+                },
+            };
+            match self.partial.as_mut().filter(|_| images > 1) {
+                Some(partial) => {
+                    prod.run::<D>(dy.mem(), col, partial.mem_mut())?;
+                    add_column_sums::<D>(self.dw.mem_mut(), partial.mem(), images, g.oc * kk)?;
+                }
+                None => {
+                    prod.beta = 1.0;
+                    prod.run::<D>(dy.mem(), col, self.dw.mem_mut())?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `y[j] += Σ_{r < rows} x[r·cols + j]` for `j < cols` (rows in order, in double).
+fn add_column_sums<D: Device>(y: &mut D::Mem, x: &D::Mem, rows: usize, cols: usize) -> Result<()> {
+    // tl_prod_add_col_sums(float* y, const float* x, long long rows, long long cols)
+    D::launch(
+        PRODUCTS.kernel("tl_prod_add_col_sums"),
+        Launch::for_items(cols),
+        &mut [
+            Arg::Out(y),
+            Arg::In(x),
+            Arg::Index(index(OP, "images", rows)?),
+            Arg::Index(index(OP, "weight elements", cols)?),
+        ],
+    )
 }
 
 /// `dcol[img] = Wᵀ[kk×oc] · dy[n0 + img][:, p0..p0+pc]` for the images of a chunk (one batched
@@ -456,9 +496,9 @@ fn direct_vjp<D: Device>(
     x: &CudaTensor<D>,
     w: &CudaTensor<D>,
     dy: &CudaTensor<D>,
-    dw: &mut Buffer<D>,
     dx: Option<&mut Buffer<D>>,
-) -> Result<()> {
+    cap: usize,
+) -> Result<Buffer<D>> {
     let (kk, p) = (g.kk(), g.p());
     let all = Chunk {
         n0: 0,
@@ -466,7 +506,8 @@ fn direct_vjp<D: Device>(
         p0: 0,
         pc: p,
     };
-    weight_grad(g, &all, dy, x.mem(), 0, dw)?;
+    let mut dw = WeightGrad::new(g, g.n, cap)?;
+    dw.add(g, &all, dy, x.mem())?;
     if let Some(dx) = dx {
         let c = RowMajor {
             offset: 0,
@@ -475,7 +516,7 @@ fn direct_vjp<D: Device>(
         };
         patch_grad(g, &all, w, dy, dx.mem_mut(), c)?;
     }
-    Ok(())
+    Ok(dw.dw)
 }
 
 /// The VJP through patch matrices, chunk by chunk (see [`plan`]).
@@ -484,12 +525,13 @@ fn patch_vjp<D: Device>(
     x: &CudaTensor<D>,
     w: &CudaTensor<D>,
     dy: &CudaTensor<D>,
-    dw: &mut Buffer<D>,
     mut dx: Option<&mut Buffer<D>>,
     cap: usize,
-) -> Result<()> {
+) -> Result<Buffer<D>> {
     let kk = g.kk();
     let chunks = plan(g.n, kk, g.p(), cap);
+    let most_images = chunks.iter().map(|c| c.images).max().unwrap_or(0);
+    let mut dw = WeightGrad::new(g, most_images, cap)?;
     let mut col = workspace::<D>(&chunks, kk)?;
     let mut dcol = match dx {
         Some(_) => Some(workspace::<D>(&chunks, kk)?),
@@ -497,7 +539,7 @@ fn patch_vjp<D: Device>(
     };
     for ch in &chunks {
         im2col(g, ch, x, &mut col)?;
-        weight_grad(g, ch, dy, col.mem(), 0, dw)?;
+        dw.add(g, ch, dy, col.mem())?;
         if let (Some(dx), Some(dcol)) = (dx.as_deref_mut(), dcol.as_mut()) {
             let c = RowMajor {
                 offset: 0,
@@ -508,7 +550,7 @@ fn patch_vjp<D: Device>(
             col2im(g, ch, dcol, dx)?;
         }
     }
-    Ok(())
+    Ok(dw.dw)
 }
 
 #[cfg(test)]
@@ -584,6 +626,40 @@ mod tests {
             }
         }
         seen
+    }
+
+    /// Chunks of several images whose partial weight gradients need several groups (`P <
+    /// outC`: one image's `oc·kk` partial is larger than its patch matrix), and the direct
+    /// path's groups.
+    #[test]
+    fn grouped_weight_gradients_match_the_reference() {
+        emulation_ready().unwrap();
+        let e = |t: &Tensor<f64>| CudaTensor::<Emu>::from_f64(t).unwrap();
+        // 3×3 padding 1 on 3×3 images: kk = 18, P = 9, oc = 16 (partials of 288 per image);
+        // a cap of 1000 holds 6 images' patches but only 3 images' partials. 1×1 direct:
+        // kk = 2, oc = 16, partials of 32 per image, a cap of 100 groups 3 of the 5 images.
+        for (k, pad, cap) in [(3, 1, 1000), (1, 0, 100)] {
+            let spec = Conv2dSpec {
+                in_channels: 2,
+                out_channels: 16,
+                kernel_h: k,
+                kernel_w: k,
+                stride: 1,
+                padding: pad,
+            };
+            let g = Geo::new(&spec, &Shape::from([5, 2, 3, 3])).unwrap();
+            let wg = WeightGrad::<Emu>::new(&g, 5, cap).unwrap();
+            assert_eq!(wg.group, 3, "k {k}");
+            let x = values(&[5, 2, 3, 3], 5);
+            let w = values(&[16, 2, k, k], 6);
+            let dy = values(&[5, 16, 3, 3], 7);
+            let (dx, dw, db) = <Tensor<f64> as Backend>::conv2d_vjp(&spec, &x, &w, &dy).unwrap();
+            let (gx, gw, gb) =
+                conv2d_vjp_capped(&spec, &e(&x), &e(&w), &e(&dy), true, cap).unwrap();
+            assert!(max_rel(&gx.unwrap(), &dx) < 1e-6, "dx, k {k}");
+            assert!(max_rel(&gw, &dw) < 1e-6, "dW, k {k}");
+            assert!(max_rel(&gb, &db) < 1e-6, "db, k {k}");
+        }
     }
 
     #[test]
