@@ -391,6 +391,66 @@ mod tests {
         assert_eq!(cases, 4 * 4 * 2 * 3);
     }
 
+    /// A stored matrix of `rows × cols` with `extra` elements of row padding, batches `gap`
+    /// elements apart beyond one matrix (or shared), from `offset`; and a buffer length holding
+    /// every batch.
+    fn operand(
+        (rows, cols): (usize, usize),
+        (offset, extra, gap): (usize, usize, usize),
+        shared: bool,
+        batch: usize,
+    ) -> (RowMajor, usize) {
+        let ld = cols + extra;
+        let stride = if shared { 0 } else { rows * ld + gap };
+        let len = offset + batch.max(1) * (rows * ld + gap) + ld + 1;
+        (RowMajor { offset, ld, stride }, len)
+    }
+
+    proptest::proptest! {
+        /// The law behind every product of the engine: a row-major description run through
+        /// its column-major call on a device is the row-major product, for any sizes
+        /// (including empty ones), transposes, offsets, padded rows, batch gaps and shared
+        /// operands.
+        #[test]
+        fn every_row_major_description_is_its_naive_product(
+            (m, n, k, batch) in (0..5usize, 0..5usize, 0..5usize, 0..4usize),
+            (trans_a, trans_b, shared_a, shared_b) in
+                proptest::prelude::any::<(bool, bool, bool, bool)>(),
+            la in (0..4usize, 0..3usize, 0..5usize),
+            lb in (0..4usize, 0..3usize, 0..5usize),
+            lc in (0..4usize, 0..3usize, 0..5usize),
+            beta in proptest::sample::select(vec![0.0f32, 1.0, 0.5]),
+        ) {
+            let (a_dims, b_dims) = (
+                if trans_a { (k, m) } else { (m, k) },
+                if trans_b { (n, k) } else { (k, n) },
+            );
+            let (a, a_len) = operand(a_dims, la, shared_a, batch);
+            let (b, b_len) = operand(b_dims, lb, shared_b, batch);
+            let (c, c_len) = operand((m, n), lc, false, batch);
+            let g = RowMajorGemm {
+                op: "law",
+                batch,
+                m,
+                n,
+                k,
+                trans_a,
+                trans_b,
+                alpha: 1.5,
+                beta,
+                a,
+                b,
+                c,
+            };
+            let (av, bv, c0) = (data(a_len, 1), data(b_len, 2), data(c_len, 3));
+            let mut want = c0.clone();
+            naive(&g, &av, &bv, &mut want);
+            let mut got = c0;
+            g.run::<Emu>(&av, &bv, &mut got).unwrap();
+            proptest::prop_assert_eq!(got, want);
+        }
+    }
+
     #[test]
     fn packed_describes_dense_row_major_matrices() {
         let g = RowMajorGemm::packed("t", 2, (2, 3, 4), false, true);

@@ -113,7 +113,9 @@ pub enum CudaError {
 
     /// A product description whose leading dimension is below its operand's stored rows
     /// (cuBLAS rejects it; an engine bug if it ever shows).
-    #[error("op `{op}`: the product's {operand} has leading dimension {ld} below its {rows} stored rows")]
+    #[error(
+        "op `{op}`: the product's {operand} has leading dimension {ld} below its {rows} stored rows"
+    )]
     GemmLeading {
         op: &'static str,
         operand: &'static str,
@@ -134,7 +136,10 @@ pub enum CudaError {
     },
 
     /// A batched product whose output matrices overlap (two batches would write one element).
-    #[error("op `{op}`: the product's output batches overlap (stride {stride} below one matrix's extent {extent})")]
+    #[error(
+        "op `{op}`: the product's output batches overlap (stride {stride} below one matrix's \
+         extent {extent})"
+    )]
     GemmOverlap {
         op: &'static str,
         stride: usize,

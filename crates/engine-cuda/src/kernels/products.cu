@@ -38,8 +38,8 @@ extern "C" __global__ void tl_prod_row_sums(float* __restrict__ y, const float* 
 }
 
 // The patch matrix of `images` images from image `n0` over output positions [p0, p0 + pc):
-// col[(img·kk + t)·pc + q] = x[n0 + img, ci, oy·s + u − pad, ox·s + v − pad] (0 in the padding)
-// with tap t = (ci·kh + u)·kw + v, kk = c·kh·kw and (oy, ox) = divmod(p0 + q, wo);
+// col[(img·kk + t)·pc + q] = x[n0 + img, ci, oy·s + u − pad, ox·s + v − pad] (0 in the
+// padding) with tap t = (ci·kh + u)·kw + v, kk = c·kh·kw and (oy, ox) = divmod(p0 + q, wo);
 // n = images·kk·pc.
 extern "C" __global__ void tl_conv_im2col(float* __restrict__ col, const float* __restrict__ x,
                                           tl_index c, tl_index h, tl_index w, tl_index kh,
@@ -66,7 +66,8 @@ extern "C" __global__ void tl_conv_im2col(float* __restrict__ col, const float* 
 // taps (u, v), u then v ascending, whose output position p = oy·wo + ox (oy·s + u − pad = iy,
 // ox·s + v − pad = ix, oy < ho, ox < wo) lies in [p0, p0 + pc). Each input cell is written by
 // one thread; chunks of positions are added in order by successive launches.
-extern "C" __global__ void tl_conv_col2im(float* __restrict__ dx, const float* __restrict__ dcol,
+extern "C" __global__ void tl_conv_col2im(float* __restrict__ dx,
+                                          const float* __restrict__ dcol,
                                           tl_index c, tl_index h, tl_index w, tl_index kh,
                                           tl_index kw, tl_index s, tl_index pad, tl_index ho,
                                           tl_index wo, tl_index n0, tl_index p0, tl_index pc,
