@@ -173,8 +173,10 @@ fn conv_edge_geometries_match_the_reference() {
         (&[1, 2, 3, 3], conv_spec(2, 2, 2, 1, 3)),
         // a kernel covering the whole padded input (one output position)
         (&[2, 1, 4, 4], conv_spec(1, 3, 6, 1, 1)),
-        // an empty batch
+        // an empty batch, no output channel, no input channel (empty contractions)
         (&[0, 2, 5, 5], conv_spec(2, 3, 3, 1, 1)),
+        (&[2, 2, 5, 5], conv_spec(2, 0, 3, 1, 1)),
+        (&[2, 0, 5, 5], conv_spec(0, 3, 3, 1, 1)),
     ] {
         conv_matches_the_reference(&spec, &values(x, 13), 14);
     }
@@ -270,4 +272,44 @@ fn the_error_names_the_op() {
         e.to_string(),
         "op `matmul`: the product's B needs 15 elements but its buffer holds 10"
     );
+}
+
+#[test]
+fn empty_products_match_the_reference() {
+    let _g = serial();
+    for (a, b) in [
+        (&[0, 2, 3][..], &[0, 3, 4][..]),
+        (&[2, 0, 3], &[2, 3, 4]),
+        (&[2, 3, 0], &[2, 0, 4]),
+        (&[3, 2], &[2, 0]),
+    ] {
+        let (a, b) = (values(a, 30), values(b, 31));
+        let mut out = a.shape().dims().to_vec();
+        let last = out.len() - 1;
+        out[last] = *b.shape().dims().last().unwrap();
+        let out = Shape::new(out);
+        let want = <Tensor<f64> as Backend>::matmul(&a, &b, &out).unwrap();
+        let got = <EmuF32 as Backend>::matmul(&emu(&a), &emu(&b), &out).unwrap();
+        close("y", &got, &want);
+        let dy = values(out.dims(), 32);
+        let (da, db) = <Tensor<f64> as Backend>::matmul_vjp(&a, &b, &dy).unwrap();
+        let (ga, gb) = <EmuF32 as Backend>::matmul_vjp(&emu(&a), &emu(&b), &emu(&dy)).unwrap();
+        close("dA", &ga, &da);
+        close("dB", &gb, &db);
+    }
+    // no input feature: the output is the bias; no output feature: nothing
+    for (x, o) in [(&[3, 0][..], 2usize), (&[3, 4], 0)] {
+        let i = *x.last().unwrap();
+        let (x, w, b) = (values(x, 33), values(&[o, i], 34), values(&[o], 35));
+        let out = Shape::from([3, o]);
+        let want = <Tensor<f64> as Backend>::linear(&x, &w, &b, &out).unwrap();
+        let got = <EmuF32 as Backend>::linear(&emu(&x), &emu(&w), &emu(&b), &out).unwrap();
+        close("y", &got, &want);
+        let dy = values(out.dims(), 36);
+        let (dx, dw, db) = <Tensor<f64> as Backend>::linear_vjp(&x, &w, &dy).unwrap();
+        let (gx, gw, gb) = <EmuF32 as Backend>::linear_vjp(&emu(&x), &emu(&w), &emu(&dy)).unwrap();
+        close("dx", &gx, &dx);
+        close("dW", &gw, &dw);
+        close("db", &gb, &db);
+    }
 }

@@ -310,11 +310,9 @@ pub fn conv2d_vjp<D: Device>(
     w: &CudaTensor<D>,
     dy: &CudaTensor<D>,
 ) -> Result<(CudaTensor<D>, CudaTensor<D>, CudaTensor<D>)> {
-    let (dx, dw, db) = conv2d_vjp_capped(spec, x, w, dy, true, PATCH_CAP)?;
-    match dx {
-        Some(dx) => Ok((dx, dw, db)),
-        None => unreachable!("conv2d_vjp_capped computes dx when asked for it"),
-    }
+    let mut dx = Buffer::<D>::zeros(x.len())?;
+    let (dw, db) = vjp_into(spec, x, w, dy, Some(&mut dx), PATCH_CAP)?;
+    Ok((CudaTensor::from_buffer(x.shape().clone(), dx)?, dw, db))
 }
 
 /// [`conv2d_vjp`] where `dx` is computed only if `need_dx`.
@@ -329,7 +327,7 @@ pub fn conv2d_vjp_for<D: Device>(
     conv2d_vjp_capped(spec, x, w, dy, need_dx, PATCH_CAP)
 }
 
-/// The VJP with patch chunks of about `cap` elements (tests use small caps).
+/// [`conv2d_vjp_for`] with patch chunks of about `cap` elements (tests use small caps).
 #[allow(clippy::type_complexity)]
 pub(crate) fn conv2d_vjp_capped<D: Device>(
     spec: &Conv2dSpec,
@@ -339,27 +337,39 @@ pub(crate) fn conv2d_vjp_capped<D: Device>(
     need_dx: bool,
     cap: usize,
 ) -> Result<(Option<CudaTensor<D>>, CudaTensor<D>, CudaTensor<D>)> {
-    let g = Geo::new(spec, x.shape())?;
-    let kk = g.kk();
-    let db = bias_grad(&g, dy)?;
     let mut dx = if need_dx {
         Some(Buffer::<D>::zeros(x.len())?)
     } else {
         None
     };
-    // an empty contraction (no channel out) leaves dx zero; no tap or no image leaves dW zero
-    let dx_product = dx.as_mut().filter(|_| g.oc > 0);
-    let dw = if kk == 0 || g.n == 0 {
-        Buffer::<D>::zeros(w.len())?
-    } else if g.direct() {
-        direct_vjp(&g, x, w, dy, dx_product, cap)?
-    } else {
-        patch_vjp(&g, x, w, dy, dx_product, cap)?
-    };
+    let (dw, db) = vjp_into(spec, x, w, dy, dx.as_mut(), cap)?;
     let dx = dx
         .map(|buf| CudaTensor::from_buffer(x.shape().clone(), buf))
         .transpose()?;
-    Ok((dx, CudaTensor::from_buffer(w.shape().clone(), dw)?, db))
+    Ok((dx, dw, db))
+}
+
+/// `(dW, db)`, adding `dx` onto the zeros in `dx` when given.
+fn vjp_into<D: Device>(
+    spec: &Conv2dSpec,
+    x: &CudaTensor<D>,
+    w: &CudaTensor<D>,
+    dy: &CudaTensor<D>,
+    dx: Option<&mut Buffer<D>>,
+    cap: usize,
+) -> Result<(CudaTensor<D>, CudaTensor<D>)> {
+    let g = Geo::new(spec, x.shape())?;
+    let db = bias_grad(&g, dy)?;
+    // an empty contraction (no channel out) leaves dx zero; no tap or no image leaves dW zero
+    let dx = dx.filter(|_| g.oc > 0);
+    let dw = if g.kk() == 0 || g.n == 0 {
+        Buffer::<D>::zeros(w.len())?
+    } else if g.direct() {
+        direct_vjp(&g, x, w, dy, dx, cap)?
+    } else {
+        patch_vjp(&g, x, w, dy, dx, cap)?
+    };
+    Ok((CudaTensor::from_buffer(w.shape().clone(), dw)?, db))
 }
 
 /// The weight gradient's accumulator: `dW` and a workspace for per-image partial products.
