@@ -5,7 +5,8 @@
 //! Per image the patch matrix has one row per weight tap `(c, u, v)` (`kk = C·kH·kW` rows) and
 //! one column per output position (`P = Ho·Wo`): the forward is `y = W·col + b` (bias rows
 //! first, then a `beta = 1` product batched over the images of a chunk with `W` shared), the
-//! backward `dW = Σ_images dy·colᵀ` (one accumulating product per image, images in order),
+//! backward `dW = Σ_images dy·colᵀ` (batched products into per-image partials over groups of
+//! images, each group summed onto `dW` in image order: [`WeightGrad`]),
 //! `dcol = Wᵀ·dy` gathered back onto the input by `tl_conv_col2im` (each input cell sums its
 //! taps in a fixed order: no scatter, no atomics), `db` by fixed-order row then column sums.
 //! A 1×1 convolution with stride 1 and no padding uses the image itself as its patch matrix.
