@@ -275,6 +275,10 @@ impl Device for Gpu {
         b: &CudaSlice<f32>,
         c: &mut CudaSlice<f32>,
     ) -> Result<()> {
+        call.check(a.len(), b.len(), c.len())?;
+        if call.batch == 0 || call.m == 0 || call.n == 0 {
+            return Ok(());
+        }
         let ctx = context()?;
         let dim = |what, n| blas_dim(call.op, what, n);
         let cfg = StridedBatchedConfig {
@@ -298,7 +302,9 @@ impl Device for Gpu {
         let mode = if tf32() {
             cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
         } else {
-            cublasMath_t::CUBLAS_PEDANTIC_MATH
+            // FP32 throughout without TF32 (what PyTorch uses with TF32 off); PEDANTIC would
+            // also forbid cuBLAS's fastest FP32 kernels
+            cublasMath_t::CUBLAS_DEFAULT_MATH
         };
         // SAFETY: a live handle and a valid mode.
         let status = unsafe { cudarc::cublas::sys::cublasSetMathMode(*ctx.blas.handle(), mode) };
@@ -309,8 +315,8 @@ impl Device for Gpu {
         let av = a.slice(call.offset_a..);
         let bv = b.slice(call.offset_b..);
         let mut cv = c.slice_mut(call.offset_c..);
-        // SAFETY: the ops describe products whose every index lies inside the buffers (the
-        // emulation's `gemm_host` checks the same description on the CPU).
+        // SAFETY: `call.check` above accepted the description for these buffers (every index
+        // inside them, leading dimensions covering their rows, output batches disjoint).
         unsafe { ctx.blas.gemm_strided_batched(cfg, &av, &bv, &mut cv) }.map_err(|source| {
             CudaError::Blas {
                 call: "cublasSgemmStridedBatched",
