@@ -103,10 +103,6 @@ pub enum CudaError {
         limit: &'static str,
     },
 
-    /// A family method not written yet (scaffolding; removed when every op is in).
-    #[error("op `{op}` is not implemented on the CUDA engine yet")]
-    NotYet { op: &'static str },
-
     /// An error from the shape rules of `torchlean_spec`.
     #[error(transparent)]
     Spec(#[from] SpecError),
