@@ -28,6 +28,10 @@ pub struct Emu;
 
 static COUNTERS: Counters = Counters::new();
 
+/// The bits of every element of a fresh uninitialised emulated buffer (a quiet NaN with a
+/// recognisable payload).
+pub const POISON: u32 = 0x7fc0_dead;
+
 /// The loaded library, or why it could not be built (kept to answer every later call alike).
 static LIBRARY: OnceLock<std::result::Result<libloading::Library, BuildFailure>> = OnceLock::new();
 
@@ -180,9 +184,11 @@ impl Device for Emu {
         &COUNTERS
     }
 
+    /// Poisoned with a signalling-looking NaN pattern: device memory from `cuMemAlloc` holds
+    /// whatever was there, so a kernel that leaves an element unwritten must fail the suite here
+    /// too, not read a convenient zero.
     fn alloc(len: usize) -> Result<Vec<f32>> {
-        // the emulation zero-fills: "unspecified" contents are allowed to be zeros
-        Ok(vec![0.0; len])
+        Ok(vec![f32::from_bits(POISON); len])
     }
 
     fn alloc_zeros(len: usize) -> Result<Vec<f32>> {
@@ -248,6 +254,13 @@ impl Device for Emu {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uninitialised_memory_is_poisoned_and_zeroed_memory_is_zero() {
+        let m = Emu::alloc(3).unwrap_or_default();
+        assert!(m.iter().all(|v| v.to_bits() == POISON));
+        assert!(Emu::alloc_zeros(3).unwrap_or_default() == vec![0.0; 3]);
+    }
 
     #[test]
     fn the_hash_is_stable() {

@@ -103,13 +103,44 @@ pub enum CudaError {
         limit: &'static str,
     },
 
-    /// A family method not written yet (scaffolding; removed when every op is in).
-    #[error("op `{op}` is not implemented on the CUDA engine yet")]
-    NotYet { op: &'static str },
-
     /// An error from the shape rules of `torchlean_spec`.
     #[error(transparent)]
     Spec(#[from] SpecError),
+
+    /// A product description whose leading dimension is below its operand's stored rows
+    /// (cuBLAS rejects it; an engine bug if it ever shows).
+    #[error(
+        "op `{op}`: the product's {operand} has leading dimension {ld} below its {rows} stored rows"
+    )]
+    GemmLeading {
+        op: &'static str,
+        operand: &'static str,
+        ld: usize,
+        rows: usize,
+    },
+
+    /// A product description that reaches past its buffer (`needed` saturates at `usize::MAX`;
+    /// an engine bug if it ever shows: checked before cuBLAS or the emulation touches memory).
+    #[error(
+        "op `{op}`: the product's {operand} needs {needed} elements but its buffer holds {len}"
+    )]
+    GemmBounds {
+        op: &'static str,
+        operand: &'static str,
+        needed: usize,
+        len: usize,
+    },
+
+    /// A batched product whose output matrices overlap (two batches would write one element).
+    #[error(
+        "op `{op}`: the product's output batches overlap (stride {stride} below one matrix's \
+         extent {extent})"
+    )]
+    GemmOverlap {
+        op: &'static str,
+        stride: usize,
+        extent: usize,
+    },
 }
 
 impl CudaError {

@@ -103,7 +103,7 @@ fn open() -> std::result::Result<GpuContext, NoDevice> {
         info,
         stream,
         blas,
-        arch: format!("compute_{major}{minor}"),
+        arch: format!("sm_{major}{minor}"),
         modules: Mutex::new(HashMap::new()),
         functions: Mutex::new(HashMap::new()),
     })
@@ -132,11 +132,15 @@ impl GpuContext {
         if let Some(m) = modules.get(module.name) {
             return Ok(m.clone());
         }
-        let ptx = nvrtc::compile(module, &self.arch)?;
+        let compiled = nvrtc::compile(module, &self.arch)?;
+        let image = match compiled.cubin {
+            Some(bin) => cudarc::nvrtc::Ptx::from_binary(bin),
+            None => cudarc::nvrtc::Ptx::from_src(compiled.ptx),
+        };
         let m = self
             .stream
             .context()
-            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .load_module(image)
             .map_err(CudaError::driver("cuModuleLoadData", None))?;
         modules.insert(module.name, m.clone());
         Ok(m)
@@ -271,6 +275,10 @@ impl Device for Gpu {
         b: &CudaSlice<f32>,
         c: &mut CudaSlice<f32>,
     ) -> Result<()> {
+        call.check(a.len(), b.len(), c.len())?;
+        if call.batch == 0 || call.m == 0 || call.n == 0 {
+            return Ok(());
+        }
         let ctx = context()?;
         let dim = |what, n| blas_dim(call.op, what, n);
         let cfg = StridedBatchedConfig {
@@ -294,7 +302,9 @@ impl Device for Gpu {
         let mode = if tf32() {
             cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH
         } else {
-            cublasMath_t::CUBLAS_PEDANTIC_MATH
+            // FP32 throughout without TF32 (what PyTorch uses with TF32 off); PEDANTIC would
+            // also forbid cuBLAS's fastest FP32 kernels
+            cublasMath_t::CUBLAS_DEFAULT_MATH
         };
         // SAFETY: a live handle and a valid mode.
         let status = unsafe { cudarc::cublas::sys::cublasSetMathMode(*ctx.blas.handle(), mode) };
@@ -305,8 +315,8 @@ impl Device for Gpu {
         let av = a.slice(call.offset_a..);
         let bv = b.slice(call.offset_b..);
         let mut cv = c.slice_mut(call.offset_c..);
-        // SAFETY: the ops describe products whose every index lies inside the buffers (the
-        // emulation's `gemm_host` checks the same description on the CPU).
+        // SAFETY: `call.check` above accepted the description for these buffers (every index
+        // inside them, leading dimensions covering their rows, output batches disjoint).
         unsafe { ctx.blas.gemm_strided_batched(cfg, &av, &bv, &mut cv) }.map_err(|source| {
             CudaError::Blas {
                 call: "cublasSgemmStridedBatched",

@@ -39,22 +39,31 @@ pub fn options(arch: &str) -> Vec<String> {
     ]
 }
 
-/// `module` compiled for `arch` (`sm_90`, `compute_90`, …): its PTX. An error carries the
-/// compiler's log; warnings are errors.
-pub fn compile(module: &'static Module, arch: &str) -> Result<String> {
+/// What one compilation produced.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    /// The PTX (always produced).
+    pub ptx: String,
+    /// The device binary, when `arch` is a real architecture (`sm_90`): what the engine loads,
+    /// since a driver older than the NVRTC that made the PTX cannot JIT it, while a CUBIN of
+    /// the same major CUDA version loads.
+    pub cubin: Option<Vec<u8>>,
+}
+
+/// `module` compiled for `arch` (`sm_90`, `compute_90`, …). An error carries the compiler's
+/// log; warnings are errors.
+pub fn compile(module: &'static Module, arch: &str) -> Result<Compiled> {
     nvrtc_available()?;
-    let src = CString::new(module.full_source()).map_err(|_| CudaError::Compile {
+    let fail = |log: &str| CudaError::Compile {
         module: module.name,
         arch: arch.into(),
         warnings_only: false,
-        log: "the source contains a NUL byte".into(),
-    })?;
-    let name = CString::new(format!("{}.cu", module.name)).map_err(|_| CudaError::Compile {
-        module: module.name,
-        arch: arch.into(),
-        warnings_only: false,
-        log: "the module name contains a NUL byte".into(),
-    })?;
+        log: log.into(),
+    };
+    let src =
+        CString::new(module.full_source()).map_err(|_| fail("the source contains a NUL byte"))?;
+    let name = CString::new(format!("{}.cu", module.name))
+        .map_err(|_| fail("the module name contains a NUL byte"))?;
     let nv = |call: &'static str| {
         move |source| CudaError::Nvrtc {
             call,
@@ -85,7 +94,26 @@ pub fn compile(module: &'static Module, arch: &str) -> Result<String> {
     let ptx = unsafe { CStr::from_ptr(ptx.as_ptr()) }
         .to_string_lossy()
         .into_owned();
-    Ok(ptx)
+    let cubin = if arch.starts_with("sm_") {
+        Some(cubin_of(prog).map_err(nv("nvrtcGetCUBIN"))?)
+    } else {
+        None
+    };
+    Ok(Compiled { ptx, cubin })
+}
+
+/// The CUBIN of a program compiled for a real architecture.
+fn cubin_of(
+    prog: cudarc::nvrtc::sys::nvrtcProgram,
+) -> std::result::Result<Vec<u8>, result::NvrtcError> {
+    use cudarc::nvrtc::sys;
+    let mut size = 0usize;
+    // SAFETY: `prog` is live and compiled (the caller's guard destroys it later); the buffer
+    // has the size NVRTC reported.
+    unsafe { sys::nvrtcGetCUBINSize(prog, &mut size) }.result()?;
+    let mut bin = vec![0u8; size];
+    unsafe { sys::nvrtcGetCUBIN(prog, bin.as_mut_ptr().cast()) }.result()?;
+    Ok(bin)
 }
 
 /// Destroys an NVRTC program when dropped.

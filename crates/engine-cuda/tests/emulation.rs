@@ -6,8 +6,13 @@ use torchlean_engine_cuda::{emulation_ready, live_buffers, Emu, EmuF32};
 use torchlean_runtime::{GradValue, Kernels};
 use torchlean_spec::{Shape, Tensor};
 
+/// The live-buffer counters are process-wide: tests of this binary that allocate hold this
+/// lock, so one test's reading never sees another's buffers.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn the_emulation_builds_and_round_trips_values() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     emulation_ready().unwrap();
     let t = Tensor::new([2, 3], vec![1.0, -2.5, 3.0, 0.0, -0.0, 1e-3]).unwrap();
     let x = EmuF32::from_f64(&t).unwrap();
@@ -24,8 +29,8 @@ fn the_emulation_builds_and_round_trips_values() {
 
 #[test]
 fn buffers_are_counted_while_they_live_and_freed_by_their_last_holder() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     emulation_ready().unwrap();
-    // other tests of this binary allocate too: measure what this one holds
     let before = live_buffers::<Emu>();
     let x = EmuF32::full(&Shape::from([10]), 1.0).unwrap();
     let view = x.clone().retag(Shape::from([2, 5])).unwrap();

@@ -30,9 +30,12 @@ fn every_kernel_module_compiles_for_sm_90_without_warnings() {
     let mut failures = Vec::new();
     for m in MODULES {
         match compile(m, CI_ARCH) {
-            Ok(ptx) => {
+            Ok(c) => {
+                if !c.cubin.as_ref().is_some_and(|b| b.starts_with(b"\x7fELF")) {
+                    failures.push(format!("{}: no sm_90 CUBIN (an ELF image)", m.name));
+                }
                 for k in m.kernel_names() {
-                    if !ptx.contains(&format!(".entry {k}(")) {
+                    if !c.ptx.contains(&format!(".entry {k}(")) {
                         failures.push(format!("{}: kernel {k} is missing from the PTX", m.name));
                     }
                 }

@@ -54,4 +54,24 @@ __device__ __forceinline__ tl_index tl_stride() {
 }
 #define TL_INF __int_as_float(0x7f800000)
 #define TL_NAN __int_as_float(0x7fc00000)
+// A double passed to a kernel as its bits (`unsigned long long`, `Arg::U64`), and a double kept
+// exactly in two consecutive floats' bits (partial sums and statistics between launches: the
+// buffers hold `float`s, and a double keeps long sums accurate).
+#ifdef TORCHLEAN_EMU
+static inline double tl_f64_of_bits(unsigned long long u) { double d; std::memcpy(&d, &u, sizeof d); return d; }
+static inline unsigned long long tl_bits_of_f64(double d) { unsigned long long u; std::memcpy(&u, &d, sizeof u); return u; }
+#else
+__device__ __forceinline__ double tl_f64_of_bits(unsigned long long u) { return __longlong_as_double((long long)u); }
+__device__ __forceinline__ unsigned long long tl_bits_of_f64(double d) { return (unsigned long long)__double_as_longlong(d); }
+#endif
+__device__ __forceinline__ void tl_store_f64(float* p, double d) {
+  unsigned long long u = tl_bits_of_f64(d);
+  p[0] = __int_as_float((int)(unsigned int)(u & 0xffffffffull));
+  p[1] = __int_as_float((int)(unsigned int)(u >> 32));
+}
+__device__ __forceinline__ double tl_load_f64(const float* p) {
+  unsigned long long lo = (unsigned int)__float_as_int(p[0]);
+  unsigned long long hi = (unsigned int)__float_as_int(p[1]);
+  return tl_f64_of_bits(lo | (hi << 32));
+}
 #endif  // TORCHLEAN_PRELUDE

@@ -1,66 +1,377 @@
-//! The elementwise family on the CUDA engine.
+//! The elementwise family on the CUDA engine: one kernel for every unary function and one for
+//! every binary one (the function is an integer code, [`unary_code`] / [`binary_code`]), their
+//! VJPs, `scale`, `add_scalar`, `clamp` and its VJP, all in `kernels/elementwise.cu`, with the
+//! reference's edge policies and order of operations (`torchlean_spec::ops::elementwise`).
+//!
+//! Every launch is one pass, one thread per element (grid-stride), one output written per
+//! element; `add`'s VJP and `relabel` share buffers instead of copying.
 
-use crate::device::Device;
+use crate::buffer::Buffer;
+use crate::device::{Arg, Device};
 use crate::error::{CudaError, Result};
+use crate::geometry::{index, Launch};
+use crate::kernels::ELEMENTWISE;
 use crate::tensor::CudaTensor;
-#[allow(unused_imports)]
-use torchlean_spec::{BinaryOp, Conv2dSpec, PoolSpec, Shape, UnaryOp};
+use torchlean_spec::ops::desc;
+use torchlean_spec::ops::gelu_consts as gc;
+use torchlean_spec::{BinaryOp, GeluApprox, Shape, SpecError, UnaryOp};
 
-pub fn unary<D: Device>(_op: UnaryOp, _x: &CudaTensor<D>) -> Result<CudaTensor<D>> {
-    Err(CudaError::NotYet { op: "unary" })
+/// The code of a unary function in `kernels/elementwise.cu` and the name of its `#define`
+/// there (`TL_UNARY_<name>`; a test checks the two agree). The one place the mapping lives.
+pub fn unary_code(op: UnaryOp) -> (i64, &'static str) {
+    match op {
+        UnaryOp::Abs => (0, "ABS"),
+        UnaryOp::Sqrt => (1, "SQRT"),
+        UnaryOp::Inv => (2, "INV"),
+        UnaryOp::Relu => (3, "RELU"),
+        UnaryOp::Tanh => (4, "TANH"),
+        UnaryOp::Sigmoid => (5, "SIGMOID"),
+        UnaryOp::Exp => (6, "EXP"),
+        UnaryOp::Log => (7, "LOG"),
+        UnaryOp::Sin => (8, "SIN"),
+        UnaryOp::Cos => (9, "COS"),
+        UnaryOp::Neg => (10, "NEG"),
+        UnaryOp::Softplus => (11, "SOFTPLUS"),
+        UnaryOp::Silu => (12, "SILU"),
+        UnaryOp::Gelu(GeluApprox::None) => (13, "GELU_ERF"),
+        UnaryOp::Gelu(GeluApprox::Tanh) => (14, "GELU_TANH"),
+    }
 }
 
+/// The code of a binary function in `kernels/elementwise.cu` and its `#define` name
+/// (`TL_BINARY_<name>`; a test checks the two agree).
+pub fn binary_code(op: BinaryOp) -> (i64, &'static str) {
+    match op {
+        BinaryOp::Add => (0, "ADD"),
+        BinaryOp::Sub => (1, "SUB"),
+        BinaryOp::Mul => (2, "MUL"),
+        BinaryOp::Div => (3, "DIV"),
+        BinaryOp::Max => (4, "MAX"),
+        BinaryOp::Min => (5, "MIN"),
+    }
+}
+
+/// The constants `(c0, c1, c2)` the kernels take for `op` (gelu's, from
+/// `torchlean_spec::ops::gelu_consts` rounded to `f32` as the CPU engine rounds them; zeros for
+/// the functions that need none).
+fn unary_consts(op: UnaryOp) -> (f32, f32, f32) {
+    match op {
+        UnaryOp::Gelu(GeluApprox::None) => (gc::SQRT1_2 as f32, gc::ALPHA as f32, 0.0),
+        UnaryOp::Gelu(GeluApprox::Tanh) => {
+            (gc::BETA as f32, gc::KAPPA as f32, gc::THREE_KAPPA as f32)
+        }
+        _ => (0.0, 0.0, 0.0),
+    }
+}
+
+fn missing(op: &'static str, what: &str) -> CudaError {
+    CudaError::Spec(SpecError::MissingSaved {
+        op,
+        what: what.to_string(),
+    })
+}
+
+/// Both operands agree in length with the cotangent (the dispatch checked the shapes; this
+/// keeps a kernel from ever reading past a buffer).
+fn same_len<D: Device>(op: &'static str, t: &CudaTensor<D>, like: &CudaTensor<D>) -> Result<()> {
+    if t.len() != like.len() {
+        return Err(CudaError::Spec(SpecError::OpShape {
+            op,
+            shapes: vec![t.shape().clone(), like.shape().clone()],
+            reason: "operands must have identical shapes".into(),
+        }));
+    }
+    Ok(())
+}
+
+pub fn unary<D: Device>(op: UnaryOp, x: &CudaTensor<D>) -> Result<CudaTensor<D>> {
+    let n = x.len();
+    let (code, _) = unary_code(op);
+    let (c0, c1, _) = unary_consts(op);
+    let mut buf = Buffer::<D>::uninit(n)?;
+    // tl_ew_unary(float* y, const float* x, long long op, float c0, float c1, long long n)
+    D::launch(
+        ELEMENTWISE.kernel("tl_ew_unary"),
+        Launch::for_items(n),
+        &mut [
+            Arg::Out(buf.mem_mut()),
+            Arg::In(x.mem()),
+            Arg::Index(code),
+            Arg::F32(c0),
+            Arg::F32(c1),
+            Arg::Index(index(op.name(), "n", n)?),
+        ],
+    )?;
+    CudaTensor::from_buffer(x.shape().clone(), buf)
+}
+
+/// The VJP reads the value the op's descriptor saves: its output, its input, or (neg) nothing.
 pub fn unary_vjp<D: Device>(
-    _op: UnaryOp,
-    _x: Option<&CudaTensor<D>>,
-    _y: Option<&CudaTensor<D>>,
-    _dy: &CudaTensor<D>,
+    op: UnaryOp,
+    x: Option<&CudaTensor<D>>,
+    y: Option<&CudaTensor<D>>,
+    dy: &CudaTensor<D>,
 ) -> Result<CudaTensor<D>> {
-    Err(CudaError::NotYet { op: "unary_vjp" })
+    let saves = op.desc().saves;
+    let saved = if saves.output {
+        y.ok_or_else(|| missing(op.name(), "output"))?
+    } else if !saves.inputs.is_empty() {
+        x.ok_or_else(|| missing(op.name(), "input"))?
+    } else {
+        // nothing saved: neg's VJP is neg of the cotangent
+        return unary(UnaryOp::Neg, dy);
+    };
+    same_len(op.name(), saved, dy)?;
+    let n = dy.len();
+    let (code, _) = unary_code(op);
+    let (c0, c1, c2) = unary_consts(op);
+    let mut buf = Buffer::<D>::uninit(n)?;
+    // tl_ew_unary_vjp(float* dx, const float* s, const float* dy, long long op, float c0,
+    //                 float c1, float c2, long long n)
+    D::launch(
+        ELEMENTWISE.kernel("tl_ew_unary_vjp"),
+        Launch::for_items(n),
+        &mut [
+            Arg::Out(buf.mem_mut()),
+            Arg::In(saved.mem()),
+            Arg::In(dy.mem()),
+            Arg::Index(code),
+            Arg::F32(c0),
+            Arg::F32(c1),
+            Arg::F32(c2),
+            Arg::Index(index(op.name(), "n", n)?),
+        ],
+    )?;
+    CudaTensor::from_buffer(dy.shape().clone(), buf)
 }
 
 pub fn binary<D: Device>(
-    _op: BinaryOp,
-    _a: &CudaTensor<D>,
-    _b: &CudaTensor<D>,
+    op: BinaryOp,
+    a: &CudaTensor<D>,
+    b: &CudaTensor<D>,
 ) -> Result<CudaTensor<D>> {
-    Err(CudaError::NotYet { op: "binary" })
+    same_len(op.name(), b, a)?;
+    let n = a.len();
+    let mut buf = Buffer::<D>::uninit(n)?;
+    // tl_ew_binary(float* y, const float* a, const float* b, long long op, long long n)
+    D::launch(
+        ELEMENTWISE.kernel("tl_ew_binary"),
+        Launch::for_items(n),
+        &mut [
+            Arg::Out(buf.mem_mut()),
+            Arg::In(a.mem()),
+            Arg::In(b.mem()),
+            Arg::Index(binary_code(op).0),
+            Arg::Index(index(op.name(), "n", n)?),
+        ],
+    )?;
+    CudaTensor::from_buffer(a.shape().clone(), buf)
 }
 
+/// `(da, db)`. `add` passes the cotangent through to both (shared, no copy), `sub` negates it
+/// for `b`; the others are one launch writing both gradients.
 pub fn binary_vjp<D: Device>(
-    _op: BinaryOp,
-    _a: Option<&CudaTensor<D>>,
-    _b: Option<&CudaTensor<D>>,
-    _dy: &CudaTensor<D>,
+    op: BinaryOp,
+    a: Option<&CudaTensor<D>>,
+    b: Option<&CudaTensor<D>>,
+    dy: &CudaTensor<D>,
 ) -> Result<(CudaTensor<D>, CudaTensor<D>)> {
-    Err(CudaError::NotYet { op: "binary_vjp" })
+    let (a, b) = match op {
+        BinaryOp::Add => return Ok((dy.clone(), dy.clone())),
+        BinaryOp::Sub => return Ok((dy.clone(), unary(UnaryOp::Neg, dy)?)),
+        _ => (
+            a.ok_or_else(|| missing(op.name(), "operand 0"))?,
+            b.ok_or_else(|| missing(op.name(), "operand 1"))?,
+        ),
+    };
+    same_len(op.name(), a, dy)?;
+    same_len(op.name(), b, dy)?;
+    let n = dy.len();
+    let mut da = Buffer::<D>::uninit(n)?;
+    let mut db = Buffer::<D>::uninit(n)?;
+    // tl_ew_binary_vjp(float* da, float* db, const float* a, const float* b, const float* dy,
+    //                  long long op, long long n)
+    D::launch(
+        ELEMENTWISE.kernel("tl_ew_binary_vjp"),
+        Launch::for_items(n),
+        &mut [
+            Arg::Out(da.mem_mut()),
+            Arg::Out(db.mem_mut()),
+            Arg::In(a.mem()),
+            Arg::In(b.mem()),
+            Arg::In(dy.mem()),
+            Arg::Index(binary_code(op).0),
+            Arg::Index(index(op.name(), "n", n)?),
+        ],
+    )?;
+    Ok((
+        CudaTensor::from_buffer(dy.shape().clone(), da)?,
+        CudaTensor::from_buffer(dy.shape().clone(), db)?,
+    ))
 }
 
-pub fn scale<D: Device>(_x: &CudaTensor<D>, _c: f64) -> Result<CudaTensor<D>> {
-    Err(CudaError::NotYet { op: "scale" })
+/// `y = x ∘ c` for a kernel `(float* y, const float* x, float c, long long n)`.
+fn with_scalar<D: Device>(
+    kernel: &'static str,
+    op: &'static str,
+    x: &CudaTensor<D>,
+    c: f32,
+) -> Result<CudaTensor<D>> {
+    let n = x.len();
+    let mut buf = Buffer::<D>::uninit(n)?;
+    D::launch(
+        ELEMENTWISE.kernel(kernel),
+        Launch::for_items(n),
+        &mut [
+            Arg::Out(buf.mem_mut()),
+            Arg::In(x.mem()),
+            Arg::F32(c),
+            Arg::Index(index(op, "n", n)?),
+        ],
+    )?;
+    CudaTensor::from_buffer(x.shape().clone(), buf)
 }
 
-pub fn add_scalar<D: Device>(_x: &CudaTensor<D>, _c: f64) -> Result<CudaTensor<D>> {
-    Err(CudaError::NotYet { op: "add_scalar" })
+/// `c · x` (`c` rounded to `f32`).
+pub fn scale<D: Device>(x: &CudaTensor<D>, c: f64) -> Result<CudaTensor<D>> {
+    // tl_scale(float* y, const float* x, float c, long long n)
+    with_scalar("tl_scale", desc::SCALE.name, x, c as f32)
+}
+
+/// `x + c` (`c` rounded to `f32`).
+pub fn add_scalar<D: Device>(x: &CudaTensor<D>, c: f64) -> Result<CudaTensor<D>> {
+    // tl_ew_add_scalar(float* y, const float* x, float c, long long n)
+    with_scalar("tl_ew_add_scalar", desc::ADD_SCALAR.name, x, c as f32)
+}
+
+/// The bounds as the kernels take them: an absent bound is an infinite one (the same result:
+/// `x < −inf` never holds and NaN stays NaN).
+fn clamp_bounds(min: Option<f64>, max: Option<f64>) -> (f32, f32) {
+    (
+        min.unwrap_or(f64::NEG_INFINITY) as f32,
+        max.unwrap_or(f64::INFINITY) as f32,
+    )
 }
 
 pub fn clamp<D: Device>(
-    _x: &CudaTensor<D>,
-    _min: Option<f64>,
-    _max: Option<f64>,
+    x: &CudaTensor<D>,
+    min: Option<f64>,
+    max: Option<f64>,
 ) -> Result<CudaTensor<D>> {
-    Err(CudaError::NotYet { op: "clamp" })
+    let (lo, hi) = clamp_bounds(min, max);
+    let n = x.len();
+    let mut buf = Buffer::<D>::uninit(n)?;
+    // tl_ew_clamp(float* y, const float* x, float lo, float hi, long long n)
+    D::launch(
+        ELEMENTWISE.kernel("tl_ew_clamp"),
+        Launch::for_items(n),
+        &mut [
+            Arg::Out(buf.mem_mut()),
+            Arg::In(x.mem()),
+            Arg::F32(lo),
+            Arg::F32(hi),
+            Arg::Index(index(desc::CLAMP.name, "n", n)?),
+        ],
+    )?;
+    CudaTensor::from_buffer(x.shape().clone(), buf)
 }
 
 pub fn clamp_vjp<D: Device>(
-    _x: &CudaTensor<D>,
-    _dy: &CudaTensor<D>,
-    _min: Option<f64>,
-    _max: Option<f64>,
+    x: &CudaTensor<D>,
+    dy: &CudaTensor<D>,
+    min: Option<f64>,
+    max: Option<f64>,
 ) -> Result<CudaTensor<D>> {
-    Err(CudaError::NotYet { op: "clamp_vjp" })
+    same_len(desc::CLAMP.name, x, dy)?;
+    let (lo, hi) = clamp_bounds(min, max);
+    let n = dy.len();
+    let mut buf = Buffer::<D>::uninit(n)?;
+    // tl_ew_clamp_vjp(float* dx, const float* x, const float* dy, float lo, float hi,
+    //                 long long n)
+    D::launch(
+        ELEMENTWISE.kernel("tl_ew_clamp_vjp"),
+        Launch::for_items(n),
+        &mut [
+            Arg::Out(buf.mem_mut()),
+            Arg::In(x.mem()),
+            Arg::In(dy.mem()),
+            Arg::F32(lo),
+            Arg::F32(hi),
+            Arg::Index(index(desc::CLAMP.name, "n", n)?),
+        ],
+    )?;
+    CudaTensor::from_buffer(dy.shape().clone(), buf)
 }
 
-pub fn relabel<D: Device>(_x: &CudaTensor<D>, _shape: &Shape) -> Result<CudaTensor<D>> {
-    Err(CudaError::NotYet { op: "relabel" })
+/// The same buffer under another shape of the same size (reshape, detach: no copy).
+pub fn relabel<D: Device>(x: &CudaTensor<D>, shape: &Shape) -> Result<CudaTensor<D>> {
+    x.share(shape.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `#define <prefix><NAME> <code>` lines of the elementwise module.
+    fn defines(prefix: &str) -> Vec<(String, i64)> {
+        ELEMENTWISE
+            .source
+            .lines()
+            .filter_map(|l| l.strip_prefix("#define "))
+            .filter_map(|l| l.strip_prefix(prefix))
+            .filter_map(|l| {
+                let (name, code) = l.split_once(' ')?;
+                Some((name.to_string(), code.trim().parse().ok()?))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_unary_function_has_its_kernel_code() {
+        let defs = defines("TL_UNARY_");
+        assert_eq!(defs.len(), UnaryOp::ALL.len(), "{defs:?}");
+        let mut codes = std::collections::HashSet::new();
+        for op in UnaryOp::ALL {
+            let (code, name) = unary_code(op);
+            assert!(codes.insert(code), "{op:?}: code {code} used twice");
+            assert!(
+                defs.contains(&(name.to_string(), code)),
+                "{op:?}: `#define TL_UNARY_{name} {code}` is not in elementwise.cu"
+            );
+            // the kernels that switch outside their loop list every code
+            assert!(
+                ELEMENTWISE
+                    .source
+                    .contains(&format!("CASE(TL_UNARY_{name})")),
+                "{op:?}: TL_UNARY_{name} is missing from TL_UNARY_CASES"
+            );
+        }
+    }
+
+    #[test]
+    fn every_binary_function_has_its_kernel_code() {
+        let defs = defines("TL_BINARY_");
+        assert_eq!(defs.len(), BinaryOp::ALL.len(), "{defs:?}");
+        let mut codes = std::collections::HashSet::new();
+        for op in BinaryOp::ALL {
+            let (code, name) = binary_code(op);
+            assert!(codes.insert(code), "{op:?}: code {code} used twice");
+            assert!(
+                defs.contains(&(name.to_string(), code)),
+                "{op:?}: `#define TL_BINARY_{name} {code}` is not in elementwise.cu"
+            );
+            assert!(
+                ELEMENTWISE
+                    .source
+                    .contains(&format!("TL_CASE(TL_BINARY_{name})")),
+                "{op:?}: tl_ew_binary has no case for TL_BINARY_{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn absent_clamp_bounds_are_infinite() {
+        assert_eq!(clamp_bounds(None, None), (f32::NEG_INFINITY, f32::INFINITY));
+        assert_eq!(clamp_bounds(Some(-1.5), Some(1e300)), (-1.5, f32::INFINITY));
+    }
 }

@@ -1,22 +1,64 @@
-//! The random family on the CUDA engine.
+//! The random family on the CUDA engine: every element is
+//! `torchlean_spec::ops::uniform_at(seed, key, index)` rounded to `f32`, computed on the device
+//! by the same SplitMix64 integer arithmetic (`kernels/random.cu`), so values equal the
+//! reference's bit for bit and do not depend on the launch geometry.
 
-use crate::device::Device;
+use crate::buffer::Buffer;
+use crate::device::{Arg, Device};
 use crate::error::{CudaError, Result};
+use crate::geometry::{index, Launch};
+use crate::kernels::RANDOM;
 use crate::tensor::CudaTensor;
-#[allow(unused_imports)]
-use torchlean_spec::{BinaryOp, Conv2dSpec, PoolSpec, Shape, UnaryOp};
+use torchlean_spec::ops::desc;
+use torchlean_spec::{Shape, SpecError};
 
-pub fn rand_uniform<D: Device>(_seed: u64, _key: u64, _out: &Shape) -> Result<CudaTensor<D>> {
-    Err(CudaError::NotYet { op: "rand_uniform" })
+pub fn rand_uniform<D: Device>(seed: u64, key: u64, out: &Shape) -> Result<CudaTensor<D>> {
+    let n = out.checked_size()?;
+    let mut buf = Buffer::<D>::uninit(n)?;
+    // tl_rand_uniform(float* y, unsigned long long seed, unsigned long long key, long long n)
+    D::launch(
+        RANDOM.kernel("tl_rand_uniform"),
+        Launch::for_items(n),
+        &mut [
+            Arg::Out(buf.mem_mut()),
+            Arg::U64(seed),
+            Arg::U64(key),
+            Arg::Index(index(desc::RAND_UNIFORM.name, "n", n)?),
+        ],
+    )?;
+    CudaTensor::from_buffer(out.clone(), buf)
 }
 
+/// `1` where `keep_prob > u` (`u` rounded to `f32` first), else `0`; `keep_prob` is a scalar
+/// tensor read by the kernel on the device.
 pub fn bernoulli_mask<D: Device>(
-    _seed: u64,
-    _key: u64,
-    _keep_prob: &CudaTensor<D>,
-    _out: &Shape,
+    seed: u64,
+    key: u64,
+    keep_prob: &CudaTensor<D>,
+    out: &Shape,
 ) -> Result<CudaTensor<D>> {
-    Err(CudaError::NotYet {
-        op: "bernoulli_mask",
-    })
+    const OP: &str = desc::BERNOULLI_MASK.name;
+    if keep_prob.len() != 1 {
+        return Err(CudaError::Spec(SpecError::OpShape {
+            op: OP,
+            shapes: vec![keep_prob.shape().clone()],
+            reason: "keep_prob must be a single value".into(),
+        }));
+    }
+    let n = out.checked_size()?;
+    let mut buf = Buffer::<D>::uninit(n)?;
+    // tl_rand_bernoulli(float* y, const float* keep_prob, unsigned long long seed,
+    //                   unsigned long long key, long long n)
+    D::launch(
+        RANDOM.kernel("tl_rand_bernoulli"),
+        Launch::for_items(n),
+        &mut [
+            Arg::Out(buf.mem_mut()),
+            Arg::In(keep_prob.mem()),
+            Arg::U64(seed),
+            Arg::U64(key),
+            Arg::Index(index(OP, "n", n)?),
+        ],
+    )?;
+    CudaTensor::from_buffer(out.clone(), buf)
 }
