@@ -524,20 +524,20 @@ fn forward_capped<T: CpuScalar>(
     Ok(out)
 }
 
-/// The backward's chunk caps, in elements: `cols` decides the column split and `taps` the tap
-/// chunks ([`BackwardChunks::with_caps`]); both [`PATCH_CHUNK_ELEMENTS`] outside tests, which
-/// vary one with the other fixed.
+/// How the backward chunks its patch matrix: by the rule ([`BackwardChunks::new`] at this cap;
+/// [`PATCH_CHUNK_ELEMENTS`] outside tests), or with the column split and the tap chunks set
+/// apart ([`BackwardChunks::with_caps`]), so tests can vary one with the other fixed.
 #[derive(Clone, Copy, Debug)]
-struct Caps {
-    cols: usize,
-    taps: usize,
+enum Caps {
+    Rule(usize),
+    Split { cols: usize, taps: usize },
 }
 
 impl Caps {
-    const fn both(cap: usize) -> Self {
-        Caps {
-            cols: cap,
-            taps: cap,
+    fn plan(self, taps: usize, cols: usize) -> BackwardChunks {
+        match self {
+            Caps::Rule(cap) => BackwardChunks::new(taps, cols, cap),
+            Caps::Split { cols: c, taps: t } => BackwardChunks::with_caps(taps, cols, c, t),
         }
     }
 }
@@ -592,7 +592,7 @@ fn group_backward<T: CpuScalar>(
             cols: Chunks::whole(cols),
             taps: Chunks::whole(kk),
         },
-        _ => BackwardChunks::with_caps(kk, cols, caps.cols, caps.taps),
+        _ => caps.plan(kk, cols),
     };
     // where the patch-matrix gradient is scattered: the image, or its padded copy (wide)
     let wide_padded = layout == Layout::Wide && g.pad > 0;
@@ -712,7 +712,7 @@ pub(crate) fn vjp<T: CpuScalar>(
     dy: &CpuTensor<T>,
     need_dx: bool,
 ) -> Result<(Option<CpuTensor<T>>, CpuTensor<T>, CpuTensor<T>), CpuError> {
-    vjp_capped(spec, x, w, dy, need_dx, Caps::both(PATCH_CHUNK_ELEMENTS))
+    vjp_capped(spec, x, w, dy, need_dx, Caps::Rule(PATCH_CHUNK_ELEMENTS))
 }
 
 /// [`vjp`] with patch-matrix chunks by `caps`.
@@ -929,14 +929,14 @@ mod tests {
                     let whole =
                         forward_capped(&spec, &x, &wt, &b, out.clone(), usize::MAX).unwrap();
                     let whole_vjp =
-                        vjp_capped(&spec, &x, &wt, &dy, true, Caps::both(usize::MAX)).unwrap();
+                        vjp_capped(&spec, &x, &wt, &dy, true, Caps::Rule(usize::MAX)).unwrap();
                     for cap in [1, 300 * c * k * k] {
                         let what = format!("geometry {gi}, n {n}, bad {bad:?}, cap {cap}");
                         let y = forward_capped(&spec, &x, &wt, &b, out.clone(), cap).unwrap();
                         assert_eq!(bits(&y), bits(&whole), "forward, {what}");
                         for need_dx in [true, false] {
                             // tap chunks only (the columns whole): the unchunked bits
-                            let caps = Caps {
+                            let caps = Caps::Split {
                                 cols: usize::MAX,
                                 taps: cap,
                             };
@@ -1010,21 +1010,21 @@ mod tests {
                         [bits(r.0.as_ref().unwrap()), bits(&r.1), bits(&r.2)]
                     };
                     let split = run(
-                        Caps {
+                        Caps::Split {
                             cols: 1,
                             taps: usize::MAX,
                         },
                         1,
                     );
                     for (taps, threads) in [(usize::MAX, 2), (1, 1), (1, 2)] {
-                        let again = run(Caps { cols: 1, taps }, threads);
+                        let again = run(Caps::Split { cols: 1, taps }, threads);
                         assert_eq!(
                             all(&again),
                             all(&split),
                             "geometry {gi}, n {n}, bad {bad:?}, tap cap {taps}, {threads} threads"
                         );
                     }
-                    let whole = run(Caps::both(usize::MAX), 1);
+                    let whole = run(Caps::Rule(usize::MAX), 1);
                     assert_eq!(bits(&split.2), bits(&whole.2), "db, geometry {gi}");
                     if bad.is_some() {
                         continue;
