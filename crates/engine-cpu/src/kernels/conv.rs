@@ -530,13 +530,18 @@ fn forward_capped<T: CpuScalar>(
 #[derive(Clone, Copy, Debug)]
 enum Caps {
     Rule(usize),
-    Split { cols: usize, taps: usize },
+    #[cfg(test)]
+    Split {
+        cols: usize,
+        taps: usize,
+    },
 }
 
 impl Caps {
     fn plan(self, taps: usize, cols: usize) -> BackwardChunks {
         match self {
             Caps::Rule(cap) => BackwardChunks::new(taps, cols, cap),
+            #[cfg(test)]
             Caps::Split { cols: c, taps: t } => BackwardChunks::with_caps(taps, cols, c, t),
         }
     }
