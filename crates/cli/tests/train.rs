@@ -186,6 +186,35 @@ fn bad_settings_exit_2() {
     assert_exit(&o, 2, &["/nonexistent/ck.safetensors"]);
 }
 
+/// `--max-memory` bounds the eager backend's session as it does the compiled path (it was
+/// ignored): a cap below the first batch is refused with exit 2 and one line naming the tape
+/// node, op, shape and bytes; without a cap the same run trains.
+#[test]
+fn max_memory_bounds_the_eager_backend() {
+    let o = train(&[
+        "mlp",
+        "--steps",
+        "2",
+        "--backend",
+        "eager",
+        "--max-memory",
+        "4K",
+    ]);
+    assert_exit(
+        &o,
+        2,
+        &[
+            "tape node 0 (input): output [",
+            "over the memory budget of 4096 bytes",
+            "--max-memory",
+        ],
+    );
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    let o = train(&["mlp", "--steps", "2", "--backend", "eager"]);
+    assert_exit(&o, 0, &[]);
+    assert!(stdout(&o).contains("summary: mlp on cpu-f32 (eager), steps 0..2"));
+}
+
 #[test]
 fn verify_every_stops_a_faulty_engine_with_exit_1_naming_the_parameter() {
     let o = train(&[

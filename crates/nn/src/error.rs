@@ -5,7 +5,7 @@ use thiserror::Error;
 use torchlean_compiled::CompiledError;
 use torchlean_ir::IrError;
 use torchlean_runtime::RuntimeError;
-use torchlean_spec::{Shape, SpecError};
+use torchlean_spec::{OverBudget, Shape, SpecError};
 
 #[derive(Debug, Error)]
 pub enum NnError {
@@ -70,6 +70,19 @@ pub enum NnError {
         layer: String,
         #[source]
         source: RuntimeError,
+    },
+
+    /// The eager session's values, gradients and workspaces would exceed the memory budget
+    /// with tape node `node` (`op`: an op, or the leaf kind); refused before the node's value
+    /// was made (the compiled path's `CompiledError::OverBudget`, in tape terms).
+    #[error("{}tape node {node} ({op}): output {shape} {source}", at_layer(.layer))]
+    OverBudget {
+        node: usize,
+        op: &'static str,
+        layer: String,
+        shape: Shape,
+        #[source]
+        source: OverBudget,
     },
 
     /// Building, compiling or differentiating the recorded graph failed.

@@ -5,9 +5,11 @@
 
 use crate::error::{NnError, Result};
 use crate::ops::{check_call, new_owner, BufferUpdate, Ops, Scopes, Var};
+use smallvec::SmallVec;
 use std::collections::{BTreeMap, BTreeSet};
+use torchlean_compiled::BUDGET_ELEM_BYTES;
 use torchlean_runtime::{check_forward, forward, record, AnomalyMode, Kernels, Tape};
-use torchlean_spec::{Op, Tensor};
+use torchlean_spec::{Budget, NodeCost, Op, Pass, Shape, Tally, Tensor};
 
 /// Which reverse sweep [`Session::backward`] runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -41,6 +43,10 @@ pub struct Session<V: Kernels> {
     keys: u64,
     /// Anomaly mode: every value and gradient contribution checked for NaN and infinities.
     anomaly: AnomalyMode,
+    /// The memory budget of one tape.
+    budget: Budget,
+    /// The current tape's memory estimate against `budget` (restarted by `reset`).
+    tally: Tally,
 }
 
 impl<V: Kernels> std::fmt::Debug for Session<V> {
@@ -60,8 +66,18 @@ impl<V: Kernels> Default for Session<V> {
 }
 
 impl<V: Kernels> Session<V> {
-    /// An empty session.
+    /// An empty session under the process's memory budget ([`Budget::process_default`]:
+    /// `--max-memory`, else sized to the machine).
     pub fn new() -> Self {
+        Session::with_budget(Budget::process_default())
+    }
+
+    /// An empty session whose tape may take `budget`: each leaf and each op is counted before
+    /// its value is made ([`torchlean_spec::budget`]: value, gradient unless in
+    /// [`Session::no_grad`], and the op's `workspace_elements`, at 8 bytes per element as on
+    /// the compiled path), and the one that would take the tape over it fails with
+    /// [`NnError::OverBudget`]. [`Session::reset`] starts the count again.
+    pub fn with_budget(budget: Budget) -> Self {
         Session {
             owner: new_owner(),
             tape: Tape::empty(),
@@ -74,6 +90,8 @@ impl<V: Kernels> Session<V> {
             no_grad: 0,
             keys: 0,
             anomaly: AnomalyMode::Off,
+            budget,
+            tally: Tally::new(budget, BUDGET_ELEM_BYTES),
         }
     }
 
@@ -258,6 +276,7 @@ impl<V: Kernels> Session<V> {
         self.param_leaves.clear();
         self.watched.clear();
         self.owner = new_owner();
+        self.tally = Tally::new(self.budget, BUDGET_ELEM_BYTES);
     }
 
     /// A model input given as an engine value (a batch already on the engine): [`Ops::input`]
@@ -306,6 +325,11 @@ impl<V: Kernels> Session<V> {
         name: &str,
     ) -> Result<Var> {
         let requires_grad = requires_grad && self.no_grad == 0;
+        let cost = NodeCost::new(value.shape().size(), 0, self.pass());
+        if let Err(e) = self.charge(kind, value.shape(), cost) {
+            value.drop();
+            return Err(e);
+        }
         let name = self.anomaly.is_on().then(|| name.to_string());
         let id = self.tape.leaf(value, requires_grad, name);
         self.check_anomaly(id, kind)?;
@@ -326,6 +350,26 @@ impl<V: Kernels> Session<V> {
         })
     }
 
+    /// What the budget counts for a node made now: gradients too, unless in `no_grad`.
+    fn pass(&self) -> Pass {
+        if self.no_grad > 0 {
+            Pass::Eval
+        } else {
+            Pass::Grad
+        }
+    }
+
+    /// Counts the next tape node (`op`, output `shape`) against the budget, before it is made.
+    fn charge(&mut self, op: &'static str, shape: &Shape, cost: NodeCost) -> Result<()> {
+        self.tally.add(cost).map_err(|source| NnError::OverBudget {
+            node: self.tape.size(),
+            op,
+            layer: self.scopes.path(),
+            shape: shape.clone(),
+            source,
+        })
+    }
+
     /// The tape name of an op node: its layer path in anomaly mode (so a report names the
     /// layer), none otherwise.
     fn op_node_name(&self) -> Option<String> {
@@ -336,6 +380,14 @@ impl<V: Kernels> Session<V> {
 impl<V: Kernels> Ops for Session<V> {
     fn apply(&mut self, op: Op, args: &[&Var]) -> Result<Var> {
         let shape = check_call(self.owner, &self.scopes, &op, args)?;
+        let operands: SmallVec<[Shape; 3]> = args.iter().map(|a| a.shape.clone()).collect();
+        let pass = self.pass();
+        let workspace = op.workspace_elements(&operands, &shape, pass);
+        self.charge(
+            op.name(),
+            &shape,
+            NodeCost::new(shape.size(), workspace, pass),
+        )?;
         let layer = || self.scopes.path();
         let ids: torchlean_runtime::Operands<usize> = args.iter().map(|a| a.index).collect();
         let kind = op.name();

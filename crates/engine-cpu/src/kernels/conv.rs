@@ -33,7 +33,7 @@ use crate::tensor::CpuTensor;
 use crate::threads::should_par;
 use gemm::Parallelism;
 use rayon::prelude::*;
-use torchlean_spec::ops::{Chunks, PATCH_CHUNK_ELEMENTS};
+use torchlean_spec::ops::{BackwardChunks, Chunks, PATCH_CHUNK_ELEMENTS};
 use torchlean_spec::{Conv2dSpec, Shape};
 
 const OP: &str = torchlean_spec::ops::desc::CONV2D.name;
@@ -249,11 +249,12 @@ fn im2col<T: CpuScalar>(g: &Geo, x: &[T], col: &mut [T], r0: usize) {
     }
 }
 
-/// Fills `col` (`kk × len`) with columns `c0..c0 + len` of the compact patch matrix of one image
-/// `x`: the chunked forward's builder (element by element; only used when the whole matrix would
-/// exceed the chunk cap).
-fn im2col_cols<T: CpuScalar>(g: &Geo, x: &[T], col: &mut [T], c0: usize, len: usize) {
+/// Fills `col` (rows `r0..`, `len` columns) with columns `c0..c0 + len` of the compact patch
+/// matrix of one image `x`: the chunked builder (element by element; only used when the whole
+/// matrix would exceed the chunk cap).
+fn im2col_cols<T: CpuScalar>(g: &Geo, x: &[T], col: &mut [T], r0: usize, c0: usize, len: usize) {
     for (r, crow) in col.chunks_exact_mut(len).enumerate() {
+        let r = r0 + r;
         let v = r % g.kw;
         let u = (r / g.kw) % g.kh;
         let ci = r / (g.kw * g.kh);
@@ -301,6 +302,27 @@ fn col2im<T: CpuScalar>(g: &Geo, col: &[T], dx: &mut [T], r0: usize) {
     }
 }
 
+/// [`col2im`] for columns `c0..c0 + len` of the patch matrix (`dcol`: rows `r0..`, `len`
+/// columns), element by element: the scatter of a column block. Each tap adds at most once to
+/// a cell, so a cell's additions come in tap order, as in [`col2im`].
+fn col2im_cols<T: CpuScalar>(g: &Geo, dcol: &[T], dx: &mut [T], r0: usize, c0: usize, len: usize) {
+    for (r, crow) in dcol.chunks_exact(len).enumerate() {
+        let r = r0 + r;
+        let v = r % g.kw;
+        let u = (r / g.kw) % g.kh;
+        let ci = r / (g.kw * g.kh);
+        let plane = &mut dx[ci * g.h * g.w..][..g.h * g.w];
+        for (t, &d) in crow.iter().enumerate() {
+            let (i, j) = ((c0 + t) / g.wo, (c0 + t) % g.wo);
+            let rr = (i * g.s + u).checked_sub(g.pad).filter(|&rr| rr < g.h);
+            let cc = (j * g.s + v).checked_sub(g.pad).filter(|&cc| cc < g.w);
+            if let (Some(rr), Some(cc)) = (rr, cc) {
+                plane[rr * g.w + cc] += d;
+            }
+        }
+    }
+}
+
 /// The image zero-padded to `C × Hp × Wp` (the image itself without padding).
 fn padded<'a, T: CpuScalar>(g: &Geo, x: &'a [T], buf: &'a mut Vec<T>) -> &'a [T] {
     if g.pad == 0 {
@@ -343,14 +365,16 @@ fn im2col_wide<T: CpuScalar>(g: &Geo, xp: &[T], col: &mut [T], r0: usize, c0: us
     }
 }
 
-/// Adds rows `r0..` of the wide patch-matrix gradient (`q` columns) onto the padded image
-/// gradient.
-fn col2im_wide<T: CpuScalar>(g: &Geo, dcol: &[T], dxp: &mut [T], r0: usize) {
-    let q = g.q();
-    for (r, crow) in dcol.chunks_exact(q).enumerate() {
-        let start = wide_start(g, r0 + r);
-        let len = q.min(dxp.len() - start);
-        add_run(&mut dxp[start..start + len], &crow[..len]);
+/// Adds rows `r0..` and columns `c0..c0 + len` of the wide patch-matrix gradient (`dcol`, `len`
+/// columns) onto the padded image gradient.
+fn col2im_wide<T: CpuScalar>(g: &Geo, dcol: &[T], dxp: &mut [T], r0: usize, c0: usize, len: usize) {
+    for (r, crow) in dcol.chunks_exact(len).enumerate() {
+        let start = wide_start(g, r0 + r) + c0;
+        // past the end of the image: only dropped columns (zero cotangents)
+        let n = len.min(dxp.len().saturating_sub(start));
+        if n > 0 {
+            add_run(&mut dxp[start..start + n], &crow[..n]);
+        }
     }
 }
 
@@ -399,7 +423,7 @@ fn image_forward<T: CpuScalar>(
             for range in chunks.ranges() {
                 let (c0, len) = (range.start, range.len());
                 let col = sized(col, kk * len);
-                im2col_cols(g, x, col, c0, len);
+                im2col_cols(g, x, col, 0, c0, len);
                 let (wm, cm) = (Mat::rows(w, kk), Mat::rows(&col[..], len));
                 gemm_rows(OP, oc, len, kk, &mut y[c0..], p, true, wm, cm, par)?;
             }
@@ -500,12 +524,58 @@ fn forward_capped<T: CpuScalar>(
     Ok(out)
 }
 
+/// How the backward chunks its patch matrix: by the rule ([`BackwardChunks::new`] at this cap;
+/// [`PATCH_CHUNK_ELEMENTS`] outside tests), or with the column split and the tap chunks set
+/// apart ([`BackwardChunks::with_caps`]), so tests can vary one with the other fixed.
+#[derive(Clone, Copy, Debug)]
+enum Caps {
+    Rule(usize),
+    #[cfg(test)]
+    Split {
+        cols: usize,
+        taps: usize,
+    },
+}
+
+impl Caps {
+    fn plan(self, taps: usize, cols: usize) -> BackwardChunks {
+        match self {
+            Caps::Rule(cap) => BackwardChunks::new(taps, cols, cap),
+            #[cfg(test)]
+            Caps::Split { cols: c, taps: t } => BackwardChunks::with_caps(taps, cols, c, t),
+        }
+    }
+}
+
+/// Columns `c0..c0 + len` of one image's cotangent (`oc × Ho·Wo`) in the wide layout
+/// (`oc × len`): zero at the dropped columns (`j ≥ Wo` of each padded-width row).
+fn wide_cotangent<T: CpuScalar>(g: &Geo, dy: &[T], out: &mut [T], c0: usize, len: usize) {
+    let (wp, wo, p) = (g.wp(), g.wo, g.p());
+    for (row, src) in out.chunks_exact_mut(len).zip(dy.chunks_exact(p)) {
+        let mut q = c0;
+        while q < c0 + len {
+            let (i, j) = (q / wp, q % wp);
+            let run = (wp - j).min(c0 + len - q);
+            let dst = &mut row[q - c0..q - c0 + run];
+            let real = wo.saturating_sub(j).min(run);
+            if real > 0 {
+                copy_run(&mut dst[..real], &src[i * wo + j..][..real]);
+            }
+            dst[real..].fill(T::ZERO);
+            q += run;
+        }
+    }
+}
+
 /// One group of images backward: accumulates the group's weight gradient into `dw` and writes
 /// the images' input gradients into `dx` (skipped when `dx` is `None`: an input that needs no
-/// gradient). The patch matrix is built at most `cap` elements (at least
-/// [`torchlean_spec::ops::PATCH_CHUNK_MIN_UNITS`] tap rows) at a time ([`Chunks`]); a chunk is a range of taps, which is a range of output columns of `dW`
-/// and of output rows of `dcol` (the contracted dimension is never split), scattered in tap
-/// order, so chunked and whole results are the same bits.
+/// gradient). The patch matrix is built a chunk at a time ([`BackwardChunks`]): blocks of
+/// columns in order, and within a block ranges of taps. A tap range is a range of output columns
+/// of `dW` and of output rows of `dcol`, scattered in tap order, so tap chunks never change the
+/// bits. A column block is a range of `dW`'s contracted dimension: each block's product is
+/// added onto `dW` in block order (one block, the usual case, is the unsplit product), and the
+/// scatter adds each input cell's contributions in (block, tap) order, whatever the tap chunks
+/// and thread count.
 #[allow(clippy::too_many_arguments)]
 fn group_backward<T: CpuScalar>(
     g: &Geo,
@@ -516,15 +586,21 @@ fn group_backward<T: CpuScalar>(
     mut dx: Option<&mut [T]>,
     dw: &mut [T],
     par: Parallelism,
-    cap: usize,
+    caps: Caps,
 ) -> Result<(), CpuError> {
     let (p, kk, oc) = (g.p(), g.kk(), g.oc);
     let (img_in, img_out) = (g.image(), oc * p);
     let cols = g.cols(layout);
-    let chunks = match layout {
-        Layout::Direct => Chunks::new(kk, 0, usize::MAX),
-        _ => Chunks::new(kk, cols, cap),
+    let plan = match layout {
+        // no patch matrix is built: one chunk
+        Layout::Direct => BackwardChunks {
+            cols: Chunks::whole(cols),
+            taps: Chunks::whole(kk),
+        },
+        _ => caps.plan(kk, cols),
     };
+    // where the patch-matrix gradient is scattered: the image, or its padded copy (wide)
+    let wide_padded = layout == Layout::Wide && g.pad > 0;
     let mut sc = Scratch::default();
     let Scratch {
         xp,
@@ -536,30 +612,14 @@ fn group_backward<T: CpuScalar>(
     for k in 0..x.len() / img_in {
         let xi = &x[k * img_in..(k + 1) * img_in];
         let dyi = &dy[k * img_out..(k + 1) * img_out];
-        // the padded image (wide) and the cotangent in the patch matrix's column layout
+        // the padded image (wide)
         let xpad = match layout {
             Layout::Wide => padded(g, xi, xp),
             _ => xi,
         };
-        let d: &[T] = match layout {
-            Layout::Wide => {
-                let (wp, wo) = (g.wp(), g.wo);
-                let grad = sized(grad, oc * cols);
-                grad.fill(T::ZERO);
-                for (wide, drow) in grad.chunks_exact_mut(cols).zip(dyi.chunks_exact(p)) {
-                    for (seg, src) in wide.chunks_exact_mut(wp).zip(drow.chunks_exact(wo)) {
-                        copy_run(&mut seg[..wo], src);
-                    }
-                }
-                grad
-            }
-            _ => dyi,
-        };
         let mut dxi = dx
             .as_deref_mut()
             .map(|dx| &mut dx[k * img_in..(k + 1) * img_in]);
-        // where the patch-matrix gradient is scattered: the image, or its padded copy (wide)
-        let wide_padded = layout == Layout::Wide && g.pad > 0;
         if let Some(dxi) = dxi.as_deref_mut() {
             if layout != Layout::Direct {
                 dxi.fill(T::ZERO);
@@ -568,47 +628,70 @@ fn group_backward<T: CpuScalar>(
         if wide_padded && dxi.is_some() {
             sized(dxp, g.c * g.hp() * g.wp()).fill(T::ZERO);
         }
-        for range in chunks.ranges() {
-            let (t0, nt) = (range.start, range.len());
-            let c: &[T] = match layout {
-                Layout::Direct => xi,
-                Layout::Compact => {
-                    let col = sized(col, nt * p);
-                    im2col(g, xi, col, t0);
-                    col
-                }
+        for (b, block) in plan.cols.ranges().enumerate() {
+            let (c0, len) = (block.start, block.len());
+            let whole = len == cols;
+            // the block of the cotangent in the patch matrix's column layout (oc rows)
+            let dm = match layout {
                 Layout::Wide => {
-                    let col = sized(col, nt * cols);
-                    im2col_wide(g, xpad, col, t0, 0, cols);
-                    col
+                    let grad = sized(grad, oc * len);
+                    wide_cotangent(g, dyi, grad, c0, len);
+                    Mat::rows(&grad[..], len)
                 }
+                _ => Mat {
+                    data: &dyi[c0..],
+                    rs: p,
+                    cs: 1,
+                },
             };
-            // dW[:, t0..t0 + nt] (+)= dy · colᵀ
-            let (dm, cm) = (Mat::rows(d, cols), Mat::transposed(c, cols));
-            gemm_rows(OP, oc, nt, cols, &mut dw[t0..], kk, k > 0, dm, cm, par)?;
-            // dcol = Wᵀ · dy (taps t0..t0 + nt), scattered back onto the image
-            let Some(dxi) = dxi.as_deref_mut() else {
-                continue;
-            };
-            let wt = Mat {
-                data: &w[t0..],
-                rs: 1,
-                cs: kk,
-            };
-            match layout {
-                Layout::Direct => gemm(OP, kk, p, oc, dxi, false, wt, Mat::rows(d, p), par)?,
-                Layout::Compact => {
-                    let dcol = sized(dcol, nt * p);
-                    gemm(OP, nt, p, oc, dcol, false, wt, Mat::rows(d, p), par)?;
-                    col2im(g, dcol, dxi, t0);
-                }
-                Layout::Wide => {
-                    let dcol = sized(dcol, nt * cols);
-                    gemm(OP, nt, cols, oc, dcol, false, wt, Mat::rows(d, cols), par)?;
-                    if wide_padded {
-                        col2im_wide(g, dcol, dxp, t0);
-                    } else {
-                        col2im_wide(g, dcol, dxi, t0);
+            for range in plan.taps.ranges() {
+                let (t0, nt) = (range.start, range.len());
+                let c: &[T] = match layout {
+                    Layout::Direct => xi,
+                    Layout::Compact => {
+                        let col = sized(col, nt * len);
+                        if whole {
+                            im2col(g, xi, col, t0);
+                        } else {
+                            im2col_cols(g, xi, col, t0, c0, len);
+                        }
+                        col
+                    }
+                    Layout::Wide => {
+                        let col = sized(col, nt * len);
+                        im2col_wide(g, xpad, col, t0, c0, len);
+                        col
+                    }
+                };
+                // dW[:, t0..t0 + nt] (+)= dy[:, block] · col[taps, block]ᵀ
+                let cm = Mat::transposed(c, len);
+                let acc = k > 0 || b > 0;
+                gemm_rows(OP, oc, nt, len, &mut dw[t0..], kk, acc, dm, cm, par)?;
+                // dcol = Wᵀ · dy (taps t0..t0 + nt, the block's columns), scattered back
+                let Some(dxi) = dxi.as_deref_mut() else {
+                    continue;
+                };
+                let wt = Mat {
+                    data: &w[t0..],
+                    rs: 1,
+                    cs: kk,
+                };
+                match layout {
+                    Layout::Direct => gemm(OP, kk, p, oc, dxi, false, wt, dm, par)?,
+                    Layout::Compact => {
+                        let dcol = sized(dcol, nt * len);
+                        gemm(OP, nt, len, oc, dcol, false, wt, dm, par)?;
+                        if whole {
+                            col2im(g, dcol, dxi, t0);
+                        } else {
+                            col2im_cols(g, dcol, dxi, t0, c0, len);
+                        }
+                    }
+                    Layout::Wide => {
+                        let dcol = sized(dcol, nt * len);
+                        gemm(OP, nt, len, oc, dcol, false, wt, dm, par)?;
+                        let target = if wide_padded { &mut dxp[..] } else { dxi };
+                        col2im_wide(g, dcol, target, t0, c0, len);
                     }
                 }
             }
@@ -634,10 +717,10 @@ pub(crate) fn vjp<T: CpuScalar>(
     dy: &CpuTensor<T>,
     need_dx: bool,
 ) -> Result<(Option<CpuTensor<T>>, CpuTensor<T>, CpuTensor<T>), CpuError> {
-    vjp_capped(spec, x, w, dy, need_dx, PATCH_CHUNK_ELEMENTS)
+    vjp_capped(spec, x, w, dy, need_dx, Caps::Rule(PATCH_CHUNK_ELEMENTS))
 }
 
-/// [`vjp`] with patch-matrix chunks of at most `cap` elements.
+/// [`vjp`] with patch-matrix chunks by `caps`.
 #[allow(clippy::type_complexity)]
 fn vjp_capped<T: CpuScalar>(
     spec: &Conv2dSpec,
@@ -645,7 +728,7 @@ fn vjp_capped<T: CpuScalar>(
     w: &CpuTensor<T>,
     dy: &CpuTensor<T>,
     need_dx: bool,
-    cap: usize,
+    caps: Caps,
 ) -> Result<(Option<CpuTensor<T>>, CpuTensor<T>, CpuTensor<T>), CpuError> {
     let g = Geo::new(spec, x.shape(), dy.shape());
     let (xs, ws, ds) = (x.as_slice(), w.as_slice(), dy.as_slice());
@@ -693,7 +776,7 @@ fn vjp_capped<T: CpuScalar>(
             dx.as_mut().map(|d| d.data_mut()),
             dw.data_mut(),
             par_for_work(g.work()),
-            cap,
+            caps,
         )?;
         return Ok((dx, dw, db));
     }
@@ -710,7 +793,7 @@ fn vjp_capped<T: CpuScalar>(
             dxg,
             dwg,
             Parallelism::None,
-            cap,
+            caps,
         )
     };
     // one task per group: its slice of dx (when asked for) and its partial weight gradient
@@ -850,14 +933,20 @@ mod tests {
                     let dy = make(vec![n, oc, ho, wo], seed + 3, None);
                     let whole =
                         forward_capped(&spec, &x, &wt, &b, out.clone(), usize::MAX).unwrap();
-                    let whole_vjp = vjp_capped(&spec, &x, &wt, &dy, true, usize::MAX).unwrap();
+                    let whole_vjp =
+                        vjp_capped(&spec, &x, &wt, &dy, true, Caps::Rule(usize::MAX)).unwrap();
                     for cap in [1, 300 * c * k * k] {
                         let what = format!("geometry {gi}, n {n}, bad {bad:?}, cap {cap}");
                         let y = forward_capped(&spec, &x, &wt, &b, out.clone(), cap).unwrap();
                         assert_eq!(bits(&y), bits(&whole), "forward, {what}");
                         for need_dx in [true, false] {
+                            // tap chunks only (the columns whole): the unchunked bits
+                            let caps = Caps::Split {
+                                cols: usize::MAX,
+                                taps: cap,
+                            };
                             let (dx, dw, db) =
-                                vjp_capped(&spec, &x, &wt, &dy, need_dx, cap).unwrap();
+                                vjp_capped(&spec, &x, &wt, &dy, need_dx, caps).unwrap();
                             assert_eq!(bits(&dw), bits(&whole_vjp.1), "dW, {what}");
                             assert_eq!(bits(&db), bits(&whole_vjp.2), "db, {what}");
                             match dx {
@@ -873,6 +962,105 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The backward with its columns split (a summed dimension of `dW`): the same bits whatever
+    /// the tap chunks and with 1 or 2 threads, for a fixed column split, on every layout that
+    /// builds a patch matrix (wide, compact, the wide's compact fallback), one image and several;
+    /// and within the engine suite's tolerance of the reference engine. `db` is never split.
+    fn column_blocks_are_deterministic<T: CpuScalar>(tol: f64) {
+        use crate::threads::with_threads;
+        use torchlean_engine_suite::norm_rel_error;
+        use torchlean_runtime::Kernels;
+        use torchlean_spec::{Op, Tensor};
+        let geos = [
+            // (C, H, W, outC, k, stride, padding)
+            (60, 24, 24, 3, 3, 1, 1),
+            (60, 30, 30, 70, 3, 1, 0),
+            (60, 56, 56, 3, 3, 2, 1),
+        ];
+        for (gi, &(c, h, w, oc, k, st, pad)) in geos.iter().enumerate() {
+            let (ho, wo) = ((h + 2 * pad - k) / st + 1, (w + 2 * pad - k) / st + 1);
+            for cols in [ho * (w + 2 * pad), ho * wo] {
+                let b = BackwardChunks::with_caps(c * k * k, cols, 1, usize::MAX);
+                assert!(b.cols.count() > 1, "geometry {gi}: one column block");
+            }
+            for n in [1usize, 3] {
+                for bad in [None, Some(5)] {
+                    let spec = Conv2dSpec {
+                        in_channels: c,
+                        out_channels: oc,
+                        kernel_h: k,
+                        kernel_w: k,
+                        stride: st,
+                        padding: pad,
+                    };
+                    let seed = (gi * 100 + n) as u64 + 7;
+                    let make = |shape: Vec<usize>, seed: u64, bad: Option<usize>| {
+                        let len = shape.iter().product();
+                        let data = values(len, seed, bad)
+                            .into_iter()
+                            .map(T::from_f64)
+                            .collect();
+                        CpuTensor::<T>::from_vec(shape, data).unwrap()
+                    };
+                    let x = make(vec![n, c, h, w], seed, bad);
+                    let wt = make(vec![oc, c, k, k], seed + 1, None);
+                    let dy = make(vec![n, oc, ho, wo], seed + 3, None);
+                    let run = |caps: Caps, threads: usize| {
+                        with_threads(threads, || vjp_capped(&spec, &x, &wt, &dy, true, caps))
+                            .unwrap()
+                    };
+                    let all = |r: &(Option<CpuTensor<T>>, CpuTensor<T>, CpuTensor<T>)| {
+                        [bits(r.0.as_ref().unwrap()), bits(&r.1), bits(&r.2)]
+                    };
+                    let split = run(
+                        Caps::Split {
+                            cols: 1,
+                            taps: usize::MAX,
+                        },
+                        1,
+                    );
+                    for (taps, threads) in [(usize::MAX, 2), (1, 1), (1, 2)] {
+                        let again = run(Caps::Split { cols: 1, taps }, threads);
+                        assert_eq!(
+                            all(&again),
+                            all(&split),
+                            "geometry {gi}, n {n}, bad {bad:?}, tap cap {taps}, {threads} threads"
+                        );
+                    }
+                    let whole = run(Caps::Rule(usize::MAX), 1);
+                    assert_eq!(bits(&split.2), bits(&whole.2), "db, geometry {gi}");
+                    if bad.is_some() {
+                        continue;
+                    }
+                    // the reference engine, from the same (rounded) values
+                    let f = |t: &CpuTensor<T>| t.to_f64().unwrap();
+                    let op = Op::Conv2d(spec);
+                    let bias = Tensor::<f64>::zeros(Shape::from([oc])).unwrap();
+                    let (xr, wr) = (f(&x), f(&wt));
+                    let y =
+                        torchlean_runtime::forward::<Tensor<f64>>(&op, &[&xr, &wr, &bias]).unwrap();
+                    let saved = torchlean_runtime::Saved::for_op(&op, &[&xr, &wr, &bias], &y);
+                    let want = torchlean_runtime::vjp::<Tensor<f64>>(&op, &saved, &f(&dy)).unwrap();
+                    let got = [split.0.as_ref().unwrap(), &split.1, &split.2];
+                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                        let e = norm_rel_error(&f(g), w.as_ref().unwrap());
+                        assert!(e <= tol, "cotangent {i}, geometry {gi}, n {n}: error {e:e}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn column_blocks_are_deterministic_f64() {
+        column_blocks_are_deterministic::<f64>(1e-12);
+    }
+
+    #[test]
+    fn column_blocks_are_deterministic_f32() {
+        column_blocks_are_deterministic::<f32>(1e-5);
     }
 
     #[test]
