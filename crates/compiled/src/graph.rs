@@ -3,7 +3,7 @@
 //! index and shape is known good.
 
 use crate::error::{CompiledError, Result};
-use torchlean_runtime::{forward, AnomalyMode, Kernels};
+use torchlean_runtime::{forward, AnomalyMode, Kernels, Parents};
 use torchlean_spec::{Budget, NodeCost, Op, Pass, Shape, Tally};
 
 /// A context position: an input (`< n_inputs`) or the value of node `position − n_inputs`.
@@ -27,15 +27,19 @@ impl std::fmt::Display for Origin {
     }
 }
 
-/// One SSA node.
+/// One SSA node (168 bytes: a graph of a million nodes is lowered, then held while its tape is
+/// built, so every field counts; `docs/ARCHITECTURE.md`, "Memory per node").
 #[derive(Clone, Debug, PartialEq)]
 pub struct GNode {
     pub op: Op,
-    pub args: Vec<Pos>,
+    /// The arguments' positions, inline up to two (no allocation per unary or binary node).
+    pub args: Parents,
     pub shape: Shape,
     /// Where the node came from (printed "IR node 7"), for printing.
     pub origin: Option<Origin>,
 }
+
+const _: () = assert!(std::mem::size_of::<GNode>() <= 168);
 
 /// The element size the evaluators' budget check counts when it does not know the engine's
 /// dtype: 8 (f64; f32 runs are counted twice their size, a safe overestimate).
@@ -92,7 +96,7 @@ impl GraphData {
             })?;
         self.nodes.push(GNode {
             op,
-            args,
+            args: Parents::from_vec(args),
             shape,
             origin,
         });

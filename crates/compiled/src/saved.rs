@@ -110,7 +110,7 @@ impl<V: Kernels> SavedGraph<V> {
                 let out = &values[g.n_inputs() + k];
                 PreparedNode::of_op(
                     node.op.clone(),
-                    node.args.clone(),
+                    node.args.to_vec(),
                     Saved::for_op(&node.op, &args, out),
                 )
             })

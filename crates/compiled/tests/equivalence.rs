@@ -319,7 +319,7 @@ fn array_pass_equals_dense_for_arbitrary_vjps_including_opaque_ones() {
         let out = &values[n_inputs + k];
         nodes.push(PreparedNode::of_op(
             node.op.clone(),
-            node.args.clone(),
+            node.args.to_vec(),
             torchlean_runtime::Saved::for_op(&node.op, &args, out),
         ));
     }

@@ -430,7 +430,7 @@ fn saved_vs_dense<V: Kernels>(exec: &ExecGraph, inputs: &[V], mode: Mode) -> Cla
         let args: Vec<&V> = node.args.iter().map(|&a| &values[a]).collect();
         nodes.push(PreparedNode::of_op(
             node.op.clone(),
-            node.args.clone(),
+            node.args.to_vec(),
             Saved::for_op(&node.op, &args, &values[n + k]),
         ));
     }

@@ -6,11 +6,13 @@
 //! with the op's shape rule and reads only what the op's descriptor says it saves
 //! ([`Saved::for_op`]), so an op whose backward needs only its output (exp, tanh, sigmoid, relu,
 //! sqrt, inv, softmax) never keeps its input alive. Eager recording and compiled graphs take the
-//! same route to an engine VJP: the tape's op table ([`record`], [`record_compiled`]).
+//! same route to an engine VJP: the tape's op table ([`record`], [`record_compiled`]), whose
+//! VJPs borrow what they read from the tape's values ([`Saved::borrowed`]).
 
 use crate::error::{Result, RuntimeError};
 use crate::tape::Tape;
 use crate::value::{GradValue, GradZero};
+use std::borrow::Borrow;
 use torchlean_spec::{Backend, Op, Shape, Tensor};
 
 pub use torchlean_spec::{Cotangents, Operands, Saved};
@@ -35,7 +37,7 @@ pub fn forward<V: Kernels>(op: &Op, args: &[&V]) -> Result<V> {
 /// One cotangent per operand (`None` = structurally zero), reading only `saved`: the one
 /// dispatch, [`Op::vjp`], with the engine's error converted.
 #[inline]
-pub fn vjp<V: Kernels>(op: &Op, saved: &Saved<V>, cot: &V) -> Result<Cotangents<V>> {
+pub fn vjp<V: Kernels>(op: &Op, saved: &Saved<impl Borrow<V>>, cot: &V) -> Result<Cotangents<V>> {
     op.vjp(saved, cot).map_err(Into::into)
 }
 
@@ -44,11 +46,24 @@ pub fn vjp<V: Kernels>(op: &Op, saved: &Saved<V>, cot: &V) -> Result<Cotangents<
 #[inline]
 pub fn vjp_for<V: Kernels>(
     op: &Op,
-    saved: &Saved<V>,
+    saved: &Saved<impl Borrow<V>>,
     cot: &V,
     needs: &dyn Fn(usize) -> bool,
 ) -> Result<Cotangents<V>> {
     op.vjp_for(saved, cot, needs).map_err(Into::into)
+}
+
+/// The VJP a tape runs for a recorded op ([`record`], [`record_compiled`]): [`vjp_for`] on a
+/// view of the values the tape keeps (`operands`, the parents' values, and `output`, the
+/// node's), borrowing what the op saves instead of copying it at record time.
+pub(crate) fn vjp_on_values<V: Kernels>(
+    op: &Op,
+    operands: &[&V],
+    output: &V,
+    cot: &V,
+    needs: &dyn Fn(usize) -> bool,
+) -> Result<Cotangents<V>> {
+    vjp_for(op, &Saved::borrowed(op, operands, output), cot, needs)
 }
 
 /// The local-sum rule of compiled graphs — the one place it is written: a node whose operands
@@ -150,14 +165,7 @@ pub fn record<V: Kernels>(
     parents: &[usize],
     name: Option<String>,
 ) -> Result<usize> {
-    tape.record(
-        op,
-        parents,
-        name,
-        RecordMode::Eager,
-        forward::<V>,
-        vjp_for::<V>,
-    )
+    tape.record(op, parents, name, RecordMode::Eager, forward::<V>)
 }
 
 /// Records `op` as a node of a compiled graph (TorchLean's `compileAuxData`, compact form): the
@@ -169,14 +177,7 @@ pub fn record_compiled<V: Kernels>(
     operands: &[usize],
     name: Option<String>,
 ) -> Result<usize> {
-    tape.record(
-        op,
-        operands,
-        name,
-        RecordMode::Compiled,
-        forward::<V>,
-        vjp_for::<V>,
-    )
+    tape.record(op, operands, name, RecordMode::Compiled, forward::<V>)
 }
 
 /// How [`Tape::record`](crate::Tape) treats a node: eagerly (gradient only where a parent needs

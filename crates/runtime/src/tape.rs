@@ -1,9 +1,7 @@
 //! `Tape<V>` and `Node<V>`: a grow-only array of nodes; a node's id is its index.
 
 use crate::error::{Result, RuntimeError};
-use crate::kernel::{
-    fold_repeated_operands, has_repeats, release_saved, Cotangents, RecordMode, Saved,
-};
+use crate::kernel::{fold_repeated_operands, has_repeats, Cotangents, RecordMode};
 use crate::value::GradValue;
 use smallvec::SmallVec;
 use std::fmt;
@@ -18,21 +16,26 @@ pub type VjpClosure<V> = Box<dyn Fn(&V) -> Result<Vec<(usize, V)>> + Send + Sync
 pub type Contributions<V> = SmallVec<[(usize, V); 2]>;
 
 /// An engine's VJP entry point (`runtime::vjp`, the dispatch), kept as a plain function pointer so the sweeps
-/// need only `GradValue`.
+/// need only `GradValue`: `(op, operand values, output value, cotangent, needs)`, the values
+/// being the tape's own (read through a borrowed `Saved`, `crate::kernel::vjp_on_values`).
 /// The last argument says which operands need a cotangent (by operand index).
-pub(crate) type VjpFn<V> = fn(&Op, &Saved<V>, &V, &dyn Fn(usize) -> bool) -> Result<Cotangents<V>>;
+pub(crate) type VjpFn<V> = fn(&Op, &[&V], &V, &V, &dyn Fn(usize) -> bool) -> Result<Cotangents<V>>;
 
 /// A node's local VJP (SPEC's `backward: &V -> Result<Vec<(usize, V)>>`), run through
 /// [`Tape::contributions`] or [`Tape::run_backward`].
 pub enum Backward<V> {
     /// Contributes nothing (leaves).
     Nothing,
-    /// Any closure (tests, custom ops, and the checking-only `FullContext` compile mode).
-    Closure(VjpClosure<V>),
+    /// Any closure (tests, custom ops, and the checking-only `FullContext` compile mode), boxed
+    /// once more so that the variant is one pointer, not two: every node carries a `Backward`,
+    /// and closures are rare.
+    Closure(Box<VjpClosure<V>>),
     /// An op put on the tape by [`crate::record`] or [`crate::record_compiled`]: the engine's
     /// VJP of the op on what the op saved, one pair per operand in operand order, the operands
-    /// being the node's `parents` (with the local-sum rule for compiled nodes). The op and its
-    /// saved values live in the tape's op table, not in a per-node allocation.
+    /// being the node's `parents` (with the local-sum rule for compiled nodes). The op lives in
+    /// the tape's op table, not in a per-node allocation; what it saves is not copied at all:
+    /// its operands and output are the values of the node and its parents, which the tape
+    /// keeps until it is released, and each VJP reads them through a borrowed [`Saved`].
     Recorded(RecordedSlot),
 }
 
@@ -44,19 +47,28 @@ pub enum Backward<V> {
 #[derive(Debug, PartialEq, Eq)]
 pub struct RecordedSlot(usize);
 
-/// One recorded op: what its VJP reads, and the engine VJP that reads it.
-pub(crate) struct RecordedOp<V> {
+/// One recorded op. What its VJP reads is borrowed from the tape's nodes when it runs (a
+/// borrowed `Saved`), and the VJP entry is the tape's ([`Tape`]'s `vjp`), so an entry is the
+/// op and a flag (96 bytes).
+///
+/// Invariant: the values a recorded op's VJP reads are the node's and its parents' values,
+/// which no tape operation changes or releases before [`Tape::clear`] empties the op table.
+pub(crate) struct RecordedOp {
     pub(crate) op: Op,
-    pub(crate) saved: Saved<V>,
-    pub(crate) vjp: VjpFn<V>,
     /// Whether repeated operands are folded by the local-sum rule (compiled nodes).
     pub(crate) local_sum: bool,
 }
 
+// the per-node cost of a tape (`docs/ARCHITECTURE.md`, "Memory per node"): an op-table entry,
+// and a node on the reference engine (its value: a 40-byte shape and a `Vec`)
+const _: () = assert!(std::mem::size_of::<RecordedOp>() <= 96);
+const _: () = assert!(std::mem::size_of::<Backward<torchlean_spec::Tensor<f64>>>() <= 16);
+const _: () = assert!(std::mem::size_of::<Node<torchlean_spec::Tensor<f64>>>() <= 160);
+
 impl<V> Backward<V> {
     /// Wraps a closure.
     pub fn closure(f: impl Fn(&V) -> Result<Vec<(usize, V)>> + Send + Sync + 'static) -> Self {
-        Backward::Closure(Box::new(f))
+        Backward::Closure(Box::new(Box::new(f)))
     }
 }
 
@@ -122,7 +134,10 @@ impl<V: GradValue> fmt::Debug for Node<V> {
 pub struct Tape<V> {
     nodes: Vec<Node<V>>,
     /// The op table of [`Backward::Recorded`] nodes, in recording order.
-    recorded: Vec<RecordedOp<V>>,
+    recorded: Vec<RecordedOp>,
+    /// The VJP entry of every op in the table: one per tape, not one per op (set by
+    /// [`Tape::record`], which knows the engine; `None` while the table is empty).
+    vjp: Option<VjpFn<V>>,
 }
 
 impl<V: GradValue> fmt::Debug for Tape<V> {
@@ -136,6 +151,7 @@ impl<V> Default for Tape<V> {
         Tape {
             nodes: Vec::new(),
             recorded: Vec::new(),
+            vjp: None,
         }
     }
 }
@@ -151,6 +167,7 @@ impl<V: GradValue> Tape<V> {
         Tape {
             nodes: Vec::with_capacity(n),
             recorded: Vec::with_capacity(n),
+            vjp: None,
         }
     }
 
@@ -207,9 +224,8 @@ impl<V: GradValue> Tape<V> {
 
     /// [`crate::record`] and [`crate::record_compiled`]: runs `forward` on the parents' values
     /// and appends the node; if the node requires grad (eager: a parent does and the op is not
-    /// `detach`; compiled: always), the op, what it saves and `vjp` go into the op table, built
-    /// in place (a recorded op is a few hundred bytes, and moving it costs as much as the rest
-    /// of the bookkeeping).
+    /// `detach`; compiled: always), the op goes into the op table (nothing is copied for the
+    /// backward pass: [`RecordedOp`]), to run through the engine's VJP entry.
     #[inline]
     pub(crate) fn record(
         &mut self,
@@ -218,7 +234,6 @@ impl<V: GradValue> Tape<V> {
         name: Option<String>,
         mode: RecordMode,
         forward: fn(&Op, &[&V]) -> Result<V>,
-        vjp: VjpFn<V>,
     ) -> Result<usize>
     where
         V: crate::Kernels,
@@ -243,18 +258,8 @@ impl<V: GradValue> Tape<V> {
         let local_sum = mode == RecordMode::Compiled && has_repeats(parents);
         let backward = if requires_grad {
             let slot = RecordedSlot(self.recorded.len());
-            self.recorded.push(RecordedOp {
-                op: Op::Detach,
-                saved: Saved::empty(),
-                vjp,
-                local_sum,
-            });
-            let rec = self
-                .recorded
-                .last_mut()
-                .expect("the op table is not empty right after a push");
-            rec.saved.fill(&op, &args, &value);
-            rec.op = op;
+            self.recorded.push(RecordedOp { op, local_sum });
+            self.vjp = Some(crate::kernel::vjp_on_values::<V>);
             Backward::Recorded(slot)
         } else {
             Backward::Nothing
@@ -325,13 +330,16 @@ impl<V: GradValue> Tape<V> {
                     .recorded
                     .get(*k)
                     .expect("a recorded slot indexes its own tape's op table (RecordedSlot)");
-                recorded_vjp(rec, &node.parents, cot, needs)
+                let vjp = self
+                    .vjp
+                    .expect("a tape with a recorded op has its VJP entry (Tape::record sets it)");
+                recorded_vjp(rec, vjp, node, &self.nodes, cot, needs)
             }
         };
         iter.map_err(|e| e.at_node(id))
     }
 
-    /// Releases every owned value, every cleanup buffer and every value a recorded op saved.
+    /// Releases every owned value and every cleanup buffer.
     pub fn release(mut self) {
         self.clear();
     }
@@ -339,10 +347,6 @@ impl<V: GradValue> Tape<V> {
     /// [`Tape::release`] in place: the tape is empty afterwards but keeps its capacity, so a
     /// session that records one step after another does not regrow it every step.
     pub fn clear(&mut self) {
-        // in place: moving each recorded op out of the table costs a copy per op
-        for rec in &mut self.recorded {
-            release_saved(&mut rec.saved);
-        }
         self.recorded.clear();
         for n in self.nodes.drain(..) {
             if n.owns_value {
@@ -355,15 +359,31 @@ impl<V: GradValue> Tape<V> {
     }
 }
 
-/// A recorded op's VJP: one pair per differentiable operand, in operand order.
+/// A recorded op's VJP at `node`, one of `nodes`: one pair per differentiable operand, in
+/// operand order, reading what the op saves from the node's and its parents' values.
 fn recorded_vjp<'t, V: GradValue>(
-    rec: &RecordedOp<V>,
-    parents: &'t [usize],
+    rec: &RecordedOp,
+    vjp: VjpFn<V>,
+    node: &'t Node<V>,
+    nodes: &[Node<V>],
     cot: &V,
     needs: &dyn Fn(usize) -> bool,
 ) -> Result<ContributionIter<'t, V>> {
+    let parents = &node.parents[..];
+    // parents are earlier nodes (`Tape::record` checked them), and nodes are never removed
+    // one by one, so every lookup succeeds; an error rather than a panic all the same
+    let args = parents
+        .iter()
+        .map(|&p| match nodes.get(p) {
+            Some(n) => Ok(&n.value),
+            None => Err(RuntimeError::NoSuchNode {
+                id: p,
+                size: nodes.len(),
+            }),
+        })
+        .collect::<Result<SmallVec<[&V; 4]>>>()?;
     let by_operand = |i: usize| parents.get(i).is_none_or(|&p| needs(p));
-    let mut grads = (rec.vjp)(&rec.op, &rec.saved, cot, &by_operand)?;
+    let mut grads = vjp(&rec.op, &args, &node.value, cot, &by_operand)?;
     if grads.len() != parents.len() {
         let err = RuntimeError::VjpArity {
             op: rec.op.name(),

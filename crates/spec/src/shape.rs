@@ -14,15 +14,23 @@ const INLINE: usize = 4;
 
 #[derive(Clone)]
 enum Repr {
-    Inline { len: usize, dims: [usize; INLINE] },
+    /// `len ≤ INLINE`; a byte, so it shares the tag's word and a shape is 40 bytes, not 48.
+    Inline {
+        len: u8,
+        dims: [usize; INLINE],
+    },
     Heap(Vec<usize>),
 }
 
 /// A tensor shape, outermost dimension first. `Shape::scalar()` has rank 0 and size 1; a zero
-/// extent gives size 0. Ranks up to 4 are stored inline, so a shape is 48 bytes, cloning it is a copy,
+/// extent gives size 0. Ranks up to 4 are stored inline, so a shape is 40 bytes, cloning it is a copy,
 /// and never allocates on the engines' hot paths.
 #[derive(Clone)]
 pub struct Shape(Repr);
+
+// every value, graph node and op attribute holds shapes: a regression here costs every node of a
+// million-node graph (`docs/ARCHITECTURE.md`, "Memory per node")
+const _: () = assert!(std::mem::size_of::<Shape>() <= 40);
 
 impl PartialEq for Shape {
     /// Compares extents element by element: ranks are tiny and this is on every op's path,
@@ -85,7 +93,7 @@ impl Shape {
             let mut a = [0; INLINE];
             a[..dims.len()].copy_from_slice(dims);
             Shape(Repr::Inline {
-                len: dims.len(),
+                len: dims.len() as u8, // ≤ INLINE
                 dims: a,
             })
         } else {
@@ -97,7 +105,7 @@ impl Shape {
     #[inline]
     pub fn dims(&self) -> &[usize] {
         match &self.0 {
-            Repr::Inline { len, dims } => &dims[..*len],
+            Repr::Inline { len, dims } => &dims[..usize::from(*len)],
             Repr::Heap(v) => v,
         }
     }

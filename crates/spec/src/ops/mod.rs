@@ -49,6 +49,7 @@ use crate::budget::Pass;
 use crate::error::{Result, SpecError};
 use crate::shape::Shape;
 use smallvec::SmallVec;
+use std::borrow::Borrow;
 
 /// One primitive operation with its attributes (its metadata: [`Op::desc`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -126,6 +127,10 @@ pub enum Op {
     BernoulliMask { seed: u64, key: u64, shape: Shape },
 }
 
+// a graph node and a tape entry each hold an op (`docs/ARCHITECTURE.md`, "Memory per node"):
+// the largest variants are the two-shape ones (`broadcast_to`, `reshape`)
+const _: () = assert!(std::mem::size_of::<Op>() <= 88);
+
 /// How many operands an op takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arity {
@@ -161,6 +166,11 @@ pub type Cotangents<V> = Operands<Option<V>>;
 /// What a VJP may read: the operand shapes always; operand values and the output value only
 /// where the op's descriptor declares that it saves them. The one `Saved` type: the reference
 /// engine, the CPU engine, compiled graphs and eager tapes all keep this.
+///
+/// `V` is what holds each value: the value itself (`Saved<V>`, [`Saved::for_op`], an owned copy
+/// that outlives its operands) or a borrow of it (`Saved<&V>`, [`Saved::borrowed`], a view of
+/// values someone else keeps: a tape builds one from its nodes for each VJP it runs, so it
+/// stores nothing per op beyond the op). [`Op::vjp`] reads either through [`Borrow`].
 #[derive(Clone, Debug)]
 pub struct Saved<V> {
     pub input_shapes: Operands<Shape>,
@@ -180,28 +190,24 @@ impl<V> Saved<V> {
             output: None,
         }
     }
-}
 
-impl<V: Backend> Saved<V> {
-    /// Keeps exactly what `op` declares it saves.
+    /// Keeps, for each operand, its shape and `hold(value)` where `op` saves it, and
+    /// `hold(output)` where it saves its output: the one reading of the descriptor's
+    /// [`desc::Saves`] that every `Saved` is built by.
     #[inline]
-    pub fn for_op(op: &Op, inputs: &[&V], output: &V) -> Self {
-        let mut saved = Saved::empty();
-        saved.fill(op, inputs, output);
-        saved
-    }
-
-    /// [`Saved::for_op`] into an empty `Saved`, in place (a tape's op table fills its slot
-    /// without moving a whole `Saved`).
-    #[inline]
-    pub fn fill(&mut self, op: &Op, inputs: &[&V], output: &V) {
+    fn fill_with<'a, B: Backend + 'a>(
+        &mut self,
+        op: &Op,
+        inputs: &[&'a B],
+        output: &'a B,
+        hold: impl Fn(&'a B) -> V,
+    ) {
         let saves = op.desc().saves;
         for (i, v) in inputs.iter().enumerate() {
             self.input_shapes.push(v.shape_of().clone());
-            self.inputs
-                .push(saves.inputs.contains(&i).then(|| (*v).clone()));
+            self.inputs.push(saves.inputs.contains(&i).then(|| hold(v)));
         }
-        self.output = saves.output.then(|| output.clone());
+        self.output = saves.output.then(|| hold(output));
     }
 
     /// Shape of operand `i`.
@@ -215,15 +221,19 @@ impl<V: Backend> Saved<V> {
     }
 
     /// Operand `i`'s value, which must have been saved with its recorded shape.
-    pub fn input(&self, op: &Op, i: usize) -> Result<&V> {
-        let v =
-            self.inputs
-                .get(i)
-                .and_then(Option::as_ref)
-                .ok_or_else(|| SpecError::MissingSaved {
-                    op: op.name(),
-                    what: format!("operand {i}"),
-                })?;
+    pub fn input<B: Backend>(&self, op: &Op, i: usize) -> Result<&B>
+    where
+        V: Borrow<B>,
+    {
+        let v: &B = self
+            .inputs
+            .get(i)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| SpecError::MissingSaved {
+                op: op.name(),
+                what: format!("operand {i}"),
+            })?
+            .borrow();
         let want = self.shape(op, i)?;
         if v.shape_of() != want {
             return Err(SpecError::OpShape {
@@ -236,14 +246,18 @@ impl<V: Backend> Saved<V> {
     }
 
     /// The output value, which must have been saved with the output's shape.
-    pub fn output(&self, op: &Op, want: &Shape) -> Result<&V> {
-        let v = self
+    pub fn output<B: Backend>(&self, op: &Op, want: &Shape) -> Result<&B>
+    where
+        V: Borrow<B>,
+    {
+        let v: &B = self
             .output
             .as_ref()
             .ok_or_else(|| SpecError::MissingSaved {
                 op: op.name(),
                 what: "output".into(),
-            })?;
+            })?
+            .borrow();
         if v.shape_of() != want {
             return Err(SpecError::OpShape {
                 op: op.name(),
@@ -256,7 +270,10 @@ impl<V: Backend> Saved<V> {
 
     /// The saved value where the op saves operand `i` (or the output), `None` where it does
     /// not — for families whose derivative is written in terms of either.
-    fn maybe_input(&self, op: &Op, i: usize) -> Result<Option<&V>> {
+    fn maybe_input<B: Backend>(&self, op: &Op, i: usize) -> Result<Option<&B>>
+    where
+        V: Borrow<B>,
+    {
         if op.desc().saves.inputs.contains(&i) {
             self.input(op, i).map(Some)
         } else {
@@ -264,12 +281,43 @@ impl<V: Backend> Saved<V> {
         }
     }
 
-    fn maybe_output(&self, op: &Op, want: &Shape) -> Result<Option<&V>> {
+    fn maybe_output<B: Backend>(&self, op: &Op, want: &Shape) -> Result<Option<&B>>
+    where
+        V: Borrow<B>,
+    {
         if op.desc().saves.output {
             self.output(op, want).map(Some)
         } else {
             Ok(None)
         }
+    }
+}
+
+impl<V: Backend> Saved<V> {
+    /// Keeps exactly what `op` declares it saves, as copies (an engine's clone: a shared
+    /// buffer on the CPU engine, the data on the reference engine).
+    #[inline]
+    pub fn for_op(op: &Op, inputs: &[&V], output: &V) -> Self {
+        let mut saved = Saved::empty();
+        saved.fill(op, inputs, output);
+        saved
+    }
+
+    /// [`Saved::for_op`] into an empty `Saved`, in place.
+    #[inline]
+    pub fn fill(&mut self, op: &Op, inputs: &[&V], output: &V) {
+        self.fill_with(op, inputs, output, V::clone);
+    }
+}
+
+impl<'a, V: Backend> Saved<&'a V> {
+    /// [`Saved::for_op`] without a copy: borrows exactly what `op` declares it saves from
+    /// values the caller keeps alive (a tape's nodes) for as long as the view is used.
+    #[inline]
+    pub fn borrowed(op: &Op, inputs: &[&'a V], output: &'a V) -> Self {
+        let mut saved = Saved::empty();
+        saved.fill_with(op, inputs, output, |v| v);
+        saved
     }
 }
 
@@ -539,7 +587,7 @@ impl Op {
     /// shape, and the shape of every saved value it reads.
     pub fn vjp<B: Backend>(
         &self,
-        saved: &Saved<B>,
+        saved: &Saved<impl Borrow<B>>,
         cot: &B,
     ) -> std::result::Result<Cotangents<B>, B::Error> {
         self.vjp_for(saved, cot, &|_| true)
@@ -552,7 +600,7 @@ impl Op {
     /// (the input gradient of `linear` and `conv2d`); every other op returns all of them.
     pub fn vjp_for<B: Backend>(
         &self,
-        saved: &Saved<B>,
+        saved: &Saved<impl Borrow<B>>,
         cot: &B,
         needs: &dyn Fn(usize) -> bool,
     ) -> std::result::Result<Cotangents<B>, B::Error> {

@@ -852,3 +852,44 @@ fn a_pool_kind_is_named_by_its_padded_flag_not_by_its_padding() {
         "{e}"
     );
 }
+
+#[test]
+fn a_borrowed_saved_holds_what_for_op_copies_and_gives_the_same_vjp() {
+    // tanh saves its output only, mul both operands, sum nothing but the shape
+    let x = t(&[3], &[0.5, -1.25, 2.0]);
+    let w = t(&[3], &[3.0, 0.1, -0.7]);
+    let cases: [(Op, Vec<&Tensor<f64>>); 3] = [
+        (Op::Unary(UnaryOp::Tanh), vec![&x]),
+        (Op::Binary(BinaryOp::Mul), vec![&x, &w]),
+        (Op::Sum, vec![&x]),
+    ];
+    for (op, args) in cases {
+        let y = op.forward(&args).unwrap();
+        let owned = Saved::for_op(&op, &args, &y);
+        let view = Saved::borrowed(&op, &args, &y);
+        assert_eq!(view.input_shapes, owned.input_shapes, "{}", op.name());
+        assert_eq!(view.output.is_some(), op.saves_output(), "{}", op.name());
+        for (i, (v, o)) in view.inputs.iter().zip(&owned.inputs).enumerate() {
+            assert_eq!(v.is_some(), op.saves_input(i), "{} operand {i}", op.name());
+            assert_eq!(v.is_some(), o.is_some(), "{} operand {i}", op.name());
+        }
+        let cot = Tensor::new(y.shape().clone(), vec![1.5; y.shape().size()]).unwrap();
+        let (a, b) = (op.vjp(&owned, &cot).unwrap(), op.vjp(&view, &cot).unwrap());
+        assert_eq!(a.len(), b.len());
+        for (a, b) in a.iter().zip(&b) {
+            assert!(match (a, b) {
+                (Some(a), Some(b)) => a.bit_eq(b),
+                (None, None) => true,
+                _ => false,
+            });
+        }
+    }
+    // a view without what the op saves is refused like an owned one
+    let op = Op::Unary(UnaryOp::Tanh);
+    let mut view = Saved::borrowed(&op, &[&x], &x);
+    view.output = None;
+    assert!(matches!(
+        op.vjp(&view, &x),
+        Err(SpecError::MissingSaved { .. })
+    ));
+}
