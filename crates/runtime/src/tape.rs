@@ -35,7 +35,7 @@ pub enum Backward<V> {
     /// being the node's `parents` (with the local-sum rule for compiled nodes). The op lives in
     /// the tape's op table, not in a per-node allocation; what it saves is not copied at all:
     /// its operands and output are the values of the node and its parents, which the tape
-    /// keeps until it is released, and each VJP reads them through a borrowed [`Saved`].
+    /// keeps until it is released, and each VJP reads them through a borrowed [`Saved`](torchlean_spec::Saved).
     Recorded(RecordedSlot),
 }
 
