@@ -33,7 +33,7 @@ use crate::tensor::CpuTensor;
 use crate::threads::should_par;
 use gemm::Parallelism;
 use rayon::prelude::*;
-use torchlean_spec::ops::{BackwardChunks, Chunks, PATCH_CHUNK_ELEMENTS};
+use torchlean_spec::ops::{BackwardChunks, Chunks, ConvGeometry, PATCH_CHUNK_ELEMENTS};
 use torchlean_spec::{Conv2dSpec, Shape};
 
 const OP: &str = torchlean_spec::ops::desc::CONV2D.name;
@@ -49,76 +49,27 @@ enum Layout {
     Compact,
 }
 
-/// Geometry of one validated convolution.
-#[derive(Clone, Copy, Debug)]
-struct Geo {
-    n: usize,
-    c: usize,
-    h: usize,
-    w: usize,
-    oc: usize,
-    kh: usize,
-    kw: usize,
-    s: usize,
-    pad: usize,
-    ho: usize,
-    wo: usize,
+/// Geometry of one validated convolution (the spec's sizes; the CPU's layouts below).
+type Geo = ConvGeometry;
+
+/// What the CPU engine's patch layouts add to the spec's geometry.
+trait CpuGeo {
+    /// Columns of the wide patch matrix: `Ho·Wp`.
+    fn q(&self) -> usize;
+    fn layout(&self) -> Layout;
+    /// Columns of the patch matrix in `layout`.
+    fn cols(&self, layout: Layout) -> usize;
+    /// Multiply-adds of one image's forward product.
+    fn work(&self) -> usize;
 }
 
-impl Geo {
-    fn new(spec: &Conv2dSpec, x: &Shape, out: &Shape) -> Self {
-        let (n, c, h, w) = match x.dims() {
-            [c, h, w] => (1, *c, *h, *w),
-            [n, c, h, w] => (*n, *c, *h, *w),
-            // invariant: the shape rule accepted x, so it is [C,H,W] or [N,C,H,W]
-            _ => (0, 0, 0, 0),
-        };
-        let od = out.dims();
-        Geo {
-            n,
-            c,
-            h,
-            w,
-            oc: spec.out_channels,
-            kh: spec.kernel_h,
-            kw: spec.kernel_w,
-            s: spec.stride,
-            pad: spec.padding,
-            ho: od[od.len() - 2],
-            wo: od[od.len() - 1],
-        }
-    }
-
-    /// Rows of the patch matrix: `C·kH·kW`.
-    fn kk(&self) -> usize {
-        self.c * self.kh * self.kw
-    }
-
-    /// Output positions per image.
-    fn p(&self) -> usize {
-        self.ho * self.wo
-    }
-
-    /// Input elements per image.
-    fn image(&self) -> usize {
-        self.c * self.h * self.w
-    }
-
-    fn hp(&self) -> usize {
-        self.h + 2 * self.pad
-    }
-
-    fn wp(&self) -> usize {
-        self.w + 2 * self.pad
-    }
-
-    /// Columns of the wide patch matrix: `Ho·Wp`.
+impl CpuGeo for Geo {
     fn q(&self) -> usize {
         self.ho * self.wp()
     }
 
     fn layout(&self) -> Layout {
-        if self.kh == 1 && self.kw == 1 && self.s == 1 && self.pad == 0 {
+        if self.direct() {
             Layout::Direct
         } else if self.s == 1 {
             Layout::Wide
@@ -482,7 +433,7 @@ fn forward_capped<T: CpuScalar>(
     out_shape: Shape,
     cap: usize,
 ) -> Result<CpuTensor<T>, CpuError> {
-    let g = Geo::new(spec, x.shape(), &out_shape);
+    let g = spec.geometry(x.shape())?;
     let mut out = CpuTensor::uninit(out_shape);
     let (xs, ws, bs) = (x.as_slice(), w.as_slice(), b.as_slice());
     let (img_in, img_out) = (g.image(), g.oc * g.p());
@@ -730,7 +681,7 @@ fn vjp_capped<T: CpuScalar>(
     need_dx: bool,
     caps: Caps,
 ) -> Result<(Option<CpuTensor<T>>, CpuTensor<T>, CpuTensor<T>), CpuError> {
-    let g = Geo::new(spec, x.shape(), dy.shape());
+    let g = spec.geometry(x.shape())?;
     let (xs, ws, ds) = (x.as_slice(), w.as_slice(), dy.as_slice());
     let (p, kk, oc) = (g.p(), g.kk(), g.oc);
     let (img_in, img_out) = (g.image(), oc * p);
@@ -1094,7 +1045,7 @@ mod tests {
             stride: 1,
             padding: 1,
         };
-        let g = Geo::new(&spec, &Shape::from([1, 4, 4]), &Shape::from([1, 4, 4]));
+        let g = spec.geometry(&Shape::from([1, 4, 4])).unwrap();
         let x = vec![1.0f64; 16];
         let mut col = vec![0.0; g.kk() * g.p()];
         im2col(&g, &x, &mut col, 0);

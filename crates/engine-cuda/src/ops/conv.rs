@@ -27,8 +27,8 @@ use crate::error::Result;
 use crate::geometry::{index, Launch};
 use crate::kernels::PRODUCTS;
 use crate::tensor::CudaTensor;
-use torchlean_spec::ops::Chunks;
-use torchlean_spec::{Conv2dSpec, Shape, SpecError};
+use torchlean_spec::ops::{Chunks, ConvGeometry};
+use torchlean_spec::{Conv2dSpec, Shape};
 
 const OP: &str = torchlean_spec::ops::desc::CONV2D.name;
 
@@ -37,68 +37,8 @@ const OP: &str = torchlean_spec::ops::desc::CONV2D.name;
 /// columns may exceed it by [`Chunks`]'s minimum of 257 columns.
 pub const PATCH_CAP: usize = 1 << 24;
 
-/// Geometry of one validated convolution.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Geo {
-    n: usize,
-    c: usize,
-    h: usize,
-    w: usize,
-    oc: usize,
-    kh: usize,
-    kw: usize,
-    s: usize,
-    pad: usize,
-    ho: usize,
-    wo: usize,
-}
-
-impl Geo {
-    /// The geometry of `spec` on input `x` (output extents from the spec's one rule).
-    fn new(spec: &Conv2dSpec, x: &Shape) -> Result<Geo> {
-        let (n, c, h, w) = match x.dims() {
-            [c, h, w] => (1, *c, *h, *w),
-            [n, c, h, w] => (*n, *c, *h, *w),
-            _ => {
-                return Err(SpecError::OpShape {
-                    op: OP,
-                    shapes: vec![x.clone()],
-                    reason: "expects [C,H,W] or [N,C,H,W]".into(),
-                }
-                .into())
-            }
-        };
-        let (ho, wo) = spec.output_hw(h, w)?;
-        Ok(Geo {
-            n,
-            c,
-            h,
-            w,
-            oc: spec.out_channels,
-            kh: spec.kernel_h,
-            kw: spec.kernel_w,
-            s: spec.stride,
-            pad: spec.padding,
-            ho,
-            wo,
-        })
-    }
-
-    /// Rows of the patch matrix: `C·kH·kW`.
-    fn kk(&self) -> usize {
-        self.c * self.kh * self.kw
-    }
-
-    /// Output positions per image: `Ho·Wo`.
-    fn p(&self) -> usize {
-        self.ho * self.wo
-    }
-
-    /// Whether the image is its own patch matrix (1×1, stride 1, no padding).
-    fn direct(&self) -> bool {
-        self.kh == 1 && self.kw == 1 && self.s == 1 && self.pad == 0
-    }
-}
+/// Geometry of one validated convolution (the spec's one reading of the sizes).
+type Geo = ConvGeometry;
 
 /// One chunk of the patch matrix: `images` images from image `n0`, output positions
 /// `p0 .. p0 + pc` of each.
@@ -166,7 +106,7 @@ pub(crate) fn conv2d_capped<D: Device>(
     out: &Shape,
     cap: usize,
 ) -> Result<CudaTensor<D>> {
-    let g = Geo::new(spec, x.shape())?;
+    let g = spec.geometry(x.shape())?;
     let (kk, p) = (g.kk(), g.p());
     let total = out.checked_size()?;
     let mut y = bias_buffer(OP, b, g.oc, p, total)?;
@@ -359,7 +299,7 @@ fn vjp_into<D: Device>(
     dx: Option<&mut Buffer<D>>,
     cap: usize,
 ) -> Result<(CudaTensor<D>, CudaTensor<D>)> {
-    let g = Geo::new(spec, x.shape())?;
+    let g = spec.geometry(x.shape())?;
     let db = bias_grad(&g, dy)?;
     // an empty contraction (no channel out) leaves dx zero; no tap or no image leaves dW zero
     let dx = dx.filter(|_| g.oc > 0);
@@ -658,7 +598,7 @@ mod tests {
                 stride: 1,
                 padding: pad,
             };
-            let g = Geo::new(&spec, &Shape::from([5, 2, 3, 3])).unwrap();
+            let g = spec.geometry(&Shape::from([5, 2, 3, 3])).unwrap();
             let wg = WeightGrad::<Emu>::new(&g, 5, cap).unwrap();
             assert_eq!(wg.group, 3, "k {k}");
             let x = values(&[5, 2, 3, 3], 5);

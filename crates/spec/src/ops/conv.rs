@@ -163,6 +163,56 @@ pub(crate) fn nchw(op: &'static str, x: &Shape) -> Result<(usize, usize, usize, 
     }
 }
 
+/// One convolution's sizes on one input ([`Conv2dSpec::geometry`]): images `n`, channels
+/// `c`, input extents `h × w`, output channels `oc`, kernel `kh × kw`, stride `s`, padding
+/// `pad`, output extents `ho × wo`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConvGeometry {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub oc: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub s: usize,
+    pub pad: usize,
+    pub ho: usize,
+    pub wo: usize,
+}
+
+impl ConvGeometry {
+    /// Rows of the patch matrix: `C·kH·kW`.
+    pub fn kk(&self) -> usize {
+        self.c * self.kh * self.kw
+    }
+
+    /// Output positions per image: `Ho·Wo`.
+    pub fn p(&self) -> usize {
+        self.ho * self.wo
+    }
+
+    /// Input elements per image: `C·H·W`.
+    pub fn image(&self) -> usize {
+        self.c * self.h * self.w
+    }
+
+    /// Padded input height.
+    pub fn hp(&self) -> usize {
+        self.h + 2 * self.pad
+    }
+
+    /// Padded input width.
+    pub fn wp(&self) -> usize {
+        self.w + 2 * self.pad
+    }
+
+    /// Whether the image is its own patch matrix (1×1 kernel, stride 1, no padding).
+    pub fn direct(&self) -> bool {
+        self.kh == 1 && self.kw == 1 && self.s == 1 && self.pad == 0
+    }
+}
+
 /// The output shape with the leading batch axis kept if the input had one.
 pub(crate) fn with_batch(x: &Shape, c: usize, h: usize, w: usize) -> Shape {
     if x.rank() == 4 {
@@ -275,6 +325,27 @@ impl Conv2dSpec {
     /// engines.
     pub fn output_hw(&self, h: usize, w: usize) -> Result<(usize, usize)> {
         self.out_hw(h, w)
+    }
+
+    /// The sizes every engine's kernels index by, for input `x` (`[C,H,W]` or `[N,C,H,W]`;
+    /// output extents from [`Conv2dSpec::output_hw`]): the one place they are read off the
+    /// spec and the shape.
+    pub fn geometry(&self, x: &Shape) -> Result<ConvGeometry> {
+        let (n, c, h, w) = nchw(Self::OP, x)?;
+        let (ho, wo) = self.out_hw(h, w)?;
+        Ok(ConvGeometry {
+            n,
+            c,
+            h,
+            w,
+            oc: self.out_channels,
+            kh: self.kernel_h,
+            kw: self.kernel_w,
+            s: self.stride,
+            pad: self.padding,
+            ho,
+            wo,
+        })
     }
 
     pub(crate) fn infer(&self, x: &Shape, w: &Shape, b: &Shape) -> Result<Shape> {
@@ -433,6 +504,37 @@ mod tests {
             Chunks::new(540, 624, 1).ranges().collect::<Vec<_>>(),
             [0..270, 270..540]
         );
+    }
+
+    #[test]
+    fn the_geometry_reads_the_shape_rule_and_refuses_what_it_refuses() {
+        let spec = Conv2dSpec {
+            in_channels: 3,
+            out_channels: 8,
+            kernel_h: 3,
+            kernel_w: 2,
+            stride: 2,
+            padding: 1,
+        };
+        let w = Shape::from([8, 3, 3, 2]);
+        for (x, n) in [(Shape::from([5, 3, 9, 7]), 5), (Shape::from([3, 9, 7]), 1)] {
+            let g = spec.geometry(&x).unwrap();
+            let out = spec.infer(&x, &w, &Shape::from([8])).unwrap();
+            let od = out.dims();
+            assert_eq!((g.ho, g.wo), (od[od.len() - 2], od[od.len() - 1]));
+            assert_eq!((g.n, g.c, g.h, g.w, g.oc), (n, 3, 9, 7, 8));
+            assert_eq!((g.kk(), g.p(), g.image()), (18, g.ho * g.wo, 189));
+            assert_eq!((g.hp(), g.wp(), g.direct()), (11, 9, false));
+        }
+        assert!(spec.geometry(&Shape::from([9, 7])).is_err());
+        let one = Conv2dSpec {
+            kernel_h: 1,
+            kernel_w: 1,
+            stride: 1,
+            padding: 0,
+            ..spec
+        };
+        assert!(one.geometry(&Shape::from([3, 4, 4])).unwrap().direct());
     }
 
     /// The reviewers' convolution: a 1×1 input, a 100×100 kernel, padding 999, output

@@ -32,8 +32,8 @@ pub(crate) mod random;
 pub(crate) mod reduce;
 
 pub use conv::{
-    window_out, BackwardChunks, Chunks, Conv2dSpec, PARALLEL_IMAGES, PATCH_CHUNK_ELEMENTS,
-    PATCH_CHUNK_MIN_UNITS, SPLIT_CHUNK_DIVISOR,
+    window_out, BackwardChunks, Chunks, Conv2dSpec, ConvGeometry, PARALLEL_IMAGES,
+    PATCH_CHUNK_ELEMENTS, PATCH_CHUNK_MIN_UNITS, SPLIT_CHUNK_DIVISOR,
 };
 pub use desc::{
     AttrMut, AttrValue, AttrVisitor, OpDesc, BATCH_NORM_DEFAULT_EPS, LAYER_NORM_DEFAULT_EPS,
