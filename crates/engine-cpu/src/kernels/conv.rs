@@ -805,6 +805,16 @@ mod tests {
         assert_eq!(g[2].as_ref().unwrap().as_slice(), &[0.5, -1.0]);
     }
 
+    /// A tensor of `shape` from [`values`] (seeded, `bad` poisoned), in `T`.
+    fn tensor<T: CpuScalar>(shape: Vec<usize>, seed: u64, bad: Option<usize>) -> CpuTensor<T> {
+        let len = shape.iter().product();
+        let data = values(len, seed, bad)
+            .into_iter()
+            .map(T::from_f64)
+            .collect();
+        CpuTensor::<T>::from_vec(shape, data).unwrap()
+    }
+
     /// Deterministic values in [-1, 1) (an LCG), with `inf` at `bad` if given.
     fn values(n: usize, seed: u64, bad: Option<usize>) -> Vec<f64> {
         let mut st = seed
@@ -845,8 +855,18 @@ mod tests {
         ];
         for (gi, &(c, h, w, oc, k, st, pad)) in geos.iter().enumerate() {
             // the geometries chunk at the smallest cap (else the test would prove nothing)
-            let (ho, wo) = ((h + 2 * pad - k) / st + 1, (w + 2 * pad - k) / st + 1);
-            let cols = if st == 1 { ho * (w + 2 * pad) } else { ho * wo };
+            let g = Conv2dSpec {
+                in_channels: c,
+                out_channels: oc,
+                kernel_h: k,
+                kernel_w: k,
+                stride: st,
+                padding: pad,
+            }
+            .geometry(&Shape::from([c, h, w]))
+            .unwrap();
+            let (ho, wo) = (g.ho, g.wo);
+            let cols = if st == 1 { g.q() } else { g.p() };
             let kk = c * k * k;
             assert!(
                 gi == 4 || Chunks::new(cols, kk, 1).count() > 1,
@@ -867,21 +887,11 @@ mod tests {
                         padding: pad,
                     };
                     let seed = (gi * 100 + n) as u64;
-                    let make = |shape: Vec<usize>, seed: u64, bad: Option<usize>| {
-                        let len = shape.iter().product();
-                        let data = values(len, seed, bad)
-                            .into_iter()
-                            .map(T::from_f64)
-                            .collect();
-                        CpuTensor::<T>::from_vec(shape, data).unwrap()
-                    };
-                    let x = make(vec![n, c, h, w], seed, bad);
-                    let wt = make(vec![oc, c, k, k], seed + 1, None);
-                    let b = make(vec![oc], seed + 2, None);
-                    let ho = (h + 2 * pad - k) / st + 1;
-                    let wo = (w + 2 * pad - k) / st + 1;
+                    let x = tensor::<T>(vec![n, c, h, w], seed, bad);
+                    let wt = tensor::<T>(vec![oc, c, k, k], seed + 1, None);
+                    let b = tensor::<T>(vec![oc], seed + 2, None);
                     let out = Shape::from([n, oc, ho, wo]);
-                    let dy = make(vec![n, oc, ho, wo], seed + 3, None);
+                    let dy = tensor::<T>(vec![n, oc, ho, wo], seed + 3, None);
                     let whole =
                         forward_capped(&spec, &x, &wt, &b, out.clone(), usize::MAX).unwrap();
                     let whole_vjp =
@@ -931,8 +941,18 @@ mod tests {
             (60, 56, 56, 3, 3, 2, 1),
         ];
         for (gi, &(c, h, w, oc, k, st, pad)) in geos.iter().enumerate() {
-            let (ho, wo) = ((h + 2 * pad - k) / st + 1, (w + 2 * pad - k) / st + 1);
-            for cols in [ho * (w + 2 * pad), ho * wo] {
+            let g = Conv2dSpec {
+                in_channels: c,
+                out_channels: oc,
+                kernel_h: k,
+                kernel_w: k,
+                stride: st,
+                padding: pad,
+            }
+            .geometry(&Shape::from([c, h, w]))
+            .unwrap();
+            let (ho, wo) = (g.ho, g.wo);
+            for cols in [g.q(), g.p()] {
                 let b = BackwardChunks::with_caps(c * k * k, cols, 1, usize::MAX);
                 assert!(b.cols.count() > 1, "geometry {gi}: one column block");
             }
@@ -947,17 +967,9 @@ mod tests {
                         padding: pad,
                     };
                     let seed = (gi * 100 + n) as u64 + 7;
-                    let make = |shape: Vec<usize>, seed: u64, bad: Option<usize>| {
-                        let len = shape.iter().product();
-                        let data = values(len, seed, bad)
-                            .into_iter()
-                            .map(T::from_f64)
-                            .collect();
-                        CpuTensor::<T>::from_vec(shape, data).unwrap()
-                    };
-                    let x = make(vec![n, c, h, w], seed, bad);
-                    let wt = make(vec![oc, c, k, k], seed + 1, None);
-                    let dy = make(vec![n, oc, ho, wo], seed + 3, None);
+                    let x = tensor::<T>(vec![n, c, h, w], seed, bad);
+                    let wt = tensor::<T>(vec![oc, c, k, k], seed + 1, None);
+                    let dy = tensor::<T>(vec![n, oc, ho, wo], seed + 3, None);
                     let run = |caps: Caps, threads: usize| {
                         with_threads(threads, || vjp_capped(&spec, &x, &wt, &dy, true, caps))
                             .unwrap()
