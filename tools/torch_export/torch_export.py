@@ -63,7 +63,6 @@ class Leaf:
         self.name = name
         self.tensor = tensor.detach()
         self.is_param = is_param
-        self.const_id = None
 
 
 class Export:
@@ -123,10 +122,6 @@ def shape_of(node):
     raise Problem("no static tensor shape")
 
 
-def broadcast_shapes(a, b):
-    return [int(d) for d in torch.broadcast_shapes(torch.Size(a), torch.Size(b))]
-
-
 def norm_axis(axis, rank):
     axis = int(axis)
     if axis < 0:
@@ -142,6 +137,7 @@ class Builder:
         self.shapes = []
         self.payload = {}
         self.sites = {}
+        self.consts = {}
 
     def add(self, kind, parents, shape, **attrs):
         nid = len(self.nodes)
@@ -161,11 +157,12 @@ class Builder:
     def tensor(self, v):
         """The IR id of a tensor value (a leaf becomes a `const` node, once)."""
         if isinstance(v, Leaf):
-            if v.const_id is None:
+            if v.name not in self.consts:
                 shape = [int(d) for d in v.tensor.shape]
-                v.const_id = self.add("const", [], shape, value_shape=shape)
-                self.put(v.const_id, "value", v.tensor, v)
-            return v.const_id
+                nid = self.add("const", [], shape, value_shape=shape)
+                self.put(nid, "value", v.tensor, v)
+                self.consts[v.name] = nid
+            return self.consts[v.name]
         if isinstance(v, int) and not isinstance(v, bool):
             return v
         raise Problem(f"operand {v!r} is not a tensor")
@@ -187,10 +184,6 @@ class Builder:
         if len(to) == 1 and len(frm) != 1:
             return self.add("flatten", [nid], to, value_shape=frm)
         return self.add("reshape", [nid], to, in_shape=frm, out_shape=to)
-
-
-def leaf_of(v):
-    return v if isinstance(v, Leaf) else None
 
 
 # handlers: (builder, bound args, fx node) -> IR id (or a tuple for multi-output ops) -------
@@ -798,6 +791,21 @@ def resolve(env, v):
     return v
 
 
+def resolve_ghost(env, v, scratch):
+    """`resolve`, with each value that could not be exported replaced by an input of its
+    shape in `scratch`."""
+    if isinstance(v, torch.fx.Node):
+        got = env[v.name]
+        if isinstance(got, Poison):
+            val = v.meta.get("val")
+            if isinstance(val, torch.Tensor):
+                return scratch.add("input", [], [int(d) for d in val.shape])
+        return got
+    if isinstance(v, (list, tuple)):
+        return type(v)(resolve_ghost(env, x, scratch) for x in v)
+    return v
+
+
 def poisoned(v):
     if isinstance(v, Poison):
         return True
@@ -866,16 +874,22 @@ def export(module, x):
                 problems.append((name, source_location(node), "no TorchLean IR kind"))
                 env[node.name] = Poison()
                 continue
-            args = {k: resolve(env, v) for k, v in bind(node).items()}
+            bound = bind(node)
+            args = {k: resolve(env, v) for k, v in bound.items()}
+            target = b
             if poisoned(list(args.values())):
-                env[node.name] = Poison()
-                continue
-            other = bind(node).get("other")
-            args["_other_is_tensor"] = isinstance(other, torch.fx.Node)
+                # an operand could not be exported: check this op's own attributes on a
+                # scratch graph (operands as inputs of their shapes), so its problems are
+                # reported too, and keep nothing of it
+                target = Builder()
+                args = {k: resolve_ghost(env, v, target) for k, v in bound.items()}
+            args["_other_is_tensor"] = isinstance(bound.get("other"), torch.fx.Node)
             try:
-                env[node.name] = handler(b, args, node)
+                env[node.name] = handler(target, args, node)
             except Problem as p:
                 problems.append((name, source_location(node), p.reason))
+                env[node.name] = Poison()
+            if target is not b:
                 env[node.name] = Poison()
         elif node.op == "output":
             outs = user_outputs(ep, node)
@@ -949,15 +963,20 @@ def write_payload_safetensors(path, payload):
     save_file(tensors, path, metadata=meta or None)
 
 
+def bad_input(line):
+    print(line, file=sys.stderr)
+    sys.exit(2)
+
+
 def load_factory(spec):
     path, _, attr = spec.rpartition(":")
     if not path:
-        raise SystemExit(f"torch_export: {spec}: expected FILE.py:NAME")
+        bad_input(f"torch_export: {spec}: expected FILE.py:NAME")
     mspec = importlib.util.spec_from_file_location("torch_export_user_module", path)
     mod = importlib.util.module_from_spec(mspec)
     mspec.loader.exec_module(mod)
     if not hasattr(mod, attr):
-        raise SystemExit(f"torch_export: {path}: no `{attr}`")
+        bad_input(f"torch_export: {path}: no `{attr}`")
     return getattr(mod, attr)
 
 
@@ -988,6 +1007,11 @@ def main(argv=None):
         for line in e.lines():
             print(line, file=sys.stderr)
         print(f"torch_export: {len(e.problems)} problem(s); nothing written", file=sys.stderr)
+        return 2
+    except Exception as e:  # torch.export's own refusal (data-dependent control flow, ...)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        print(f"torch_export: {args.model}: torch.export failed: {type(e).__name__}: {first}",
+              file=sys.stderr)
         return 2
     with open(args.output, "w") as f:
         f.write(dumps(ex.graph) + "\n")
