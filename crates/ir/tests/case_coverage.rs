@@ -45,7 +45,10 @@ fn ints(v: &Value) -> Vec<u64> {
 #[test]
 fn there_are_at_least_sixty_cases() {
     let n = cases().len();
-    assert!(n >= 60, "{n} conformance cases; the interop issue asks for at least 60");
+    assert!(
+        n >= 60,
+        "{n} conformance cases; the interop issue asks for at least 60"
+    );
 }
 
 #[test]
@@ -119,7 +122,8 @@ fn regimes() -> Vec<(&'static str, Box<dyn Fn(&[Value], &Value) -> bool>)> {
         (
             "a pool whose windows overlap (stride < window)",
             Box::new(|_, n| {
-                kind(n).contains("pool") && n["stride"].as_u64() < n["kH"].as_u64().min(n["kW"].as_u64())
+                kind(n).contains("pool")
+                    && n["stride"].as_u64() < n["kH"].as_u64().min(n["kW"].as_u64())
             }),
         ),
         (
