@@ -60,11 +60,9 @@ pub fn check_well_formed(g: &Graph) -> Vec<Diagnostic> {
         ),
         Some(_) => {}
     }
-    if g.output_id >= g.nodes.len() {
-        out.push(
-            Diagnostic::error(format!("output_id {} is not a node", g.output_id))
-                .field("output_id"),
-        );
+    for o in g.outputs().filter(|&o| o >= g.nodes.len()) {
+        let field = crate::semantics::output_field(g);
+        out.push(Diagnostic::error(format!("{field} {o} is not a node")).field(field));
     }
     out
 }

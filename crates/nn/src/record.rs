@@ -439,11 +439,7 @@ impl Recorded {
         let output_id = ir_of[self.output].ok_or_else(|| NnError::Export {
             reason: "the output is a parameter or constant, not computed".into(),
         })?;
-        let graph = Graph {
-            input_id: 0,
-            output_id,
-            nodes,
-        };
+        let graph = Graph::new(0, output_id, nodes);
         let params = self
             .leaves
             .iter()
