@@ -67,6 +67,9 @@ pub fn check_well_formed(g: &Graph) -> Vec<Diagnostic> {
     out
 }
 
+/// The field of [`broadcast_warning`]'s diagnostics (`broadcast_to`'s target).
+pub(crate) const BROADCAST_FIELD: &str = "to_shape";
+
 /// TorchLean's `checkShapes`: well-formedness, then per node the shape inferred from its
 /// parents' declared shapes (and the payload shapes its attributes imply) must equal its declared
 /// shape. Also validates every declared shape's size (no overflow, at most 2^32 elements) and
@@ -118,7 +121,7 @@ pub fn check_shapes(g: &Graph) -> Vec<Diagnostic> {
         }
         if let OpKind::Op(Op::BroadcastTo { from, to }) = &n.kind {
             if let Some(w) = broadcast_warning(from, to) {
-                out.push(at(Diagnostic::warning(w).field("to_shape")));
+                out.push(at(Diagnostic::warning(w).field(BROADCAST_FIELD)));
             }
         }
     }

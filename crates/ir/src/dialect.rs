@@ -193,13 +193,16 @@ impl GraphDoc {
     }
 
     /// Diagnostics about the IR graph restated in the file's terms: node ids (and, for a
-    /// newest-dialect file, kinds) of the file.
+    /// newest-dialect file, kinds) of the file. For a newest-dialect file the warnings about
+    /// `broadcast_to` pairs that TorchLean's left-aligned rule reads differently are dropped:
+    /// the newest TorchLean broadcasts right-aligned, as we do.
     pub fn in_file_terms(&self, diags: Vec<Diagnostic>) -> Vec<Diagnostic> {
         if self.dialect == Dialect::Aug {
             return diags;
         }
         diags
             .into_iter()
+            .filter(|d| d.is_error() || d.field.as_deref() != Some(crate::check::BROADCAST_FIELD))
             .map(|mut d| {
                 if let Some(n) = d.node {
                     let id = self.file_id(n);
@@ -322,5 +325,33 @@ impl GraphDoc {
                 .field("nodes"),
             ))
         }
+    }
+}
+
+impl GraphDoc {
+    /// A payload keyed by the file's node ids (a separate payload given for a newest-dialect
+    /// file) keyed by IR node: each file node that takes weights lowers to exactly one IR node
+    /// that does. An entry for a file node with no such IR node is kept under its id, for
+    /// `check_payload` to report.
+    pub fn from_file_payload(&self, p: &Payload) -> Payload {
+        if self.dialect == Dialect::Aug {
+            return p.clone();
+        }
+        let mut ir_of = std::collections::BTreeMap::new();
+        for (ir, o) in self.origin.iter().enumerate() {
+            let takes = self
+                .graph
+                .node(ir)
+                .is_some_and(|n| !crate::payload_names(&n.kind).is_empty());
+            if o.tensor.is_none() && takes {
+                ir_of.entry(o.id).or_insert(ir);
+            }
+        }
+        let entries = p
+            .entries
+            .iter()
+            .map(|(id, e)| (ir_of.get(id).copied().unwrap_or(*id), e.clone()))
+            .collect();
+        Payload { entries }
     }
 }
