@@ -273,3 +273,30 @@ fn every_conformance_case_both_dialects_know_round_trips_through_the_newest_unch
     assert!(converted >= 10, "{converted} converted");
     assert!(refused >= 1, "some case uses an extension kind");
 }
+
+#[test]
+fn the_saved_graph_takes_several_outputs_as_a_dense_seed() {
+    // SavedGraph's passes take a cotangent for every position: the outputs' seeds at their
+    // positions, zeros elsewhere, give the tape sweep's gradients
+    let text = std::fs::read_to_string(fixture_dir().join("two_outputs.json")).unwrap();
+    let doc = GraphDoc::from_json_str(&text).unwrap();
+    let x = Tensor::from_fn([3, 2], |i| i[0] as f64 * 0.5 - i[1] as f64 * 0.25).unwrap();
+    let seeds = [
+        Tensor::scalar(0.75),
+        Tensor::from_fn([3, 2], |i| 1.0 + (i[0] + i[1]) as f64).unwrap(),
+    ];
+    let exec = exec_graph_of_ir(&doc.graph, &doc.payload).unwrap();
+    let inputs: Vec<Tensor<f64>> = exec.inputs(&x, &doc.payload).unwrap();
+    let saved = torchlean_compiled::SavedGraph::of_graph(&exec.graph, inputs).unwrap();
+    let mut dense: Vec<Tensor<f64>> = saved
+        .values()
+        .iter()
+        .map(|v| Tensor::zeros(v.shape().clone()).unwrap())
+        .collect();
+    for (&(pos, _), s) in exec.outputs().iter().zip(&seeds) {
+        dense[pos] = dense[pos].add(s).unwrap();
+    }
+    let by_saved = saved.backprop_inputs_dense(dense).unwrap();
+    let by_tape = grad(&doc, &x, &seeds);
+    close("grad_input", &by_saved[0], &by_tape.grad_input);
+}

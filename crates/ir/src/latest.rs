@@ -83,23 +83,26 @@ pub(crate) fn read(obj: &Map<String, Value>) -> Result<GraphDoc> {
         }
         None => vec![],
     };
-    let mut raws = Vec::new();
+    // every node is looked at, the malformed ones too (as `None`), so that every problem is
+    // reported: a node whose parent failed is skipped (its parent's diagnostics say why)
+    let mut raws: Vec<Option<Raw<'_>>> = Vec::new();
     match obj.get("nodes").and_then(Value::as_array) {
         None => errors.push(Diagnostic::error("missing array").field("nodes")),
         Some(nodes) => {
             for (i, v) in nodes.iter().enumerate() {
                 match raw_node(i, v) {
-                    Ok(r) => raws.push(r),
-                    Err(d) => errors.extend(d),
+                    Ok(r) => raws.push(Some(r)),
+                    Err(d) => {
+                        errors.extend(d);
+                        raws.push(None);
+                    }
                 }
             }
         }
     }
-    if !errors.is_empty() {
-        return Err(IrError::Invalid(errors));
-    }
     let inputs: Vec<usize> = raws
         .iter()
+        .flatten()
         .filter(|r| desc::lookup(r.kind).is_some_and(|d| d.is_input()))
         .map(|r| r.id)
         .collect();
@@ -116,6 +119,16 @@ pub(crate) fn read(obj: &Map<String, Value>) -> Result<GraphDoc> {
     }
     let mut l = Lowering::default();
     for r in &raws {
+        let Some(r) = r else {
+            l.map.push(None);
+            continue;
+        };
+        let problems = kind_problems(r);
+        if !problems.is_empty() {
+            errors.extend(problems.into_iter().map(|d| d.at(r.id, r.kind)));
+            l.map.push(None);
+            continue;
+        }
         let lowered = match r
             .parents
             .iter()
@@ -149,7 +162,10 @@ pub(crate) fn read(obj: &Map<String, Value>) -> Result<GraphDoc> {
         payload: l.payload,
         dialect: Dialect::Latest,
         origin: l.origin,
-        file_kinds: raws.iter().map(|r| r.kind.to_string()).collect(),
+        file_kinds: raws
+            .iter()
+            .map(|r| r.as_ref().map_or_else(String::new, |r| r.kind.to_string()))
+            .collect(),
     };
     let problems: Diags = crate::check_shapes(&doc.graph)
         .into_iter()
@@ -339,12 +355,6 @@ impl Lowering {
     /// holding its value.
     fn lower(&mut self, raw: &Raw<'_>, parents: &[usize]) -> std::result::Result<usize, Diags> {
         let k = raw.kind;
-        if tags::UNSUPPORTED.contains(&k) {
-            return Err(vec![Diagnostic::error(format!(
-                "kind `{k}` is not supported (no evaluable counterpart)"
-            ))
-            .field("kind")]);
-        }
         match k {
             tags::CONV => return self.conv(raw, parents),
             tags::MAX_POOL => return self.pool(raw, parents, PoolKind::Max),
@@ -353,19 +363,8 @@ impl Lowering {
             tags::SAFE_LOG => return self.safe_log(raw, parents),
             _ => {}
         }
-        let Some(d) = desc::lookup(k) else {
-            return Err(vec![Diagnostic::error(format!(
-                "unknown kind `{}`",
-                crate::shorten(k)
-            ))
-            .field("kind")]);
-        };
-        let proto = d.prototype();
-        match proto {
-            Some(ref op) if aug_only(op) => Err(vec![Diagnostic::error(format!(
-                "kind `{k}` is the August dialect's, but this file is newest-dialect (`{OUTPUT_IDS}`)"
-            ))
-            .field("kind")]),
+        // a known kind of the newest dialect: `kind_problems` refused the others
+        match desc::lookup(k).and_then(|d| d.prototype()) {
             Some(Op::ReduceSum { .. }) => self.reduce(raw, parents, true),
             Some(Op::ReduceMean { .. }) => self.reduce(raw, parents, false),
             Some(Op::MatMul) => self.matmul(raw, parents),
@@ -644,13 +643,6 @@ impl Lowering {
         sum: bool,
     ) -> std::result::Result<usize, Diags> {
         let mut a = Attrs::new(raw.obj);
-        if raw.obj.contains_key("axis") && !raw.obj.contains_key(fields::AXES) {
-            return Err(vec![Diagnostic::error(format!(
-                "`{}` with `axis` is the August dialect's; the newest dialect writes `axes` and `keepdim`",
-                raw.kind
-            ))
-            .field("axis")]);
-        }
         let axes = a.list(fields::AXES);
         let keepdim = a.boolean(fields::KEEPDIM);
         a.done()?;
@@ -836,6 +828,38 @@ impl Lowering {
         let s = self.op(raw, Op::Binary(BinaryOp::Add), vec![sp, e])?;
         let l = self.op(raw, Op::Unary(UnaryOp::Log), vec![s])?;
         self.finish(raw, l)
+    }
+}
+
+/// What is wrong with a node's kind whatever its parents: a tag we cannot evaluate, an unknown
+/// one, or an August-dialect form (the kind, or a reduction's `axis`).
+fn kind_problems(raw: &Raw<'_>) -> Diags {
+    let k = raw.kind;
+    let kind = |m: String| vec![Diagnostic::error(m).field("kind")];
+    if tags::UNSUPPORTED.contains(&k) {
+        return kind(format!(
+            "kind `{k}` is not supported (no evaluable counterpart)"
+        ));
+    }
+    if tags::LATEST_ONLY.contains(&k) {
+        return vec![];
+    }
+    let Some(d) = desc::lookup(k) else {
+        return kind(format!("unknown kind `{}`", crate::shorten(k)));
+    };
+    match d.prototype() {
+        Some(ref op) if aug_only(op) => kind(format!(
+            "kind `{k}` is the August dialect's, but this file is newest-dialect (`{OUTPUT_IDS}`)"
+        )),
+        Some(Op::ReduceSum { .. } | Op::ReduceMean { .. })
+            if raw.obj.contains_key("axis") && !raw.obj.contains_key(fields::AXES) =>
+        {
+            vec![Diagnostic::error(format!(
+                "`{k}` with `axis` is the August dialect's; the newest dialect writes `axes` and `keepdim`"
+            ))
+            .field("axis")]
+        }
+        _ => vec![],
     }
 }
 

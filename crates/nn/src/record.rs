@@ -477,6 +477,14 @@ impl IrExport {
         };
         write_atomically(payload, &bytes)
     }
+
+    /// Writes the graph in TorchLean's newest dialect ([`torchlean_ir::Dialect::Latest`]): one
+    /// file, the weights inline, written atomically. A layer with no counterpart in that
+    /// dialect is an error naming its node (every one at once).
+    pub fn save_latest(&self, graph: &std::path::Path) -> Result<()> {
+        let written = torchlean_ir::Dialect::Latest.write(&self.graph, &self.payload)?;
+        write_atomically(graph, written.graph.to_string().as_bytes())
+    }
 }
 
 /// [`torchlean_ir::write_atomically`], with the error naming `path`.
