@@ -300,3 +300,42 @@ fn the_saved_graph_takes_several_outputs_as_a_dense_seed() {
     let by_tape = grad(&doc, &x, &seeds);
     close("grad_input", &by_saved[0], &by_tape.grad_input);
 }
+
+#[test]
+fn the_committed_fixtures_are_what_make_fixtures_py_writes() {
+    let Some(python) = std::env::var_os("TORCHLEAN_PYTHON") else {
+        println!("skipping: TORCHLEAN_PYTHON is not set (a Python with PyTorch regenerates the fixtures)");
+        return;
+    };
+    let has_torch = std::process::Command::new(&python)
+        .args(["-c", "import torch"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_torch {
+        println!("skipping: {} cannot import torch", python.to_string_lossy());
+        return;
+    }
+    let out =
+        std::env::temp_dir().join(format!("torchlean-latest-fixtures-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let run = std::process::Command::new(&python)
+        .arg(fixture_dir().join("make_fixtures.py"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    for name in FIXTURES {
+        for suffix in [".json", ".expect.json"] {
+            let file = format!("{name}{suffix}");
+            let made = std::fs::read(out.join(&file)).unwrap();
+            let committed = std::fs::read(fixture_dir().join(&file)).unwrap();
+            assert!(made == committed, "{file} is stale: rerun make_fixtures.py");
+        }
+    }
+    std::fs::remove_dir_all(&out).unwrap();
+}

@@ -57,11 +57,13 @@ impl Graph {
     }
 
     /// Parses graph JSON text, reading the node list one node at a time (no JSON tree of the
-    /// whole document: [`crate::stream`]).
+    /// whole document: [`crate::stream`]). A newest-dialect file (`output_ids`) is read whole
+    /// and lowered ([`GraphDoc`]); one that carries weights inline is refused here (read it with
+    /// [`GraphDoc::from_json_str`] to keep them).
     pub fn from_json_str(text: &str) -> Result<Graph> {
         match crate::stream::read_doc(text)? {
             Some(doc) if doc.fields.contains_key(crate::dialect::OUTPUT_IDS) => {
-                GraphDoc::from_json_str(text).and_then(GraphDoc::into_graph)
+                GraphDoc::from_json(&crate::json::parse(text)?).and_then(GraphDoc::into_graph)
             }
             Some(doc) => Graph::from_doc(doc),
             None => Graph::from_json(&crate::json::parse(text)?),

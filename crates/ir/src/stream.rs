@@ -51,7 +51,8 @@ impl GraphFile {
                 Case::from_doc(doc).map(|c| GraphFile::Case(Box::new(c)))
             }
             Some(doc) if doc.fields.contains_key(crate::dialect::OUTPUT_IDS) => {
-                GraphDoc::from_json_str(text).map(|d| GraphFile::Latest(Box::new(d)))
+                GraphDoc::from_json(&crate::json::parse(text)?)
+                    .map(|d| GraphFile::Latest(Box::new(d)))
             }
             Some(doc) => Graph::from_doc(doc).map(GraphFile::Graph),
             None => Graph::from_json(&crate::json::parse(text)?).map(GraphFile::Graph),

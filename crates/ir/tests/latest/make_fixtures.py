@@ -11,17 +11,23 @@ float64 with the same weights: every output, the input gradient and every parame
 The forward functions below are written with PyTorch's own ops, not by reading the JSON, so
 the expectations are independent of the Rust reader. Run from the repository root:
 
-    $TORCHLEAN_PYTHON crates/ir/tests/latest/make_fixtures.py
+    $TORCHLEAN_PYTHON crates/ir/tests/latest/make_fixtures.py [--out DIR]
+
+(`--out`: write there instead of beside this script; `crates/compiled/tests/dialects.rs` does,
+to check that the committed files are what this script writes.)
 """
 
 import json
 import os
+import sys
 
 import torch
 import torch.nn.functional as F
 
 torch.set_default_dtype(torch.float64)
 HERE = os.path.dirname(os.path.abspath(__file__))
+if "--out" in sys.argv:
+    HERE = sys.argv[sys.argv.index("--out") + 1]
 gen = torch.Generator().manual_seed(15)
 
 
