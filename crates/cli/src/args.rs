@@ -79,9 +79,11 @@ pub enum Command {
         /// Input tensor JSON (default: the case's input, for a case file)
         #[arg(long)]
         input: Option<PathBuf>,
-        /// Cotangent of the output (default: ones)
-        #[arg(long)]
-        seed: Option<PathBuf>,
+        /// Cotangent of the output (default: ones). A graph with several outputs (newest
+        /// dialect's `output_ids`) takes one `--seed` per output, repeated in output order, or
+        /// none (ones for each); the gradients are the sum of each output's pullback
+        #[arg(long, value_name = "SEED.json")]
+        seed: Vec<PathBuf>,
         #[arg(long, value_enum, default_value = "cpu")]
         engine: EngineArg,
         /// [default: f64; f32 on the CUDA engines, which run f32 only]
@@ -126,6 +128,25 @@ pub enum Command {
     },
     /// Print the graph as Graphviz DOT
     Dot { graph: PathBuf },
+    /// Rewrite a graph (read in either TorchLean dialect, detected from the file) in the
+    /// dialect given: `aug` (TorchLean of August 2026, `output_id`, weights in a separate
+    /// payload) or `latest` (TorchLean's newest, `output_ids`, weights inline)
+    Convert {
+        graph: PathBuf,
+        /// Weights (Payload JSON or safetensors), keyed by the input file's node ids
+        #[arg(long)]
+        payload: Option<PathBuf>,
+        /// The dialect to write: aug or latest
+        #[arg(long)]
+        dialect: torchlean_ir::Dialect,
+        /// Where to write the graph (default: standard output)
+        #[arg(short = 'o', long)]
+        output: Option<PathBuf>,
+        /// Where to write the weights for `--dialect aug` (`.safetensors` or Payload JSON);
+        /// required when the graph has weights
+        #[arg(long)]
+        payload_out: Option<PathBuf>,
+    },
     /// Train a model on the digits shipped in the repository (or on --csv data), with a
     /// progress bar, held-out accuracy per epoch and, with --verify-every, gradients re-checked
     /// on the reference engine as it goes
@@ -250,7 +271,7 @@ impl Command {
             | Command::Conform { memory, .. }
             | Command::Lower { memory, .. } => memory.max_memory,
             Command::Train(args) => args.memory.max_memory,
-            Command::Dot { .. } => None,
+            Command::Dot { .. } | Command::Convert { .. } => None,
         }
     }
 }

@@ -9,11 +9,12 @@ use crate::{out, BadInput, Outcome, Stop};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use torchlean_compiled::{
-    check_denotation, exec_graph_of_ir, lower_text, run_case, run_grad_lowered, run_grad_with,
-    CaseOutcome, CompiledError, ExecGraph, IrAnomaly, BUDGET_ELEM_BYTES,
+    check_denotation, exec_graph_of_ir, lower_text, run_case, run_grad_seeds_lowered,
+    run_grad_seeds_with, CaseOutcome, CompiledError, ExecGraph, IrAnomaly, BUDGET_ELEM_BYTES,
 };
 use torchlean_ir::{
-    check_budget, check_payload, check_shapes, dot, shorten, Diagnostic, Graph, IrError, Payload,
+    check_budget, check_payload, check_shapes, dot, shorten, Diagnostic, Dialect, Graph, GraphDoc,
+    IrError, Payload,
 };
 use torchlean_runtime::{AnomalyMode, Kernels};
 use torchlean_spec::{Budget, Pass, Tensor};
@@ -39,11 +40,11 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             ..
         } => {
             let sel = select(engine, dtype_or(engine, d, torchlean_ir::DType::F64))?;
-            let (g, p, x, _) = load_run_inputs(
+            let (g, _, p, x, _) = load_run_inputs(
                 &graph,
                 payload.as_deref(),
                 input.as_deref(),
-                None,
+                &[],
                 Pass::Eval,
             )?;
             let mode = AnomalyMode::detect_if(detect_anomaly);
@@ -65,7 +66,10 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
                 Ok(out) => out,
                 Err(anomaly) => return Ok(report_anomaly(&graph, &anomaly)),
             };
-            out::line(out.to_json())?;
+            // one line per output, in output order
+            for t in &out {
+                out::line(t.to_json())?;
+            }
             Ok(Outcome::Ok)
         }
         Command::Grad {
@@ -79,31 +83,43 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             ..
         } => {
             let sel = select(engine, dtype_or(engine, d, torchlean_ir::DType::F64))?;
-            let (g, p, x, seed) = load_run_inputs(
+            let (g, doc, p, x, seeds) = load_run_inputs(
                 &graph,
                 payload.as_deref(),
                 input.as_deref(),
-                seed.as_deref(),
+                &seed,
                 Pass::Grad,
             )?;
             let mode = AnomalyMode::detect_if(detect_anomaly);
             let r = if mode.is_on() {
-                with_engine!(sel, V => run_grad_with::<V>(&g, &p, &x, seed.as_ref(), mode))
+                with_engine!(sel, V => run_grad_seeds_with::<V>(&g, &p, &x, &seeds, mode))
             } else {
                 // the IR graph is not needed once lowered: free it before the tape is built
                 let exec = exec_graph_of_ir(&g, &p).map_err(|e| compiled_lines(&graph, e))?;
                 drop(g);
-                with_engine!(sel, V => run_grad_lowered::<V>(exec, &p, &x, seed.as_ref()))
+                with_engine!(sel, V => run_grad_seeds_lowered::<V>(exec, &p, &x, &seeds))
             };
             let r = match r {
                 Err(CompiledError::Anomaly { at, .. }) => return Ok(report_anomaly(&graph, &at)),
                 r => r.map_err(|e| compiled_lines(&graph, e))?,
             };
-            out::line(json!({
-                "output": r.output.to_json(),
-                "grad_input": r.grad_input.to_json(),
-                "grad_payload": r.grad_payload.to_json(),
-            }))?;
+            // payload gradients keyed as the file keys its nodes (newest dialect: its ids)
+            let grad_payload = doc.to_file_payload(&r.grad_payload).to_json();
+            let grad_input = r.grad_input.to_json();
+            if r.extra_outputs.is_empty() {
+                out::line(json!({
+                    "output": r.output.to_json(),
+                    "grad_input": grad_input,
+                    "grad_payload": grad_payload,
+                }))?;
+            } else {
+                let outputs: Vec<serde_json::Value> = r.outputs().map(Tensor::to_json).collect();
+                out::line(json!({
+                    "outputs": outputs,
+                    "grad_input": grad_input,
+                    "grad_payload": grad_payload,
+                }))?;
+            }
             Ok(Outcome::Ok)
         }
         Command::Conform {
@@ -121,18 +137,32 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             inject_fault.as_deref(),
         ),
         Command::Lower { graph, payload, .. } => {
-            let (g, case) = load::graph_or_case(&graph)?;
-            within_budget(&graph, &g, Pass::Grad)?;
+            let (doc, case) = load::graph_doc_or_case(&graph)?;
+            within_budget(&graph, &doc.graph, Pass::Grad)?;
             let p = match (payload.as_deref(), case) {
-                (Some(pp), _) => load::payload(Some(pp))?,
+                (Some(pp), _) => with_inline(&doc, load::payload(Some(pp))?),
                 (None, Some(c)) => c.payload,
-                (None, None) => Payload::new(),
+                (None, None) => doc.payload.clone(),
             };
+            let g = doc.graph;
             let exec = exec_graph_of_ir(&g, &p).map_err(|e| compiled_lines(&graph, e))?;
             out::text(&lower_text(&exec))?;
             Ok(Outcome::Ok)
         }
         Command::Train(args) => crate::train::run(&args),
+        Command::Convert {
+            graph,
+            payload,
+            dialect,
+            output,
+            payload_out,
+        } => convert(
+            &graph,
+            payload.as_deref(),
+            dialect,
+            output.as_deref(),
+            payload_out.as_deref(),
+        ),
         Command::Dot { graph } => {
             let (g, _) = load::graph_or_case(&graph)?;
             let problems = errors_of(check_shapes(&g));
@@ -178,12 +208,25 @@ fn within_budget(path: &Path, g: &Graph, pass: Pass) -> Result<(), BadInput> {
 /// What a command runs on, and the file each part came from (a case file supplies the parts
 /// not given on the command line), so that a problem is reported against the file it is in.
 struct Loaded<'a> {
-    graph: Graph,
+    /// The graph, and (newest dialect) the file's node ids, which diagnostics name.
+    doc: GraphDoc,
     graph_file: &'a Path,
-    /// The payload, and its file (`None`: no payload was given, and none is checked).
+    /// The payload, and its file (`None`: no payload was given, and none is checked). A
+    /// newest-dialect file's inline weights are part of it.
     payload: Option<(Payload, &'a Path)>,
     input: Option<(Tensor<f64>, &'a Path)>,
-    seed: Option<(Tensor<f64>, &'a Path)>,
+    /// One per output, in output order (none: ones).
+    seeds: Vec<(Tensor<f64>, &'a Path)>,
+}
+
+/// A payload given for a newest-dialect file (keyed by the file's ids) with the file's inline
+/// weights: an entry given replaces the inline one.
+fn with_inline(doc: &GraphDoc, given: Payload) -> Payload {
+    let mut p = doc.from_file_payload(&given);
+    for (id, e) in &doc.payload.entries {
+        p.entries.entry(*id).or_insert_with(|| e.clone());
+    }
+    p
 }
 
 /// Reads the graph (or case) file and the payload, input and seed files given.
@@ -191,12 +234,13 @@ fn load<'a>(
     graph: &'a Path,
     payload: Option<&'a Path>,
     input: Option<&'a Path>,
-    seed: Option<&'a Path>,
+    seeds: &'a [PathBuf],
 ) -> Result<Loaded<'a>, BadInput> {
-    let (g, case) = load::graph_or_case(graph)?;
+    let (doc, case) = load::graph_doc_or_case(graph)?;
     let payload = match (payload, &case) {
-        (Some(pp), _) => Some((load::payload(Some(pp))?, pp)),
+        (Some(pp), _) => Some((with_inline(&doc, load::payload(Some(pp))?), pp)),
         (None, Some(c)) => Some((c.payload.clone(), graph)),
+        (None, None) if !doc.payload.entries.is_empty() => Some((doc.payload.clone(), graph)),
         (None, None) => None,
     };
     let input = match (input, &case) {
@@ -204,27 +248,30 @@ fn load<'a>(
         (None, Some(c)) => Some((c.input.clone(), graph)),
         (None, None) => None,
     };
-    let seed = match (seed, &case) {
-        (Some(sp), _) => Some((load::tensor(sp)?, sp)),
-        (None, Some(c)) => c.seed.clone().map(|s| (s, graph)),
-        (None, None) => None,
+    let seeds = match (seeds, &case) {
+        ([], Some(c)) => c.seed.clone().map(|s| (s, graph)).into_iter().collect(),
+        (seeds, _) => seeds
+            .iter()
+            .map(|sp| Ok((load::tensor(sp)?, sp.as_path())))
+            .collect::<Result<Vec<_>, BadInput>>()?,
     };
     Ok(Loaded {
-        graph: g,
+        doc,
         graph_file: graph,
         payload,
         input,
-        seed,
+        seeds,
     })
 }
 
 /// The one validation of `check`, `eval` and `grad`: the graph's shapes, the payload against
-/// the graph, the input against the input node and the seed against the output node, each
-/// line naming the file the problem is in. Errors, then warnings.
+/// the graph, the input against the input node and each seed against its output node, each
+/// line naming the file the problem is in (and a newest-dialect file's own node ids). Errors,
+/// then warnings.
 fn validate(l: &Loaded<'_>, pass: Pass) -> (Vec<String>, Vec<String>) {
     let (mut errors, mut warnings) = (Vec::new(), Vec::new());
     let mut file_diags = |path: &Path, diags: Vec<Diagnostic>| {
-        for d in diags {
+        for d in l.doc.in_file_terms(diags) {
             let line = format!("{}: {d}", path.display());
             if d.is_error() {
                 errors.push(line);
@@ -233,7 +280,7 @@ fn validate(l: &Loaded<'_>, pass: Pass) -> (Vec<String>, Vec<String>) {
             }
         }
     };
-    let g = &l.graph;
+    let g = &l.doc.graph;
     file_diags(l.graph_file, check_shapes(g));
     file_diags(
         l.graph_file,
@@ -246,9 +293,10 @@ fn validate(l: &Loaded<'_>, pass: Pass) -> (Vec<String>, Vec<String>) {
         if let Some(n) = g.node(id) {
             if t.shape() != &n.shape {
                 errors.push(format!(
-                    "{}: the {what} has shape {}, but graph {node} node {id} declares {}",
+                    "{}: the {what} has shape {}, but graph {node} node {} declares {}",
                     file.display(),
                     t.shape(),
+                    l.doc.file_id(id),
                     n.shape
                 ));
             }
@@ -257,15 +305,24 @@ fn validate(l: &Loaded<'_>, pass: Pass) -> (Vec<String>, Vec<String>) {
     if let Some((x, ip)) = &l.input {
         against("input", x, ip, "input", g.input_id);
     }
-    if let Some((s, sp)) = &l.seed {
-        // the seed is the output's cotangent: the output node's shape
-        against("seed", s, sp, "output", g.output_id);
+    if !l.seeds.is_empty() && l.seeds.len() != g.output_count() {
+        errors.push(format!(
+            "{}: the graph has {} outputs, but {} seeds were given (one --seed per output, in output order, or none for ones)",
+            l.graph_file.display(),
+            g.output_count(),
+            l.seeds.len()
+        ));
+    } else {
+        for ((s, sp), out) in l.seeds.iter().zip(g.outputs()) {
+            // a seed is its output's cotangent: the output node's shape
+            against("seed", s, sp, "output", out);
+        }
     }
     (errors, warnings)
 }
 
 fn check(graph: &Path, payload: Option<&Path>, input: Option<&Path>) -> Result<Outcome, Stop> {
-    let loaded = load(graph, payload, input, None)?;
+    let loaded = load(graph, payload, input, &[])?;
     // `check` answers for every command: the estimate with gradients
     let (errors, warnings) = validate(&loaded, Pass::Grad);
     for w in &warnings {
@@ -274,7 +331,16 @@ fn check(graph: &Path, payload: Option<&Path>, input: Option<&Path>) -> Result<O
     if !errors.is_empty() {
         return Err(BadInput(errors).into());
     }
-    let g = &loaded.graph;
+    let g = &loaded.doc.graph;
+    if loaded.doc.dialect == Dialect::Latest {
+        out::line(format_args!(
+            "{}: ok ({} nodes, newest TorchLean dialect; {} IR nodes)",
+            graph.display(),
+            loaded.doc.file_kinds.len(),
+            g.len(),
+        ))?;
+        return Ok(Outcome::Ok);
+    }
     out::line(format_args!(
         "{}: ok ({} nodes{})",
         graph.display(),
@@ -288,20 +354,20 @@ fn check(graph: &Path, payload: Option<&Path>, input: Option<&Path>) -> Result<O
     Ok(Outcome::Ok)
 }
 
-/// Graph, payload, input and seed.
-type RunInputs = (Graph, Payload, Tensor<f64>, Option<Tensor<f64>>);
+/// Graph, the file's terms for it, payload, input and seeds.
+type RunInputs = (Graph, GraphDoc, Payload, Tensor<f64>, Vec<Tensor<f64>>);
 
-/// The graph, payload, input and seed of `eval`/`grad`, from the files given, falling back to
+/// The graph, payload, input and seeds of `eval`/`grad`, from the files given, falling back to
 /// a case file's own members, validated by [`validate`] (so a problem in the payload, input or
 /// seed file names that file).
 fn load_run_inputs(
     graph: &Path,
     payload: Option<&Path>,
     input: Option<&Path>,
-    seed: Option<&Path>,
+    seeds: &[PathBuf],
     pass: Pass,
 ) -> Result<RunInputs, BadInput> {
-    let mut loaded = load(graph, payload, input, seed)?;
+    let mut loaded = load(graph, payload, input, seeds)?;
     // no payload given: an empty one, so a graph that needs weights is told what is missing
     loaded
         .payload
@@ -318,7 +384,10 @@ fn load_run_inputs(
         return Err(BadInput(errors));
     }
     let p = loaded.payload.map(|(p, _)| p).unwrap_or_default();
-    Ok((loaded.graph, p, x, loaded.seed.map(|(s, _)| s)))
+    let mut doc = loaded.doc;
+    let g = std::mem::replace(&mut doc.graph, Graph::new(0, 0, Vec::new()));
+    let seeds = loaded.seeds.into_iter().map(|(s, _)| s).collect();
+    Ok((g, doc, p, x, seeds))
 }
 
 /// Anomaly mode's finding: one line on stderr, exit 1.
@@ -327,8 +396,9 @@ fn report_anomaly(path: &Path, anomaly: &IrAnomaly) -> Outcome {
     Outcome::Failed
 }
 
-/// An evaluation's output, or where anomaly mode found a NaN or an infinity originate.
-type Evaluated = Result<Tensor<f64>, Box<IrAnomaly>>;
+/// An evaluation's outputs (in output order), or where anomaly mode found a NaN or an
+/// infinity originate.
+type Evaluated = Result<Vec<Tensor<f64>>, Box<IrAnomaly>>;
 
 /// `Ok(Err(anomaly))` for an anomaly, the error's lines for anything else.
 fn split_anomaly(path: &Path, e: CompiledError) -> Result<Evaluated, BadInput> {
@@ -360,19 +430,27 @@ fn eval_reference<A: torchlean_spec::Scalar>(
         if let Err(e) = check_denotation(g, &values) {
             return split_anomaly(path, e);
         }
-        if g.output_id >= values.len() {
-            return Err(BadInput::one(format!(
-                "{}: output_id {} is not a node",
-                path.display(),
-                g.output_id
-            )));
+        let mut picked = Vec::with_capacity(g.output_count());
+        for o in g.outputs() {
+            match values.get(o) {
+                Some(v) => picked.push(v.clone()),
+                None => {
+                    return Err(BadInput::one(format!(
+                        "{}: output {o} is not a node",
+                        path.display()
+                    )))
+                }
+            }
         }
-        values.swap_remove(g.output_id)
+        values.clear();
+        picked
     } else {
         // only live values
-        torchlean_ir::denote(g, p, &x).map_err(|e| ir_lines(path, &e))?
+        torchlean_ir::denote_outputs(g, p, &x).map_err(|e| ir_lines(path, &e))?
     };
-    out.convert::<f64>()
+    out.iter()
+        .map(|t| t.convert::<f64>())
+        .collect::<Result<Vec<_>, _>>()
         .map(Ok)
         .map_err(|e| BadInput::one(format!("{}: {e}", path.display())))
 }
@@ -385,11 +463,30 @@ fn eval<V: Kernels>(
     x: &Tensor<f64>,
 ) -> Result<Evaluated, BadInput> {
     let inputs: Vec<V> = exec.inputs(x, p).map_err(|e| compiled_lines(path, e))?;
-    let out = exec
-        .graph
-        .eval_output(inputs, exec.output)
-        .map_err(|e| compiled_lines(path, e))?;
-    out.to_f64()
+    let outs = if exec.extra_outputs.is_empty() {
+        vec![exec
+            .graph
+            .eval_output(inputs, exec.output)
+            .map_err(|e| compiled_lines(path, e))?]
+    } else {
+        // several outputs: every value kept, each output read from it
+        let values = exec
+            .graph
+            .eval(inputs)
+            .map_err(|e| compiled_lines(path, e))?;
+        exec.outputs()
+            .iter()
+            .map(|&(pos, _)| values[pos].clone())
+            .collect()
+    };
+    to_f64s(path, &outs)
+}
+
+/// Engine values in `f64`, as an evaluation's outputs.
+fn to_f64s<V: Kernels>(path: &Path, vals: &[V]) -> Result<Evaluated, BadInput> {
+    vals.iter()
+        .map(|v| v.to_f64())
+        .collect::<Result<Vec<_>, _>>()
         .map(Ok)
         .map_err(|e| BadInput::one(format!("{}: {e}", path.display())))
 }
@@ -408,10 +505,12 @@ fn eval_detecting<V: Kernels>(
         Ok(v) => v,
         Err(e) => return split_anomaly(path, exec.in_ir_terms(g, e)),
     };
-    values[exec.output]
-        .to_f64()
-        .map(Ok)
-        .map_err(|e| BadInput::one(format!("{}: {e}", path.display())))
+    let outs: Vec<V> = exec
+        .outputs()
+        .iter()
+        .map(|&(pos, _)| values[pos].clone())
+        .collect();
+    to_f64s(path, &outs)
 }
 
 fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, BadInput> {
@@ -595,4 +694,56 @@ fn finite_or_null(x: f64) -> serde_json::Value {
     } else {
         serde_json::Value::Null
     }
+}
+
+/// `torchlean convert`: the graph (either dialect, with its weights) written in `dialect`; the
+/// August dialect's weights go to `payload_out`.
+fn convert(
+    graph: &Path,
+    payload: Option<&Path>,
+    dialect: Dialect,
+    output: Option<&Path>,
+    payload_out: Option<&Path>,
+) -> Result<Outcome, Stop> {
+    let loaded = load(graph, payload, None, &[])?;
+    let (errors, warnings) = validate(&loaded, Pass::Eval);
+    for w in &warnings {
+        out::error_line(w);
+    }
+    if !errors.is_empty() {
+        return Err(BadInput(errors).into());
+    }
+    let p = loaded.payload.map(|(p, _)| p).unwrap_or_default();
+    let written = dialect
+        .write(&loaded.doc.graph, &p)
+        .map_err(|e| ir_lines(graph, &loaded.doc.error_in_file_terms(e)))?;
+    if !written.payload.entries.is_empty() {
+        let Some(po) = payload_out else {
+            return Err(BadInput::one(format!(
+                "{}: the graph has weights: --payload-out is required with --dialect {dialect} (it keeps them in a separate file)",
+                graph.display()
+            ))
+            .into());
+        };
+        let bytes = if po.extension().is_some_and(|x| x == "safetensors") {
+            written
+                .payload
+                .to_safetensors()
+                .map_err(|e| ir_lines(po, &e))?
+        } else {
+            written.payload.to_json().to_string().into_bytes()
+        };
+        write_file(po, &bytes)?;
+    }
+    let text = written.graph.to_string();
+    match output {
+        Some(o) => write_file(o, text.as_bytes())?,
+        None => out::line(text)?,
+    }
+    Ok(Outcome::Ok)
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), BadInput> {
+    torchlean_ir::write_atomically(path, bytes)
+        .map_err(|e| BadInput::one(format!("{}: cannot write: {e}", path.display())))
 }

@@ -2,7 +2,7 @@
 
 use crate::BadInput;
 use std::path::Path;
-use torchlean_ir::{Case, Graph, GraphFile, IrError, Payload};
+use torchlean_ir::{Case, Graph, GraphDoc, GraphFile, IrError, Payload};
 use torchlean_spec::Tensor;
 
 fn read(path: &Path) -> Result<String, BadInput> {
@@ -28,17 +28,20 @@ pub struct CaseDefaults {
     pub seed: Option<Tensor<f64>>,
 }
 
-/// A graph file, or a `torchlean.case.v1` file (its graph, with the case's payload, input and
-/// seed as defaults for the other arguments). The node list is read one node at a time
-/// ([`GraphFile`]), and a case's graph is moved out, not copied.
-pub fn graph_or_case(path: &Path) -> Result<(Graph, Option<CaseDefaults>), BadInput> {
+/// A graph file (either dialect), or a `torchlean.case.v1` file (its graph, with the case's
+/// payload, input and seed as defaults for the other arguments). The node list of an
+/// August-dialect file is read one node at a time ([`GraphFile`]), and a case's graph is moved
+/// out, not copied. A newest-dialect file comes with its inline weights and its node ids
+/// ([`GraphDoc`]).
+pub fn graph_doc_or_case(path: &Path) -> Result<(GraphDoc, Option<CaseDefaults>), BadInput> {
     let text = read(path)?;
     match GraphFile::from_json_str(&text).map_err(|e| ir_lines(path, &e))? {
-        GraphFile::Graph(g) => Ok((g, None)),
+        GraphFile::Graph(g) => Ok((GraphDoc::aug(g), None)),
+        GraphFile::Latest(d) => Ok((*d, None)),
         GraphFile::Case(c) => {
             let c = *c;
             Ok((
-                c.graph,
+                GraphDoc::aug(c.graph),
                 Some(CaseDefaults {
                     payload: c.payload,
                     input: c.input,
@@ -47,6 +50,12 @@ pub fn graph_or_case(path: &Path) -> Result<(Graph, Option<CaseDefaults>), BadIn
             ))
         }
     }
+}
+
+/// [`graph_doc_or_case`] for commands that need only the graph: a newest-dialect file's
+/// inline weights are dropped (`dot`).
+pub fn graph_or_case(path: &Path) -> Result<(Graph, Option<CaseDefaults>), BadInput> {
+    graph_doc_or_case(path).map(|(d, c)| (d.graph, c))
 }
 
 pub fn payload(path: Option<&Path>) -> Result<Payload, BadInput> {

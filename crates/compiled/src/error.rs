@@ -69,6 +69,10 @@ pub enum CompiledError {
         got: Shape,
     },
 
+    /// A graph with several outputs takes one seed per output (or none: ones for each).
+    #[error("the graph has {outputs} outputs, but {seeds} seeds were given (one per output, in output order, or none for ones)")]
+    SeedCount { outputs: usize, seeds: usize },
+
     /// The graph's values, gradients and workspaces would exceed the memory budget; found at
     /// this node before anything was allocated.
     #[error("node %{position} ({op}): output {shape} {source}")]

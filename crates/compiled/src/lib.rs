@@ -24,7 +24,8 @@ pub use compile::{
     compile, compile_detecting, compile_tape, compile_tape_with, compile_with, CompileMode,
 };
 pub use conform::{
-    run_case, run_grad, run_grad_lowered, run_grad_with, CaseOutcome, Check, GradResult,
+    run_case, run_grad, run_grad_lowered, run_grad_seeds_lowered, run_grad_seeds_with,
+    run_grad_with, CaseOutcome, Check, GradResult,
 };
 pub use error::{CompiledError, Result};
 pub use graph::{GNode, GraphData, Origin, Pos, BUDGET_ELEM_BYTES};

@@ -32,6 +32,9 @@ pub struct ExecGraph {
     pub output: Pos,
     /// The IR output node's id (what errors about the output name).
     pub ir_output: usize,
+    /// The outputs after the first ([`torchlean_ir::Graph::extra_outputs`]): context position
+    /// and IR node id of each, in order.
+    pub extra_outputs: Vec<(Pos, usize)>,
 }
 
 /// Lowers an IR graph (TorchLean's `execGraphOfIR`, extended): the graph must pass
@@ -90,12 +93,19 @@ pub fn exec_graph_of_ir(g: &Graph, payload: &Payload) -> Result<ExecGraph> {
         ir_positions.push(pos);
     }
     let output = ir_positions[g.output_id];
+    // `check_shapes` above checked that every output is a node
+    let extra_outputs = g
+        .extra_outputs
+        .iter()
+        .map(|&o| (ir_positions[o], o))
+        .collect();
     Ok(ExecGraph {
         graph,
         slots,
         ir_positions,
         output,
         ir_output: g.output_id,
+        extra_outputs,
     })
 }
 
@@ -109,6 +119,13 @@ fn missing(node: usize, kind: &str, name: &str) -> CompiledError {
 }
 
 impl ExecGraph {
+    /// Every output, in order: context position and IR node id.
+    pub fn outputs(&self) -> Vec<(Pos, usize)> {
+        std::iter::once((self.output, self.ir_output))
+            .chain(self.extra_outputs.iter().copied())
+            .collect()
+    }
+
     /// The GraphData inputs for an input tensor and a payload, in engine values.
     pub fn inputs<V: Kernels>(&self, x: &Tensor<f64>, payload: &Payload) -> Result<Vec<V>> {
         self.slots

@@ -233,11 +233,7 @@ struct Builder {
 impl Builder {
     fn new() -> Self {
         Builder {
-            graph: Graph {
-                input_id: 0,
-                output_id: 0,
-                nodes: Vec::new(),
-            },
+            graph: Graph::new(0, 0, Vec::new()),
             payload: Payload::new(),
         }
     }

@@ -60,14 +60,15 @@ pub fn check_well_formed(g: &Graph) -> Vec<Diagnostic> {
         ),
         Some(_) => {}
     }
-    if g.output_id >= g.nodes.len() {
-        out.push(
-            Diagnostic::error(format!("output_id {} is not a node", g.output_id))
-                .field("output_id"),
-        );
+    for o in g.outputs().filter(|&o| o >= g.nodes.len()) {
+        let field = crate::semantics::output_field(g);
+        out.push(Diagnostic::error(format!("{field} {o} is not a node")).field(field));
     }
     out
 }
+
+/// The field of [`broadcast_warning`]'s diagnostics (`broadcast_to`'s target).
+pub(crate) const BROADCAST_FIELD: &str = "to_shape";
 
 /// TorchLean's `checkShapes`: well-formedness, then per node the shape inferred from its
 /// parents' declared shapes (and the payload shapes its attributes imply) must equal its declared
@@ -120,7 +121,7 @@ pub fn check_shapes(g: &Graph) -> Vec<Diagnostic> {
         }
         if let OpKind::Op(Op::BroadcastTo { from, to }) = &n.kind {
             if let Some(w) = broadcast_warning(from, to) {
-                out.push(at(Diagnostic::warning(w).field("to_shape")));
+                out.push(at(Diagnostic::warning(w).field(BROADCAST_FIELD)));
             }
         }
     }

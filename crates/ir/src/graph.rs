@@ -1,5 +1,6 @@
 //! `Graph` and `Node`, and the `torchlean.ir.v1` JSON they are read from and written to.
 
+use crate::dialect::GraphDoc;
 use crate::error::{shorten, shown, Diagnostic, IrError, Result};
 use crate::kind::OpKind;
 use crate::stream::ParsedNodes;
@@ -26,15 +27,44 @@ pub struct Node {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Graph {
     pub input_id: usize,
+    /// The first (or only) output.
     pub output_id: usize,
+    /// The outputs after the first, in order (the newest dialect's `output_ids[1..]`); empty
+    /// for a single-output graph, which is every August-dialect graph.
+    pub extra_outputs: Vec<usize>,
     pub nodes: Vec<Node>,
 }
 
 impl Graph {
+    /// A single-output graph (the August dialect's shape of a graph).
+    pub fn new(input_id: usize, output_id: usize, nodes: Vec<Node>) -> Graph {
+        Graph {
+            input_id,
+            output_id,
+            extra_outputs: Vec::new(),
+            nodes,
+        }
+    }
+
+    /// Every output, in order: `output_id`, then `extra_outputs`.
+    pub fn outputs(&self) -> impl Iterator<Item = usize> + '_ {
+        std::iter::once(self.output_id).chain(self.extra_outputs.iter().copied())
+    }
+
+    /// How many outputs the graph has (at least one).
+    pub fn output_count(&self) -> usize {
+        1 + self.extra_outputs.len()
+    }
+
     /// Parses graph JSON text, reading the node list one node at a time (no JSON tree of the
-    /// whole document: [`crate::stream`]).
+    /// whole document: [`crate::stream`]). A newest-dialect file (`output_ids`) is read whole
+    /// and lowered ([`GraphDoc`]); one that carries weights inline is refused here (read it with
+    /// [`GraphDoc::from_json_str`] to keep them).
     pub fn from_json_str(text: &str) -> Result<Graph> {
         match crate::stream::read_doc(text)? {
+            Some(doc) if doc.fields.contains_key(crate::dialect::OUTPUT_IDS) => {
+                GraphDoc::from_json(&crate::json::parse(text)?).and_then(GraphDoc::into_graph)
+            }
             Some(doc) => Graph::from_doc(doc),
             None => Graph::from_json(&crate::json::parse(text)?),
         }
@@ -48,6 +78,9 @@ impl Graph {
                 "a graph must be a JSON object",
             )));
         };
+        if matches!(crate::dialect::detect(obj), Ok(crate::Dialect::Latest)) {
+            return crate::latest::read(obj).and_then(GraphDoc::into_graph);
+        }
         let nodes = obj.get("nodes").and_then(Value::as_array).map(parse_nodes);
         Graph::assemble(obj, nodes)
     }
@@ -80,7 +113,22 @@ impl Graph {
             }
         };
         let input_id = id_field("input_id");
-        let output_id = id_field("output_id");
+        let output_id = match crate::dialect::detect(obj) {
+            Ok(crate::Dialect::Aug) => id_field(crate::dialect::OUTPUT_ID),
+            Ok(crate::Dialect::Latest) => {
+                errors.push(
+                    Diagnostic::error(
+                        "a newest-dialect graph (`output_ids`) is read as a whole file (`GraphDoc`), not inside a case",
+                    )
+                    .field(crate::dialect::OUTPUT_IDS),
+                );
+                0
+            }
+            Err(d) => {
+                errors.push(d);
+                0
+            }
+        };
         let nodes = match nodes {
             None => {
                 errors.push(Diagnostic::error("missing array").field("nodes"));
@@ -93,11 +141,7 @@ impl Graph {
             }
         };
         if errors.is_empty() {
-            Ok(Graph {
-                input_id,
-                output_id,
-                nodes,
-            })
+            Ok(Graph::new(input_id, output_id, nodes))
         } else {
             Err(IrError::Invalid(errors))
         }
@@ -211,12 +255,18 @@ fn parse_node(index: usize, v: &Value) -> std::result::Result<Node, Vec<Diagnost
         }
     };
     let kind = match kind_name {
-        Some(k) => match OpKind::parse(k, obj) {
-            Ok(kind) => Some(kind),
-            Err(mut d) => {
-                errors.append(&mut d);
+        Some(k) => match crate::dialect::aug_conflict(k, obj) {
+            Some(d) => {
+                errors.push(d);
                 None
             }
+            None => match OpKind::parse(k, &aug_spelling(k, obj)) {
+                Ok(kind) => Some(kind),
+                Err(mut d) => {
+                    errors.append(&mut d);
+                    None
+                }
+            },
         },
         None => {
             errors.push(Diagnostic::error("missing or not a string").field("kind"));
@@ -241,4 +291,30 @@ fn parse_node(index: usize, v: &Value) -> std::result::Result<Node, Vec<Diagnost
             })
             .collect()),
     }
+}
+
+/// A node object as the August parser reads it: `transpose` may spell its axes the newest
+/// dialect's way (`axis1`, `axis2`; SPEC 3 reads both), renamed to ours.
+fn aug_spelling<'a>(
+    kind: &str,
+    obj: &'a Map<String, Value>,
+) -> std::borrow::Cow<'a, Map<String, Value>> {
+    use crate::dialect::fields::{AXIS1, AXIS2};
+    let transpose = torchlean_spec::ops::desc::lookup(kind)
+        .and_then(|d| d.prototype())
+        .filter(|op| matches!(op, torchlean_spec::Op::Transpose { .. }));
+    let Some(op) = transpose else {
+        return std::borrow::Cow::Borrowed(obj);
+    };
+    let keys: Vec<&'static str> = op.attr_values().into_iter().map(|(k, _)| k).collect();
+    if keys.iter().any(|k| obj.contains_key(*k)) || !obj.contains_key(AXIS1) {
+        return std::borrow::Cow::Borrowed(obj);
+    }
+    let mut renamed = obj.clone();
+    for (ours, theirs) in keys.into_iter().zip([AXIS1, AXIS2]) {
+        if let Some(v) = renamed.remove(theirs) {
+            renamed.insert(ours.to_string(), v);
+        }
+    }
+    std::borrow::Cow::Owned(renamed)
 }

@@ -1,6 +1,8 @@
 //! `torchlean-ir`: the op-tagged graph IR of TorchLean.
 //!
 //! - [`Graph`], [`Node`], [`OpKind`]: `torchlean.ir.v1` JSON in and out (exact round trip);
+//! - [`Dialect`], [`GraphDoc`]: TorchLean's August and newest dialects, read (detected from the
+//!   file, the newest lowered into our kinds by [`latest`]) and written;
 //! - [`Payload`]: weights keyed by node id (Payload JSON);
 //! - [`check_well_formed`], [`check_shapes`], [`check_payload`]: every problem, each with node
 //!   id, kind, field and shapes;
@@ -17,11 +19,13 @@
 pub mod budget;
 pub mod case;
 pub mod check;
+pub mod dialect;
 pub mod error;
 pub mod files;
 pub mod graph;
 pub mod json;
 pub mod kind;
+pub mod latest;
 pub mod payload;
 pub mod pretty;
 pub mod semantics;
@@ -30,6 +34,7 @@ pub mod stream;
 pub use budget::check_budget;
 pub use case::{Case, Comparison, DType, Expect, Tolerance, CASE_FORMAT};
 pub use check::{broadcast_warning, check_payload, check_shapes, check_well_formed};
+pub use dialect::{Dialect, FileNode, GraphDoc, UnknownDialect, Written};
 pub use error::{shorten, Diagnostic, IrError, Result, Severity};
 pub use files::{safetensors_bytes, write_atomically, TensorData};
 pub use graph::{Graph, Node, FORMAT};
@@ -37,7 +42,7 @@ pub use kind::{Attr, OpKind, ParentCount};
 pub use payload::{Payload, PayloadEntry};
 pub use pretty::{dot, pretty};
 pub use semantics::{
-    denote, denote_all, denote_all_within, expected_payload_shapes, node_sem, payload_names,
-    payload_tensor, DVal, NodeSem,
+    denote, denote_all, denote_all_within, denote_outputs, expected_payload_shapes, node_sem,
+    payload_names, payload_tensor, DVal, NodeSem,
 };
 pub use stream::GraphFile;

@@ -48,7 +48,7 @@ pub fn pretty(g: &Graph) -> String {
                 let _ = write!(line, "  [payload {}]", s.join(", "));
             }
         }
-        if n.id == g.output_id {
+        if g.outputs().any(|o| o == n.id) {
             line.push_str("  <- output");
         }
         out.push_str(line.trim_end());
@@ -84,7 +84,7 @@ pub fn dot(g: &Graph) -> String {
             let _ = write!(label, "\\n{}", attrs.join(" "));
         }
         let _ = write!(label, "\\n{}", n.shape);
-        let style = if n.id == g.output_id {
+        let style = if g.outputs().any(|o| o == n.id) {
             ", style=bold"
         } else if n.id == g.input_id {
             ", style=rounded"

@@ -122,17 +122,30 @@ pub fn denote_all_within<A: Scalar>(
     Ok(vals)
 }
 
-/// The value of the output node: [`denote_all`]'s, computed holding only live values (each is
-/// dropped after the last node that reads it), so memory follows the graph's width, not its
-/// length.
+/// The value of the (first) output node: [`denote_all`]'s, computed holding only live values
+/// (each is dropped after the last node that reads it), so memory follows the graph's width,
+/// not its length.
 pub fn denote<A: Scalar>(g: &Graph, payload: &Payload, input: &Tensor<A>) -> Result<DVal<A>> {
+    let mut outs = denote_outputs(g, payload, input)?;
+    outs.truncate(1);
+    Ok(outs
+        .pop()
+        .expect("a graph has at least one output (`output_id`)"))
+}
+
+/// The value of every output, in output order ([`Graph::outputs`]), computed like [`denote`]
+/// (only live values held).
+pub fn denote_outputs<A: Scalar>(
+    g: &Graph,
+    payload: &Payload,
+    input: &Tensor<A>,
+) -> Result<Vec<DVal<A>>> {
     well_formed_for_eval::<A>(g, Budget::process_default())?;
-    if g.output_id >= g.len() {
+    if let Some(bad) = g.outputs().find(|&o| o >= g.len()) {
         // every node's own error comes first, as in `denote_all`
         denote_all(g, payload, input)?;
         return Err(IrError::invalid(
-            Diagnostic::error(format!("output_id {} is not a node", g.output_id))
-                .field("output_id"),
+            Diagnostic::error(format!("output {bad} is not a node")).field(output_field(g)),
         ));
     }
     // the last node reading each value (well-formed: parents are earlier nodes)
@@ -142,7 +155,9 @@ pub fn denote<A: Scalar>(g: &Graph, payload: &Payload, input: &Tensor<A>) -> Res
             last_use[p] = node.id;
         }
     }
-    last_use[g.output_id] = usize::MAX;
+    for o in g.outputs() {
+        last_use[o] = usize::MAX;
+    }
     let mut vals: Vec<Option<Tensor<A>>> = Vec::with_capacity(g.len());
     for node in &g.nodes {
         let parents = node
@@ -158,9 +173,23 @@ pub fn denote<A: Scalar>(g: &Graph, payload: &Payload, input: &Tensor<A>) -> Res
         }
         vals.push((last_use[node.id] != node.id).then_some(v));
     }
-    Ok(vals[g.output_id]
-        .take()
-        .expect("the output is never dropped (its last use is MAX)"))
+    Ok(g.outputs()
+        .map(|o| {
+            vals[o]
+                .clone()
+                .expect("an output is never dropped (its last use is MAX)")
+        })
+        .collect())
+}
+
+/// The wire key naming a graph's outputs: `output_id`, or `output_ids` for a graph with more
+/// than one.
+pub(crate) fn output_field(g: &Graph) -> &'static str {
+    if g.extra_outputs.is_empty() {
+        "output_id"
+    } else {
+        "output_ids"
+    }
 }
 
 /// The graph is well formed and its values and workspaces ([`crate::check_budget`] for

@@ -9,6 +9,7 @@
 //! the same documents and report the same diagnostics.
 
 use crate::case::{Case, CASE_FORMAT};
+use crate::dialect::GraphDoc;
 use crate::error::{Diagnostic, Result};
 use crate::graph::{parse_nodes, Graph, Node};
 use crate::json::{duplicate_key, StrictValue};
@@ -33,8 +34,12 @@ pub(crate) struct Doc {
 /// A graph file or a `torchlean.case.v1` file.
 #[derive(Clone, Debug, PartialEq)]
 pub enum GraphFile {
+    /// An August-dialect graph file.
     Graph(Graph),
     Case(Box<Case>),
+    /// A newest-dialect graph file: the graph lowered into our kinds, its inline weights, and
+    /// the file's node ids.
+    Latest(Box<GraphDoc>),
 }
 
 impl GraphFile {
@@ -44,6 +49,10 @@ impl GraphFile {
         match read_doc(text)? {
             Some(doc) if doc.fields.get("format").and_then(Value::as_str) == Some(CASE_FORMAT) => {
                 Case::from_doc(doc).map(|c| GraphFile::Case(Box::new(c)))
+            }
+            Some(doc) if doc.fields.contains_key(crate::dialect::OUTPUT_IDS) => {
+                GraphDoc::from_json(&crate::json::parse(text)?)
+                    .map(|d| GraphFile::Latest(Box::new(d)))
             }
             Some(doc) => Graph::from_doc(doc).map(GraphFile::Graph),
             None => Graph::from_json(&crate::json::parse(text)?).map(GraphFile::Graph),
@@ -55,6 +64,7 @@ impl GraphFile {
         match self {
             GraphFile::Graph(g) => g,
             GraphFile::Case(c) => &c.graph,
+            GraphFile::Latest(d) => &d.graph,
         }
     }
 }

@@ -439,11 +439,7 @@ impl Recorded {
         let output_id = ir_of[self.output].ok_or_else(|| NnError::Export {
             reason: "the output is a parameter or constant, not computed".into(),
         })?;
-        let graph = Graph {
-            input_id: 0,
-            output_id,
-            nodes,
-        };
+        let graph = Graph::new(0, output_id, nodes);
         let params = self
             .leaves
             .iter()
@@ -480,6 +476,14 @@ impl IrExport {
             self.payload.to_json().to_string().into_bytes()
         };
         write_atomically(payload, &bytes)
+    }
+
+    /// Writes the graph in TorchLean's newest dialect ([`torchlean_ir::Dialect::Latest`]): one
+    /// file, the weights inline, written atomically. A layer with no counterpart in that
+    /// dialect is an error naming its node (every one at once).
+    pub fn save_latest(&self, graph: &std::path::Path) -> Result<()> {
+        let written = torchlean_ir::Dialect::Latest.write(&self.graph, &self.payload)?;
+        write_atomically(graph, written.graph.to_string().as_bytes())
     }
 }
 

@@ -31,6 +31,10 @@ pub enum RuntimeError {
         got: Box<Shape>,
     },
 
+    /// A sweep from several outputs was given none.
+    #[error("a sweep needs at least one seeded output")]
+    NoSeed,
+
     /// The seed of a sweep does not match the output's shape.
     #[error("the seed for node {node} has shape {got}, the node's value has shape {expected}")]
     SeedShape {

@@ -294,20 +294,53 @@ impl<V: GradValue> Tape<V> {
         retain: impl Fn(usize) -> bool,
         mode: AnomalyMode,
     ) -> Result<SparseGrads<V>> {
-        if let Err(e) = check_seed(self, out_id, &seed) {
-            seed.drop();
+        self.backward_sparse_seeds_with(vec![(out_id, seed)], retain, mode)
+    }
+
+    /// [`Tape::backward_sparse_with`] from several outputs at once, each with its own seed:
+    /// the gradients of `Σ_k ⟨seed_k, out_k⟩`, i.e. the sum of each output's pullback. A node
+    /// seeded twice gets the sum of its seeds (in the order given). With one seed it is
+    /// [`Tape::backward_sparse_with`], bit for bit.
+    pub fn backward_sparse_seeds_with(
+        &self,
+        seeds: Vec<(usize, V)>,
+        retain: impl Fn(usize) -> bool,
+        mode: AnomalyMode,
+    ) -> Result<SparseGrads<V>> {
+        let bad = seeds
+            .iter()
+            .find_map(|(out_id, seed)| check_seed(self, *out_id, seed).err());
+        let Some(&last) = seeds.iter().map(|(id, _)| id).max() else {
+            return Err(RuntimeError::NoSeed);
+        };
+        if let Some(e) = bad {
+            release_all(seeds.into_iter().map(|(_, s)| s));
             return Err(e);
         }
-        let mut map = SparseGrads {
+        let mut map: SparseGrads<V> = SparseGrads {
             slots: (0..self.size()).map(|_| None).collect(),
             live: 0,
             peak_live: 0,
             live_elements: 0,
             peak_live_elements: 0,
         };
-        map.put(out_id, seed.into_owned());
-        let needed = needed_nodes(self, out_id, &retain);
-        let anomaly = mode.is_on().then_some(out_id);
+        let mut seeds = seeds.into_iter();
+        while let Some((out_id, seed)) = seeds.next() {
+            let sum = match map.take(out_id) {
+                None => Ok(seed.into_owned()),
+                Some(old) => old.add(seed),
+            };
+            match sum {
+                Ok(v) => map.put(out_id, v),
+                Err(e) => {
+                    release_all(seeds.map(|(_, s)| s));
+                    map.release();
+                    return Err(e);
+                }
+            }
+        }
+        let needed = needed_nodes(self, last, &retain);
+        let anomaly = mode.is_on().then_some(last);
         for id in (0..self.size()).rev() {
             if let Err(e) = sparse_step(self, &mut map, id, retain(id), &needed, anomaly) {
                 map.release();

@@ -259,3 +259,54 @@ fn the_total_step_refuses_an_array_with_a_hole_where_the_dense_step_stores() {
     add_grad_dense(&tape, &mut holed, y, x, t(&[1.0])).unwrap();
     assert_eq!(data(&holed[x]), vec![1.0]);
 }
+
+#[test]
+fn a_sweep_from_several_outputs_sums_their_pullbacks() {
+    // y = 3x (an output), z = tanh(y) (an output, after y): dx = 3·s_y + 3·(1 − tanh²(3x))·s_z
+    let mut tape = Tape::empty();
+    let x = leaf(&mut tape, &[0.25, -0.5]);
+    let y = op(&mut tape, Op::Scale { c: 3.0 }, &[x]);
+    let z = op(&mut tape, Op::Unary(UnaryOp::Tanh), &[y]);
+    let (sy, sz) = ([2.0, -1.0], [0.5, 4.0]);
+    let g = tape
+        .backward_sparse_seeds_with(
+            vec![(y, t(&sy)), (z, t(&sz))],
+            |id| id == x,
+            AnomalyMode::Off,
+        )
+        .unwrap();
+    let want: Vec<f64> = [0.25f64, -0.5]
+        .iter()
+        .zip(sy.iter().zip(sz))
+        .map(|(&v, (&a, b))| 3.0 * (a + (1.0 - (3.0 * v).tanh().powi(2)) * b))
+        .collect();
+    assert_eq!(g.get(x).unwrap().data(), want.as_slice());
+    g.release();
+    // the same node seeded twice gets the sum of its seeds
+    let twice = tape
+        .backward_sparse_seeds_with(
+            vec![(z, t(&sz)), (z, t(&sz))],
+            |id| id == x,
+            AnomalyMode::Off,
+        )
+        .unwrap();
+    let once = tape
+        .backward_sparse(z, t(&[1.0, 8.0]), |id| id == x)
+        .unwrap();
+    assert!(twice.get(x).unwrap().bit_eq(once.get(x).unwrap()));
+    // one seed: exactly `backward_sparse`
+    let one = tape
+        .backward_sparse_seeds_with(vec![(z, t(&sz))], |id| id == x, AnomalyMode::Off)
+        .unwrap();
+    let plain = tape.backward_sparse(z, t(&sz), |id| id == x).unwrap();
+    assert!(one.get(x).unwrap().bit_eq(plain.get(x).unwrap()));
+    // no seed, or a seed of the wrong shape: errors
+    let none = tape.backward_sparse_seeds_with(vec![], |_| true, AnomalyMode::Off);
+    assert!(matches!(none, Err(RuntimeError::NoSeed)));
+    let bad = tape.backward_sparse_seeds_with(
+        vec![(y, t(&sy)), (z, t(&[1.0]))],
+        |_| true,
+        AnomalyMode::Off,
+    );
+    assert!(matches!(bad, Err(RuntimeError::SeedShape { node, .. }) if node == z));
+}

@@ -146,11 +146,7 @@ pub fn relu_chain_graph(n: usize) -> Graph {
             shape: shape.clone(),
         });
     }
-    Graph {
-        input_id: 0,
-        output_id: n,
-        nodes,
-    }
+    Graph::new(0, n, nodes)
 }
 
 /// Compile, backward and saved-graph backward of the relu chain on engine `V`.
