@@ -17,6 +17,9 @@ pub enum ProblemKind {
     /// Operand shapes an op's shape rule refuses, or an output shape that disagrees with the
     /// one the model declares.
     Shape,
+    /// An operand an earlier problem left unavailable: the node's own attributes are still
+    /// checked, this follow-on is never reported.
+    Upstream,
     /// Something about the model as a whole (inputs, outputs, references to unknown values).
     Model,
 }

@@ -209,16 +209,12 @@ impl Builder {
                 self.poison(&ctx);
                 continue;
             }
-            if ctx.node.input.iter().any(|i| {
-                !i.is_empty() && matches!(self.values.get(i.as_str()), Some(Val::Poisoned))
-            }) {
-                self.poison(&ctx);
-                continue;
-            }
+            // a node after a failed one is still mapped, for its own attribute problems
             match ops::map_node(self, &ctx) {
                 Ok(()) => self.check_declared(&ctx),
-                Err(mut ps) => {
-                    self.problems.append(&mut ps);
+                Err(ps) => {
+                    let own = ps.into_iter().filter(|p| p.kind != ProblemKind::Upstream);
+                    self.problems.extend(own);
                     self.poison(&ctx);
                 }
             }
@@ -507,6 +503,11 @@ impl Builder {
         }
     }
 
+    /// Whether an earlier problem left the value unavailable.
+    pub(crate) fn poisoned(&self, name: &str) -> bool {
+        matches!(self.values.get(name), Some(Val::Poisoned))
+    }
+
     /// The constant an ONNX value is, if it is one (initializer or `Constant` output).
     pub(crate) fn constant(&self, name: &str) -> Option<&Constant> {
         match self.values.get(name) {
@@ -538,7 +539,7 @@ impl Builder {
             Some(Val::Node(o)) => Ok(o),
             Some(Val::Const(i)) => self.const_node(i),
             Some(Val::Poisoned) => Err(ctx.problem(
-                ProblemKind::Model,
+                ProblemKind::Upstream,
                 "input",
                 format!("`{name}` could not be imported"),
             )),

@@ -151,6 +151,15 @@ fn extra_outputs(ctx: &Ctx<'_>) -> Mapped {
     }
 }
 
+/// The follow-on of an earlier problem (never reported).
+fn upstream(ctx: &Ctx<'_>, name: &str) -> Problem {
+    ctx.problem(
+        crate::error::ProblemKind::Upstream,
+        "input",
+        format!("`{name}` could not be imported"),
+    )
+}
+
 fn input<'a>(ctx: &Ctx<'a>, i: usize) -> One<&'a str> {
     ctx.input(i)
         .ok_or_else(|| ctx.unsupported(&format!("input[{i}]"), "required input missing"))
@@ -165,6 +174,7 @@ fn data(b: &mut Builder, ctx: &Ctx<'_>, i: usize) -> One<Operand> {
 fn const_input<'b>(b: &'b Builder, ctx: &Ctx<'_>, i: usize) -> One<Option<&'b Constant>> {
     match ctx.input(i) {
         None => Ok(None),
+        Some(name) if b.poisoned(name) => Err(upstream(ctx, name)),
         Some(name) => b.constant(name).map(Some).ok_or_else(|| {
             ctx.unsupported(
                 &format!("input[{i}]"),
@@ -212,6 +222,9 @@ fn weight_tensor(c: &Constant, ctx: &Ctx<'_>, field: &str) -> One<Tensor<f64>> {
 /// A weight operand: an initializer used only here, lifted to a payload tensor.
 fn weight(b: &Builder, ctx: &Ctx<'_>, i: usize) -> One<(Option<String>, Tensor<f64>)> {
     let name = input(ctx, i)?;
+    if b.poisoned(name) {
+        return Err(upstream(ctx, name));
+    }
     let field = format!("input[{i}]");
     let c = b.weight(name).ok_or_else(|| {
         ctx.unsupported(
@@ -683,7 +696,7 @@ fn conv(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     b.apply_with(ctx, Op::Conv2d(spec), &[&x], vec![w, bias], None)
 }
 
-fn pool(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+fn pool(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
     let max = ctx.op == "MaxPool";
     let known: &[&str] = if max {
         &[
@@ -735,7 +748,7 @@ fn pool(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
         (s, p) => {
             ps.extend(s.err());
             ps.extend(p.err());
-            return Err(ps.remove(0));
+            return Err(ps);
         }
     };
     let x = data(b, ctx, 0)?;
@@ -748,7 +761,7 @@ fn pool(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
         padding,
         padded: padding > 0,
     };
-    b.apply(ctx, Op::Pool(spec), &[&x])
+    Ok(b.apply(ctx, Op::Pool(spec), &[&x])?)
 }
 
 /// `GlobalAveragePool` is an average pool whose window is the whole image.
@@ -815,9 +828,9 @@ fn layer_norm(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
 fn reshape_op(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     one(ctx, &["allowzero"])?;
     let allow_zero = ctx.int_or("allowzero", 0) != 0;
-    let x = data(b, ctx, 0)?;
     let spec = const_ints(b, ctx, 1)?
         .ok_or_else(|| ctx.unsupported("input[1]", "the shape input is required"))?;
+    let x = data(b, ctx, 0)?;
     let mut dims = Vec::with_capacity(spec.len());
     let mut infer = None;
     for (i, &d) in spec.iter().enumerate() {
