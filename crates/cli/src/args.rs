@@ -126,6 +126,18 @@ pub enum Command {
     },
     /// Print the graph as Graphviz DOT
     Dot { graph: PathBuf },
+    /// Import an ONNX model: write its graph (torchlean.ir.v1) and its initializers as the
+    /// payload; every unsupported op, attribute or dynamic dimension is listed (exit 2)
+    Import {
+        model: PathBuf,
+        /// The graph JSON to write
+        #[arg(short = 'o', long)]
+        output: PathBuf,
+        /// The payload to write: safetensors when the name ends in `.safetensors`, Payload JSON
+        /// otherwise
+        #[arg(long)]
+        payload: PathBuf,
+    },
     /// Train a model on the digits shipped in the repository (or on --csv data), with a
     /// progress bar, held-out accuracy per epoch and, with --verify-every, gradients re-checked
     /// on the reference engine as it goes
@@ -250,7 +262,7 @@ impl Command {
             | Command::Conform { memory, .. }
             | Command::Lower { memory, .. } => memory.max_memory,
             Command::Train(args) => args.memory.max_memory,
-            Command::Dot { .. } => None,
+            Command::Dot { .. } | Command::Import { .. } => None,
         }
     }
 }

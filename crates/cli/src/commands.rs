@@ -133,6 +133,11 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             Ok(Outcome::Ok)
         }
         Command::Train(args) => crate::train::run(&args),
+        Command::Import {
+            model,
+            output,
+            payload,
+        } => crate::import::run(&model, &output, &payload),
         Command::Dot { graph } => {
             let (g, _) = load::graph_or_case(&graph)?;
             let problems = errors_of(check_shapes(&g));
