@@ -621,6 +621,13 @@ impl Builder {
         Ok(Operand { id, shape })
     }
 
+    /// Replaces the op of node `id` (made by [`Builder::apply_with`]; its shape stands).
+    pub(crate) fn set_op(&mut self, id: usize, op: Op) {
+        if let Some(n) = self.nodes.get_mut(id) {
+            n.kind = OpKind::Op(op);
+        }
+    }
+
     /// Applies an op without payload.
     pub(crate) fn apply(
         &mut self,

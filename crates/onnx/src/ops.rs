@@ -7,6 +7,7 @@ use crate::attrs::Ctx;
 use crate::error::Problem;
 use crate::import::{Builder, Operand};
 use crate::tensor::{decode, Constant, Values};
+use torchlean_spec::ops::BATCH_NORM_DEFAULT_EPS;
 use torchlean_spec::{
     BinaryOp, Conv2dSpec, GeluApprox, Op, PoolKind, PoolSpec, Shape, Tensor, UnaryOp,
 };
@@ -792,13 +793,23 @@ fn batch_norm(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     let x = data(b, ctx, 0)?;
     let weights = (1..5).map(|i| weight(b, ctx, i)).collect::<One<Vec<_>>>()?;
     let channels = weights[0].1.len();
-    b.apply_with(
+    let o = b.apply_with(
         ctx,
         Op::BatchNormEval { channels, eps },
         &[&x],
         weights,
         Some(eps),
-    )
+    )?;
+    // batch norm's eps lives in the payload (`node_sem` reads it there, `check_payload`
+    // validates it); the node's kind holds what its wire form parses to
+    b.set_op(
+        o.id,
+        Op::BatchNormEval {
+            channels,
+            eps: BATCH_NORM_DEFAULT_EPS,
+        },
+    );
+    Ok(o)
 }
 
 /// `LayerNormalization`: the IR's `layernorm` (no affine), then `Scale` and `B` broadcast,

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use torchlean_compiled::{run_grad, GradResult};
 use torchlean_engine_cpu::CpuF64;
-use torchlean_ir::{denote, TensorData};
+use torchlean_ir::{denote, Graph, TensorData};
 use torchlean_onnx::{import_onnx, ElemType, Imported};
 use torchlean_spec::Tensor;
 
@@ -143,6 +143,10 @@ fn check_model(name: &str, expected_dtype: ElemType) {
     let f = fixture(name);
     let imp = import_onnx(&f.model).unwrap_or_else(|e| panic!("{name}: {:?}", e.lines()));
     assert_eq!(imp.elem_type, expected_dtype, "{name}: input element type");
+    // the graph as written (`torchlean import`) reads back as the same graph (batch norm's
+    // eps is in the payload, not the node)
+    let again = Graph::from_json(&imp.graph.to_json()).expect("the imported graph re-parses");
+    assert_eq!(again, imp.graph, "{name}: graph JSON round trip");
     let x = f.get("input");
     let seed = f.get("seed");
     let cpu = run_grad::<CpuF64>(&imp.graph, &imp.payload, x, Some(seed))
