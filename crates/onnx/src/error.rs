@@ -91,8 +91,9 @@ pub enum OnnxError {
         #[source]
         source: std::io::Error,
     },
-    /// The imported graph failed the IR's own checks (a mapping the importer got wrong).
-    #[error("the imported graph does not pass the IR checks")]
+    /// The imported graph or payload failed the IR's own checks or writing (a mapping the
+    /// importer got wrong).
+    #[error("the imported graph or payload does not pass the IR's checks: {source}")]
     Ir {
         #[source]
         source: IrError,
