@@ -205,6 +205,16 @@ fn const_scalar(b: &Builder, ctx: &Ctx<'_>, i: usize) -> One<Option<f64>> {
     }
 }
 
+/// A number attribute (or bound) the IR stores: finite (the graph's JSON has no infinities in
+/// attributes), `default` when absent.
+fn finite(ctx: &Ctx<'_>, field: &str, v: Option<f64>, default: f64) -> One<f64> {
+    match v {
+        None => Ok(default),
+        Some(v) if v.is_finite() => Ok(v),
+        Some(v) => Err(ctx.unsupported(field, format!("{v}: only finite values"))),
+    }
+}
+
 /// An ONNX axis (negative counts from the end) as an index below `rank`.
 fn axis(ctx: &Ctx<'_>, field: &str, a: i64, rank: usize) -> One<usize> {
     let r = i64::try_from(rank).unwrap_or(i64::MAX);
@@ -463,8 +473,8 @@ fn binary(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
 /// initializers used only here); otherwise transposes, `matmul`, `scale` and a broadcast `add`.
 fn gemm(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
     only(ctx, &["alpha", "beta", "transA", "transB"])?;
-    let alpha = ctx.float("alpha").unwrap_or(1.0);
-    let beta = ctx.float("beta").unwrap_or(1.0);
+    let alpha = finite(ctx, "alpha", ctx.float("alpha"), 1.0)?;
+    let beta = finite(ctx, "beta", ctx.float("beta"), 1.0)?;
     let trans_a = ctx.int_or("transA", 0) != 0;
     let trans_b = ctx.int_or("transB", 0) != 0;
     let go = |b: &mut Builder| -> One<Operand> {
@@ -789,7 +799,7 @@ fn batch_norm(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     if ctx.int_or("spatial", 1) != 1 {
         return Err(ctx.unsupported("spatial", "only 1"));
     }
-    let eps = ctx.float("epsilon").unwrap_or(1e-5);
+    let eps = finite(ctx, "epsilon", ctx.float("epsilon"), 1e-5)?;
     let x = data(b, ctx, 0)?;
     let weights = (1..5).map(|i| weight(b, ctx, i)).collect::<One<Vec<_>>>()?;
     let channels = weights[0].1.len();
@@ -818,7 +828,7 @@ fn layer_norm(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     one(ctx, &["axis", "epsilon", "stash_type"])?;
     let x = data(b, ctx, 0)?;
     let a = axis(ctx, "axis", ctx.int_or("axis", -1), x.shape.rank())?;
-    let eps = ctx.float("epsilon").unwrap_or(1e-5);
+    let eps = finite(ctx, "epsilon", ctx.float("epsilon"), 1e-5)?;
     let mut y = b.apply(
         ctx,
         Op::LayerNorm {
@@ -1044,6 +1054,10 @@ fn clip(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
         one(ctx, &["min", "max"])?;
         (ctx.float("min"), ctx.float("max"))
     };
+    let bound = |field: &str, v: Option<f64>| -> One<Option<f64>> {
+        v.map(|v| finite(ctx, field, Some(v), v)).transpose()
+    };
+    let (min, max) = (bound("min", min)?, bound("max", max)?);
     let x = data(b, ctx, 0)?;
     b.apply(ctx, Op::Clamp { min, max }, &[&x])
 }

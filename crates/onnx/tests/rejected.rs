@@ -67,6 +67,14 @@ fn ints_attr(name: &str, v: &[i64]) -> AttributeProto {
     }
 }
 
+fn float_attr(name: &str, f: f32) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        f: Some(f),
+        ..Default::default()
+    }
+}
+
 fn floats(name: &str, dims: &[i64], v: &[f32]) -> TensorProto {
     TensorProto {
         name: Some(name.into()),
@@ -235,6 +243,32 @@ fn every_problem_of_a_model_is_listed_at_once() {
             (UnsupportedAttribute, "maxpool", "MaxPool", "strides"),
             // the shape operand of a Reshape must be a constant
             (UnsupportedAttribute, "reshape", "Reshape", "input[1]"),
+        ]),
+    );
+
+    // non-finite numbers the graph's attributes cannot hold (found by fuzzing: Gemm's alpha
+    // became a `scale` whose `c` did not print as a number)
+    let mut gemm = node("gemm", "Gemm", &["m", "w2"], &["g"]);
+    gemm.attribute.push(float_attr("alpha", f32::INFINITY));
+    let mut clip = node("clip", "Clip", &["g"], &["y"]);
+    clip.attribute.push(float_attr("min", f32::NAN));
+    let mut non_finite = ModelProto::decode(
+        model(
+            value("m", &[Ok(2), Ok(3)]),
+            vec![gemm, clip],
+            vec![floats("w2", &[3, 3], &[0.5; 9])],
+            &["y"],
+        )
+        .as_slice(),
+    )
+    .expect("decodes");
+    non_finite.opset_import[0].version = Some(10); // Clip's bounds are attributes before 11
+    check_rejected(
+        "non-finite attributes",
+        &non_finite.encode_to_vec(),
+        Some(&[
+            (UnsupportedAttribute, "gemm", "Gemm", "alpha"),
+            (UnsupportedAttribute, "clip", "Clip", "min"),
         ]),
     );
 
