@@ -147,6 +147,21 @@ pub enum Command {
         #[arg(long)]
         payload_out: Option<PathBuf>,
     },
+    /// Import an ONNX model: write its graph (torchlean.ir.v1) and its initializers as the
+    /// payload; every unsupported op, attribute or dynamic dimension is listed (exit 2)
+    Import {
+        model: PathBuf,
+        /// The graph JSON to write
+        #[arg(short = 'o', long)]
+        output: PathBuf,
+        /// The payload to write: safetensors when the name ends in `.safetensors`, Payload JSON
+        /// otherwise (with `--dialect latest` the weights go inline and it is not written)
+        #[arg(long)]
+        payload: PathBuf,
+        /// The dialect to write the graph in: aug (default) or latest
+        #[arg(long, default_value_t = torchlean_ir::Dialect::Aug)]
+        dialect: torchlean_ir::Dialect,
+    },
     /// Train a model on the digits shipped in the repository (or on --csv data), with a
     /// progress bar, held-out accuracy per epoch and, with --verify-every, gradients re-checked
     /// on the reference engine as it goes
@@ -271,7 +286,7 @@ impl Command {
             | Command::Conform { memory, .. }
             | Command::Lower { memory, .. } => memory.max_memory,
             Command::Train(args) => args.memory.max_memory,
-            Command::Dot { .. } | Command::Convert { .. } => None,
+            Command::Dot { .. } | Command::Convert { .. } | Command::Import { .. } => None,
         }
     }
 }

@@ -163,6 +163,12 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             output.as_deref(),
             payload_out.as_deref(),
         ),
+        Command::Import {
+            model,
+            output,
+            payload,
+            dialect,
+        } => crate::import::run(&model, &output, &payload, dialect),
         Command::Dot { graph } => {
             let (g, _) = load::graph_or_case(&graph)?;
             let problems = errors_of(check_shapes(&g));

@@ -9,6 +9,7 @@
 mod args;
 mod commands;
 mod engine;
+mod import;
 mod load;
 mod out;
 mod train;

@@ -74,6 +74,11 @@ pub const TARGETS: &[Target] = &[
         run: lowering,
         max_len: 32 * 1024,
     },
+    Target {
+        name: "onnx",
+        run: onnx,
+        max_len: 16 * 1024,
+    },
 ];
 
 /// The target called `name`.
@@ -172,6 +177,32 @@ pub fn payload_safetensors(data: &[u8]) {
             "payload safetensors round trip"
         );
     }
+}
+
+/// An ONNX model (`torchlean_onnx::import_onnx`, what `torchlean import` reads). Laws: an
+/// imported graph passes `check_shapes` and `check_payload` with no error, and its graph JSON
+/// and safetensors payload round-trip.
+pub fn onnx(data: &[u8]) {
+    let Ok(imported) = torchlean_onnx::import_onnx(data) else {
+        return;
+    };
+    let (g, p) = (&imported.graph, &imported.payload);
+    let errors = |d: Vec<torchlean_ir::Diagnostic>| d.into_iter().filter(|d| d.is_error()).count();
+    assert_eq!(errors(check_shapes(g)), 0, "an imported graph checks");
+    assert_eq!(errors(check_payload(g, p)), 0, "an imported payload checks");
+    let json = g.to_json();
+    let again =
+        Graph::from_json(&json).unwrap_or_else(|e| panic!("an imported graph re-parses: {e}"));
+    assert_eq!(&again, g, "imported graph JSON round trip");
+    let bytes = p
+        .to_safetensors()
+        .unwrap_or_else(|e| panic!("an imported payload writes: {e}"));
+    let back = Payload::from_safetensors(&bytes).unwrap_or_else(|e| panic!("it reads back: {e}"));
+    assert_eq!(
+        back.to_json(),
+        p.to_json(),
+        "imported payload safetensors round trip"
+    );
 }
 
 /// A training checkpoint (`Checkpoint::from_safetensors`, what `Checkpoint::load` reads) and

@@ -213,7 +213,26 @@ fn generate() -> Seeds {
     tensors(&mut s);
     checkpoints(&mut s);
     csvs(&mut s);
+    onnx_models(&mut s);
     s
+}
+
+/// The ONNX model zoo (`crates/onnx/tests/zoo/`), one cut in half, and an empty file.
+fn onnx_models(s: &mut Seeds) {
+    let zoo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../onnx/tests/zoo");
+    for name in ["mlp", "cnn", "residual", "encoder"] {
+        let bytes = std::fs::read(zoo.join(format!("{name}.onnx"))).expect("the zoo is committed");
+        if name == "mlp" {
+            add(
+                s,
+                "onnx",
+                "mlp-truncated.onnx",
+                bytes[..bytes.len() / 2].to_vec(),
+            );
+        }
+        add(s, "onnx", &format!("{name}.onnx"), bytes);
+    }
+    add(s, "onnx", "empty.onnx", Vec::new());
 }
 
 fn fixed_graph_text() -> Vec<u8> {

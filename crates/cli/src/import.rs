@@ -1,0 +1,47 @@
+//! `torchlean import model.onnx -o graph.json --payload weights.safetensors`.
+
+use crate::{out, BadInput, Outcome, Stop};
+use std::path::Path;
+use torchlean_ir::Dialect;
+use torchlean_onnx::{import_onnx, OnnxError};
+
+/// Imports `model`, writes the graph and payload, and prints where each initializer went.
+pub fn run(model: &Path, graph: &Path, payload: &Path, dialect: Dialect) -> Result<Outcome, Stop> {
+    let bytes = std::fs::read(model)
+        .map_err(|e| BadInput::one(format!("{}: cannot read: {e}", model.display())))?;
+    let imported = import_onnx(&bytes).map_err(|e| lines(model, &e))?;
+    let wrote_payload = imported
+        .save(dialect, graph, payload)
+        .map_err(|e| lines(model, &e))?;
+    let weights = if wrote_payload {
+        payload.display().to_string()
+    } else {
+        "weights inline".to_string()
+    };
+    out::line(format!(
+        "imported {}: {} nodes, {} payload tensors (opset {}, {:?} input) -> {} ({dialect} dialect), {weights}",
+        model.display(),
+        imported.graph.len(),
+        imported.params.len(),
+        imported.opset,
+        imported.elem_type,
+        graph.display(),
+    ))?;
+    for p in &imported.params {
+        out::line(format!("  {} -> {}.{}", p.onnx_name, p.node, p.tensor))?;
+    }
+    Ok(Outcome::Ok)
+}
+
+/// One line per problem, each naming the model file (a write failure names its own file).
+fn lines(model: &Path, e: &OnnxError) -> BadInput {
+    match e {
+        OnnxError::Io { .. } => BadInput::one(e.to_string()),
+        _ => BadInput(
+            e.lines()
+                .into_iter()
+                .map(|l| format!("{}: {l}", model.display()))
+                .collect(),
+        ),
+    }
+}

@@ -1,0 +1,208 @@
+//! `torchlean import`: the zoo's MLP imported and differentiated by `torchlean grad` gives
+//! PyTorch's gradients; an unsupported or truncated model is exit 2 with one line per problem.
+
+mod common;
+
+use common::{assert_bad_input, run, stdout};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+fn zoo(file: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../onnx/tests/zoo")
+        .join(file)
+}
+
+/// A fixture tensor of the zoo's MLP (f64) as Tensor JSON.
+fn fixture_tensor(key: &str) -> Value {
+    zoo_tensor("mlp", key)
+}
+
+/// A fixture tensor (f32 or f64) of zoo model `model` as Tensor JSON.
+fn zoo_tensor(model: &str, key: &str) -> Value {
+    let bytes = std::fs::read(zoo(&format!("{model}.safetensors"))).expect("the zoo is committed");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+    let view = st.tensor(key).expect("a fixture tensor");
+    let data: Vec<f64> = match view.dtype() {
+        safetensors::Dtype::F64 => view
+            .data()
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect(),
+        safetensors::Dtype::F32 => view
+            .data()
+            .chunks_exact(4)
+            .map(|c| f64::from(f32::from_le_bytes(c.try_into().expect("4 bytes"))))
+            .collect(),
+        other => panic!("{model}.safetensors `{key}`: unexpected dtype {other:?}"),
+    };
+    json!({"shape": view.shape(), "data": data})
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    v["data"]
+        .as_array()
+        .expect("tensor data")
+        .iter()
+        .map(|x| x.as_f64().expect("a number"))
+        .collect()
+}
+
+fn assert_close(what: &str, got: &Value, want: &Value) {
+    assert_eq!(got["shape"], want["shape"], "{what}: shape");
+    let (g, w) = (floats(got), floats(want));
+    let scale = w.iter().fold(1f64, |m, x| m.max(x.abs()));
+    let err = g
+        .iter()
+        .zip(&w)
+        .fold(0f64, |m, (a, b)| m.max((a - b).abs()))
+        / scale;
+    assert!(err <= 1e-9, "{what}: relative error {err:e}");
+}
+
+fn import(dir: &Path, model: &Path) -> std::process::Output {
+    let g = dir.join("graph.json");
+    let p = dir.join("weights.safetensors");
+    run(&[
+        "import",
+        model.to_str().expect("utf-8 path"),
+        "-o",
+        g.to_str().expect("utf-8 path"),
+        "--payload",
+        p.to_str().expect("utf-8 path"),
+    ])
+}
+
+#[test]
+fn imported_mlp_gradients_are_pytorchs() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let o = import(dir.path(), &zoo("mlp.onnx"));
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let report = stdout(&o);
+    assert!(report.contains("fc1.weight -> 1.weight"), "{report}");
+    let x = common::write(dir.path(), "x.json", &fixture_tensor("input"));
+    let seed = common::write(dir.path(), "seed.json", &fixture_tensor("seed"));
+    let g = dir.path().join("graph.json");
+    let p = dir.path().join("weights.safetensors");
+    let o = run(&[
+        "grad",
+        g.to_str().expect("utf-8"),
+        "--payload",
+        p.to_str().expect("utf-8"),
+        "--input",
+        x.to_str().expect("utf-8"),
+        "--seed",
+        seed.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let out: Value = serde_json::from_str(&stdout(&o)).expect("grad prints JSON");
+    assert_close("output", &out["output"], &fixture_tensor("output_torch"));
+    assert_close(
+        "grad_input",
+        &out["grad_input"],
+        &fixture_tensor("grad_input"),
+    );
+    for (onnx, node) in [("fc1", "1"), ("fc2", "3"), ("fc3", "7")] {
+        for t in ["weight", "bias"] {
+            let want = fixture_tensor(&format!("grad.{onnx}.{t}"));
+            assert_close(&format!("{onnx}.{t}"), &out["grad_payload"][node][t], &want);
+        }
+    }
+}
+
+#[test]
+fn unsupported_and_truncated_models_are_bad_input() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let bytes = std::fs::read(zoo("mlp.onnx")).expect("the zoo is committed");
+    // the same model with its Relu and Tanh renamed (same lengths: still a valid protobuf)
+    let renamed = String::from_utf8_lossy(&bytes)
+        .contains("Relu")
+        .then(|| replace(&replace(&bytes, b"Relu", b"Relx"), b"Tanh", b"Tanx"))
+        .expect("the MLP has a Relu");
+    let model = dir.path().join("renamed.onnx");
+    std::fs::write(&model, renamed).expect("write");
+    let o = import(dir.path(), &model);
+    assert_bad_input(&o, &["renamed.onnx: node `/Relx` (Relx), field `op_type`"]);
+    let err = common::stderr(&o);
+    assert!(
+        err.contains("(Tanx)"),
+        "both unsupported ops are listed:\n{err}"
+    );
+    assert!(
+        !dir.path().join("graph.json").exists(),
+        "nothing is written"
+    );
+
+    let cut = dir.path().join("cut.onnx");
+    std::fs::write(&cut, &bytes[..bytes.len() / 3]).expect("write");
+    assert_bad_input(&import(dir.path(), &cut), &["cut.onnx: not an ONNX model"]);
+}
+
+fn replace(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    let mut i = 0;
+    while i + from.len() <= out.len() {
+        if &out[i..i + from.len()] == from {
+            out[i..i + from.len()].copy_from_slice(to);
+            i += from.len();
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+fn import_latest(dir: &Path, model: &str) -> (std::process::Output, PathBuf, PathBuf) {
+    let g = dir.join(format!("{model}.latest.json"));
+    let p = dir.join(format!("{model}.unused.safetensors"));
+    let o = run(&[
+        "import",
+        zoo(&format!("{model}.onnx")).to_str().expect("utf-8 path"),
+        "-o",
+        g.to_str().expect("utf-8 path"),
+        "--payload",
+        p.to_str().expect("utf-8 path"),
+        "--dialect",
+        "latest",
+    ]);
+    (o, g, p)
+}
+
+#[test]
+fn import_writes_the_newest_dialect_with_weights_inline() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (o, g, p) = import_latest(dir.path(), "cnn");
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    assert!(stdout(&o).contains("weights inline"), "{}", stdout(&o));
+    assert!(!p.exists(), "the newest dialect keeps the weights inline");
+    let text = std::fs::read_to_string(&g).expect("the graph is written");
+    let file: Value = serde_json::from_str(&text).expect("graph JSON");
+    assert!(file.get("output_ids").is_some(), "newest dialect: {text}");
+    assert!(file.get("output_id").is_none(), "newest dialect: {text}");
+
+    // read back (dialect detected from the file) and run in f64: PyTorch's f64 run
+    let x = common::write(dir.path(), "x.json", &zoo_tensor("cnn", "input"));
+    let o = run(&[
+        "eval",
+        g.to_str().expect("utf-8"),
+        "--input",
+        x.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let out: Value = serde_json::from_str(&stdout(&o)).expect("eval prints JSON");
+    assert_close("output", &out, &zoo_tensor("cnn", "output_torch_f64"));
+}
+
+#[test]
+fn import_refuses_the_newest_dialect_for_kinds_it_lacks() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (o, g, p) = import_latest(dir.path(), "residual");
+    assert_bad_input(
+        &o,
+        &[
+            "node 7 (clamp), field `kind`: kind `clamp` has no counterpart in the newest TorchLean dialect",
+            "node 10 (div), field `kind`",
+        ],
+    );
+    assert!(!g.exists() && !p.exists(), "nothing is written");
+}

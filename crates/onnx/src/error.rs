@@ -1,0 +1,121 @@
+//! `OnnxError` and `Problem`: what an import reports — every problem of the model at once.
+
+use std::fmt;
+use torchlean_ir::IrError;
+
+/// What kind of problem a [`Problem`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProblemKind {
+    /// An op type the importer does not map.
+    UnsupportedOp,
+    /// An attribute value (or an operand form) the mapping does not support.
+    UnsupportedAttribute,
+    /// A dimension that is not a fixed positive number (`dim_param`, unknown, ≤ 0).
+    DynamicDim,
+    /// A tensor whose data disagrees with its dims or data type.
+    BadTensor,
+    /// Operand shapes an op's shape rule refuses, or an output shape that disagrees with the
+    /// one the model declares.
+    Shape,
+    /// An operand an earlier problem left unavailable: the node's own attributes are still
+    /// checked, this follow-on is never reported.
+    Upstream,
+    /// Something about the model as a whole (inputs, outputs, references to unknown values).
+    Model,
+}
+
+/// One problem, naming the ONNX node (or value) and op type it is about.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Problem {
+    pub kind: ProblemKind,
+    /// The ONNX node's name (its first output when the node has no name), or the value's name
+    /// for graph inputs, outputs and initializers.
+    pub node: String,
+    /// The node's op type; `input`, `output` or `initializer` for values.
+    pub op_type: String,
+    /// The attribute or operand the problem is in (empty when it is about the whole node).
+    pub field: String,
+    pub message: String,
+}
+
+impl Problem {
+    pub fn new(
+        kind: ProblemKind,
+        node: impl Into<String>,
+        op_type: impl Into<String>,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Problem {
+            kind,
+            node: torchlean_ir::shorten(&node.into()).into_owned(),
+            op_type: torchlean_ir::shorten(&op_type.into()).into_owned(),
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node `{}` ({})", self.node, self.op_type)?;
+        if !self.field.is_empty() {
+            write!(f, ", field `{}`", self.field)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl From<Problem> for Vec<Problem> {
+    fn from(p: Problem) -> Self {
+        vec![p]
+    }
+}
+
+/// Why an import failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OnnxError {
+    /// The bytes are not a protobuf `ModelProto` (truncated, corrupt, not ONNX).
+    #[error("not an ONNX model: {source}")]
+    Decode {
+        #[source]
+        source: prost::DecodeError,
+    },
+    /// Every unsupported op, attribute value, dynamic dimension and bad tensor of the model.
+    #[error("{} problem(s) in the ONNX model, first: {}", .0.len(), first(.0))]
+    Problems(Vec<Problem>),
+    /// Writing the graph or payload file failed.
+    #[error("cannot write {}: {source}", path.display())]
+    Io {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The imported graph or payload failed the IR's own checks or writing (a mapping the
+    /// importer got wrong).
+    #[error("the imported graph or payload does not pass the IR's checks: {source}")]
+    Ir {
+        #[source]
+        source: IrError,
+    },
+}
+
+fn first(problems: &[Problem]) -> String {
+    problems.first().map(Problem::to_string).unwrap_or_default()
+}
+
+impl OnnxError {
+    /// The problems, one per line of a report (a decode or IR error is one line).
+    pub fn lines(&self) -> Vec<String> {
+        match self {
+            OnnxError::Problems(ps) => ps.iter().map(Problem::to_string).collect(),
+            OnnxError::Ir { source } => match source {
+                IrError::Invalid(ds) => ds.iter().map(|d| format!("imported graph: {d}")).collect(),
+                other => vec![format!("imported graph: {other}")],
+            },
+            OnnxError::Decode { .. } | OnnxError::Io { .. } => vec![self.to_string()],
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, OnnxError>;

@@ -1,0 +1,674 @@
+//! The import: the model's one input becomes the `input` node, its nodes become IR nodes in
+//! their (topological) order, each through the op's shape rule (`Op::infer_shape`), and every
+//! problem of every node is collected before failing.
+
+use crate::attrs::Ctx;
+use crate::error::{OnnxError, Problem, ProblemKind, Result};
+use crate::ops;
+use crate::proto::{
+    tensor_proto::DataType, tensor_shape_proto::dimension, type_proto, GraphProto, ModelProto,
+    ValueInfoProto,
+};
+use crate::tensor::{decode, dtype_name, Constant};
+use prost::Message;
+use std::collections::HashMap;
+use torchlean_ir::{
+    check_payload, check_shapes, Diagnostic, Graph, IrError, Node, OpKind, Payload,
+};
+use torchlean_spec::{ops::desc, Op, Shape, Tensor};
+
+/// The element type of the model's input (and so of its computation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ElemType {
+    F32,
+    F64,
+}
+
+/// Where an ONNX initializer went: payload tensor `tensor` of IR node `node` (so
+/// `torchlean grad` reports its gradient there).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Param {
+    pub onnx_name: String,
+    pub node: usize,
+    pub tensor: &'static str,
+}
+
+/// An imported model.
+#[derive(Clone, Debug)]
+pub struct Imported {
+    pub graph: Graph,
+    pub payload: Payload,
+    /// Every initializer that became a payload tensor, in the order they were placed.
+    pub params: Vec<Param>,
+    pub elem_type: ElemType,
+    /// The default-domain opset the model was read at.
+    pub opset: i64,
+}
+
+impl Imported {
+    /// Writes the graph in `dialect` to `graph` and its weights to `payload` — safetensors
+    /// when its name ends in `.safetensors` (keys `"<node id>.<name>"`), Payload JSON
+    /// otherwise — each through [`torchlean_ir::write_atomically`]. The newest dialect carries
+    /// the weights inline in the graph, so then `payload` is written only if some weights stay
+    /// outside it; the return value says whether it was written. A node the dialect has no
+    /// counterpart for is an error (all listed) and nothing is written.
+    pub fn save(
+        &self,
+        dialect: torchlean_ir::Dialect,
+        graph: &std::path::Path,
+        payload: &std::path::Path,
+    ) -> Result<bool> {
+        let written = dialect
+            .write(&self.graph, &self.payload)
+            .map_err(|source| OnnxError::Ir { source })?;
+        let payload_bytes =
+            if dialect == torchlean_ir::Dialect::Latest && written.payload.entries.is_empty() {
+                None
+            } else if payload.extension().is_some_and(|x| x == "safetensors") {
+                Some(
+                    written
+                        .payload
+                        .to_safetensors()
+                        .map_err(|source| OnnxError::Ir { source })?,
+                )
+            } else {
+                Some(written.payload.to_json().to_string().into_bytes())
+            };
+        write(graph, written.graph.to_string().as_bytes())?;
+        match payload_bytes {
+            Some(bytes) => write(payload, &bytes).map(|()| true),
+            None => Ok(false),
+        }
+    }
+
+    /// The payload tensor an ONNX initializer became.
+    pub fn param(&self, onnx_name: &str) -> Option<&Param> {
+        self.params.iter().find(|p| p.onnx_name == onnx_name)
+    }
+}
+
+/// Imports an ONNX model (the bytes of a `.onnx` file).
+pub fn import_onnx(bytes: &[u8]) -> Result<Imported> {
+    let model = ModelProto::decode(bytes).map_err(|source| OnnxError::Decode { source })?;
+    import_model(&model)
+}
+
+/// Imports a decoded model.
+pub fn import_model(model: &ModelProto) -> Result<Imported> {
+    let mut problems = Vec::new();
+    let opset = model
+        .opset_import
+        .iter()
+        .find(|o| matches!(o.domain(), "" | "ai.onnx"))
+        .map(|o| o.version());
+    let opset = opset.unwrap_or_else(|| {
+        problems.push(model_problem(
+            "opset_import",
+            "no default-domain (ai.onnx) opset",
+        ));
+        0
+    });
+    let Some(graph) = &model.graph else {
+        problems.push(model_problem("graph", "the model has no graph"));
+        return Err(OnnxError::Problems(problems));
+    };
+    let mut b = Builder::new(graph, opset);
+    b.problems = problems;
+    b.run(graph);
+    b.finish(graph)
+}
+
+fn write(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+    torchlean_ir::write_atomically(path, bytes).map_err(|source| OnnxError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn model_problem(field: &str, message: impl Into<String>) -> Problem {
+    Problem::new(ProblemKind::Model, "model", "model", field, message)
+}
+
+/// An IR value: its node id and shape.
+#[derive(Clone, Debug)]
+pub(crate) struct Operand {
+    pub id: usize,
+    pub shape: Shape,
+}
+
+/// What an ONNX value name refers to.
+#[derive(Clone, Debug)]
+enum Val {
+    /// Computed by an IR node.
+    Node(Operand),
+    /// A constant (initializer or `Constant` node output), materialised as a `const` node on
+    /// its first use as data.
+    Const(usize),
+    /// Produced by a node that could not be mapped (already reported).
+    Poisoned,
+}
+
+#[derive(Debug)]
+struct ConstEntry {
+    c: Constant,
+    /// The initializer's name (`None` for a `Constant` node's output).
+    initializer: Option<String>,
+    /// The `const` node made for it, once used as data.
+    node: Option<Operand>,
+}
+
+/// The graph being built.
+pub(crate) struct Builder {
+    nodes: Vec<Node>,
+    payload: Payload,
+    params: Vec<Param>,
+    values: HashMap<String, Val>,
+    consts: Vec<ConstEntry>,
+    /// How many node inputs name each value.
+    uses: HashMap<String, usize>,
+    /// Declared shapes of values (`value_info`, outputs) to check the inferred ones against.
+    declared: HashMap<String, Vec<Option<usize>>>,
+    pub problems: Vec<Problem>,
+    pub opset: i64,
+    input_id: Option<usize>,
+    elem_type: ElemType,
+}
+
+impl std::fmt::Debug for Builder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Builder")
+            .field("nodes", &self.nodes.len())
+            .field("problems", &self.problems)
+            .finish()
+    }
+}
+
+impl Builder {
+    fn new(graph: &GraphProto, opset: i64) -> Self {
+        let mut uses = HashMap::new();
+        for n in &graph.node {
+            for i in n.input.iter().filter(|i| !i.is_empty()) {
+                *uses.entry(i.clone()).or_insert(0) += 1;
+            }
+        }
+        let mut declared = HashMap::new();
+        for v in graph.value_info.iter().chain(&graph.output) {
+            if let Some(dims) = declared_dims(v) {
+                declared.insert(v.name().to_string(), dims);
+            }
+        }
+        Builder {
+            nodes: Vec::new(),
+            payload: Payload::new(),
+            params: Vec::new(),
+            values: HashMap::new(),
+            consts: Vec::new(),
+            uses,
+            declared,
+            problems: Vec::new(),
+            opset,
+            input_id: None,
+            elem_type: ElemType::F32,
+        }
+    }
+
+    fn run(&mut self, graph: &GraphProto) {
+        self.initializers(graph);
+        self.input(graph);
+        for (i, node) in graph.node.iter().enumerate() {
+            let ctx = Ctx::new(node, i);
+            if !ops::supported(&ctx) {
+                self.problems.push(ctx.problem(
+                    ProblemKind::UnsupportedOp,
+                    "op_type",
+                    match node.domain() {
+                        "" | "ai.onnx" => "op not supported by the importer".to_string(),
+                        d => format!("op of domain `{d}` not supported by the importer"),
+                    },
+                ));
+                self.poison(&ctx);
+                continue;
+            }
+            // a node after a failed one is still mapped, for its own attribute problems
+            match ops::map_node(self, &ctx) {
+                Ok(()) => self.check_declared(&ctx),
+                Err(ps) => {
+                    let own = ps.into_iter().filter(|p| p.kind != ProblemKind::Upstream);
+                    self.problems.extend(own);
+                    self.poison(&ctx);
+                }
+            }
+        }
+    }
+
+    fn initializers(&mut self, graph: &GraphProto) {
+        for t in &graph.initializer {
+            let name = t.name().to_string();
+            match decode(t) {
+                Ok(c) => self.define_const(&name, c, Some(name.clone())),
+                Err(msg) => {
+                    self.problems.push(Problem::new(
+                        ProblemKind::BadTensor,
+                        name.clone(),
+                        "initializer",
+                        "data",
+                        msg,
+                    ));
+                    self.values.insert(name, Val::Poisoned);
+                }
+            }
+        }
+        for t in &graph.sparse_initializer {
+            let name = t.values.as_ref().map(|v| v.name()).unwrap_or("?");
+            self.problems.push(Problem::new(
+                ProblemKind::BadTensor,
+                name,
+                "initializer",
+                "sparse_initializer",
+                "sparse initializers are not supported",
+            ));
+            self.values.insert(name.to_string(), Val::Poisoned);
+        }
+    }
+
+    /// The one graph input that is not an initializer: the IR's `input` node.
+    fn input(&mut self, graph: &GraphProto) {
+        let inputs: Vec<&ValueInfoProto> = graph
+            .input
+            .iter()
+            .filter(|v| !self.values.contains_key(v.name()))
+            .collect();
+        if inputs.len() != 1 {
+            let names: Vec<&str> = inputs.iter().map(|v| v.name()).collect();
+            self.problems.push(model_problem(
+                "input",
+                format!(
+                    "the graph has {} inputs besides its initializers ({names:?}); the IR takes exactly one",
+                    inputs.len()
+                ),
+            ));
+            for v in inputs {
+                self.values.insert(v.name().to_string(), Val::Poisoned);
+            }
+            return;
+        }
+        let v = inputs[0];
+        let problem =
+            |kind, field: &str, msg: String| Problem::new(kind, v.name(), "input", field, msg);
+        let tensor = match v.r#type.as_ref().and_then(|t| t.value.as_ref()) {
+            Some(type_proto::Value::TensorType(t)) => t,
+            _ => {
+                self.problems.push(problem(
+                    ProblemKind::UnsupportedAttribute,
+                    "type",
+                    "not a tensor".into(),
+                ));
+                self.values.insert(v.name().to_string(), Val::Poisoned);
+                return;
+            }
+        };
+        match DataType::try_from(tensor.elem_type()) {
+            Ok(DataType::Float) => self.elem_type = ElemType::F32,
+            Ok(DataType::Double) => self.elem_type = ElemType::F64,
+            _ => self.problems.push(problem(
+                ProblemKind::UnsupportedAttribute,
+                "elem_type",
+                format!(
+                    "{} input; FLOAT or DOUBLE is supported",
+                    dtype_name(tensor.elem_type())
+                ),
+            )),
+        }
+        let mut dims = Vec::new();
+        let mut ok = true;
+        match &tensor.shape {
+            None => {
+                self.problems.push(problem(
+                    ProblemKind::DynamicDim,
+                    "shape",
+                    "the input has no shape (every dimension must be fixed)".into(),
+                ));
+                ok = false;
+            }
+            Some(s) => {
+                for (i, d) in s.dim.iter().enumerate() {
+                    match &d.value {
+                        Some(dimension::Value::DimValue(n)) if *n >= 0 => {
+                            dims.push(usize::try_from(*n).unwrap_or(usize::MAX))
+                        }
+                        other => {
+                            let what = match other {
+                                Some(dimension::Value::DimParam(p)) => {
+                                    format!("symbolic `{}`", torchlean_ir::shorten(p))
+                                }
+                                Some(dimension::Value::DimValue(n)) => format!("{n}"),
+                                None => "unknown".into(),
+                            };
+                            self.problems.push(problem(
+                                ProblemKind::DynamicDim,
+                                &format!("shape[{i}]"),
+                                format!("dimension {what}; every dimension must be fixed"),
+                            ));
+                            ok = false;
+                        }
+                    }
+                }
+            }
+        }
+        let shape = Shape::new(dims);
+        if let Err(e) = shape.checked_size() {
+            self.problems
+                .push(problem(ProblemKind::Shape, "shape", e.to_string()));
+            ok = false;
+        }
+        if !ok {
+            self.values.insert(v.name().to_string(), Val::Poisoned);
+            return;
+        }
+        let id = self.push_node(OpKind::Input, vec![], shape.clone());
+        self.input_id = Some(id);
+        self.values
+            .insert(v.name().to_string(), Val::Node(Operand { id, shape }));
+    }
+
+    fn poison(&mut self, ctx: &Ctx<'_>) {
+        for o in ctx.node.output.iter().filter(|o| !o.is_empty()) {
+            self.values.insert(o.clone(), Val::Poisoned);
+        }
+    }
+
+    /// The declared shape of a node's first output, if the model states one, against ours.
+    fn check_declared(&mut self, ctx: &Ctx<'_>) {
+        let Some(out) = ctx.node.output.first() else {
+            return;
+        };
+        let (Some(want), Some(Val::Node(got))) = (self.declared.get(out), self.values.get(out))
+        else {
+            return;
+        };
+        let agrees = want.len() == got.shape.rank()
+            && want
+                .iter()
+                .zip(got.shape.dims())
+                .all(|(w, g)| w.is_none_or(|w| w == *g));
+        if !agrees {
+            let shown: Vec<String> = want
+                .iter()
+                .map(|d| d.map_or("?".to_string(), |d| d.to_string()))
+                .collect();
+            let p = ctx.problem(
+                ProblemKind::Shape,
+                "output",
+                format!(
+                    "the model declares `{out}` as [{}]; its inferred shape is {}",
+                    shown.join(", "),
+                    got.shape
+                ),
+            );
+            self.problems.push(p);
+        }
+    }
+
+    fn finish(mut self, graph: &GraphProto) -> Result<Imported> {
+        let output = match graph.output.as_slice() {
+            [one] => Some(one.name().to_string()),
+            outs => {
+                let names: Vec<&str> = outs.iter().map(|o| o.name()).collect();
+                self.problems.push(model_problem(
+                    "output",
+                    format!(
+                        "the graph has {} outputs ({names:?}); the importer supports exactly one for now",
+                        outs.len()
+                    ),
+                ));
+                None
+            }
+        };
+        let output_id = match output {
+            Some(name) => match self.values.get(&name).cloned() {
+                Some(Val::Node(o)) => Some(o.id),
+                Some(Val::Const(i)) => match self.const_node(i) {
+                    Ok(o) => Some(o.id),
+                    Err(p) => {
+                        self.problems.push(p);
+                        None
+                    }
+                },
+                Some(Val::Poisoned) => None,
+                None => {
+                    self.problems.push(Problem::new(
+                        ProblemKind::Model,
+                        name,
+                        "output",
+                        "name",
+                        "no node produces the graph output",
+                    ));
+                    None
+                }
+            },
+            None => None,
+        };
+        if !self.problems.is_empty() {
+            return Err(OnnxError::Problems(self.problems));
+        }
+        let (Some(input_id), Some(output_id)) = (self.input_id, output_id) else {
+            return Err(OnnxError::Problems(vec![model_problem(
+                "graph",
+                "no input or output node",
+            )]));
+        };
+        let g = Graph::new(input_id, output_id, self.nodes);
+        let mut diags: Vec<Diagnostic> = check_shapes(&g)
+            .into_iter()
+            .filter(Diagnostic::is_error)
+            .collect();
+        if diags.is_empty() {
+            diags.extend(
+                check_payload(&g, &self.payload)
+                    .into_iter()
+                    .filter(Diagnostic::is_error),
+            );
+        }
+        if !diags.is_empty() {
+            return Err(OnnxError::Ir {
+                source: IrError::Invalid(diags),
+            });
+        }
+        Ok(Imported {
+            graph: g,
+            payload: self.payload,
+            params: self.params,
+            elem_type: self.elem_type,
+            opset: self.opset,
+        })
+    }
+
+    // ---- what the op mappings call ----
+
+    fn push_node(&mut self, kind: OpKind, parents: Vec<usize>, shape: Shape) -> usize {
+        let id = self.nodes.len();
+        self.nodes.push(Node {
+            id,
+            kind,
+            parents,
+            shape,
+        });
+        id
+    }
+
+    /// Defines an ONNX value as a constant.
+    pub(crate) fn define_const(&mut self, name: &str, c: Constant, initializer: Option<String>) {
+        self.consts.push(ConstEntry {
+            c,
+            initializer,
+            node: None,
+        });
+        self.values
+            .insert(name.to_string(), Val::Const(self.consts.len() - 1));
+    }
+
+    /// Defines an ONNX value as an IR node's output.
+    pub(crate) fn define(&mut self, name: &str, o: Operand) {
+        self.values.insert(name.to_string(), Val::Node(o));
+    }
+
+    /// Defines an ONNX value as another one (Identity, Dropout in inference).
+    pub(crate) fn alias(&mut self, name: &str, of: &str) {
+        if let Some(v) = self.values.get(of).cloned() {
+            self.values.insert(name.to_string(), v);
+        }
+    }
+
+    /// Whether an earlier problem left the value unavailable.
+    pub(crate) fn poisoned(&self, name: &str) -> bool {
+        matches!(self.values.get(name), Some(Val::Poisoned))
+    }
+
+    /// The constant an ONNX value is, if it is one (initializer or `Constant` output).
+    pub(crate) fn constant(&self, name: &str) -> Option<&Constant> {
+        match self.values.get(name) {
+            Some(Val::Const(i)) => Some(&self.consts[*i].c),
+            _ => None,
+        }
+    }
+
+    /// The initializer named `name`, if it is one used by exactly one node input and not yet
+    /// placed anywhere: the form a weight must have to become an op's payload tensor.
+    pub(crate) fn weight(&self, name: &str) -> Option<&Constant> {
+        match self.values.get(name) {
+            Some(Val::Const(i)) => {
+                let e = &self.consts[*i];
+                (e.initializer.is_some() && e.node.is_none() && self.uses.get(name) == Some(&1))
+                    .then_some(&e.c)
+            }
+            _ => None,
+        }
+    }
+
+    /// A value as data: an IR node (a constant gets its `const` node on first use).
+    pub(crate) fn value(
+        &mut self,
+        ctx: &Ctx<'_>,
+        name: &str,
+    ) -> std::result::Result<Operand, Problem> {
+        match self.values.get(name).cloned() {
+            Some(Val::Node(o)) => Ok(o),
+            Some(Val::Const(i)) => self.const_node(i),
+            Some(Val::Poisoned) => Err(ctx.problem(
+                ProblemKind::Upstream,
+                "input",
+                format!("`{name}` could not be imported"),
+            )),
+            None => Err(ctx.problem(
+                ProblemKind::Model,
+                "input",
+                format!(
+                    "`{}` is not produced by any earlier node",
+                    torchlean_ir::shorten(name)
+                ),
+            )),
+        }
+    }
+
+    fn const_node(&mut self, i: usize) -> std::result::Result<Operand, Problem> {
+        if let Some(o) = &self.consts[i].node {
+            return Ok(o.clone());
+        }
+        let shape = self.consts[i].c.shape.clone();
+        let t = Tensor::new(shape.clone(), self.consts[i].c.floats()).map_err(|e| {
+            Problem::new(
+                ProblemKind::BadTensor,
+                self.consts[i].initializer.clone().unwrap_or_default(),
+                "initializer",
+                "data",
+                e.to_string(),
+            )
+        })?;
+        let id = self.push_node(OpKind::Const { value_shape: None }, vec![], shape.clone());
+        let name = desc::CONST.payload_names()[0];
+        self.payload.insert(id, name, t);
+        if let Some(onnx_name) = self.consts[i].initializer.clone() {
+            self.params.push(Param {
+                onnx_name,
+                node: id,
+                tensor: name,
+            });
+        }
+        let o = Operand { id, shape };
+        self.consts[i].node = Some(o.clone());
+        Ok(o)
+    }
+
+    /// Applies `op` to `parents` with payload `weights` (ONNX initializer name, if any, and
+    /// tensor, in the op's payload order): the output shape is the op's shape rule's.
+    pub(crate) fn apply_with(
+        &mut self,
+        ctx: &Ctx<'_>,
+        op: Op,
+        parents: &[&Operand],
+        weights: Vec<(Option<String>, Tensor<f64>)>,
+        eps: Option<f64>,
+    ) -> std::result::Result<Operand, Problem> {
+        let mut shapes: Vec<Shape> = parents.iter().map(|p| p.shape.clone()).collect();
+        shapes.extend(weights.iter().map(|(_, t)| t.shape().clone()));
+        let shape = op.infer_shape(&shapes).map_err(|e| {
+            ctx.problem(
+                ProblemKind::Shape,
+                "",
+                format!("as IR `{}`: {e}", op.name()),
+            )
+        })?;
+        let names = op.desc().payload_names();
+        let ids = parents.iter().map(|p| p.id).collect();
+        let id = self.push_node(OpKind::Op(op), ids, shape.clone());
+        for (&tensor, (onnx_name, t)) in names.iter().zip(weights) {
+            self.payload.insert(id, tensor, t);
+            if let Some(onnx_name) = onnx_name {
+                self.params.push(Param {
+                    onnx_name,
+                    node: id,
+                    tensor,
+                });
+            }
+        }
+        if let Some(eps) = eps {
+            self.payload.entries.entry(id).or_default().eps = Some(eps);
+        }
+        Ok(Operand { id, shape })
+    }
+
+    /// Replaces the op of node `id` (made by [`Builder::apply_with`]; its shape stands).
+    pub(crate) fn set_op(&mut self, id: usize, op: Op) {
+        if let Some(n) = self.nodes.get_mut(id) {
+            n.kind = OpKind::Op(op);
+        }
+    }
+
+    /// Applies an op without payload.
+    pub(crate) fn apply(
+        &mut self,
+        ctx: &Ctx<'_>,
+        op: Op,
+        parents: &[&Operand],
+    ) -> std::result::Result<Operand, Problem> {
+        self.apply_with(ctx, op, parents, Vec::new(), None)
+    }
+}
+
+/// The dims a value's type declares (`None` for a symbolic or unknown dim), if it has a shape.
+fn declared_dims(v: &ValueInfoProto) -> Option<Vec<Option<usize>>> {
+    let Some(type_proto::Value::TensorType(t)) = v.r#type.as_ref()?.value.as_ref() else {
+        return None;
+    };
+    Some(
+        t.shape
+            .as_ref()?
+            .dim
+            .iter()
+            .map(|d| match d.value {
+                Some(dimension::Value::DimValue(n)) => usize::try_from(n).ok(),
+                _ => None,
+            })
+            .collect(),
+    )
+}

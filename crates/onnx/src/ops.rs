@@ -1,0 +1,1079 @@
+//! One mapping per ONNX op type, to IR kinds (the table is `docs/onnx.md`). Every output shape
+//! comes from the IR op's shape rule ([`Builder::apply`] calls `Op::infer_shape`); the only
+//! shape arithmetic here is ONNX's own operand conventions (numpy broadcasting, Reshape's `0`
+//! and `-1`, Flatten's two factors, Slice's clamping).
+
+use crate::attrs::Ctx;
+use crate::error::Problem;
+use crate::import::{Builder, Operand};
+use crate::tensor::{decode, Constant, Values};
+use torchlean_spec::ops::BATCH_NORM_DEFAULT_EPS;
+use torchlean_spec::{
+    BinaryOp, Conv2dSpec, GeluApprox, Op, PoolKind, PoolSpec, Shape, Tensor, UnaryOp,
+};
+
+type Many<T> = std::result::Result<T, Vec<Problem>>;
+type Mapped = Many<()>;
+type One<T> = std::result::Result<T, Problem>;
+
+/// The op types [`map_node`] maps (default domain only).
+pub const SUPPORTED: &[&str] = &[
+    "Gemm",
+    "MatMul",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Relu",
+    "Gelu",
+    "Sigmoid",
+    "Tanh",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Abs",
+    "Neg",
+    "Softmax",
+    "LogSoftmax",
+    "Conv",
+    "MaxPool",
+    "AveragePool",
+    "GlobalAveragePool",
+    "BatchNormalization",
+    "LayerNormalization",
+    "Reshape",
+    "Flatten",
+    "Transpose",
+    "Concat",
+    "Slice",
+    "ReduceSum",
+    "ReduceMean",
+    "Clip",
+    "Constant",
+    "Identity",
+    "Dropout",
+    "Cast",
+];
+
+pub(crate) fn supported(ctx: &Ctx<'_>) -> bool {
+    matches!(ctx.node.domain(), "" | "ai.onnx") && SUPPORTED.contains(&ctx.op)
+}
+
+/// Maps one node: its outputs are defined in `b`, or every problem found is returned.
+pub(crate) fn map_node(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
+    let out = ctx.node.output.first().cloned().unwrap_or_default();
+    let result: Mapped = match ctx.op {
+        "Identity" => {
+            only(ctx, &[])?;
+            alias(b, ctx, &out)
+        }
+        "Dropout" => dropout(b, ctx, &out),
+        "Constant" => constant(b, ctx, &out),
+        "Cast" => cast(b, ctx, &out),
+        _ => {
+            extra_outputs(ctx)?;
+            let o = match ctx.op {
+                "Gemm" => gemm(b, ctx)?,
+                "MatMul" => {
+                    one(ctx, &[])?;
+                    matmul(b, ctx)?
+                }
+                "Add" | "Sub" | "Mul" | "Div" => {
+                    one(ctx, &[])?;
+                    binary(b, ctx)?
+                }
+                "Relu" | "Sigmoid" | "Tanh" | "Exp" | "Log" | "Sqrt" | "Abs" | "Neg" | "Gelu" => {
+                    unary(b, ctx)?
+                }
+                "Softmax" | "LogSoftmax" => softmax(b, ctx)?,
+                "Conv" => conv(b, ctx)?,
+                "MaxPool" | "AveragePool" => pool(b, ctx)?,
+                "GlobalAveragePool" => global_average_pool(b, ctx)?,
+                "BatchNormalization" => batch_norm(b, ctx)?,
+                "LayerNormalization" => layer_norm(b, ctx)?,
+                "Reshape" => reshape_op(b, ctx)?,
+                "Flatten" => flatten(b, ctx)?,
+                "Transpose" => transpose(b, ctx)?,
+                "Concat" => concat(b, ctx)?,
+                "Slice" => slice(b, ctx)?,
+                "ReduceSum" | "ReduceMean" => reduce(b, ctx)?,
+                "Clip" => clip(b, ctx)?,
+                other => {
+                    // `supported` lists exactly the arms above
+                    return Err(vec![
+                        ctx.unsupported("op_type", format!("no mapping for {other}"))
+                    ]);
+                }
+            };
+            b.define(&out, o);
+            Ok(())
+        }
+    };
+    result
+}
+
+// ---- helpers ----
+
+fn only(ctx: &Ctx<'_>, known: &[&str]) -> Mapped {
+    let ps = ctx.only(known);
+    if ps.is_empty() {
+        Ok(())
+    } else {
+        Err(ps)
+    }
+}
+
+/// [`only`] for mappings that return a single problem.
+fn one(ctx: &Ctx<'_>, known: &[&str]) -> One<()> {
+    ctx.only(known).into_iter().next().map_or(Ok(()), Err)
+}
+
+/// Outputs past the first that the model uses are not supported (batch norm's running
+/// statistics, max pool's indices, layer norm's mean).
+fn extra_outputs(ctx: &Ctx<'_>) -> Mapped {
+    let ps: Vec<Problem> = ctx
+        .node
+        .output
+        .iter()
+        .enumerate()
+        .skip(1)
+        .filter(|(_, o)| !o.is_empty())
+        .map(|(i, _)| {
+            ctx.unsupported(
+                &format!("output[{i}]"),
+                "only the first output is supported",
+            )
+        })
+        .collect();
+    if ps.is_empty() {
+        Ok(())
+    } else {
+        Err(ps)
+    }
+}
+
+/// The follow-on of an earlier problem (never reported).
+fn upstream(ctx: &Ctx<'_>, name: &str) -> Problem {
+    ctx.problem(
+        crate::error::ProblemKind::Upstream,
+        "input",
+        format!("`{name}` could not be imported"),
+    )
+}
+
+fn input<'a>(ctx: &Ctx<'a>, i: usize) -> One<&'a str> {
+    ctx.input(i)
+        .ok_or_else(|| ctx.unsupported(&format!("input[{i}]"), "required input missing"))
+}
+
+fn data(b: &mut Builder, ctx: &Ctx<'_>, i: usize) -> One<Operand> {
+    let name = input(ctx, i)?;
+    b.value(ctx, name)
+}
+
+/// A constant input (initializer or `Constant` output), as the mapping needs it at import time.
+fn const_input<'b>(b: &'b Builder, ctx: &Ctx<'_>, i: usize) -> One<Option<&'b Constant>> {
+    match ctx.input(i) {
+        None => Ok(None),
+        Some(name) if b.poisoned(name) => Err(upstream(ctx, name)),
+        Some(name) => b.constant(name).map(Some).ok_or_else(|| {
+            ctx.unsupported(
+                &format!("input[{i}]"),
+                format!("`{name}` must be a constant (an initializer or a Constant node)"),
+            )
+        }),
+    }
+}
+
+fn const_ints(b: &Builder, ctx: &Ctx<'_>, i: usize) -> One<Option<Vec<i64>>> {
+    match const_input(b, ctx, i)? {
+        None => Ok(None),
+        Some(c) => c
+            .ints()
+            .map(|v| Some(v.to_vec()))
+            .ok_or_else(|| ctx.unsupported(&format!("input[{i}]"), "expected an integer tensor")),
+    }
+}
+
+fn const_scalar(b: &Builder, ctx: &Ctx<'_>, i: usize) -> One<Option<f64>> {
+    match const_input(b, ctx, i)? {
+        None => Ok(None),
+        Some(c) => c
+            .single()
+            .map(Some)
+            .ok_or_else(|| ctx.unsupported(&format!("input[{i}]"), "expected a single value")),
+    }
+}
+
+/// A number attribute (or bound) the IR stores: finite (the graph's JSON has no infinities in
+/// attributes), `default` when absent.
+fn finite(ctx: &Ctx<'_>, field: &str, v: Option<f64>, default: f64) -> One<f64> {
+    match v {
+        None => Ok(default),
+        Some(v) if v.is_finite() => Ok(v),
+        Some(v) => Err(ctx.unsupported(field, format!("{v}: only finite values"))),
+    }
+}
+
+/// An ONNX axis (negative counts from the end) as an index below `rank`.
+fn axis(ctx: &Ctx<'_>, field: &str, a: i64, rank: usize) -> One<usize> {
+    let r = i64::try_from(rank).unwrap_or(i64::MAX);
+    let a2 = if a < 0 { a + r } else { a };
+    if (0..r).contains(&a2) {
+        Ok(usize::try_from(a2).unwrap_or(0))
+    } else {
+        Err(ctx.unsupported(field, format!("axis {a} is outside rank {rank}")))
+    }
+}
+
+fn weight_tensor(c: &Constant, ctx: &Ctx<'_>, field: &str) -> One<Tensor<f64>> {
+    Tensor::new(c.shape.clone(), c.floats()).map_err(|e| ctx.unsupported(field, e.to_string()))
+}
+
+/// A weight operand: an initializer used only here, lifted to a payload tensor.
+fn weight(b: &Builder, ctx: &Ctx<'_>, i: usize) -> One<(Option<String>, Tensor<f64>)> {
+    let name = input(ctx, i)?;
+    if b.poisoned(name) {
+        return Err(upstream(ctx, name));
+    }
+    let field = format!("input[{i}]");
+    let c = b.weight(name).ok_or_else(|| {
+        ctx.unsupported(
+            &field,
+            format!("`{name}` must be an initializer used by this node only (it becomes the node's payload)"),
+        )
+    })?;
+    Ok((Some(name.to_string()), weight_tensor(c, ctx, &field)?))
+}
+
+fn reshape(b: &mut Builder, ctx: &Ctx<'_>, x: &Operand, to: Shape) -> One<Operand> {
+    if x.shape == to {
+        return Ok(x.clone());
+    }
+    b.apply(
+        ctx,
+        Op::Reshape {
+            from: x.shape.clone(),
+            to,
+        },
+        &[x],
+    )
+}
+
+fn broadcast(b: &mut Builder, ctx: &Ctx<'_>, x: &Operand, to: &Shape) -> One<Operand> {
+    if &x.shape == to {
+        return Ok(x.clone());
+    }
+    b.apply(
+        ctx,
+        Op::BroadcastTo {
+            from: x.shape.clone(),
+            to: to.clone(),
+        },
+        &[x],
+    )
+}
+
+/// ONNX's (numpy's) multidirectional broadcast of two shapes.
+fn broadcast_shape(a: &Shape, b: &Shape) -> Option<Shape> {
+    let r = a.rank().max(b.rank());
+    let dim = |s: &Shape, i: usize| -> usize {
+        let lead = r - s.rank();
+        if i < lead {
+            1
+        } else {
+            s.dims()[i - lead]
+        }
+    };
+    let mut out = Vec::with_capacity(r);
+    for i in 0..r {
+        let (x, y) = (dim(a, i), dim(b, i));
+        out.push(match (x, y) {
+            _ if x == y => x,
+            (1, y) => y,
+            (x, 1) => x,
+            _ => return None,
+        });
+    }
+    // each side reaches it through a `broadcast_to` node, whose shape rule checks it
+    Some(Shape::new(out))
+}
+
+/// `op(a, b)` with ONNX broadcasting made explicit.
+fn binary_of(
+    b: &mut Builder,
+    ctx: &Ctx<'_>,
+    op: BinaryOp,
+    x: &Operand,
+    y: &Operand,
+) -> One<Operand> {
+    let to = broadcast_shape(&x.shape, &y.shape).ok_or_else(|| {
+        ctx.problem(
+            crate::error::ProblemKind::Shape,
+            "",
+            format!("{} and {} do not broadcast", x.shape, y.shape),
+        )
+    })?;
+    let x = broadcast(b, ctx, x, &to)?;
+    let y = broadcast(b, ctx, y, &to)?;
+    b.apply(ctx, Op::Binary(op), &[&x, &y])
+}
+
+fn product(dims: &[usize]) -> usize {
+    dims.iter().product()
+}
+
+// ---- the ops ----
+
+fn alias(b: &mut Builder, ctx: &Ctx<'_>, out: &str) -> Mapped {
+    let x = input(ctx, 0).map_err(|p| vec![p])?;
+    b.alias(out, x);
+    Ok(())
+}
+
+fn dropout(b: &mut Builder, ctx: &Ctx<'_>, out: &str) -> Mapped {
+    only(ctx, &["seed", "is_test", "ratio"])?;
+    let mut ps = Vec::new();
+    if ctx.node.output.get(1).is_some_and(|o| !o.is_empty()) {
+        ps.push(ctx.unsupported("output[1]", "the mask output is not supported"));
+    }
+    match const_input(b, ctx, 2) {
+        Ok(None) => {}
+        Ok(Some(c)) if c.single() == Some(0.0) => {}
+        Ok(Some(_)) => {
+            ps.push(ctx.unsupported("training_mode", "only inference (false) is supported"))
+        }
+        Err(p) => ps.push(p),
+    }
+    if !ps.is_empty() {
+        return Err(ps);
+    }
+    alias(b, ctx, out)
+}
+
+fn constant(b: &mut Builder, ctx: &Ctx<'_>, out: &str) -> Mapped {
+    only(
+        ctx,
+        &[
+            "value",
+            "value_float",
+            "value_floats",
+            "value_int",
+            "value_ints",
+        ],
+    )?;
+    let scalar = |v: Values| Constant {
+        shape: Shape::scalar(),
+        values: v,
+    };
+    let vector = |v: Values, n: usize| Constant {
+        shape: Shape::from([n]),
+        values: v,
+    };
+    let c = if let Some(t) = ctx.tensor("value") {
+        decode(t)
+            .map_err(|m| vec![ctx.problem(crate::error::ProblemKind::BadTensor, "value", m)])?
+    } else if let Some(f) = ctx.float("value_float") {
+        scalar(Values::Float(vec![f]))
+    } else if let Some(i) = ctx.int("value_int") {
+        scalar(Values::Int(vec![i]))
+    } else if let Some(fs) = ctx.floats("value_floats") {
+        vector(
+            Values::Float(fs.iter().map(|&x| f64::from(x)).collect()),
+            fs.len(),
+        )
+    } else if let Some(is) = ctx.ints("value_ints") {
+        vector(Values::Int(is.to_vec()), is.len())
+    } else {
+        return Err(vec![
+            ctx.unsupported("value", "a Constant without a supported value")
+        ]);
+    };
+    b.define_const(out, c, None);
+    Ok(())
+}
+
+/// Cast to a floating type is the identity on values (the graph is evaluated in one dtype);
+/// a constant is re-typed at import.
+fn cast(b: &mut Builder, ctx: &Ctx<'_>, out: &str) -> Mapped {
+    use crate::proto::tensor_proto::DataType;
+    only(ctx, &["to", "saturate", "round_mode"])?;
+    let to = DataType::try_from(ctx.int_or("to", 0) as i32).ok();
+    let x = input(ctx, 0).map_err(|p| vec![p])?;
+    let c = b.constant(x).cloned();
+    match (to, c) {
+        (Some(DataType::Float | DataType::Double), Some(c)) => {
+            let shape = c.shape.clone();
+            let values = Values::Float(c.floats());
+            b.define_const(out, Constant { shape, values }, None);
+            Ok(())
+        }
+        (Some(DataType::Int64 | DataType::Int32), Some(c)) if c.ints().is_some() => {
+            b.define_const(out, c, None);
+            Ok(())
+        }
+        (Some(DataType::Float | DataType::Double), None) => {
+            b.alias(out, x);
+            Ok(())
+        }
+        _ => Err(vec![ctx.unsupported(
+            "to",
+            format!(
+                "cast to {} of a non-constant value",
+                crate::tensor::dtype_name(ctx.int_or("to", 0) as i32)
+            ),
+        )]),
+    }
+}
+
+fn unary(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
+    let f = match ctx.op {
+        "Relu" => UnaryOp::Relu,
+        "Sigmoid" => UnaryOp::Sigmoid,
+        "Tanh" => UnaryOp::Tanh,
+        "Exp" => UnaryOp::Exp,
+        "Log" => UnaryOp::Log,
+        "Sqrt" => UnaryOp::Sqrt,
+        "Abs" => UnaryOp::Abs,
+        "Neg" => UnaryOp::Neg,
+        _ => {
+            only(ctx, &["approximate"])?;
+            match ctx.string("approximate").as_deref() {
+                None | Some("none") => UnaryOp::Gelu(GeluApprox::None),
+                Some("tanh") => UnaryOp::Gelu(GeluApprox::Tanh),
+                Some(other) => {
+                    return Err(vec![ctx.unsupported(
+                        "approximate",
+                        format!("`{}`; \"none\" or \"tanh\"", torchlean_ir::shorten(other)),
+                    )])
+                }
+            }
+        }
+    };
+    if ctx.op != "Gelu" {
+        only(ctx, &[])?;
+    }
+    let x = data(b, ctx, 0)?;
+    Ok(b.apply(ctx, Op::Unary(f), &[&x])?)
+}
+
+fn binary(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    let op = match ctx.op {
+        "Add" => BinaryOp::Add,
+        "Sub" => BinaryOp::Sub,
+        "Mul" => BinaryOp::Mul,
+        _ => BinaryOp::Div,
+    };
+    let x = data(b, ctx, 0)?;
+    let y = data(b, ctx, 1)?;
+    binary_of(b, ctx, op, &x, &y)
+}
+
+/// `Gemm`: a `linear` node when it is one (`transB`, `alpha = beta = 1`, weight and bias
+/// initializers used only here); otherwise transposes, `matmul`, `scale` and a broadcast `add`.
+fn gemm(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
+    only(ctx, &["alpha", "beta", "transA", "transB"])?;
+    let alpha = finite(ctx, "alpha", ctx.float("alpha"), 1.0)?;
+    let beta = finite(ctx, "beta", ctx.float("beta"), 1.0)?;
+    let trans_a = ctx.int_or("transA", 0) != 0;
+    let trans_b = ctx.int_or("transB", 0) != 0;
+    let go = |b: &mut Builder| -> One<Operand> {
+        let a = data(b, ctx, 0)?;
+        let bias_ok = match ctx.input(2) {
+            None => true,
+            Some(c) => b.weight(c).is_some_and(|c| c.shape.rank() == 1),
+        };
+        let linear = !trans_a
+            && trans_b
+            && alpha == 1.0
+            && beta == 1.0
+            && bias_ok
+            && ctx.input(1).is_some_and(|w| b.weight(w).is_some());
+        if linear {
+            let w = weight(b, ctx, 1)?;
+            let bias = match ctx.input(2) {
+                Some(_) => weight(b, ctx, 2)?,
+                None => {
+                    let out = w.1.shape().dims().first().copied().unwrap_or(0);
+                    let zeros = Tensor::zeros([out])
+                        .map_err(|e| ctx.unsupported("input[1]", e.to_string()))?;
+                    (None, zeros)
+                }
+            };
+            return b.apply_with(ctx, Op::Linear, &[&a], vec![w, bias], None);
+        }
+        let t = |b: &mut Builder, x: Operand, yes: bool| -> One<Operand> {
+            if yes {
+                b.apply(ctx, Op::Permute { perm: vec![1, 0] }, &[&x])
+            } else {
+                Ok(x)
+            }
+        };
+        let a = t(b, a, trans_a)?;
+        let w = data(b, ctx, 1)?;
+        let w = t(b, w, trans_b)?;
+        let mut y = b.apply(ctx, Op::MatMul, &[&a, &w])?;
+        if alpha != 1.0 {
+            y = b.apply(ctx, Op::Scale { c: alpha }, &[&y])?;
+        }
+        if ctx.input(2).is_some() {
+            let mut c = data(b, ctx, 2)?;
+            if beta != 1.0 {
+                c = b.apply(ctx, Op::Scale { c: beta }, &[&c])?;
+            }
+            y = binary_of(b, ctx, BinaryOp::Add, &y, &c)?;
+        }
+        Ok(y)
+    };
+    Ok(go(b)?)
+}
+
+/// `MatMul` (numpy semantics) through the IR's `matmul` (`[m,n]·[n,p]`, `[b,m,n]·[b,n,p]`):
+/// a matrix right operand multiplies the left one's rows flattened; otherwise the batch axes
+/// are broadcast and flattened into one.
+fn matmul(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    let x = data(b, ctx, 0)?;
+    let y = data(b, ctx, 1)?;
+    let (rx, ry) = (x.shape.rank(), y.shape.rank());
+    if rx < 2 || ry < 2 {
+        return Err(ctx.unsupported(
+            "input",
+            format!("a rank-1 operand ({} · {})", x.shape, y.shape),
+        ));
+    }
+    let (m, n) = (x.shape.dims()[rx - 2], x.shape.dims()[rx - 1]);
+    let p = y.shape.dims()[ry - 1];
+    if rx == 2 && ry == 2 {
+        return b.apply(ctx, Op::MatMul, &[&x, &y]);
+    }
+    let lead_x = &x.shape.dims()[..rx - 2];
+    if ry == 2 {
+        let rows = reshape(b, ctx, &x, Shape::from([product(lead_x) * m, n]))?;
+        let z = b.apply(ctx, Op::MatMul, &[&rows, &y])?;
+        let mut dims = lead_x.to_vec();
+        dims.extend([m, p]);
+        return reshape(b, ctx, &z, Shape::new(dims));
+    }
+    let lead_y = Shape::from_slice(&y.shape.dims()[..ry - 2]);
+    let lead = broadcast_shape(&Shape::from_slice(lead_x), &lead_y).ok_or_else(|| {
+        ctx.problem(
+            crate::error::ProblemKind::Shape,
+            "",
+            format!("batch axes of {} and {} do not broadcast", x.shape, y.shape),
+        )
+    })?;
+    let full = |last: [usize; 2]| {
+        let mut d = lead.dims().to_vec();
+        d.extend(last);
+        Shape::new(d)
+    };
+    let batch = product(lead.dims());
+    let k = y.shape.dims()[ry - 2];
+    let xb = broadcast(b, ctx, &x, &full([m, n]))?;
+    let yb = broadcast(b, ctx, &y, &full([k, p]))?;
+    let x3 = reshape(b, ctx, &xb, Shape::from([batch, m, n]))?;
+    let y3 = reshape(b, ctx, &yb, Shape::from([batch, k, p]))?;
+    let z = b.apply(ctx, Op::MatMul, &[&x3, &y3])?;
+    reshape(b, ctx, &z, full([m, p]))
+}
+
+/// `Softmax`/`LogSoftmax`: from opset 13 along `axis` (default -1); before, over the axes from
+/// `axis` (default 1) flattened together.
+fn softmax(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &["axis"])?;
+    let x = data(b, ctx, 0)?;
+    let rank = x.shape.rank();
+    let make = |axis| {
+        if ctx.op == "Softmax" {
+            Op::Softmax { axis }
+        } else {
+            Op::LogSoftmax { axis }
+        }
+    };
+    if b.opset >= 13 {
+        let a = axis(ctx, "axis", ctx.int_or("axis", -1), rank)?;
+        return b.apply(ctx, make(a), &[&x]);
+    }
+    let a = axis(ctx, "axis", ctx.int_or("axis", 1), rank)?;
+    if a + 1 == rank {
+        return b.apply(ctx, make(a), &[&x]);
+    }
+    let d = x.shape.dims();
+    let flat = reshape(
+        b,
+        ctx,
+        &x,
+        Shape::from([product(&d[..a]), product(&d[a..])]),
+    )?;
+    let y = b.apply(ctx, make(1), &[&flat])?;
+    reshape(b, ctx, &y, x.shape.clone())
+}
+
+/// The one value of a per-axis attribute pair (strides, pads) the IR's single field can hold.
+fn uniform(ctx: &Ctx<'_>, field: &str, values: &[i64], default: i64) -> One<usize> {
+    let v = values.first().copied().unwrap_or(default);
+    if values.iter().any(|&x| x != v) {
+        return Err(ctx.unsupported(
+            field,
+            format!("{values:?}: the IR takes one value for every axis and side"),
+        ));
+    }
+    usize::try_from(v).map_err(|_| ctx.unsupported(field, format!("{values:?}: negative")))
+}
+
+fn no_dilation_auto_pad(ctx: &Ctx<'_>) -> Vec<Problem> {
+    let mut ps = Vec::new();
+    if let Some(d) = ctx.ints("dilations") {
+        if d.iter().any(|&x| x != 1) {
+            ps.push(ctx.unsupported("dilations", format!("{d:?}: only 1")));
+        }
+    }
+    if let Some(p) = ctx.string("auto_pad") {
+        if p != "NOTSET" {
+            ps.push(ctx.unsupported(
+                "auto_pad",
+                format!("`{}`: only NOTSET", torchlean_ir::shorten(&p)),
+            ));
+        }
+    }
+    ps
+}
+
+fn rank4(ctx: &Ctx<'_>, x: &Operand) -> One<()> {
+    if x.shape.rank() == 4 {
+        Ok(())
+    } else {
+        Err(ctx.unsupported("input[0]", format!("{}: only [N, C, H, W] inputs", x.shape)))
+    }
+}
+
+fn conv(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    let ps = {
+        let mut ps = ctx.only(&[
+            "auto_pad",
+            "dilations",
+            "group",
+            "kernel_shape",
+            "pads",
+            "strides",
+        ]);
+        ps.extend(no_dilation_auto_pad(ctx));
+        if ctx.int_or("group", 1) != 1 {
+            ps.push(ctx.unsupported("group", format!("{}: only 1", ctx.int_or("group", 1))));
+        }
+        ps
+    };
+    if let Some(p) = ps.into_iter().next() {
+        return Err(p);
+    }
+    let x = data(b, ctx, 0)?;
+    rank4(ctx, &x)?;
+    let w = weight(b, ctx, 1)?;
+    let wd = w.1.shape().dims().to_vec();
+    if wd.len() != 4 {
+        return Err(ctx.unsupported(
+            "input[1]",
+            format!("weight {}: only 2-D kernels", w.1.shape()),
+        ));
+    }
+    if let Some(k) = ctx.ints("kernel_shape") {
+        if k.iter()
+            .map(|&v| usize::try_from(v).ok())
+            .ne(wd[2..].iter().map(|&v| Some(v)))
+        {
+            return Err(ctx.unsupported(
+                "kernel_shape",
+                format!("{k:?} disagrees with the weight {}", w.1.shape()),
+            ));
+        }
+    }
+    let stride = uniform(ctx, "strides", ctx.ints("strides").unwrap_or(&[]), 1)?;
+    let padding = uniform(ctx, "pads", ctx.ints("pads").unwrap_or(&[]), 0)?;
+    let bias = match ctx.input(2) {
+        Some(_) => weight(b, ctx, 2)?,
+        None => (
+            None,
+            Tensor::zeros([wd[0]]).map_err(|e| ctx.unsupported("input[1]", e.to_string()))?,
+        ),
+    };
+    let spec = Conv2dSpec {
+        in_channels: wd[1],
+        out_channels: wd[0],
+        kernel_h: wd[2],
+        kernel_w: wd[3],
+        stride,
+        padding,
+    };
+    b.apply_with(ctx, Op::Conv2d(spec), &[&x], vec![w, bias], None)
+}
+
+fn pool(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
+    let max = ctx.op == "MaxPool";
+    let known: &[&str] = if max {
+        &[
+            "auto_pad",
+            "ceil_mode",
+            "dilations",
+            "kernel_shape",
+            "pads",
+            "storage_order",
+            "strides",
+        ]
+    } else {
+        &[
+            "auto_pad",
+            "ceil_mode",
+            "count_include_pad",
+            "dilations",
+            "kernel_shape",
+            "pads",
+            "strides",
+        ]
+    };
+    let mut ps = ctx.only(known);
+    ps.extend(no_dilation_auto_pad(ctx));
+    if ctx.int_or("ceil_mode", 0) != 0 {
+        ps.push(ctx.unsupported("ceil_mode", "only 0 (floor)"));
+    }
+    if ctx.int_or("storage_order", 0) != 0 {
+        ps.push(ctx.unsupported("storage_order", "only 0 (row major)"));
+    }
+    let k = ctx.ints("kernel_shape").unwrap_or(&[]);
+    let kernel: Vec<usize> = k.iter().filter_map(|&v| usize::try_from(v).ok()).collect();
+    if kernel.len() != 2 || k.len() != 2 {
+        ps.push(ctx.unsupported("kernel_shape", format!("{k:?}: a 2-D kernel is required")));
+    }
+    let stride = uniform(ctx, "strides", ctx.ints("strides").unwrap_or(&[]), 1);
+    let padding = uniform(ctx, "pads", ctx.ints("pads").unwrap_or(&[]), 0);
+    if let (false, Ok(p)) = (max, &padding) {
+        // PyTorch's default (count_include_pad=True) exports as 1; ONNX's default is 0
+        if *p > 0 && ctx.int_or("count_include_pad", 0) == 0 {
+            ps.push(ctx.unsupported(
+                "count_include_pad",
+                "0 with padding: the IR's padded average counts padded zeros (PyTorch's default)",
+            ));
+        }
+    }
+    let (stride, padding) = match (stride, padding) {
+        (Ok(s), Ok(p)) if ps.is_empty() => (s, p),
+        (s, p) => {
+            ps.extend(s.err());
+            ps.extend(p.err());
+            return Err(ps);
+        }
+    };
+    let x = data(b, ctx, 0)?;
+    rank4(ctx, &x)?;
+    let spec = PoolSpec {
+        kind: if max { PoolKind::Max } else { PoolKind::Avg },
+        kernel_h: kernel[0],
+        kernel_w: kernel[1],
+        stride,
+        padding,
+        padded: padding > 0,
+    };
+    Ok(b.apply(ctx, Op::Pool(spec), &[&x])?)
+}
+
+/// `GlobalAveragePool` is an average pool whose window is the whole image.
+fn global_average_pool(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &[])?;
+    let x = data(b, ctx, 0)?;
+    rank4(ctx, &x)?;
+    let spec = PoolSpec {
+        kind: PoolKind::Avg,
+        kernel_h: x.shape.dims()[2],
+        kernel_w: x.shape.dims()[3],
+        stride: 1,
+        padding: 0,
+        padded: false,
+    };
+    b.apply(ctx, Op::Pool(spec), &[&x])
+}
+
+fn batch_norm(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &["epsilon", "momentum", "training_mode", "spatial"])?;
+    if ctx.int_or("training_mode", 0) != 0 {
+        return Err(ctx.unsupported("training_mode", "only inference (0)"));
+    }
+    if ctx.int_or("spatial", 1) != 1 {
+        return Err(ctx.unsupported("spatial", "only 1"));
+    }
+    let eps = finite(ctx, "epsilon", ctx.float("epsilon"), 1e-5)?;
+    let x = data(b, ctx, 0)?;
+    let weights = (1..5).map(|i| weight(b, ctx, i)).collect::<One<Vec<_>>>()?;
+    let channels = weights[0].1.len();
+    let o = b.apply_with(
+        ctx,
+        Op::BatchNormEval { channels, eps },
+        &[&x],
+        weights,
+        Some(eps),
+    )?;
+    // batch norm's eps lives in the payload (`node_sem` reads it there, `check_payload`
+    // validates it); the node's kind holds what its wire form parses to
+    b.set_op(
+        o.id,
+        Op::BatchNormEval {
+            channels,
+            eps: BATCH_NORM_DEFAULT_EPS,
+        },
+    );
+    Ok(o)
+}
+
+/// `LayerNormalization`: the IR's `layernorm` (no affine), then `Scale` and `B` broadcast,
+/// multiplied and added (their gradients come out as the `const` nodes' payload).
+fn layer_norm(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &["axis", "epsilon", "stash_type"])?;
+    let x = data(b, ctx, 0)?;
+    let a = axis(ctx, "axis", ctx.int_or("axis", -1), x.shape.rank())?;
+    let eps = finite(ctx, "epsilon", ctx.float("epsilon"), 1e-5)?;
+    let mut y = b.apply(
+        ctx,
+        Op::LayerNorm {
+            axis: a,
+            eps: Some(eps),
+        },
+        &[&x],
+    )?;
+    let scale = data(b, ctx, 1)?;
+    y = binary_of(b, ctx, BinaryOp::Mul, &y, &scale)?;
+    if ctx.input(2).is_some() {
+        let bias = data(b, ctx, 2)?;
+        y = binary_of(b, ctx, BinaryOp::Add, &y, &bias)?;
+    }
+    Ok(y)
+}
+
+fn reshape_op(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &["allowzero"])?;
+    let allow_zero = ctx.int_or("allowzero", 0) != 0;
+    let spec = const_ints(b, ctx, 1)?
+        .ok_or_else(|| ctx.unsupported("input[1]", "the shape input is required"))?;
+    let x = data(b, ctx, 0)?;
+    let mut dims = Vec::with_capacity(spec.len());
+    let mut infer = None;
+    for (i, &d) in spec.iter().enumerate() {
+        match d {
+            -1 if infer.is_none() => {
+                infer = Some(i);
+                dims.push(1);
+            }
+            0 if !allow_zero => dims.push(x.shape.dim(i).ok_or_else(|| {
+                ctx.unsupported("input[1]", format!("{spec:?}: a 0 past the input's rank"))
+            })?),
+            d => dims.push(
+                usize::try_from(d)
+                    .map_err(|_| ctx.unsupported("input[1]", format!("{spec:?}: dim {d}")))?,
+            ),
+        }
+    }
+    if let Some(i) = infer {
+        let known = product(&dims);
+        if known == 0 || x.shape.size() % known != 0 {
+            return Err(ctx.unsupported(
+                "input[1]",
+                format!("{spec:?}: -1 cannot be inferred from {}", x.shape),
+            ));
+        }
+        dims[i] = x.shape.size() / known;
+    }
+    reshape(b, ctx, &x, Shape::new(dims))
+}
+
+fn flatten(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &["axis"])?;
+    let x = data(b, ctx, 0)?;
+    let rank = x.shape.rank();
+    let raw = ctx.int_or("axis", 1);
+    // Flatten's axis may equal the rank (everything in the first factor)
+    let a = if raw == i64::try_from(rank).unwrap_or(i64::MAX) {
+        rank
+    } else {
+        axis(ctx, "axis", raw, rank)?
+    };
+    let d = x.shape.dims();
+    let to = Shape::from([product(&d[..a]), product(&d[a..])]);
+    reshape(b, ctx, &x, to)
+}
+
+fn transpose(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &["perm"])?;
+    let x = data(b, ctx, 0)?;
+    let rank = x.shape.rank();
+    let perm: Vec<usize> = match ctx.ints("perm") {
+        Some(p) => p
+            .iter()
+            .map(|&a| axis(ctx, "perm", a, rank))
+            .collect::<One<_>>()?,
+        None => (0..rank).rev().collect(),
+    };
+    if perm.iter().enumerate().all(|(i, &p)| i == p) && perm.len() == rank {
+        return Ok(x);
+    }
+    b.apply(ctx, Op::Permute { perm }, &[&x])
+}
+
+fn concat(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &["axis"])?;
+    let xs = (0..ctx.node.input.len())
+        .map(|i| data(b, ctx, i))
+        .collect::<One<Vec<_>>>()?;
+    let Some(first) = xs.first() else {
+        return Err(ctx.unsupported("input", "no inputs"));
+    };
+    if xs.len() == 1 {
+        return Ok(first.clone());
+    }
+    let a = axis(
+        ctx,
+        "axis",
+        ctx.int("axis")
+            .ok_or_else(|| ctx.unsupported("axis", "required"))?,
+        first.shape.rank(),
+    )?;
+    let refs: Vec<&Operand> = xs.iter().collect();
+    b.apply(ctx, Op::Concat { axis: a }, &refs)
+}
+
+/// `Slice`: from opset 10 `starts`, `ends`, `axes`, `steps` are inputs (constants here);
+/// before, attributes. Each axis becomes one IR `slice` (step 1 only).
+fn slice(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    let (starts, ends, axes, steps) = if b.opset >= 10 {
+        one(ctx, &[])?;
+        let req = |i: usize, name: &str| -> One<Vec<i64>> {
+            const_ints(b, ctx, i)?.ok_or_else(|| ctx.unsupported(name, "required"))
+        };
+        (
+            req(1, "starts")?,
+            req(2, "ends")?,
+            const_ints(b, ctx, 3)?,
+            const_ints(b, ctx, 4)?,
+        )
+    } else {
+        one(ctx, &["starts", "ends", "axes"])?;
+        let attr = |n: &str| ctx.ints(n).map(<[i64]>::to_vec);
+        (
+            attr("starts").ok_or_else(|| ctx.unsupported("starts", "required"))?,
+            attr("ends").ok_or_else(|| ctx.unsupported("ends", "required"))?,
+            attr("axes"),
+            None,
+        )
+    };
+    let x = data(b, ctx, 0)?;
+    let rank = x.shape.rank();
+    let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
+    if starts.len() != ends.len() || axes.len() != starts.len() {
+        return Err(ctx.unsupported("starts", "starts, ends and axes differ in length"));
+    }
+    if let Some(s) = steps.iter().flatten().find(|&&s| s != 1) {
+        return Err(ctx.unsupported("steps", format!("step {s}: only 1")));
+    }
+    let mut y = x;
+    for ((&s, &e), &a) in starts.iter().zip(&ends).zip(&axes) {
+        let a = axis(ctx, "axes", a, rank)?;
+        let dim = y.shape.dims()[a];
+        let clampi = |v: i64| -> usize {
+            let d = i64::try_from(dim).unwrap_or(i64::MAX);
+            let v = if v < 0 { v.saturating_add(d) } else { v };
+            usize::try_from(v.clamp(0, d)).unwrap_or(0)
+        };
+        let (start, end) = (clampi(s), clampi(e));
+        let len = end.saturating_sub(start);
+        if start == 0 && len == dim {
+            continue;
+        }
+        y = b.apply(
+            ctx,
+            Op::Slice {
+                axis: a,
+                start,
+                len,
+            },
+            &[&y],
+        )?;
+    }
+    Ok(y)
+}
+
+/// `ReduceSum`/`ReduceMean`: axes from the attribute, or (ReduceSum from opset 13, ReduceMean
+/// from 18) a constant input; one IR reduction per axis, innermost first, then `keepdims`
+/// restores the reduced axes as 1s.
+fn reduce(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    let sum = ctx.op == "ReduceSum";
+    let from_input = if sum { b.opset >= 13 } else { b.opset >= 18 };
+    let axes = if from_input {
+        one(ctx, &["keepdims", "noop_with_empty_axes"])?;
+        const_ints(b, ctx, 1)?
+    } else {
+        one(ctx, &["keepdims", "axes"])?;
+        ctx.ints("axes").map(<[i64]>::to_vec)
+    };
+    let keep = ctx.int_or("keepdims", 1) != 0;
+    let x = data(b, ctx, 0)?;
+    let rank = x.shape.rank();
+    let mut axes: Vec<usize> = match axes {
+        Some(a) if !a.is_empty() => a
+            .iter()
+            .map(|&v| axis(ctx, "axes", v, rank))
+            .collect::<One<_>>()?,
+        _ if ctx.int_or("noop_with_empty_axes", 0) != 0 => return Ok(x),
+        _ => (0..rank).collect(),
+    };
+    axes.sort_unstable();
+    axes.dedup();
+    let mut y = x.clone();
+    for &a in axes.iter().rev() {
+        let op = if sum {
+            Op::ReduceSum { axis: a }
+        } else {
+            Op::ReduceMean { axis: a }
+        };
+        y = b.apply(ctx, op, &[&y])?;
+    }
+    if keep {
+        let dims: Vec<usize> = x
+            .shape
+            .dims()
+            .iter()
+            .enumerate()
+            .map(|(i, &d)| if axes.contains(&i) { 1 } else { d })
+            .collect();
+        y = reshape(b, ctx, &y, Shape::new(dims))?;
+    }
+    Ok(y)
+}
+
+/// `Clip` → `clamp`: bounds are attributes before opset 11, constant inputs from it.
+fn clip(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    let (min, max) = if b.opset >= 11 {
+        one(ctx, &[])?;
+        (const_scalar(b, ctx, 1)?, const_scalar(b, ctx, 2)?)
+    } else {
+        one(ctx, &["min", "max"])?;
+        (ctx.float("min"), ctx.float("max"))
+    };
+    let bound = |field: &str, v: Option<f64>| -> One<Option<f64>> {
+        v.map(|v| finite(ctx, field, Some(v), v)).transpose()
+    };
+    let (min, max) = (bound("min", min)?, bound("max", max)?);
+    let x = data(b, ctx, 0)?;
+    b.apply(ctx, Op::Clamp { min, max }, &[&x])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_shape_is_numpys() {
+        let s = |d: &[usize]| Shape::from_slice(d);
+        assert_eq!(
+            broadcast_shape(&s(&[2, 1, 3]), &s(&[4, 1])),
+            Some(s(&[2, 4, 3]))
+        );
+        assert_eq!(broadcast_shape(&s(&[]), &s(&[2, 2])), Some(s(&[2, 2])));
+        assert_eq!(broadcast_shape(&s(&[3]), &s(&[4])), None);
+    }
+}

@@ -1,0 +1,209 @@
+//! ONNX `TensorProto` → a checked constant: dims, data type and data length agree, or a message
+//! saying how they disagree (never a panic, never an allocation the input's size does not bound).
+
+use crate::proto::{tensor_proto, TensorProto};
+use torchlean_spec::Shape;
+
+/// A decoded constant: floating values as `f64` (the payload's precision), integer values
+/// exactly.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Constant {
+    pub shape: Shape,
+    pub values: Values,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Values {
+    Float(Vec<f64>),
+    Int(Vec<i64>),
+}
+
+impl Constant {
+    /// The values as integers (shapes, axes, starts): integer tensors only.
+    pub fn ints(&self) -> Option<&[i64]> {
+        match &self.values {
+            Values::Int(v) => Some(v),
+            Values::Float(_) => None,
+        }
+    }
+
+    /// The values as floats (integers converted).
+    pub fn floats(&self) -> Vec<f64> {
+        match &self.values {
+            Values::Float(v) => v.clone(),
+            Values::Int(v) => v.iter().map(|&i| i as f64).collect(),
+        }
+    }
+
+    /// The one value of a scalar or one-element tensor.
+    pub fn single(&self) -> Option<f64> {
+        (self.shape.size() == 1).then(|| self.floats()[0])
+    }
+}
+
+/// The name of a `TensorProto.DataType` code, for messages.
+pub(crate) fn dtype_name(code: i32) -> String {
+    tensor_proto::DataType::try_from(code)
+        .map(|d| d.as_str_name().to_string())
+        .unwrap_or_else(|_| format!("data type {code}"))
+}
+
+/// Dims as a shape: every dim a non-negative number, the element count within the limit.
+pub(crate) fn shape_of_dims(dims: &[i64]) -> Result<Shape, String> {
+    let mut out = Vec::with_capacity(dims.len().min(8));
+    for &d in dims {
+        let d = usize::try_from(d).map_err(|_| format!("dims {dims:?}: a negative dim"))?;
+        out.push(d);
+    }
+    let shape = Shape::new(out);
+    shape
+        .checked_size()
+        .map_err(|e| format!("dims {dims:?}: {e}"))?;
+    Ok(shape)
+}
+
+/// Decodes a tensor: FLOAT and DOUBLE to floats, INT64 and INT32 to integers, from `raw_data`
+/// (little-endian) or the typed field; any disagreement between dims and data is an error.
+pub(crate) fn decode(t: &TensorProto) -> Result<Constant, String> {
+    use tensor_proto::{DataLocation, DataType};
+    if t.data_location() == DataLocation::External || !t.external_data.is_empty() {
+        return Err(
+            "external data (a tensor stored outside the model file) is not supported".into(),
+        );
+    }
+    if t.segment.is_some() {
+        return Err("segmented tensors are not supported".into());
+    }
+    let shape = shape_of_dims(&t.dims)?;
+    let n = shape.size();
+    let dtype = DataType::try_from(t.data_type()).ok();
+    let (elem_bytes, typed_len) = match dtype {
+        Some(DataType::Float) => (4, t.float_data.len()),
+        Some(DataType::Double) => (8, t.double_data.len()),
+        Some(DataType::Int64) => (8, t.int64_data.len()),
+        Some(DataType::Int32) => (4, t.int32_data.len()),
+        _ => {
+            return Err(format!(
+                "{} tensors are not supported (FLOAT, DOUBLE, INT64, INT32 are)",
+                dtype_name(t.data_type())
+            ))
+        }
+    };
+    if let Some(raw) = &t.raw_data {
+        let want = n.checked_mul(elem_bytes);
+        if want != Some(raw.len()) {
+            return Err(format!(
+                "raw_data holds {} bytes, dims {:?} of {} need {}",
+                raw.len(),
+                t.dims,
+                dtype_name(t.data_type()),
+                n.saturating_mul(elem_bytes)
+            ));
+        }
+        let values = match dtype {
+            Some(DataType::Float) => Values::Float(
+                raw.chunks_exact(4)
+                    .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                    .collect(),
+            ),
+            Some(DataType::Double) => Values::Float(
+                raw.chunks_exact(8)
+                    .map(|c| f64::from_le_bytes(eight(c)))
+                    .collect(),
+            ),
+            Some(DataType::Int64) => Values::Int(
+                raw.chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(eight(c)))
+                    .collect(),
+            ),
+            _ => Values::Int(
+                raw.chunks_exact(4)
+                    .map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+                    .collect(),
+            ),
+        };
+        return Ok(Constant { shape, values });
+    }
+    if typed_len != n {
+        return Err(format!(
+            "holds {typed_len} values, dims {:?} need {n}",
+            t.dims
+        ));
+    }
+    let values = match dtype {
+        Some(DataType::Float) => {
+            Values::Float(t.float_data.iter().map(|&x| f64::from(x)).collect())
+        }
+        Some(DataType::Double) => Values::Float(t.double_data.clone()),
+        Some(DataType::Int64) => Values::Int(t.int64_data.clone()),
+        _ => Values::Int(t.int32_data.iter().map(|&x| i64::from(x)).collect()),
+    };
+    Ok(Constant { shape, values })
+}
+
+fn eight(c: &[u8]) -> [u8; 8] {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(c);
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn float_tensor(dims: Vec<i64>, raw: Vec<u8>) -> TensorProto {
+        TensorProto {
+            dims,
+            data_type: Some(tensor_proto::DataType::Float as i32),
+            raw_data: Some(raw),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn raw_float_data_decodes_little_endian() {
+        let raw: Vec<u8> = [1.5f32, -2.0]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        let c = decode(&float_tensor(vec![2], raw)).expect("two floats for dims [2]");
+        assert_eq!(c.shape, Shape::from([2]));
+        assert_eq!(c.values, Values::Float(vec![1.5, -2.0]));
+    }
+
+    #[test]
+    fn raw_data_shorter_than_dims_is_an_error() {
+        let e = decode(&float_tensor(vec![2, 3], vec![0; 20])).expect_err("20 bytes for 6 floats");
+        assert!(e.contains("20 bytes") && e.contains("need 24"), "{e}");
+    }
+
+    #[test]
+    fn typed_data_length_must_match_dims() {
+        let t = TensorProto {
+            dims: vec![3],
+            data_type: Some(tensor_proto::DataType::Int64 as i32),
+            int64_data: vec![1, 2],
+            ..Default::default()
+        };
+        let e = decode(&t).expect_err("2 values for dims [3]");
+        assert!(e.contains("holds 2 values"), "{e}");
+    }
+
+    #[test]
+    fn negative_and_huge_dims_are_errors_not_allocations() {
+        assert!(decode(&float_tensor(vec![-1], vec![])).is_err());
+        let e = decode(&float_tensor(vec![1 << 40, 1 << 40], vec![])).expect_err("2^80 elements");
+        assert!(e.contains("dims"), "{e}");
+    }
+
+    #[test]
+    fn unsupported_data_types_are_named() {
+        let t = TensorProto {
+            dims: vec![1],
+            data_type: Some(tensor_proto::DataType::Float16 as i32),
+            raw_data: Some(vec![0, 0]),
+            ..Default::default()
+        };
+        assert!(decode(&t).expect_err("float16").contains("FLOAT16"));
+    }
+}

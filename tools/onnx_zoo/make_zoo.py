@@ -1,0 +1,203 @@
+"""Builds the ONNX model zoo fixtures of crates/onnx/tests/zoo/ (issue 15's acceptance).
+
+Each model is built in PyTorch under a fixed seed, exported with the TorchScript exporter
+(`torch.onnx.export(..., dynamo=False)`), and run by onnxruntime and by PyTorch. For each model
+NAME the script writes:
+
+- `NAME.onnx`: the model;
+- `NAME.safetensors`: `input`, `seed` (the output cotangent, random, not ones), `output_ort`
+  (onnxruntime), `output_torch`, `grad_input` and `grad.<parameter name>` for every parameter
+  (PyTorch autograd under `seed`), all in the model's dtype; metadata `dtype` ("f64" or
+  "f32"). An f32 model also has `output_torch_f64`, `grad_input_f64` and
+  `grad_f64.<parameter name>`: the same model and input (exactly) run by PyTorch in float64.
+
+A model is exported in float64 when onnxruntime runs it in float64, else in float32 (ORT has no
+float64 `Erf`, which its `Gelu` expands to). Every parameter must appear as an ONNX initializer
+under its PyTorch name (the test maps gradients by name; the script fails otherwise).
+
+Run from the repository root:
+
+    pip install torch onnx onnxruntime safetensors numpy
+    python tools/onnx_zoo/make_zoo.py            # writes crates/onnx/tests/zoo/
+
+Made with torch 2.15, onnx 1.23.2, onnxruntime 1.32.0.
+"""
+
+import copy
+import io
+import math
+import os
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+from safetensors.numpy import save_file
+
+OUT = os.path.join(os.path.dirname(__file__), "..", "..", "crates", "onnx", "tests", "zoo")
+OPSET = 20
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(6, 8)
+        self.fc2 = torch.nn.Linear(8, 8)
+        self.fc3 = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        h = torch.sigmoid(self.fc2(h)) * torch.tanh(h)
+        return torch.log_softmax(self.fc3(h), dim=1)
+
+
+class Cnn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(2, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.conv2 = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.fc = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = torch.nn.functional.max_pool2d(torch.relu(self.conv1(x)), 2)
+        h = self.bn(h)  # after the pool: the exporter does not fold it into the convolution
+        h = torch.nn.functional.avg_pool2d(self.conv2(h), 3, stride=1, padding=1)
+        h = torch.nn.functional.adaptive_avg_pool2d(h, 1).flatten(1)
+        return torch.softmax(self.fc(h), dim=-1)
+
+
+class Residual(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 3, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(3)
+        self.conv2 = torch.nn.Conv2d(3, 3, 3, padding=1)
+
+    def forward(self, x):
+        h = self.bn(torch.relu(self.conv1(x)))
+        h = self.conv2(h)
+        return torch.relu(h + x) - torch.clamp(x, -0.5, 0.5) / 2.0
+
+
+class Encoder(torch.nn.Module):
+    """One pre-norm transformer encoder block (two heads) with fixed sizes."""
+
+    def __init__(self, b=2, t=4, d=8, heads=2):
+        super().__init__()
+        self.b, self.t, self.d, self.h = b, t, d, heads
+        self.ln1 = torch.nn.LayerNorm(d)
+        self.q = torch.nn.Linear(d, d)
+        self.k = torch.nn.Linear(d, d)
+        self.v = torch.nn.Linear(d, d)
+        self.proj = torch.nn.Linear(d, d)
+        self.ln2 = torch.nn.LayerNorm(d)
+        self.ff1 = torch.nn.Linear(d, 2 * d)
+        self.ff2 = torch.nn.Linear(2 * d, d)
+
+    def heads(self, z):
+        return z.reshape(self.b, self.t, self.h, self.d // self.h).transpose(1, 2)
+
+    def forward(self, x):
+        y = self.ln1(x)
+        q, k, v = self.heads(self.q(y)), self.heads(self.k(y)), self.heads(self.v(y))
+        att = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(self.d // self.h), dim=-1)
+        o = (att @ v).transpose(1, 2).reshape(self.b, self.t, self.d)
+        x = x + self.proj(o)
+        return x + self.ff2(torch.nn.functional.gelu(self.ff1(self.ln2(x))))
+
+
+def export(model, x):
+    f = io.BytesIO()
+    torch.onnx.export(
+        model, (x,), f, dynamo=False, opset_version=OPSET, input_names=["x"],
+        output_names=["y"], do_constant_folding=False,
+    )
+    return f.getvalue()
+
+
+def ort_run(data, x):
+    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    return sess.run(None, {"x": x.numpy()})[0]
+
+
+def torch_grads(m, x, seed):
+    """Output, input gradient and parameter gradients under cotangent `seed` (None: output only)."""
+    xg = x.clone().requires_grad_(True)
+    m.zero_grad()
+    out = m(xg)
+    if seed is None:
+        return out, None, None
+    out.backward(seed)
+    grads = {n: p.grad.numpy().copy() for n, p in m.named_parameters()}
+    return out.detach().numpy(), xg.grad.numpy(), grads
+
+
+def build(name, make, input_shape):
+    torch.manual_seed(15)
+    model = make()
+    for mod in model.modules():  # non-trivial running statistics for batch norm in eval mode
+        if isinstance(mod, torch.nn.BatchNorm2d):
+            mod.running_mean.uniform_(-0.5, 0.5)
+            mod.running_var.uniform_(0.5, 2.0)
+            torch.nn.init.uniform_(mod.weight, 0.5, 1.5)
+            torch.nn.init.uniform_(mod.bias, -0.5, 0.5)
+        if isinstance(mod, torch.nn.LayerNorm):  # distinct values: the exporter merges equal ones
+            torch.nn.init.uniform_(mod.weight, 0.5, 1.5)
+            torch.nn.init.uniform_(mod.bias, -0.5, 0.5)
+    model.eval()
+    x64 = torch.randn(*input_shape, dtype=torch.float64)
+    for dtype, tag in ((torch.float64, "f64"), (torch.float32, "f32")):
+        m = model.to(dtype)
+        x = x64.to(dtype)
+        data = export(m, x)
+        try:
+            out_ort = ort_run(data, x)
+        except Exception as e:  # noqa: BLE001 - onnxruntime lacks a kernel at this dtype
+            print(f"{name}: onnxruntime cannot run it in {tag} ({type(e).__name__}); trying f32")
+            continue
+        break
+    else:
+        sys.exit(f"{name}: onnxruntime runs it in neither dtype")
+    proto = onnx.load_from_string(data)
+    inits = {i.name for i in proto.graph.initializer}
+    missing = [n for n, _ in m.named_parameters() if n not in inits]
+    if missing:
+        sys.exit(f"{name}: parameters not exported under their names: {missing}")
+    out, grad_x, grads = torch_grads(m, x, None)
+    seed = torch.randn(out.shape, dtype=torch.float64).to(dtype)
+    out, grad_x, grads = torch_grads(m, x, seed)
+    tensors = {
+        "input": x.numpy(),
+        "seed": seed.numpy(),
+        "output_ort": np.ascontiguousarray(out_ort),
+        "output_torch": out,
+        "grad_input": grad_x,
+    }
+    tensors.update({"grad." + n: g for n, g in grads.items()})
+    if dtype == torch.float32:
+        # the same model (its f32 weights, exactly) in float64: what our f64 engines must match
+        m64 = copy.deepcopy(m).double()
+        out, grad_x, grads = torch_grads(m64, x.double(), seed.double())
+        tensors.update({"output_torch_f64": out, "grad_input_f64": grad_x})
+        tensors.update({"grad_f64." + n: g for n, g in grads.items()})
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, name + ".onnx"), "wb") as fh:
+        fh.write(data)
+    save_file(tensors, os.path.join(OUT, name + ".safetensors"), metadata={"dtype": tag})
+    ops = sorted({n.op_type for n in proto.graph.node})
+    err = float(np.max(np.abs(out_ort - tensors["output_torch"])))
+    size = os.path.getsize(os.path.join(OUT, name + ".safetensors"))
+    print(f"{name}: {tag}, {len(data)} + {size} bytes, ops {ops}, |ort - torch| = {err:.3g}")
+
+
+def main():
+    build("mlp", Mlp, (4, 6))
+    build("cnn", Cnn, (2, 2, 8, 8))
+    build("residual", Residual, (2, 3, 5, 5))
+    build("encoder", Encoder, (2, 4, 8))
+
+
+if __name__ == "__main__":
+    main()
