@@ -223,3 +223,18 @@ pub(crate) fn check_gradient<V: GradValue>(
         )))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detect_if_follows_its_flag() {
+        // the default is `Off`, so a `detect_if` that ignored its flag passes any test that
+        // only asks for `Off`
+        assert_eq!(AnomalyMode::detect_if(true), AnomalyMode::Detect);
+        assert_eq!(AnomalyMode::detect_if(false), AnomalyMode::Off);
+        assert!(AnomalyMode::Detect.is_on());
+        assert!(!AnomalyMode::Off.is_on());
+    }
+}
