@@ -287,7 +287,13 @@ fn ensure_cargo_mutants() -> Result<(), String> {
 fn prepare_tree(root: &Path, tree: &Path) -> Result<(), String> {
     let listing = Command::new("git")
         .current_dir(root)
-        .args(["ls-files", "-z", "--cached", "--others", "--exclude-standard"])
+        .args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ])
         .output()
         .map_err(|e| format!("cannot run git ls-files: {e}"))?;
     if !listing.status.success() {
@@ -384,9 +390,18 @@ fn link_tree(from: &Path, to: &Path) -> Result<(), String> {
     if large && std::fs::hard_link(from, to).is_ok() {
         return Ok(());
     }
-    std::fs::copy(from, to)
-        .map(|_| ())
-        .map_err(|e| format!("{}: {e}", to.display()))
+    copy_with_mtime(from, to).map_err(|e| format!("{}: {e}", to.display()))
+}
+
+/// Copies a file keeping its modification time: cargo compares the fingerprints' and outputs'
+/// times, and a copy stamped now would make every dependency look stale.
+fn copy_with_mtime(from: &Path, to: &Path) -> std::io::Result<()> {
+    let modified = std::fs::metadata(from)?.modified()?;
+    std::fs::copy(from, to)?;
+    std::fs::File::options()
+        .write(true)
+        .open(to)?
+        .set_modified(modified)
 }
 
 /// Runs cargo-mutants on one crate in the scratch tree, results into `out`.
