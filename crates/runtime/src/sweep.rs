@@ -611,6 +611,8 @@ mod tests {
         assert_eq!(g.len(), 1);
         assert!(!g.is_empty());
         assert_eq!(g.ids(), vec![0]);
+        assert_eq!(g.get(0).map(|v| v.data().to_vec()), Some(vec![5.0; 3]));
+        assert!(g.get(1).is_none() && g.get(99).is_none());
         assert_eq!(g.peak_live(), 3);
         assert_eq!(g.peak_live_elements(), 9);
         assert_eq!(format!("{g:?}"), "SparseGrads { ids: [0], peak_live: 3 }");
