@@ -227,14 +227,38 @@ pub fn run(args: &MutantsArgs) -> Result<bool, String> {
         let seconds: f64 = shards.iter().map(|s| s.seconds).sum();
         let partial = shards.iter().any(|s| !s.finished);
         print_score(c, &score, seconds, partial, &outcomes);
+        let total = mutant_count(&root, c);
+        println!(
+            "  tested {} of {} mutants",
+            outcomes.len(),
+            total.map_or_else(|| "?".to_string(), |n| n.to_string())
+        );
         let mut oracles: Vec<&str> = shards.iter().map(|s| s.oracle.as_str()).collect();
         oracles.sort();
         oracles.dedup();
         println!("  oracle: {}", oracles.join("; "));
         all_met &= score.percent().is_some_and(|p| p >= c.target_percent())
-            && score.caught_equivalents.is_empty();
+            && score.caught_equivalents.is_empty()
+            && total.is_some_and(|n| outcomes.len() >= n);
     }
     Ok(all_met)
+}
+
+/// How many mutants cargo-mutants makes of the crate (`cargo mutants --list`), if it can say.
+fn mutant_count(root: &Path, c: Crate) -> Option<usize> {
+    let out = Command::new("cargo")
+        .current_dir(root)
+        .args(["mutants", "--list", "--package"])
+        .arg(c.package())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    out.status.success().then(|| {
+        out.stdout
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .count()
+    })
 }
 
 /// A directory name for a `--file` shard (`all` without one).
