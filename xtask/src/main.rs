@@ -10,10 +10,15 @@
 //! - `cargo xtask fuzz [--target T]… [--seconds N]` — every fuzz target under libFuzzer
 //!   (nightly; installs cargo-fuzz if absent), N seconds each, one after the other; a table of
 //!   executions per target, exit 1 if any input crashed, leaked, hung or ran out of memory.
+//! - `cargo xtask mutants [--crate C]… [--file GLOB]… [--jobs N] [--oracle own|checkers]
+//!   [--report]` — mutation testing (cargo-mutants, installed if absent) of spec, runtime,
+//!   compiled and engine-cpu; the score per crate less the accepted equivalent mutants of
+//!   `xtask/mutants-equivalent.json`, the missed mutants, the run time; exit 1 under target.
 
 mod bench;
 mod equiv;
 mod fuzz;
+mod mutants;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -33,6 +38,8 @@ enum Cmd {
     CheckEquivalence(equiv::EquivArgs),
     /// Fuzz every parser and checker with libFuzzer (nightly, cargo-fuzz)
     Fuzz(fuzz::FuzzArgs),
+    /// Mutation testing with cargo-mutants: the score per crate (not in CI; docs/mutants.md)
+    Mutants(mutants::MutantsArgs),
     /// Internal: run one benchmark case in this fresh process
     #[command(hide = true)]
     BenchChild {
@@ -50,6 +57,7 @@ fn main() -> ExitCode {
         Cmd::Bench(args) => bench::run(&args),
         Cmd::CheckEquivalence(args) => equiv::run(&args),
         Cmd::Fuzz(args) => fuzz::run(&args),
+        Cmd::Mutants(args) => mutants::run(&args),
         Cmd::BenchChild {
             case,
             threads,

@@ -223,3 +223,50 @@ pub(crate) fn check_gradient<V: GradValue>(
         )))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn detect_if_follows_its_flag() {
+        // the default is `Off`, so a `detect_if` that ignored its flag passes any test that
+        // only asks for `Off`
+        assert_eq!(AnomalyMode::detect_if(true), AnomalyMode::Detect);
+        assert_eq!(AnomalyMode::detect_if(false), AnomalyMode::Off);
+        assert!(AnomalyMode::Detect.is_on());
+        assert!(!AnomalyMode::Off.is_on());
+    }
+
+    #[test]
+    fn a_node_with_parents_and_no_vjp_is_an_op_and_its_parents_are_listed_in_order() {
+        // two constants (no gradient) and their sum: the sum keeps no VJP but has parents
+        let mut tape = Tape::empty();
+        let c = tape.leaf(
+            torchlean_spec::Tensor::new([2], vec![1.0f64, 2.0]).unwrap(),
+            false,
+            None,
+        );
+        let d = tape.leaf(
+            torchlean_spec::Tensor::new([2], vec![3.0f64, 4.0]).unwrap(),
+            false,
+            None,
+        );
+        let op = torchlean_spec::Op::Binary(torchlean_spec::BinaryOp::Add);
+        let z = crate::kernel::record(&mut tape, op, &[c, d], None).unwrap();
+        let found = NonFinite {
+            index: 1,
+            value: f64::INFINITY,
+            count: 1,
+        };
+        let a = Anomaly::at(&tape, z, None, Site::Value, found);
+        assert_eq!(a.kind, "op");
+        assert_eq!(Anomaly::at(&tape, c, None, Site::Value, found).kind, "leaf");
+        assert_eq!(
+            a.to_string(),
+            "anomaly: tape node 2 (op, shape [2], parents [0 [2], 1 [2]]): forward value is inf at \
+             flat index 1 (1 non-finite element); its operands are finite"
+        );
+    }
+}

@@ -248,6 +248,11 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_fallback_is_four_gibibytes() {
+        assert_eq!(FALLBACK_BYTES, 4 * 1024 * 1024 * 1024);
+    }
+
+    #[test]
     fn byte_counts_parse_with_binary_suffixes() {
         assert_eq!(Budget::parse("512").unwrap().max_bytes, 512);
         assert_eq!(Budget::parse("512M").unwrap().max_bytes, 512 << 20);

@@ -22,12 +22,11 @@ impl NonFinite {
         to_f64: impl Fn(&T) -> f64,
     ) -> Option<NonFinite> {
         const BLOCK: usize = 64;
-        let block = data
+        let (block, chunk) = data
             .chunks(BLOCK)
-            .position(|c| !c.iter().fold(true, |ok, x| ok & is_finite(x)))?;
-        let start = block * BLOCK;
-        let offset = data[start..].iter().position(|x| !is_finite(x))?;
-        let index = start + offset;
+            .enumerate()
+            .find(|(_, c)| !c.iter().fold(true, |ok, x| ok & is_finite(x)))?;
+        let index = block * BLOCK + chunk.iter().position(|x| !is_finite(x))?;
         Some(NonFinite {
             index,
             value: to_f64(&data[index]),
@@ -70,6 +69,28 @@ mod tests {
         let found = NonFinite::scan(&data, |x| x.is_finite(), |x| *x).expect("four are non-finite");
         assert_eq!((found.index, found.count), (0, 4));
         assert!(found.value.is_nan());
+    }
+
+    #[test]
+    fn the_message_names_the_value_the_index_and_the_count() {
+        let one = NonFinite {
+            index: 1,
+            value: f64::INFINITY,
+            count: 1,
+        };
+        assert_eq!(
+            one.to_string(),
+            "inf at flat index 1 (1 non-finite element)"
+        );
+        let many = NonFinite {
+            index: 70,
+            value: f64::NAN,
+            count: 4,
+        };
+        assert_eq!(
+            many.to_string(),
+            "NaN at flat index 70 (4 non-finite elements)"
+        );
     }
 
     #[test]

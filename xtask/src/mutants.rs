@@ -1,0 +1,818 @@
+//! `cargo xtask mutants [--crate C]… [--file GLOB]… [--jobs N] [--oracle own|checkers]
+//! [--report]`: mutation testing (cargo-mutants) of `spec`, `runtime`, `compiled` and
+//! `engine-cpu` with the project's own checks as the oracle, and the score as a number.
+//!
+//! The run happens in a scratch copy, `target/mutants/tree/` (the files git does not ignore, and the
+//! registry dependencies already built in `target/debug/` hard-linked into its own target
+//! directory, so no dependency is rebuilt), with `cargo mutants --in-place` there: the working
+//! tree is never mutated. Each crate's (or `--file` shard's) results land in
+//! `target/mutants/out/<crate>/<shard>/mutants.out/`; the report reads every shard of a crate
+//! (a mutant tested in several shards counts once, from the latest run), subtracts the
+//! accepted equivalent mutants of `xtask/mutants-equivalent.json` (each with its reason) and
+//! prints the score `caught / (viable − equivalent)`, the missed mutants and the run time.
+//! `--report` prints it from the results on disk without running anything (partial runs too).
+//! Details and the figures: `docs/mutants.md`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use clap::{Args, ValueEnum};
+use serde_json::Value;
+
+/// A crate mutation testing covers, its oracle and its target score.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub enum Crate {
+    Spec,
+    Runtime,
+    Compiled,
+    EngineCpu,
+}
+
+impl Crate {
+    const ALL: [Crate; 4] = [
+        Crate::Spec,
+        Crate::Runtime,
+        Crate::Compiled,
+        Crate::EngineCpu,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Crate::Spec => "spec",
+            Crate::Runtime => "runtime",
+            Crate::Compiled => "compiled",
+            Crate::EngineCpu => "engine-cpu",
+        }
+    }
+
+    fn package(self) -> String {
+        format!("torchlean-{}", self.name())
+    }
+
+    /// The packages whose tests decide whether a mutant of this crate is caught, under
+    /// `--oracle checkers`: the crate's own tests plus those of the crates that exist to check
+    /// it (docs/mutants.md gives the reasons).
+    fn checkers(self) -> &'static [&'static str] {
+        match self {
+            // the op meanings are checked by their finite-difference tests (spec) and by the
+            // engine suite, which runs every op on the reference engine
+            Crate::Spec => &["torchlean-spec", "torchlean-engine-suite"],
+            // compiled's equivalence tests run every sweep against the reference reverse
+            // semantics
+            Crate::Runtime => &["torchlean-runtime", "torchlean-compiled"],
+            // equiv checks every compiled path against every other on random graphs
+            Crate::Compiled => &["torchlean-compiled", "torchlean-equiv"],
+            // the engine suite runs inside engine-cpu's own tests (conformance.rs)
+            Crate::EngineCpu => &["torchlean-engine-cpu"],
+        }
+    }
+
+    /// The score this crate must reach (issue 14).
+    fn target_percent(self) -> f64 {
+        match self {
+            Crate::Runtime | Crate::Compiled => 95.0,
+            Crate::Spec | Crate::EngineCpu => 90.0,
+        }
+    }
+}
+
+/// Which tests are the oracle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Oracle {
+    /// The mutated crate's unit tests only (`cargo test --lib`): the fastest build per mutant,
+    /// and a lower bound on the `own` score (a mutant they catch, the full suite catches).
+    Lib,
+    /// The mutated crate's own tests (unit and integration): the cheapest build per mutant.
+    Own,
+    /// The crate's tests plus those of the crates that check it (`Crate::checkers`).
+    Checkers,
+}
+
+#[derive(Args, Debug)]
+pub struct MutantsArgs {
+    /// Mutate this crate (repeatable; default: spec, runtime, compiled, engine-cpu)
+    #[arg(long = "crate", value_enum)]
+    crates: Vec<Crate>,
+    /// Only mutants in files matching this glob (cargo-mutants' `--file`; repeatable): a shard
+    #[arg(long = "file")]
+    files: Vec<String>,
+    /// Parallel builds (above 1, cargo-mutants copies the tree per job and rebuilds its
+    /// dependencies there)
+    #[arg(long, default_value_t = 1)]
+    jobs: usize,
+    /// The tests that decide whether a mutant is caught
+    #[arg(long, value_enum, default_value = "checkers")]
+    oracle: Oracle,
+    /// Only mutants whose name matches this regex (cargo-mutants' `--re`; repeatable)
+    #[arg(long = "re")]
+    regexes: Vec<String>,
+    /// Print the score from the results on disk; run nothing
+    #[arg(long)]
+    report: bool,
+}
+
+/// One accepted equivalent mutant of `xtask/mutants-equivalent.json`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Equivalent {
+    /// The mutated file, relative to the workspace root.
+    file: String,
+    /// cargo-mutants' description without its `file:line:col: ` position
+    /// (`replace -= with += in SparseGrads<V>::put`).
+    mutant: String,
+    reason: String,
+}
+
+/// cargo-mutants' verdict on one mutant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Caught,
+    Missed,
+    Timeout,
+    Unviable,
+}
+
+/// One mutant's outcome, read from `outcomes.json`.
+#[derive(Debug, Clone, PartialEq)]
+struct Outcome {
+    /// The full name, `file:line:col: description`.
+    name: String,
+    file: String,
+    verdict: Verdict,
+}
+
+impl Outcome {
+    /// The description without the position (what `Equivalent::mutant` holds).
+    fn description(&self) -> &str {
+        description(&self.name)
+    }
+}
+
+/// The name cargo-mutants prints, less its leading `file:line:col: `.
+fn description(name: &str) -> &str {
+    name.split_once(": ").map_or(name, |(_, d)| d)
+}
+
+/// One shard's results: its outcomes, its start time and its duration in seconds.
+#[derive(Debug)]
+struct Shard {
+    outcomes: Vec<Outcome>,
+    start: String,
+    seconds: f64,
+    finished: bool,
+    /// The baseline's test command (`cargo test --package=… [--lib]`): the oracle it ran.
+    oracle: String,
+}
+
+/// A crate's figures after the equivalent mutants are subtracted.
+#[derive(Debug, Default, PartialEq)]
+struct Score {
+    caught: usize,
+    timeout: usize,
+    missed: Vec<String>,
+    equivalent: usize,
+    unviable: usize,
+    /// Entries listed as equivalent that the tests caught (the entry is wrong).
+    caught_equivalents: Vec<String>,
+}
+
+impl Score {
+    /// Caught plus missed plus timed out, less the accepted equivalents.
+    fn viable(&self) -> usize {
+        self.caught + self.timeout + self.missed.len()
+    }
+
+    /// Caught (a timeout counts as caught: the mutant made the tests hang) over viable.
+    fn percent(&self) -> Option<f64> {
+        let viable = self.viable();
+        (viable > 0).then(|| 100.0 * (self.caught + self.timeout) as f64 / viable as f64)
+    }
+}
+
+pub fn run(args: &MutantsArgs) -> Result<bool, String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("xtask has no parent directory")?
+        .to_path_buf();
+    let crates = if args.crates.is_empty() {
+        Crate::ALL.to_vec()
+    } else {
+        args.crates.clone()
+    };
+    let equivalents = read_equivalents(&root.join("xtask/mutants-equivalent.json"))?;
+    let out_root = root.join("target/mutants/out");
+    if !args.report {
+        ensure_cargo_mutants()?;
+        let tree = root.join("target/mutants/tree");
+        prepare_tree(&root, &tree)?;
+        for &c in &crates {
+            let shard = shard_label(&[args.files.as_slice(), args.regexes.as_slice()].concat());
+            let out = out_root.join(c.name()).join(shard);
+            run_crate(&tree, c, args, &out)?;
+        }
+    }
+    let mut all_met = true;
+    for &c in &crates {
+        let shards = read_shards(&out_root.join(c.name()))?;
+        if shards.is_empty() {
+            println!(
+                "{}: no results (run `cargo xtask mutants --crate {0}`)",
+                c.name()
+            );
+            all_met = false;
+            continue;
+        }
+        let outcomes = latest_outcomes(&shards);
+        let score = score(&outcomes, &equivalents);
+        let seconds: f64 = shards.iter().map(|s| s.seconds).sum();
+        let partial = shards.iter().any(|s| !s.finished);
+        print_score(c, &score, seconds, partial, &outcomes);
+        let total = mutant_count(&root, c);
+        println!(
+            "  tested {} of {} mutants",
+            outcomes.len(),
+            total.map_or_else(|| "?".to_string(), |n| n.to_string())
+        );
+        let mut oracles: Vec<&str> = shards.iter().map(|s| s.oracle.as_str()).collect();
+        oracles.sort();
+        oracles.dedup();
+        println!("  oracle: {}", oracles.join("; "));
+        all_met &= score.percent().is_some_and(|p| p >= c.target_percent())
+            && score.caught_equivalents.is_empty()
+            && total.is_some_and(|n| outcomes.len() >= n);
+    }
+    Ok(all_met)
+}
+
+/// How many mutants cargo-mutants makes of the crate (`cargo mutants --list`), if it can say.
+fn mutant_count(root: &Path, c: Crate) -> Option<usize> {
+    let out = Command::new("cargo")
+        .current_dir(root)
+        .args(["mutants", "--list", "--package"])
+        .arg(c.package())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    out.status.success().then(|| {
+        out.stdout
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .count()
+    })
+}
+
+/// A directory name for a `--file` shard (`all` without one).
+fn shard_label(files: &[String]) -> String {
+    if files.is_empty() {
+        return "all".to_string();
+    }
+    files
+        .join("+")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || ".-+".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Installs cargo-mutants from crates.io when `cargo mutants` is not there.
+fn ensure_cargo_mutants() -> Result<(), String> {
+    let present = Command::new("cargo")
+        .args(["mutants", "--version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if present {
+        return Ok(());
+    }
+    eprintln!(
+        "cargo-mutants is not installed; installing it (cargo install cargo-mutants --locked)"
+    );
+    let status = Command::new("cargo")
+        .args(["install", "cargo-mutants", "--locked"])
+        .status()
+        .map_err(|e| format!("cannot run cargo install: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("cargo install cargo-mutants failed ({status})"))
+    }
+}
+
+/// Refreshes the scratch copy: every file git does not ignore (`git ls-files --cached
+/// --others --exclude-standard`: uncommitted edits too), copied over, and the
+/// registry dependencies built in `target/debug/` hard-linked into the copy's target (copied
+/// where linking fails), so the copy builds only the workspace's own crates.
+fn prepare_tree(root: &Path, tree: &Path) -> Result<(), String> {
+    let listing = Command::new("git")
+        .current_dir(root)
+        .args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ])
+        .output()
+        .map_err(|e| format!("cannot run git ls-files: {e}"))?;
+    if !listing.status.success() {
+        return Err(format!("git ls-files failed ({})", listing.status));
+    }
+    for rel in listing.stdout.split(|&b| b == 0).filter(|p| !p.is_empty()) {
+        let rel = std::str::from_utf8(rel).map_err(|e| format!("a tracked path: {e}"))?;
+        let (from, to) = (root.join(rel), tree.join(rel));
+        if let Some(dir) = to.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+        if from.is_file() {
+            std::fs::copy(&from, &to).map_err(|e| format!("{}: {e}", to.display()))?;
+        }
+    }
+    let lock =
+        std::fs::read_to_string(root.join("Cargo.lock")).map_err(|e| format!("Cargo.lock: {e}"))?;
+    let registry = registry_crates(&lock);
+    let (built, copy) = (root.join("target/debug"), tree.join("target/debug"));
+    for sub in ["deps", "build", ".fingerprint"] {
+        link_registry_artifacts(&built.join(sub), &copy.join(sub), &registry)?;
+    }
+    Ok(())
+}
+
+/// The crate names (`-` as `_`) of every registry package in a `Cargo.lock`.
+fn registry_crates(lock: &str) -> Vec<String> {
+    let mut names: Vec<String> = lock
+        .split("[[package]]")
+        .filter(|p| p.contains("\nsource = \"registry+"))
+        .filter_map(|p| {
+            let rest = p.split_once("name = \"")?.1;
+            Some(rest.split_once('"')?.0.replace('-', "_"))
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The crate an artifact of `target/debug/{deps,build,.fingerprint}` belongs to:
+/// `libfoo_bar-<16 hex>.rlib` and `foo-bar-<16 hex>` are `foo_bar`.
+fn artifact_crate(file: &str) -> Option<String> {
+    let (stem, rest) = file.rsplit_once('-')?;
+    let hash = rest.split('.').next()?;
+    if hash.len() != 16 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    Some(stem.replace('-', "_"))
+}
+
+fn is_registry(file: &str, registry: &[String]) -> bool {
+    let Some(name) = artifact_crate(file) else {
+        return false;
+    };
+    let lib = name.strip_prefix("lib");
+    registry.binary_search(&name).is_ok()
+        || lib.is_some_and(|n| registry.binary_search(&n.to_string()).is_ok())
+}
+
+/// Hard-links (or copies) the registry crates' entries of `from` into `to`, recursively for
+/// directories; entries already there are kept.
+fn link_registry_artifacts(from: &Path, to: &Path, registry: &[String]) -> Result<(), String> {
+    let Ok(entries) = std::fs::read_dir(from) else {
+        return Ok(()); // nothing built yet: the copy builds its dependencies itself
+    };
+    std::fs::create_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if is_registry(&name, registry) {
+            link_tree(&entry.path(), &to.join(&name))?;
+        }
+    }
+    Ok(())
+}
+
+fn link_tree(from: &Path, to: &Path) -> Result<(), String> {
+    if to.exists() {
+        return Ok(());
+    }
+    if from.is_dir() {
+        std::fs::create_dir_all(to).map_err(|e| format!("{}: {e}", to.display()))?;
+        let entries = std::fs::read_dir(from).map_err(|e| format!("{}: {e}", from.display()))?;
+        for entry in entries.flatten() {
+            link_tree(&entry.path(), &to.join(entry.file_name()))?;
+        }
+        return Ok(());
+    }
+    // only the large compiled outputs are shared; the fingerprints and dep-info files, which
+    // cargo rewrites in place, are copies
+    let large = from
+        .extension()
+        .is_some_and(|x| ["rlib", "rmeta", "so", "a"].contains(&x.to_string_lossy().as_ref()));
+    if large && std::fs::hard_link(from, to).is_ok() {
+        return Ok(());
+    }
+    copy_with_mtime(from, to).map_err(|e| format!("{}: {e}", to.display()))
+}
+
+/// Copies a file keeping its modification time: cargo compares the fingerprints' and outputs'
+/// times, and a copy stamped now would make every dependency look stale.
+fn copy_with_mtime(from: &Path, to: &Path) -> std::io::Result<()> {
+    let modified = std::fs::metadata(from)?.modified()?;
+    std::fs::copy(from, to)?;
+    std::fs::File::options()
+        .write(true)
+        .open(to)?
+        .set_modified(modified)
+}
+
+/// Runs cargo-mutants on one crate in the scratch tree, results into `out`.
+fn run_crate(tree: &Path, c: Crate, args: &MutantsArgs, out: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let mut cmd = Command::new("cargo");
+    cmd.current_dir(tree)
+        .arg("mutants")
+        .arg("--package")
+        .arg(c.package());
+    let tests: Vec<String> = match args.oracle {
+        Oracle::Lib | Oracle::Own => vec![c.package()],
+        Oracle::Checkers => c.checkers().iter().map(|p| p.to_string()).collect(),
+    };
+    for t in &tests {
+        cmd.arg("--test-package").arg(t);
+    }
+    for f in &args.files {
+        cmd.arg("--file").arg(f);
+    }
+    for r in &args.regexes {
+        cmd.arg("--re").arg(r);
+    }
+    if args.jobs > 1 {
+        cmd.arg("--jobs").arg(args.jobs.to_string());
+    } else {
+        cmd.arg("--in-place");
+    }
+    cmd.arg("--output").arg(out);
+    if args.oracle == Oracle::Lib {
+        cmd.args(["--", "--lib"]);
+    }
+    eprintln!(
+        "mutating {} (tests of {}) in {}",
+        c.package(),
+        tests.join(", "),
+        tree.display()
+    );
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run cargo mutants: {e}"))?;
+    // cargo-mutants exits 2 when mutants were missed, 3 on timeouts: results, not failures
+    match status.code() {
+        Some(0..=3) => Ok(()),
+        _ => Err(format!(
+            "cargo mutants on {} failed ({status})",
+            c.package()
+        )),
+    }
+}
+
+/// Every shard's results under `dir` (`<shard>/mutants.out/outcomes.json`).
+fn read_shards(dir: &Path) -> Result<Vec<Shard>, String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(Vec::new());
+    };
+    let mut shards = Vec::new();
+    let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    paths.sort();
+    for p in paths {
+        let file = p.join("mutants.out/outcomes.json");
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        shards.push(parse_outcomes(&text).map_err(|e| format!("{}: {e}", file.display()))?);
+    }
+    Ok(shards)
+}
+
+/// Reads one `outcomes.json` (cargo-mutants 25 and later).
+fn parse_outcomes(text: &str) -> Result<Shard, String> {
+    let doc: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let list = doc["outcomes"].as_array().ok_or("no `outcomes` array")?;
+    let mut outcomes = Vec::new();
+    let mut seconds = 0.0;
+    let mut oracle = String::new();
+    for o in list {
+        seconds += o["phase_results"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["duration"].as_f64())
+            .sum::<f64>();
+        let Some(m) = o["scenario"].get("Mutant") else {
+            oracle = test_command(o); // the baseline
+            continue;
+        };
+        let verdict = match o["summary"].as_str() {
+            Some("CaughtMutant") => Verdict::Caught,
+            Some("MissedMutant") => Verdict::Missed,
+            Some("Timeout") => Verdict::Timeout,
+            Some("Unviable") => Verdict::Unviable,
+            other => return Err(format!("unknown outcome summary {other:?}")),
+        };
+        outcomes.push(Outcome {
+            name: m["name"]
+                .as_str()
+                .ok_or("a mutant without a name")?
+                .to_string(),
+            file: m["file"]
+                .as_str()
+                .ok_or("a mutant without a file")?
+                .to_string(),
+            verdict,
+        });
+    }
+    Ok(Shard {
+        outcomes,
+        start: doc["start_time"].as_str().unwrap_or_default().to_string(),
+        seconds,
+        finished: !doc["end_time"].is_null(),
+        oracle,
+    })
+}
+
+/// A scenario's test phase as `cargo test <args>`, without the cargo path and `--verbose`.
+fn test_command(outcome: &Value) -> String {
+    let phases = outcome["phase_results"].as_array().into_iter().flatten();
+    let Some(test) = phases.into_iter().find(|p| p["phase"] == "Test") else {
+        return String::new();
+    };
+    let args = test["argv"].as_array().into_iter().flatten().skip(1);
+    let args: Vec<&str> = args
+        .filter_map(Value::as_str)
+        .filter(|a| *a != "--verbose")
+        .collect();
+    format!("cargo {}", args.join(" "))
+}
+
+/// Each mutant once, from the latest shard that tested it.
+fn latest_outcomes(shards: &[Shard]) -> Vec<Outcome> {
+    let mut order: Vec<&Shard> = shards.iter().collect();
+    order.sort_by(|a, b| a.start.cmp(&b.start)); // RFC 3339 times sort as strings
+    let mut by_name: BTreeMap<&str, &Outcome> = BTreeMap::new();
+    for s in order {
+        for o in &s.outcomes {
+            by_name.insert(&o.name, o);
+        }
+    }
+    by_name.into_values().cloned().collect()
+}
+
+fn is_equivalent(o: &Outcome, equivalents: &[Equivalent]) -> bool {
+    equivalents
+        .iter()
+        .any(|e| e.file == o.file && e.mutant == o.description())
+}
+
+/// The figures of a crate's outcomes, the accepted equivalents subtracted.
+fn score(outcomes: &[Outcome], equivalents: &[Equivalent]) -> Score {
+    let mut s = Score::default();
+    for o in outcomes {
+        let equivalent = is_equivalent(o, equivalents);
+        match o.verdict {
+            Verdict::Unviable => s.unviable += 1,
+            Verdict::Missed if equivalent => s.equivalent += 1,
+            Verdict::Missed => s.missed.push(o.name.clone()),
+            Verdict::Caught | Verdict::Timeout if equivalent => {
+                s.caught_equivalents.push(o.name.clone());
+                if o.verdict == Verdict::Caught {
+                    s.caught += 1;
+                } else {
+                    s.timeout += 1;
+                }
+            }
+            Verdict::Caught => s.caught += 1,
+            Verdict::Timeout => s.timeout += 1,
+        }
+    }
+    s
+}
+
+fn print_score(c: Crate, s: &Score, seconds: f64, partial: bool, outcomes: &[Outcome]) {
+    let mut files: Vec<&str> = outcomes.iter().map(|o| o.file.as_str()).collect();
+    files.sort();
+    files.dedup();
+    let percent = s
+        .percent()
+        .map_or_else(|| "n/a".to_string(), |p| format!("{p:.1} %"));
+    println!(
+        "{}: {percent} (caught {} of {} viable; missed {}, timeout {}, equivalent {}, \
+         unviable {}) in {:.0} min{}, target {} %",
+        c.name(),
+        s.caught + s.timeout,
+        s.viable(),
+        s.missed.len(),
+        s.timeout,
+        s.equivalent,
+        s.unviable,
+        seconds / 60.0,
+        if partial {
+            " (PARTIAL: a run was interrupted)"
+        } else {
+            ""
+        },
+        c.target_percent()
+    );
+    println!("  files covered: {}", files.join(" "));
+    for m in &s.missed {
+        println!("  MISSED {m}");
+    }
+    for m in &s.caught_equivalents {
+        println!("  CAUGHT but listed as equivalent (remove the entry): {m}");
+    }
+}
+
+/// Reads the accepted equivalent mutants: a JSON array of `{file, mutant, reason}`, each
+/// reason non-empty.
+fn read_equivalents(path: &Path) -> Result<Vec<Equivalent>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    parse_equivalents(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn parse_equivalents(text: &str) -> Result<Vec<Equivalent>, String> {
+    let doc: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let list = doc
+        .as_array()
+        .ok_or("expected an array of {file, mutant, reason}")?;
+    list.iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let field = |k: &str| {
+                e[k].as_str()
+                    .filter(|v| !v.trim().is_empty())
+                    .map(str::to_string)
+                    .ok_or_else(|| format!("entry {i}: field `{k}` is missing or empty"))
+            };
+            Ok(Equivalent {
+                file: field("file")?,
+                mutant: field("mutant")?,
+                reason: field("reason")?,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(name: &str, verdict: Verdict) -> Outcome {
+        Outcome {
+            name: name.to_string(),
+            file: name.split(':').next().unwrap_or_default().to_string(),
+            verdict,
+        }
+    }
+
+    const PUT: &str =
+        "crates/runtime/src/sweep.rs:504:36: replace -= with += in SparseGrads<V>::put";
+
+    #[test]
+    fn equivalents_are_subtracted_from_the_viable_mutants() {
+        let outcomes = vec![
+            outcome("a.rs:1:1: replace f -> bool with true", Verdict::Caught),
+            outcome("a.rs:2:1: replace g -> bool with true", Verdict::Caught),
+            outcome("a.rs:3:1: replace h -> bool with true", Verdict::Timeout),
+            outcome("a.rs:4:1: replace k -> bool with true", Verdict::Missed),
+            outcome("a.rs:5:1: replace m -> u8 with 0", Verdict::Unviable),
+            outcome(PUT, Verdict::Missed),
+        ];
+        let eq = vec![Equivalent {
+            file: "crates/runtime/src/sweep.rs".into(),
+            mutant: "replace -= with += in SparseGrads<V>::put".into(),
+            reason: "unreachable".into(),
+        }];
+        let s = score(&outcomes, &eq);
+        assert_eq!(
+            (s.caught, s.timeout, s.equivalent, s.unviable),
+            (2, 1, 1, 1)
+        );
+        assert_eq!(
+            s.missed,
+            vec!["a.rs:4:1: replace k -> bool with true".to_string()]
+        );
+        assert_eq!(s.viable(), 4);
+        assert_eq!(s.percent(), Some(75.0));
+        assert!(s.caught_equivalents.is_empty());
+    }
+
+    #[test]
+    fn an_equivalent_entry_the_tests_catch_is_reported() {
+        let eq = vec![Equivalent {
+            file: "a.rs".into(),
+            mutant: "replace f -> bool with true".into(),
+            reason: "thought equivalent".into(),
+        }];
+        let s = score(
+            &[outcome(
+                "a.rs:9:5: replace f -> bool with true",
+                Verdict::Caught,
+            )],
+            &eq,
+        );
+        assert_eq!((s.caught, s.equivalent), (1, 0));
+        assert_eq!(s.caught_equivalents.len(), 1);
+    }
+
+    #[test]
+    fn the_position_is_not_part_of_an_equivalents_key() {
+        assert_eq!(
+            description(PUT),
+            "replace -= with += in SparseGrads<V>::put"
+        );
+        // same description in another file: not the listed mutant
+        let other = outcome(
+            "other.rs:504:36: replace -= with += in SparseGrads<V>::put",
+            Verdict::Missed,
+        );
+        let eq = parse_equivalents(
+            r#"[{"file": "crates/runtime/src/sweep.rs",
+                 "mutant": "replace -= with += in SparseGrads<V>::put",
+                 "reason": "unreachable branch"}]"#,
+        )
+        .expect("a valid list");
+        assert!(!is_equivalent(&other, &eq));
+        assert!(is_equivalent(&outcome(PUT, Verdict::Missed), &eq));
+    }
+
+    #[test]
+    fn an_equivalent_without_a_reason_is_refused() {
+        let err = parse_equivalents(
+            r#"[{"file": "a.rs", "mutant": "replace f with ()", "reason": " "}]"#,
+        )
+        .expect_err("an empty reason");
+        assert!(err.contains("entry 0") && err.contains("`reason`"), "{err}");
+        assert!(parse_equivalents("{}").is_err());
+    }
+
+    #[test]
+    fn outcomes_json_is_read_and_the_latest_shard_wins() {
+        let first = r#"{"outcomes": [
+            {"scenario": "Baseline", "summary": "Success",
+             "phase_results": [{"phase": "Build", "duration": 10.0},
+                               {"phase": "Test", "duration": 0.0, "argv": ["/x/cargo", "test",
+                                "--verbose", "--package=torchlean-runtime@0.1.0", "--lib"]}]},
+            {"scenario": {"Mutant": {"name": "a.rs:1:1: replace f with ()", "file": "a.rs"}},
+             "summary": "MissedMutant", "phase_results": [{"duration": 30.0}, {"duration": 2.0}]}
+        ], "start_time": "2026-12-01T20:00:00Z", "end_time": null}"#;
+        let second = r#"{"outcomes": [
+            {"scenario": {"Mutant": {"name": "a.rs:1:1: replace f with ()", "file": "a.rs"}},
+             "summary": "CaughtMutant", "phase_results": [{"duration": 20.0}]},
+            {"scenario": {"Mutant": {"name": "a.rs:2:1: replace g with ()", "file": "a.rs"}},
+             "summary": "Unviable", "phase_results": [{"duration": 5.0}]}
+        ], "start_time": "2026-12-01T21:00:00Z", "end_time": "2026-12-01T21:01:00Z"}"#;
+        let (a, b) = (
+            parse_outcomes(first).expect("first"),
+            parse_outcomes(second).expect("second"),
+        );
+        assert_eq!((a.seconds, a.finished, a.outcomes.len()), (42.0, false, 1));
+        assert_eq!(
+            a.oracle,
+            "cargo test --package=torchlean-runtime@0.1.0 --lib"
+        );
+        assert_eq!((b.seconds, b.finished), (25.0, true));
+        let latest = latest_outcomes(&[b, a]);
+        assert_eq!(
+            latest.iter().map(|o| o.verdict).collect::<Vec<_>>(),
+            vec![Verdict::Caught, Verdict::Unviable]
+        );
+        assert!(parse_outcomes(r#"{"outcomes": [{"scenario": {"Mutant": {"name": "x", "file": "x"}}, "summary": "Odd"}]}"#).is_err());
+    }
+
+    #[test]
+    fn registry_artifacts_are_told_from_the_workspaces_own() {
+        let lock = "[[package]]\nname = \"serde-json\"\nversion = \"1\"\nsource = \"registry+https://x\"\n\n\
+                    [[package]]\nname = \"libm\"\nversion = \"0.2\"\nsource = \"registry+https://x\"\n\n\
+                    [[package]]\nname = \"torchlean-spec\"\nversion = \"0.1.0\"\n";
+        let reg = registry_crates(lock);
+        assert_eq!(reg, vec!["libm".to_string(), "serde_json".to_string()]);
+        assert!(is_registry("libserde_json-0123456789abcdef.rlib", &reg));
+        assert!(is_registry("serde-json-0123456789abcdef", &reg));
+        assert!(is_registry("liblibm-0123456789abcdef.rmeta", &reg));
+        assert!(!is_registry(
+            "libtorchlean_spec-0123456789abcdef.rlib",
+            &reg
+        ));
+        assert!(!is_registry("sweeps-0123456789abcdef", &reg));
+        assert!(!is_registry("libserde_json.rlib", &reg));
+    }
+
+    #[test]
+    fn shards_are_named_by_their_globs() {
+        assert_eq!(shard_label(&[]), "all");
+        assert_eq!(
+            shard_label(&["crates/runtime/src/sweep.rs".into(), "*.rs".into()]),
+            "crates_runtime_src_sweep.rs+_.rs"
+        );
+    }
+}
