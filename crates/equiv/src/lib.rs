@@ -24,6 +24,7 @@ pub mod engines;
 pub mod error;
 pub mod gen;
 pub mod measure;
+pub mod regime;
 pub mod report;
 pub mod runner;
 
