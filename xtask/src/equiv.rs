@@ -74,7 +74,6 @@ pub fn run(args: &EquivArgs) -> Result<bool, String> {
         finite_differences: !args.no_fd,
         out_dir: Some(args.out.clone()),
         shrink_steps: args.shrink_steps,
-        ..CheckConfig::default()
     };
     let ref64 = EngineOf::<Tensor<f64>>::bitwise();
     let ref32 = EngineOf::<Tensor<f32>>::with_tolerance(F32_TOLERANCE);

@@ -29,7 +29,12 @@ use torchlean_spec::ops::desc;
 use torchlean_spec::{BinaryOp, GeluApprox, Op, Reduction, Shape, Tensor, UnaryOp};
 
 /// A one-op graph: input `%0` of `in_shape`, then `op` on `parents` (output `%1`).
-fn one_op(in_shape: Shape, op: Op, parents: Vec<usize>, payload: &[(&str, Tensor<f64>)]) -> (Graph, Payload) {
+fn one_op(
+    in_shape: Shape,
+    op: Op,
+    parents: Vec<usize>,
+    payload: &[(&str, Tensor<f64>)],
+) -> (Graph, Payload) {
     let mut shapes: Vec<Shape> = parents.iter().map(|_| in_shape.clone()).collect();
     shapes.extend(payload.iter().map(|(_, t)| t.shape().clone()));
     let out = op
@@ -99,12 +104,7 @@ pub fn local_sum_cases(f32: bool) -> Vec<LocalSumCase> {
     let input = t(A.to_vec());
     let mut cases = Vec::new();
     // concat(a, a, a): the three slices of the cotangent, folded in argument order
-    let (graph, _) = one_op(
-        Shape::from([4]),
-        Op::Concat { axis: 0 },
-        vec![0, 0, 0],
-        &[],
-    );
+    let (graph, _) = one_op(Shape::from([4]), Op::Concat { axis: 0 }, vec![0, 0, 0], &[]);
     let seed: Vec<f64> = C0.iter().chain(&c1).chain(&c1).copied().collect();
     let expected = (0..4).map(|i| r(r(C0[i] + c1[i]) + c1[i])).collect();
     cases.push(LocalSumCase {
@@ -115,12 +115,7 @@ pub fn local_sum_cases(f32: bool) -> Vec<LocalSumCase> {
         expected: t(expected),
     });
     // add(a, a): both cotangents are the seed
-    let (graph, _) = one_op(
-        Shape::from([4]),
-        Op::Binary(BinaryOp::Add),
-        vec![0, 0],
-        &[],
-    );
+    let (graph, _) = one_op(Shape::from([4]), Op::Binary(BinaryOp::Add), vec![0, 0], &[]);
     cases.push(LocalSumCase {
         name: "add(a, a)",
         graph,
@@ -129,12 +124,7 @@ pub fn local_sum_cases(f32: bool) -> Vec<LocalSumCase> {
         expected: t(C0.iter().map(|c| r(c + c)).collect()),
     });
     // mul_elem(x, x): each cotangent is seed·x
-    let (graph, _) = one_op(
-        Shape::from([4]),
-        Op::Binary(BinaryOp::Mul),
-        vec![0, 0],
-        &[],
-    );
+    let (graph, _) = one_op(Shape::from([4]), Op::Binary(BinaryOp::Mul), vec![0, 0], &[]);
     let expected = (0..4)
         .map(|i| {
             let p = r(C0[i] * A[i]);
@@ -278,6 +268,8 @@ fn local_sum_paths<V: Kernels>(
 /// A default SPEC writes down, as a literal.
 #[derive(Clone, Copy, Debug)]
 pub struct SpecDefault {
+    /// The kind (the descriptor's wire name).
+    pub kind: fn() -> &'static str,
     /// The attribute's key on the wire.
     pub attr: &'static str,
     /// Its default, as SPEC writes it.
@@ -304,35 +296,27 @@ impl Literal {
 /// kind: `layernorm` "optional `eps`, default 1e-6"; `batch_norm2d_nchw_train` "`eps`
 /// (default `1e-5`)"; `gelu` "`approximate`: `"none"` (default)"; `cross_entropy`
 /// "`reduction`: `"mean"` (default)".
-pub const SPEC_DEFAULTS: [(fn() -> &'static str, SpecDefault); 4] = [
-    (
-        || desc::LAYERNORM.name,
-        SpecDefault {
-            attr: "eps",
-            literal: Literal::Number(1e-6),
-        },
-    ),
-    (
-        || desc::BATCH_NORM2D_NCHW_TRAIN.name,
-        SpecDefault {
-            attr: "eps",
-            literal: Literal::Number(1e-5),
-        },
-    ),
-    (
-        || desc::GELU.name,
-        SpecDefault {
-            attr: "approximate",
-            literal: Literal::Text("none"),
-        },
-    ),
-    (
-        || desc::CROSS_ENTROPY.name,
-        SpecDefault {
-            attr: "reduction",
-            literal: Literal::Text("mean"),
-        },
-    ),
+pub const SPEC_DEFAULTS: [SpecDefault; 4] = [
+    SpecDefault {
+        kind: || desc::LAYERNORM.name,
+        attr: "eps",
+        literal: Literal::Number(1e-6),
+    },
+    SpecDefault {
+        kind: || desc::BATCH_NORM2D_NCHW_TRAIN.name,
+        attr: "eps",
+        literal: Literal::Number(1e-5),
+    },
+    SpecDefault {
+        kind: || desc::GELU.name,
+        attr: "approximate",
+        literal: Literal::Text("none"),
+    },
+    SpecDefault {
+        kind: || desc::CROSS_ENTROPY.name,
+        attr: "reduction",
+        literal: Literal::Text("mean"),
+    },
 ];
 
 /// The graph a default is checked on (the attribute at its default; small values, so that an
@@ -368,7 +352,11 @@ fn default_case(kind: &str) -> (Graph, Payload, Tensor<f64>) {
             vec![0],
             &[],
         );
-        (g, p, x(&[8], vec![-2.0, -1.0, -0.5, 0.0, 0.25, 0.5, 1.0, 3.0]))
+        (
+            g,
+            p,
+            x(&[8], vec![-2.0, -1.0, -0.5, 0.0, 0.25, 0.5, 1.0, 3.0]),
+        )
     } else {
         let target = x(&[2], vec![0.0, 3.0]);
         let (g, p) = one_op(
@@ -379,7 +367,11 @@ fn default_case(kind: &str) -> (Graph, Payload, Tensor<f64>) {
             vec![0],
             &[("target", target)],
         );
-        (g, p, x(&[2, 4], vec![0.5, -1.0, 2.0, 0.25, 1.5, 0.0, -0.5, 1.0]))
+        (
+            g,
+            p,
+            x(&[2, 4], vec![0.5, -1.0, 2.0, 0.25, 1.5, 0.0, -0.5, 1.0]),
+        )
     }
 }
 
@@ -408,8 +400,8 @@ fn with_attr(g: &Graph, attr: &str, value: Option<Value>) -> Result<Graph, Equiv
 pub fn spec_default_claims(engine: &dyn EngineUnderTest) -> Vec<Observation> {
     SPEC_DEFAULTS
         .iter()
-        .map(|(kind, d)| {
-            let kind = kind();
+        .map(|d| {
+            let kind = (d.kind)();
             let (measure, detail) = match default_agrees(engine, kind, d) {
                 Ok(None) => (Measure::OK, None),
                 Ok(Some(e)) | Err(e) => (Measure::FAIL, Some(e)),
@@ -461,7 +453,11 @@ mod tests {
         // the expected fold differs from every other order of the three terms, in both scalars,
         // so a reversed (or reassociated) local sum fails the claim
         for f32 in [false, true] {
-            let eps = if f32 { f32::EPSILON as f64 } else { f64::EPSILON };
+            let eps = if f32 {
+                f32::EPSILON as f64
+            } else {
+                f64::EPSILON
+            };
             let r = |v: f64| round(f32, v);
             for &c0 in &C0 {
                 let c1 = 0.375 * eps * c0;
@@ -519,7 +515,8 @@ mod tests {
             Literal::Text("tanh"),
             Literal::Text("sum"),
         ];
-        for ((kind, d), other) in SPEC_DEFAULTS.iter().zip(others) {
+        for (d, other) in SPEC_DEFAULTS.iter().zip(others) {
+            let kind = d.kind;
             let wrong = SpecDefault {
                 literal: other,
                 ..*d

@@ -40,8 +40,8 @@ pub use gen::{arb_case, build, GenCase, GenConfig};
 pub use measure::{Measure, Mode};
 pub use report::{CaseFile, ClaimSummary, Failure, Report, Row, Worst};
 pub use runner::{
-    aggregate_rows, check, coverage, generate_cases, run_observations, shrink_failure, write_counterexample,
-    Cases, CheckConfig, Family, Observations, Shrunk,
+    aggregate_rows, check, coverage, generate_cases, run_observations, shrink_failure,
+    write_counterexample, Cases, CheckConfig, Family, Observations, Shrunk,
 };
 /// The fault-injecting engines (the `torchlean-faults` crate), as they were when they lived here.
 pub use torchlean_faults as faults;

@@ -306,7 +306,10 @@ impl Report {
                 format!("{}/{}", c.kinds, self.kinds_total),
                 format!("{}/{}", c.regimes, self.regimes_total),
                 c.engines.len(),
-                c.worst.as_ref().map(Worst::text).unwrap_or_else(|| "-".into()),
+                c.worst
+                    .as_ref()
+                    .map(Worst::text)
+                    .unwrap_or_else(|| "-".into()),
                 if c.pass() {
                     "pass".to_string()
                 } else {

@@ -7,8 +7,8 @@ use crate::claims::{
 use crate::engines::EngineUnderTest;
 use crate::error::EquivError;
 use crate::gen::{build_targeted, schedule, GenCase, GenConfig};
-use crate::regime::Target;
 use crate::measure::Mode;
+use crate::regime::Target;
 use crate::regime::{covered, targets};
 use crate::report::{CaseFile, ClaimSummary, Failure, Report, Row};
 use proptest::strategy::{Strategy, ValueTree};
