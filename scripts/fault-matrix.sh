@@ -1,28 +1,32 @@
 #!/usr/bin/env bash
 # The fault matrix: which claim of `cargo xtask check-equivalence` catches each hand-made fault.
 #
-#   scripts/fault-matrix.sh [--cases N] [PATCH...]
+#   scripts/fault-matrix.sh [--cases N] [--profile release|test] [PATCH...]
 #
 # Each fault is a one- or two-line patch in crates/equiv/faults/ (its first line, `# …`, says
 # what it breaks). For each patch, in a scratch git worktree at this tree's HEAD (never in this
 # tree): reset the worktree, apply the patch, run `cargo xtask check-equivalence --cases N
-# --json --shrink-steps 0` (release, as CI), and record the claims with failing rows. A patch
+# --json --shrink-steps 0` (`--profile release`, the default, is `cargo xtask` as CI runs it;
+# `--profile test` builds without LTO at opt-level 1, much faster to rebuild on a loaded
+# machine, and checks the same arithmetic), and record the claims with failing rows. A patch
 # whose description starts with EQUIVALENT is expected to pass. Prints a Markdown table and
 # exits 1 if a non-equivalent fault was not caught (or an equivalent one was), 2 on a setup
 # error. One fault at a time, under `nice -n 10`; takes a while (a release rebuild per fault).
 #
 # Environment: FAULT_MATRIX_DIR (scratch directory, default target/fault-matrix). The scratch
-# worktree's target starts as hard links of this tree's target/release/{deps,build,.fingerprint}
+# worktree's target starts as hard links of this tree's target/<dir>/{deps,build,.fingerprint}
 # (cargo writes new files, never into the linked ones), so registry dependencies are not rebuilt.
 set -euo pipefail
 root="$(git rev-parse --show-toplevel)"
 cd "$root"
 cases=100
+profile=release
 patches=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --cases) cases="$2"; shift 2 ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        --profile) profile="$2"; shift 2 ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) patches+=("$1"); shift ;;
     esac
 done
@@ -37,10 +41,15 @@ if [ ! -e "$tree/.git" ]; then
 else
     git -C "$tree" checkout --detach --quiet --force "$(git rev-parse HEAD)"
 fi
-if [ ! -d "$tree/target/release" ] && [ -d "$root/target/release" ]; then
-    mkdir -p "$tree/target/release"
+case "$profile" in
+    release) dir=release ;;
+    test) dir=debug ;;
+    *) echo "fault-matrix: --profile release or test, not $profile" >&2; exit 2 ;;
+esac
+if [ ! -d "$tree/target/$dir" ] && [ -d "$root/target/$dir" ]; then
+    mkdir -p "$tree/target/$dir"
     for d in deps build .fingerprint; do
-        [ -d "$root/target/release/$d" ] && cp -al "$root/target/release/$d" "$tree/target/release/$d"
+        [ -d "$root/target/$dir/$d" ] && cp -al "$root/target/$dir/$d" "$tree/target/$dir/$d"
     done
 fi
 # the patches are read from this tree (they may be newer than HEAD's)
@@ -61,8 +70,9 @@ for p in "${abs[@]}"; do
     log="$scratch/$name.jsonl"
     start=$(date +%s)
     set +e
-    (cd "$tree" && nice -n 10 cargo xtask check-equivalence --cases "$cases" --json \
-        --shrink-steps 0 --out "$scratch/counterexamples-$name") >"$log" 2>"$scratch/$name.stderr"
+    (cd "$tree" && nice -n 10 cargo run --quiet --profile "$profile" --package xtask -- \
+        check-equivalence --cases "$cases" --json --shrink-steps 0 \
+        --out "$scratch/counterexamples-$name") >"$log" 2>"$scratch/$name.stderr"
     rc=$?
     set -e
     secs=$(( $(date +%s) - start ))
@@ -93,7 +103,7 @@ EOF
     echo "fault-matrix: $name: $verdict${caught:+ by $caught} (${secs} s)" >&2
 done
 git -C "$tree" checkout --quiet --force HEAD -- .
-echo "| fault | what it breaks | verdict at --cases $cases | claims that failed (engines) | time |"
+echo "| fault | what it breaks | verdict at --cases $cases | claims that failed (engines) | build + run ($profile) |"
 echo "| --- | --- | --- | --- | --- |"
 printf '%s\n' "${rows[@]}"
 exit "$status"
