@@ -44,6 +44,7 @@ fn reference_engines_pass_every_claim() {
     assert!(report.uncovered.is_empty(), "{:?}", report.uncovered);
     assert_eq!(report.claims.len(), Claim::ALL.len());
     let text = report.text();
+    println!("{text}");
     assert!(text.contains("every kind and regime covered"), "{text}");
     assert_eq!(
         text.lines().count(),
