@@ -45,9 +45,15 @@ pub struct EquivArgs {
     /// Precisions to check
     #[arg(long, value_enum, default_value = "all")]
     dtype: DTypeSel,
-    /// One JSON object per row, then a summary object
+    /// One JSON object per row (claim × engine × kind), one per claim, then a summary object
     #[arg(long)]
     json: bool,
+    /// The table of every row (claim × engine × kind) before the per-claim lines
+    #[arg(long)]
+    verbose: bool,
+    /// Most shrinking steps per failure (0: report each failure's first graph as found)
+    #[arg(long, default_value_t = 4000)]
+    shrink_steps: usize,
     /// Where minimized counterexamples are written
     #[arg(long, default_value = "target/equiv-counterexamples")]
     out: PathBuf,
@@ -67,7 +73,7 @@ pub fn run(args: &EquivArgs) -> Result<bool, String> {
         seed: args.seed,
         finite_differences: !args.no_fd,
         out_dir: Some(args.out.clone()),
-        ..CheckConfig::default()
+        shrink_steps: args.shrink_steps,
     };
     let ref64 = EngineOf::<Tensor<f64>>::bitwise();
     let ref32 = EngineOf::<Tensor<f32>>::with_tolerance(F32_TOLERANCE);
@@ -136,6 +142,8 @@ pub fn run(args: &EquivArgs) -> Result<bool, String> {
     let report = check(&cfg, &engines);
     if args.json {
         print!("{}", report.json_lines());
+    } else if args.verbose {
+        print!("{}", report.verbose_text());
     } else {
         print!("{}", report.text());
     }

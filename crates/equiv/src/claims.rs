@@ -35,10 +35,15 @@ pub enum Claim {
     EngineVsReference,
     /// Eager recording and compiled execution of one program agree (values and gradients).
     EagerVsCompiled,
+    /// A repeated parent's gradient on every path equals the local-sum rule written out
+    /// (fixed cases, [`crate::fixed`]).
+    LocalSum,
+    /// A graph leaving out an attribute evaluates as the graph with SPEC's default literal.
+    SpecDefaults,
 }
 
 impl Claim {
-    pub const ALL: [Claim; 9] = [
+    pub const ALL: [Claim; 11] = [
         Claim::LoweringVsDenote,
         Claim::TapeValuesVsEval,
         Claim::DenseFromVsAllCtx,
@@ -48,6 +53,8 @@ impl Claim {
         Claim::VjpVsFiniteDifferences,
         Claim::EngineVsReference,
         Claim::EagerVsCompiled,
+        Claim::LocalSum,
+        Claim::SpecDefaults,
     ];
 
     pub fn name(self) -> &'static str {
@@ -61,6 +68,8 @@ impl Claim {
             Claim::VjpVsFiniteDifferences => "VJP == finite differences",
             Claim::EngineVsReference => "engine == reference",
             Claim::EagerVsCompiled => "eager == compiled",
+            Claim::LocalSum => "local sums == written-out order",
+            Claim::SpecDefaults => "omitted attribute == SPEC default",
         }
     }
 
@@ -76,6 +85,8 @@ impl Claim {
             Claim::VjpVsFiniteDifferences => "vjp_vs_fd",
             Claim::EngineVsReference => "engine_vs_reference",
             Claim::EagerVsCompiled => "eager_vs_compiled",
+            Claim::LocalSum => "local_sum",
+            Claim::SpecDefaults => "spec_defaults",
         }
     }
 }

@@ -28,6 +28,8 @@ pub trait EngineUnderTest: Send + Sync {
     /// Eager == compiled on every model of the zoo (float engines; the models are not
     /// algebraic).
     fn zoo(&self) -> Vec<Observation>;
+    /// The fixed cases' claims on this engine (local sums on every path; SPEC's defaults).
+    fn fixed(&self) -> Vec<Observation>;
     /// Output and gradients of a whole graph, in f64.
     fn run_grad(
         &self,
@@ -126,6 +128,12 @@ impl<V: Kernels> EngineUnderTest for EngineOf<V> {
             return Vec::new();
         }
         crate::claims::zoo_claims::<V>()
+    }
+
+    fn fixed(&self) -> Vec<Observation> {
+        let mut out = crate::fixed::local_sum_claims::<V>();
+        out.extend(crate::fixed::spec_default_claims(self));
+        out
     }
 
     fn per_node(&self, case: &GenCase, fd: bool) -> Vec<Observation> {

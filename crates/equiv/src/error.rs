@@ -110,6 +110,25 @@ pub enum EquivError {
         source: RuntimeError,
     },
 
+    /// A path's gradient on a repeated-parent case differs from the written-out local sum.
+    #[error("{case}: {path} gave {got:?}, the local-sum rule {want:?}")]
+    LocalSum {
+        case: &'static str,
+        path: &'static str,
+        got: Vec<f64>,
+        want: Vec<f64>,
+    },
+
+    /// A graph leaving an attribute out does not evaluate as the one with SPEC's literal.
+    #[error("`{kind}` without `{attr}` gave output {omitted:?}, with SPEC's default {literal} written {written:?}")]
+    SpecDefault {
+        kind: &'static str,
+        attr: &'static str,
+        literal: String,
+        omitted: Vec<f64>,
+        written: Vec<f64>,
+    },
+
     /// The saved graph has no values to extend with opaque nodes.
     #[error("empty graph")]
     EmptyGraph,

@@ -12,9 +12,13 @@
 //! by construction (`abs(x) + c` with `c ≥ 1/2`). [`GenConfig::algebraic`] restricts the kinds to
 //! those exact over the rationals.
 
+use crate::regime::{targets, Regime, Target};
 use proptest::prelude::*;
 use torchlean_ir::{Graph, Node, OpKind, Payload};
-use torchlean_spec::{BinaryOp, Conv2dSpec, Op, PoolKind, PoolSpec, Shape, Tensor, UnaryOp};
+use torchlean_spec::ops::desc;
+use torchlean_spec::{
+    BinaryOp, Conv2dSpec, GeluApprox, Op, PoolKind, PoolSpec, Reduction, Shape, Tensor, UnaryOp,
+};
 
 /// What to generate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +100,32 @@ pub fn arb_case(cfg: GenConfig) -> impl Strategy<Value = GenCase> {
 /// Builds a graph from choices. Total: any choice vector gives a well-formed, shape-correct graph
 /// with a complete payload.
 pub fn build(cfg: GenConfig, choices: &[u32]) -> GenCase {
+    build_targeted(cfg, &[], choices)
+}
+
+/// How many `(kind, regime)` pairs one case of the round-robin is built around.
+pub const TARGETS_PER_CASE: usize = 3;
+
+/// The round-robin of a run: the pairs of [`targets`] the generator can build under `cfg`
+/// (each kind at all, then every special regime; `input` and `const` appear in every graph
+/// anyway), [`TARGETS_PER_CASE`] per case. A run's first cases are built from these, so every
+/// pair is covered as soon as the budget reaches `schedule(cfg).len()` cases.
+pub fn schedule(cfg: GenConfig) -> Vec<Vec<Target>> {
+    let steps = allowed_steps(cfg);
+    let pairs: Vec<Target> = targets()
+        .into_iter()
+        .filter(|&t| step_for(t, &steps).is_some())
+        .collect();
+    pairs
+        .chunks(TARGETS_PER_CASE)
+        .map(<[Target]>::to_vec)
+        .collect()
+}
+
+/// [`build`], with the first steps forced: one per target, each building its kind in its
+/// regime whatever the choices (so shrinking keeps them), chained on the latest node; then
+/// half as many random steps as an untargeted case. A target no step builds is skipped.
+pub fn build_targeted(cfg: GenConfig, targets: &[Target], choices: &[u32]) -> GenCase {
     let mut c = Choices::new(choices);
     let mut b = Builder::new();
     let rank = 1 + c.pick(3);
@@ -103,11 +133,15 @@ pub fn build(cfg: GenConfig, choices: &[u32]) -> GenCase {
     let in_shape = Shape::new(dims);
     let input = tensor_of(&mut c, &in_shape);
     b.push(OpKind::Input, vec![], in_shape);
+    let kinds = allowed_steps(cfg);
+    for &t in targets {
+        if let Some(step) = step_for(t, &kinds) {
+            let x = b.graph.nodes.len() - 1;
+            b.forced_step(&mut c, step, t, x);
+        }
+    }
     let steps = 1 + c.pick(cfg.max_steps);
-    let kinds: Vec<Step> = all_steps()
-        .into_iter()
-        .filter(|s| !cfg.algebraic || s.is_algebraic())
-        .collect();
+    let steps = if targets.is_empty() { steps } else { steps / 2 };
     for _ in 0..steps {
         let step = kinds[c.pick(kinds.len())];
         // a parent, biased towards recent nodes (long chains) but able to fan out
@@ -122,6 +156,27 @@ pub fn build(cfg: GenConfig, choices: &[u32]) -> GenCase {
         payload: b.payload,
         input,
     }
+}
+
+/// The steps `cfg` draws from.
+fn allowed_steps(cfg: GenConfig) -> Vec<Step> {
+    all_steps()
+        .into_iter()
+        .filter(|s| !cfg.algebraic || s.is_algebraic())
+        .collect()
+}
+
+/// The step that builds `t`'s kind (for `gelu`, in the form its regime asks for).
+fn step_for(t: Target, steps: &[Step]) -> Option<Step> {
+    steps.iter().copied().find(|s| {
+        s.kinds().contains(&t.kind)
+            && match s {
+                Step::Unary(UnaryOp::Gelu(a)) => {
+                    (*a == GeluApprox::None) == (t.regime != Regime::Explicit)
+                }
+                _ => true,
+            }
+    })
 }
 
 fn tensor_of(c: &mut Choices<'_>, shape: &Shape) -> Tensor<f64> {
@@ -207,6 +262,64 @@ fn all_steps() -> Vec<Step> {
 }
 
 impl Step {
+    /// The kinds of the node the step is about (adapters aside).
+    fn kinds(self) -> Vec<&'static str> {
+        let one = |d: &'static desc::OpDesc| vec![d.name];
+        match self {
+            Step::Unary(u) => vec![Op::Unary(u).name()],
+            Step::Binary(b) => vec![b.name()],
+            Step::Scale => one(&desc::SCALE),
+            Step::AddScalar => one(&desc::ADD_SCALAR),
+            Step::Clamp => one(&desc::CLAMP),
+            Step::Detach => one(&desc::DETACH),
+            Step::Softmax => one(&desc::SOFTMAX),
+            Step::LogSoftmax => one(&desc::LOG_SOFTMAX),
+            Step::LayerNorm => one(&desc::LAYERNORM),
+            Step::Broadcast => one(&desc::BROADCAST_TO),
+            Step::Reshape => one(&desc::RESHAPE),
+            Step::Flatten => one(&desc::FLATTEN),
+            Step::Permute => one(&desc::PERMUTE),
+            Step::SwapFirstTwo => one(&desc::SWAP_FIRST_TWO),
+            Step::Transpose3d => one(&desc::TRANSPOSE3D_LAST_TWO),
+            Step::Transpose => one(&desc::TRANSPOSE),
+            Step::Slice => one(&desc::SLICE),
+            Step::ReduceSum => one(&desc::REDUCE_SUM),
+            Step::ReduceMean => one(&desc::REDUCE_MEAN),
+            Step::Sum => one(&desc::SUM),
+            Step::MatMul => one(&desc::MATMUL),
+            Step::Linear => one(&desc::LINEAR),
+            Step::Conv2d => one(&desc::CONV2D),
+            Step::Pool(PoolKind::Max) => vec![desc::MAX_POOL2D.name, desc::MAX_POOL2D_PAD.name],
+            Step::Pool(PoolKind::Avg) => vec![desc::AVG_POOL2D.name, desc::AVG_POOL2D_PAD.name],
+            Step::BatchNorm => one(&desc::BATCH_NORM2D_NCHW_EVAL),
+            Step::BatchNormTrain => one(&desc::BATCH_NORM2D_NCHW_TRAIN),
+            Step::Concat => one(&desc::CONCAT),
+            Step::MseLoss => one(&desc::MSE_LOSS),
+            Step::CrossEntropy => one(&desc::CROSS_ENTROPY),
+            Step::RandUniform => one(&desc::RAND_UNIFORM),
+            Step::Bernoulli => one(&desc::BERNOULLI_MASK),
+        }
+    }
+
+    /// The rank a forced step's operand is brought to first: at least `.0`, exactly `.1`.
+    fn operand_rank(self, t: Target) -> (usize, Option<usize>) {
+        match self {
+            Step::SwapFirstTwo | Step::Transpose => (2, None),
+            Step::Transpose3d => (3, Some(3)),
+            Step::MatMul if t.regime == Regime::BatchedSquareRhs => (3, Some(3)),
+            Step::Softmax
+            | Step::LogSoftmax
+            | Step::LayerNorm
+            | Step::Slice
+            | Step::Linear
+            | Step::Concat
+            | Step::ReduceSum
+            | Step::ReduceMean
+            | Step::Permute => (1, None),
+            _ => (0, None),
+        }
+    }
+
     /// Whether the step's kinds are exact over the rational scalar.
     fn is_algebraic(self) -> bool {
         match self {
@@ -228,6 +341,8 @@ const MAX_ELEMS: usize = 96;
 struct Builder {
     graph: Graph,
     payload: Payload,
+    /// The target of the step being forced, if any.
+    target: Option<Target>,
 }
 
 impl Builder {
@@ -235,7 +350,48 @@ impl Builder {
         Builder {
             graph: Graph::new(0, 0, Vec::new()),
             payload: Payload::new(),
+            target: None,
         }
+    }
+
+    /// Whether the step being built is forced into `r`.
+    fn forcing(&self, r: Regime) -> bool {
+        self.target.is_some_and(|t| t.regime == r)
+    }
+
+    /// The kind the step being built is forced to, if any.
+    fn forced_kind(&self) -> Option<&'static str> {
+        self.target.map(|t| t.kind)
+    }
+
+    /// Builds `step` on `x` in `t`'s regime: the operand first made small (at most 24
+    /// elements, so that concatenations and broadcasts fit) and of the rank the step needs.
+    fn forced_step(&mut self, c: &mut Choices<'_>, step: Step, t: Target, x: usize) {
+        let mut x = x;
+        while self.shape(x).size() > 24 && self.shape(x).rank() > 1 {
+            x = self.push_op(Op::ReduceSum { axis: 0 }, vec![x], vec![]);
+        }
+        let s = self.shape(x);
+        let (min, exact) = step.operand_rank(t);
+        let rank = exact.unwrap_or(s.rank().max(min));
+        if s.rank() != rank {
+            let mut dims = vec![1; rank.saturating_sub(1)];
+            dims.push(s.size());
+            x = self.reshape(x, Shape::new(dims));
+        }
+        self.target = Some(t);
+        self.step(c, step, x);
+        self.target = None;
+    }
+
+    /// `x` itself when it has at least two elements, else `linear` of it to two features.
+    fn at_least_two(&mut self, c: &mut Choices<'_>, x: usize) -> usize {
+        let size = self.shape(x).size();
+        if size >= 2 {
+            return x;
+        }
+        let flat = self.reshape(x, Shape::from([1, size.max(1)]));
+        self.linear_to(c, flat, 2)
     }
 
     fn shape(&self, id: usize) -> Shape {
@@ -402,7 +558,7 @@ impl Builder {
             self.push_op(Op::Binary(op), vec![x, rhs], vec![]);
             return;
         }
-        let rhs = if c.one_in(5) {
+        let rhs = if c.one_in(5) || self.forcing(Regime::RepeatedParent) {
             x // repeated parent
         } else {
             self.partner(c, &s, x)
@@ -452,13 +608,48 @@ impl Builder {
             Step::LogSoftmax => Op::LogSoftmax { axis },
             _ => Op::LayerNorm {
                 axis,
-                eps: if c.one_in(2) { Some(1e-5) } else { None },
+                eps: match self.target.map(|t| t.regime) {
+                    Some(Regime::Default) => None,
+                    Some(Regime::Explicit) => Some(1e-5),
+                    _ if c.one_in(2) => Some(1e-5),
+                    _ => None,
+                },
             },
         };
         self.push_op(op, vec![x], vec![]);
     }
 
     fn broadcast(&mut self, c: &mut Choices<'_>, x: usize) {
+        if self.forcing(Regime::BroadcastLastAxis) {
+            // `[n, 1] → [n, k]`, n ≥ 2
+            let x = self.at_least_two(c, x);
+            let n = self.shape(x).size();
+            let col = self.reshape(x, Shape::from([n, 1]));
+            let to = Shape::from([n, 2 + c.pick(2)]);
+            self.push_op(
+                Op::BroadcastTo {
+                    from: Shape::from([n, 1]),
+                    to,
+                },
+                vec![col],
+                vec![],
+            );
+            return;
+        }
+        if self.forcing(Regime::BroadcastLeadingAxes) {
+            let from = self.shape(x);
+            let mut to = vec![2 + c.pick(2)];
+            to.extend_from_slice(from.dims());
+            self.push_op(
+                Op::BroadcastTo {
+                    from,
+                    to: Shape::new(to),
+                },
+                vec![x],
+                vec![],
+            );
+            return;
+        }
         let s = self.shape(x);
         let mut to: Vec<usize> = s.dims().to_vec();
         // expand size-1 axes and/or prepend axes, within the size budget
@@ -469,6 +660,13 @@ impl Builder {
         }
         for _ in 0..c.pick(3) {
             to.insert(0, 1 + c.pick(3));
+        }
+        if self.forced_kind().is_some()
+            && (to == s.dims() || Shape::new(to.clone()).size() > MAX_ELEMS)
+        {
+            // forced (the operand has at most 24 elements): always a broadcast
+            to = s.dims().to_vec();
+            to.insert(0, 2);
         }
         let to = Shape::new(to);
         if to.size() <= MAX_ELEMS && to != s {
@@ -567,10 +765,11 @@ impl Builder {
         let logits = self.reshape(x, Shape::from([rows, classes]));
         let ids: Vec<f64> = (0..rows).map(|_| c.pick(classes) as f64).collect();
         let target = Tensor::new([rows], ids).expect("one class id per row");
-        let reduction = if c.one_in(2) {
-            torchlean_spec::Reduction::Sum
-        } else {
-            torchlean_spec::Reduction::Mean
+        let reduction = match self.target.map(|t| t.regime) {
+            Some(Regime::Default) => Reduction::Mean,
+            Some(Regime::Explicit) => Reduction::Sum,
+            _ if c.one_in(2) => Reduction::Sum,
+            _ => Reduction::Mean,
         };
         self.push_op(
             Op::CrossEntropy { reduction },
@@ -579,7 +778,40 @@ impl Builder {
         );
     }
 
+    /// `x` as a left operand `[m, n]` (batched: `[1, m, n]`) with `n ≥ 2`, for a square right
+    /// operand: `n` the largest of 4, 3, 2 dividing the size, else `linear` to two features.
+    fn square_lhs(&mut self, c: &mut Choices<'_>, x: usize, batched: bool) -> (usize, usize) {
+        let size = self.shape(x).size();
+        let divisor = (2..=4).rev().find(|&d| size.is_multiple_of(d));
+        let (x, size, n) = match divisor {
+            Some(n) => (x, size, n),
+            None => {
+                let flat = self.reshape(x, Shape::from([1, size.max(1)]));
+                (self.linear_to(c, flat, 2), 2, 2)
+            }
+        };
+        let dims = if batched {
+            vec![1, size / n, n]
+        } else {
+            vec![size / n, n]
+        };
+        (self.reshape(x, Shape::new(dims)), n)
+    }
+
     fn matmul(&mut self, c: &mut Choices<'_>, x: usize) {
+        for (regime, batched) in [(Regime::SquareRhs, false), (Regime::BatchedSquareRhs, true)] {
+            if self.forcing(regime) {
+                let (lhs, n) = self.square_lhs(c, x, batched);
+                let rs = if batched {
+                    Shape::from([1, n, n])
+                } else {
+                    Shape::from([n, n])
+                };
+                let rhs = self.partner(c, &rs, lhs);
+                self.push_op(Op::MatMul, vec![lhs, rhs], vec![]);
+                return;
+            }
+        }
         let s = self.shape(x);
         let (rank, size) = (s.rank(), s.size());
         let batched = rank == 3 && c.one_in(2);
@@ -620,12 +852,21 @@ impl Builder {
         let img = self.image(c, x, batched, ch);
         let d = self.shape(img).dims().to_vec();
         let (h, w) = (d[d.len() - 2], d[d.len() - 1]);
-        let padding = c.pick(2);
+        let padding = if self.forcing(Regime::Padded) {
+            1
+        } else {
+            c.pick(2)
+        };
+        let stride = if self.forcing(Regime::Strided) {
+            2
+        } else {
+            1 + c.pick(2)
+        };
         let spec = Conv2dSpec {
             in_channels: ch,
             kernel_h: 1 + c.pick((h + 2 * padding).min(3)),
             kernel_w: 1 + c.pick((w + 2 * padding).min(3)),
-            stride: 1 + c.pick(2),
+            stride,
             padding,
             out_channels: 1 + c.pick(2),
         };
@@ -647,16 +888,33 @@ impl Builder {
         let img = self.image(c, x, batched, ch);
         let d = self.shape(img).dims().to_vec();
         let (h, w) = (d[d.len() - 2], d[d.len() - 1]);
-        let kernel_h = 1 + c.pick(h.min(w).min(3));
-        let kernel_w = 1 + c.pick(w.min(3));
-        let padding = c.pick(kernel_h.min(kernel_w) / 2 + 1);
+        // the forced kind: a `_pad` kind or not
+        let pad_kind = self
+            .forced_kind()
+            .map(|k| k == desc::MAX_POOL2D_PAD.name || k == desc::AVG_POOL2D_PAD.name);
+        let padded_windows = self.forcing(Regime::Padded);
+        // padding 1 needs windows of at least 2 × 2 (padding ≤ kernel / 2); the images are
+        // at least 2 × 2
+        let least = if padded_windows { 2 } else { 1 };
+        let kernel_h = least + c.pick(h.min(w).min(3) + 1 - least);
+        let kernel_w = least + c.pick(w.min(3) + 1 - least);
+        let padding = match pad_kind {
+            Some(false) => 0,
+            _ if padded_windows => 1,
+            _ => c.pick(kernel_h.min(kernel_w) / 2 + 1),
+        };
+        let stride = if self.forcing(Regime::Strided) {
+            2
+        } else {
+            1 + c.pick(2)
+        };
         let spec = PoolSpec {
             kind,
             kernel_h,
             kernel_w,
-            stride: 1 + c.pick(2),
+            stride,
             padding,
-            padded: padding > 0 || c.one_in(3),
+            padded: pad_kind.unwrap_or(padding > 0 || c.one_in(3)),
         };
         self.push_op(Op::Pool(spec), vec![img], vec![]);
     }
@@ -697,7 +955,12 @@ impl Builder {
         let img = self.image(c, x, true, channels);
         let op = Op::BatchNormTrain {
             channels,
-            eps: if c.one_in(2) { Some(1e-3) } else { None },
+            eps: match self.target.map(|t| t.regime) {
+                Some(Regime::Default) => None,
+                Some(Regime::Explicit) => Some(1e-3),
+                _ if c.one_in(2) => Some(1e-3),
+                _ => None,
+            },
         };
         let shapes = op
             .payload_shapes(&[self.shape(img)], &Shape::scalar())
@@ -712,8 +975,10 @@ impl Builder {
         let axis = c.pick(s.rank());
         let mut parents = vec![x];
         let mut total = s.dims()[axis];
-        for _ in 0..1 + c.pick(2) {
-            let p = if c.one_in(3) {
+        let thrice = self.forcing(Regime::ThriceRepeated);
+        let more = if thrice { 2 } else { 1 + c.pick(2) };
+        for _ in 0..more {
+            let p = if thrice || c.one_in(3) {
                 x
             } else {
                 let mut d = s.dims().to_vec();
@@ -788,6 +1053,55 @@ mod tests {
                     denote_all::<f64>(&case.graph, &case.payload, &case.input).unwrap();
                 }
             }
+        }
+    }
+
+    #[test]
+    fn every_targeted_case_covers_its_targets_whatever_the_choices() {
+        let mut s = 5u64;
+        for cfg in [GenConfig::FLOAT, GenConfig::ALGEBRAIC] {
+            for targets in schedule(cfg) {
+                for len in [0usize, 16, 80, 160] {
+                    for _ in 0..8 {
+                        let v: Vec<u32> = (0..len)
+                            .map(|_| {
+                                s = torchlean_spec::ops::splitmix64(s);
+                                s as u32
+                            })
+                            .collect();
+                        let case = build_targeted(cfg, &targets, &v);
+                        check_valid(&case);
+                        denote_all::<f64>(&case.graph, &case.payload, &case.input).unwrap();
+                        let seen = crate::regime::covered(&case.graph);
+                        for t in &targets {
+                            assert!(
+                                seen.contains(t),
+                                "{} not built (choices of length {len}):\n{}",
+                                t.label(),
+                                torchlean_ir::pretty(&case.graph)
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_float_schedule_covers_every_pair_but_input_and_const_within_ci_budget() {
+        let sched = schedule(GenConfig::FLOAT);
+        println!("{} targeted float cases", sched.len());
+        // CI runs `--cases 100`: the round-robin must fit well inside it
+        assert!(sched.len() <= 40, "{} targeted cases", sched.len());
+        let scheduled: std::collections::BTreeSet<Target> =
+            sched.iter().flatten().copied().collect();
+        for t in targets() {
+            let leaf = t.kind == desc::INPUT.name || t.kind == desc::CONST.name;
+            assert!(
+                leaf || scheduled.contains(&t),
+                "{} never scheduled",
+                t.label()
+            );
         }
     }
 

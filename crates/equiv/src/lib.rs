@@ -8,6 +8,10 @@
 //! - [`gen`]: proptest strategies for random graphs (usable by other crates' tests);
 //! - [`claims`]: one function per claim;
 //! - [`engines`]: the engines under test, behind one object-safe trait;
+//! - [`regime`]: the attribute regimes that change an op's maths (one table) and the
+//!   `(kind, regime)` pairs every run covers;
+//! - [`fixed`]: hand-made cases checked against written-out expectations (local sums, SPEC's
+//!   defaults);
 //! - [`error`]: [`EquivError`], what can go wrong while checking and what a check can find;
 //! - [`faults`]: fault-injecting engines that show the checker can fail (re-exported from
 //!   `torchlean-faults`, which the CLI uses without the checker);
@@ -22,8 +26,10 @@
 pub mod claims;
 pub mod engines;
 pub mod error;
+pub mod fixed;
 pub mod gen;
 pub mod measure;
+pub mod regime;
 pub mod report;
 pub mod runner;
 
@@ -32,10 +38,10 @@ pub use engines::{EngineOf, EngineUnderTest};
 pub use error::EquivError;
 pub use gen::{arb_case, build, GenCase, GenConfig};
 pub use measure::{Measure, Mode};
-pub use report::{CaseFile, Failure, Report, Row};
+pub use report::{CaseFile, ClaimSummary, Failure, Report, Row, Worst};
 pub use runner::{
-    aggregate_rows, check, generate_cases, run_observations, shrink_failure, write_counterexample,
-    Cases, CheckConfig, Family, Observations, Shrunk,
+    aggregate_rows, check, coverage, generate_cases, run_observations, shrink_failure,
+    write_counterexample, Cases, CheckConfig, Family, Observations, Shrunk,
 };
 /// The fault-injecting engines (the `torchlean-faults` crate), as they were when they lived here.
 pub use torchlean_faults as faults;

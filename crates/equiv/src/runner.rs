@@ -6,9 +6,11 @@ use crate::claims::{
 };
 use crate::engines::EngineUnderTest;
 use crate::error::EquivError;
-use crate::gen::{build, GenCase, GenConfig};
+use crate::gen::{build_targeted, schedule, GenCase, GenConfig};
 use crate::measure::Mode;
-use crate::report::{CaseFile, Failure, Report, Row};
+use crate::regime::Target;
+use crate::regime::{covered, targets};
+use crate::report::{CaseFile, ClaimSummary, Failure, Report, Row};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use rayon::prelude::*;
@@ -136,6 +138,20 @@ impl Family {
         }
     }
 
+    /// The `(kind, regime)` pairs case `i` of the family is built around: the round-robin
+    /// ([`schedule`]) first, then none (random cases).
+    pub fn targets(self, i: usize) -> Vec<Target> {
+        schedule(self.gen_config())
+            .into_iter()
+            .nth(i)
+            .unwrap_or_default()
+    }
+
+    /// Case `i` of the family from its choices.
+    pub fn build(self, i: usize, choices: &[u32]) -> GenCase {
+        build_targeted(self.gen_config(), &self.targets(i), choices)
+    }
+
     /// Every observation on one case of the family.
     pub fn observe(
         self,
@@ -183,6 +199,8 @@ pub struct Observations {
     pub singular: Observation,
     /// The model zoo's, per engine.
     pub zoo: Vec<Observation>,
+    /// The fixed cases' (local sums, SPEC's defaults), per engine.
+    pub fixed: Vec<Observation>,
 }
 
 impl Observations {
@@ -201,15 +219,21 @@ impl Observations {
             .chain(self.exact.iter().flatten())
             .chain(std::iter::once(&self.singular))
             .chain(self.zoo.iter())
+            .chain(self.fixed.iter())
     }
 }
 
 /// Generates the run's cases from its seed (deterministic).
 pub fn generate_cases(cfg: &CheckConfig) -> Cases {
     let family = |f: Family, count: usize| -> Vec<GenCase> {
+        let sched = schedule(f.gen_config());
         trees(cfg.seed, f.salt(), count)
             .iter()
-            .map(|t| build(f.gen_config(), &t.current()))
+            .enumerate()
+            .map(|(i, t)| {
+                let targets = sched.get(i).map(Vec::as_slice).unwrap_or_default();
+                build_targeted(f.gen_config(), targets, &t.current())
+            })
             .collect()
     };
     Cases {
@@ -236,6 +260,7 @@ pub fn run_observations(
         exact: run(Family::Exact),
         singular: dense_skipping_avoids_nan(),
         zoo: engines.iter().flat_map(|e| e.zoo()).collect(),
+        fixed: engines.par_iter().flat_map(|e| e.fixed()).collect(),
     }
 }
 
@@ -310,7 +335,7 @@ pub fn shrink_failure(
     let tree = trees(cfg.seed, family.salt(), i + 1).pop()?;
     let minimal = shrink(
         tree,
-        family.gen_config(),
+        &|choices: &[u32]| family.build(i, choices),
         cfg.shrink_steps,
         &fails,
         engines,
@@ -375,8 +400,11 @@ fn collect_failures(
             });
         }
     }
-    // the fixed cases: the constructed singular graph (3 nodes) and the zoo's models
-    let fixed = std::iter::once((&obs.singular, 3)).chain(obs.zoo.iter().map(|o| (o, 0)));
+    // the fixed cases: the constructed singular graph (3 nodes), the zoo's models, the local
+    // sums (2 nodes) and the defaults (2 nodes)
+    let fixed = std::iter::once((&obs.singular, 3))
+        .chain(obs.zoo.iter().map(|o| (o, 0)))
+        .chain(obs.fixed.iter().map(|o| (o, 2)));
     for (o, nodes) in fixed {
         if !o.measure.pass {
             failures.push(Failure {
@@ -401,12 +429,61 @@ pub fn check(cfg: &CheckConfig, engines: &[&dyn EngineUnderTest]) -> Report {
     let cases = generate_cases(cfg);
     let obs = run_observations(cfg, &cases, engines);
     let seconds = start.elapsed().as_secs_f64();
+    let rows = aggregate_rows(&obs);
+    let (claims, uncovered) = coverage(&cases, &obs, &rows, engines);
     Report {
-        rows: aggregate_rows(&obs),
+        claims,
+        uncovered,
+        kinds_total: torchlean_spec::ops::desc::names().count(),
+        regimes_total: targets().len(),
         failures: collect_failures(cfg, &cases, &obs, engines),
+        rows,
         graphs: cases.len(),
         seconds,
     }
+}
+
+/// Each claim's line (the random graphs it was observed on and the `(kind, regime)` pairs
+/// they cover, read off the graphs), and the labels of the pairs no graph covered and of the
+/// dtypes no engine computed in.
+pub fn coverage(
+    cases: &Cases,
+    obs: &Observations,
+    rows: &[Row],
+    engines: &[&dyn EngineUnderTest],
+) -> (Vec<ClaimSummary>, Vec<String>) {
+    let mut per_claim: BTreeMap<Claim, (usize, BTreeSet<Target>)> = BTreeMap::new();
+    let mut all: BTreeSet<Target> = BTreeSet::new();
+    for family in [Family::Float, Family::Exact] {
+        for (case, case_obs) in cases.of(family).iter().zip(obs.of(family)) {
+            let pairs = covered(&case.graph);
+            let claims: BTreeSet<Claim> = case_obs.iter().map(|o| o.claim).collect();
+            for claim in claims {
+                let entry = per_claim.entry(claim).or_default();
+                entry.0 += 1;
+                entry.1.extend(pairs.iter().copied());
+            }
+            all.extend(pairs);
+        }
+    }
+    let claims = Claim::ALL
+        .iter()
+        .map(|&claim| {
+            let (graphs, pairs) = per_claim.remove(&claim).unwrap_or_default();
+            ClaimSummary::of(claim, rows, graphs, pairs.len())
+        })
+        .collect();
+    let mut uncovered: Vec<String> = targets()
+        .into_iter()
+        .filter(|t| !all.contains(t))
+        .map(Target::label)
+        .collect();
+    for dtype in ["f32", "f64"] {
+        if !engines.iter().any(|e| e.name().ends_with(dtype)) {
+            uncovered.push(format!("dtype {dtype} (no engine)"));
+        }
+    }
+    (claims, uncovered)
 }
 
 /// Proptest's shrinking loop on the choice vector: simplify while the claim still fails,
@@ -415,7 +492,7 @@ pub fn check(cfg: &CheckConfig, engines: &[&dyn EngineUnderTest]) -> Report {
 /// gradients (so `torchlean conform` reproduces it), when the original case does.
 fn shrink(
     mut tree: impl ValueTree<Value = Vec<u32>>,
-    gen_cfg: GenConfig,
+    build: &dyn Fn(&[u32]) -> GenCase,
     max_steps: usize,
     fails: &dyn Fn(&GenCase) -> bool,
     engines: &[&dyn EngineUnderTest],
@@ -428,7 +505,7 @@ fn shrink(
             .find(|e| e.name() == engine)
             .is_none_or(|e| graph_level_differs(*e, case))
     };
-    let original = build(gen_cfg, &tree.current());
+    let original = build(&tree.current());
     let need_graph_level = is_engine_claim(claim) && whole_graph(&original);
     let pred = |case: &GenCase| fails(case) && (!need_graph_level || whole_graph(case));
     let mut best = original;
@@ -438,7 +515,7 @@ fn shrink(
     }
     while steps < max_steps {
         steps += 1;
-        let candidate = build(gen_cfg, &tree.current());
+        let candidate = build(&tree.current());
         if pred(&candidate) {
             best = candidate;
             if !tree.simplify() {
@@ -559,6 +636,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::engines::EngineOf;
+    use crate::gen::build;
 
     fn a_case() -> GenCase {
         build(

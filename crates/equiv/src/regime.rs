@@ -1,0 +1,208 @@
+//! The attribute regimes that change an op's maths, in one table: what each one means (a
+//! predicate on an IR node), which kinds it applies to, and the `(kind, regime)` pairs the
+//! generator guarantees at every budget ([`targets`], built round-robin into the first cases
+//! of a run by [`crate::gen::build_targeted`]).
+//!
+//! A regime is read off the graph itself ([`Regime::holds`]), never off what the generator meant
+//! to build, so the report's coverage is a measurement.
+
+use std::collections::BTreeSet;
+use torchlean_ir::{Graph, Node, OpKind};
+use torchlean_spec::ops::desc;
+use torchlean_spec::{BinaryOp, GeluApprox, Op, Reduction, UnaryOp};
+
+/// An attribute regime of a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Regime {
+    /// The kind at all.
+    Any,
+    /// Padding > 0 (`conv2d`, the `_pad` pools): windows that cross the border.
+    Padded,
+    /// Stride > 1 (`conv2d`, pools): windows that skip cells.
+    Strided,
+    /// A parent appearing twice (`add(a, a)`, `mul_elem(x, x)`): the local-sum rule.
+    RepeatedParent,
+    /// A parent appearing three times (`concat(a, a, a)`): the local sum's order is observable.
+    ThriceRepeated,
+    /// A square right operand `[n, n]`, `n ≥ 2` (`matmul`): `B` and `Bᵀ` have the same shape.
+    SquareRhs,
+    /// A batched square right operand `[b, n, n]`, `n ≥ 2` (`matmul`).
+    BatchedSquareRhs,
+    /// A size-1 last axis expanded (`broadcast_to` `[…, 1] → […, k]`, k > 1, more than one row).
+    BroadcastLastAxis,
+    /// New leading axes (`broadcast_to` to a higher rank).
+    BroadcastLeadingAxes,
+    /// The attribute at its SPEC default, left out where the IR can say so (`layernorm` and
+    /// `batch_norm2d_nchw_train` without `eps`, `gelu` "none", `cross_entropy` "mean").
+    Default,
+    /// The attribute written with a value other than the default.
+    Explicit,
+}
+
+impl Regime {
+    /// A short label (report, JSON).
+    pub fn label(self) -> &'static str {
+        match self {
+            Regime::Any => "any",
+            Regime::Padded => "padded",
+            Regime::Strided => "stride>1",
+            Regime::RepeatedParent => "repeated parent",
+            Regime::ThriceRepeated => "parent x3",
+            Regime::SquareRhs => "square rhs",
+            Regime::BatchedSquareRhs => "batched square rhs",
+            Regime::BroadcastLastAxis => "last axis",
+            Regime::BroadcastLeadingAxes => "leading axes",
+            Regime::Default => "default left out",
+            Regime::Explicit => "explicit",
+        }
+    }
+
+    /// Whether `node` of `graph` is in this regime.
+    pub fn holds(self, graph: &Graph, node: &Node) -> bool {
+        let OpKind::Op(op) = &node.kind else {
+            return self == Regime::Any;
+        };
+        let shape_of = |i: usize| node.parents.get(i).map(|&p| &graph.nodes[p].shape);
+        let times = |n: usize| {
+            node.parents
+                .iter()
+                .any(|p| node.parents.iter().filter(|q| *q == p).count() >= n)
+        };
+        match (self, op) {
+            (Regime::Any, _) => true,
+            (Regime::Padded, Op::Pool(s)) => s.padding > 0,
+            (Regime::Padded, Op::Conv2d(s)) => s.padding > 0,
+            (Regime::Strided, Op::Pool(s)) => s.stride > 1,
+            (Regime::Strided, Op::Conv2d(s)) => s.stride > 1,
+            (Regime::RepeatedParent, _) => times(2),
+            (Regime::ThriceRepeated, _) => times(3),
+            (Regime::SquareRhs | Regime::BatchedSquareRhs, Op::MatMul) => {
+                let rank = if self == Regime::SquareRhs { 2 } else { 3 };
+                shape_of(1).is_some_and(|s| {
+                    let d = s.dims();
+                    d.len() == rank && d[rank - 1] == d[rank - 2] && d[rank - 1] >= 2
+                })
+            }
+            (Regime::BroadcastLastAxis, Op::BroadcastTo { from, to }) => {
+                from.dims().last() == Some(&1)
+                    && to.dims().last().is_some_and(|&k| k > 1)
+                    && from.size() > 1
+            }
+            (Regime::BroadcastLeadingAxes, Op::BroadcastTo { from, to }) => to.rank() > from.rank(),
+            (Regime::Default, Op::LayerNorm { eps, .. }) => eps.is_none(),
+            (Regime::Default, Op::BatchNormTrain { eps, .. }) => eps.is_none(),
+            (Regime::Default, Op::Unary(UnaryOp::Gelu(a))) => *a == GeluApprox::None,
+            (Regime::Default, Op::CrossEntropy { reduction }) => *reduction == Reduction::Mean,
+            (Regime::Explicit, Op::LayerNorm { eps, .. }) => eps.is_some(),
+            (Regime::Explicit, Op::BatchNormTrain { eps, .. }) => eps.is_some(),
+            (Regime::Explicit, Op::Unary(UnaryOp::Gelu(a))) => *a != GeluApprox::None,
+            (Regime::Explicit, Op::CrossEntropy { reduction }) => *reduction != Reduction::Mean,
+            _ => false,
+        }
+    }
+}
+
+/// A `(kind, regime)` pair the generator guarantees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Target {
+    /// The wire name (the descriptor's).
+    pub kind: &'static str,
+    pub regime: Regime,
+}
+
+impl Target {
+    pub fn label(self) -> String {
+        if self.regime == Regime::Any {
+            self.kind.to_string()
+        } else {
+            format!("{} ({})", self.kind, self.regime.label())
+        }
+    }
+}
+
+/// The regimes beyond [`Regime::Any`] that change the maths, per kind: **the one table**.
+fn special() -> Vec<(&'static str, Regime)> {
+    use Regime::*;
+    let mut v = vec![
+        (desc::AVG_POOL2D_PAD.name, Padded),
+        (desc::MAX_POOL2D_PAD.name, Padded),
+        (desc::CONV2D.name, Padded),
+        (desc::CONV2D.name, Strided),
+        (desc::MAX_POOL2D.name, Strided),
+        (desc::AVG_POOL2D.name, Strided),
+        (desc::MAX_POOL2D_PAD.name, Strided),
+        (desc::AVG_POOL2D_PAD.name, Strided),
+    ];
+    // every binary function but `div` (whose divisor is made positive, a new node) on a
+    // repeated parent
+    v.extend(
+        BinaryOp::ALL
+            .iter()
+            .filter(|&&b| b != BinaryOp::Div)
+            .map(|b| (b.name(), RepeatedParent)),
+    );
+    v.extend([
+        (desc::CONCAT.name, ThriceRepeated),
+        (desc::MATMUL.name, SquareRhs),
+        (desc::MATMUL.name, BatchedSquareRhs),
+        (desc::BROADCAST_TO.name, BroadcastLastAxis),
+        (desc::BROADCAST_TO.name, BroadcastLeadingAxes),
+    ]);
+    for kind in [
+        desc::LAYERNORM.name,
+        desc::BATCH_NORM2D_NCHW_TRAIN.name,
+        desc::GELU.name,
+        desc::CROSS_ENTROPY.name,
+    ] {
+        v.push((kind, Default));
+        v.push((kind, Explicit));
+    }
+    v
+}
+
+/// Every pair the checker must cover: each kind of the descriptor table at all, then each
+/// special regime.
+pub fn targets() -> Vec<Target> {
+    let mut v: Vec<Target> = desc::names()
+        .map(|kind| Target {
+            kind,
+            regime: Regime::Any,
+        })
+        .collect();
+    v.extend(
+        special()
+            .into_iter()
+            .map(|(kind, regime)| Target { kind, regime }),
+    );
+    v
+}
+
+/// The pairs of [`targets`] that `graph` covers.
+pub fn covered(graph: &Graph) -> BTreeSet<Target> {
+    let all = targets();
+    let mut seen = BTreeSet::new();
+    for node in &graph.nodes {
+        let kind = node.kind.name();
+        for t in all.iter().filter(|t| t.kind == kind) {
+            if t.regime.holds(graph, node) {
+                seen.insert(*t);
+            }
+        }
+    }
+    seen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_has_each_pair_once_and_only_known_kinds() {
+        let all = targets();
+        let set: BTreeSet<Target> = all.iter().copied().collect();
+        assert_eq!(set.len(), all.len(), "a pair is listed twice");
+        for t in &all {
+            assert!(desc::lookup(t.kind).is_some(), "unknown kind {}", t.kind);
+        }
+    }
+}
