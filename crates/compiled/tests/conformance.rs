@@ -131,3 +131,34 @@ fn a_seed_of_the_wrong_shape_names_the_ir_output_node() {
         "{e}"
     );
 }
+
+#[test]
+fn the_square_matmul_case_is_what_its_pytorch_script_writes() {
+    // unset or empty: skipped, with a line saying so (CI has no PyTorch)
+    let Some(python) = std::env::var("TORCHLEAN_PYTHON")
+        .ok()
+        .filter(|p| !p.is_empty())
+    else {
+        println!(
+            "SKIPPED: set TORCHLEAN_PYTHON to a Python with torch to rerun \
+             tools/pytorch/conform_matmul_square.py"
+        );
+        return;
+    };
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::process::Command::new(&python)
+        .arg(root.join("tools/pytorch/conform_matmul_square.py"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fresh: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let committed: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(common::cases_dir().join("conform_matmul_square.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(fresh, committed);
+}
