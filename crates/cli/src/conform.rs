@@ -43,7 +43,7 @@ pub fn run(args: &ConformArgs) -> Result<Outcome, Stop> {
                     }
                     Ok(outcome) => {
                         tally.count(path, d, outcome.pass());
-                        report_run(&outcome, &plan.label(), path, d, args.json)?;
+                        report_run(&outcome, plan.label(), path, d, args.json)?;
                     }
                 }
             }
