@@ -97,27 +97,9 @@ pub enum Command {
         #[arg(long)]
         detect_anomaly: bool,
     },
-    /// Run torchlean.case.v1 files (or every *.json in directories) and compare
-    Conform {
-        #[arg(required = true)]
-        paths: Vec<PathBuf>,
-        #[arg(long, value_enum, default_value = "cpu")]
-        engine: EngineArg,
-        /// Override the cases' dtype (f32 runs compare at f32 tolerance; the CUDA engines run
-        /// every case in f32)
-        #[arg(long, value_enum)]
-        dtype: Option<DTypeArg>,
-        /// One JSON object per case, then a summary object
-        #[arg(long)]
-        json: bool,
-        /// Run a deliberately broken variant of the reference f64 engine (to reproduce the
-        /// counterexamples of `cargo xtask check-equivalence --inject-fault`): flip-sign,
-        /// drop-contribution, accumulation-order, broadcast-reduction, pool-off-by-one
-        #[arg(long)]
-        inject_fault: Option<String>,
-        #[command(flatten)]
-        memory: MemoryArgs,
-    },
+    /// Run torchlean.case.v1 files (or every *.json in directories) through each path and dtype
+    /// asked for (--paths, --dtype) and compare with their expectations
+    Conform(ConformArgs),
     /// Print the lowered SSA GraphData (the text the insta snapshots hold)
     Lower {
         graph: PathBuf,
@@ -166,6 +148,50 @@ pub enum Command {
     /// progress bar, held-out accuracy per epoch and, with --verify-every, gradients re-checked
     /// on the reference engine as it goes
     Train(Box<TrainArgs>),
+}
+
+/// `torchlean conform`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct ConformArgs {
+    /// Case files, or directories of them (every `*.json` inside)
+    #[arg(required = true, value_name = "CASE.json|DIR")]
+    pub files: Vec<PathBuf>,
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub engine: EngineArg,
+    /// The dtypes to run every case in, comma-separated (`--dtype f64,f32` runs both); f32
+    /// runs of a case written for f64 compare at the f32 tolerance (rtol 1e-4, atol 1e-5), a
+    /// case that declares `"dtype": "f32"` keeps its own [default: each case's dtype; f32 on
+    /// the CUDA engines, which run every case in f32]
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub dtype: Vec<DTypeArg>,
+    /// The ways to differentiate each case, comma-separated: `compiled` (the compiled tape, what
+    /// `grad` runs), `eager` (an eager tape, as `train --backend eager` records: repeated
+    /// parents not merged first), `saved` (the saved-graph executor's `backprop_from`), or
+    /// `all`
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "compiled")]
+    pub paths: Vec<PathArg>,
+    /// One JSON object per run (case, path, dtype), then a summary object
+    #[arg(long)]
+    pub json: bool,
+    /// Run a deliberately broken variant of the reference f64 engine (to reproduce the
+    /// counterexamples of `cargo xtask check-equivalence --inject-fault`): flip-sign,
+    /// drop-contribution, accumulation-order, broadcast-reduction, pool-off-by-one
+    #[arg(long)]
+    pub inject_fault: Option<String>,
+    #[command(flatten)]
+    pub memory: MemoryArgs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PathArg {
+    /// The compiled tape and the releasing sweep
+    Compiled,
+    /// The eager tape and the releasing sweep
+    Eager,
+    /// The saved graph's `backprop_from`
+    Saved,
+    /// compiled, eager and saved
+    All,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -283,8 +309,8 @@ impl Command {
             Command::Check { memory, .. }
             | Command::Eval { memory, .. }
             | Command::Grad { memory, .. }
-            | Command::Conform { memory, .. }
             | Command::Lower { memory, .. } => memory.max_memory,
+            Command::Conform(args) => args.memory.max_memory,
             Command::Train(args) => args.memory.max_memory,
             Command::Dot { .. } | Command::Convert { .. } | Command::Import { .. } => None,
         }

@@ -1,20 +1,17 @@
 //! The subcommands.
 
 use crate::args::{Cli, Command};
-use crate::engine::{
-    default_dtype, dtype_or, engine_name, select, with_engine, Selected, F32_TOLERANCE,
-};
+use crate::engine::{dtype_or, select, with_engine, Selected};
 use crate::load::{self, ir_lines};
 use crate::{out, BadInput, Outcome, Stop};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use torchlean_compiled::{
-    check_denotation, exec_graph_of_ir, lower_text, run_case, run_grad_seeds_lowered,
-    run_grad_seeds_with, CaseOutcome, CompiledError, ExecGraph, IrAnomaly, BUDGET_ELEM_BYTES,
+    check_denotation, exec_graph_of_ir, lower_text, run_grad_seeds_lowered, run_grad_seeds_with,
+    CompiledError, ExecGraph, IrAnomaly, BUDGET_ELEM_BYTES,
 };
 use torchlean_ir::{
-    check_budget, check_payload, check_shapes, dot, shorten, Diagnostic, Dialect, Graph, GraphDoc,
-    IrError, Payload,
+    check_budget, check_payload, check_shapes, dot, Diagnostic, Dialect, Graph, GraphDoc, Payload,
 };
 use torchlean_runtime::{AnomalyMode, Kernels};
 use torchlean_spec::{Budget, Pass, Tensor};
@@ -122,20 +119,7 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             }
             Ok(Outcome::Ok)
         }
-        Command::Conform {
-            paths,
-            engine,
-            dtype: d,
-            json,
-            inject_fault,
-            ..
-        } => conform(
-            &paths,
-            engine,
-            d.map(crate::engine::dtype),
-            json,
-            inject_fault.as_deref(),
-        ),
+        Command::Conform(args) => crate::conform::run(&args),
         Command::Lower { graph, payload, .. } => {
             let (doc, case) = load::graph_doc_or_case(&graph)?;
             within_budget(&graph, &doc.graph, Pass::Grad)?;
@@ -202,7 +186,7 @@ fn compiled_lines(path: &Path, e: torchlean_compiled::CompiledError) -> BadInput
 
 /// The graph's memory estimate for `pass` against the process's budget (`--max-memory`): one
 /// line naming the node that takes it over, before anything is allocated.
-fn within_budget(path: &Path, g: &Graph, pass: Pass) -> Result<(), BadInput> {
+pub(crate) fn within_budget(path: &Path, g: &Graph, pass: Pass) -> Result<(), BadInput> {
     let over = check_budget(g, Budget::process_default(), BUDGET_ELEM_BYTES, pass);
     if over.is_empty() {
         Ok(())
@@ -519,24 +503,6 @@ fn eval_detecting<V: Kernels>(
     to_f64s(path, &outs)
 }
 
-fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, BadInput> {
-    let mut out = Vec::new();
-    for p in paths {
-        if p.is_dir() {
-            let mut files: Vec<PathBuf> = std::fs::read_dir(p)
-                .map_err(|e| BadInput::one(format!("{}: cannot read directory: {e}", p.display())))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|f| f.extension().is_some_and(|x| x == "json"))
-                .collect();
-            files.sort();
-            out.extend(files);
-        } else {
-            out.push(p.clone());
-        }
-    }
-    Ok(out)
-}
-
 /// `name` is one of `torchlean_faults::fault::ALL`'s (`--inject-fault`).
 pub fn check_fault_name(name: &str) -> Result<(), BadInput> {
     if torchlean_faults::fault::ALL.iter().any(|(_, n)| *n == name) {
@@ -550,156 +516,6 @@ pub fn check_fault_name(name: &str) -> Result<(), BadInput> {
         "unknown fault `{name}` (one of {})",
         names.join(", ")
     )))
-}
-
-/// Runs a case on the reference f64 engine with fault `name` injected.
-fn run_faulty(
-    case: &torchlean_ir::Case,
-    name: &str,
-) -> Result<CaseOutcome, torchlean_compiled::CompiledError> {
-    use torchlean_faults::{fault, Faulty};
-    type R = Tensor<f64>;
-    match name {
-        "flip-sign" => run_case::<Faulty<R, { fault::FLIP_SIGN }>>(case, None),
-        "drop-contribution" => run_case::<Faulty<R, { fault::DROP_CONTRIBUTION }>>(case, None),
-        "accumulation-order" => run_case::<Faulty<R, { fault::ACCUMULATION_ORDER }>>(case, None),
-        "broadcast-reduction" => run_case::<Faulty<R, { fault::BROADCAST_REDUCTION }>>(case, None),
-        _ => run_case::<Faulty<R, { fault::POOL_OFF_BY_ONE }>>(case, None),
-    }
-}
-
-fn conform(
-    paths: &[PathBuf],
-    engine: crate::args::EngineArg,
-    dtype_override: Option<torchlean_ir::DType>,
-    as_json: bool,
-    inject_fault: Option<&str>,
-) -> Result<Outcome, Stop> {
-    match inject_fault {
-        Some(f) => check_fault_name(f)?,
-        // the engine is available (a device, the emulation) before any case runs: one line
-        None => {
-            select(
-                engine,
-                dtype_override.unwrap_or(default_dtype(engine, torchlean_ir::DType::F64)),
-            )?;
-        }
-    }
-    let files = expand(paths)?;
-    if files.is_empty() {
-        return Err(BadInput::one("no case files found").into());
-    }
-    let (mut passed, mut failed, mut bad) = (0usize, 0usize, Vec::<String>::new());
-    for f in &files {
-        let case = match load::case(f) {
-            Ok(c) => c,
-            Err(BadInput(lines)) => {
-                bad.extend(lines);
-                continue;
-            }
-        };
-        if let Err(BadInput(lines)) = within_budget(f, &case.graph, Pass::Grad) {
-            bad.extend(lines);
-            continue;
-        }
-        let d = dtype_override.unwrap_or(default_dtype(engine, case.dtype));
-        let tol = (d == torchlean_ir::DType::F32).then_some(F32_TOLERANCE);
-        let result: Result<CaseOutcome, IrError> = match inject_fault {
-            Some(f) => run_faulty(&case, f),
-            None => {
-                let sel = select(engine, d)?;
-                with_engine!(sel, V => run_case::<V>(&case, tol))
-            }
-        }
-        .map_err(|e| match e {
-            torchlean_compiled::CompiledError::Ir(ir) => ir,
-            other => IrError::invalid(Diagnostic::error(other.to_string())),
-        });
-        match result {
-            Err(e) => bad.extend(ir_lines(f, &e).0),
-            Ok(outcome) => {
-                let ok = outcome.pass();
-                if ok {
-                    passed += 1;
-                } else {
-                    failed += 1;
-                }
-                let label = match inject_fault {
-                    Some(_) => "faulty-reference",
-                    None => engine_name(engine),
-                };
-                report_case(&outcome, label, d.name(), as_json)?;
-            }
-        }
-    }
-    if as_json {
-        out::line(
-            json!({"summary": true, "passed": passed, "failed": failed, "errors": bad.len()}),
-        )?;
-    } else {
-        out::line(format_args!("{passed} passed, {failed} failed"))?;
-    }
-    if !bad.is_empty() {
-        return Err(BadInput(bad).into());
-    }
-    Ok(if failed > 0 {
-        Outcome::Failed
-    } else {
-        Outcome::Ok
-    })
-}
-
-/// One case's line. The text names the worst error as a fraction of what the tolerance allows
-/// (`of_tolerance`, at most 1 in a pass), not `max_rel`, which is huge wherever an expected
-/// value is near zero even when the case passes; the JSON has both.
-fn report_case(
-    o: &CaseOutcome,
-    engine: &str,
-    dtype: &str,
-    as_json: bool,
-) -> Result<(), out::WriteError> {
-    let w = o.worst();
-    if as_json {
-        let checks: Vec<serde_json::Value> = o
-            .checks
-            .iter()
-            .map(|c| {
-                json!({
-                    "what": c.what,
-                    "max_abs": finite_or_null(c.comparison.max_abs),
-                    "max_rel": finite_or_null(c.comparison.max_rel),
-                    "of_tolerance": finite_or_null(c.comparison.of_tolerance),
-                    "pass": c.comparison.pass,
-                })
-            })
-            .collect();
-        out::line(json!({
-            "case": o.name, "engine": engine, "dtype": dtype, "pass": o.pass(),
-            "max_abs": finite_or_null(w.max_abs), "max_rel": finite_or_null(w.max_rel),
-            "of_tolerance": finite_or_null(w.of_tolerance),
-            "checks": checks,
-        }))
-    } else {
-        let status = if o.pass() { "PASS" } else { "FAIL" };
-        let mut line = format!(
-            "{status}  {:<34} max_abs={:.3e}  of_tolerance={:.2e}",
-            shorten(&o.name),
-            w.max_abs,
-            w.of_tolerance
-        );
-        for c in o.checks.iter().filter(|c| !c.comparison.pass) {
-            line.push_str(&format!("  [{} off]", shorten(&c.what)));
-        }
-        out::line(line)
-    }
-}
-
-fn finite_or_null(x: f64) -> serde_json::Value {
-    if x.is_finite() {
-        json!(x)
-    } else {
-        serde_json::Value::Null
-    }
 }
 
 /// `torchlean convert`: the graph (either dialect, with its weights) written in `dialect`; the

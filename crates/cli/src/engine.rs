@@ -7,14 +7,7 @@
 
 use crate::args::{DTypeArg, EngineArg};
 use crate::BadInput;
-use torchlean_ir::{DType, Tolerance};
-
-/// The tolerance at which f32 runs are compared with float64 expectations (SPEC 3; the CUDA
-/// engines' too).
-pub const F32_TOLERANCE: Tolerance = Tolerance {
-    rtol: 1e-4,
-    atol: 1e-5,
-};
+use torchlean_ir::DType;
 
 /// An engine and dtype that exist and are available on this machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

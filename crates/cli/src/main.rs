@@ -8,6 +8,7 @@
 
 mod args;
 mod commands;
+mod conform;
 mod engine;
 mod import;
 mod load;

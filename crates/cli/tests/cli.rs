@@ -8,7 +8,12 @@ use serde_json::{json, Value};
 
 /// The number of shipped case files.
 fn case_count() -> usize {
-    std::fs::read_dir(cases_dir())
+    case_files(&cases_dir())
+}
+
+/// The number of case files in `dir`.
+fn case_files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
         .unwrap()
         .filter(|e| {
             e.as_ref()
@@ -20,28 +25,219 @@ fn case_count() -> usize {
         .count()
 }
 
+/// `tests/cases/`, and the shared conformance sets beside the repository (`../shared/
+/// conformance*`, which `tests/cases/` was copied from) where there are any; a line says so
+/// when there are none.
+fn conformance_dirs() -> Vec<std::path::PathBuf> {
+    let mut dirs = vec![cases_dir()];
+    let shared = cases_dir().join("../../../shared");
+    let mut found: Vec<_> = std::fs::read_dir(&shared)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_dir()
+                && p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("conformance"))
+        })
+        .collect();
+    if found.is_empty() {
+        println!(
+            "no {}/conformance* directory: running tests/cases only",
+            shared.display()
+        );
+    }
+    found.sort();
+    dirs.extend(found);
+    dirs
+}
+
+/// What CI runs: every case through every path (compiled, eager, saved) in f64 and f32, on the
+/// CPU and the reference engines, and the count of runs per path and dtype, so a path that
+/// stops running (or a dtype that is silently skipped) fails here.
 #[test]
-fn conform_passes_every_shipped_case_on_every_engine_in_f64_and_f32() {
+fn conform_runs_every_case_through_every_path_in_f64_and_f32_on_both_host_engines() {
+    let dirs = conformance_dirs();
+    let n: usize = dirs.iter().map(|d| case_files(d)).sum();
+    assert!(n >= case_count());
+    let mut args: Vec<&str> = vec!["conform"];
+    args.extend(dirs.iter().map(|d| d.to_str().unwrap()));
+    args.extend(["--paths", "all", "--dtype", "f64,f32"]);
+    for engine in ["cpu", "reference"] {
+        let mut a = args.clone();
+        a.extend(["--engine", engine, "--json"]);
+        let o = run(&a);
+        let out = stdout(&o);
+        assert_eq!(o.status.code(), Some(0), "{out}{}", stderr(&o));
+        let lines: Vec<Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let (runs, summary) = lines.split_at(lines.len() - 1);
+        assert_eq!(runs.len(), 6 * n, "{out}");
+        for path in ["compiled", "eager", "saved"] {
+            for dtype in ["f64", "f32"] {
+                let these = runs
+                    .iter()
+                    .filter(|r| r["path"] == path && r["dtype"] == dtype && r["pass"] == true)
+                    .count();
+                assert_eq!(these, n, "{engine} {path} {dtype}");
+            }
+            assert_eq!(
+                summary[0]["per_path"][path],
+                json!({"passed": 2 * n, "failed": 0})
+            );
+        }
+        for dtype in ["f64", "f32"] {
+            assert_eq!(
+                summary[0]["per_dtype"][dtype],
+                json!({"passed": 3 * n, "failed": 0})
+            );
+        }
+        assert_eq!(
+            (&summary[0]["runs"], &summary[0]["cases"]),
+            (&json!(6 * n), &json!(n))
+        );
+    }
+    // the text summary counts the same runs
+    let o = run(&args);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert_eq!(
+        out.lines().last().unwrap(),
+        format!(
+            "{n} cases × paths (compiled, eager, saved) × dtypes (f64, f32) = {} runs: {} passed, 0 failed",
+            6 * n,
+            6 * n
+        )
+    );
+    assert_eq!(out.lines().filter(|l| l.starts_with("PASS")).count(), 6 * n);
+}
+
+#[test]
+fn conform_runs_the_compiled_path_in_each_cases_dtype_unless_asked() {
     let dir = cases_dir();
-    for extra in [
-        &[][..],
-        &["--dtype", "f32"][..],
-        &["--engine", "cpu", "--dtype", "f64"][..],
-        &["--engine", "reference"][..],
-        &["--engine", "reference", "--dtype", "f32"][..],
+    let n = case_count();
+    for (extra, dtype) in [
+        (&[][..], "each case's"),
+        (&["--dtype", "f32"][..], "f32"),
+        (
+            &["--engine", "reference", "--paths", "compiled"][..],
+            "each case's",
+        ),
     ] {
         let mut args = vec!["conform", dir.to_str().unwrap()];
         args.extend_from_slice(extra);
         let o = run(&args);
         let out = stdout(&o);
         assert_eq!(o.status.code(), Some(0), "{out}{}", stderr(&o));
-        let n = case_count();
-        assert!(
-            out.trim_end().ends_with(&format!("{n} passed, 0 failed")),
+        assert_eq!(
+            out.lines().last().unwrap(),
+            format!(
+                "{n} cases × paths (compiled) × dtypes ({dtype}) = {n} runs: {n} passed, 0 failed"
+            )
+        );
+        let d = if dtype == "f32" { "f32" } else { "f64" };
+        let lines = out.lines().filter(|l| l.starts_with("PASS"));
+        assert_eq!(
+            lines
+                .filter(|l| l.contains(&format!(" compiled {d}  max_abs=")))
+                .count(),
+            n,
             "{out}"
         );
-        assert_eq!(out.lines().filter(|l| l.starts_with("PASS")).count(), n);
     }
+}
+
+#[test]
+fn conform_paths_and_dtypes_are_listed_once_and_bad_names_are_refused() {
+    let p = cases_dir().join("relu_exact_zeros.json");
+    let p = p.to_str().unwrap();
+    let o = run(&[
+        "conform",
+        p,
+        "--paths",
+        "eager,all,eager",
+        "--dtype",
+        "f32",
+        "--dtype",
+        "f32,f64",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).trim_end().ends_with(
+        "1 cases × paths (eager, compiled, saved) × dtypes (f32, f64) = 6 runs: 6 passed, 0 failed"
+    ));
+    assert_bad_input(&run(&["conform", p, "--paths", "lazy"]), &["lazy"]);
+    assert_bad_input(
+        &run(&[
+            "conform",
+            p,
+            "--inject-fault",
+            "flip-sign",
+            "--dtype",
+            "f32",
+        ]),
+        &["--inject-fault", "f64 only"],
+    );
+}
+
+/// A case only the eager tape fails: `x·k` (k = 1e16) and `x + x` summed, expected at zero
+/// tolerance with the local-sum rule's bits (`1e16 + (1 + 1)`); the eager tape adds the repeated
+/// parent's two contributions one by one (`(1e16 + 1) + 1` = 1e16). The failing line names the
+/// case, the path, the dtype, the tensor, the element and both values.
+#[test]
+fn conform_names_the_path_dtype_tensor_and_element_of_a_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let case = json!({
+        "format": "torchlean.case.v1", "name": "conform_repeated_parent_order",
+        "graph": {"format": "torchlean.ir.v1", "input_id": 0, "output_id": 4, "nodes": [
+            {"id": 0, "kind": "input", "parents": [], "shape": [1]},
+            {"id": 1, "kind": "const", "parents": [], "shape": [1], "value_shape": [1]},
+            {"id": 2, "kind": "add", "parents": [0, 0], "shape": [1]},
+            {"id": 3, "kind": "mul_elem", "parents": [0, 1], "shape": [1]},
+            {"id": 4, "kind": "add", "parents": [2, 3], "shape": [1]}
+        ]},
+        "payload": {"1": {"value": {"shape": [1], "data": [1e16]}}},
+        "input": {"shape": [1], "data": [0.5]},
+        "expect": {"grad_input": {"shape": [1], "data": [10000000000000002.0]}},
+        "tolerance": {"rtol": 0.0, "atol": 0.0}
+    });
+    let p = write(dir.path(), "order.json", &case);
+    let p = p.to_str().unwrap();
+    let o = run(&["conform", p, "--paths", "all", "--dtype", "f64"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("PASS  conform_repeated_parent_order")
+            && lines[0].contains(" compiled f64 "),
+        "{out}"
+    );
+    assert!(
+        lines[1].starts_with("FAIL  conform_repeated_parent_order")
+            && lines[1].contains(" eager    f64 "),
+        "{out}"
+    );
+    assert!(
+        lines[1]
+            .ends_with("[grad_input off] at grad_input[0]: got 1e16, want 1.0000000000000002e16"),
+        "{out}"
+    );
+    assert!(
+        lines[2].starts_with("PASS") && lines[2].contains(" saved    f64 "),
+        "{out}"
+    );
+    assert!(lines[3].ends_with("= 3 runs: 2 passed, 1 failed"), "{out}");
+    let o = run(&["conform", p, "--paths", "eager", "--json"]);
+    let first: Value = serde_json::from_str(stdout(&o).lines().next().unwrap()).unwrap();
+    assert_eq!(
+        (&first["path"], &first["pass"]),
+        (&json!("eager"), &json!(false))
+    );
+    assert_eq!(
+        first["checks"][0]["worst"],
+        json!({"index": [0], "got": 1e16, "want": 1e16 + 2.0})
+    );
 }
 
 #[test]
@@ -73,9 +269,11 @@ fn conform_exits_1_on_a_failing_case() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let out = stdout(&o);
     assert!(
-        out.contains("FAIL  relu_exact_zeros") && out.contains("[output off]"),
+        out.contains("FAIL  relu_exact_zeros")
+            && out.contains("[output off] at output[0, 0]: got "),
         "{out}"
     );
+    assert!(out.contains(", want 1.23e2"), "{out}");
     assert!(out.trim_end().ends_with("0 passed, 1 failed"), "{out}");
 }
 

@@ -6,8 +6,8 @@ use crate::graph::GraphData;
 use crate::pack::{compact_pack, dense_pack};
 use std::sync::Arc;
 use torchlean_runtime::{
-    check_forward, forward, record_compiled, AnomalyMode, Backward, Kernels, Node, Parents, Saved,
-    Tape,
+    check_forward, forward, record, record_compiled, AnomalyMode, Backward, Kernels, Node, Parents,
+    Saved, Tape,
 };
 use torchlean_spec::Shape;
 
@@ -69,6 +69,27 @@ pub fn compile_tape_with<V: Kernels>(
                 tape.release();
                 return Err(e.into());
             }
+        }
+    }
+    Ok(tape)
+}
+
+/// `g` recorded as an eager program records it (`nn::Session`): a leaf per input (requiring
+/// grad), then each node through [`record`] (`RecordMode::Eager`), so a repeated parent gets one
+/// contribution per use, each added to its gradient by the sweep, where the compiled tape
+/// folds them first (the local-sum rule). Node ids are context positions, as on the compiled
+/// tape; the memory budget is checked first, as for [`compile_tape`].
+pub fn eager_tape<V: Kernels>(g: &GraphData, inputs: Vec<V>) -> Result<Tape<V>> {
+    check_grad_budget(g)?;
+    g.check_inputs(&inputs)?;
+    let mut tape = Tape::with_capacity(g.len());
+    for v in inputs {
+        tape.leaf(v, true, None);
+    }
+    for node in g.nodes() {
+        if let Err(e) = record(&mut tape, node.op.clone(), &node.args, None) {
+            tape.release();
+            return Err(e.into());
         }
     }
     Ok(tape)
@@ -145,7 +166,7 @@ pub fn compile_with<V: Kernels>(
 
 /// Tapes exist to be differentiated: values, gradients and backward workspaces must fit the
 /// process's memory budget, checked before anything is allocated.
-fn check_grad_budget(g: &GraphData) -> Result<()> {
+pub(crate) fn check_grad_budget(g: &GraphData) -> Result<()> {
     g.check_budget(
         torchlean_spec::Budget::process_default(),
         crate::graph::BUDGET_ELEM_BYTES,

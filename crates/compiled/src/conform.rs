@@ -1,11 +1,72 @@
-//! Running a `torchlean.case.v1` case on an engine: lower, evaluate, sweep, compare.
+//! Running a `torchlean.case.v1` case on an engine: lower, evaluate, sweep, compare — through
+//! any of the paths a user can differentiate a graph by ([`GradPath`]).
 
-use crate::compile::compile_tape_with;
+use crate::compile::{check_grad_budget, compile_tape_with, eager_tape};
 use crate::error::{CompiledError, Result};
 use crate::lower::{exec_graph_of_ir, ExecGraph};
-use torchlean_ir::{Case, Comparison, Payload, Tolerance};
+use crate::saved::SavedGraph;
+use torchlean_ir::{Case, Comparison, DType, Payload, Tolerance};
 use torchlean_runtime::{AnomalyMode, Kernels};
-use torchlean_spec::Tensor;
+use torchlean_spec::{Shape, Tensor};
+
+/// The tolerance at which f32 runs are compared with a case's float64 expectations (SPEC 3;
+/// the CUDA engines' too), unless the case declares `"dtype": "f32"` (its own tolerance is then
+/// written for f32: [`tolerance_for`]).
+///
+/// Derived once: `rtol = 1e-4` is about 840 f32 ulps (`f32::EPSILON` = 1.19e-7), headroom for
+/// the rounding a chain of f32 operations accumulates (a convolution's or a matmul's sums,
+/// softmax, layer and batch norm), and `atol = 1e-5` covers gradients that cancel to near zero,
+/// where an f32 result's error is a few ulps of the terms that cancelled, not of the result.
+/// Measured: the worst f32 error over every shipped case, every path, on the CPU and the
+/// reference engines, is 0.62 of this tolerance (`bn_train_channels_last_permute`: batch
+/// norm's batch statistics; the next worst is below 0.1) (`torchlean conform tests/cases
+/// --paths all --dtype f32 --json`); a wrong rule (a wrong axis, a transposed operand, a
+/// dropped term) is off by the size of a gradient, hundreds of times more.
+pub const F32_TOLERANCE: Tolerance = Tolerance {
+    rtol: 1e-4,
+    atol: 1e-5,
+};
+
+/// The tolerance a case is compared at when run in `dtype`: its own, except an f32 run of a
+/// case written for f64 (the default), which is compared at [`F32_TOLERANCE`].
+pub fn tolerance_for(case: &Case, dtype: DType) -> Tolerance {
+    match (dtype, case.dtype) {
+        (DType::F32, DType::F64) => F32_TOLERANCE,
+        _ => case.tolerance,
+    }
+}
+
+/// A route by which a user differentiates a graph; `torchlean conform --paths` runs each case
+/// through the ones it is given. All three end in gradients of the lowered graph's inputs (the
+/// graph input and every payload tensor) from a seed at the output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GradPath {
+    /// The compiled tape ([`compile_tape`](crate::compile_tape): `record_compiled`, a repeated
+    /// operand's cotangents folded by the local-sum rule before the sweep adds them) and the
+    /// releasing sweep: what `torchlean grad` and `train --backend compiled` run.
+    Compiled,
+    /// An eager tape ([`eager_tape`]: each node `record`ed as `nn::Session` records an op, a
+    /// repeated parent getting one contribution per use, which the sweep adds one by one) and
+    /// the releasing sweep: what `train --backend eager` runs.
+    Eager,
+    /// The saved-graph executor: [`SavedGraph::of_graph`] and
+    /// [`SavedGraph::backprop_from`] (only the output's dependencies, through compact supports).
+    Saved,
+}
+
+impl GradPath {
+    /// Every path, in the order `conform` runs them.
+    pub const ALL: [GradPath; 3] = [GradPath::Compiled, GradPath::Eager, GradPath::Saved];
+
+    /// The name `--paths` takes and reports print.
+    pub fn name(self) -> &'static str {
+        match self {
+            GradPath::Compiled => "compiled",
+            GradPath::Eager => "eager",
+            GradPath::Saved => "saved",
+        }
+    }
+}
 
 /// What running a graph forward and backward produced, in `f64`.
 #[derive(Clone, Debug)]
@@ -46,6 +107,74 @@ pub fn run_grad<V: Kernels>(
     run_grad_lowered::<V>(exec_graph_of_ir(graph, payload)?, payload, input, seed)
 }
 
+/// [`run_grad`] through `path`: lowers `graph` and differentiates it on engine `V` the way
+/// that path does, from the output with `seed` (ones when absent).
+pub fn run_grad_on<V: Kernels>(
+    path: GradPath,
+    graph: &torchlean_ir::Graph,
+    payload: &Payload,
+    input: &Tensor<f64>,
+    seed: Option<&Tensor<f64>>,
+) -> Result<GradResult> {
+    let exec = exec_graph_of_ir(graph, payload)?;
+    match path {
+        GradPath::Compiled => run_grad_lowered::<V>(exec, payload, input, seed),
+        GradPath::Eager => {
+            let inputs: Vec<V> = exec.inputs(input, payload)?;
+            let seeds = one_seed(seed, 1 + exec.extra_outputs.len())?;
+            let tape = eager_tape(&exec.graph, inputs)?;
+            Sweep::of(&exec, AnomalyMode::Off).run(tape, &seeds, &exec.slots)
+        }
+        GradPath::Saved => run_saved::<V>(&exec, payload, input, seed),
+    }
+}
+
+/// The [`GradPath::Saved`] route: the saved graph, its reachable-only pass from the output,
+/// the inputs' gradients kept and every other value released.
+fn run_saved<V: Kernels>(
+    exec: &ExecGraph,
+    payload: &Payload,
+    input: &Tensor<f64>,
+    seed: Option<&Tensor<f64>>,
+) -> Result<GradResult> {
+    if !exec.extra_outputs.is_empty() {
+        return Err(CompiledError::SingleOutputPath {
+            path: GradPath::Saved.name(),
+            outputs: 1 + exec.extra_outputs.len(),
+        });
+    }
+    check_grad_budget(&exec.graph)?;
+    let saved = SavedGraph::of_graph(&exec.graph, exec.inputs::<V>(input, payload)?)?;
+    let out_v = &saved.values()[exec.output];
+    let output = out_v.to_f64()?;
+    let seed_v = seed_value::<V>(seed, out_v.shape(), exec.ir_output)?;
+    let grads = saved.backprop_from(exec.output, seed_v);
+    for v in saved.into_values() {
+        v.drop();
+    }
+    let n_inputs = exec.graph.n_inputs();
+    let mut input_grads = Vec::with_capacity(n_inputs);
+    let mut failed = None;
+    for (i, g) in grads?.into_iter().enumerate() {
+        if i < n_inputs && failed.is_none() {
+            match g.to_f64() {
+                Ok(t) => input_grads.push(t),
+                Err(e) => failed = Some(e),
+            }
+        }
+        g.drop();
+    }
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+    Ok(GradResult {
+        output,
+        extra_outputs: Vec::new(),
+        grad_input: input_grads[0].clone(),
+        grad_payload: crate::lower::grad_payload(&exec.slots, &input_grads),
+    })
+}
+
 /// [`run_grad`] on a lowered graph, which it consumes: the GraphData is dropped as soon as the
 /// tape is built, so the sweep runs with only the tape (no copy of every value, no name string
 /// per node) and the gradient slots in memory.
@@ -81,6 +210,20 @@ pub fn run_grad_seeds_lowered<V: Kernels>(
     at.run(tape, seeds, &slots)
 }
 
+/// The engine value of a case's seed for an output of shape `out` (ones when absent); a seed
+/// of another shape is an error naming the IR output node.
+fn seed_value<V: Kernels>(seed: Option<&Tensor<f64>>, out: &Shape, ir_output: usize) -> Result<V> {
+    match seed {
+        Some(s) if s.shape() != out => Err(CompiledError::SeedShape {
+            node: ir_output,
+            expected: out.clone(),
+            got: s.shape().clone(),
+        }),
+        Some(s) => Ok(V::from_f64(s)?),
+        None => Ok(V::full(out, 1.0)?),
+    }
+}
+
 /// [`run_grad`]; with [`AnomalyMode::Detect`], stops at the first IR node whose forward value
 /// or backward gradient contribution is NaN or infinite while what it was computed from was
 /// finite, with a [`CompiledError::Anomaly`] naming the IR node, its kind, shapes and parents.
@@ -111,12 +254,7 @@ pub fn run_grad_seeds_with<V: Kernels>(
     let detected = || {
         let inputs: Vec<V> = exec.inputs(input, payload)?;
         let tape = compile_tape_with(&exec.graph, inputs, mode)?;
-        let at = Sweep {
-            outputs: exec.outputs(),
-            input_shapes: exec.graph.inputs().to_vec(),
-            mode,
-        };
-        at.run(tape, seeds, &exec.slots)
+        Sweep::of(&exec, mode).run(tape, seeds, &exec.slots)
     };
     detected().map_err(|e| exec.in_ir_terms(graph, e))
 }
@@ -131,6 +269,15 @@ struct Sweep {
 }
 
 impl Sweep {
+    /// What the sweep needs of `exec` (which stays alive).
+    fn of(exec: &ExecGraph, mode: AnomalyMode) -> Self {
+        Sweep {
+            outputs: exec.outputs(),
+            input_shapes: exec.graph.inputs().to_vec(),
+            mode,
+        }
+    }
+
     /// The outputs' values, then the releasing sweep from all of them with `seeds` (one per
     /// output; none: ones for each), retaining only the inputs' gradients; every value and
     /// gradient released at the end.
@@ -151,17 +298,12 @@ impl Sweep {
         for (k, &(pos, ir)) in self.outputs.iter().enumerate() {
             let out_v = tape.get_value(pos).map_err(CompiledError::Runtime)?;
             values.push(out_v.to_f64()?);
-            let seed_v = match seeds.get(k) {
-                Some(s) if s.shape() != out_v.shape() => {
+            let seed_v = match seed_value::<V>(seeds.get(k), out_v.shape(), ir) {
+                Ok(v) => v,
+                Err(e) => {
                     seed_vs.into_iter().for_each(|(_, v): (_, V)| v.drop());
-                    return Err(CompiledError::SeedShape {
-                        node: ir,
-                        expected: out_v.shape().clone(),
-                        got: s.shape().clone(),
-                    });
+                    return Err(e);
                 }
-                Some(s) => V::from_f64(s)?,
-                None => V::full(out_v.shape(), 1.0)?,
             };
             seed_vs.push((pos, seed_v));
         }
@@ -197,6 +339,41 @@ pub struct Check {
     /// `output`, `grad_input` or `grad_payload.<node>.<name>`.
     pub what: String,
     pub comparison: Comparison,
+    /// Where the worst error is (`None` when nothing differs or nothing could be compared).
+    pub worst: Option<Element>,
+}
+
+/// One element of a compared tensor: its index and both values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Element {
+    /// The multi-index, outermost axis first (empty for a scalar).
+    pub index: Vec<usize>,
+    pub got: f64,
+    pub want: f64,
+}
+
+impl Check {
+    /// Compares `got` (`None`: the run produced no such tensor) with `want` at `tol`.
+    fn of(what: String, tol: Tolerance, got: Option<&Tensor<f64>>, want: &Tensor<f64>) -> Check {
+        let Some(got) = got else {
+            return Check {
+                what,
+                comparison: Comparison::failed(),
+                worst: None,
+            };
+        };
+        let comparison = tol.compare(got, want);
+        let worst = comparison.worst_at.map(|i| Element {
+            index: want.shape().unravel(i),
+            got: got.data()[i],
+            want: want.data()[i],
+        });
+        Check {
+            what,
+            comparison,
+            worst,
+        }
+    }
 }
 
 /// The outcome of one case.
@@ -222,35 +399,48 @@ impl CaseOutcome {
 }
 
 /// Runs `case` on engine `V` and compares every expected member with `tol` (the case's own
-/// tolerance when `None`).
+/// tolerance when `None`): [`run_case_on`] the compiled path.
 pub fn run_case<V: Kernels>(case: &Case, tol: Option<Tolerance>) -> Result<CaseOutcome> {
+    run_case_on::<V>(GradPath::Compiled, case, tol)
+}
+
+/// Runs `case` on engine `V` through `path` and compares every expected member with `tol`
+/// (the case's own tolerance when `None`).
+pub fn run_case_on<V: Kernels>(
+    path: GradPath,
+    case: &Case,
+    tol: Option<Tolerance>,
+) -> Result<CaseOutcome> {
     let tol = tol.unwrap_or(case.tolerance);
-    let r = run_grad::<V>(&case.graph, &case.payload, &case.input, case.seed.as_ref())?;
+    let r = run_grad_on::<V>(
+        path,
+        &case.graph,
+        &case.payload,
+        &case.input,
+        case.seed.as_ref(),
+    )?;
     let mut checks = Vec::new();
     if let Some(want) = &case.expect.output {
-        checks.push(Check {
-            what: "output".into(),
-            comparison: tol.compare(&r.output, want),
-        });
+        checks.push(Check::of("output".into(), tol, Some(&r.output), want));
     }
     if let Some(want) = &case.expect.grad_input {
-        checks.push(Check {
-            what: "grad_input".into(),
-            comparison: tol.compare(&r.grad_input, want),
-        });
+        checks.push(Check::of(
+            "grad_input".into(),
+            tol,
+            Some(&r.grad_input),
+            want,
+        ));
     }
     if let Some(want) = &case.expect.grad_payload {
         for (node, entry) in &want.entries {
             for (name, t) in &entry.tensors {
                 let got = r.grad_payload.entry(*node).and_then(|e| e.tensor(name));
-                let comparison = match got {
-                    Some(g) => tol.compare(g, t),
-                    None => Comparison::failed(),
-                };
-                checks.push(Check {
-                    what: format!("grad_payload.{node}.{name}"),
-                    comparison,
-                });
+                checks.push(Check::of(
+                    format!("grad_payload.{node}.{name}"),
+                    tol,
+                    got,
+                    t,
+                ));
             }
         }
     }

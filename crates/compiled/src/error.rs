@@ -73,6 +73,10 @@ pub enum CompiledError {
     #[error("the graph has {outputs} outputs, but {seeds} seeds were given (one per output, in output order, or none for ones)")]
     SeedCount { outputs: usize, seeds: usize },
 
+    /// A differentiation path that sweeps from one output was given a graph with several.
+    #[error("the {path} path differentiates from one output; this graph has {outputs}")]
+    SingleOutputPath { path: &'static str, outputs: usize },
+
     /// The graph's values, gradients and workspaces would exceed the memory budget; found at
     /// this node before anything was allocated.
     #[error("node %{position} ({op}): output {shape} {source}")]

@@ -21,11 +21,13 @@ pub mod text;
 
 pub use anomaly::{check_denotation, IrAnomaly, IrRef, IrSite};
 pub use compile::{
-    compile, compile_detecting, compile_tape, compile_tape_with, compile_with, CompileMode,
+    compile, compile_detecting, compile_tape, compile_tape_with, compile_with, eager_tape,
+    CompileMode,
 };
 pub use conform::{
-    run_case, run_grad, run_grad_lowered, run_grad_seeds_lowered, run_grad_seeds_with,
-    run_grad_with, CaseOutcome, Check, GradResult,
+    run_case, run_case_on, run_grad, run_grad_lowered, run_grad_on, run_grad_seeds_lowered,
+    run_grad_seeds_with, run_grad_with, tolerance_for, CaseOutcome, Check, Element, GradPath,
+    GradResult, F32_TOLERANCE,
 };
 pub use error::{CompiledError, Result};
 pub use graph::{GNode, GraphData, Origin, Pos, BUDGET_ELEM_BYTES};

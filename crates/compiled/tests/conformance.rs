@@ -1,10 +1,11 @@
-//! `torchlean conform` on the reference engine, in f64 and f32, for every shipped case.
+//! `torchlean conform` on the reference engine, in f64 and f32, for every shipped case, through
+//! every path ([`GradPath`]).
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
-use torchlean_compiled::run_case;
-use torchlean_ir::Tolerance;
+use torchlean_compiled::{run_case, run_case_on, run_grad_on, GradPath, F32_TOLERANCE};
+use torchlean_ir::Case;
 use torchlean_spec::Tensor;
 
 #[test]
@@ -22,14 +23,70 @@ fn every_case_passes_in_f64_output_input_and_payload_gradients() {
 
 #[test]
 fn every_case_passes_in_f32_at_f32_tolerance() {
-    let tol = Tolerance {
-        rtol: 1e-4,
-        atol: 1e-5,
-    };
     for case in common::cases() {
-        let out = run_case::<Tensor<f32>>(&case, Some(tol)).unwrap();
+        let out = run_case::<Tensor<f32>>(&case, Some(F32_TOLERANCE)).unwrap();
         assert!(out.pass(), "{}: {:?}", case.name, out.checks);
     }
+}
+
+#[test]
+fn every_case_passes_on_the_eager_and_saved_paths_in_f64_and_f32() {
+    for case in common::cases() {
+        for path in [GradPath::Eager, GradPath::Saved] {
+            let out = run_case_on::<Tensor<f64>>(path, &case, None).unwrap();
+            assert!(out.pass(), "{} {path:?} f64: {:?}", case.name, out.checks);
+            let out = run_case_on::<Tensor<f32>>(path, &case, Some(F32_TOLERANCE)).unwrap();
+            assert!(out.pass(), "{} {path:?} f32: {:?}", case.name, out.checks);
+        }
+    }
+}
+
+/// `x + x` and `x·k` summed, `k = 1e16`: in the sweep, `x·k`'s contribution to `x` (1e16)
+/// arrives first, then `x + x`'s two. The compiled tape and the saved graph fold those two
+/// first (the local-sum rule: `1e16 + (1 + 1)` = 1e16 + 2, exact); the eager tape adds them one
+/// by one (`(1e16 + 1) + 1` = 1e16, each `+ 1` a tie rounded to even). The bits tell which rule
+/// a path ran.
+fn repeated_parent_after_a_large_contribution() -> Case {
+    let v = serde_json::json!({
+        "format": "torchlean.case.v1", "name": "conform_repeated_parent_order",
+        "graph": {"format": "torchlean.ir.v1", "input_id": 0, "output_id": 4, "nodes": [
+            {"id": 0, "kind": "input", "parents": [], "shape": [1]},
+            {"id": 1, "kind": "const", "parents": [], "shape": [1], "value_shape": [1]},
+            {"id": 2, "kind": "add", "parents": [0, 0], "shape": [1]},
+            {"id": 3, "kind": "mul_elem", "parents": [0, 1], "shape": [1]},
+            {"id": 4, "kind": "add", "parents": [2, 3], "shape": [1]}
+        ]},
+        "payload": {"1": {"value": {"shape": [1], "data": [1e16]}}},
+        "input": {"shape": [1], "data": [0.5]},
+        "expect": {"grad_input": {"shape": [1], "data": [10000000000000002.0]}},
+        "tolerance": {"rtol": 0.0, "atol": 0.0}
+    });
+    Case::from_json_str(&v.to_string()).unwrap()
+}
+
+#[test]
+fn the_eager_path_adds_a_repeated_parents_contributions_one_by_one_the_others_fold_them() {
+    let case = repeated_parent_after_a_large_contribution();
+    let grad = |path| {
+        run_grad_on::<Tensor<f64>>(path, &case.graph, &case.payload, &case.input, None)
+            .unwrap()
+            .grad_input
+            .data()[0]
+    };
+    assert_eq!(grad(GradPath::Compiled), 1e16 + 2.0);
+    assert_eq!(grad(GradPath::Saved), 1e16 + 2.0);
+    assert_eq!(grad(GradPath::Eager), 1e16);
+    // and a case at zero tolerance tells them apart, naming the element and both values
+    let eager = run_case_on::<Tensor<f64>>(GradPath::Eager, &case, None).unwrap();
+    assert!(!eager.pass());
+    let worst = eager.checks[0].worst.as_ref().unwrap();
+    assert_eq!(
+        (worst.index.as_slice(), worst.got, worst.want),
+        (&[0][..], 1e16, 1e16 + 2.0)
+    );
+    assert!(run_case_on::<Tensor<f64>>(GradPath::Saved, &case, None)
+        .unwrap()
+        .pass());
 }
 
 #[test]
@@ -73,4 +130,35 @@ fn a_seed_of_the_wrong_shape_names_the_ir_output_node() {
         )),
         "{e}"
     );
+}
+
+#[test]
+fn the_square_matmul_case_is_what_its_pytorch_script_writes() {
+    // unset or empty: skipped, with a line saying so (CI has no PyTorch)
+    let Some(python) = std::env::var("TORCHLEAN_PYTHON")
+        .ok()
+        .filter(|p| !p.is_empty())
+    else {
+        println!(
+            "SKIPPED: set TORCHLEAN_PYTHON to a Python with torch to rerun \
+             tools/pytorch/conform_matmul_square.py"
+        );
+        return;
+    };
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::process::Command::new(&python)
+        .arg(root.join("tools/pytorch/conform_matmul_square.py"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fresh: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let committed: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(common::cases_dir().join("conform_matmul_square.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(fresh, committed);
 }

@@ -40,10 +40,10 @@ fn one_op(
     let out = op
         .infer_shape(&shapes)
         .expect("the fixed cases are well-shaped");
-    let graph = Graph {
-        input_id: 0,
-        output_id: 1,
-        nodes: vec![
+    let graph = Graph::new(
+        0,
+        1,
+        vec![
             Node {
                 id: 0,
                 kind: OpKind::Input,
@@ -57,7 +57,7 @@ fn one_op(
                 shape: out,
             },
         ],
-    };
+    );
     let mut p = Payload::new();
     for (name, t) in payload {
         p.insert(1, name, t.clone());

@@ -43,6 +43,9 @@ pub struct Comparison {
     /// the tolerance allows there; the comparison passes exactly when this is at most 1.
     pub of_tolerance: f64,
     pub pass: bool,
+    /// The row-major offset of the element where `of_tolerance` is reached (the first one, on a
+    /// tie); `None` when nothing differs or nothing could be compared.
+    pub worst_at: Option<usize>,
 }
 
 impl Comparison {
@@ -53,6 +56,7 @@ impl Comparison {
             max_rel: 0.0,
             of_tolerance: 0.0,
             pass: true,
+            worst_at: None,
         }
     }
 
@@ -63,16 +67,24 @@ impl Comparison {
             max_rel: f64::INFINITY,
             of_tolerance: f64::INFINITY,
             pass: false,
+            worst_at: None,
         }
     }
 
-    /// Combines two comparisons (worst of both).
+    /// Combines two comparisons (worst of both; `worst_at` is the one of the comparison with
+    /// the larger `of_tolerance`, `self`'s on a tie).
     pub fn merge(self, other: Comparison) -> Comparison {
+        let worst_at = if other.of_tolerance > self.of_tolerance {
+            other.worst_at
+        } else {
+            self.worst_at
+        };
         Comparison {
             max_abs: self.max_abs.max(other.max_abs),
             max_rel: self.max_rel.max(other.max_rel),
             of_tolerance: self.of_tolerance.max(other.of_tolerance),
             pass: self.pass && other.pass,
+            worst_at,
         }
     }
 }
@@ -85,7 +97,7 @@ impl Tolerance {
             return Comparison::failed();
         }
         let mut c = Comparison::exact();
-        for (&g, &w) in got.data().iter().zip(want.data()) {
+        for (i, (&g, &w)) in got.data().iter().zip(want.data()).enumerate() {
             if (g.is_nan() && w.is_nan()) || (g.is_infinite() && g == w) {
                 continue;
             }
@@ -100,8 +112,9 @@ impl Tolerance {
                 c.pass = false;
             }
             // 0/0 (a zero tolerance met exactly) is no error at all
-            if abs > 0.0 {
+            if abs > 0.0 && (c.worst_at.is_none() || abs / allowed > c.of_tolerance) {
                 c.of_tolerance = c.of_tolerance.max(abs / allowed);
+                c.worst_at = Some(i);
             }
         }
         c
@@ -447,9 +460,11 @@ mod tests {
         let c = t.compare(&got, &want);
         assert_eq!(c.of_tolerance, 1.5);
         assert!(!c.pass);
+        assert_eq!(c.worst_at, Some(1));
         let got = Tensor::new([3], vec![0.5, 10.0, 100.0]).unwrap();
         let c = t.compare(&got, &want);
-        assert_eq!((c.of_tolerance, c.pass), (0.5, true));
+        assert_eq!((c.of_tolerance, c.pass, c.worst_at), (0.5, true, Some(0)));
+        assert_eq!(t.compare(&want, &want).worst_at, None);
         // a zero tolerance met exactly is no error; missed, an infinite one
         let zero = Tolerance {
             rtol: 0.0,
@@ -457,5 +472,26 @@ mod tests {
         };
         assert_eq!(zero.compare(&want, &want).of_tolerance, 0.0);
         assert_eq!(zero.compare(&got, &want).of_tolerance, f64::INFINITY);
+    }
+
+    #[test]
+    fn worst_at_is_the_first_element_reaching_the_worst_error_and_survives_a_merge() {
+        let t = Tolerance {
+            rtol: 0.0,
+            atol: 1.0,
+        };
+        let want = Tensor::new([4], vec![0.0; 4]).unwrap();
+        // errors 0.5, 3, 3, NaN-free: the first 3 is the worst
+        let a = t.compare(&Tensor::new([4], vec![0.5, 3.0, -3.0, 0.0]).unwrap(), &want);
+        assert_eq!(a.worst_at, Some(1));
+        // a NaN where a number was expected is an infinite error, at its element
+        let b = t.compare(
+            &Tensor::new([4], vec![0.0, 0.0, 0.0, f64::NAN]).unwrap(),
+            &want,
+        );
+        assert_eq!((b.worst_at, b.of_tolerance), (Some(3), f64::INFINITY));
+        assert_eq!(a.merge(b).worst_at, Some(3));
+        assert_eq!(b.merge(a).worst_at, Some(3));
+        assert_eq!(a.merge(Comparison::exact()).worst_at, Some(1));
     }
 }
