@@ -126,6 +126,19 @@ pub enum Command {
     },
     /// Print the graph as Graphviz DOT
     Dot { graph: PathBuf },
+    /// Write the graph as a standalone PyTorch module (torch and safetensors only) whose
+    /// forward follows it node by node, and its weights as NAME.safetensors beside it
+    ExportTorch {
+        graph: PathBuf,
+        /// Payload JSON or safetensors (default: the case's payload, for a case file)
+        #[arg(long)]
+        payload: Option<PathBuf>,
+        /// The Python file to write (atomically)
+        #[arg(short = 'o', long = "output", value_name = "MODEL.py")]
+        output: PathBuf,
+        #[command(flatten)]
+        memory: MemoryArgs,
+    },
     /// Train a model on the digits shipped in the repository (or on --csv data), with a
     /// progress bar, held-out accuracy per epoch and, with --verify-every, gradients re-checked
     /// on the reference engine as it goes
@@ -248,7 +261,8 @@ impl Command {
             | Command::Eval { memory, .. }
             | Command::Grad { memory, .. }
             | Command::Conform { memory, .. }
-            | Command::Lower { memory, .. } => memory.max_memory,
+            | Command::Lower { memory, .. }
+            | Command::ExportTorch { memory, .. } => memory.max_memory,
             Command::Train(args) => args.memory.max_memory,
             Command::Dot { .. } => None,
         }

@@ -9,6 +9,7 @@
 mod args;
 mod commands;
 mod engine;
+mod export_torch;
 mod load;
 mod out;
 mod train;
