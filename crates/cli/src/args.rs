@@ -213,6 +213,11 @@ pub struct TrainArgs {
     /// exits 130
     #[arg(long)]
     pub resume: Option<PathBuf>,
+    /// Start from these parameters instead of the seeded initialisation: a PyTorch
+    /// state_dict saved with safetensors.torch.save_file (nn.Sequential names, all of them,
+    /// f32 or f64) or a --save file
+    #[arg(long, value_name = "STATE.safetensors", conflicts_with = "resume")]
+    pub init_from: Option<PathBuf>,
     /// Write an SVG of the training and held-out loss
     #[arg(long)]
     pub plot: Option<PathBuf>,
