@@ -144,6 +144,19 @@ pub enum Command {
         #[arg(long, default_value_t = torchlean_ir::Dialect::Aug)]
         dialect: torchlean_ir::Dialect,
     },
+    /// Write the graph as a standalone PyTorch module (torch and safetensors only) whose
+    /// forward follows it node by node, and its weights as NAME.safetensors beside it
+    ExportTorch {
+        graph: PathBuf,
+        /// Payload JSON or safetensors (default: the case's payload, for a case file)
+        #[arg(long)]
+        payload: Option<PathBuf>,
+        /// The Python file to write (atomically)
+        #[arg(short = 'o', long = "output", value_name = "MODEL.py")]
+        output: PathBuf,
+        #[command(flatten)]
+        memory: MemoryArgs,
+    },
     /// Train a model on the digits shipped in the repository (or on --csv data), with a
     /// progress bar, held-out accuracy per epoch and, with --verify-every, gradients re-checked
     /// on the reference engine as it goes
@@ -262,6 +275,11 @@ pub struct TrainArgs {
     /// exits 130
     #[arg(long)]
     pub resume: Option<PathBuf>,
+    /// Start from these parameters instead of the seeded initialisation: a PyTorch
+    /// state_dict saved with safetensors.torch.save_file (nn.Sequential names, all of them,
+    /// f32 or f64) or a --save file
+    #[arg(long, value_name = "STATE.safetensors", conflicts_with = "resume")]
+    pub init_from: Option<PathBuf>,
     /// Write an SVG of the training and held-out loss
     #[arg(long)]
     pub plot: Option<PathBuf>,
@@ -309,7 +327,8 @@ impl Command {
             Command::Check { memory, .. }
             | Command::Eval { memory, .. }
             | Command::Grad { memory, .. }
-            | Command::Lower { memory, .. } => memory.max_memory,
+            | Command::Lower { memory, .. }
+            | Command::ExportTorch { memory, .. } => memory.max_memory,
             Command::Conform(args) => args.memory.max_memory,
             Command::Train(args) => args.memory.max_memory,
             Command::Dot { .. } | Command::Convert { .. } | Command::Import { .. } => None,

@@ -153,6 +153,12 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             payload,
             dialect,
         } => crate::import::run(&model, &output, &payload, dialect),
+        Command::ExportTorch {
+            graph,
+            payload,
+            output,
+            ..
+        } => export_torch(&graph, payload.as_deref(), &output),
         Command::Dot { graph } => {
             let (g, _) = load::graph_or_case(&graph)?;
             let problems = errors_of(check_shapes(&g));
@@ -340,6 +346,55 @@ fn check(graph: &Path, payload: Option<&Path>, input: Option<&Path>) -> Result<O
         } else {
             ""
         }
+    ))?;
+    Ok(Outcome::Ok)
+}
+
+/// `export-torch`: the graph validated as `eval` validates it, the module and its weights
+/// (`NAME.safetensors` beside `output`) written atomically, the weights first.
+fn export_torch(graph: &Path, payload: Option<&Path>, output: &Path) -> Result<Outcome, Stop> {
+    let mut loaded = load(graph, payload, None, &[])?;
+    loaded
+        .payload
+        .get_or_insert_with(|| (Payload::new(), graph));
+    let (errors, _) = validate(&loaded, Pass::Eval);
+    if !errors.is_empty() {
+        return Err(BadInput(errors).into());
+    }
+    let weights_path = output.with_extension("safetensors");
+    if weights_path == output {
+        return Err(BadInput::one(format!(
+            "{}: the module's weights go to NAME.safetensors beside it: name the module NAME.py",
+            output.display()
+        ))
+        .into());
+    }
+    let weights_name = weights_path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| BadInput::one(format!("{}: not a file name in UTF-8", output.display())))?;
+    let p = loaded.payload.map(|(p, _)| p).unwrap_or_default();
+    let module = crate::export_torch::emit(&loaded.doc.graph, &p, weights_name)
+        .map_err(|d| diag_lines(graph, &d))?;
+    let bytes = torchlean_ir::safetensors_bytes(
+        module
+            .weights
+            .iter()
+            .map(|t| (t.key.as_str(), t.shape.as_slice(), &t.data)),
+        &Default::default(),
+    )
+    .map_err(|e| BadInput::one(format!("{}: {e}", weights_path.display())))?;
+    let write = |path: &Path, bytes: &[u8]| {
+        torchlean_ir::write_atomically(path, bytes)
+            .map_err(|e| BadInput::one(format!("{}: cannot write: {e}", path.display())))
+    };
+    write(&weights_path, &bytes)?;
+    write(output, module.source.as_bytes())?;
+    out::line(format_args!(
+        "{}: wrote {} and {}",
+        graph.display(),
+        output.display(),
+        weights_path.display()
     ))?;
     Ok(Outcome::Ok)
 }

@@ -10,6 +10,7 @@ mod args;
 mod commands;
 mod conform;
 mod engine;
+mod export_torch;
 mod import;
 mod load;
 mod out;

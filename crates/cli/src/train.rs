@@ -346,7 +346,14 @@ fn train_on<V: TrainValue>(a: &TrainArgs, data: &Dataset, origin: &str) -> Resul
             t.set_detect_anomaly(a.detect_anomaly);
             t
         }
-        None => Trainer::<V>::new(config(a)?, data).map_err(bad)?,
+        None => {
+            let mut t = Trainer::<V>::new(config(a)?, data).map_err(bad)?;
+            if let Some(path) = &a.init_from {
+                t.init_from(path)
+                    .map_err(|e| BadInput::one(format!("{}: {}", path.display(), chain(&e))))?;
+            }
+            t
+        }
     };
     let c = t.config().clone();
     let mut printer = Printer::default();

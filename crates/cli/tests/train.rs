@@ -385,3 +385,34 @@ fn a_save_that_fails_exits_2_naming_the_file_and_keeps_the_old_checkpoint() {
     // and the old pair still resumes
     assert_exit(&train(&["mlp", "--resume", ck_s, "--steps", "4"]), 0, &[]);
 }
+
+/// `--init-from` starts from a state_dict's parameters: from a run's saved parameters, the
+/// held-out loss before the first step is that run's after its last; a file whose names are not
+/// the model's is refused with every missing, unexpected and mis-shaped name (exit 2).
+#[test]
+fn init_from_starts_at_a_state_dicts_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ck.safetensors");
+    let ck = ck.to_str().unwrap();
+    let first = train(&["mlp", "--steps", "20", "--json", "--save", ck]);
+    assert_exit(&first, 0, &[]);
+    let after = json_lines(&first).pop().unwrap()["held_out_after"].clone();
+    let second = train(&["mlp", "--steps", "1", "--json", "--init-from", ck]);
+    assert_exit(&second, 0, &[]);
+    let before = json_lines(&second).pop().unwrap()["held_out_before"].clone();
+    assert_eq!(before, after);
+    let fresh = train(&["mlp", "--steps", "1", "--json"]);
+    assert_ne!(json_lines(&fresh).pop().unwrap()["held_out_before"], after);
+    // a cnn's parameters are not an mlp's
+    let cnn = dir.path().join("cnn.safetensors");
+    let cnn = cnn.to_str().unwrap();
+    assert_exit(&train(&["cnn", "--steps", "1", "--save", cnn]), 0, &[]);
+    let o = train(&["mlp", "--steps", "1", "--init-from", cnn]);
+    assert_exit(
+        &o,
+        2,
+        &["missing key(s)", "unexpected key(s)", "cnn.safetensors"],
+    );
+    let o = train(&["mlp", "--init-from", ck, "--resume", ck]);
+    assert_exit(&o, 2, &["--init-from"]);
+}

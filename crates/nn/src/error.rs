@@ -114,6 +114,44 @@ pub enum NnError {
         reason: String,
     },
 
+    // --- state_dict ---
+    /// A `state_dict` file that cannot be read.
+    #[error("cannot read state_dict {}: {source}", .path.display())]
+    StateDictRead {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A `state_dict` file that is not safetensors (or is corrupt).
+    #[error("state_dict {}: not a safetensors file: {source}", .path.display())]
+    StateDictFormat {
+        path: std::path::PathBuf,
+        #[source]
+        source: torchlean_ir::files::SafeTensorError,
+    },
+
+    /// A `state_dict` tensor of a dtype other than F32 and F64.
+    #[error("state_dict {}: tensor `{name}` is {dtype}, expected F32 or F64", .path.display())]
+    StateDictDtype {
+        path: std::path::PathBuf,
+        name: String,
+        dtype: String,
+    },
+
+    /// A `state_dict` whose names or shapes are not the model's: every missing, unexpected
+    /// and mis-shaped name at once (`strict = false` refuses only the mis-shaped ones), like
+    /// PyTorch's `load_state_dict`. Nothing was loaded.
+    #[error(
+        "state_dict{}: its tensors do not match the model's parameters and buffers:{}",
+        .path.as_ref().map(|p| format!(" {}", p.display())).unwrap_or_default(),
+        .report.lines()
+    )]
+    StateDictNames {
+        path: Option<std::path::PathBuf>,
+        report: crate::state::NameReport,
+    },
+
     /// A loss name that is not one of `torchlean_nn::Loss::NAMES`.
     #[error("unknown loss `{name}` (expected one of {})", crate::loss::Loss::NAMES.join(", "))]
     UnknownLoss { name: String },

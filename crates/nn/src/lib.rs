@@ -52,6 +52,7 @@ pub mod ops;
 pub mod program;
 pub mod record;
 pub mod session;
+pub mod state;
 pub mod zoo;
 
 pub use error::{NnError, Result};

@@ -254,6 +254,85 @@ impl<V: Kernels> Session<V> {
             .collect()
     }
 
+    /// The names and shapes [`Session::state_dict`] has: every parameter and buffer the model
+    /// has made so far (run it once, a forward pass in [`Session::no_grad`] will do, before
+    /// loading a `state_dict` into it).
+    pub fn state_shapes(&self) -> Vec<(String, Vec<usize>)> {
+        self.params
+            .iter()
+            .chain(&self.buffers)
+            .map(|(k, v)| (k.clone(), v.shape().dims().to_vec()))
+            .collect()
+    }
+
+    /// PyTorch's `load_state_dict`: sets every parameter and buffer from `state` by its full
+    /// name (PyTorch's). With `strict`, the names must be exactly the model's; without, names
+    /// missing from `state` keep their values and names the model lacks are ignored. Either
+    /// way every shape must be the model's. One [`NnError::StateDictNames`] lists every
+    /// problem at once, and on any error nothing is changed.
+    pub fn load_state_dict(
+        &mut self,
+        state: &BTreeMap<String, Tensor<f64>>,
+        strict: bool,
+    ) -> Result<()> {
+        self.load_state_dict_from(state, strict, None)
+    }
+
+    /// [`Session::load_state_dict`] from a safetensors file, as
+    /// `safetensors.torch.save_file(model.state_dict(), path)` writes it: F32 or F64 tensors
+    /// (PyTorch's batch-norm `num_batches_tracked` counters, `int64`, are skipped: our batch
+    /// norm keeps none). Errors name the file.
+    pub fn load_state_dict_file(&mut self, path: &std::path::Path, strict: bool) -> Result<()> {
+        let bytes = std::fs::read(path).map_err(|source| NnError::StateDictRead {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let names: Vec<String> = self.state_shapes().into_iter().map(|(n, _)| n).collect();
+        let state = crate::state::read_state_dict(&bytes, path, |counter| {
+            crate::state::is_batch_norm_counter(counter, names.iter().map(String::as_str))
+        })?;
+        self.load_state_dict_from(&state, strict, Some(path))
+    }
+
+    fn load_state_dict_from(
+        &mut self,
+        state: &BTreeMap<String, Tensor<f64>>,
+        strict: bool,
+        path: Option<&std::path::Path>,
+    ) -> Result<()> {
+        let expected = self.state_shapes();
+        let report = crate::state::NameReport::compare(
+            expected.iter().map(|(n, s)| (n.as_str(), s.as_slice())),
+            state.iter().map(|(n, t)| (n.as_str(), t.shape().dims())),
+        );
+        let report = if strict { report } else { report.lenient() };
+        if !report.is_empty() {
+            return Err(NnError::StateDictNames {
+                path: path.map(std::path::Path::to_path_buf),
+                report,
+            });
+        }
+        // every value converted before any is replaced: an engine error changes nothing
+        let mut converted = Vec::new();
+        for (name, t) in state {
+            let is_param = self.params.contains_key(name);
+            if is_param || self.buffers.contains_key(name) {
+                converted.push((name.clone(), is_param, V::from_f64(t)?));
+            }
+        }
+        for (name, is_param, v) in converted {
+            let map = if is_param {
+                &mut self.params
+            } else {
+                &mut self.buffers
+            };
+            if let Some(old) = map.insert(name, v) {
+                old.drop();
+            }
+        }
+        Ok(())
+    }
+
     /// Every buffer, by full name (`running_mean`, `running_var`, …).
     pub fn buffers(&self) -> &BTreeMap<String, V> {
         &self.buffers

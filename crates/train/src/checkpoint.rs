@@ -27,6 +27,7 @@ use crate::error::{Result, TrainError};
 use std::collections::BTreeMap;
 use std::path::Path;
 use torchlean_ir::{safetensors_bytes, write_atomically};
+use torchlean_nn::state::NameReport;
 
 pub use torchlean_ir::TensorData;
 
@@ -54,15 +55,9 @@ pub struct Checkpoint {
     pub metadata: BTreeMap<String, String>,
 }
 
-/// A name present in the checkpoint and expected, with different shapes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ShapeMismatch {
-    pub name: String,
-    /// The shape in the checkpoint.
-    pub checkpoint: Vec<usize>,
-    /// The shape the caller expected (the model's).
-    pub expected: Vec<usize>,
-}
+/// A name present in the checkpoint and expected, with different shapes (`nn`'s, which
+/// compares a `state_dict` with a model the same way).
+pub use torchlean_nn::state::ShapeMismatch;
 
 impl Checkpoint {
     /// Writes the checkpoint to `path` as safetensors, atomically: a temporary file in the same
@@ -209,35 +204,21 @@ impl Checkpoint {
                 name.starts_with(prefix)
             }
         };
-        let mut missing = Vec::new();
-        let mut mismatched = Vec::new();
-        for (name, shape) in expected {
-            match self.tensors.get(name) {
-                None => missing.push(name.clone()),
-                Some(t) if &t.shape != shape => mismatched.push(ShapeMismatch {
-                    name: name.clone(),
-                    checkpoint: t.shape.clone(),
-                    expected: shape.clone(),
-                }),
-                Some(_) => {}
-            }
-        }
-        let wanted: std::collections::BTreeSet<&str> =
-            expected.iter().map(|(n, _)| n.as_str()).collect();
-        let unexpected: Vec<String> = self
-            .tensors
-            .keys()
-            .filter(|name| in_scope(name) && !wanted.contains(name.as_str()))
-            .cloned()
-            .collect();
-        if missing.is_empty() && unexpected.is_empty() && mismatched.is_empty() {
+        let report = NameReport::compare(
+            expected.iter().map(|(n, s)| (n.as_str(), s.as_slice())),
+            self.tensors
+                .iter()
+                .filter(|(name, _)| in_scope(name))
+                .map(|(name, t)| (name.as_str(), t.shape.as_slice())),
+        );
+        if report.is_empty() {
             Ok(())
         } else {
             Err(TrainError::CheckpointNames {
                 prefix: prefix.to_string(),
-                missing,
-                unexpected,
-                mismatched,
+                missing: report.missing,
+                unexpected: report.unexpected,
+                mismatched: report.mismatched,
             })
         }
     }
@@ -357,34 +338,17 @@ pub(crate) fn describe_mismatch(
     unexpected: &[String],
     mismatched: &[ShapeMismatch],
 ) -> String {
-    use std::fmt::Write;
     let scope = if prefix.is_empty() {
         format!("the checkpoint's tensors outside `{OPTIMIZER_PREFIX}`")
     } else {
         format!("the checkpoint's tensors under `{prefix}`")
     };
-    let quoted = |names: &[String]| {
-        names
-            .iter()
-            .map(|n| format!("\"{n}\""))
-            .collect::<Vec<_>>()
-            .join(", ")
+    let report = NameReport {
+        missing: missing.to_vec(),
+        unexpected: unexpected.to_vec(),
+        mismatched: mismatched.to_vec(),
     };
-    let mut s = format!("{scope} do not match what was expected:");
-    if !missing.is_empty() {
-        let _ = write!(s, "\n  missing key(s): {}", quoted(missing));
-    }
-    if !unexpected.is_empty() {
-        let _ = write!(s, "\n  unexpected key(s): {}", quoted(unexpected));
-    }
-    for m in mismatched {
-        let _ = write!(
-            s,
-            "\n  size mismatch for \"{}\": shape {:?} in the checkpoint, {:?} expected",
-            m.name, m.checkpoint, m.expected
-        );
-    }
-    s
+    format!("{scope} do not match what was expected:{}", report.lines())
 }
 
 #[cfg(test)]

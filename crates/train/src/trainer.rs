@@ -700,6 +700,25 @@ impl<V: TrainValue> Trainer<V> {
         model.save(path)
     }
 
+    /// Starts a fresh run from the parameters of the `state_dict` at `path` (PyTorch's
+    /// `safetensors.torch.save_file(model.state_dict(), path)`, or a run's `--save` file) instead
+    /// of the seeded initialisation; call it before the first step. The names must be exactly
+    /// the model's (`nn.Sequential` names, PyTorch's `load_state_dict(strict=True)`): one
+    /// [`TrainError::CheckpointNames`] lists every missing, unexpected and mis-shaped one, and
+    /// on any error the run is unchanged.
+    pub fn init_from(&mut self, path: &Path) -> Result<()> {
+        let ck = Checkpoint::load(path)?;
+        let shapes = self.model.param_shapes();
+        ck.check_names(&shapes, "")?;
+        let mut params = BTreeMap::new();
+        for (name, shape) in shapes {
+            let t = &ck.tensors[&name];
+            params.insert(name, Tensor::new(shape, tensor_f64(t))?);
+        }
+        self.exec = exec_for::<V>(&self.cfg, &params)?;
+        Ok(())
+    }
+
     /// A run restored from the checkpoint at `path` (and its optimizer file beside it) on
     /// `data`: the checkpoint's configuration, parameters, optimizer state and step. `data`
     /// must be the data set it was trained on (checked by feature and class count).
