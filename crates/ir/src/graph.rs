@@ -89,29 +89,8 @@ impl Graph {
     /// not an array): the one assembly of both parsing routes.
     pub(crate) fn assemble(obj: &Map<String, Value>, nodes: Option<ParsedNodes>) -> Result<Graph> {
         let mut errors = Vec::new();
-        match obj.get("format") {
-            Some(Value::String(f)) if f == FORMAT => {}
-            Some(other) => errors.push(
-                Diagnostic::error(format!("is {}, expected \"{FORMAT}\"", shown(other)))
-                    .field("format"),
-            ),
-            None => errors.push(Diagnostic::error("missing").field("format")),
-        }
-        let mut id_field = |key: &str| -> usize {
-            match obj.get(key).map(|v| (v.as_u64(), shown(v))) {
-                Some((Some(v), _)) => usize::try_from(v).unwrap_or(usize::MAX),
-                Some((None, text)) => {
-                    errors.push(
-                        Diagnostic::error(format!("is {text}, expected a node id")).field(key),
-                    );
-                    0
-                }
-                None => {
-                    errors.push(Diagnostic::error("missing").field(key));
-                    0
-                }
-            }
-        };
+        check_format(obj, "missing", &mut errors);
+        let mut id_field = |key: &str| id_field(obj, key, &mut errors);
         let input_id = id_field("input_id");
         let output_id = match crate::dialect::detect(obj) {
             Ok(crate::Dialect::Aug) => id_field(crate::dialect::OUTPUT_ID),
@@ -317,4 +296,33 @@ fn aug_spelling<'a>(
         }
     }
     std::borrow::Cow::Owned(renamed)
+}
+
+/// The top-level `format` member, which must be [`FORMAT`]; `missing` is the message when it is
+/// absent (the dialects say it differently). Both dialects' readers call this.
+pub(crate) fn check_format(obj: &Map<String, Value>, missing: &str, errors: &mut Vec<Diagnostic>) {
+    match obj.get("format") {
+        Some(Value::String(f)) if f == FORMAT => {}
+        Some(other) => errors.push(
+            Diagnostic::error(format!("is {}, expected \"{FORMAT}\"", shown(other)))
+                .field("format"),
+        ),
+        None => errors.push(Diagnostic::error(missing).field("format")),
+    }
+}
+
+/// A top-level node id member (`input_id`, `output_id`); a missing or malformed one is a
+/// diagnostic and reads as 0. Both dialects' readers call this.
+pub(crate) fn id_field(obj: &Map<String, Value>, key: &str, errors: &mut Vec<Diagnostic>) -> usize {
+    match obj.get(key).map(|v| (v.as_u64(), shown(v))) {
+        Some((Some(v), _)) => usize::try_from(v).unwrap_or(usize::MAX),
+        Some((None, text)) => {
+            errors.push(Diagnostic::error(format!("is {text}, expected a node id")).field(key));
+            0
+        }
+        None => {
+            errors.push(Diagnostic::error("missing").field(key));
+            0
+        }
+    }
 }

@@ -14,7 +14,7 @@
 
 use crate::dialect::{fields, tags, Dialect, FileNode, GraphDoc, OUTPUT_IDS};
 use crate::error::{shown, Diagnostic, IrError, Result};
-use crate::graph::{Graph, Node, FORMAT};
+use crate::graph::{check_format, id_field, Graph, Node, FORMAT};
 use crate::kind::OpKind;
 use crate::payload::Payload;
 use crate::semantics::{field_of, payload_names};
@@ -47,28 +47,8 @@ struct Raw<'a> {
 /// Reads a newest-dialect graph object (its dialect already detected).
 pub(crate) fn read(obj: &Map<String, Value>) -> Result<GraphDoc> {
     let mut errors = Vec::new();
-    match obj.get("format") {
-        Some(Value::String(f)) if f == FORMAT => {}
-        Some(other) => errors.push(
-            Diagnostic::error(format!("is {}, expected \"{FORMAT}\"", shown(other)))
-                .field("format"),
-        ),
-        None => errors
-            .push(Diagnostic::error("missing (required in the newest dialect)").field("format")),
-    }
-    let input_id = match obj.get("input_id").map(|v| (v.as_u64(), v)) {
-        Some((Some(v), _)) => usize::try_from(v).unwrap_or(usize::MAX),
-        Some((None, v)) => {
-            errors.push(
-                Diagnostic::error(format!("is {}, expected a node id", shown(v))).field("input_id"),
-            );
-            0
-        }
-        None => {
-            errors.push(Diagnostic::error("missing").field("input_id"));
-            0
-        }
-    };
+    check_format(obj, "missing (required in the newest dialect)", &mut errors);
+    let input_id = id_field(obj, "input_id", &mut errors);
     let outputs = match obj.get(OUTPUT_IDS).map(parse_shape) {
         Some(Ok(s)) if s.rank() > 0 => s.dims().to_vec(),
         Some(Ok(_)) => {
