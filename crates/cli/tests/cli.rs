@@ -137,16 +137,38 @@ fn conform_runs_the_compiled_path_in_each_cases_dtype_unless_asked() {
                 "{n} cases × paths (compiled) × dtypes ({dtype}) = {n} runs: {n} passed, 0 failed"
             )
         );
-        let d = if dtype == "f32" { "f32" } else { "f64" };
-        let lines = out.lines().filter(|l| l.starts_with("PASS"));
-        assert_eq!(
-            lines
-                .filter(|l| l.contains(&format!(" compiled {d}  max_abs=")))
-                .count(),
-            n,
-            "{out}"
-        );
+        // in each case's own dtype: the cases that declare `"dtype": "f32"` run in f32
+        let f32_cases = if dtype == "f32" {
+            n
+        } else {
+            declared_f32_cases()
+        };
+        for (d, want) in [("f32", f32_cases), ("f64", n - f32_cases)] {
+            let runs = out
+                .lines()
+                .filter(|l| {
+                    l.starts_with("PASS") && l.contains(&format!(" compiled {d}  max_abs="))
+                })
+                .count();
+            assert_eq!(runs, want, "{d} runs with {extra:?}:\n{out}");
+        }
     }
+}
+
+/// How many case files in `tests/cases/` declare `"dtype": "f32"`.
+fn declared_f32_cases() -> usize {
+    let n = std::fs::read_dir(cases_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter(|p| {
+            let v: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
+            v["dtype"] == "f32"
+        })
+        .count();
+    assert!(n > 0, "tests/cases/ has f32 cases (gen_cases writes some)");
+    n
 }
 
 #[test]
