@@ -1,13 +1,14 @@
 //! `torchlean export-torch`: what it writes and refuses (no Python needed), and, with
 //! `TORCHLEAN_PYTHON` naming a Python with torch and safetensors, IR → PyTorch → outputs and
-//! gradients equal ours on every shipped conformance case (skipped visibly otherwise).
+//! gradients equal ours on every shipped conformance case and on the imported ONNX zoo
+//! (skipped visibly otherwise).
 #![allow(clippy::unwrap_used)]
 
 mod common;
 #[path = "../../train/tests/common/mod.rs"]
 mod python;
 
-use common::{assert_bad_input, base_graph, cases_dir, run, stderr, write};
+use common::{assert_bad_input, base_graph, cases_dir, run, stderr, write, zoo, zoo_tensor};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use torchlean_ir::Payload;
@@ -173,7 +174,47 @@ fn case_files(dir: &Path) -> Vec<Run> {
         ],
         input: vec!["--input".into(), x.display().to_string()],
     });
+    out.extend(zoo_runs(dir));
     out
+}
+
+/// The ONNX zoo (MLP, CNN with pools and eval batch norm, residual block, encoder block), each
+/// imported by `torchlean import`: ONNX → IR → PyTorch, on the zoo's input, in float64.
+fn zoo_runs(dir: &Path) -> Vec<Run> {
+    ["mlp", "cnn", "residual", "encoder"]
+        .into_iter()
+        .map(|model| {
+            let g = dir.join(format!("zoo_{model}.json"));
+            let p = dir.join(format!("zoo_{model}.safetensors"));
+            let onnx = zoo(&format!("{model}.onnx"));
+            let o = run(&[
+                "import",
+                onnx.to_str().unwrap(),
+                "-o",
+                g.to_str().unwrap(),
+                "--payload",
+                p.to_str().unwrap(),
+            ]);
+            assert_eq!(o.status.code(), Some(0), "{model}: {}", stderr(&o));
+            let x = zoo_tensor(model, "input");
+            let case = write(
+                dir,
+                &format!("zoo_{model}.input.json"),
+                &json!({"input": x}),
+            );
+            let x = write(dir, &format!("zoo_{model}.x.json"), &x);
+            Run {
+                name: format!("zoo_{model}"),
+                case,
+                graph: vec![
+                    g.display().to_string(),
+                    "--payload".into(),
+                    p.display().to_string(),
+                ],
+                input: vec!["--input".into(), x.display().to_string()],
+            }
+        })
+        .collect()
 }
 
 /// IR → PyTorch → outputs equal ours: each case exported, run by PyTorch in float64 on the

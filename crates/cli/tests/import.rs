@@ -3,40 +3,13 @@
 
 mod common;
 
-use common::{assert_bad_input, run, stdout};
-use serde_json::{json, Value};
+use common::{assert_bad_input, run, stdout, zoo, zoo_tensor};
+use serde_json::Value;
 use std::path::{Path, PathBuf};
-
-fn zoo(file: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../onnx/tests/zoo")
-        .join(file)
-}
 
 /// A fixture tensor of the zoo's MLP (f64) as Tensor JSON.
 fn fixture_tensor(key: &str) -> Value {
     zoo_tensor("mlp", key)
-}
-
-/// A fixture tensor (f32 or f64) of zoo model `model` as Tensor JSON.
-fn zoo_tensor(model: &str, key: &str) -> Value {
-    let bytes = std::fs::read(zoo(&format!("{model}.safetensors"))).expect("the zoo is committed");
-    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
-    let view = st.tensor(key).expect("a fixture tensor");
-    let data: Vec<f64> = match view.dtype() {
-        safetensors::Dtype::F64 => view
-            .data()
-            .chunks_exact(8)
-            .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
-            .collect(),
-        safetensors::Dtype::F32 => view
-            .data()
-            .chunks_exact(4)
-            .map(|c| f64::from(f32::from_le_bytes(c.try_into().expect("4 bytes"))))
-            .collect(),
-        other => panic!("{model}.safetensors `{key}`: unexpected dtype {other:?}"),
-    };
-    json!({"shape": view.shape(), "data": data})
 }
 
 fn floats(v: &Value) -> Vec<f64> {

@@ -56,3 +56,31 @@ pub fn base_graph() -> Value {
         ]
     })
 }
+
+/// A file of the ONNX model zoo (`crates/onnx/tests/zoo/`, made by `tools/onnx_zoo`).
+pub fn zoo(file: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../onnx/tests/zoo")
+        .join(file)
+}
+
+/// A fixture tensor (f32 or f64) of zoo model `model` as Tensor JSON.
+pub fn zoo_tensor(model: &str, key: &str) -> Value {
+    let bytes = std::fs::read(zoo(&format!("{model}.safetensors"))).expect("the zoo is committed");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+    let view = st.tensor(key).expect("a fixture tensor");
+    let data: Vec<f64> = match view.dtype() {
+        safetensors::Dtype::F64 => view
+            .data()
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect(),
+        safetensors::Dtype::F32 => view
+            .data()
+            .chunks_exact(4)
+            .map(|c| f64::from(f32::from_le_bytes(c.try_into().expect("4 bytes"))))
+            .collect(),
+        other => panic!("{model}.safetensors `{key}`: unexpected dtype {other:?}"),
+    };
+    json!({"shape": view.shape(), "data": data})
+}
