@@ -16,7 +16,7 @@ type Many<T> = std::result::Result<T, Vec<Problem>>;
 type Mapped = Many<()>;
 type One<T> = std::result::Result<T, Problem>;
 
-/// The op types [`map_node`] maps (default domain only).
+/// The op types the importer maps (default domain only).
 pub const SUPPORTED: &[&str] = &[
     "Gemm",
     "MatMul",
