@@ -104,25 +104,7 @@ fn result(o: &Outcome) -> String {
 
 /// Installs cargo-fuzz from crates.io when `cargo +nightly fuzz` is not there.
 fn ensure_cargo_fuzz() -> Result<(), String> {
-    let present = Command::new("cargo")
-        .args(["+nightly", "fuzz", "--version"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if present {
-        return Ok(());
-    }
-    eprintln!("installing cargo-fuzz (cargo install cargo-fuzz --locked)");
-    let status = Command::new("cargo")
-        .args(["install", "cargo-fuzz", "--locked"])
-        .status()
-        .map_err(|e| format!("cannot run cargo install: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("cargo install cargo-fuzz failed ({status})"))
-    }
+    crate::ensure_cargo_tool("cargo-fuzz", &["+nightly", "fuzz", "--version"])
 }
 
 fn run_target(fuzz_dir: &Path, t: &Target, seconds: u64) -> Result<Outcome, String> {

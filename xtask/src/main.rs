@@ -75,3 +75,27 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// Installs the cargo subcommand `package` from crates.io (`cargo install PACKAGE --locked`)
+/// when `cargo PROBE...` does not run; the one installer of `xtask fuzz` and `xtask mutants`.
+fn ensure_cargo_tool(package: &str, probe: &[&str]) -> Result<(), String> {
+    let present = std::process::Command::new("cargo")
+        .args(probe)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if present {
+        return Ok(());
+    }
+    eprintln!("{package} is not installed; installing it (cargo install {package} --locked)");
+    let status = std::process::Command::new("cargo")
+        .args(["install", package, "--locked"])
+        .status()
+        .map_err(|e| format!("cannot run cargo install: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("cargo install {package} failed ({status})"))
+    }
+}

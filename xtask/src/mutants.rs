@@ -281,27 +281,7 @@ fn shard_label(files: &[String]) -> String {
 
 /// Installs cargo-mutants from crates.io when `cargo mutants` is not there.
 fn ensure_cargo_mutants() -> Result<(), String> {
-    let present = Command::new("cargo")
-        .args(["mutants", "--version"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if present {
-        return Ok(());
-    }
-    eprintln!(
-        "cargo-mutants is not installed; installing it (cargo install cargo-mutants --locked)"
-    );
-    let status = Command::new("cargo")
-        .args(["install", "cargo-mutants", "--locked"])
-        .status()
-        .map_err(|e| format!("cannot run cargo install: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("cargo install cargo-mutants failed ({status})"))
-    }
+    crate::ensure_cargo_tool("cargo-mutants", &["mutants", "--version"])
 }
 
 /// Refreshes the scratch copy: every file git does not ignore (`git ls-files --cached
