@@ -101,19 +101,31 @@ impl Tolerance {
             if (g.is_nan() && w.is_nan()) || (g.is_infinite() && g == w) {
                 continue;
             }
-            let abs = (g - w).abs();
-            let abs = if abs.is_nan() { f64::INFINITY } else { abs };
+            // a non-finite value on either side (not matched above) is an infinite error: its
+            // allowance `atol + rtol·|want|` would be NaN or infinite and let anything through
+            let abs = if g.is_finite() && w.is_finite() {
+                (g - w).abs()
+            } else {
+                f64::INFINITY
+            };
             c.max_abs = c.max_abs.max(abs);
             if w != 0.0 {
                 c.max_rel = c.max_rel.max(abs / w.abs());
             }
             let allowed = self.atol + self.rtol * w.abs();
-            if abs > allowed {
+            // 0/0 (a zero tolerance met exactly) is no error at all
+            let ratio = if abs == f64::INFINITY {
+                f64::INFINITY
+            } else if abs == 0.0 {
+                0.0
+            } else {
+                abs / allowed
+            };
+            if ratio > 1.0 || abs > allowed {
                 c.pass = false;
             }
-            // 0/0 (a zero tolerance met exactly) is no error at all
-            if abs > 0.0 && (c.worst_at.is_none() || abs / allowed > c.of_tolerance) {
-                c.of_tolerance = c.of_tolerance.max(abs / allowed);
+            if abs > 0.0 && (c.worst_at.is_none() || ratio > c.of_tolerance) {
+                c.of_tolerance = c.of_tolerance.max(ratio);
                 c.worst_at = Some(i);
             }
         }
@@ -493,5 +505,28 @@ mod tests {
         assert_eq!(a.merge(b).worst_at, Some(3));
         assert_eq!(b.merge(a).worst_at, Some(3));
         assert_eq!(a.merge(Comparison::exact()).worst_at, Some(1));
+    }
+
+    #[test]
+    fn an_expected_nan_or_infinity_matches_only_itself() {
+        // a non-finite expectation makes `atol + rtol·|want|` NaN or infinite, and no error
+        // is "over" that: the comparison must not let a finite value through
+        let t = Tolerance::default();
+        let check = |got: f64, want: f64| {
+            let c = t.compare(
+                &Tensor::new([2], vec![0.0, got]).unwrap(),
+                &Tensor::new([2], vec![0.0, want]).unwrap(),
+            );
+            (c.pass, c.worst_at, c.of_tolerance)
+        };
+        let failed = (false, Some(1), f64::INFINITY);
+        assert_eq!(check(1.0, f64::NAN), failed);
+        assert_eq!(check(1.0, f64::INFINITY), failed);
+        assert_eq!(check(-1e300, f64::NEG_INFINITY), failed);
+        assert_eq!(check(f64::NEG_INFINITY, f64::INFINITY), failed);
+        assert_eq!(check(f64::NAN, 1.0), failed);
+        assert_eq!(check(f64::INFINITY, 1.0), failed);
+        assert_eq!(check(f64::NAN, f64::NAN), (true, None, 0.0));
+        assert_eq!(check(f64::INFINITY, f64::INFINITY), (true, None, 0.0));
     }
 }
