@@ -327,6 +327,36 @@ mod tests {
     }
 
     #[test]
+    fn human_names_bytes_in_binary_units_at_their_boundaries() {
+        assert_eq!(human(0), "0 B");
+        assert_eq!(human(1023), "1023 B");
+        assert_eq!(human(1024), "1.0 KiB");
+        assert_eq!(human(1536), "1.5 KiB");
+        assert_eq!(human((1 << 20) - 1), "1024.0 KiB");
+        assert_eq!(human(1 << 20), "1.0 MiB");
+        assert_eq!(human(3 << 30), "3.0 GiB");
+        assert_eq!(human(1 << 40), "1.0 TiB");
+        assert_eq!(human(1 << 50), "1.0 PiB");
+        // PiB is the largest unit: past it the number grows
+        assert_eq!(human(1 << 60), "1024.0 PiB");
+    }
+
+    #[test]
+    fn over_budget_says_what_the_node_needs_and_where_the_total_stands() {
+        let e = OverBudget {
+            node_bytes: 40,
+            workspace_bytes: 2048,
+            total_bytes: 104,
+            limit: 3 << 20,
+        };
+        assert_eq!(
+            e.to_string(),
+            "needs 40 bytes (40 B, of which 2.0 KiB engine workspace), which takes the graph to \
+             104 bytes, over the memory budget of 3145728 bytes (3.0 MiB; --max-memory)"
+        );
+    }
+
+    #[test]
     fn a_tally_saturates_instead_of_wrapping() {
         let mut t = Tally::new(Budget::bytes(u64::MAX - 1), 8);
         let huge = NodeCost {

@@ -336,6 +336,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn bit_equality_tells_values_apart_in_every_scalar() {
+        let (half, third) = (
+            Rational::from_f64(0.5).unwrap(),
+            Rational::from_f64(0.25).unwrap(),
+        );
+        assert!(half.bit_eq(&half.clone()));
+        assert!(!half.bit_eq(&third));
+        assert!(0.5f64.bit_eq(&0.5) && !0.5f64.bit_eq(&0.25));
+        assert!(0.5f32.bit_eq(&0.5) && !0.5f32.bit_eq(&0.25));
+    }
+
+    #[test]
     fn rational_from_f64_is_exact() {
         let r = Rational::from_f64(0.1).unwrap();
         // 0.1 is not 1/10 in binary; the conversion keeps the binary value exactly.

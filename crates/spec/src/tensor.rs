@@ -308,6 +308,14 @@ mod tests {
     use crate::scalar::Rational;
 
     #[test]
+    fn a_tensor_with_a_zero_dimension_is_empty() {
+        let e = Tensor::<f64>::new([2, 0], vec![]).unwrap();
+        assert!(e.is_empty());
+        assert_eq!(e.len(), 0);
+        assert!(!Tensor::<f64>::scalar(1.0).is_empty());
+    }
+
+    #[test]
     fn new_checks_length() {
         assert!(Tensor::<f64>::new([2, 2], vec![1.0; 3]).is_err());
         assert!(Tensor::<f64>::new([2, 2], vec![1.0; 4]).is_ok());

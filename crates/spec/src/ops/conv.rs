@@ -596,7 +596,9 @@ mod tests {
         // the two caps act separately
         let b = BackwardChunks::with_caps(600, 5000, 1, usize::MAX);
         assert_eq!(b.cols, Chunks::new(5000, 257, 1));
-        assert_eq!(b.taps.count(), 1);
+        assert_eq!(b.taps.count(), 1); // the largest chunk is its tap rows by its block columns: one chunk of each here
+        let b = BackwardChunks::with_caps(10, 20, usize::MAX, usize::MAX);
+        assert_eq!(b.largest_elements(), 200);
     }
 
     #[test]

@@ -893,3 +893,138 @@ fn a_borrowed_saved_holds_what_for_op_copies_and_gives_the_same_vjp() {
         Err(SpecError::MissingSaved { .. })
     ));
 }
+
+/// The tests below pin forward values the finite-difference checks cannot: a forward that is
+/// wrong in a way its own VJP follows (a window that never moves, a line left out) still passes
+/// `check_fd`, which compares the VJP with differences of that same forward.
+
+#[test]
+fn conv2d_sums_each_window_inside_the_padding_by_hand() {
+    // 3x3 input 1..9, a 2x2 kernel of ones, padding 1, stride 1, bias 0.5: each output is the
+    // sum of the (up to four) input cells its window covers
+    let x = t(
+        &[1, 1, 3, 3],
+        &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0],
+    );
+    let w = t(&[1, 1, 2, 2], &[1.0; 4]);
+    let b = t(&[1], &[0.5]);
+    let op = Op::Conv2d(Conv2dSpec {
+        in_channels: 1,
+        out_channels: 1,
+        kernel_h: 2,
+        kernel_w: 2,
+        stride: 1,
+        padding: 1,
+    });
+    let y = op.forward(&[&x, &w, &b]).unwrap();
+    let sums = [
+        1.0, 3.0, 5.0, 3.0, 5.0, 12.0, 16.0, 9.0, 11.0, 24.0, 28.0, 15.0, 7.0, 15.0, 17.0, 9.0,
+    ];
+    let want: Vec<f64> = sums.iter().map(|s| s + 0.5).collect();
+    assert_eq!(y.shape().dims(), &[1, 1, 4, 4]);
+    assert_eq!(y.data(), &want[..]);
+}
+
+#[test]
+fn softmax_and_log_softmax_normalise_every_line_of_their_axis() {
+    let x = t(&[2, 3], &[1.0, 2.0, 3.0, 0.0, -1.0, 4.0]);
+    let row = |v: [f64; 3]| {
+        let z: f64 = v.iter().map(|a| a.exp()).sum();
+        v.map(|a| a.exp() / z)
+    };
+    let (r0, r1) = (row([1.0, 2.0, 3.0]), row([0.0, -1.0, 4.0]));
+    let y = Op::Softmax { axis: 1 }.forward(&[&x]).unwrap();
+    let ly = Op::LogSoftmax { axis: 1 }.forward(&[&x]).unwrap();
+    for (k, want) in r0.iter().chain(&r1).enumerate() {
+        assert!((y.data()[k] - want).abs() < 1e-15, "softmax {k}");
+        assert!((ly.data()[k] - want.ln()).abs() < 1e-14, "log_softmax {k}");
+    }
+    // along axis 0 each column of two is normalised
+    let y = Op::Softmax { axis: 0 }.forward(&[&x]).unwrap();
+    for c in 0..3 {
+        let (a, b) = (x.data()[c], x.data()[3 + c]);
+        let want = a.exp() / (a.exp() + b.exp());
+        assert!((y.data()[c] - want).abs() < 1e-15, "column {c}");
+        assert!(
+            (y.data()[c] + y.data()[3 + c] - 1.0).abs() < 1e-15,
+            "column {c}"
+        );
+    }
+}
+
+#[test]
+fn max_pool_takes_the_largest_cell_of_each_window_and_a_nan_wins() {
+    let op = Op::Pool(PoolSpec {
+        kind: PoolKind::Max,
+        kernel_h: 2,
+        kernel_w: 2,
+        stride: 2,
+        padding: 0,
+        padded: false,
+    });
+    let x = t(&[1, 2, 2], &[1.0, 5.0, 3.0, 2.0]);
+    let y = op.forward(&[&x]).unwrap();
+    assert_eq!(y.data(), &[5.0]);
+    let g = op
+        .vjp(&Saved::for_op(&op, &[&x], &y), &t(&[1, 1, 1], &[1.0]))
+        .unwrap();
+    assert_eq!(g[0].as_ref().unwrap().data(), &[0.0, 1.0, 0.0, 0.0]);
+    // PyTorch's max_pool2d propagates a NaN, wherever it is in the window
+    let x = t(&[1, 2, 2], &[1.0, 5.0, f64::NAN, 2.0]);
+    assert!(op.forward(&[&x]).unwrap().data()[0].is_nan());
+}
+
+#[test]
+fn binary_ops_are_named_by_their_wire_names() {
+    assert_eq!(BinaryOp::Add.name(), "add");
+    assert_eq!(BinaryOp::Max.name(), "max_elem");
+    for op in BinaryOp::ALL {
+        assert_eq!(op.name(), Op::Binary(op).name());
+        assert!(!op.name().is_empty());
+    }
+}
+
+#[test]
+fn cross_entropy_checks_its_class_ids_and_no_other_operand() {
+    let op = Op::CrossEntropy {
+        reduction: Reduction::Mean,
+    };
+    let shapes = [Shape::new(vec![2, 3]), Shape::new(vec![2])];
+    assert!(op.check_data(1, &shapes, &[0.0, 2.0]).is_ok());
+    for bad in [[0.0, 3.0], [-1.0, 0.0], [0.5, 1.0]] {
+        assert!(op.check_data(1, &shapes, &bad).is_err(), "{bad:?}");
+    }
+    // operand 0 holds logits, any value
+    assert!(op.check_data(0, &shapes, &[7.5, -3.0]).is_ok());
+    assert!(Op::MatMul.check_data(1, &shapes, &[7.5]).is_ok());
+}
+
+#[test]
+fn a_norm_eps_must_be_finite_and_non_negative() {
+    for eps in [0.0, 1e-5] {
+        let op = Op::LayerNorm {
+            axis: 1,
+            eps: Some(eps),
+        };
+        assert!(op.infer_shape(&[Shape::new(vec![2, 3])]).is_ok());
+    }
+    for eps in [-1e-5, f64::INFINITY, f64::NAN, f64::NEG_INFINITY] {
+        let e = Op::LayerNorm {
+            axis: 1,
+            eps: Some(eps),
+        }
+        .infer_shape(&[Shape::new(vec![2, 3])])
+        .unwrap_err();
+        assert!(e.to_string().contains("eps"), "{eps}: {e}");
+    }
+}
+
+#[test]
+fn splitmix64_is_the_published_generator() {
+    // the first two outputs of SplitMix64 from state 0 (Vigna's reference C code)
+    assert_eq!(random::splitmix64(0), 0xE220_A839_7B1D_CDAF);
+    assert_eq!(
+        random::splitmix64(0x9E37_79B9_7F4A_7C15),
+        0x6E78_9E6A_A1B9_65F4
+    );
+}
