@@ -230,6 +230,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_a_value_is_a_forward_finding() {
+        assert_eq!(Site::Value.direction(), Direction::Forward);
+        for site in [
+            Site::Contribution { parent: 0 },
+            Site::Accumulated,
+            Site::Seed,
+        ] {
+            assert_eq!(site.direction(), Direction::Backward, "{site:?}");
+        }
+        assert_eq!(Direction::Forward.to_string(), "forward");
+        assert_eq!(Direction::Backward.to_string(), "backward");
+    }
+
+    #[test]
     fn detect_if_follows_its_flag() {
         // the default is `Off`, so a `detect_if` that ignored its flag passes any test that
         // only asks for `Off`

@@ -78,3 +78,17 @@ impl<A: Scalar> Kernels for Tensor<A> {
         Tensor::bit_eq(self, other)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use torchlean_spec::Rational;
+
+    #[test]
+    fn each_scalar_names_its_reference_engine() {
+        // the label is what reports and `--engine` name; f32 and f64 must not share one
+        assert_eq!(<Tensor<f32> as Kernels>::ENGINE, "reference-f32");
+        assert_eq!(<Tensor<f64> as Kernels>::ENGINE, "reference-f64");
+        assert_eq!(<Tensor<Rational> as Kernels>::ENGINE, "reference-rational");
+    }
+}

@@ -453,3 +453,35 @@ impl<V> Iterator for ContributionIter<'_, V> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use torchlean_spec::{BinaryOp, Op, Tensor};
+
+    fn doubled() -> (Tape<Tensor<f64>>, usize) {
+        let mut tape = Tape::empty();
+        let x = tape.leaf(Tensor::new([2], vec![1.0, 2.0]).unwrap(), true, None);
+        let y = crate::kernel::record(&mut tape, Op::Binary(BinaryOp::Add), &[x, x], None).unwrap();
+        (tape, y)
+    }
+
+    #[test]
+    fn a_tape_debugs_as_its_nodes() {
+        let (tape, _) = doubled();
+        let text = format!("{tape:?}");
+        assert_eq!(text.matches("Node {").count(), 2, "{text}");
+        assert!(text.contains("requires_grad: true"), "{text}");
+    }
+
+    #[test]
+    fn contributions_debug_as_the_count_still_pending() {
+        let (tape, y) = doubled();
+        let cot = Tensor::new([2], vec![1.0, 1.0]).unwrap();
+        let mut it = tape.contributions(y, &cot).unwrap();
+        assert_eq!(format!("{it:?}"), "ContributionIter(2 pending)");
+        it.next().unwrap();
+        assert_eq!(format!("{it:?}"), "ContributionIter(1 pending)");
+    }
+}
