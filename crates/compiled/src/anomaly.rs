@@ -223,3 +223,38 @@ pub fn check_denotation<A: Scalar>(g: &Graph, values: &[Tensor<A>]) -> Result<()
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_anomaly_lists_its_operands_comma_separated_in_order() {
+        let node = |node, kind| IrRef {
+            node,
+            kind,
+            tensor: None,
+        };
+        let a = IrAnomaly {
+            at: node(3, "mul_elem"),
+            shape: Shape::new(vec![2]),
+            parents: vec![
+                (node(1, "input"), Shape::new(vec![2])),
+                (node(2, "log"), Shape::new(vec![2])),
+            ],
+            site: IrSite::Value,
+            found: NonFinite {
+                index: 1,
+                value: f64::NAN,
+                count: 1,
+            },
+        };
+        let text = a.to_string();
+        let parents = "parents [node 1 (input) [2], node 2 (log) [2]]: ";
+        assert!(text.contains(parents), "{text}");
+        assert!(
+            text.starts_with("anomaly in the forward: IR node 3 (mul_elem)"),
+            "{text}"
+        );
+    }
+}

@@ -446,3 +446,22 @@ impl<V: Kernels> GradientContext<V> {
         Self::replay(v, pending)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use torchlean_spec::Tensor;
+
+    #[test]
+    fn a_saved_graph_counts_its_values() {
+        let empty = SavedGraph::<Tensor<f64>>::from_parts(0, vec![], vec![]).unwrap();
+        assert!(empty.is_empty());
+        assert_eq!(empty.len(), 0);
+        let one = SavedGraph::from_parts(1, vec![Tensor::scalar(2.0f64)], vec![]).unwrap();
+        assert!(!one.is_empty());
+        assert_eq!((one.len(), one.n_inputs()), (1, 1));
+        // the values must be the inputs and one per node
+        assert!(SavedGraph::<Tensor<f64>>::from_parts(1, vec![], vec![]).is_err());
+    }
+}

@@ -4,8 +4,10 @@
 
 mod common;
 
-use torchlean_compiled::{run_case, run_case_on, run_grad_on, GradPath, F32_TOLERANCE};
-use torchlean_ir::Case;
+use torchlean_compiled::{
+    run_case, run_case_on, run_grad_on, tolerance_for, GradPath, F32_TOLERANCE,
+};
+use torchlean_ir::{Case, DType, Tolerance};
 use torchlean_spec::Tensor;
 
 #[test]
@@ -27,6 +29,21 @@ fn every_case_passes_in_f32_at_f32_tolerance() {
         let out = run_case::<Tensor<f32>>(&case, Some(F32_TOLERANCE)).unwrap();
         assert!(out.pass(), "{}: {:?}", case.name, out.checks);
     }
+}
+
+#[test]
+fn an_f32_run_of_an_f64_case_is_compared_at_the_f32_tolerance_and_any_other_at_its_own() {
+    let mut case = common::cases().into_iter().next().unwrap();
+    case.tolerance = Tolerance {
+        rtol: 1e-9,
+        atol: 1e-12,
+    };
+    case.dtype = DType::F64;
+    assert_eq!(tolerance_for(&case, DType::F32), F32_TOLERANCE);
+    assert_eq!(tolerance_for(&case, DType::F64), case.tolerance);
+    case.dtype = DType::F32;
+    assert_eq!(tolerance_for(&case, DType::F32), case.tolerance);
+    assert_eq!(tolerance_for(&case, DType::F64), case.tolerance);
 }
 
 #[test]

@@ -166,6 +166,22 @@ fn a_seed_count_other_than_the_outputs_is_refused() {
         torchlean_compiled::run_grad::<Tensor<f64>>(&doc.graph, &doc.payload, &x, Some(&one[0]))
             .unwrap_err();
     assert!(e.to_string().contains("2 outputs"), "{e}");
+    // and so does the saved-graph path of `conform --paths`, counting every output
+    let e = torchlean_compiled::run_grad_on::<Tensor<f64>>(
+        torchlean_compiled::GradPath::Saved,
+        &doc.graph,
+        &doc.payload,
+        &x,
+        None,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            torchlean_compiled::CompiledError::SingleOutputPath { outputs: 2, .. }
+        ),
+        "{e}"
+    );
 }
 
 /// Every case file of the conformance sets this machine has: the repository's, and the shared
