@@ -354,6 +354,30 @@ mod tests {
     }
 
     #[test]
+    fn the_tiled_transpose_equals_the_plain_walk_for_any_extents() {
+        // `permute` takes `gather_tiled` only for transposes of at least TILE × TILE, for
+        // speed; on any extents (partial tiles, fewer rows than a tile) it must give the same
+        // result, so that choice changes nothing but the time (xtask/mutants-equivalent.json)
+        for (batch, a, b) in [
+            (1, 1, 1),
+            (1, 3, 5),
+            (1, 16, 16),
+            (2, 17, 33),
+            (3, 40, 7),
+            (2, 5, 40),
+        ] {
+            // the source [batch, a, b], row-major; the output its transpose [batch, b, a]
+            let src: Vec<f64> = (0..batch * a * b).map(|v| v as f64).collect();
+            let (dims, strides) = ([batch, b, a], [a * b, 1, b]);
+            let mut plain = vec![0.0; src.len()];
+            let mut tiled = vec![-1.0; src.len()];
+            gather(&src, &dims, &strides, &mut plain);
+            gather_tiled(&src, &dims, &strides, &mut tiled);
+            assert_eq!(plain, tiled, "{dims:?}");
+        }
+    }
+
+    #[test]
     fn permute_matches_the_definition() {
         let x = t(&[2, 3, 4], (0..24).map(f64::from).collect());
         let y = permute(&x, &[2, 0, 1], Shape::from([4, 2, 3]));
