@@ -1,9 +1,10 @@
-//! `cargo xtask mutants [--crate C]… [--file GLOB]… [--jobs N] [--oracle own|checkers]
-//! [--report]`: mutation testing (cargo-mutants) of `spec`, `runtime`, `compiled` and
-//! `engine-cpu` with the project's own checks as the oracle, and the score as a number.
+//! `cargo xtask mutants [--crate C]… [--file GLOB]… [--sample K/N] [--jobs N]
+//! [--oracle lib|own|checkers] [--report]`: mutation testing (cargo-mutants) of `spec`,
+//! `runtime`, `compiled` and `engine-cpu` with the project's own checks as the oracle, and the
+//! score as a number (`--sample`: an estimate from one mutant in N, with its interval).
 //!
 //! The run happens in a scratch copy, `target/mutants/tree/` (the files git does not ignore, and the
-//! registry dependencies already built in `target/debug/` hard-linked into its own target
+//! registry dependencies already built in `target/mutation/` hard-linked into its own target
 //! directory, so no dependency is rebuilt), with `cargo mutants --in-place` there: the working
 //! tree is never mutated. Each crate's (or `--file` shard's) results land in
 //! `target/mutants/out/<crate>/<shard>/mutants.out/`; the report reads every shard of a crate
@@ -19,6 +20,10 @@ use std::process::{Command, Stdio};
 
 use clap::{Args, ValueEnum};
 use serde_json::Value;
+
+/// The cargo profile mutants are built with (`[profile.mutation]` in the workspace's
+/// `Cargo.toml`: our crates unoptimised, for seconds-long incremental rebuilds).
+const PROFILE: &str = "mutation";
 
 /// A crate mutation testing covers, its oracle and its target score.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
@@ -110,6 +115,58 @@ pub struct MutantsArgs {
     /// Print the score from the results on disk; run nothing
     #[arg(long)]
     report: bool,
+    /// Test only mutant `i` with `i % N == K` (cargo-mutants' round-robin `--shard K/N`): a
+    /// systematic sample of one mutant in N across every file, whose score estimates the
+    /// crate's (the report gives its 95 % interval)
+    #[arg(long, value_name = "K/N")]
+    sample: Option<Sample>,
+    /// Re-test only the mutants the results on disk count as missed (under this run's
+    /// `--oracle`: test with a cheap oracle first, then its misses with the full one)
+    #[arg(long, conflicts_with_all = ["files", "regexes", "sample"])]
+    missed: bool,
+    /// The test timeout in seconds (default: cargo-mutants' own, from the baseline, at least
+    /// `.cargo/mutants.toml`'s floor; the baseline runs only the mutated crate's tests, so a
+    /// `checkers` oracle with slow tests needs more)
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<u64>,
+}
+
+/// `--sample K/N`: shard `K` of `N`, round-robin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sample {
+    k: usize,
+    n: usize,
+}
+
+impl std::str::FromStr for Sample {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("`{s}`: expected K/N with 0 <= K < N, e.g. 0/20");
+        let (k, n) = s.split_once('/').ok_or_else(bad)?;
+        let (k, n): (usize, usize) = (
+            k.trim().parse().map_err(|_| bad())?,
+            n.trim().parse().map_err(|_| bad())?,
+        );
+        if k >= n {
+            return Err(bad());
+        }
+        Ok(Sample { k, n })
+    }
+}
+
+impl Sample {
+    /// The shard directory's prefix, `sample-K-of-N`, which the report reads back.
+    fn label(self) -> String {
+        format!("sample-{}-of-{}", self.k, self.n)
+    }
+
+    fn from_label(label: &str) -> Option<Sample> {
+        let rest = label.strip_prefix("sample-")?;
+        let (k, rest) = rest.split_once("-of-")?;
+        let n = rest.split(|c: char| !c.is_ascii_digit()).next()?;
+        format!("{k}/{n}").parse().ok()
+    }
 }
 
 /// One accepted equivalent mutant of `xtask/mutants-equivalent.json`.
@@ -120,6 +177,10 @@ pub struct Equivalent {
     /// cargo-mutants' description without its `file:line:col: ` position
     /// (`replace -= with += in SparseGrads<V>::put`).
     mutant: String,
+    /// `line:col`, only where the description alone names several mutants (the same operator
+    /// twice in one function) and they are not all equivalent; the entry then goes stale when
+    /// code above it moves, and the mutant shows as missed until the entry is updated.
+    at: Option<String>,
     reason: String,
 }
 
@@ -160,8 +221,11 @@ struct Shard {
     start: String,
     seconds: f64,
     finished: bool,
-    /// The baseline's test command (`cargo test --package=… [--lib]`): the oracle it ran.
+    /// The mutants' test command (`cargo test --package=… [--lib]`), the baseline's when no
+    /// mutant's tests ran: the oracle.
     oracle: String,
+    /// The `--sample` this shard ran, read from its directory's name.
+    sample: Option<Sample>,
 }
 
 /// A crate's figures after the equivalent mutants are subtracted.
@@ -187,6 +251,17 @@ impl Score {
         let viable = self.viable();
         (viable > 0).then(|| 100.0 * (self.caught + self.timeout) as f64 / viable as f64)
     }
+
+    /// The 95 % Wilson score interval, in percent, of the crate's score when these outcomes
+    /// are a sample of its mutants.
+    fn interval(&self) -> Option<(f64, f64)> {
+        let n = self.viable() as f64;
+        let p = self.percent()? / 100.0;
+        let z = 1.959_964_f64;
+        let centre = (p + z * z / (2.0 * n)) / (1.0 + z * z / n);
+        let half = z / (1.0 + z * z / n) * (p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt();
+        Some((100.0 * (centre - half), 100.0 * (centre + half)))
+    }
 }
 
 pub fn run(args: &MutantsArgs) -> Result<bool, String> {
@@ -206,9 +281,24 @@ pub fn run(args: &MutantsArgs) -> Result<bool, String> {
         let tree = root.join("target/mutants/tree");
         prepare_tree(&root, &tree)?;
         for &c in &crates {
-            let shard = shard_label(&[args.files.as_slice(), args.regexes.as_slice()].concat());
-            let out = out_root.join(c.name()).join(shard);
-            run_crate(&tree, c, args, &out)?;
+            let dir = out_root.join(c.name());
+            let (shard, regexes) = if args.missed {
+                let missed = score(&latest_outcomes(&read_shards(&dir)?), &equivalents).missed;
+                if missed.is_empty() {
+                    println!("{}: no missed mutants on disk to re-test", c.name());
+                    continue;
+                }
+                let regexes = missed.iter().map(|m| format!("^{}$", escape_regex(m)));
+                (next_label(&dir, "missed"), regexes.collect())
+            } else {
+                let mut shard =
+                    shard_label(&[args.files.as_slice(), args.regexes.as_slice()].concat());
+                if let Some(sample) = args.sample {
+                    shard = format!("{}-{shard}", sample.label());
+                }
+                (shard, args.regexes.clone())
+            };
+            run_crate(&tree, c, args, &regexes, &dir.join(shard))?;
         }
     }
     let mut all_met = true;
@@ -233,6 +323,17 @@ pub fn run(args: &MutantsArgs) -> Result<bool, String> {
             outcomes.len(),
             total.map_or_else(|| "?".to_string(), |n| n.to_string())
         );
+        let mut samples: Vec<Sample> = shards.iter().filter_map(|s| s.sample).collect();
+        samples.sort_by_key(|s| (s.n, s.k));
+        samples.dedup();
+        if let (false, Some((lo, hi))) = (samples.is_empty(), score.interval()) {
+            let list: Vec<String> = samples.iter().map(|s| format!("{}/{}", s.k, s.n)).collect();
+            println!(
+                "  a sample (round-robin shard {}): the crate's score is in \
+                 [{lo:.1} %, {hi:.1} %] with 95 % confidence (Wilson)",
+                list.join(", ")
+            );
+        }
         let mut oracles: Vec<&str> = shards.iter().map(|s| s.oracle.as_str()).collect();
         oracles.sort();
         oracles.dedup();
@@ -261,6 +362,27 @@ fn mutant_count(root: &Path, c: Crate) -> Option<usize> {
     })
 }
 
+/// `name` with every regex metacharacter escaped (cargo-mutants' `--re` is a Rust regex).
+fn escape_regex(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `<prefix>-1`, `<prefix>-2`, …: the first not yet under `dir` (each re-run keeps its own
+/// results, so an earlier re-run's verdicts on mutants a later one skips survive).
+fn next_label(dir: &Path, prefix: &str) -> String {
+    (1..)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|l| !dir.join(l).exists())
+        .expect("some label is free")
+}
+
 /// A directory name for a `--file` shard (`all` without one).
 fn shard_label(files: &[String]) -> String {
     if files.is_empty() {
@@ -286,7 +408,7 @@ fn ensure_cargo_mutants() -> Result<(), String> {
 
 /// Refreshes the scratch copy: every file git does not ignore (`git ls-files --cached
 /// --others --exclude-standard`: uncommitted edits too), copied over, and the
-/// registry dependencies built in `target/debug/` hard-linked into the copy's target (copied
+/// registry dependencies built in `target/mutation/` hard-linked into the copy's target (copied
 /// where linking fails), so the copy builds only the workspace's own crates.
 fn prepare_tree(root: &Path, tree: &Path) -> Result<(), String> {
     let listing = Command::new("git")
@@ -316,7 +438,10 @@ fn prepare_tree(root: &Path, tree: &Path) -> Result<(), String> {
     let lock =
         std::fs::read_to_string(root.join("Cargo.lock")).map_err(|e| format!("Cargo.lock: {e}"))?;
     let registry = registry_crates(&lock);
-    let (built, copy) = (root.join("target/debug"), tree.join("target/debug"));
+    let (built, copy) = (
+        root.join("target").join(PROFILE),
+        tree.join("target").join(PROFILE),
+    );
     for sub in ["deps", "build", ".fingerprint"] {
         link_registry_artifacts(&built.join(sub), &copy.join(sub), &registry)?;
     }
@@ -338,7 +463,7 @@ fn registry_crates(lock: &str) -> Vec<String> {
     names
 }
 
-/// The crate an artifact of `target/debug/{deps,build,.fingerprint}` belongs to:
+/// The crate an artifact of `target/<profile>/{deps,build,.fingerprint}` belongs to:
 /// `libfoo_bar-<16 hex>.rlib` and `foo-bar-<16 hex>` are `foo_bar`.
 fn artifact_crate(file: &str) -> Option<String> {
     let (stem, rest) = file.rsplit_once('-')?;
@@ -409,7 +534,13 @@ fn copy_with_mtime(from: &Path, to: &Path) -> std::io::Result<()> {
 }
 
 /// Runs cargo-mutants on one crate in the scratch tree, results into `out`.
-fn run_crate(tree: &Path, c: Crate, args: &MutantsArgs, out: &Path) -> Result<(), String> {
+fn run_crate(
+    tree: &Path,
+    c: Crate,
+    args: &MutantsArgs,
+    regexes: &[String],
+    out: &Path,
+) -> Result<(), String> {
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let mut cmd = Command::new("cargo");
     cmd.current_dir(tree)
@@ -426,14 +557,23 @@ fn run_crate(tree: &Path, c: Crate, args: &MutantsArgs, out: &Path) -> Result<()
     for f in &args.files {
         cmd.arg("--file").arg(f);
     }
-    for r in &args.regexes {
+    for r in regexes {
         cmd.arg("--re").arg(r);
+    }
+    if let Some(t) = args.timeout {
+        cmd.arg("--timeout").arg(t.to_string());
     }
     if args.jobs > 1 {
         cmd.arg("--jobs").arg(args.jobs.to_string());
     } else {
         cmd.arg("--in-place");
     }
+    if let Some(sample) = args.sample {
+        cmd.arg("--shard")
+            .arg(format!("{}/{}", sample.k, sample.n))
+            .args(["--sharding", "round-robin"]);
+    }
+    cmd.args(["--profile", PROFILE]);
     cmd.arg("--output").arg(out);
     if args.oracle == Oracle::Lib {
         cmd.args(["--", "--lib"]);
@@ -470,7 +610,11 @@ fn read_shards(dir: &Path) -> Result<Vec<Shard>, String> {
         let Ok(text) = std::fs::read_to_string(&file) else {
             continue;
         };
-        shards.push(parse_outcomes(&text).map_err(|e| format!("{}: {e}", file.display()))?);
+        let mut shard = parse_outcomes(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+        shard.sample = p
+            .file_name()
+            .and_then(|n| Sample::from_label(&n.to_string_lossy()));
+        shards.push(shard);
     }
     Ok(shards)
 }
@@ -489,10 +633,18 @@ fn parse_outcomes(text: &str) -> Result<Shard, String> {
             .flatten()
             .filter_map(|r| r["duration"].as_f64())
             .sum::<f64>();
+        // the mutants' own test command: cargo-mutants runs the baseline's tests in the
+        // mutated package only, whatever `--test-package` says
+        let command = test_command(o);
         let Some(m) = o["scenario"].get("Mutant") else {
-            oracle = test_command(o); // the baseline
+            if oracle.is_empty() {
+                oracle = command; // the baseline, until a mutant's tests ran
+            }
             continue;
         };
+        if !command.is_empty() {
+            oracle = command;
+        }
         let verdict = match o["summary"].as_str() {
             Some("CaughtMutant") => Verdict::Caught,
             Some("MissedMutant") => Verdict::Missed,
@@ -518,6 +670,7 @@ fn parse_outcomes(text: &str) -> Result<Shard, String> {
         seconds,
         finished: !doc["end_time"].is_null(),
         oracle,
+        sample: None,
     })
 }
 
@@ -549,9 +702,22 @@ fn latest_outcomes(shards: &[Shard]) -> Vec<Outcome> {
 }
 
 fn is_equivalent(o: &Outcome, equivalents: &[Equivalent]) -> bool {
-    equivalents
-        .iter()
-        .any(|e| e.file == o.file && e.mutant == o.description())
+    equivalents.iter().any(|e| {
+        e.file == o.file
+            && e.mutant == o.description()
+            && e.at
+                .as_ref()
+                .is_none_or(|at| Some(at.as_str()) == position(&o.name))
+    })
+}
+
+/// The `line:col` of cargo-mutants' `file:line:col: description`.
+fn position(name: &str) -> Option<&str> {
+    let (located, _) = name.split_once(": ")?;
+    let mut parts = located.rsplitn(3, ':');
+    let (col, line) = (parts.next()?, parts.next()?);
+    let start = located.len() - col.len() - line.len() - 1;
+    Some(&located[start..])
 }
 
 /// The figures of a crate's outcomes, the accepted equivalents subtracted.
@@ -636,6 +802,7 @@ fn parse_equivalents(text: &str) -> Result<Vec<Equivalent>, String> {
             Ok(Equivalent {
                 file: field("file")?,
                 mutant: field("mutant")?,
+                at: e["at"].as_str().map(str::to_string),
                 reason: field("reason")?,
             })
         })
@@ -670,6 +837,7 @@ mod tests {
         let eq = vec![Equivalent {
             file: "crates/runtime/src/sweep.rs".into(),
             mutant: "replace -= with += in SparseGrads<V>::put".into(),
+            at: None,
             reason: "unreachable".into(),
         }];
         let s = score(&outcomes, &eq);
@@ -691,6 +859,7 @@ mod tests {
         let eq = vec![Equivalent {
             file: "a.rs".into(),
             mutant: "replace f -> bool with true".into(),
+            at: None,
             reason: "thought equivalent".into(),
         }];
         let s = score(
@@ -702,6 +871,29 @@ mod tests {
         );
         assert_eq!((s.caught, s.equivalent), (1, 0));
         assert_eq!(s.caught_equivalents.len(), 1);
+    }
+
+    #[test]
+    fn an_entry_with_a_position_covers_that_mutant_only() {
+        let entry = r#"[{"file": "l.rs", "mutant": "replace >= with < in permute",
+                         "at": "213:60", "reason": "a speed switch"}]"#;
+        let eq = parse_equivalents(entry).unwrap();
+        assert_eq!(
+            position("l.rs:213:60: replace >= with < in permute"),
+            Some("213:60")
+        );
+        let s = score(
+            &[
+                outcome("l.rs:213:60: replace >= with < in permute", Verdict::Missed),
+                outcome("l.rs:213:12: replace >= with < in permute", Verdict::Missed),
+            ],
+            &eq,
+        );
+        assert_eq!(s.equivalent, 1);
+        assert_eq!(
+            s.missed,
+            vec!["l.rs:213:12: replace >= with < in permute".to_string()]
+        );
     }
 
     #[test]
@@ -751,6 +943,19 @@ mod tests {
             {"scenario": {"Mutant": {"name": "a.rs:2:1: replace g with ()", "file": "a.rs"}},
              "summary": "Unviable", "phase_results": [{"duration": 5.0}]}
         ], "start_time": "2026-12-01T21:00:00Z", "end_time": "2026-12-01T21:01:00Z"}"#;
+        // the baseline tests the mutated package only; the mutants' command names the oracle
+        let checkers = r#"{"outcomes": [
+            {"scenario": "Baseline", "summary": "Success", "phase_results": [{"phase": "Test",
+             "duration": 1.0, "argv": ["cargo", "test", "--package=torchlean-runtime@0.1.0"]}]},
+            {"scenario": {"Mutant": {"name": "a.rs:3:1: replace h with ()", "file": "a.rs"}},
+             "summary": "CaughtMutant", "phase_results": [{"phase": "Test", "duration": 1.0,
+             "argv": ["cargo", "test", "--package=torchlean-compiled@0.1.0",
+                      "--package=torchlean-runtime@0.1.0"]}]}
+        ], "start_time": "2026-12-01T22:00:00Z", "end_time": null}"#;
+        assert_eq!(
+            parse_outcomes(checkers).expect("checkers").oracle,
+            "cargo test --package=torchlean-compiled@0.1.0 --package=torchlean-runtime@0.1.0"
+        );
         let (a, b) = (
             parse_outcomes(first).expect("first"),
             parse_outcomes(second).expect("second"),
@@ -785,6 +990,53 @@ mod tests {
         ));
         assert!(!is_registry("sweeps-0123456789abcdef", &reg));
         assert!(!is_registry("libserde_json.rlib", &reg));
+    }
+
+    #[test]
+    fn a_sample_is_parsed_named_and_read_back_from_its_directory() {
+        let s: Sample = "3/20".parse().unwrap();
+        assert_eq!(s, Sample { k: 3, n: 20 });
+        assert_eq!(s.label(), "sample-3-of-20");
+        assert_eq!(Sample::from_label("sample-3-of-20-all"), Some(s));
+        assert_eq!(Sample::from_label("all"), None);
+        for bad in ["20/20", "3", "a/2", "1/0"] {
+            assert!(bad.parse::<Sample>().is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn the_interval_of_a_sample_brackets_its_score() {
+        let s = Score {
+            caught: 45,
+            missed: vec!["m".into(); 5],
+            ..Score::default()
+        };
+        let (lo, hi) = s.interval().unwrap();
+        // Wilson's interval for 45 of 50 at 95 %: [78.6 %, 95.7 %] (by hand from the formula)
+        assert!(
+            (lo - 78.64).abs() < 0.05 && (hi - 95.65).abs() < 0.05,
+            "{lo} {hi}"
+        );
+        assert_eq!(Score::default().interval(), None);
+    }
+
+    #[test]
+    fn a_missed_mutant_is_re_tested_by_its_whole_name_only() {
+        let name = "crates/runtime/src/tape.rs:434:9: replace <impl fmt::Debug for \
+                    ContributionIter<'_, V>>::fmt -> fmt::Result with Ok(Default::default())";
+        assert_eq!(
+            escape_regex("a.rs:1:2: replace * with + in f(x)"),
+            "a\\.rs:1:2: replace \\* with \\+ in f\\(x\\)"
+        );
+        let escaped = escape_regex(name);
+        assert!(
+            escaped.contains("Ok\\(Default::default\\(\\)\\)"),
+            "{escaped}"
+        );
+        let dir = std::env::temp_dir().join(format!("xtask-labels-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("missed-1")).unwrap();
+        assert_eq!(next_label(&dir, "missed"), "missed-2");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
