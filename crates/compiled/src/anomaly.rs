@@ -256,5 +256,15 @@ mod tests {
             text.starts_with("anomaly in the forward: IR node 3 (mul_elem)"),
             "{text}"
         );
+        assert!(
+            text.contains("its output is") && text.ends_with("from finite operands"),
+            "{text}"
+        );
+        // a value with no operands (an input, a payload tensor) is just a value
+        let leaf = IrAnomaly {
+            parents: Vec::new(),
+            ..a
+        };
+        assert!(leaf.to_string().contains("]: its value is "), "{leaf}");
     }
 }

@@ -302,6 +302,33 @@ mod tests {
     }
 
     #[test]
+    fn the_last_position_is_the_last_node_or_input() {
+        let mut g = GraphData::new(vec![Shape::from([2])]).expect("valid shapes");
+        assert_eq!(g.last(), Some(0));
+        let n = g
+            .push(Op::Unary(UnaryOp::Neg), vec![0], None)
+            .expect("push");
+        assert_eq!((n, g.last()), (1, Some(1)));
+        assert_eq!(GraphData::new(vec![]).expect("no inputs").last(), None);
+    }
+
+    #[test]
+    fn compiling_with_anomaly_mode_keeps_a_node_and_a_value_per_position() {
+        one_gib_process_budget();
+        let mut g = GraphData::new(vec![Shape::from([2])]).expect("valid shapes");
+        let n = g
+            .push(Op::Unary(UnaryOp::Neg), vec![0], None)
+            .expect("push");
+        let x = Tensor::new([2], vec![1.5, -2.0]).expect("2 values");
+        let (tape, values) =
+            crate::compile_detecting(&g, vec![x.clone()], torchlean_runtime::AnomalyMode::Detect)
+                .expect("compiles");
+        assert_eq!(tape.nodes().len(), 2);
+        assert_eq!(values, g.eval(vec![x]).expect("evaluates"));
+        assert_eq!(values[n].data(), &[-1.5, 2.0]);
+    }
+
+    #[test]
     fn eval_output_is_evals_value_bit_for_bit_at_every_position() {
         one_gib_process_budget();
         // a repeated argument, a value read late, an unused node and an unused input

@@ -463,5 +463,55 @@ mod tests {
         assert_eq!((one.len(), one.n_inputs()), (1, 1));
         // the values must be the inputs and one per node
         assert!(SavedGraph::<Tensor<f64>>::from_parts(1, vec![], vec![]).is_err());
+        let node =
+            || PreparedNode::<Tensor<f64>>::opaque("id", Box::new(|c, _| Ok(vec![c.clone()])));
+        let e = SavedGraph::from_parts(1, vec![Tensor::scalar(1.0f64)], vec![node(), node()])
+            .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                CompiledError::Length {
+                    expected: 3,
+                    got: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_prepared_node_debugs_as_its_label() {
+        let node =
+            PreparedNode::<Tensor<f64>>::opaque("custom", Box::new(|c, _| Ok(vec![c.clone()])));
+        assert_eq!(
+            format!("{node:?}"),
+            "PreparedNode { label: \"custom\", compact: false }"
+        );
+    }
+
+    #[test]
+    fn a_one_hot_seed_is_zeros_but_at_its_position_and_the_values_come_back() {
+        let values = vec![
+            Tensor::scalar(2.0f64),
+            Tensor::new([2], vec![3.0, 4.0]).unwrap(),
+        ];
+        let node = PreparedNode::opaque(
+            "id",
+            Box::new(|c: &Tensor<f64>, _: &[Shape]| Ok(vec![c.clone()])),
+        );
+        let g = SavedGraph::from_parts(1, values.clone(), vec![node]).unwrap();
+        let seed = g
+            .one_hot(1, Tensor::new([2], vec![5.0, 6.0]).unwrap())
+            .unwrap();
+        assert_eq!(
+            seed,
+            vec![
+                Tensor::scalar(0.0),
+                Tensor::new([2], vec![5.0, 6.0]).unwrap()
+            ]
+        );
+        assert!(g.one_hot(2, Tensor::scalar(1.0)).is_err());
+        assert_eq!(g.into_values(), values);
     }
 }

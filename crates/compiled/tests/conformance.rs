@@ -32,6 +32,12 @@ fn every_case_passes_in_f32_at_f32_tolerance() {
 }
 
 #[test]
+fn the_paths_are_named_as_conform_paths_takes_them() {
+    let names: Vec<&str> = GradPath::ALL.iter().map(|p| p.name()).collect();
+    assert_eq!(names, ["compiled", "eager", "saved"]);
+}
+
+#[test]
 fn an_f32_run_of_an_f64_case_is_compared_at_the_f32_tolerance_and_any_other_at_its_own() {
     let mut case = common::cases().into_iter().next().unwrap();
     case.tolerance = Tolerance {

@@ -166,6 +166,43 @@ fn a_seed_count_other_than_the_outputs_is_refused() {
         torchlean_compiled::run_grad::<Tensor<f64>>(&doc.graph, &doc.payload, &x, Some(&one[0]))
             .unwrap_err();
     assert!(e.to_string().contains("2 outputs"), "{e}");
+    // the eager path takes ones for each of the two outputs, as the compiled path does
+    let ones = |t: &Tensor<f64>| Tensor::full(t.shape().clone(), 1.0).unwrap();
+    let x = Tensor::from_fn([3, 2], |i| (i[0] * 2 + i[1]) as f64 * 0.3 - 0.7).unwrap();
+    let compiled = grad(&doc, &x, &[]);
+    let seeds: Vec<Tensor<f64>> = std::iter::once(&compiled.output)
+        .chain(&compiled.extra_outputs)
+        .map(ones)
+        .collect();
+    let want = grad(&doc, &x, &seeds);
+    let eager = torchlean_compiled::run_grad_on::<Tensor<f64>>(
+        torchlean_compiled::GradPath::Eager,
+        &doc.graph,
+        &doc.payload,
+        &x,
+        None,
+    )
+    .unwrap();
+    close("eager grad_input", &eager.grad_input, &want.grad_input);
+    // one seed for two outputs is refused on the eager path, naming both counts
+    let e = torchlean_compiled::run_grad_on::<Tensor<f64>>(
+        torchlean_compiled::GradPath::Eager,
+        &doc.graph,
+        &doc.payload,
+        &x,
+        Some(&one[0]),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            torchlean_compiled::CompiledError::SeedCount {
+                outputs: 2,
+                seeds: 1
+            }
+        ),
+        "{e}"
+    );
     // and so does the saved-graph path of `conform --paths`, counting every output
     let e = torchlean_compiled::run_grad_on::<Tensor<f64>>(
         torchlean_compiled::GradPath::Saved,
