@@ -309,7 +309,9 @@ mod tests {
             .push(Op::Unary(UnaryOp::Neg), vec![0], None)
             .expect("push");
         assert_eq!((n, g.last()), (1, Some(1)));
-        assert_eq!(GraphData::new(vec![]).expect("no inputs").last(), None);
+        assert!(!g.is_empty());
+        let empty = GraphData::new(vec![]).expect("no inputs");
+        assert_eq!((empty.last(), empty.is_empty()), (None, true));
     }
 
     #[test]
@@ -324,6 +326,11 @@ mod tests {
             crate::compile_detecting(&g, vec![x.clone()], torchlean_runtime::AnomalyMode::Detect)
                 .expect("compiles");
         assert_eq!(tape.nodes().len(), 2);
+        // the full-context tape (a checking mode) names each node: inputs by index, ops by op
+        let (full, _) = crate::compile_with(&g, vec![x.clone()], crate::CompileMode::FullContext)
+            .expect("compiles");
+        let names: Vec<Option<&str>> = full.nodes().iter().map(|n| n.name.as_deref()).collect();
+        assert_eq!(names, [Some("input 0"), Some("neg")]);
         assert_eq!(values, g.eval(vec![x]).expect("evaluates"));
         assert_eq!(values[n].data(), &[-1.5, 2.0]);
     }

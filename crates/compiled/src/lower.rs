@@ -146,14 +146,10 @@ impl ExecGraph {
                 Ok(v)
             })
     }
-
-    /// Gradients of the payload inputs (positions `1..`), keyed back by IR node and name.
-    pub fn grad_payload(&self, input_grads: &[Tensor<f64>]) -> Payload {
-        grad_payload(&self.slots, input_grads)
-    }
 }
 
-/// [`ExecGraph::grad_payload`] from the input slots alone.
+/// Gradients of the payload inputs (positions `1..`, by `slots`), keyed back by IR node and
+/// name.
 pub(crate) fn grad_payload(slots: &[InputSlot], input_grads: &[Tensor<f64>]) -> Payload {
     let mut p = Payload::new();
     for (slot, g) in slots.iter().zip(input_grads) {

@@ -481,6 +481,30 @@ mod tests {
     }
 
     #[test]
+    fn a_dense_vjp_with_the_wrong_number_of_contributions_is_refused() {
+        // one input, one opaque node whose VJP forgets its contribution to the input
+        let node = PreparedNode::opaque(
+            "forgetful",
+            Box::new(|_: &Tensor<f64>, _: &[Shape]| Ok(vec![])),
+        );
+        let values = vec![Tensor::scalar(1.0f64), Tensor::scalar(2.0)];
+        let g = SavedGraph::from_parts(1, values, vec![node]).unwrap();
+        let seed = vec![Tensor::scalar(0.0), Tensor::scalar(1.0)];
+        let e = g.backprop_dense(seed).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                CompiledError::Length {
+                    expected: 1,
+                    got: 0,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn a_prepared_node_debugs_as_its_label() {
         let node =
             PreparedNode::<Tensor<f64>>::opaque("custom", Box::new(|c, _| Ok(vec![c.clone()])));
