@@ -124,6 +124,10 @@ pub struct MutantsArgs {
     /// `--oracle`: test with a cheap oracle first, then its misses with the full one)
     #[arg(long, conflicts_with_all = ["files", "regexes", "sample"])]
     missed: bool,
+    /// Test only the crate's mutants that have no result on disk yet (what an interrupted run
+    /// or a code change left untested: the samples of code that moved in between)
+    #[arg(long, conflicts_with_all = ["files", "regexes", "sample", "missed"])]
+    untested: bool,
     /// The test timeout in seconds (default: cargo-mutants' own, from the baseline, at least
     /// `.cargo/mutants.toml`'s floor; the baseline runs only the mutated crate's tests, so a
     /// `checkers` oracle with slow tests needs more)
@@ -290,6 +294,17 @@ pub fn run(args: &MutantsArgs) -> Result<bool, String> {
                 }
                 let regexes = missed.iter().map(|m| format!("^{}$", escape_regex(m)));
                 (next_label(&dir, "missed"), regexes.collect())
+            } else if args.untested {
+                let done = latest_outcomes(&read_shards(&dir)?);
+                let list = current_mutants(&root, c)
+                    .ok_or_else(|| format!("cannot list {}'s mutants", c.package()))?;
+                let todo = untested(&list, &done);
+                if todo.is_empty() {
+                    println!("{}: every mutant has a result on disk", c.name());
+                    continue;
+                }
+                let regexes = todo.iter().map(|m| format!("^{}$", escape_regex(m)));
+                (next_label(&dir, "untested"), regexes.collect())
             } else {
                 let mut shard =
                     shard_label(&[args.files.as_slice(), args.regexes.as_slice()].concat());
@@ -312,12 +327,27 @@ pub fn run(args: &MutantsArgs) -> Result<bool, String> {
             all_met = false;
             continue;
         }
-        let outcomes = latest_outcomes(&shards);
+        let mut outcomes = latest_outcomes(&shards);
+        let current = current_mutants(&root, c);
+        if let Some(list) = &current {
+            // a result whose mutant the code no longer has (it moved, or went) does not count
+            let before = outcomes.len();
+            let names: std::collections::BTreeSet<&str> = list.iter().map(String::as_str).collect();
+            outcomes.retain(|o| names.contains(o.name.as_str()));
+            if outcomes.len() < before {
+                println!(
+                    "{}: {} results on disk are for mutants the code no longer has (ignored)",
+                    c.name(),
+                    before - outcomes.len()
+                );
+            }
+        }
         let score = score(&outcomes, &equivalents);
         let seconds: f64 = shards.iter().map(|s| s.seconds).sum();
         let partial = shards.iter().any(|s| !s.finished);
         print_score(c, &score, seconds, partial, &outcomes);
-        let total = mutant_count(&root, c);
+        let total = current.as_ref().map(Vec::len);
+        let complete = total.is_some_and(|n| outcomes.len() >= n);
         println!(
             "  tested {} of {} mutants",
             outcomes.len(),
@@ -326,7 +356,7 @@ pub fn run(args: &MutantsArgs) -> Result<bool, String> {
         let mut samples: Vec<Sample> = shards.iter().filter_map(|s| s.sample).collect();
         samples.sort_by_key(|s| (s.n, s.k));
         samples.dedup();
-        if let (false, Some((lo, hi))) = (samples.is_empty(), score.interval()) {
+        if let (false, false, Some((lo, hi))) = (complete, samples.is_empty(), score.interval()) {
             let list: Vec<String> = samples.iter().map(|s| format!("{}/{}", s.k, s.n)).collect();
             println!(
                 "  a sample (round-robin shard {}): the crate's score is in \
@@ -340,13 +370,14 @@ pub fn run(args: &MutantsArgs) -> Result<bool, String> {
         println!("  oracle: {}", oracles.join("; "));
         all_met &= score.percent().is_some_and(|p| p >= c.target_percent())
             && score.caught_equivalents.is_empty()
-            && total.is_some_and(|n| outcomes.len() >= n);
+            && complete;
     }
     Ok(all_met)
 }
 
-/// How many mutants cargo-mutants makes of the crate (`cargo mutants --list`), if it can say.
-fn mutant_count(root: &Path, c: Crate) -> Option<usize> {
+/// The names of the mutants cargo-mutants makes of the crate now (`cargo mutants --list`), if
+/// it can say.
+fn current_mutants(root: &Path, c: Crate) -> Option<Vec<String>> {
     let out = Command::new("cargo")
         .current_dir(root)
         .args(["mutants", "--list", "--package"])
@@ -354,12 +385,19 @@ fn mutant_count(root: &Path, c: Crate) -> Option<usize> {
         .stderr(Stdio::null())
         .output()
         .ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
     out.status.success().then(|| {
-        out.stdout
-            .split(|&b| b == b'\n')
+        text.lines()
             .filter(|l| !l.is_empty())
-            .count()
+            .map(str::to_string)
+            .collect()
     })
+}
+
+/// The mutants of `list` without a result in `done`, in `list`'s order.
+fn untested<'a>(list: &'a [String], done: &[Outcome]) -> Vec<&'a String> {
+    let done: std::collections::BTreeSet<&str> = done.iter().map(|o| o.name.as_str()).collect();
+    list.iter().filter(|m| !done.contains(m.as_str())).collect()
 }
 
 /// `name` with every regex metacharacter escaped (cargo-mutants' `--re` is a Rust regex).
@@ -1037,6 +1075,16 @@ mod tests {
         std::fs::create_dir_all(dir.join("missed-1")).unwrap();
         assert_eq!(next_label(&dir, "missed"), "missed-2");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn untested_mutants_are_those_without_a_result() {
+        let list = vec!["a.rs:1:1: x".to_string(), "a.rs:2:1: y".to_string()];
+        let done = [
+            outcome("a.rs:1:1: x", Verdict::Caught),
+            outcome("a.rs:9:1: gone", Verdict::Missed),
+        ];
+        assert_eq!(untested(&list, &done), vec![&list[1]]);
     }
 
     #[test]

@@ -152,21 +152,20 @@ fn run_saved<V: Kernels>(
     for v in saved.into_values() {
         v.drop();
     }
-    let n_inputs = exec.graph.n_inputs();
-    let mut input_grads = Vec::with_capacity(n_inputs);
-    let mut failed = None;
-    for (i, g) in grads?.into_iter().enumerate() {
-        if i < n_inputs && failed.is_none() {
-            match g.to_f64() {
-                Ok(t) => input_grads.push(t),
-                Err(e) => failed = Some(e),
-            }
-        }
-        g.drop();
-    }
-    if let Some(e) = failed {
-        return Err(e.into());
-    }
+    // the inputs' gradients come first; every gradient is released, converted or not (the
+    // ones after a failed conversion too)
+    let mut grads = grads?.into_iter();
+    let input_grads: std::result::Result<Vec<Tensor<f64>>, _> = grads
+        .by_ref()
+        .take(exec.graph.n_inputs())
+        .map(|g| {
+            let t = g.to_f64();
+            g.drop();
+            t
+        })
+        .collect();
+    grads.for_each(V::drop);
+    let input_grads = input_grads?;
     Ok(GradResult {
         output,
         extra_outputs: Vec::new(),

@@ -461,6 +461,8 @@ mod tests {
         let one = SavedGraph::from_parts(1, vec![Tensor::scalar(2.0f64)], vec![]).unwrap();
         assert!(!one.is_empty());
         assert_eq!((one.len(), one.n_inputs()), (1, 1));
+        let two = SavedGraph::from_parts(2, vec![Tensor::scalar(2.0f64); 2], vec![]).unwrap();
+        assert_eq!((two.len(), two.n_inputs()), (2, 2));
         // the values must be the inputs and one per node
         assert!(SavedGraph::<Tensor<f64>>::from_parts(1, vec![], vec![]).is_err());
         let node =

@@ -170,6 +170,7 @@ fn a_seed_count_other_than_the_outputs_is_refused() {
     let ones = |t: &Tensor<f64>| Tensor::full(t.shape().clone(), 1.0).unwrap();
     let x = Tensor::from_fn([3, 2], |i| (i[0] * 2 + i[1]) as f64 * 0.3 - 0.7).unwrap();
     let compiled = grad(&doc, &x, &[]);
+    assert_eq!(compiled.outputs().count(), 2);
     let seeds: Vec<Tensor<f64>> = std::iter::once(&compiled.output)
         .chain(&compiled.extra_outputs)
         .map(ones)
