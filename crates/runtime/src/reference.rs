@@ -91,4 +91,17 @@ mod tests {
         assert_eq!(<Tensor<f64> as Kernels>::ENGINE, "reference-f64");
         assert_eq!(<Tensor<Rational> as Kernels>::ENGINE, "reference-rational");
     }
+
+    #[test]
+    fn bit_equality_compares_shapes_and_bits() {
+        let a = Tensor::new([2], vec![1.0f64, -0.0]).unwrap();
+        assert!(Kernels::bit_eq(&a, &a.clone()));
+        let zero = Tensor::new([2], vec![1.0f64, 0.0]).unwrap();
+        assert!(!Kernels::bit_eq(&a, &zero), "-0 and +0 differ in bits");
+        let column = a.clone().reshaped(Shape::new(vec![2, 1])).unwrap();
+        assert!(
+            !Kernels::bit_eq(&a, &column),
+            "the same bits under another shape"
+        );
+    }
 }

@@ -476,6 +476,21 @@ mod tests {
     }
 
     #[test]
+    fn a_backward_debugs_as_its_kind() {
+        let (tape, y) = doubled();
+        assert_eq!(
+            format!("{:?}", tape.get_node(0).unwrap().backward),
+            "Nothing"
+        );
+        assert_eq!(
+            format!("{:?}", tape.get_node(y).unwrap().backward),
+            "Recorded(0)"
+        );
+        let closure = Backward::<Tensor<f64>>::closure(|_| Ok(Vec::new()));
+        assert_eq!(format!("{closure:?}"), "Closure");
+    }
+
+    #[test]
     fn contributions_debug_as_the_count_still_pending() {
         let (tape, y) = doubled();
         let cot = Tensor::new([2], vec![1.0, 1.0]).unwrap();
