@@ -249,6 +249,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_element_limit_is_inclusive() {
+        assert_eq!(
+            Shape::from([MAX_ELEMENTS]).checked_size().ok(),
+            Some(MAX_ELEMENTS)
+        );
+        assert!(matches!(
+            Shape::from([MAX_ELEMENTS + 1]).checked_size(),
+            Err(SpecError::ShapeTooLarge { .. })
+        ));
+    }
+
+    #[test]
     fn ranks_up_to_four_are_inline_and_every_rank_round_trips() {
         for rank in 0..=6 {
             let dims: Vec<usize> = (1..=rank).collect();

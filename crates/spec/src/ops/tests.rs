@@ -1028,3 +1028,140 @@ fn splitmix64_is_the_published_generator() {
         0x6E78_9E6A_A1B9_65F4
     );
 }
+
+#[test]
+fn attribute_values_print_as_the_wire_writes_them() {
+    use desc::AttrValue;
+    assert_eq!(AttrValue::Int(3).to_string(), "3");
+    assert_eq!(AttrValue::Float(1e-5).to_string(), "1e-5");
+    assert_eq!(
+        AttrValue::Shape(Shape::from([2, 3])).to_string(),
+        Shape::from([2, 3]).to_string()
+    );
+    assert_eq!(AttrValue::List(vec![1, 0]).to_string(), "[1, 0]");
+    assert_eq!(AttrValue::Str("tanh").to_string(), "\"tanh\"");
+}
+
+#[test]
+fn every_op_kind_has_a_prototype_of_its_own_name_and_the_graph_kinds_none() {
+    for d in desc::OPS {
+        match d.prototype() {
+            Some(op) => assert_eq!(op.name(), d.name),
+            None => assert!(["input", "const"].contains(&d.name), "{}", d.name),
+        }
+    }
+    assert!(desc::OPS.iter().filter(|d| d.prototype().is_some()).count() > 40);
+}
+
+#[test]
+fn broadcast_reads_each_target_from_its_right_aligned_source() {
+    // [2, 3] to [2, 2, 3]: both source axes are real, so the offset is row-major in the source
+    let x = t(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let op = Op::BroadcastTo {
+        from: Shape::from([2, 3]),
+        to: Shape::from([2, 2, 3]),
+    };
+    let y = op.forward(&[&x]).unwrap();
+    assert_eq!(
+        y.data(),
+        &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    );
+    // [2, 1] to [2, 3]: the size-1 axis repeats
+    let x = t(&[2, 1], &[7.0, 8.0]);
+    let op = Op::BroadcastTo {
+        from: Shape::from([2, 1]),
+        to: Shape::from([2, 3]),
+    };
+    assert_eq!(
+        op.forward(&[&x]).unwrap().data(),
+        &[7.0, 7.0, 7.0, 8.0, 8.0, 8.0]
+    );
+}
+
+#[test]
+fn concat_takes_two_or_more_operands_agreeing_off_its_axis() {
+    let op = Op::Concat { axis: 1 };
+    let s = |d: &[usize]| Shape::from_slice(d);
+    assert_eq!(
+        op.infer_shape(&[s(&[2, 3]), s(&[2, 4])]).unwrap(),
+        s(&[2, 7])
+    );
+    assert_eq!(
+        op.infer_shape(&[s(&[2, 3]), s(&[2, 1]), s(&[2, 2])])
+            .unwrap(),
+        s(&[2, 6])
+    );
+    assert!(matches!(
+        op.infer_shape(&[s(&[2, 3])]),
+        Err(SpecError::Arity { .. })
+    ));
+    for bad in [[s(&[2, 3]), s(&[3, 3])], [s(&[2, 3]), s(&[2, 3, 1])]] {
+        assert!(
+            matches!(op.infer_shape(&bad), Err(SpecError::OpShape { .. })),
+            "{bad:?}"
+        );
+    }
+}
+
+#[test]
+fn a_pool_padding_may_not_exceed_half_its_kernel() {
+    let spec = |kernel, padding| {
+        Op::Pool(PoolSpec {
+            kind: PoolKind::Max,
+            kernel_h: kernel,
+            kernel_w: kernel,
+            stride: 1,
+            padding,
+            padded: true,
+        })
+    };
+    let x = Shape::from([1, 5, 5]);
+    assert!(spec(3, 1).infer_shape(&[x.clone()]).is_ok());
+    assert!(spec(4, 2).infer_shape(&[x.clone()]).is_ok());
+    assert!(spec(3, 2).infer_shape(&[x.clone()]).is_err());
+    assert!(spec(4, 3).infer_shape(&[x]).is_err());
+}
+
+#[test]
+fn window_out_counts_the_windows_that_fit_and_refuses_zero_sizes() {
+    assert_eq!(window_out(5, 2, 1, 0), Some(4));
+    assert_eq!(window_out(5, 3, 2, 1), Some(3));
+    assert_eq!(window_out(3, 3, 1, 0), Some(1));
+    assert_eq!(window_out(2, 3, 1, 0), None);
+    assert_eq!(window_out(5, 0, 1, 0), None);
+    assert_eq!(window_out(5, 2, 0, 0), None);
+}
+
+#[test]
+fn layer_norm_normalises_over_every_axis_from_its_own_by_hand() {
+    // [2, 3] over axis 1 (each row) and over axis 0 (all six), eps 0
+    let x = t(&[2, 3], &[1.0, 2.0, 3.0, 2.0, 4.0, 9.0]);
+    let norm = |v: &[f64]| -> Vec<f64> {
+        let n = v.len() as f64;
+        let mean = v.iter().sum::<f64>() / n;
+        let var = v.iter().map(|a| (a - mean) * (a - mean)).sum::<f64>() / n;
+        v.iter().map(|a| (a - mean) / var.sqrt()).collect()
+    };
+    let rows: Vec<f64> = [norm(&x.data()[..3]), norm(&x.data()[3..])].concat();
+    for (axis, want) in [(1, rows), (0, norm(x.data()))] {
+        let op = Op::LayerNorm {
+            axis,
+            eps: Some(0.0),
+        };
+        let y = op.forward(&[&x]).unwrap();
+        for (k, (g, w)) in y.data().iter().zip(&want).enumerate() {
+            assert!((g - w).abs() < 1e-14, "axis {axis} element {k}: {g} vs {w}");
+        }
+    }
+}
+
+#[test]
+fn rational_sums_are_exact() {
+    // 1/2 + 1/3 + 1/6 = 1, through the rational accumulator
+    let r = |n: i64, d: i64| Rational::new(n.into(), d.into());
+    let x = Tensor::new([3], vec![r(1, 2), r(1, 3), r(1, 6)]).unwrap();
+    let y = Op::Sum.forward(&[&x]).unwrap();
+    assert_eq!(y.data(), &[r(1, 1)]);
+    let y = Op::ReduceSum { axis: 0 }.forward(&[&x]).unwrap();
+    assert_eq!(y.data(), &[r(1, 1)]);
+}
