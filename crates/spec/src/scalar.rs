@@ -342,6 +342,14 @@ mod tests {
             Rational::from_f64(0.25).unwrap(),
         );
         assert!(half.bit_eq(&half.clone()));
+        assert_eq!(
+            <Rational as Scalar>::one(),
+            Rational::from_f64(1.0).unwrap()
+        );
+        assert_eq!(
+            <Rational as Scalar>::zero(),
+            Rational::from_f64(0.0).unwrap()
+        );
         assert!(!half.bit_eq(&third));
         assert!(0.5f64.bit_eq(&0.5) && !0.5f64.bit_eq(&0.25));
         assert!(0.5f32.bit_eq(&0.5) && !0.5f32.bit_eq(&0.25));

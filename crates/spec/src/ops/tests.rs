@@ -994,6 +994,9 @@ fn cross_entropy_checks_its_class_ids_and_no_other_operand() {
     for bad in [[0.0, 3.0], [-1.0, 0.0], [0.5, 1.0]] {
         assert!(op.check_data(1, &shapes, &bad).is_err(), "{bad:?}");
     }
+    // a bad class id names its operand for diagnostics
+    let e = op.check_data(1, &shapes, &[0.0, 3.0]).unwrap_err();
+    assert_eq!(e.field(), Some("target"), "{e}");
     // operand 0 holds logits, any value
     assert!(op.check_data(0, &shapes, &[7.5, -3.0]).is_ok());
     assert!(Op::MatMul.check_data(1, &shapes, &[7.5]).is_ok());
