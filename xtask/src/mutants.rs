@@ -286,93 +286,108 @@ pub fn run(args: &MutantsArgs) -> Result<bool, String> {
         prepare_tree(&root, &tree)?;
         for &c in &crates {
             let dir = out_root.join(c.name());
-            let (shard, regexes) = if args.missed {
-                let missed = score(&latest_outcomes(&read_shards(&dir)?), &equivalents).missed;
-                if missed.is_empty() {
-                    println!("{}: no missed mutants on disk to re-test", c.name());
-                    continue;
-                }
-                let regexes = missed.iter().map(|m| format!("^{}$", escape_regex(m)));
-                (next_label(&dir, "missed"), regexes.collect())
-            } else if args.untested {
-                let done = latest_outcomes(&read_shards(&dir)?);
-                let list = current_mutants(&root, c)
-                    .ok_or_else(|| format!("cannot list {}'s mutants", c.package()))?;
-                let todo = untested(&list, &done);
-                if todo.is_empty() {
-                    println!("{}: every mutant has a result on disk", c.name());
-                    continue;
-                }
-                let regexes = todo.iter().map(|m| format!("^{}$", escape_regex(m)));
-                (next_label(&dir, "untested"), regexes.collect())
-            } else {
-                let mut shard =
-                    shard_label(&[args.files.as_slice(), args.regexes.as_slice()].concat());
-                if let Some(sample) = args.sample {
-                    shard = format!("{}-{shard}", sample.label());
-                }
-                (shard, args.regexes.clone())
-            };
-            run_crate(&tree, c, args, &regexes, &dir.join(shard))?;
+            match selection(args, &root, c, &dir, &equivalents)? {
+                Some((shard, regexes)) => run_crate(&tree, c, args, &regexes, &dir.join(shard))?,
+                None => println!("{}: nothing to test", c.name()),
+            }
         }
     }
     let mut all_met = true;
     for &c in &crates {
-        let shards = read_shards(&out_root.join(c.name()))?;
-        if shards.is_empty() {
-            println!(
-                "{}: no results (run `cargo xtask mutants --crate {0}`)",
-                c.name()
-            );
-            all_met = false;
-            continue;
-        }
-        let mut outcomes = latest_outcomes(&shards);
-        let current = current_mutants(&root, c);
-        if let Some(list) = &current {
-            // a result whose mutant the code no longer has (it moved, or went) does not count
-            let before = outcomes.len();
-            let names: std::collections::BTreeSet<&str> = list.iter().map(String::as_str).collect();
-            outcomes.retain(|o| names.contains(o.name.as_str()));
-            if outcomes.len() < before {
-                println!(
-                    "{}: {} results on disk are for mutants the code no longer has (ignored)",
-                    c.name(),
-                    before - outcomes.len()
-                );
-            }
-        }
-        let score = score(&outcomes, &equivalents);
-        let seconds: f64 = shards.iter().map(|s| s.seconds).sum();
-        let partial = shards.iter().any(|s| !s.finished);
-        print_score(c, &score, seconds, partial, &outcomes);
-        let total = current.as_ref().map(Vec::len);
-        let complete = total.is_some_and(|n| outcomes.len() >= n);
-        println!(
-            "  tested {} of {} mutants",
-            outcomes.len(),
-            total.map_or_else(|| "?".to_string(), |n| n.to_string())
-        );
-        let mut samples: Vec<Sample> = shards.iter().filter_map(|s| s.sample).collect();
-        samples.sort_by_key(|s| (s.n, s.k));
-        samples.dedup();
-        if let (false, false, Some((lo, hi))) = (complete, samples.is_empty(), score.interval()) {
-            let list: Vec<String> = samples.iter().map(|s| format!("{}/{}", s.k, s.n)).collect();
-            println!(
-                "  a sample (round-robin shard {}): the crate's score is in \
-                 [{lo:.1} %, {hi:.1} %] with 95 % confidence (Wilson)",
-                list.join(", ")
-            );
-        }
-        let mut oracles: Vec<&str> = shards.iter().map(|s| s.oracle.as_str()).collect();
-        oracles.sort();
-        oracles.dedup();
-        println!("  oracle: {}", oracles.join("; "));
-        all_met &= score.percent().is_some_and(|p| p >= c.target_percent())
-            && score.caught_equivalents.is_empty()
-            && complete;
+        all_met &= report_crate(&root, c, &out_root.join(c.name()), &equivalents)?;
     }
     Ok(all_met)
+}
+
+/// What this run tests of crate `c`: its shard's directory name under `dir` and the `--re`
+/// filters; `None` when `--missed` or `--untested` finds nothing to do.
+fn selection(
+    args: &MutantsArgs,
+    root: &Path,
+    c: Crate,
+    dir: &Path,
+    equivalents: &[Equivalent],
+) -> Result<Option<(String, Vec<String>)>, String> {
+    let by_name = |names: Vec<&String>, prefix: &str| {
+        let regexes = names.iter().map(|m| format!("^{}$", escape_regex(m)));
+        (!names.is_empty()).then(|| (next_label(dir, prefix), regexes.collect()))
+    };
+    if args.missed {
+        let missed = score(&latest_outcomes(&read_shards(dir)?), equivalents).missed;
+        return Ok(by_name(missed.iter().collect(), "missed"));
+    }
+    if args.untested {
+        let done = latest_outcomes(&read_shards(dir)?);
+        let list = current_mutants(root, c)
+            .ok_or_else(|| format!("cannot list {}'s mutants", c.package()))?;
+        return Ok(by_name(untested(&list, &done), "untested"));
+    }
+    let mut shard = shard_label(&[args.files.as_slice(), args.regexes.as_slice()].concat());
+    if let Some(sample) = args.sample {
+        shard = format!("{}-{shard}", sample.label());
+    }
+    Ok(Some((shard, args.regexes.clone())))
+}
+
+/// Prints crate `c`'s score from the results under `dir`; whether it is whole and on target.
+fn report_crate(
+    root: &Path,
+    c: Crate,
+    dir: &Path,
+    equivalents: &[Equivalent],
+) -> Result<bool, String> {
+    let shards = read_shards(dir)?;
+    if shards.is_empty() {
+        println!(
+            "{}: no results (run `cargo xtask mutants --crate {0}`)",
+            c.name()
+        );
+        return Ok(false);
+    }
+    let mut outcomes = latest_outcomes(&shards);
+    let current = current_mutants(root, c);
+    if let Some(list) = &current {
+        // a result whose mutant the code no longer has (it moved, or went) does not count
+        let before = outcomes.len();
+        let names: std::collections::BTreeSet<&str> = list.iter().map(String::as_str).collect();
+        outcomes.retain(|o| names.contains(o.name.as_str()));
+        if outcomes.len() < before {
+            println!(
+                "{}: {} results on disk are for mutants the code no longer has (ignored)",
+                c.name(),
+                before - outcomes.len()
+            );
+        }
+    }
+    let score = score(&outcomes, equivalents);
+    let seconds: f64 = shards.iter().map(|s| s.seconds).sum();
+    let partial = shards.iter().any(|s| !s.finished);
+    print_score(c, &score, seconds, partial, &outcomes);
+    let total = current.as_ref().map(Vec::len);
+    let complete = total.is_some_and(|n| outcomes.len() >= n);
+    println!(
+        "  tested {} of {} mutants",
+        outcomes.len(),
+        total.map_or_else(|| "?".to_string(), |n| n.to_string())
+    );
+    let mut samples: Vec<Sample> = shards.iter().filter_map(|s| s.sample).collect();
+    samples.sort_by_key(|s| (s.n, s.k));
+    samples.dedup();
+    if let (false, false, Some((lo, hi))) = (complete, samples.is_empty(), score.interval()) {
+        let list: Vec<String> = samples.iter().map(|s| format!("{}/{}", s.k, s.n)).collect();
+        println!(
+            "  a sample (round-robin shard {}): the crate's score is in \
+             [{lo:.1} %, {hi:.1} %] with 95 % confidence (Wilson)",
+            list.join(", ")
+        );
+    }
+    let mut oracles: Vec<&str> = shards.iter().map(|s| s.oracle.as_str()).collect();
+    oracles.sort();
+    oracles.dedup();
+    println!("  oracle: {}", oracles.join("; "));
+    Ok(score.percent().is_some_and(|p| p >= c.target_percent())
+        && score.caught_equivalents.is_empty()
+        && complete)
 }
 
 /// The names of the mutants cargo-mutants makes of the crate now (`cargo mutants --list`), if
