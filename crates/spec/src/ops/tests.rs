@@ -1122,7 +1122,17 @@ fn a_pool_padding_may_not_exceed_half_its_kernel() {
     assert!(spec(3, 1).infer_shape(&[x.clone()]).is_ok());
     assert!(spec(4, 2).infer_shape(&[x.clone()]).is_ok());
     assert!(spec(3, 2).infer_shape(&[x.clone()]).is_err());
-    assert!(spec(4, 3).infer_shape(&[x]).is_err());
+    assert!(spec(4, 3).infer_shape(&[x.clone()]).is_err());
+    // each side against its own kernel extent: 2 is over half of a width of 2
+    let wide = Op::Pool(PoolSpec {
+        kind: PoolKind::Max,
+        kernel_h: 5,
+        kernel_w: 2,
+        stride: 1,
+        padding: 2,
+        padded: true,
+    });
+    assert!(wide.infer_shape(&[x]).is_err());
 }
 
 #[test]
@@ -1167,4 +1177,115 @@ fn rational_sums_are_exact() {
     assert_eq!(y.data(), &[r(1, 1)]);
     let y = Op::ReduceSum { axis: 0 }.forward(&[&x]).unwrap();
     assert_eq!(y.data(), &[r(1, 1)]);
+}
+
+#[test]
+fn only_the_graph_kinds_are_inputs_or_constants() {
+    let d = |n: &str| desc::lookup(n).unwrap();
+    assert!(d("input").is_input() && !d("input").is_const());
+    assert!(d("const").is_const() && !d("const").is_input());
+    assert!(!d("add").is_input() && !d("add").is_const());
+}
+
+#[test]
+fn a_declared_operand_shape_must_be_the_operands() {
+    let op = Op::Reshape {
+        from: Shape::from([2, 3]),
+        to: Shape::from([3, 2]),
+    };
+    assert_eq!(
+        op.infer_shape(&[Shape::from([2, 3])]).unwrap(),
+        Shape::from([3, 2])
+    );
+    let e = op.infer_shape(&[Shape::from([3, 2])]).unwrap_err();
+    assert_eq!(e.field(), Some("in_shape"), "{e}");
+}
+
+#[test]
+fn swapping_the_first_two_axes_needs_two() {
+    assert_eq!(
+        Op::SwapFirstTwo
+            .infer_shape(&[Shape::from([2, 3, 4])])
+            .unwrap(),
+        Shape::from([3, 2, 4])
+    );
+    assert_eq!(
+        Op::SwapFirstTwo
+            .infer_shape(&[Shape::from([2, 3])])
+            .unwrap(),
+        Shape::from([3, 2])
+    );
+    assert!(Op::SwapFirstTwo.infer_shape(&[Shape::from([3])]).is_err());
+}
+
+#[test]
+fn a_bad_class_id_is_named_outside_or_not_integral() {
+    let op = Op::CrossEntropy {
+        reduction: Reduction::Mean,
+    };
+    let shapes = [Shape::from([1, 3]), Shape::from([1])];
+    let message = |v: f64| op.check_data(1, &shapes, &[v]).unwrap_err().to_string();
+    for outside in [3.0, 7.0] {
+        assert!(message(outside).contains("outside"), "{}", message(outside));
+    }
+    for odd in [0.5, f64::NAN, f64::INFINITY, -0.5] {
+        assert!(
+            message(odd).contains("not an integral class id"),
+            "{}",
+            message(odd)
+        );
+    }
+}
+
+#[test]
+fn layer_norm_of_an_empty_tensor_is_empty() {
+    let x = Tensor::<f64>::new([2, 0], vec![]).unwrap();
+    let y = Op::LayerNorm { axis: 1, eps: None }.forward(&[&x]).unwrap();
+    assert_eq!(y.shape(), x.shape());
+}
+
+#[test]
+fn conv2d_declares_its_weight_and_bias() {
+    let spec = Conv2dSpec {
+        in_channels: 2,
+        out_channels: 3,
+        kernel_h: 4,
+        kernel_w: 5,
+        stride: 1,
+        padding: 0,
+    };
+    assert_eq!(
+        spec.payload_shapes(),
+        vec![Shape::from([3, 2, 4, 5]), Shape::from([3])]
+    );
+}
+
+#[test]
+fn gelu_forms_are_read_from_their_wire_names() {
+    for a in GeluApprox::ALL {
+        assert_eq!(GeluApprox::from_wire(a.wire()), Some(a));
+    }
+    assert_eq!(GeluApprox::from_wire("tanh"), Some(GeluApprox::Tanh));
+    assert_eq!(GeluApprox::from_wire("erf"), None);
+}
+
+#[test]
+fn exact_values_read_as_floats_only_when_they_are_floats() {
+    let r = |n: i64, d: i64| Rational::new(n.into(), d.into());
+    let x = Tensor::new([3], vec![r(1, 2), r(1, 3), r(-3, 1)]).unwrap();
+    let v = <Tensor<Rational> as crate::Backend>::values_f64(&x).unwrap();
+    assert_eq!((v[0], v[2]), (0.5, -3.0));
+    assert!(v[1].is_nan(), "1/3 is no float");
+    assert_eq!(x.to_f64s()[..2], [0.5, 1.0 / 3.0]);
+    let f = t(&[2], &[0.1, -2.5]);
+    assert_eq!(
+        <Tensor<f64> as crate::Backend>::values_f64(&f).unwrap(),
+        vec![0.1, -2.5]
+    );
+    assert_eq!(f.to_f64s(), vec![0.1, -2.5]);
+    assert_eq!(<Rational as crate::Scalar>::from_f64_exact_half(), r(1, 2));
+    assert_eq!(
+        format!("{:?}", Shape::from([2, 3])),
+        Shape::from([2, 3]).to_string()
+    );
 }
