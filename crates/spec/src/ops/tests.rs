@@ -1289,3 +1289,14 @@ fn exact_values_read_as_floats_only_when_they_are_floats() {
         Shape::from([2, 3]).to_string()
     );
 }
+
+#[test]
+fn uniform_values_follow_the_documented_stream() {
+    // docs/ir-format.md: stream = splitmix64(seed ^ splitmix64(key)),
+    // u = (splitmix64(stream + i) >> 40) / 2^24; the numerators computed from that formula in
+    // Python's arbitrary-precision integers
+    let two24 = (1u64 << 24) as f64;
+    assert_eq!(random::uniform_at(1, 2, 3), 15_135_132.0 / two24);
+    assert_eq!(random::uniform_at(0, 0, 0), 2_327_157.0 / two24);
+    assert_eq!(random::uniform_at(7, 5, 1), 3_166_430.0 / two24);
+}
