@@ -1300,3 +1300,109 @@ fn uniform_values_follow_the_documented_stream() {
     assert_eq!(random::uniform_at(0, 0, 0), 2_327_157.0 / two24);
     assert_eq!(random::uniform_at(7, 5, 1), 3_166_430.0 / two24);
 }
+
+#[test]
+fn conv2d_strides_over_each_image_of_a_batch_by_hand() {
+    // two images (the second ten times the first), a 2x2 kernel of ones, stride 2, padding 1:
+    // the windows cover rows/columns {-1, 0} and {1, 2} of 3x3 images holding 1..9
+    let first = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0];
+    let data: Vec<f64> = first
+        .iter()
+        .chain(&first.map(|v| 10.0 * v))
+        .copied()
+        .collect();
+    let x = t(&[2, 1, 3, 3], &data);
+    let spec = Conv2dSpec {
+        in_channels: 1,
+        out_channels: 1,
+        kernel_h: 2,
+        kernel_w: 2,
+        stride: 2,
+        padding: 1,
+    };
+    assert_eq!(spec.output_hw(3, 3).unwrap(), (2, 2));
+    let y = Op::Conv2d(spec)
+        .forward(&[&x, &t(&[1, 1, 2, 2], &[1.0; 4]), &t(&[1], &[0.0])])
+        .unwrap();
+    assert_eq!(y.data(), &[1.0, 5.0, 11.0, 28.0, 10.0, 50.0, 110.0, 280.0]);
+}
+
+#[test]
+fn a_pool_names_its_output_size() {
+    let spec = PoolSpec {
+        kind: PoolKind::Avg,
+        kernel_h: 3,
+        kernel_w: 2,
+        stride: 2,
+        padding: 1,
+        padded: true,
+    };
+    // (5 + 2 - 3) / 2 + 1 = 3 rows, (6 + 2 - 2) / 2 + 1 = 4 columns
+    assert_eq!(spec.output_hw(5, 6).unwrap(), (3, 4));
+}
+
+#[test]
+fn the_conv_workspace_of_a_small_layer_by_its_documented_parts() {
+    // one 1x1 channel map of 2x2 through a 1x1 kernel: 4 patch columns of 1 tap row, their
+    // 1-channel output (forward: 4 + 4 = 8); the backward chunk's tap rows and gradient
+    // (2·4) and its cotangent block (4), a partial weight gradient (1) and the bias row (1)
+    let spec = Conv2dSpec {
+        in_channels: 1,
+        out_channels: 1,
+        kernel_h: 1,
+        kernel_w: 1,
+        stride: 1,
+        padding: 0,
+    };
+    let s = Shape::from([1, 1, 2, 2]);
+    assert_eq!(spec.workspace_elements(&s, &s, Pass::Eval), 8);
+    assert_eq!(spec.workspace_elements(&s, &s, Pass::Grad), 14);
+}
+
+#[test]
+fn concat_lays_its_operands_side_by_side_along_the_axis() {
+    let a = t(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    let b = t(&[2, 1], &[5.0, 6.0]);
+    let y = Op::Concat { axis: 1 }.forward(&[&a, &b]).unwrap();
+    assert_eq!(y.data(), &[1.0, 2.0, 5.0, 3.0, 4.0, 6.0]);
+    let y = Op::Concat { axis: 0 }.forward(&[&a, &a]).unwrap();
+    assert_eq!(y.data(), &[1.0, 2.0, 3.0, 4.0, 1.0, 2.0, 3.0, 4.0]);
+}
+
+#[test]
+fn softmax_subtracts_each_lines_own_maximum() {
+    // along axis 0 each column's maximum is 1000 in a different row: subtracting another
+    // line's maximum (or none) overflows exp to inf and gives NaN
+    let x = t(&[2, 2], &[1000.0, 0.0, 0.0, 1000.0]);
+    for op in [Op::Softmax { axis: 0 }, Op::LogSoftmax { axis: 0 }] {
+        let y = op.forward(&[&x]).unwrap();
+        assert!(
+            y.data().iter().all(|v| v.is_finite()),
+            "{}: {:?}",
+            op.name(),
+            y.data()
+        );
+    }
+    let y = Op::Softmax { axis: 0 }.forward(&[&x]).unwrap();
+    assert_eq!(y.data(), &[1.0, 0.0, 0.0, 1.0]);
+}
+
+#[test]
+fn rational_arithmetic_is_exact() {
+    use crate::Scalar;
+    let r = |n: i64, d: i64| Rational::new(n.into(), d.into());
+    assert_eq!(r(1, 2).sub(&r(1, 3)), r(1, 6));
+    assert_eq!(r(1, 2).add(&r(1, 3)), r(5, 6));
+    assert_eq!(r(2, 3).mul(&r(3, 4)), r(1, 2));
+    assert_eq!(r(1, 2).div(&r(1, 4)).unwrap(), r(2, 1));
+    assert!(r(1, 2).div(&r(0, 1)).is_err());
+}
+
+#[test]
+fn layer_norm_backward_of_an_empty_tensor_is_empty() {
+    let op = Op::LayerNorm { axis: 1, eps: None };
+    let x = Tensor::<f64>::new([2, 0], vec![]).unwrap();
+    let y = op.forward(&[&x]).unwrap();
+    let g = op.vjp(&Saved::for_op(&op, &[&x], &y), &y).unwrap();
+    assert_eq!(g[0].as_ref().unwrap().shape(), x.shape());
+}
