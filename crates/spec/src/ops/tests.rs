@@ -1385,6 +1385,8 @@ fn softmax_subtracts_each_lines_own_maximum() {
     }
     let y = Op::Softmax { axis: 0 }.forward(&[&x]).unwrap();
     assert_eq!(y.data(), &[1.0, 0.0, 0.0, 1.0]);
+    let y = Op::LogSoftmax { axis: 0 }.forward(&[&x]).unwrap();
+    assert_eq!(y.data(), &[0.0, -1000.0, -1000.0, 0.0]);
 }
 
 #[test]
@@ -1405,4 +1407,31 @@ fn layer_norm_backward_of_an_empty_tensor_is_empty() {
     let y = op.forward(&[&x]).unwrap();
     let g = op.vjp(&Saved::for_op(&op, &[&x], &y), &y).unwrap();
     assert_eq!(g[0].as_ref().unwrap().shape(), x.shape());
+}
+
+#[test]
+fn batch_norm_takes_four_per_channel_payload_tensors() {
+    let op = Op::BatchNormEval {
+        channels: 3,
+        eps: 1e-5,
+    };
+    let x = Shape::from([2, 3, 4, 4]);
+    assert_eq!(
+        op.payload_shapes(&[x.clone()], &x).unwrap(),
+        vec![Shape::from([3]); 4]
+    );
+}
+
+#[test]
+fn a_padded_geometry_counts_the_padding_on_both_sides() {
+    let spec = Conv2dSpec {
+        in_channels: 1,
+        out_channels: 1,
+        kernel_h: 3,
+        kernel_w: 3,
+        stride: 1,
+        padding: 1,
+    };
+    let g = spec.geometry(&Shape::from([1, 1, 4, 6])).unwrap();
+    assert_eq!((g.hp(), g.wp()), (6, 8));
 }
