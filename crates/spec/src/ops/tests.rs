@@ -1396,6 +1396,7 @@ fn rational_arithmetic_is_exact() {
     assert_eq!(r(1, 2).sub(&r(1, 3)), r(1, 6));
     assert_eq!(r(1, 2).add(&r(1, 3)), r(5, 6));
     assert_eq!(r(2, 3).mul(&r(3, 4)), r(1, 2));
+    assert_eq!(r(1, 2).neg(), r(-1, 2));
     assert_eq!(r(1, 2).div(&r(1, 4)).unwrap(), r(2, 1));
     assert!(r(1, 2).div(&r(0, 1)).is_err());
 }
@@ -1407,6 +1408,54 @@ fn layer_norm_backward_of_an_empty_tensor_is_empty() {
     let y = op.forward(&[&x]).unwrap();
     let g = op.vjp(&Saved::for_op(&op, &[&x], &y), &y).unwrap();
     assert_eq!(g[0].as_ref().unwrap().shape(), x.shape());
+}
+
+#[test]
+fn the_payload_of_each_op_is_declared_from_its_shapes() {
+    let linear = Op::Linear
+        .payload_shapes(&[Shape::from([2, 5])], &Shape::from([2, 4]))
+        .unwrap();
+    assert_eq!(linear, vec![Shape::from([4, 5]), Shape::from([4])]);
+    let spec = Conv2dSpec {
+        in_channels: 2,
+        out_channels: 3,
+        kernel_h: 1,
+        kernel_w: 1,
+        stride: 1,
+        padding: 0,
+    };
+    let x = Shape::from([1, 2, 4, 4]);
+    let out = Shape::from([1, 3, 4, 4]);
+    assert_eq!(
+        Op::Conv2d(spec).payload_shapes(&[x], &out).unwrap(),
+        spec.payload_shapes()
+    );
+    assert!(Op::MatMul
+        .payload_shapes(&[Shape::from([2, 2])], &Shape::from([2, 2]))
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn batch_norm_wants_channels_on_axis_one() {
+    let op = |c| Op::BatchNormEval {
+        channels: c,
+        eps: 1e-5,
+    };
+    let p = vec![Shape::from([3]); 4];
+    let with = |x: Shape| [vec![x], p.clone()].concat();
+    assert!(op(3).infer_shape(&with(Shape::from([2, 3, 4, 4]))).is_ok());
+    for bad in [Shape::from([3]), Shape::from([2, 4, 4, 4])] {
+        assert!(op(3).infer_shape(&with(bad.clone())).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn every_wire_name_is_listed_once_in_table_order() {
+    let names: Vec<&str> = desc::names().collect();
+    assert_eq!(names.len(), desc::OPS.len());
+    assert_eq!(names[0], desc::OPS[0].name);
+    assert!(names.contains(&"add") && names.contains(&"conv2d"));
 }
 
 #[test]
