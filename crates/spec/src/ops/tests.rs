@@ -1430,6 +1430,15 @@ fn the_payload_of_each_op_is_declared_from_its_shapes() {
         Op::Conv2d(spec).payload_shapes(&[x], &out).unwrap(),
         spec.payload_shapes()
     );
+    let train = Op::BatchNormTrain {
+        channels: 3,
+        eps: None,
+    };
+    let x = Shape::from([2, 3, 2, 2]);
+    assert_eq!(
+        train.payload_shapes(&[x.clone()], &x).unwrap(),
+        vec![Shape::from([3]); 2]
+    );
     assert!(Op::MatMul
         .payload_shapes(&[Shape::from([2, 2])], &Shape::from([2, 2]))
         .unwrap()
@@ -1456,6 +1465,13 @@ fn every_wire_name_is_listed_once_in_table_order() {
     assert_eq!(names.len(), desc::OPS.len());
     assert_eq!(names[0], desc::OPS[0].name);
     assert!(names.contains(&"add") && names.contains(&"conv2d"));
+    let add = format!("{:?}", desc::lookup("add").unwrap());
+    assert!(add.starts_with("OpDesc { name: \"add\""), "{add}");
+    for op in UnaryOp::ALL {
+        assert_eq!(op.name(), Op::Unary(op).desc().name);
+        assert!(!op.name().is_empty());
+    }
+    assert_eq!(UnaryOp::Tanh.name(), "tanh");
 }
 
 #[test]
