@@ -132,6 +132,7 @@ fn structural_ops_vjp_match_finite_differences() {
         (Op::Softmax { axis: 0 }, vec![&[3, 4]]),
         (Op::Softmax { axis: 1 }, vec![&[2, 3, 2]]),
         (Op::LogSoftmax { axis: 1 }, vec![&[3, 4]]),
+        (Op::LogSoftmax { axis: 0 }, vec![&[3, 4]]),
         (
             Op::LayerNorm {
                 axis: 1,
@@ -1499,4 +1500,83 @@ fn a_padded_geometry_counts_the_padding_on_both_sides() {
     };
     let g = spec.geometry(&Shape::from([1, 1, 4, 6])).unwrap();
     assert_eq!((g.hp(), g.wp()), (6, 8));
+    let wide = Conv2dSpec {
+        kernel_h: 5,
+        kernel_w: 5,
+        padding: 2,
+        ..spec
+    };
+    let g = wide.geometry(&Shape::from([1, 1, 4, 6])).unwrap();
+    assert_eq!((g.hp(), g.wp()), (8, 10));
+}
+
+#[test]
+fn small_tables_read_and_print_their_wire_forms() {
+    assert_eq!(Arity::Exact(2).to_string(), "2");
+    assert_eq!(Arity::AtLeast(2).to_string(), "at least 2");
+    for r in Reduction::ALL {
+        assert_eq!(Reduction::from_wire(r.wire()), Some(r));
+    }
+    assert_eq!(Reduction::from_wire("sum"), Some(Reduction::Sum));
+    assert_eq!(Reduction::from_wire("max"), None);
+    let d = |n: &str| desc::lookup(n).unwrap();
+    assert_eq!(d("add"), d("add"));
+    assert_ne!(d("add"), d("sub"));
+    let algebraic: Vec<UnaryOp> = UnaryOp::ALL
+        .into_iter()
+        .filter(|u| u.is_algebraic())
+        .collect();
+    assert_eq!(
+        algebraic,
+        [UnaryOp::Abs, UnaryOp::Inv, UnaryOp::Relu, UnaryOp::Neg]
+            .into_iter()
+            .filter(|u| algebraic.contains(u))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(algebraic.len(), 4);
+    let r = |n: i64, d: i64| Rational::new(n.into(), d.into());
+    assert_eq!(crate::Scalar::abs(&r(-1, 3)), r(1, 3));
+    // the rational engine has exactly the algebraic ones
+    let x = Tensor::new([1], vec![r(-1, 3)]).unwrap();
+    for u in UnaryOp::ALL {
+        assert_eq!(
+            Op::Unary(u).forward(&[&x]).is_ok(),
+            u.is_algebraic(),
+            "{}",
+            u.name()
+        );
+    }
+}
+
+#[test]
+fn a_pool_window_moves_by_its_stride() {
+    // [1, 2, 4]: two 2x2 windows side by side, stride 2
+    let x = t(&[1, 2, 4], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+    let op = Op::Pool(PoolSpec {
+        kind: PoolKind::Avg,
+        kernel_h: 2,
+        kernel_w: 2,
+        stride: 2,
+        padding: 0,
+        padded: false,
+    });
+    assert_eq!(op.forward(&[&x]).unwrap().data(), &[3.5, 5.5]);
+}
+
+#[test]
+fn batch_norm_takes_a_rank_two_batch() {
+    let op = Op::BatchNormEval {
+        channels: 3,
+        eps: 1e-5,
+    };
+    let shapes = [vec![Shape::from([4, 3])], vec![Shape::from([3]); 4]].concat();
+    assert_eq!(op.infer_shape(&shapes).unwrap(), Shape::from([4, 3]));
+    let ce = Op::CrossEntropy {
+        reduction: Reduction::Mean,
+    };
+    assert_eq!(
+        ce.payload_shapes(&[Shape::from([4, 3])], &Shape::scalar())
+            .unwrap(),
+        vec![Shape::from([4])]
+    );
 }
