@@ -1580,3 +1580,42 @@ fn batch_norm_takes_a_rank_two_batch() {
         vec![Shape::from([4])]
     );
 }
+
+#[test]
+fn only_a_plain_one_by_one_convolution_is_direct() {
+    let spec = |k: (usize, usize), stride| Conv2dSpec {
+        in_channels: 1,
+        out_channels: 1,
+        kernel_h: k.0,
+        kernel_w: k.1,
+        stride,
+        padding: 0,
+    };
+    let x = Shape::from([1, 1, 4, 4]);
+    assert!(spec((1, 1), 1).geometry(&x).unwrap().direct());
+    for (k, stride) in [((1, 1), 2), ((1, 3), 1), ((3, 1), 1)] {
+        assert!(
+            !spec(k, stride).geometry(&x).unwrap().direct(),
+            "{k:?} {stride}"
+        );
+    }
+    assert_eq!(Shape::from([2, 3]).dim(1), Some(3));
+    assert_eq!(Shape::from([2, 3]).dim(2), None);
+}
+
+#[test]
+fn the_ir_filled_fields_are_listed_for_printing() {
+    use desc::AttrValue;
+    let rand = Op::RandUniform {
+        seed: 1,
+        key: 7,
+        shape: Shape::from([2]),
+    };
+    assert_eq!(rand.context_values(), vec![("key", AttrValue::Int(7))]);
+    let bn = Op::BatchNormEval {
+        channels: 2,
+        eps: 0.5,
+    };
+    assert_eq!(bn.context_values(), vec![("eps", AttrValue::Float(0.5))]);
+    assert!(Op::MatMul.context_values().is_empty());
+}
