@@ -596,9 +596,14 @@ mod tests {
         // the two caps act separately
         let b = BackwardChunks::with_caps(600, 5000, 1, usize::MAX);
         assert_eq!(b.cols, Chunks::new(5000, 257, 1));
-        assert_eq!(b.taps.count(), 1); // the largest chunk is its tap rows by its block columns: one chunk of each here
+        assert_eq!(b.taps.count(), 1);
+        // the largest chunk is its tap rows by its block columns: one chunk of each here
         let b = BackwardChunks::with_caps(10, 20, usize::MAX, usize::MAX);
         assert_eq!(b.largest_elements(), 200);
+        // the column cap is inclusive: 10 taps over 600 columns fit a cap of exactly 6000
+        let cols = |cap| BackwardChunks::with_caps(10, 600, cap, usize::MAX).cols;
+        assert_eq!(cols(6000), Chunks::whole(600));
+        assert!(cols(5999).count() > 1);
     }
 
     #[test]

@@ -252,6 +252,7 @@ fn structural_ops_vjp_match_finite_differences() {
             vec![&[3, 2, 1, 2], &[2], &[2]],
         ),
         (Op::Concat { axis: 1 }, vec![&[2, 1], &[2, 3], &[2, 2]]),
+        (Op::Concat { axis: 0 }, vec![&[1, 3], &[2, 3]]),
         (Op::MseLoss, vec![&[2, 3], &[2, 3]]),
         (
             Op::CrossEntropy {
@@ -1618,4 +1619,26 @@ fn the_ir_filled_fields_are_listed_for_printing() {
     };
     assert_eq!(bn.context_values(), vec![("eps", AttrValue::Float(0.5))]);
     assert!(Op::MatMul.context_values().is_empty());
+}
+
+#[test]
+fn only_the_convolution_declares_a_workspace() {
+    let spec = Conv2dSpec {
+        in_channels: 1,
+        out_channels: 1,
+        kernel_h: 1,
+        kernel_w: 1,
+        stride: 1,
+        padding: 0,
+    };
+    let s = Shape::from([1, 1, 2, 2]);
+    let conv = Op::Conv2d(spec).workspace_elements(&[s.clone()], &s, Pass::Grad);
+    assert_eq!(conv, spec.workspace_elements(&s, &s, Pass::Grad));
+    assert!(conv > 1);
+    assert_eq!(
+        Op::MatMul.workspace_elements(&[s.clone(), s.clone()], &s, Pass::Grad),
+        0
+    );
+    let x = t(&[2], &[1.0, 2.0]);
+    assert_eq!(x.into_data(), vec![1.0, 2.0]);
 }
