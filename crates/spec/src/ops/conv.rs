@@ -604,6 +604,15 @@ mod tests {
         let cols = |cap| BackwardChunks::with_caps(10, 600, cap, usize::MAX).cols;
         assert_eq!(cols(6000), Chunks::whole(600));
         assert!(cols(5999).count() > 1);
+        // past the cap the blocks are sized for col_cap / SPLIT_CHUNK_DIVISOR (to within the
+        // rounding of one column of 10 taps)
+        let cap = 10 * 100_000 - 1;
+        let b = BackwardChunks::with_caps(10, 100_000, cap, usize::MAX);
+        assert!(
+            b.cols.largest() * 10 <= cap / SPLIT_CHUNK_DIVISOR + 10,
+            "{b:?}"
+        );
+        assert!(b.cols.count() <= 2 * SPLIT_CHUNK_DIVISOR + 1, "{b:?}");
     }
 
     #[test]

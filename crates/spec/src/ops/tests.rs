@@ -1640,5 +1640,9 @@ fn only_the_convolution_declares_a_workspace() {
         0
     );
     let x = t(&[2], &[1.0, 2.0]);
+    assert_eq!(x.len(), 2);
     assert_eq!(x.into_data(), vec![1.0, 2.0]);
+    let r = |n: i64, d: i64| Rational::new(n.into(), d.into());
+    assert!(crate::Scalar::greater(&r(1, 2), &r(1, 3)));
+    assert!(!crate::Scalar::greater(&r(1, 2), &r(1, 2)));
 }
