@@ -74,6 +74,12 @@ fn a_vjp_that_makes_a_non_finite_contribution_from_a_finite_gradient_is_the_orig
         (s, Site::Contribution { parent: y })
     );
     assert!(a.to_string().contains("tape node 3 (inv"), "{a}");
+    // the dense sweep checks each contribution too
+    let a = anomaly(tape.backward_dense_with(s, t(&[1.0]), AnomalyMode::Detect));
+    assert_eq!(
+        (a.node, a.site.clone()),
+        (s, Site::Contribution { parent: y })
+    );
 }
 
 #[test]

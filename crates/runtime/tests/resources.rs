@@ -396,3 +396,16 @@ fn a_recorded_vjp_with_the_wrong_arity_fails_naming_the_node_and_releases_everyt
     assert_eq!(leaked, 0, "values dropped without a release");
     assert_eq!(created, released);
 }
+
+#[test]
+fn release_saved_releases_every_saved_value_and_keeps_the_shapes() {
+    let reg = Arc::new(Registry::default());
+    let mut saved: Saved<Counted> = Saved::empty();
+    saved.input_shapes = [Shape::from([1]), Shape::from([1])].into_iter().collect();
+    saved.inputs = [Some(Counted::new(&reg, 1.0)), None].into_iter().collect();
+    saved.output = Some(Counted::new(&reg, 2.0));
+    release_saved(&mut saved);
+    assert_eq!(reg.snapshot(), (2, 2, 0), "created, released, leaked");
+    assert!(saved.inputs.iter().all(Option::is_none) && saved.output.is_none());
+    assert_eq!(saved.input_shapes.len(), 2);
+}
