@@ -507,6 +507,50 @@ mod tests {
     }
 
     #[test]
+    fn a_compact_vjp_may_reach_only_earlier_positions_with_their_shapes() {
+        let node = |pos: Pos, value: Tensor<f64>| PreparedNode {
+            label: "custom".into(),
+            dense: Box::new(|c: &Tensor<f64>, _: &[Shape]| Ok(vec![c.clone()])),
+            compact: Some(Box::new(move |_: &Tensor<f64>| {
+                Ok(vec![(pos, value.clone())])
+            })),
+        };
+        let values = || vec![Tensor::scalar(1.0f64), Tensor::scalar(2.0)];
+        let seed = || vec![Tensor::scalar(0.0), Tensor::scalar(1.0)];
+        let ok = SavedGraph::from_parts(1, values(), vec![node(0, Tensor::scalar(3.0))]).unwrap();
+        assert_eq!(ok.backprop_stored(seed()).unwrap()[0], Tensor::scalar(3.0));
+        // a contribution to itself (position 1) or beyond is refused
+        let g = SavedGraph::from_parts(1, values(), vec![node(1, Tensor::scalar(3.0))]).unwrap();
+        assert!(
+            matches!(
+                g.backprop_stored(seed()).unwrap_err(),
+                CompiledError::NoSuchPosition {
+                    position: 1,
+                    len: 1
+                }
+            ),
+            "a contribution to a later position"
+        );
+        // and one of another shape than its position's
+        let wrong = Tensor::new([2], vec![1.0, 1.0]).unwrap();
+        let g = SavedGraph::from_parts(1, values(), vec![node(0, wrong)]).unwrap();
+        assert!(matches!(
+            g.backprop_stored(seed()).unwrap_err(),
+            CompiledError::ValueShape { position: 0, .. }
+        ));
+        assert!(matches!(
+            g.one_hot(1, Tensor::new([2], vec![1.0, 1.0]).unwrap()),
+            Err(CompiledError::ValueShape { position: 1, .. })
+        ));
+        let text = format!("{g:?}");
+        assert!(
+            text.starts_with("SavedGraph { n_inputs: 1, shapes: ["),
+            "{text}"
+        );
+        assert!(text.contains("label: \"custom\""), "{text}");
+    }
+
+    #[test]
     fn a_prepared_node_debugs_as_its_label() {
         let node =
             PreparedNode::<Tensor<f64>>::opaque("custom", Box::new(|c, _| Ok(vec![c.clone()])));
