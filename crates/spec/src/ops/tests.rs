@@ -1121,10 +1121,10 @@ fn a_pool_padding_may_not_exceed_half_its_kernel() {
         })
     };
     let x = Shape::from([1, 5, 5]);
-    assert!(spec(3, 1).infer_shape(&[x.clone()]).is_ok());
-    assert!(spec(4, 2).infer_shape(&[x.clone()]).is_ok());
-    assert!(spec(3, 2).infer_shape(&[x.clone()]).is_err());
-    assert!(spec(4, 3).infer_shape(&[x.clone()]).is_err());
+    assert!(spec(3, 1).infer_shape(std::slice::from_ref(&x)).is_ok());
+    assert!(spec(4, 2).infer_shape(std::slice::from_ref(&x)).is_ok());
+    assert!(spec(3, 2).infer_shape(std::slice::from_ref(&x)).is_err());
+    assert!(spec(4, 3).infer_shape(std::slice::from_ref(&x)).is_err());
     // each side against its own kernel extent: 2 is over half of a width of 2
     let wide = Op::Pool(PoolSpec {
         kind: PoolKind::Max,
@@ -1438,7 +1438,7 @@ fn the_payload_of_each_op_is_declared_from_its_shapes() {
     };
     let x = Shape::from([2, 3, 2, 2]);
     assert_eq!(
-        train.payload_shapes(&[x.clone()], &x).unwrap(),
+        train.payload_shapes(std::slice::from_ref(&x), &x).unwrap(),
         vec![Shape::from([3]); 2]
     );
     assert!(Op::MatMul
@@ -1484,7 +1484,7 @@ fn batch_norm_takes_four_per_channel_payload_tensors() {
     };
     let x = Shape::from([2, 3, 4, 4]);
     assert_eq!(
-        op.payload_shapes(&[x.clone()], &x).unwrap(),
+        op.payload_shapes(std::slice::from_ref(&x), &x).unwrap(),
         vec![Shape::from([3]); 4]
     );
 }
@@ -1632,7 +1632,7 @@ fn only_the_convolution_declares_a_workspace() {
         padding: 0,
     };
     let s = Shape::from([1, 1, 2, 2]);
-    let conv = Op::Conv2d(spec).workspace_elements(&[s.clone()], &s, Pass::Grad);
+    let conv = Op::Conv2d(spec).workspace_elements(std::slice::from_ref(&s), &s, Pass::Grad);
     assert_eq!(conv, spec.workspace_elements(&s, &s, Pass::Grad));
     assert!(conv > 1);
     assert_eq!(
