@@ -253,6 +253,7 @@ fn structural_ops_vjp_match_finite_differences() {
         ),
         (Op::Concat { axis: 1 }, vec![&[2, 1], &[2, 3], &[2, 2]]),
         (Op::Concat { axis: 0 }, vec![&[1, 3], &[2, 3]]),
+        (Op::Concat { axis: 1 }, vec![&[2, 1, 2], &[2, 3, 2]]),
         (Op::MseLoss, vec![&[2, 3], &[2, 3]]),
         (
             Op::CrossEntropy {
@@ -1645,4 +1646,76 @@ fn only_the_convolution_declares_a_workspace() {
     let r = |n: i64, d: i64| Rational::new(n.into(), d.into());
     assert!(crate::Scalar::greater(&r(1, 2), &r(1, 3)));
     assert!(!crate::Scalar::greater(&r(1, 2), &r(1, 2)));
+}
+
+#[test]
+fn add_scalar_adds_its_constant() {
+    // its derivative is the identity's, so only its value tells it from a no-op
+    let y = Op::AddScalar { c: 0.5 }
+        .forward(&[&t(&[2], &[1.0, -2.0])])
+        .unwrap();
+    assert_eq!(y.data(), &[1.5, -1.5]);
+}
+
+#[test]
+fn conv2d_reads_each_channel_of_each_image() {
+    // two images of two 1x2 channels, a 1x1 kernel summing the channels with weights 1 and 10
+    let x = t(&[2, 2, 1, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
+    let op = Op::Conv2d(Conv2dSpec {
+        in_channels: 2,
+        out_channels: 1,
+        kernel_h: 1,
+        kernel_w: 1,
+        stride: 1,
+        padding: 0,
+    });
+    let (w, b) = (t(&[1, 2, 1, 1], &[1.0, 10.0]), t(&[1], &[0.0]));
+    let y = op.forward(&[&x, &w, &b]).unwrap();
+    assert_eq!(y.data(), &[31.0, 42.0, 75.0, 86.0]);
+    // and its VJP sends each output's cotangent back to the cells it read
+    let saved = Saved::for_op(&op, &[&x, &w, &b], &y);
+    let g = op
+        .vjp(&saved, &t(&[2, 1, 1, 2], &[1.0, 0.0, 0.0, 2.0]))
+        .unwrap();
+    assert_eq!(
+        g[0].as_ref().unwrap().data(),
+        &[1.0, 0.0, 10.0, 0.0, 0.0, 2.0, 0.0, 20.0]
+    );
+}
+
+#[test]
+fn concat_interleaves_rows_of_several_inner_elements() {
+    // [2, 1, 2] and [2, 2, 2] along axis 1: outer 2, inner 2
+    let a = t(&[2, 1, 2], &[1.0, 2.0, 3.0, 4.0]);
+    let b = t(&[2, 2, 2], &[5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0]);
+    let y = Op::Concat { axis: 1 }.forward(&[&a, &b]).unwrap();
+    assert_eq!(
+        y.data(),
+        &[1.0, 2.0, 5.0, 6.0, 7.0, 8.0, 3.0, 4.0, 9.0, 10.0, 11.0, 12.0]
+    );
+}
+
+#[test]
+fn a_pool_padding_is_checked_against_the_kernel_height_too() {
+    let tall = Op::Pool(PoolSpec {
+        kind: PoolKind::Max,
+        kernel_h: 2,
+        kernel_w: 5,
+        stride: 1,
+        padding: 2,
+        padded: true,
+    });
+    assert!(tall.infer_shape(&[Shape::from([1, 6, 6])]).is_err());
+}
+
+#[test]
+fn the_exact_scalar_never_reads_nan_and_widens_to_itself() {
+    let r = |n: i64, d: i64| Rational::new(n.into(), d.into());
+    assert!(!crate::Scalar::is_nan(&r(1, 3)));
+    let x = Tensor::new([2], vec![r(1, 3), r(-2, 7)]).unwrap();
+    assert_eq!(x.to_acc(), x);
+    assert_eq!(Tensor::<Rational>::from_acc(&x), x);
+    assert_eq!(Shape::from([2, 3]).remove_axis(0), Shape::from([3]));
+    // an axis past the rank removes nothing
+    assert_eq!(Shape::from([2, 3]).remove_axis(2), Shape::from([2, 3]));
 }
