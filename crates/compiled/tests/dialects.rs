@@ -176,24 +176,13 @@ fn a_seed_count_other_than_the_outputs_is_refused() {
         .map(ones)
         .collect();
     let want = grad(&doc, &x, &seeds);
-    let eager = torchlean_compiled::run_grad_on::<Tensor<f64>>(
-        torchlean_compiled::GradPath::Eager,
-        &doc.graph,
-        &doc.payload,
-        &x,
-        None,
-    )
-    .unwrap();
+    let on = |path, seed: Option<&Tensor<f64>>| {
+        torchlean_compiled::run_grad_on::<Tensor<f64>>(path, &doc.graph, &doc.payload, &x, seed)
+    };
+    let eager = on(torchlean_compiled::GradPath::Eager, None).unwrap();
     close("eager grad_input", &eager.grad_input, &want.grad_input);
     // one seed for two outputs is refused on the eager path, naming both counts
-    let e = torchlean_compiled::run_grad_on::<Tensor<f64>>(
-        torchlean_compiled::GradPath::Eager,
-        &doc.graph,
-        &doc.payload,
-        &x,
-        Some(&one[0]),
-    )
-    .unwrap_err();
+    let e = on(torchlean_compiled::GradPath::Eager, Some(&one[0])).unwrap_err();
     assert!(
         matches!(
             e,
@@ -205,14 +194,7 @@ fn a_seed_count_other_than_the_outputs_is_refused() {
         "{e}"
     );
     // and so does the saved-graph path of `conform --paths`, counting every output
-    let e = torchlean_compiled::run_grad_on::<Tensor<f64>>(
-        torchlean_compiled::GradPath::Saved,
-        &doc.graph,
-        &doc.payload,
-        &x,
-        None,
-    )
-    .unwrap_err();
+    let e = on(torchlean_compiled::GradPath::Saved, None).unwrap_err();
     assert!(
         matches!(
             e,

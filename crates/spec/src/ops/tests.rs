@@ -1360,6 +1360,13 @@ fn the_conv_workspace_of_a_small_layer_by_its_documented_parts() {
     let s = Shape::from([1, 1, 2, 2]);
     assert_eq!(spec.workspace_elements(&s, &s, Pass::Eval), 8);
     assert_eq!(spec.workspace_elements(&s, &s, Pass::Grad), 14);
+    // the op declares the convolution's; no other op declares one
+    let conv = Op::Conv2d(spec).workspace_elements(std::slice::from_ref(&s), &s, Pass::Grad);
+    assert_eq!(conv, 14);
+    assert_eq!(
+        Op::MatMul.workspace_elements(&[s.clone(), s.clone()], &s, Pass::Grad),
+        0
+    );
 }
 
 #[test]
@@ -1623,32 +1630,6 @@ fn the_ir_filled_fields_are_listed_for_printing() {
 }
 
 #[test]
-fn only_the_convolution_declares_a_workspace() {
-    let spec = Conv2dSpec {
-        in_channels: 1,
-        out_channels: 1,
-        kernel_h: 1,
-        kernel_w: 1,
-        stride: 1,
-        padding: 0,
-    };
-    let s = Shape::from([1, 1, 2, 2]);
-    let conv = Op::Conv2d(spec).workspace_elements(std::slice::from_ref(&s), &s, Pass::Grad);
-    assert_eq!(conv, spec.workspace_elements(&s, &s, Pass::Grad));
-    assert!(conv > 1);
-    assert_eq!(
-        Op::MatMul.workspace_elements(&[s.clone(), s.clone()], &s, Pass::Grad),
-        0
-    );
-    let x = t(&[2], &[1.0, 2.0]);
-    assert_eq!(x.len(), 2);
-    assert_eq!(x.into_data(), vec![1.0, 2.0]);
-    let r = |n: i64, d: i64| Rational::new(n.into(), d.into());
-    assert!(crate::Scalar::greater(&r(1, 2), &r(1, 3)));
-    assert!(!crate::Scalar::greater(&r(1, 2), &r(1, 2)));
-}
-
-#[test]
 fn add_scalar_adds_its_constant() {
     // its derivative is the identity's, so only its value tells it from a no-op
     let y = Op::AddScalar { c: 0.5 }
@@ -1718,4 +1699,14 @@ fn the_exact_scalar_never_reads_nan_and_widens_to_itself() {
     assert_eq!(Shape::from([2, 3]).remove_axis(0), Shape::from([3]));
     // an axis past the rank removes nothing
     assert_eq!(Shape::from([2, 3]).remove_axis(2), Shape::from([2, 3]));
+}
+
+#[test]
+fn tensors_hand_back_their_data_and_rationals_compare_strictly() {
+    let x = t(&[2], &[1.0, 2.0]);
+    assert_eq!(x.len(), 2);
+    assert_eq!(x.into_data(), vec![1.0, 2.0]);
+    let r = |n: i64, d: i64| Rational::new(n.into(), d.into());
+    assert!(crate::Scalar::greater(&r(1, 2), &r(1, 3)));
+    assert!(!crate::Scalar::greater(&r(1, 2), &r(1, 2)));
 }
