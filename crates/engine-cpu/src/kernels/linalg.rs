@@ -386,6 +386,22 @@ mod tests {
     use super::*;
     use crate::threads::with_threads;
 
+    #[test]
+    fn a_destination_too_small_for_the_product_is_refused_before_gemm_writes() {
+        // the check stands between gemm's raw writes and the buffer (linalg.rs's SAFETY note)
+        let (a, b) = ([1.0f64; 6], [1.0f64; 9]);
+        let run = |dst: &mut [f64], rs: usize| {
+            let (lhs, rhs) = (Mat::rows(&a, 3), Mat::rows(&b, 3));
+            gemm_rows("test", 2, 3, 3, dst, rs, false, lhs, rhs, Parallelism::None)
+        };
+        let mut fits = [0.0; 6];
+        run(&mut fits, 3).unwrap();
+        assert_eq!(fits, [3.0; 6]);
+        // a row stride shorter than a row, and a buffer one element short with a valid stride
+        assert!(matches!(run(&mut [0.0; 6], 2), Err(CpuError::Gemm { .. })));
+        assert!(matches!(run(&mut [0.0; 5], 3), Err(CpuError::Gemm { .. })));
+    }
+
     fn naive(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
         let mut c = vec![0.0; m * n];
         for i in 0..m {

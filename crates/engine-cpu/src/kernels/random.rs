@@ -54,4 +54,14 @@ mod tests {
         let kept: f64 = m.as_slice().iter().sum();
         assert!((400.0..600.0).contains(&kept));
     }
+
+    #[test]
+    fn a_cell_is_kept_only_when_the_keep_probability_exceeds_its_draw() {
+        // keep_prob equal to element 0's draw: `keep_prob > u` drops it, as the reference does
+        let u0 = uniform_at(3, 4, 0);
+        let m: CpuTensor<f64> = bernoulli_mask(3, 4, u0, Shape::from([1]));
+        assert_eq!(m.as_slice(), &[0.0]);
+        let m: CpuTensor<f64> = bernoulli_mask(3, 4, u0 + 1e-9, Shape::from([1]));
+        assert_eq!(m.as_slice(), &[1.0]);
+    }
 }
