@@ -1,7 +1,9 @@
-//! `cargo xtask mutants [--crate C]… [--file GLOB]… [--sample K/N] [--jobs N]
-//! [--oracle lib|own|checkers] [--report]`: mutation testing (cargo-mutants) of `spec`,
-//! `runtime`, `compiled` and `engine-cpu` with the project's own checks as the oracle, and the
-//! score as a number (`--sample`: an estimate from one mutant in N, with its interval).
+//! `cargo xtask mutants [--crate C]… [--file GLOB]… [--sample K/N | --missed | --untested]
+//! [--oracle lib|own|checkers] [--timeout S] [--jobs N] [--report]`: mutation testing
+//! (cargo-mutants) of `spec`, `runtime`, `compiled` and `engine-cpu` with the project's own
+//! checks as the oracle, and the score as a number (`--sample`: an estimate from one mutant
+//! in N, with its interval; `--missed`: the misses on disk again, under a fuller oracle;
+//! `--untested`: what has no result yet).
 //!
 //! The run happens in a scratch copy, `target/mutants/tree/` (the files git does not ignore, and the
 //! registry dependencies already built in `target/mutation/` hard-linked into its own target
