@@ -22,6 +22,41 @@ fn t(shape: &[usize], data: &[f64]) -> Tensor<f64> {
     Tensor::new(shape.to_vec(), data.to_vec()).unwrap()
 }
 
+/// A pooling of `kind` with kernel `(kh, kw)`: the `_pad` kind exactly when `padding > 0`.
+fn pool(
+    kind: PoolKind,
+    (kernel_h, kernel_w): (usize, usize),
+    stride: usize,
+    padding: usize,
+) -> PoolSpec {
+    PoolSpec {
+        kind,
+        kernel_h,
+        kernel_w,
+        stride,
+        padding,
+        padded: padding > 0,
+    }
+}
+
+/// A convolution from `in_channels` to `out_channels` with kernel `(kh, kw)`.
+fn conv(
+    in_channels: usize,
+    out_channels: usize,
+    (kernel_h, kernel_w): (usize, usize),
+    stride: usize,
+    padding: usize,
+) -> Conv2dSpec {
+    Conv2dSpec {
+        in_channels,
+        out_channels,
+        kernel_h,
+        kernel_w,
+        stride,
+        padding,
+    }
+}
+
 fn random_tensor(rng: &mut Lcg, shape: &Shape, lo: f64, hi: f64) -> Tensor<f64> {
     Tensor::from_fn(shape.clone(), |_| rng.range(lo, hi)).unwrap()
 }
@@ -187,47 +222,19 @@ fn structural_ops_vjp_match_finite_differences() {
         (Op::Linear, vec![&[2, 3, 5], &[4, 5], &[4]]),
         (Op::Linear, vec![&[5], &[2, 5], &[2]]),
         (
-            Op::Conv2d(Conv2dSpec {
-                in_channels: 2,
-                out_channels: 3,
-                kernel_h: 3,
-                kernel_w: 2,
-                stride: 2,
-                padding: 1,
-            }),
+            Op::Conv2d(conv(2, 3, (3, 2), 2, 1)),
             vec![&[2, 6, 5], &[3, 2, 3, 2], &[3]],
         ),
         (
-            Op::Conv2d(Conv2dSpec {
-                in_channels: 1,
-                out_channels: 2,
-                kernel_h: 2,
-                kernel_w: 2,
-                stride: 1,
-                padding: 0,
-            }),
+            Op::Conv2d(conv(1, 2, (2, 2), 1, 0)),
             vec![&[2, 1, 3, 3], &[2, 1, 2, 2], &[2]],
         ),
         (
-            Op::Pool(PoolSpec {
-                kind: PoolKind::Avg,
-                kernel_h: 3,
-                kernel_w: 3,
-                stride: 2,
-                padding: 1,
-                padded: true,
-            }),
+            Op::Pool(pool(PoolKind::Avg, (3, 3), 2, 1)),
             vec![&[2, 7, 6]],
         ),
         (
-            Op::Pool(PoolSpec {
-                kind: PoolKind::Max,
-                kernel_h: 2,
-                kernel_w: 3,
-                stride: 1,
-                padding: 1,
-                padded: true,
-            }),
+            Op::Pool(pool(PoolKind::Max, (2, 3), 1, 1)),
             vec![&[1, 2, 4, 5]],
         ),
         (
@@ -608,14 +615,7 @@ fn detach_and_bernoulli_stop_the_gradient() {
 fn avg_pool_counts_padding_and_max_pool_ignores_it() {
     // one 2x2 plane of -1s, 3x3 windows padded by 1, stride 1
     let x = t(&[1, 2, 2], &[-1.0; 4]);
-    let spec = |kind| PoolSpec {
-        kind,
-        kernel_h: 3,
-        kernel_w: 3,
-        stride: 1,
-        padding: 1,
-        padded: true,
-    };
+    let spec = |kind| pool(kind, (3, 3), 1, 1);
     let avg = Op::Pool(spec(PoolKind::Avg)).forward(&[&x]).unwrap();
     assert_eq!(avg.data(), &[-4.0 / 9.0; 4]);
     let max = Op::Pool(spec(PoolKind::Max)).forward(&[&x]).unwrap();
@@ -625,14 +625,7 @@ fn avg_pool_counts_padding_and_max_pool_ignores_it() {
 #[test]
 fn max_pool_picks_the_first_maximum_row_major() {
     let x = t(&[1, 2, 2], &[5.0, 5.0, 5.0, 1.0]);
-    let op = Op::Pool(PoolSpec {
-        kind: PoolKind::Max,
-        kernel_h: 2,
-        kernel_w: 2,
-        stride: 2,
-        padding: 0,
-        padded: false,
-    });
+    let op = Op::Pool(pool(PoolKind::Max, (2, 2), 2, 0));
     let y = op.forward(&[&x]).unwrap();
     let g = op
         .vjp(&Saved::for_op(&op, &[&x], &y), &t(&[1, 1, 1], &[1.0]))
@@ -676,14 +669,7 @@ fn shape_rule_errors_name_the_op_and_shapes() {
         .infer_shape(&[Shape::from([2])])
         .unwrap_err();
     assert!(matches!(e, SpecError::Arity { .. }));
-    let conv = Op::Conv2d(Conv2dSpec {
-        in_channels: 1,
-        out_channels: 1,
-        kernel_h: 5,
-        kernel_w: 1,
-        stride: 1,
-        padding: 0,
-    });
+    let conv = Op::Conv2d(conv(1, 1, (5, 1), 1, 0));
     let e = conv
         .infer_shape(&[
             Shape::from([1, 3, 3]),
@@ -911,14 +897,7 @@ fn conv2d_sums_each_window_inside_the_padding_by_hand() {
     );
     let w = t(&[1, 1, 2, 2], &[1.0; 4]);
     let b = t(&[1], &[0.5]);
-    let op = Op::Conv2d(Conv2dSpec {
-        in_channels: 1,
-        out_channels: 1,
-        kernel_h: 2,
-        kernel_w: 2,
-        stride: 1,
-        padding: 1,
-    });
+    let op = Op::Conv2d(conv(1, 1, (2, 2), 1, 1));
     let y = op.forward(&[&x, &w, &b]).unwrap();
     let sums = [
         1.0, 3.0, 5.0, 3.0, 5.0, 12.0, 16.0, 9.0, 11.0, 24.0, 28.0, 15.0, 7.0, 15.0, 17.0, 9.0,
@@ -957,14 +936,7 @@ fn softmax_and_log_softmax_normalise_every_line_of_their_axis() {
 
 #[test]
 fn max_pool_takes_the_largest_cell_of_each_window_and_a_nan_wins() {
-    let op = Op::Pool(PoolSpec {
-        kind: PoolKind::Max,
-        kernel_h: 2,
-        kernel_w: 2,
-        stride: 2,
-        padding: 0,
-        padded: false,
-    });
+    let op = Op::Pool(pool(PoolKind::Max, (2, 2), 2, 0));
     let x = t(&[1, 2, 2], &[1.0, 5.0, 3.0, 2.0]);
     let y = op.forward(&[&x]).unwrap();
     assert_eq!(y.data(), &[5.0]);
@@ -1111,30 +1083,15 @@ fn concat_takes_two_or_more_operands_agreeing_off_its_axis() {
 
 #[test]
 fn a_pool_padding_may_not_exceed_half_its_kernel() {
-    let spec = |kernel, padding| {
-        Op::Pool(PoolSpec {
-            kind: PoolKind::Max,
-            kernel_h: kernel,
-            kernel_w: kernel,
-            stride: 1,
-            padding,
-            padded: true,
-        })
-    };
+    // every padding here is positive: the `_pad` kind
+    let spec = |kernel, padding| Op::Pool(pool(PoolKind::Max, (kernel, kernel), 1, padding));
     let x = Shape::from([1, 5, 5]);
     assert!(spec(3, 1).infer_shape(std::slice::from_ref(&x)).is_ok());
     assert!(spec(4, 2).infer_shape(std::slice::from_ref(&x)).is_ok());
     assert!(spec(3, 2).infer_shape(std::slice::from_ref(&x)).is_err());
     assert!(spec(4, 3).infer_shape(std::slice::from_ref(&x)).is_err());
     // each side against its own kernel extent: 2 is over half of a width of 2
-    let wide = Op::Pool(PoolSpec {
-        kind: PoolKind::Max,
-        kernel_h: 5,
-        kernel_w: 2,
-        stride: 1,
-        padding: 2,
-        padded: true,
-    });
+    let wide = Op::Pool(pool(PoolKind::Max, (5, 2), 1, 2));
     assert!(wide.infer_shape(&[x]).is_err());
 }
 
@@ -1249,14 +1206,7 @@ fn layer_norm_of_an_empty_tensor_is_empty() {
 
 #[test]
 fn conv2d_declares_its_weight_and_bias() {
-    let spec = Conv2dSpec {
-        in_channels: 2,
-        out_channels: 3,
-        kernel_h: 4,
-        kernel_w: 5,
-        stride: 1,
-        padding: 0,
-    };
+    let spec = conv(2, 3, (4, 5), 1, 0);
     assert_eq!(
         spec.payload_shapes(),
         vec![Shape::from([3, 2, 4, 5]), Shape::from([3])]
@@ -1315,14 +1265,7 @@ fn conv2d_strides_over_each_image_of_a_batch_by_hand() {
         .copied()
         .collect();
     let x = t(&[2, 1, 3, 3], &data);
-    let spec = Conv2dSpec {
-        in_channels: 1,
-        out_channels: 1,
-        kernel_h: 2,
-        kernel_w: 2,
-        stride: 2,
-        padding: 1,
-    };
+    let spec = conv(1, 1, (2, 2), 2, 1);
     assert_eq!(spec.output_hw(3, 3).unwrap(), (2, 2));
     let y = Op::Conv2d(spec)
         .forward(&[&x, &t(&[1, 1, 2, 2], &[1.0; 4]), &t(&[1], &[0.0])])
@@ -1332,14 +1275,7 @@ fn conv2d_strides_over_each_image_of_a_batch_by_hand() {
 
 #[test]
 fn a_pool_names_its_output_size() {
-    let spec = PoolSpec {
-        kind: PoolKind::Avg,
-        kernel_h: 3,
-        kernel_w: 2,
-        stride: 2,
-        padding: 1,
-        padded: true,
-    };
+    let spec = pool(PoolKind::Avg, (3, 2), 2, 1);
     // (5 + 2 - 3) / 2 + 1 = 3 rows, (6 + 2 - 2) / 2 + 1 = 4 columns
     assert_eq!(spec.output_hw(5, 6).unwrap(), (3, 4));
 }
@@ -1349,14 +1285,7 @@ fn the_conv_workspace_of_a_small_layer_by_its_documented_parts() {
     // one 1x1 channel map of 2x2 through a 1x1 kernel: 4 patch columns of 1 tap row, their
     // 1-channel output (forward: 4 + 4 = 8); the backward chunk's tap rows and gradient
     // (2·4) and its cotangent block (4), a partial weight gradient (1) and the bias row (1)
-    let spec = Conv2dSpec {
-        in_channels: 1,
-        out_channels: 1,
-        kernel_h: 1,
-        kernel_w: 1,
-        stride: 1,
-        padding: 0,
-    };
+    let spec = conv(1, 1, (1, 1), 1, 0);
     let s = Shape::from([1, 1, 2, 2]);
     assert_eq!(spec.workspace_elements(&s, &s, Pass::Eval), 8);
     assert_eq!(spec.workspace_elements(&s, &s, Pass::Grad), 14);
@@ -1426,14 +1355,7 @@ fn the_payload_of_each_op_is_declared_from_its_shapes() {
         .payload_shapes(&[Shape::from([2, 5])], &Shape::from([2, 4]))
         .unwrap();
     assert_eq!(linear, vec![Shape::from([4, 5]), Shape::from([4])]);
-    let spec = Conv2dSpec {
-        in_channels: 2,
-        out_channels: 3,
-        kernel_h: 1,
-        kernel_w: 1,
-        stride: 1,
-        padding: 0,
-    };
+    let spec = conv(2, 3, (1, 1), 1, 0);
     let x = Shape::from([1, 2, 4, 4]);
     let out = Shape::from([1, 3, 4, 4]);
     assert_eq!(
@@ -1499,14 +1421,7 @@ fn batch_norm_takes_four_per_channel_payload_tensors() {
 
 #[test]
 fn a_padded_geometry_counts_the_padding_on_both_sides() {
-    let spec = Conv2dSpec {
-        in_channels: 1,
-        out_channels: 1,
-        kernel_h: 3,
-        kernel_w: 3,
-        stride: 1,
-        padding: 1,
-    };
+    let spec = conv(1, 1, (3, 3), 1, 1);
     let g = spec.geometry(&Shape::from([1, 1, 4, 6])).unwrap();
     assert_eq!((g.hp(), g.wp()), (6, 8));
     let wide = Conv2dSpec {
@@ -1561,14 +1476,7 @@ fn small_tables_read_and_print_their_wire_forms() {
 fn a_pool_window_moves_by_its_stride() {
     // [1, 2, 4]: two 2x2 windows side by side, stride 2
     let x = t(&[1, 2, 4], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
-    let op = Op::Pool(PoolSpec {
-        kind: PoolKind::Avg,
-        kernel_h: 2,
-        kernel_w: 2,
-        stride: 2,
-        padding: 0,
-        padded: false,
-    });
+    let op = Op::Pool(pool(PoolKind::Avg, (2, 2), 2, 0));
     assert_eq!(op.forward(&[&x]).unwrap().data(), &[3.5, 5.5]);
 }
 
@@ -1592,14 +1500,7 @@ fn batch_norm_takes_a_rank_two_batch() {
 
 #[test]
 fn only_a_plain_one_by_one_convolution_is_direct() {
-    let spec = |k: (usize, usize), stride| Conv2dSpec {
-        in_channels: 1,
-        out_channels: 1,
-        kernel_h: k.0,
-        kernel_w: k.1,
-        stride,
-        padding: 0,
-    };
+    let spec = |k, stride| conv(1, 1, k, stride, 0);
     let x = Shape::from([1, 1, 4, 4]);
     assert!(spec((1, 1), 1).geometry(&x).unwrap().direct());
     for (k, stride) in [((1, 1), 2), ((1, 3), 1), ((3, 1), 1)] {
@@ -1642,14 +1543,7 @@ fn add_scalar_adds_its_constant() {
 fn conv2d_reads_each_channel_of_each_image() {
     // two images of two 1x2 channels, a 1x1 kernel summing the channels with weights 1 and 10
     let x = t(&[2, 2, 1, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
-    let op = Op::Conv2d(Conv2dSpec {
-        in_channels: 2,
-        out_channels: 1,
-        kernel_h: 1,
-        kernel_w: 1,
-        stride: 1,
-        padding: 0,
-    });
+    let op = Op::Conv2d(conv(2, 1, (1, 1), 1, 0));
     let (w, b) = (t(&[1, 2, 1, 1], &[1.0, 10.0]), t(&[1], &[0.0]));
     let y = op.forward(&[&x, &w, &b]).unwrap();
     assert_eq!(y.data(), &[31.0, 42.0, 75.0, 86.0]);
@@ -1678,14 +1572,7 @@ fn concat_interleaves_rows_of_several_inner_elements() {
 
 #[test]
 fn a_pool_padding_is_checked_against_the_kernel_height_too() {
-    let tall = Op::Pool(PoolSpec {
-        kind: PoolKind::Max,
-        kernel_h: 2,
-        kernel_w: 5,
-        stride: 1,
-        padding: 2,
-        padded: true,
-    });
+    let tall = Op::Pool(pool(PoolKind::Max, (2, 5), 1, 2));
     assert!(tall.infer_shape(&[Shape::from([1, 6, 6])]).is_err());
 }
 
