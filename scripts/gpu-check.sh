@@ -170,7 +170,8 @@ build() {
 
 tests() {
     cargo test --release --locked -p torchlean-engine-cuda
-    cargo test --release --locked -p torchlean-train --test cuda --test cuda_memory
+    cargo test --release --locked -p torchlean-train --test integration cuda::
+    cargo test --release --locked -p torchlean-train --test cuda_memory
 }
 
 conform() {

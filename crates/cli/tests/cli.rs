@@ -1,7 +1,7 @@
 //! The `torchlean` binary end to end: exit codes 0/1/2, one clear line per problem, no panics.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{assert_bad_input, base_graph, cases_dir, run, stderr, stdout, write};
 use serde_json::{json, Value};

@@ -7,7 +7,7 @@
 use serde_json::Value;
 use std::process::Output;
 
-mod common;
+use crate::common;
 
 use common::{assert_bad_input, cases_dir, run, stderr, stdout};
 

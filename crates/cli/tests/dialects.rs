@@ -2,7 +2,7 @@
 //! both ways, and bad input naming the file's node ids (exit 2).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{assert_bad_input, run, stderr, stdout, write};
 use serde_json::{json, Value};

@@ -4,7 +4,7 @@
 //! (skipped visibly otherwise).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 #[path = "../../train/tests/common/mod.rs"]
 mod python;
 

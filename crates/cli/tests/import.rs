@@ -1,7 +1,7 @@
 //! `torchlean import`: the zoo's MLP imported and differentiated by `torchlean grad` gives
 //! PyTorch's gradients; an unsupported or truncated model is exit 2 with one line per problem.
 
-mod common;
+use crate::common;
 
 use common::{assert_bad_input, run, stdout, zoo, zoo_tensor};
 use serde_json::Value;

@@ -3,7 +3,7 @@
 //! and node the problem is in.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{assert_bad_input, base_graph, bin, cases_dir, run, stderr, stdout, write};
 use serde_json::{json, Value};

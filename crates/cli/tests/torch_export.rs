@@ -5,7 +5,7 @@
 //! Python with torch and safetensors and is skipped, saying so, without one (CI has none).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use common::{run, stderr, stdout};
 use serde_json::Value;

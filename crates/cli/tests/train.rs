@@ -6,7 +6,7 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output};
 
-mod common;
+use crate::common;
 
 use common::{bin, stderr, stdout};
 

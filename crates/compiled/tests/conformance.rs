@@ -2,7 +2,7 @@
 //! every path ([`GradPath`]).
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use torchlean_compiled::{
     run_case, run_case_on, run_grad_on, tolerance_for, GradPath, F32_TOLERANCE,

@@ -11,7 +11,7 @@
 //! - `backprop_from` equals `backward_dense_all` on the compact tape.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use serde_json::json;
 use torchlean_compiled::*;

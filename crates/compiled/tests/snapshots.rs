@@ -2,7 +2,7 @@
 //! with `cargo insta review`.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 
 use torchlean_compiled::{exec_graph_of_ir, lower_text};
 

@@ -127,15 +127,3 @@ fn a_convolution_counts_its_engine_workspace() {
     let b = s.param("b", &Tensor::zeros([1]).unwrap()).unwrap();
     s.conv2d(spec, &x, &w, &b).unwrap();
 }
-
-#[test]
-fn a_new_session_takes_the_process_budget() {
-    // this binary's only use of the process default
-    assert!(Budget::set_process_default(Budget::bytes(100)));
-    let mut s = Session::<CpuF64>::new();
-    let (node, op, ..) = over(
-        s.input("x", &Tensor::zeros([10]).unwrap(), false)
-            .unwrap_err(),
-    );
-    assert_eq!((node, op), (0, "input"));
-}

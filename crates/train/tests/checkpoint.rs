@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 use std::collections::BTreeMap;
 use std::path::Path;
 use torchlean_train::checkpoint::{ShapeMismatch, OPTIMIZER_PREFIX};

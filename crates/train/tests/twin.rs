@@ -4,7 +4,7 @@
 //! is unset or cannot import torch and safetensors.
 #![allow(clippy::unwrap_used)]
 
-mod common;
+use crate::common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use torchlean_engine_cpu::{CpuF32, CpuF64};
