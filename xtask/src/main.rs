@@ -13,7 +13,7 @@
 //!   (nightly; installs cargo-fuzz if absent), N seconds each, one after the other; a table of
 //!   executions per target, exit 1 if any input crashed, leaked, hung or ran out of memory.
 //! - `cargo xtask mutants [--crate C]… [--file GLOB]… [--sample K/N | --missed | --untested]
-//!   [--oracle lib|own|checkers] [--timeout S] [--jobs N] [--report]` — mutation testing (cargo-mutants, installed if absent) of spec, runtime,
+//!   [--oracle lib|own|checkers] [--timeout S] [--jobs N] [--report] [--keep]` — mutation testing (cargo-mutants, installed if absent) of spec, runtime,
 //!   compiled and engine-cpu; the score per crate less the accepted equivalent mutants of
 //!   `xtask/mutants-equivalent.json`, the missed mutants, the run time; exit 1 under target.
 

@@ -1,5 +1,5 @@
 //! `cargo xtask mutants [--crate C]… [--file GLOB]… [--sample K/N | --missed | --untested]
-//! [--oracle lib|own|checkers] [--timeout S] [--jobs N] [--report]`: mutation testing
+//! [--oracle lib|own|checkers] [--timeout S] [--jobs N] [--report] [--keep]`: mutation testing
 //! (cargo-mutants) of `spec`, `runtime`, `compiled` and `engine-cpu` with the project's own
 //! checks as the oracle, and the score as a number (`--sample`: an estimate from one mutant
 //! in N, with its interval; `--missed`: the misses on disk again, under a fuller oracle;
@@ -14,6 +14,8 @@
 //! accepted equivalent mutants of `xtask/mutants-equivalent.json` (each with its reason) and
 //! prints the score `caught / (viable − equivalent)`, the missed mutants and the run time.
 //! `--report` prints it from the results on disk without running anything (partial runs too).
+//! `--keep` writes the results that count to `xtask/mutants-kept/<crate>.json` (the `kept`
+//! module), which later runs read beside the disk's: a long run is finished piece by piece.
 //! Details and the figures: `docs/mutants.md`.
 
 use std::collections::BTreeMap;
@@ -22,6 +24,8 @@ use std::process::{Command, Stdio};
 
 use clap::{Args, ValueEnum};
 use serde_json::Value;
+
+mod kept;
 
 /// The cargo profile mutants are built with (`[profile.mutation]` in the workspace's
 /// `Cargo.toml`: our crates unoptimised, for seconds-long incremental rebuilds).
@@ -114,9 +118,13 @@ pub struct MutantsArgs {
     /// Only mutants whose name matches this regex (cargo-mutants' `--re`; repeatable)
     #[arg(long = "re")]
     regexes: Vec<String>,
-    /// Print the score from the results on disk; run nothing
+    /// Print the score from the results on disk and kept; run nothing
     #[arg(long)]
     report: bool,
+    /// Write each crate's results that count to `xtask/mutants-kept/<crate>.json`, to commit:
+    /// later runs (on other machines too) start from them
+    #[arg(long)]
+    keep: bool,
     /// Test only mutant `i` with `i % N == K` (cargo-mutants' round-robin `--shard K/N`): a
     /// systematic sample of one mutant in N across every file, whose score estimates the
     /// crate's (the report gives its 95 % interval)
@@ -199,6 +207,29 @@ enum Verdict {
     Unviable,
 }
 
+impl Verdict {
+    const ALL: [Verdict; 4] = [
+        Verdict::Caught,
+        Verdict::Missed,
+        Verdict::Timeout,
+        Verdict::Unviable,
+    ];
+
+    /// The word the kept results use.
+    fn word(self) -> &'static str {
+        match self {
+            Verdict::Caught => "caught",
+            Verdict::Missed => "missed",
+            Verdict::Timeout => "timeout",
+            Verdict::Unviable => "unviable",
+        }
+    }
+
+    fn from_word(word: &str) -> Option<Verdict> {
+        Verdict::ALL.into_iter().find(|v| v.word() == word)
+    }
+}
+
 /// One mutant's outcome, read from `outcomes.json`.
 #[derive(Debug, Clone, PartialEq)]
 struct Outcome {
@@ -206,6 +237,12 @@ struct Outcome {
     name: String,
     file: String,
     verdict: Verdict,
+    /// The git blob id of `file` as the run found it (`None` for a run without `blobs.json`).
+    blob: Option<String>,
+    /// Build and test time.
+    seconds: f64,
+    /// The test command that judged it (its shard's).
+    oracle: String,
 }
 
 impl Outcome {
@@ -220,18 +257,17 @@ fn description(name: &str) -> &str {
     name.split_once(": ").map_or(name, |(_, d)| d)
 }
 
-/// One shard's results: its outcomes, its start time and its duration in seconds.
+/// One shard's results: its outcomes (each with its time and oracle: the mutants' test
+/// command, `cargo test --package=… [--lib]`, the baseline's when no mutant's tests ran), its
+/// start time, and whether it finished.
 #[derive(Debug)]
 struct Shard {
     outcomes: Vec<Outcome>,
     start: String,
-    seconds: f64,
     finished: bool,
-    /// The mutants' test command (`cargo test --package=… [--lib]`), the baseline's when no
-    /// mutant's tests ran: the oracle.
-    oracle: String,
-    /// The `--sample` this shard ran, read from its directory's name.
-    sample: Option<Sample>,
+    /// The `--sample` this shard ran, read from its directory's name (the kept results: every
+    /// sample they hold).
+    samples: Vec<Sample>,
 }
 
 /// A crate's figures after the equivalent mutants are subtracted.
@@ -296,9 +332,82 @@ pub fn run(args: &MutantsArgs) -> Result<bool, String> {
     }
     let mut all_met = true;
     for &c in &crates {
-        all_met &= report_crate(&root, c, &out_root.join(c.name()), &equivalents)?;
+        let r = results(&root, c, &out_root.join(c.name()))?;
+        all_met &= report_crate(c, &r, &equivalents);
+        if args.keep {
+            let path = kept::path(&root, c.name());
+            let text = kept::render(&r.outcomes, &r.samples());
+            std::fs::create_dir_all(path.parent().ok_or("a kept path has a parent")?)
+                .and_then(|()| std::fs::write(&path, text))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let n = r.outcomes.iter().filter(|o| o.blob.is_some()).count();
+            println!("  kept {n} results in {}", path.display());
+        }
     }
     Ok(all_met)
+}
+
+/// A crate's results: the kept ones and every shard on disk, each mutant once from the
+/// latest, less those that no longer describe the code.
+#[derive(Debug)]
+struct Results {
+    shards: Vec<Shard>,
+    /// The results that count.
+    outcomes: Vec<Outcome>,
+    /// Results for mutants the code no longer has, or whose file changed since.
+    stale: usize,
+    /// How many mutants the crate has now, if `cargo mutants --list` says.
+    total: Option<usize>,
+}
+
+impl Results {
+    fn samples(&self) -> Vec<Sample> {
+        let mut samples: Vec<Sample> = self.shards.iter().flat_map(|s| s.samples.clone()).collect();
+        samples.sort_by_key(|s| (s.n, s.k));
+        samples.dedup();
+        samples
+    }
+
+    fn complete(&self) -> bool {
+        self.total.is_some_and(|n| self.outcomes.len() >= n)
+    }
+}
+
+fn results(root: &Path, c: Crate, dir: &Path) -> Result<Results, String> {
+    let mut shards: Vec<Shard> = kept::read(&kept::path(root, c.name()))?
+        .into_iter()
+        .collect();
+    shards.extend(read_shards(dir)?);
+    let latest = latest_outcomes(&shards);
+    let before = latest.len();
+    let mut files: Vec<String> = latest.iter().map(|o| o.file.clone()).collect();
+    files.sort();
+    files.dedup();
+    files.retain(|f| root.join(f).is_file());
+    let current = current_mutants(root, c);
+    let outcomes = still_current(latest, current.as_deref(), &kept::blobs(root, &files)?);
+    Ok(Results {
+        stale: before - outcomes.len(),
+        shards,
+        outcomes,
+        total: current.as_ref().map(Vec::len),
+    })
+}
+
+/// The outcomes that still describe the code: their mutant is among `names` (when known; a
+/// name carries its line, so code that moved renames it) and their file has the blob id it had
+/// when they were tested (`now`; when the run recorded it).
+fn still_current(
+    mut outcomes: Vec<Outcome>,
+    names: Option<&[String]>,
+    now: &BTreeMap<String, String>,
+) -> Vec<Outcome> {
+    if let Some(list) = names {
+        let names: std::collections::BTreeSet<&str> = list.iter().map(String::as_str).collect();
+        outcomes.retain(|o| names.contains(o.name.as_str()));
+    }
+    outcomes.retain(|o| o.blob.as_ref().is_none_or(|b| now.get(&o.file) == Some(b)));
+    outcomes
 }
 
 /// What this run tests of crate `c`: its shard's directory name under `dir` and the `--re`
@@ -315,11 +424,11 @@ fn selection(
         (!names.is_empty()).then(|| (next_label(dir, prefix), regexes.collect()))
     };
     if args.missed {
-        let missed = score(&latest_outcomes(&read_shards(dir)?), equivalents).missed;
+        let missed = score(&results(root, c, dir)?.outcomes, equivalents).missed;
         return Ok(by_name(missed.iter().collect(), "missed"));
     }
     if args.untested {
-        let done = latest_outcomes(&read_shards(dir)?);
+        let done = results(root, c, dir)?.outcomes;
         let list = current_mutants(root, c)
             .ok_or_else(|| format!("cannot list {}'s mutants", c.package()))?;
         return Ok(by_name(untested(&list, &done), "untested"));
@@ -331,51 +440,34 @@ fn selection(
     Ok(Some((shard, args.regexes.clone())))
 }
 
-/// Prints crate `c`'s score from the results under `dir`; whether it is whole and on target.
-fn report_crate(
-    root: &Path,
-    c: Crate,
-    dir: &Path,
-    equivalents: &[Equivalent],
-) -> Result<bool, String> {
-    let shards = read_shards(dir)?;
-    if shards.is_empty() {
+/// Prints crate `c`'s score from its results; whether they are whole and on target.
+fn report_crate(c: Crate, r: &Results, equivalents: &[Equivalent]) -> bool {
+    if r.shards.is_empty() {
         println!(
             "{}: no results (run `cargo xtask mutants --crate {0}`)",
             c.name()
         );
-        return Ok(false);
+        return false;
     }
-    let mut outcomes = latest_outcomes(&shards);
-    let current = current_mutants(root, c);
-    if let Some(list) = &current {
-        // a result whose mutant the code no longer has (it moved, or went) does not count
-        let before = outcomes.len();
-        let names: std::collections::BTreeSet<&str> = list.iter().map(String::as_str).collect();
-        outcomes.retain(|o| names.contains(o.name.as_str()));
-        if outcomes.len() < before {
-            println!(
-                "{}: {} results on disk are for mutants the code no longer has (ignored)",
-                c.name(),
-                before - outcomes.len()
-            );
-        }
+    if r.stale > 0 {
+        println!(
+            "{}: {} results are for mutants the code no longer has, or whose file changed since \
+             (ignored)",
+            c.name(),
+            r.stale
+        );
     }
-    let score = score(&outcomes, equivalents);
-    let seconds: f64 = shards.iter().map(|s| s.seconds).sum();
-    let partial = shards.iter().any(|s| !s.finished);
-    print_score(c, &score, seconds, partial, &outcomes);
-    let total = current.as_ref().map(Vec::len);
-    let complete = total.is_some_and(|n| outcomes.len() >= n);
+    let score = score(&r.outcomes, equivalents);
+    let seconds: f64 = r.outcomes.iter().map(|o| o.seconds).sum();
+    let partial = r.shards.iter().any(|s| !s.finished);
+    print_score(c, &score, seconds, partial, &r.outcomes);
     println!(
         "  tested {} of {} mutants",
-        outcomes.len(),
-        total.map_or_else(|| "?".to_string(), |n| n.to_string())
+        r.outcomes.len(),
+        r.total.map_or_else(|| "?".to_string(), |n| n.to_string())
     );
-    let mut samples: Vec<Sample> = shards.iter().filter_map(|s| s.sample).collect();
-    samples.sort_by_key(|s| (s.n, s.k));
-    samples.dedup();
-    if let (false, false, Some((lo, hi))) = (complete, samples.is_empty(), score.interval()) {
+    let samples = r.samples();
+    if let (false, false, Some((lo, hi))) = (r.complete(), samples.is_empty(), score.interval()) {
         let list: Vec<String> = samples.iter().map(|s| format!("{}/{}", s.k, s.n)).collect();
         println!(
             "  a sample (round-robin shard {}): the crate's score is in \
@@ -383,13 +475,13 @@ fn report_crate(
             list.join(", ")
         );
     }
-    let mut oracles: Vec<&str> = shards.iter().map(|s| s.oracle.as_str()).collect();
+    let mut oracles: Vec<&str> = r.outcomes.iter().map(|o| o.oracle.as_str()).collect();
     oracles.sort();
     oracles.dedup();
     println!("  oracle: {}", oracles.join("; "));
-    Ok(score.percent().is_some_and(|p| p >= c.target_percent())
+    score.percent().is_some_and(|p| p >= c.target_percent())
         && score.caught_equivalents.is_empty()
-        && complete)
+        && r.complete()
 }
 
 /// The names of the mutants cargo-mutants makes of the crate now (`cargo mutants --list`), if
@@ -597,6 +689,12 @@ fn run_crate(
     out: &Path,
 ) -> Result<(), String> {
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    // the files as this run finds them, so its results can be kept while they stay the same
+    let files = kept::rust_files(tree, &format!("crates/{}", c.name()))?;
+    let ids =
+        serde_json::to_string_pretty(&kept::blobs(tree, &files)?).map_err(|e| e.to_string())?;
+    let blobs = out.join(kept::BLOBS);
+    std::fs::write(&blobs, ids).map_err(|e| format!("{}: {e}", blobs.display()))?;
     let mut cmd = Command::new("cargo");
     cmd.current_dir(tree)
         .arg("mutants")
@@ -666,9 +764,19 @@ fn read_shards(dir: &Path) -> Result<Vec<Shard>, String> {
             continue;
         };
         let mut shard = parse_outcomes(&text).map_err(|e| format!("{}: {e}", file.display()))?;
-        shard.sample = p
+        shard.samples = p
             .file_name()
-            .and_then(|n| Sample::from_label(&n.to_string_lossy()));
+            .and_then(|n| Sample::from_label(&n.to_string_lossy()))
+            .into_iter()
+            .collect();
+        let blobs = p.join(kept::BLOBS);
+        if let Ok(text) = std::fs::read_to_string(&blobs) {
+            let ids: BTreeMap<String, String> =
+                serde_json::from_str(&text).map_err(|e| format!("{}: {e}", blobs.display()))?;
+            for o in &mut shard.outcomes {
+                o.blob = ids.get(&o.file).cloned();
+            }
+        }
         shards.push(shard);
     }
     Ok(shards)
@@ -679,10 +787,9 @@ fn parse_outcomes(text: &str) -> Result<Shard, String> {
     let doc: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let list = doc["outcomes"].as_array().ok_or("no `outcomes` array")?;
     let mut outcomes = Vec::new();
-    let mut seconds = 0.0;
     let mut oracle = String::new();
     for o in list {
-        seconds += o["phase_results"]
+        let time = o["phase_results"]
             .as_array()
             .into_iter()
             .flatten()
@@ -717,15 +824,19 @@ fn parse_outcomes(text: &str) -> Result<Shard, String> {
                 .ok_or("a mutant without a file")?
                 .to_string(),
             verdict,
+            blob: None,
+            seconds: time,
+            oracle: String::new(), // the shard's, below
         });
+    }
+    for o in &mut outcomes {
+        o.oracle.clone_from(&oracle);
     }
     Ok(Shard {
         outcomes,
         start: doc["start_time"].as_str().unwrap_or_default().to_string(),
-        seconds,
         finished: !doc["end_time"].is_null(),
-        oracle,
-        sample: None,
+        samples: Vec::new(),
     })
 }
 
@@ -873,6 +984,9 @@ mod tests {
             name: name.to_string(),
             file: name.split(':').next().unwrap_or_default().to_string(),
             verdict,
+            blob: None,
+            seconds: 0.0,
+            oracle: String::new(),
         }
     }
 
@@ -1008,19 +1122,24 @@ mod tests {
                       "--package=torchlean-runtime@0.1.0"]}]}
         ], "start_time": "2026-12-01T22:00:00Z", "end_time": null}"#;
         assert_eq!(
-            parse_outcomes(checkers).expect("checkers").oracle,
+            parse_outcomes(checkers).expect("checkers").outcomes[0].oracle,
             "cargo test --package=torchlean-compiled@0.1.0 --package=torchlean-runtime@0.1.0"
         );
         let (a, b) = (
             parse_outcomes(first).expect("first"),
             parse_outcomes(second).expect("second"),
         );
-        assert_eq!((a.seconds, a.finished, a.outcomes.len()), (42.0, false, 1));
+        // a mutant's time is its own phases' (the baseline's 10 s are nobody's)
         assert_eq!(
-            a.oracle,
+            (a.outcomes[0].seconds, a.finished, a.outcomes.len()),
+            (32.0, false, 1)
+        );
+        assert_eq!(
+            a.outcomes[0].oracle,
             "cargo test --package=torchlean-runtime@0.1.0 --lib"
         );
-        assert_eq!((b.seconds, b.finished), (25.0, true));
+        let times: Vec<f64> = b.outcomes.iter().map(|o| o.seconds).collect();
+        assert_eq!((times, b.finished), (vec![20.0, 5.0], true));
         let latest = latest_outcomes(&[b, a]);
         assert_eq!(
             latest.iter().map(|o| o.verdict).collect::<Vec<_>>(),
@@ -1102,6 +1221,55 @@ mod tests {
             outcome("a.rs:9:1: gone", Verdict::Missed),
         ];
         assert_eq!(untested(&list, &done), vec![&list[1]]);
+    }
+
+    #[test]
+    fn a_result_counts_while_its_mutant_and_its_file_are_unchanged() {
+        let tested = |name: &str, verdict, blob: Option<&str>| Outcome {
+            blob: blob.map(str::to_string),
+            ..outcome(name, verdict)
+        };
+        let kept = Shard {
+            outcomes: vec![
+                tested("a.rs:1:1: f", Verdict::Caught, Some("old")),
+                tested("b.rs:1:1: g", Verdict::Caught, Some("b1")),
+                tested("b.rs:2:1: h", Verdict::Missed, Some("b1")),
+                tested("b.rs:3:1: moved", Verdict::Caught, Some("b1")),
+            ],
+            start: String::new(),
+            finished: true,
+            samples: Vec::new(),
+        };
+        let disk = Shard {
+            outcomes: vec![
+                tested("b.rs:2:1: h", Verdict::Caught, Some("b1")),
+                tested("c.rs:1:1: k", Verdict::Caught, None),
+            ],
+            start: "2026-12-02T08:00:00Z".into(),
+            finished: true,
+            samples: Vec::new(),
+        };
+        let names: Vec<String> = ["a.rs:1:1: f", "b.rs:1:1: g", "b.rs:2:1: h", "c.rs:1:1: k"]
+            .map(String::from)
+            .to_vec();
+        let now: BTreeMap<String, String> = [("a.rs", "new"), ("b.rs", "b1"), ("c.rs", "c1")]
+            .map(|(f, b)| (f.to_string(), b.to_string()))
+            .into();
+        let current = still_current(latest_outcomes(&[disk, kept]), Some(&names), &now);
+        // a.rs changed since; b.rs:3 is no longer a mutant; the run on disk re-tested b.rs:2;
+        // c.rs's run recorded no blob ids, so only its names are checked
+        let got: Vec<(&str, Verdict)> = current
+            .iter()
+            .map(|o| (o.name.as_str(), o.verdict))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("b.rs:1:1: g", Verdict::Caught),
+                ("b.rs:2:1: h", Verdict::Caught),
+                ("c.rs:1:1: k", Verdict::Caught)
+            ]
+        );
     }
 
     #[test]
