@@ -4,5 +4,6 @@
 //! `xtask`'s `every_integration_test_file_is_built`.
 
 mod conformance;
+mod pool;
 mod properties;
 mod tape;
