@@ -7,3 +7,4 @@ mod conformance;
 mod pool;
 mod properties;
 mod tape;
+mod tensor;
