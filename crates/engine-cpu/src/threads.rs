@@ -132,6 +132,36 @@ mod tests {
         }
     }
 
+    /// The split is the documented policy, pinned at its edges: one call below
+    /// [`PAR_MIN_WORK`] or on one thread; past it, groups of at least `PAR_MIN_WORK / 4` of work
+    /// and at most four tasks per thread. (Which split runs never shows in a result; this is
+    /// what keeps small tensors off rayon and large ones spread.)
+    #[test]
+    fn par_rows_splits_by_the_work_and_the_thread_count() {
+        let calls = |threads: usize, len: usize, row_len: usize, cost: usize| {
+            let seen = std::sync::Mutex::new(Vec::new());
+            let mut v = vec![0u8; len];
+            with_threads(threads, || {
+                par_rows(&mut v, row_len, cost, |first, rows| {
+                    seen.lock().unwrap().push((first, rows.len()))
+                })
+            });
+            let mut seen = seen.into_inner().unwrap();
+            seen.sort();
+            seen
+        };
+        let q = PAR_MIN_WORK / 4;
+        assert_eq!(calls(2, 4 * q - 1, 1, 1), [(0, 4 * q - 1)], "under the threshold");
+        assert_eq!(calls(1, 4 * q, 1, 1), [(0, 4 * q)], "one thread");
+        // at the threshold: the smallest groups, q rows each
+        assert_eq!(calls(2, 4 * q, 1, 1), [(0, q), (q, q), (2 * q, q), (3 * q, q)]);
+        // 16q rows of 2 elements: 4 tasks per thread, 2q rows each
+        let eight: Vec<_> = (0..8).map(|g| (g * 2 * q, 4 * q)).collect();
+        assert_eq!(calls(2, 32 * q, 2, 1), eight);
+        // rows costing q each: a group can be one row
+        assert_eq!(calls(2, 4, 1, q), [(0, 1), (1, 1), (2, 1), (3, 1)]);
+    }
+
     #[test]
     fn par_map_keeps_order() {
         let v = with_threads(2, || par_map(100_000, 1, |i| i * 2));
