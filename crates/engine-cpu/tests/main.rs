@@ -4,6 +4,7 @@
 //! `xtask`'s `every_integration_test_file_is_built`.
 
 mod conformance;
+mod conv;
 mod pool;
 mod properties;
 mod tape;

@@ -32,7 +32,11 @@ fn the_pool_holds_exactly_its_bound() {
     assert_eq!(len * 4 + overhead, MAX_POOLED_BYTES);
     // `vec![0.0; n]` is calloc'ed and `from_vec` does not write it: no page is touched
     drop(CpuTensor::<f32>::from_vec([len], vec![0.0; len]).unwrap());
-    assert_eq!(pooled_bytes::<f32>(), MAX_POOLED_BYTES, "a buffer that fills it is kept");
+    assert_eq!(
+        pooled_bytes::<f32>(),
+        MAX_POOLED_BYTES,
+        "a buffer that fills it is kept"
+    );
     clear_pool::<f32>();
     drop(CpuTensor::<f32>::from_vec([len + 1], vec![0.0; len + 1]).unwrap());
     assert_eq!(pooled_bytes::<f32>(), 0, "a buffer over the bound is freed");

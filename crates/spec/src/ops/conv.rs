@@ -403,14 +403,18 @@ impl Conv2dSpec {
                         let mut acc = A::zero();
                         for ci in 0..c {
                             for u in 0..kh {
-                                let Some(r) = self.src(i, u, h) else { continue };
+                                let r = self.src(i, u, h);
                                 for v in 0..kw {
-                                    let Some(s) = self.src(j, v, wd) else {
-                                        continue;
-                                    };
-                                    let xv = &xd[((bn * c + ci) * h + r) * wd + s];
                                     let wv = &wt[((o * c + ci) * kh + u) * kw + v];
-                                    acc = acc.add(&xv.mul(wv));
+                                    let term = match (r, self.src(j, v, wd)) {
+                                        (Some(r), Some(s)) => {
+                                            xd[((bn * c + ci) * h + r) * wd + s].mul(wv)
+                                        }
+                                        // a padded cell is a zero, multiplied like any other
+                                        // value: 0 · NaN = NaN, as im2col and PyTorch give
+                                        _ => A::zero().mul(wv),
+                                    };
+                                    acc = acc.add(&term);
                                 }
                             }
                         }
@@ -445,17 +449,19 @@ impl Conv2dSpec {
                         *slot = slot.add(d);
                         for ci in 0..c {
                             for u in 0..kh {
-                                let Some(r) = self.src(i, u, h) else { continue };
+                                let r = self.src(i, u, h);
                                 for v in 0..kw {
-                                    let Some(s) = self.src(j, v, wd) else {
+                                    let wi = ((o * c + ci) * kh + u) * kw + v;
+                                    let gw = &mut dw.data_mut()[wi];
+                                    let (Some(r), Some(s)) = (r, self.src(j, v, wd)) else {
+                                        // a padded cell: a zero input, and no input gradient
+                                        *gw = gw.add(&d.mul(&A::zero()));
                                         continue;
                                     };
                                     let xi = ((bn * c + ci) * h + r) * wd + s;
-                                    let wi = ((o * c + ci) * kh + u) * kw + v;
+                                    *gw = gw.add(&d.mul(&xd[xi]));
                                     let gx = &mut dx.data_mut()[xi];
                                     *gx = gx.add(&d.mul(&wt[wi]));
-                                    let gw = &mut dw.data_mut()[wi];
-                                    *gw = gw.add(&d.mul(&xd[xi]));
                                 }
                             }
                         }

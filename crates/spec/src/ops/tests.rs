@@ -907,6 +907,43 @@ fn conv2d_sums_each_window_inside_the_padding_by_hand() {
     assert_eq!(y.data(), &want[..]);
 }
 
+/// Zero padding is zeros multiplied like any other cell (as im2col, the CPU and CUDA engines
+/// and PyTorch compute it): a NaN weight reaches every output of its channel, the border ones
+/// too, and an infinite cotangent at the border makes the weight gradient NaN (∞ · 0).
+#[test]
+fn conv2d_multiplies_the_padding_zeros() {
+    let x = t(&[1, 1, 2, 2], &[1.0, 2.0, 3.0, 4.0]);
+    // the top-left tap is NaN; with a 2x2 kernel and padding 1 it reads padding at 5 of the 9
+    // outputs (those in the first row or column)
+    let w = t(&[1, 1, 2, 2], &[f64::NAN, 1.0, 1.0, 1.0]);
+    let b = t(&[1], &[0.0]);
+    let op = Op::Conv2d(conv(1, 1, (2, 2), 1, 1));
+    let y = op.forward(&[&x, &w, &b]).unwrap();
+    assert_eq!(y.shape().dims(), &[1, 1, 3, 3]);
+    assert!(y.data().iter().all(|v| v.is_nan()), "{:?}", y.data());
+    // a finite weight: the border outputs are the sums inside the image, as before
+    let w = t(&[1, 1, 2, 2], &[1.0; 4]);
+    let y = op.forward(&[&x, &w, &b]).unwrap();
+    assert_eq!(y.data(), &[1.0, 3.0, 2.0, 4.0, 10.0, 6.0, 3.0, 7.0, 4.0]);
+    // an infinite cotangent at the corner output (0, 0), whose window holds one real cell
+    let mut dy = vec![1.0; 9];
+    dy[0] = f64::INFINITY;
+    let dy = t(&[1, 1, 3, 3], &dy);
+    let g = op.vjp(&Saved::for_op(&op, &[&x, &w, &b], &y), &dy).unwrap();
+    let dw = g[1].as_ref().unwrap();
+    // taps (0,0), (0,1), (1,0) read padding at output (0, 0): ∞ · 0 = NaN; tap (1,1) reads x[0]
+    assert!(dw.data()[..3].iter().all(|v| v.is_nan()), "{:?}", dw.data());
+    assert_eq!(dw.data()[3], f64::INFINITY);
+    // the input gradient is only ever reached from real cells: x[0] through tap (1,1) at (0,0)
+    let dx = g[0].as_ref().unwrap();
+    assert_eq!(dx.data()[0], f64::INFINITY);
+    assert!(
+        dx.data()[1..].iter().all(|v| v.is_finite()),
+        "{:?}",
+        dx.data()
+    );
+}
+
 #[test]
 fn softmax_and_log_softmax_normalise_every_line_of_their_axis() {
     let x = t(&[2, 3], &[1.0, 2.0, 3.0, 0.0, -1.0, 4.0]);
