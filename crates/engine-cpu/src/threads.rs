@@ -151,10 +151,17 @@ mod tests {
             seen
         };
         let q = PAR_MIN_WORK / 4;
-        assert_eq!(calls(2, 4 * q - 1, 1, 1), [(0, 4 * q - 1)], "under the threshold");
+        assert_eq!(
+            calls(2, 4 * q - 1, 1, 1),
+            [(0, 4 * q - 1)],
+            "under the threshold"
+        );
         assert_eq!(calls(1, 4 * q, 1, 1), [(0, 4 * q)], "one thread");
         // at the threshold: the smallest groups, q rows each
-        assert_eq!(calls(2, 4 * q, 1, 1), [(0, q), (q, q), (2 * q, q), (3 * q, q)]);
+        assert_eq!(
+            calls(2, 4 * q, 1, 1),
+            [(0, q), (q, q), (2 * q, q), (3 * q, q)]
+        );
         // 16q rows of 2 elements: 4 tasks per thread, 2q rows each
         let eight: Vec<_> = (0..8).map(|g| (g * 2 * q, 4 * q)).collect();
         assert_eq!(calls(2, 32 * q, 2, 1), eight);
