@@ -107,6 +107,21 @@ fn big_cases() -> Vec<(Op, Vec<Tensor<f64>>)> {
                 values(&[16], 13),
             ],
         ),
+        // gathers split across threads: a chunk starts mid-tensor (a broadcast with a stride-0
+        // inner axis; a permute that is not a transpose of the innermost two)
+        (
+            Op::BroadcastTo {
+                from: Shape::from([300, 1]),
+                to: Shape::from([64, 300, 8]),
+            },
+            vec![values(&[300, 1], 29)],
+        ),
+        (
+            Op::Permute {
+                perm: vec![2, 0, 1],
+            },
+            vec![values(&[40, 50, 30], 30)],
+        ),
         (Op::Softmax { axis: 1 }, vec![values(&[300, 500], 14)]),
         (Op::Softmax { axis: 0 }, vec![values(&[300, 500], 15)]),
         (
