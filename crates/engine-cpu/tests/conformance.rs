@@ -3,10 +3,11 @@
 //! across thread counts, on kernels large enough to take their parallel paths.
 #![allow(clippy::unwrap_used)]
 
+use crate::common::values;
 use torchlean_engine_cpu::{with_threads, CpuF32, CpuF64, CpuTensor};
 use torchlean_engine_suite::{assert_suite_passes, norm_rel_error, run_suite, Tolerance};
 use torchlean_runtime::{Kernels, Saved};
-use torchlean_spec::{ops, Conv2dSpec, Op, PoolKind, PoolSpec, Shape, Tensor, UnaryOp};
+use torchlean_spec::{Conv2dSpec, Op, PoolKind, PoolSpec, Shape, Tensor, UnaryOp};
 
 #[test]
 fn f32_engine_passes_the_suite() {
@@ -36,16 +37,6 @@ fn the_suite_passes_on_one_and_two_threads_with_the_same_errors() {
             a.name
         );
     }
-}
-
-/// Deterministic values in `[-1, 1)`.
-fn values(shape: &[usize], salt: u64) -> Tensor<f64> {
-    let mut s = salt;
-    Tensor::from_fn(Shape::from(shape), |_| {
-        s = ops::splitmix64(s);
-        (s >> 11) as f64 / (1u64 << 52) as f64 - 1.0
-    })
-    .unwrap()
 }
 
 /// Forward and every cotangent of `op` on big inputs.

@@ -3,8 +3,10 @@
 //! is neither a module below nor a `[[test]]` of its own in Cargo.toml fails
 //! `xtask`'s `every_integration_test_file_is_built`.
 
+mod common;
 mod conformance;
 mod conv;
+mod norm;
 mod pool;
 mod properties;
 mod tape;

@@ -1,0 +1,42 @@
+//! The normalisation kernels on inputs the random suites do not draw: rows far from zero, where
+//! a variance formula that is exact in real arithmetic (`Σv² − n·mean²`) loses every digit to
+//! cancellation and only the two-pass one (`Σ(v − mean)²`) keeps them; and empty spatial axes.
+
+use crate::common::{agrees, values};
+use torchlean_spec::{Op, Tensor};
+
+#[test]
+fn layer_norm_keeps_its_digits_far_from_zero() {
+    // values 1e8 + [-1, 1): squares near 1e16, where an f64 ulp is 2
+    let x = values(&[4, 64], 1).map(|v| Ok(v + 1e8)).unwrap();
+    let op = Op::LayerNorm {
+        axis: 1,
+        eps: Some(1e-5),
+    };
+    agrees("layer norm, rows near 1e8", &op, &[x], 1e-6);
+}
+
+#[test]
+fn batch_norm_of_empty_images_is_empty() {
+    let op = Op::BatchNormEval {
+        channels: 3,
+        eps: 1e-5,
+    };
+    let stats = |salt| values(&[3], salt);
+    let var = values(&[3], 4).map(|v| Ok(v.abs() + 0.5)).unwrap();
+    for x in [[2usize, 3, 0, 4], [2, 3, 4, 0], [0, 3, 4, 4]] {
+        let x: Tensor<f64> = values(&x, 5);
+        let inputs = [x, stats(1), stats(2), stats(3), var.clone()];
+        agrees("batch norm, an empty axis", &op, &inputs, 0.0);
+        let train = Op::BatchNormTrain {
+            channels: 3,
+            eps: None,
+        };
+        agrees(
+            "batch norm (train), an empty axis",
+            &train,
+            &inputs[..3],
+            0.0,
+        );
+    }
+}
