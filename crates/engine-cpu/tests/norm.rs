@@ -1,9 +1,10 @@
 //! The normalisation kernels on inputs the random suites do not draw: rows far from zero, where
 //! a variance formula that is exact in real arithmetic (`Σv² − n·mean²`) loses every digit to
-//! cancellation and only the two-pass one (`Σ(v − mean)²`) keeps them; and empty spatial axes.
+//! cancellation and only the two-pass one (`Σ(v − mean)²`) keeps them; logits large enough that
+//! a softmax shifted by anything but the row's maximum overflows; and empty spatial axes.
 
 use crate::common::{agrees, values};
-use torchlean_spec::{Op, Tensor};
+use torchlean_spec::{Op, Reduction, Tensor};
 
 #[test]
 fn layer_norm_keeps_its_digits_far_from_zero() {
@@ -39,4 +40,25 @@ fn batch_norm_of_empty_images_is_empty() {
             0.0,
         );
     }
+}
+
+#[test]
+fn softmax_shifts_by_the_maximum_wherever_it_is() {
+    // rows of 37: four full lanes of 8 and a remainder; the large logit sits in every lane and
+    // in the remainder in turn, so a maximum that skips a lane shifts by the wrong value and
+    // exp(1000 − small) overflows
+    let (rows, c) = (37, 37);
+    let mut x = values(&[rows, c], 6).data().to_vec();
+    for r in 0..rows {
+        x[r * c + r] = 1000.0;
+    }
+    let x = Tensor::new([rows, c], x).unwrap();
+    for op in [Op::Softmax { axis: 1 }, Op::LogSoftmax { axis: 1 }] {
+        agrees(op.name(), &op, std::slice::from_ref(&x), 1e-12);
+    }
+    let targets = Tensor::new([rows], (0..rows).map(|r| ((r + 1) % c) as f64).collect()).unwrap();
+    let ce = Op::CrossEntropy {
+        reduction: Reduction::Mean,
+    };
+    agrees("cross entropy", &ce, &[x, targets], 1e-12);
 }
