@@ -150,6 +150,39 @@ fn conv_matches_the_reference(spec: &Conv2dSpec, x: &Tensor<f64>, salt: u64) {
     close("db", &gb, &db);
 }
 
+/// The zero padding is multiplied like any cell, as in the reference (`0·NaN = NaN`): a NaN
+/// weight reaches every output of its channel, the border ones too, and an infinite cotangent
+/// at a corner reaches the weight gradient through the padding.
+#[test]
+fn conv_meets_the_zero_padding_as_the_reference_does() {
+    let _g = serial();
+    let spec = conv_spec(2, 3, 3, 1, 1);
+    let x = values(&[2, 2, 5, 6], 31);
+    let mut w = values(&[3, 2, 3, 3], 32).data().to_vec();
+    w[0] = f64::NAN;
+    let w = Tensor::new([3, 2, 3, 3], w).unwrap();
+    let b = values(&[3], 33);
+    let out = spec_out(&spec, &x);
+    let want = <Tensor<f64> as Backend>::conv2d(&spec, &x, &w, &b, &out).unwrap();
+    assert!(
+        want.data()[..30].iter().all(|v| v.is_nan()),
+        "channel 0 of image 0"
+    );
+    let got = <EmuF32 as Backend>::conv2d(&spec, &emu(&x), &emu(&w), &emu(&b), &out).unwrap();
+    close("y", &got, &want);
+    let mut dy = values(out.dims(), 34).data().to_vec();
+    dy[0] = f64::INFINITY;
+    let dy = Tensor::new(out.clone(), dy).unwrap();
+    let w = values(&[3, 2, 3, 3], 35);
+    let (dx, dw, db) = <Tensor<f64> as Backend>::conv2d_vjp(&spec, &x, &w, &dy).unwrap();
+    assert!(dw.data()[0].is_nan(), "∞ · padding at the corner");
+    let (gx, gw, gb) =
+        <EmuF32 as Backend>::conv2d_vjp(&spec, &emu(&x), &emu(&w), &emu(&dy)).unwrap();
+    close("dx", &gx, &dx);
+    close("dW", &gw, &dw);
+    close("db", &gb, &db);
+}
+
 #[test]
 fn conv_patches_and_their_adjoint_past_one_grid() {
     let _g = serial();
