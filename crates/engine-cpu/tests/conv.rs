@@ -1,6 +1,7 @@
 //! The CPU engine's convolution on inputs the random suites do not draw: NaN and infinity
 //! (which must reach exactly the outputs and gradients the reference engine's do, whatever
-//! patch layout the engine picks) and an empty output-channel axis.
+//! patch layout the engine picks), an empty output-channel axis, and a batch the backward
+//! cannot split evenly.
 
 use crate::common::{agrees, values, with};
 use torchlean_spec::{Conv2dSpec, Op};
@@ -58,4 +59,24 @@ fn no_output_channels_give_empty_results() {
         ],
         1e-12,
     );
+}
+
+#[test]
+fn a_batch_whose_last_group_of_images_is_short() {
+    // the backward splits a batch into at most 8 groups of equal size but the last: 17 images
+    // make 6 groups of 3 and a last of 2
+    let spec = Conv2dSpec {
+        in_channels: 2,
+        out_channels: 3,
+        kernel_h: 3,
+        kernel_w: 3,
+        stride: 1,
+        padding: 1,
+    };
+    let inputs = [
+        values(&[17, 2, 5, 5], 7),
+        values(&[3, 2, 3, 3], 8),
+        values(&[3], 9),
+    ];
+    agrees("17 images", &Op::Conv2d(spec), &inputs, 1e-12);
 }
