@@ -6,6 +6,7 @@
 mod common;
 mod conformance;
 mod conv;
+mod elementwise;
 mod norm;
 mod pool;
 mod properties;

@@ -1,0 +1,26 @@
+//! Elementwise kernels at the values where IEEE arithmetic has choices a tolerance cannot see:
+//! the sign of a zero result, and NaN, compared bit for bit with the reference engine.
+
+use torchlean_engine_cpu::{CpuF32, CpuF64};
+use torchlean_runtime::Kernels;
+use torchlean_spec::{Op, Tensor, UnaryOp};
+
+fn bits(t: &Tensor<f64>) -> Vec<u64> {
+    t.data().iter().map(|v| v.to_bits()).collect()
+}
+
+#[test]
+fn relu_of_signed_zeros_and_nan_is_the_references_bits() {
+    let x = Tensor::new([5], vec![-0.0, 0.0, f64::NAN, -1.5, 2.5]).unwrap();
+    let op = Op::Unary(UnaryOp::Relu);
+    let want = torchlean_runtime::forward::<Tensor<f64>>(&op, &[&x]).unwrap();
+    // the reference: `if x > 0 then x else 0`, so −0 and NaN give +0
+    assert_eq!(
+        bits(&want),
+        bits(&Tensor::new([5], vec![0.0, 0.0, 0.0, 0.0, 2.5]).unwrap())
+    );
+    let f64_y = torchlean_runtime::forward::<CpuF64>(&op, &[&CpuF64::from_f64(&x).unwrap()]);
+    assert_eq!(bits(&f64_y.unwrap().to_f64().unwrap()), bits(&want), "f64");
+    let f32_y = torchlean_runtime::forward::<CpuF32>(&op, &[&CpuF32::from_f64(&x).unwrap()]);
+    assert_eq!(bits(&f32_y.unwrap().to_f64().unwrap()), bits(&want), "f32");
+}
