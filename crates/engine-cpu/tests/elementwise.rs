@@ -24,3 +24,27 @@ fn relu_of_signed_zeros_and_nan_is_the_references_bits() {
     let f32_y = torchlean_runtime::forward::<CpuF32>(&op, &[&CpuF32::from_f64(&x).unwrap()]);
     assert_eq!(bits(&f32_y.unwrap().to_f64().unwrap()), bits(&want), "f32");
 }
+
+#[test]
+fn clamp_keeps_a_zero_of_either_sign_and_nan_as_the_reference_does() {
+    let x = Tensor::new([5], vec![-0.0, 0.0, f64::NAN, -1.5, 2.5]).unwrap();
+    // the reference: `if lo > x then lo else if x > hi then hi else x`: a zero at a zero bound
+    // keeps its sign, NaN passes
+    for (min, max) in [(Some(0.0), Some(0.0)), (Some(0.0), None), (None, Some(0.0))] {
+        let op = Op::Clamp { min, max };
+        let want = torchlean_runtime::forward::<Tensor<f64>>(&op, &[&x]).unwrap();
+        assert_eq!(want.data()[0].to_bits(), (-0.0f64).to_bits());
+        let f64_y = torchlean_runtime::forward::<CpuF64>(&op, &[&CpuF64::from_f64(&x).unwrap()]);
+        assert_eq!(
+            bits(&f64_y.unwrap().to_f64().unwrap()),
+            bits(&want),
+            "f64 {min:?} {max:?}"
+        );
+        let f32_y = torchlean_runtime::forward::<CpuF32>(&op, &[&CpuF32::from_f64(&x).unwrap()]);
+        assert_eq!(
+            bits(&f32_y.unwrap().to_f64().unwrap()),
+            bits(&want),
+            "f32 {min:?} {max:?}"
+        );
+    }
+}
