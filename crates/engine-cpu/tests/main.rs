@@ -7,6 +7,7 @@ mod common;
 mod conformance;
 mod conv;
 mod elementwise;
+mod layout;
 mod norm;
 mod pool;
 mod properties;
