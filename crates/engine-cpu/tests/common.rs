@@ -1,5 +1,6 @@
 //! Helpers the test modules share: deterministic inputs, and the CPU engine checked against
 //! the reference engine on one op.
+#![allow(clippy::unwrap_used)]
 
 use torchlean_engine_cpu::CpuF64;
 use torchlean_engine_suite::norm_rel_error;
