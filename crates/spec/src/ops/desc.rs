@@ -504,7 +504,7 @@ row!(LINEAR, "linear", Linalg, false,
      operands: ["x", "weight", "bias"], payload: 2, arity: Arity::Exact(3),
      saves: Saves::BOTH_OPERANDS, Proto::Op(|| Op::Linear));
 row!(CONV2D, "conv2d", Conv, false,
-"2-D convolution of `[C,H,W]` or `[N,C,H,W]`, zero padding on both sides, no dilation, one group; `H' = (H + 2p − kH)/stride + 1`", "`[outC,H',W']` / `[N,outC,H',W']`",
+"2-D convolution of `[C,H,W]` or `[N,C,H,W]`, zero padding on both sides (padded cells are zeros in every product, so a NaN or infinite weight reaches the border outputs, as in PyTorch), no dilation, one group; `H' = (H + 2p − kH)/stride + 1`", "`[outC,H',W']` / `[N,outC,H',W']`",
 operands: ["x", "weight", "bias"], payload: 2, arity: Arity::Exact(3),
 saves: Saves::BOTH_OPERANDS,
 Proto::Op(|| Op::Conv2d(Conv2dSpec {
