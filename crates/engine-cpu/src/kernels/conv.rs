@@ -845,9 +845,6 @@ mod tests {
     /// and several (the parallel weight-gradient groups), with and without the input gradient,
     /// and with a non-finite input (the wide backward's compact fallback).
     fn chunked_equals_whole<T: CpuScalar>() {
-        // Sizes: C·k² ≥ 2·PATCH_CHUNK_MIN_UNITS taps and as many columns, the least that splits
-        // both; few output channels, since the reference engine's conv at `opt-level = 0` (the
-        // mutation profile) is the cost of this test (70 output channels took 8 s there).
         let geos = [
             // (C, H, W, outC, k, stride, padding)
             (60, 24, 24, 3, 3, 1, 1),
@@ -937,6 +934,9 @@ mod tests {
         use torchlean_engine_suite::norm_rel_error;
         use torchlean_runtime::Kernels;
         use torchlean_spec::{Op, Tensor};
+        // Sizes: C·k² ≥ 2·PATCH_CHUNK_MIN_UNITS taps and as many columns, the least that splits
+        // both; few output channels, since the reference engine's conv at `opt-level = 0` (the
+        // mutation profile) is the cost of this test (70 output channels took 8 s there).
         let geos = [
             // (C, H, W, outC, k, stride, padding)
             (60, 24, 24, 3, 3, 1, 1),
