@@ -143,7 +143,26 @@ pub struct MutantsArgs {
     /// `checkers` oracle with slow tests needs more)
     #[arg(long, value_name = "SECS")]
     timeout: Option<u64>,
+    /// What runs each mutant's tests: `nextest` stops at the first failing test and kills the
+    /// rest (its `mutants` profile in `.config/nextest.toml`), so a caught mutant costs its
+    /// build and about one test; `cargo` runs every test of the failing binary. The verdicts
+    /// are the same tests' either way.
+    #[arg(long, value_enum, default_value = "nextest")]
+    test_tool: TestTool,
 }
+
+/// `--test-tool`: the runner cargo-mutants calls for each mutant's tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TestTool {
+    /// `cargo test`
+    Cargo,
+    /// `cargo nextest run` under the nextest profile `mutants`
+    Nextest,
+}
+
+/// The nextest profile (`.config/nextest.toml`) mutants are tested under: fail fast, terminate
+/// the running tests at once.
+const NEXTEST_PROFILE: &str = "mutants";
 
 /// `--sample K/N`: shard `K` of `N`, round-robin.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -320,6 +339,9 @@ pub fn run(args: &MutantsArgs) -> Result<bool, String> {
     let out_root = root.join("target/mutants/out");
     if !args.report {
         ensure_cargo_mutants()?;
+        if args.test_tool == TestTool::Nextest {
+            crate::ensure_cargo_tool("cargo-nextest", &["nextest", "--version"])?;
+        }
         let tree = root.join("target/mutants/tree");
         prepare_tree(&root, &tree)?;
         for &c in &crates {
@@ -727,6 +749,10 @@ fn run_crate(
             .args(["--sharding", "round-robin"]);
     }
     cmd.args(["--profile", PROFILE]);
+    if args.test_tool == TestTool::Nextest {
+        cmd.args(["--test-tool", "nextest"])
+            .env("NEXTEST_PROFILE", NEXTEST_PROFILE);
+    }
     cmd.arg("--output").arg(out);
     if args.oracle == Oracle::Lib {
         cmd.args(["--", "--lib"]);
@@ -1084,6 +1110,21 @@ mod tests {
         .expect("a valid list");
         assert!(!is_equivalent(&other, &eq));
         assert!(is_equivalent(&outcome(PUT, Verdict::Missed), &eq));
+    }
+
+    #[test]
+    fn the_nextest_profile_mutants_are_tested_under_exists_and_fails_fast() {
+        // `--test-tool nextest` names the profile by NEXTEST_PROFILE: without it nextest
+        // refuses to run (the baseline fails), and without `terminate` a caught mutant waits
+        // for the slow tests already running
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.config/nextest.toml");
+        let text = std::fs::read_to_string(&path).expect("the workspace's nextest config");
+        assert!(
+            text.contains(&format!("[profile.{NEXTEST_PROFILE}]")),
+            "{}",
+            path.display()
+        );
+        assert!(text.contains(r#"fail-fast = { max-fail = 1, terminate = "immediate" }"#));
     }
 
     #[test]
