@@ -1,10 +1,11 @@
 //! The CPU engine's convolution on inputs the random suites do not draw: NaN and infinity
 //! (which must reach exactly the outputs and gradients the reference engine's do, whatever
-//! patch layout the engine picks), an empty output-channel axis, and a batch the backward
-//! cannot split evenly.
+//! patch layout the engine picks, even with one in every lane of its finiteness scan), an empty output-channel axis, a batch the backward
+//! cannot split evenly, and tap chunks that do not start at a channel.
 
 use crate::common::{agrees, values, with};
-use torchlean_spec::{Conv2dSpec, Op};
+use torchlean_spec::ops::{BackwardChunks, PATCH_CHUNK_ELEMENTS};
+use torchlean_spec::{Conv2dSpec, Op, Shape};
 
 #[test]
 fn non_finite_values_reach_what_the_reference_engines_reach() {
@@ -39,6 +40,74 @@ fn non_finite_values_reach_what_the_reference_engines_reach() {
 }
 
 #[test]
+fn non_finite_values_in_every_lane_of_the_finiteness_scan_still_avoid_the_wide_layout() {
+    // The backward's finiteness scan folds the data eight lanes at a time. Here x's first
+    // column is NaN in every row (flat indices 0, 9, …, 72: every lane, with a finite
+    // remainder) and w's first eight taps are NaN: a scan that missed non-finite values once
+    // every lane holds one would pick the wide layout, whose dropped columns read the next
+    // row's first pixel (times a zero cotangent: NaN) into dW's taps v >= 1, finite here.
+    let spec = Conv2dSpec {
+        in_channels: 1,
+        out_channels: 1,
+        kernel_h: 3,
+        kernel_w: 3,
+        stride: 1,
+        padding: 0,
+    };
+    let mut x = values(&[1, 1, 9, 9], 10);
+    for r in 0..9 {
+        x = with(&x, r * 9, f64::NAN);
+    }
+    let mut w = values(&[1, 1, 3, 3], 11);
+    for t in 0..8 {
+        w = with(&w, t, f64::NAN);
+    }
+    agrees(
+        "NaN in every lane",
+        &Op::Conv2d(spec),
+        &[x, w, values(&[1], 12)],
+        1e-12,
+    );
+}
+
+#[test]
+fn tap_chunks_that_start_mid_channel_rebuild_every_patch_row() {
+    // The backward builds a big image's patch matrix a range of taps at a time in one buffer.
+    // With 61 channels × 3×3 taps split in two at tap 274 (4 taps into a channel), a buffer row
+    // holds a tap of another kernel row in the second range than in the first, with other
+    // padded margins: each range must rewrite its margins, not trust the previous range's.
+    let (c, hw, k) = (61, 248, 3);
+    let spec = Conv2dSpec {
+        in_channels: c,
+        out_channels: 1,
+        kernel_h: k,
+        kernel_w: k,
+        stride: 2,
+        padding: 1,
+    };
+    let g = spec.geometry(&Shape::from([c, hw, hw])).unwrap();
+    let chunks = BackwardChunks::new(g.kk(), g.p(), PATCH_CHUNK_ELEMENTS);
+    let ranges: Vec<_> = chunks.taps.ranges().collect();
+    assert_eq!(chunks.cols.count(), 1, "the columns whole");
+    assert_eq!(ranges.len(), 2, "two tap ranges");
+    assert_ne!(
+        ranges[1].start % (k * k),
+        0,
+        "the second range starts mid-channel"
+    );
+    agrees(
+        "tap ranges across channels",
+        &Op::Conv2d(spec),
+        &[
+            values(&[1, c, hw, hw], 13),
+            values(&[1, c, k, k], 14),
+            values(&[1], 15),
+        ],
+        1e-12,
+    );
+}
+
+#[test]
 fn no_output_channels_give_empty_results() {
     let spec = Conv2dSpec {
         in_channels: 2,
@@ -59,6 +128,33 @@ fn no_output_channels_give_empty_results() {
         ],
         1e-12,
     );
+}
+
+#[test]
+fn no_input_channels_give_the_bias() {
+    // no taps (C·k² = 0) but a non-empty output: every output is its channel's bias, and the
+    // schedule's work estimate (oc · taps · columns) is 0
+    let spec = Conv2dSpec {
+        in_channels: 0,
+        out_channels: 2,
+        kernel_h: 3,
+        kernel_w: 3,
+        stride: 1,
+        padding: 1,
+    };
+    let op = Op::Conv2d(spec);
+    for n in [1, 3] {
+        agrees(
+            &format!("no input channels, {n} images"),
+            &op,
+            &[
+                values(&[n, 0, 4, 4], 16),
+                values(&[2, 0, 3, 3], 17),
+                values(&[2], 18),
+            ],
+            1e-12,
+        );
+    }
 }
 
 #[test]
