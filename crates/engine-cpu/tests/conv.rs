@@ -1,7 +1,8 @@
 //! The CPU engine's convolution on inputs the random suites do not draw: NaN and infinity
 //! (which must reach exactly the outputs and gradients the reference engine's do, whatever
-//! patch layout the engine picks, even with one in every lane of its finiteness scan), an empty output-channel axis, a batch the backward
-//! cannot split evenly, and tap chunks that do not start at a channel.
+//! patch layout the engine picks, even with one in every lane of its finiteness scan), empty
+//! output- and input-channel axes, a batch the backward cannot split evenly, and tap chunks
+//! that do not start at a channel.
 
 use crate::common::{agrees, values, with};
 use torchlean_spec::ops::{BackwardChunks, PATCH_CHUNK_ELEMENTS};
