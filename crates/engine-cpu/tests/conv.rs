@@ -1,8 +1,8 @@
 //! The CPU engine's convolution on inputs the random suites do not draw: NaN and infinity
 //! (which must reach exactly the outputs and gradients the reference engine's do, whatever
 //! patch layout the engine picks, even with one in every lane of its finiteness scan), empty
-//! output- and input-channel axes, a batch the backward cannot split evenly, and tap chunks
-//! that do not start at a channel.
+//! output- and input-channel axes, a batch the backward cannot split evenly, tap chunks that
+//! do not start at a channel, and a direct (1×1) convolution past the chunk cap.
 
 use crate::common::{agrees, values, with};
 use torchlean_spec::ops::{BackwardChunks, PATCH_CHUNK_ELEMENTS};
@@ -103,6 +103,36 @@ fn tap_chunks_that_start_mid_channel_rebuild_every_patch_row() {
             values(&[1, c, hw, hw], 13),
             values(&[1, c, k, k], 14),
             values(&[1], 15),
+        ],
+        1e-12,
+    );
+}
+
+#[test]
+fn a_direct_convolution_keeps_its_patch_matrix_whole_past_the_chunk_cap() {
+    // A 1×1, stride-1, unpadded convolution reads the image itself as its patch matrix (the
+    // direct layout), so its backward is one product whatever the size. At 1 × 2050² columns
+    // the chunk rule would split the columns of a patch matrix it built; the direct backward
+    // must not follow it (its operands are the image, not a chunk buffer).
+    let (c, hw) = (1, 2050);
+    let spec = Conv2dSpec {
+        in_channels: c,
+        out_channels: 1,
+        kernel_h: 1,
+        kernel_w: 1,
+        stride: 1,
+        padding: 0,
+    };
+    let g = spec.geometry(&Shape::from([c, hw, hw])).unwrap();
+    let chunks = BackwardChunks::new(g.kk(), g.p(), PATCH_CHUNK_ELEMENTS);
+    assert!(chunks.cols.count() > 1, "the rule splits the columns");
+    agrees(
+        "direct layout past the cap",
+        &Op::Conv2d(spec),
+        &[
+            values(&[1, c, hw, hw], 19),
+            values(&[1, c, 1, 1], 20),
+            values(&[1], 21),
         ],
         1e-12,
     );

@@ -1,9 +1,10 @@
 //! Elementwise kernels at the values where IEEE arithmetic has choices a tolerance cannot see:
-//! the sign of a zero result, and NaN, compared bit for bit with the reference engine.
+//! the sign of a zero result (relu, clamp, and max and min on tied zeros), and NaN, compared
+//! bit for bit with the reference engine.
 
 use torchlean_engine_cpu::{CpuF32, CpuF64};
 use torchlean_runtime::Kernels;
-use torchlean_spec::{Op, Tensor, UnaryOp};
+use torchlean_spec::{BinaryOp, Op, Tensor, UnaryOp};
 
 fn bits(t: &Tensor<f64>) -> Vec<u64> {
     t.data().iter().map(|v| v.to_bits()).collect()
@@ -46,5 +47,24 @@ fn clamp_keeps_a_zero_of_either_sign_and_nan_as_the_reference_does() {
             bits(&want),
             "f32 {min:?} {max:?}"
         );
+    }
+}
+
+#[test]
+fn max_and_min_of_tied_signed_zeros_take_the_second_operand_as_the_reference_does() {
+    // the reference: max = `if a > b then a else b`, min = `if b > a then a else b`; on a tie
+    // (±0 against ∓0) both answer b, whose sign a tolerance cannot see
+    let a = Tensor::new([4], vec![0.0, -0.0, 0.0, -0.0]).unwrap();
+    let b = Tensor::new([4], vec![-0.0, 0.0, 0.0, -0.0]).unwrap();
+    for kind in [BinaryOp::Max, BinaryOp::Min] {
+        let op = Op::Binary(kind);
+        let want = torchlean_runtime::forward::<Tensor<f64>>(&op, &[&a, &b]).unwrap();
+        assert_eq!(bits(&want), bits(&b), "{kind:?}: the reference takes b");
+        let (a64, b64) = (CpuF64::from_f64(&a).unwrap(), CpuF64::from_f64(&b).unwrap());
+        let f64_y = torchlean_runtime::forward::<CpuF64>(&op, &[&a64, &b64]).unwrap();
+        assert_eq!(bits(&f64_y.to_f64().unwrap()), bits(&want), "{kind:?} f64");
+        let (a32, b32) = (CpuF32::from_f64(&a).unwrap(), CpuF32::from_f64(&b).unwrap());
+        let f32_y = torchlean_runtime::forward::<CpuF32>(&op, &[&a32, &b32]).unwrap();
+        assert_eq!(bits(&f32_y.to_f64().unwrap()), bits(&want), "{kind:?} f32");
     }
 }

@@ -10,6 +10,7 @@ mod elementwise;
 mod layout;
 mod norm;
 mod pool;
+mod pooling;
 mod properties;
 mod tape;
 mod tensor;

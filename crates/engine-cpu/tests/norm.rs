@@ -1,7 +1,9 @@
 //! The normalisation kernels on inputs the random suites do not draw: rows far from zero, where
 //! a variance formula that is exact in real arithmetic (`Σv² − n·mean²`) loses every digit to
 //! cancellation and only the two-pass one (`Σ(v − mean)²`) keeps them; logits large enough that
-//! a softmax shifted by anything but the row's maximum overflows; and empty spatial axes.
+//! a softmax shifted by anything but the row's maximum overflows; empty spatial axes; running
+//! variances at and below zero, where the clamp `max(var, 0)` decides the value and the
+//! gradient; and cross entropy over no classes.
 
 use crate::common::{agrees, values};
 use torchlean_spec::{Op, Reduction, Tensor};
@@ -61,4 +63,52 @@ fn softmax_shifts_by_the_maximum_wherever_it_is() {
         reduction: Reduction::Mean,
     };
     agrees("cross entropy", &ce, &[x, targets], 1e-12);
+}
+
+#[test]
+fn batch_norm_at_a_zero_or_negative_running_variance() {
+    // var = 0 sits on the clamp's kink: its gradient is taken from the `var ≥ 0` side
+    // (−½·sigma⁻³, large but finite with eps = 1e-5); var < 0 is clamped, gradient 0
+    let op = Op::BatchNormEval {
+        channels: 3,
+        eps: 1e-5,
+    };
+    let var = Tensor::new([3], vec![0.0, -0.5, 0.7]).unwrap();
+    let stats = |salt| values(&[3], salt);
+    let inputs = [values(&[2, 3, 2, 2], 7), stats(8), stats(9), stats(10), var];
+    agrees("batch norm, var 0 and var < 0", &op, &inputs, 1e-10);
+}
+
+#[test]
+fn batch_norm_clamps_a_negative_zero_variance_to_positive_zero() {
+    // `max(−0, 0)` is `if −0 > 0 then −0 else 0` = +0, so with eps = −0 (a valid eps: it is
+    // not below 0) sigma is sqrt(+0 + −0) = +0 and a positive x − mean gives +∞; a clamp that
+    // kept −0 would give sqrt(−0) = −0 and −∞
+    let op = Op::BatchNormEval {
+        channels: 1,
+        eps: -0.0,
+    };
+    let x = Tensor::new([1, 1, 1, 2], vec![1.0, -1.0]).unwrap();
+    let scalar = |v: f64| Tensor::new([1], vec![v]).unwrap();
+    let inputs = [x, scalar(1.0), scalar(0.0), scalar(0.0), scalar(-0.0)];
+    let refs: Vec<&Tensor<f64>> = inputs.iter().collect();
+    let want = torchlean_runtime::forward::<Tensor<f64>>(&op, &refs).unwrap();
+    assert_eq!(
+        want.data(),
+        [f64::INFINITY, f64::NEG_INFINITY],
+        "the reference"
+    );
+    agrees("batch norm, var −0 and eps −0", &op, &inputs, 0.0);
+}
+
+#[test]
+fn cross_entropy_of_no_rows_over_no_classes() {
+    let ce = |reduction| Op::CrossEntropy { reduction };
+    let inputs = [
+        Tensor::new([0, 0], vec![]).unwrap(),
+        Tensor::new([0], vec![]).unwrap(),
+    ];
+    for reduction in [Reduction::Mean, Reduction::Sum] {
+        agrees("cross entropy, [0, 0] logits", &ce(reduction), &inputs, 0.0);
+    }
 }
