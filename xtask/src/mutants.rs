@@ -383,6 +383,13 @@ struct Results {
 }
 
 impl Results {
+    /// Whether a mutant may be missing because a run was interrupted: some run stopped early
+    /// and the results that count do not cover every mutant the crate has (a later run, such
+    /// as `--untested`, may have finished what an interrupted one left).
+    fn partial(&self) -> bool {
+        self.shards.iter().any(|s| !s.finished) && !self.complete()
+    }
+
     fn samples(&self) -> Vec<Sample> {
         let mut samples: Vec<Sample> = self.shards.iter().flat_map(|s| s.samples.clone()).collect();
         samples.sort_by_key(|s| (s.n, s.k));
@@ -481,8 +488,7 @@ fn report_crate(c: Crate, r: &Results, equivalents: &[Equivalent]) -> bool {
     }
     let score = score(&r.outcomes, equivalents);
     let seconds: f64 = r.outcomes.iter().map(|o| o.seconds).sum();
-    let partial = r.shards.iter().any(|s| !s.finished);
-    print_score(c, &score, seconds, partial, &r.outcomes);
+    print_score(c, &score, seconds, r.partial(), &r.outcomes);
     println!(
         "  tested {} of {} mutants",
         r.outcomes.len(),
@@ -1252,6 +1258,32 @@ mod tests {
         std::fs::create_dir_all(dir.join("missed-1")).unwrap();
         assert_eq!(next_label(&dir, "missed"), "missed-2");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_interrupted_run_is_partial_until_every_mutant_has_a_result() {
+        let shard = |names: &[&str], finished| Shard {
+            outcomes: names.iter().map(|n| outcome(n, Verdict::Caught)).collect(),
+            start: String::new(),
+            finished,
+            samples: Vec::new(),
+        };
+        let results = |shards: Vec<Shard>, total| Results {
+            outcomes: latest_outcomes(&shards),
+            shards,
+            stale: 0,
+            total,
+        };
+        let cut = || shard(&["a.rs:1:1: x"], false);
+        assert!(results(vec![cut()], Some(2)).partial(), "one of two tested");
+        assert!(results(vec![cut()], None).partial(), "the total unknown");
+        let rest = shard(&["a.rs:2:1: y"], true);
+        assert!(
+            !results(vec![cut(), rest], Some(2)).partial(),
+            "a later run finished the rest"
+        );
+        let whole = shard(&["a.rs:1:1: x", "a.rs:2:1: y"], true);
+        assert!(!results(vec![whole], Some(3)).partial(), "none interrupted");
     }
 
     #[test]
