@@ -563,8 +563,8 @@ fn shard_label(files: &[String]) -> String {
     if files.is_empty() {
         return "all".to_string();
     }
-    files
-        .join("+")
+    let joined = files.join("+");
+    let label: String = joined
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || ".-+".contains(c) {
@@ -573,8 +573,20 @@ fn shard_label(files: &[String]) -> String {
                 '_'
             }
         })
-        .collect()
+        .collect();
+    if label.len() <= MAX_LABEL {
+        return label;
+    }
+    // a directory name must stay under the file system's limit (255 bytes on most): the
+    // label's start, and a hash of the whole list so that another list gets another shard
+    let hash = joined.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("{}-{hash:016x}", &label[..MAX_LABEL - 17])
 }
+
+/// The longest shard label (a directory name under `target/mutants/out/<crate>/`).
+const MAX_LABEL: usize = 120;
 
 /// Installs cargo-mutants from crates.io when `cargo mutants` is not there.
 fn ensure_cargo_mutants() -> Result<(), String> {
@@ -1352,5 +1364,19 @@ mod tests {
             shard_label(&["crates/runtime/src/sweep.rs".into(), "*.rs".into()]),
             "crates_runtime_src_sweep.rs+_.rs"
         );
+        // a long list of regexes (one per mutant) is cut to a name a file system takes, and
+        // still tells lists apart
+        let long = |last: &str| -> Vec<String> {
+            let mut v: Vec<String> = (0..30)
+                .map(|i| format!("^crates/engine-cpu/src/kernels/conv\\.rs:{i}:1: replace$"))
+                .collect();
+            v.push(last.into());
+            v
+        };
+        let (a, b) = (shard_label(&long("x")), shard_label(&long("y")));
+        assert!(a.len() <= MAX_LABEL, "{} bytes", a.len());
+        assert!(a.starts_with("_crates_engine-cpu_src_kernels_conv_.rs_0_1"));
+        assert_ne!(a, b);
+        assert_eq!(a, shard_label(&long("x")), "the same list, the same shard");
     }
 }
