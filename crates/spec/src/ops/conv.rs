@@ -395,21 +395,30 @@ impl Conv2dSpec {
         let (ho, wo) = self.out_hw(h, wd)?;
         let (kh, kw, oc) = (self.kernel_h, self.kernel_w, self.out_channels);
         let (xd, wt, bd) = (x.data(), w.data(), b.data());
+        let taps = c * kh * kw;
         let mut data = Vec::with_capacity(out.size());
         for bn in 0..n {
             for o in 0..oc {
+                // a padded cell's term 0 · w is ±0 for a finite w, and adding ±0 leaves the
+                // sum as it is (it starts at +0 and so is never −0): only a non-finite weight
+                // makes the padding count, as NaN
+                let skip_padding = wt[o * taps..(o + 1) * taps].iter().all(A::is_finite);
                 for i in 0..ho {
                     for j in 0..wo {
                         let mut acc = A::zero();
                         for ci in 0..c {
                             for u in 0..kh {
                                 let r = self.src(i, u, h);
+                                if r.is_none() && skip_padding {
+                                    continue;
+                                }
                                 for v in 0..kw {
                                     let wv = &wt[((o * c + ci) * kh + u) * kw + v];
                                     let term = match (r, self.src(j, v, wd)) {
                                         (Some(r), Some(s)) => {
                                             xd[((bn * c + ci) * h + r) * wd + s].mul(wv)
                                         }
+                                        _ if skip_padding => continue,
                                         // a padded cell is a zero, multiplied like any other
                                         // value: 0 · NaN = NaN, as im2col and PyTorch give
                                         _ => A::zero().mul(wv),
@@ -447,15 +456,23 @@ impl Conv2dSpec {
                         let d = &dd[((bn * oc + o) * ho + i) * wo + j];
                         let slot = &mut db.data_mut()[o];
                         *slot = slot.add(d);
+                        // as in the forward: d · 0 adds ±0 to a weight gradient (never −0)
+                        // unless the cotangent is not finite
+                        let skip_padding = d.is_finite();
                         for ci in 0..c {
                             for u in 0..kh {
                                 let r = self.src(i, u, h);
+                                if r.is_none() && skip_padding {
+                                    continue;
+                                }
                                 for v in 0..kw {
                                     let wi = ((o * c + ci) * kh + u) * kw + v;
                                     let gw = &mut dw.data_mut()[wi];
                                     let (Some(r), Some(s)) = (r, self.src(j, v, wd)) else {
                                         // a padded cell: a zero input, and no input gradient
-                                        *gw = gw.add(&d.mul(&A::zero()));
+                                        if !skip_padding {
+                                            *gw = gw.add(&d.mul(&A::zero()));
+                                        }
                                         continue;
                                     };
                                     let xi = ((bn * c + ci) * h + r) * wd + s;

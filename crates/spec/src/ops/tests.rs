@@ -944,6 +944,92 @@ fn conv2d_multiplies_the_padding_zeros() {
     );
 }
 
+/// The reference skips a padded term only where it cannot change the sum: bit for bit, its
+/// forward and VJP equal sums written out over an explicitly zero-padded input, every term
+/// added in order, on signed zeros, exact cancellations, and a non-finite weight in one
+/// output channel and a non-finite cotangent at one output.
+#[test]
+fn conv2d_skipping_the_padding_changes_no_bit() {
+    let (n, c, h, wd, oc, k) = (2, 2, 3, 3, 3, 2);
+    let pick = [-1.5, -0.0, 0.0, 2.25, 1.5, -2.25, 0.5];
+    let x: Vec<f64> = (0..n * c * h * wd).map(|i| pick[(i * 5) % 7]).collect();
+    let mut w: Vec<f64> = (0..oc * c * k * k).map(|i| pick[(i * 3 + 1) % 7]).collect();
+    w[c * k * k + 5] = f64::INFINITY; // output channel 1 only
+    let b = [0.0, -0.0, 1.0];
+    for (stride, padding) in [(1, 1), (2, 1), (1, 2)] {
+        let op = Op::Conv2d(conv(c, oc, (k, k), stride, padding));
+        let (xt, wt, bt) = (t(&[n, c, h, wd], &x), t(&[oc, c, k, k], &w), t(&[oc], &b));
+        let y = op.forward(&[&xt, &wt, &bt]).unwrap();
+        let (hp, wp) = (h + 2 * padding, wd + 2 * padding);
+        let (ho, wo) = ((hp - k) / stride + 1, (wp - k) / stride + 1);
+        let mut xp = vec![0.0; n * c * hp * wp];
+        for (i, v) in x.iter().enumerate() {
+            let (q, col) = (i / wd, i % wd);
+            let (q, row) = (q / h, q % h);
+            xp[(q * hp + row + padding) * wp + col + padding] = *v;
+        }
+        let at = |bn: usize, ci: usize, i: usize, j: usize, u: usize, v: usize| {
+            ((bn * c + ci) * hp + i * stride + u) * wp + j * stride + v
+        };
+        let mut want = Vec::new();
+        for bn in 0..n {
+            for o in 0..oc {
+                for i in 0..ho {
+                    for j in 0..wo {
+                        let mut acc = 0.0;
+                        for ci in 0..c {
+                            for u in 0..k {
+                                for v in 0..k {
+                                    acc += xp[at(bn, ci, i, j, u, v)]
+                                        * w[((o * c + ci) * k + u) * k + v];
+                                }
+                            }
+                        }
+                        want.push(acc + b[o]);
+                    }
+                }
+            }
+        }
+        let bits = |v: &[f64]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(y.data()),
+            bits(&want),
+            "forward, stride {stride} padding {padding}"
+        );
+        // the VJP, with a cotangent of signed zeros and one infinity
+        let mut dy: Vec<f64> = (0..y.data().len()).map(|i| pick[(i * 2 + 3) % 7]).collect();
+        dy[wo + 1] = f64::NEG_INFINITY;
+        let mut dw = vec![0.0; w.len()];
+        for bn in 0..n {
+            for o in 0..oc {
+                for i in 0..ho {
+                    for j in 0..wo {
+                        let d = dy[((bn * oc + o) * ho + i) * wo + j];
+                        for ci in 0..c {
+                            for u in 0..k {
+                                for v in 0..k {
+                                    dw[((o * c + ci) * k + u) * k + v] +=
+                                        d * xp[at(bn, ci, i, j, u, v)];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let dyt = t(y.shape().dims(), &dy);
+        let g = op
+            .vjp(&Saved::for_op(&op, &[&xt, &wt, &bt], &y), &dyt)
+            .unwrap();
+        let got = g[1].as_ref().unwrap();
+        assert_eq!(
+            bits(got.data()),
+            bits(&dw),
+            "dW, stride {stride} padding {padding}"
+        );
+    }
+}
+
 #[test]
 fn softmax_and_log_softmax_normalise_every_line_of_their_axis() {
     let x = t(&[2, 3], &[1.0, 2.0, 3.0, 0.0, -1.0, 4.0]);
