@@ -578,11 +578,10 @@ fn shard_label(files: &[String]) -> String {
         return label;
     }
     // a directory name must stay under the file system's limit (255 bytes on most): the
-    // label's start, and a hash of the whole list so that another list gets another shard
-    let hash = joined.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    format!("{}-{hash:016x}", &label[..MAX_LABEL - 17])
+    // label's start (ASCII, so any cut is a char boundary), `-`, and 16 hex digits of a hash
+    // of the whole list, so that another list gets another shard
+    let hash = torchlean_engine_cuda::emu::fnv1a(joined.as_bytes());
+    format!("{}-{hash:016x}", &label[..MAX_LABEL - 1 - 16])
 }
 
 /// The longest shard label (a directory name under `target/mutants/out/<crate>/`).

@@ -73,8 +73,9 @@ pub fn emulation_source() -> String {
     src
 }
 
-/// FNV-1a: a stable hash of the source (the cache key across processes and toolchains).
-fn fnv1a(bytes: &[u8]) -> u64 {
+/// FNV-1a: a hash that is the same in every process and toolchain (the kernel cache key here;
+/// `cargo xtask mutants` names a long shard by it).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
