@@ -861,6 +861,33 @@ impl Op {
         self.clone().visit_attrs(&mut c);
         c.0
     }
+
+    /// The op with every real number it computes with replaced by `f(value)`: its float
+    /// attributes (an optional one at its default where the node leaves it out, so `f` sees the
+    /// value the op uses; an absent `clamp` bound stays absent) and batch norm's context `eps`.
+    /// An engine computing in a narrower type computes with `map_reals(round)`: the engine suite
+    /// runs the reference on that op, so that a comparison measures the engine's arithmetic
+    /// only (a `clamp` bound rounded onto an input is then a bound on both sides).
+    pub fn map_reals(&self, f: impl Fn(f64) -> f64) -> Op {
+        struct Map<F>(F);
+        impl<F: Fn(f64) -> f64> AttrVisitor for Map<F> {
+            fn visit(&mut self, _key: &'static str, value: AttrMut<'_>) {
+                match value {
+                    AttrMut::Float(v) | AttrMut::MaybeFloat(Some(v)) => *v = (self.0)(*v),
+                    AttrMut::OptFloat { value, default } => {
+                        *value = Some((self.0)(value.unwrap_or(default)))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut op = self.clone();
+        if let Op::BatchNormEval { eps, .. } = &mut op {
+            *eps = f(*eps);
+        }
+        op.visit_attrs(&mut Map(f));
+        op
+    }
 }
 
 /// An attribute's value, for printing and serialisation. Optional attributes left at their
@@ -1027,6 +1054,57 @@ mod tests {
             let keys: Vec<&str> = d.attributes().iter().map(|a| a.key).collect();
             let got: Vec<&str> = values.iter().map(|(k, _)| *k).collect();
             assert_eq!(keys, got, "{}", d.name);
+        }
+    }
+
+    #[test]
+    fn map_reals_maps_every_real_the_op_computes_with_and_nothing_else() {
+        let half = |v: f64| v / 2.0;
+        let cases = [
+            (Op::Scale { c: 3.0 }, Op::Scale { c: 1.5 }),
+            (Op::AddScalar { c: -1.0 }, Op::AddScalar { c: -0.5 }),
+            (
+                Op::Clamp {
+                    min: Some(-2.0),
+                    max: None,
+                },
+                Op::Clamp {
+                    min: Some(-1.0),
+                    max: None,
+                },
+            ),
+            // a default the node leaves out is the value the op computes with
+            (
+                Op::LayerNorm { axis: 1, eps: None },
+                Op::LayerNorm {
+                    axis: 1,
+                    eps: Some(LAYER_NORM_DEFAULT_EPS / 2.0),
+                },
+            ),
+            (
+                Op::BatchNormTrain {
+                    channels: 3,
+                    eps: Some(0.25),
+                },
+                Op::BatchNormTrain {
+                    channels: 3,
+                    eps: Some(0.125),
+                },
+            ),
+            (
+                Op::BatchNormEval {
+                    channels: 3,
+                    eps: 0.5,
+                },
+                Op::BatchNormEval {
+                    channels: 3,
+                    eps: 0.25,
+                },
+            ),
+            (Op::Softmax { axis: 2 }, Op::Softmax { axis: 2 }),
+        ];
+        for (op, want) in cases {
+            assert_eq!(op.map_reals(half), want, "{op:?}");
         }
     }
 
