@@ -1,13 +1,20 @@
-//! `cargo xtask check-equivalence`: TorchLean's theorems as executable checks, on every engine.
+//! `cargo xtask check-equivalence`: TorchLean's theorems as executable checks, on every engine;
+//! `--seeds A..B` sweeps many runs; `--replay FILE` repeats a counterexample's check.
 
 use clap::{Args, ValueEnum};
-use std::path::PathBuf;
-use torchlean_engine_cpu::{CpuF32, CpuF64};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Instant;
+use torchlean_engine_cpu::{with_threads, CpuF32, CpuF64};
 use torchlean_engine_cuda::{CudaF32, EmuF32};
-use torchlean_equiv::{check, fault, CheckConfig, EngineOf, EngineUnderTest, Faulty};
+use torchlean_equiv::{
+    check, fault, replay, CheckConfig, Counterexample, EngineOf, EngineUnderTest, Faulty,
+};
 use torchlean_spec::Tensor;
 
-/// Node-by-node tolerances of engines against the reference (the engine suite's).
+/// Node-by-node tolerances of engines against the reference (the engine suite's norm-wise part;
+/// the conditioning part is measured per case, `torchlean_engine_suite::Conditioning`).
 const F32_TOLERANCE: f64 = 1e-5;
 const F64_TOLERANCE: f64 = 1e-12;
 
@@ -31,6 +38,28 @@ pub enum DTypeSel {
     All,
 }
 
+/// `A..B`: the seeds from A to B, both included.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeedRange {
+    pub first: u64,
+    pub last: u64,
+}
+
+impl FromStr for SeedRange {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("`{s}` is not a seed range: write A..B (both included, A ≤ B)");
+        let (a, b) = s.split_once("..").ok_or_else(bad)?;
+        let first: u64 = a.trim().parse().map_err(|_| bad())?;
+        let last: u64 = b.trim().parse().map_err(|_| bad())?;
+        if first > last {
+            return Err(bad());
+        }
+        Ok(SeedRange { first, last })
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct EquivArgs {
     /// Random float graphs (every kind); half as many algebraic graphs are checked exactly
@@ -39,6 +68,14 @@ pub struct EquivArgs {
     /// Seed of the graph generator (runs are reproducible)
     #[arg(long, default_value_t = 0x7041_2c4e)]
     seed: u64,
+    /// Sweep the seeds A..B (both included): one run each, one line per failing seed (no
+    /// shrinking; its rerun line shrinks and writes the counterexamples), a closing line
+    #[arg(long, value_name = "A..B", conflicts_with_all = ["seed", "replay"])]
+    seeds: Option<SeedRange>,
+    /// Repeat the check a counterexample file records (its claim, engine, dtype, threads) on its
+    /// case: exit 1 if it still fails, 0 if it passes now
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["engine", "dtype", "inject_fault"])]
+    replay: Option<PathBuf>,
     /// Engines to check
     #[arg(long, value_enum, default_value = "all")]
     engine: EngineSel,
@@ -67,115 +104,300 @@ pub struct EquivArgs {
 }
 
 pub fn run(args: &EquivArgs) -> Result<bool, String> {
-    let cfg = CheckConfig {
+    if let Some(path) = &args.replay {
+        return run_replay(path);
+    }
+    let engines = selected_engines(args)?;
+    let engines: Vec<&dyn EngineUnderTest> = engines.iter().map(|e| e.as_ref()).collect();
+    match args.seeds {
+        Some(range) => Ok(sweep(args, range, &engines)),
+        None => {
+            let report = check(&config(args, args.seed, Some(args.out.clone())), &engines);
+            if args.json {
+                print!("{}", report.json_lines());
+            } else if args.verbose {
+                print!("{}", report.verbose_text());
+            } else {
+                print!("{}", report.text());
+            }
+            Ok(report.ok())
+        }
+    }
+}
+
+fn config(args: &EquivArgs, seed: u64, out_dir: Option<PathBuf>) -> CheckConfig {
+    CheckConfig {
         cases: args.cases,
         exact_cases: args.cases / 2,
-        seed: args.seed,
+        seed,
         finite_differences: !args.no_fd,
-        out_dir: Some(args.out.clone()),
+        out_dir,
         shrink_steps: args.shrink_steps,
-    };
-    let ref64 = EngineOf::<Tensor<f64>>::bitwise();
-    let ref32 = EngineOf::<Tensor<f32>>::with_tolerance(F32_TOLERANCE);
-    let cpu64 = EngineOf::<CpuF64>::with_tolerance(F64_TOLERANCE);
-    let cpu32 = EngineOf::<CpuF32>::with_tolerance(F32_TOLERANCE);
-    let wants_dtype = |d: DTypeSel| args.dtype == DTypeSel::All || args.dtype == d;
-    let wants_engine = |e: EngineSel| args.engine == EngineSel::All || args.engine == e;
-    // the reference f64 engine is always checked: it is the baseline of every other comparison
-    let mut engines: Vec<&dyn EngineUnderTest> = vec![&ref64];
-    if wants_engine(EngineSel::Reference) && wants_dtype(DTypeSel::F32) {
-        engines.push(&ref32);
     }
-    if wants_engine(EngineSel::Cpu) {
-        if wants_dtype(DTypeSel::F64) {
-            engines.push(&cpu64);
-        }
-        if wants_dtype(DTypeSel::F32) {
-            engines.push(&cpu32);
-        }
-    }
-    let faulty: Option<Box<dyn EngineUnderTest>> = match args.inject_fault.as_deref() {
-        None => None,
-        Some("flip-sign") => Some(Box::new(EngineOf::<
-            Faulty<Tensor<f64>, { fault::FLIP_SIGN }>,
-        >::bitwise())),
-        Some("drop-contribution") => Some(Box::new(EngineOf::<
-            Faulty<Tensor<f64>, { fault::DROP_CONTRIBUTION }>,
-        >::bitwise())),
-        Some("accumulation-order") => Some(Box::new(EngineOf::<
-            Faulty<Tensor<f64>, { fault::ACCUMULATION_ORDER }>,
-        >::bitwise())),
-        Some("broadcast-reduction") => Some(Box::new(EngineOf::<
-            Faulty<Tensor<f64>, { fault::BROADCAST_REDUCTION }>,
-        >::bitwise())),
-        Some("pool-off-by-one") => Some(Box::new(EngineOf::<
-            Faulty<Tensor<f64>, { fault::POOL_OFF_BY_ONE }>,
-        >::bitwise())),
-        Some(other) => {
-            let names: Vec<&str> = fault::ALL.iter().map(|(_, n)| *n).collect();
-            return Err(format!(
-                "unknown fault `{other}` (one of {})",
-                names.join(", ")
-            ));
-        }
-    };
-    let cuda32 = EngineOf::<CudaF32>::with_tolerance(F32_TOLERANCE);
-    let emu32 = EngineOf::<EmuF32>::with_tolerance(F32_TOLERANCE);
-    if matches!(args.engine, EngineSel::Cuda | EngineSel::CudaEmu) {
-        if args.dtype == DTypeSel::F64 {
-            return Err(format!(
-                "--engine {} computes in f32 only: use --dtype f32 (or all)",
-                cuda_name(args.engine)
-            ));
-        }
-        if args.engine == EngineSel::CudaEmu {
+}
+
+/// The engine labelled `name` (`Kernels::ENGINE`), compared as every run compares it: the one
+/// dispatch from a label to an engine, for the flags and for replays. The CUDA engine needs a
+/// device and its emulation a C++ compiler: an error says why one is missing.
+fn engine_named(name: &str) -> Result<Box<dyn EngineUnderTest>, String> {
+    Ok(match name {
+        "reference-f64" => Box::new(EngineOf::<Tensor<f64>>::bitwise()),
+        "reference-f32" => Box::new(EngineOf::<Tensor<f32>>::with_tolerance(F32_TOLERANCE)),
+        "cpu-f64" => Box::new(EngineOf::<CpuF64>::with_tolerance(F64_TOLERANCE)),
+        "cpu-f32" => Box::new(EngineOf::<CpuF32>::with_tolerance(F32_TOLERANCE)),
+        "cuda-emu-f32" => {
             torchlean_engine_cuda::emulation_ready()
                 .map_err(|e| format!("--engine cuda-emu is not available: {e}"))?;
-            engines.push(&emu32);
-        } else if cuda_available()? {
-            engines.push(&cuda32);
+            Box::new(EngineOf::<EmuF32>::with_tolerance(F32_TOLERANCE))
         }
-    }
-    if let Some(f) = &faulty {
-        engines.push(f.as_ref());
-    }
-    let report = check(&cfg, &engines);
-    if args.json {
-        print!("{}", report.json_lines());
-    } else if args.verbose {
-        print!("{}", report.verbose_text());
-    } else {
-        print!("{}", report.text());
-    }
-    Ok(report.ok())
-}
-
-fn cuda_name(e: EngineSel) -> &'static str {
-    if e == EngineSel::CudaEmu {
-        "cuda-emu"
-    } else {
-        "cuda"
-    }
-}
-
-/// Whether the GPU engine can be checked: `false`, after a printed line, when there is no
-/// device, and an error instead when `TORCHLEAN_REQUIRE_CUDA=1` (a GPU machine's check must not
-/// pass by skipping).
-fn cuda_available() -> Result<bool, String> {
-    match torchlean_engine_cuda::probe() {
-        Ok(info) => {
+        "cuda-f32" => {
+            let info = torchlean_engine_cuda::probe()
+                .map_err(|why| format!("there is no CUDA device: {why}"))?;
             eprintln!(
                 "cuda: {} (compute capability {}.{})",
                 info.name, info.compute_capability.0, info.compute_capability.1
             );
-            Ok(true)
+            Box::new(EngineOf::<CudaF32>::with_tolerance(F32_TOLERANCE))
         }
-        Err(why) if std::env::var("TORCHLEAN_REQUIRE_CUDA").is_ok_and(|v| v == "1") => Err(
-            format!("TORCHLEAN_REQUIRE_CUDA=1 but there is no CUDA device: {why}"),
-        ),
-        Err(why) => {
-            eprintln!("cuda-f32: skipped: no CUDA device ({why})");
+        _ => return faulty_engine(name),
+    })
+}
+
+/// The reference f64 engine with the fault its label `faulty-NAME-f64` names.
+fn faulty_engine(label: &str) -> Result<Box<dyn EngineUnderTest>, String> {
+    let fault_name = label
+        .strip_prefix("faulty-")
+        .and_then(|r| r.strip_suffix("-f64"));
+    let id = fault::ALL
+        .iter()
+        .find(|(_, n)| Some(*n) == fault_name)
+        .map(|(id, _)| *id);
+    Ok(match id {
+        Some(fault::FLIP_SIGN) => {
+            Box::new(EngineOf::<Faulty<Tensor<f64>, { fault::FLIP_SIGN }>>::bitwise())
+        }
+        Some(fault::DROP_CONTRIBUTION) => {
+            Box::new(EngineOf::<Faulty<Tensor<f64>, { fault::DROP_CONTRIBUTION }>>::bitwise())
+        }
+        Some(fault::ACCUMULATION_ORDER) => {
+            Box::new(EngineOf::<Faulty<Tensor<f64>, { fault::ACCUMULATION_ORDER }>>::bitwise())
+        }
+        Some(fault::BROADCAST_REDUCTION) => Box::new(EngineOf::<
+            Faulty<Tensor<f64>, { fault::BROADCAST_REDUCTION }>,
+        >::bitwise()),
+        Some(fault::POOL_OFF_BY_ONE) => {
+            Box::new(EngineOf::<Faulty<Tensor<f64>, { fault::POOL_OFF_BY_ONE }>>::bitwise())
+        }
+        _ => {
+            let names: Vec<&str> = fault::ALL.iter().map(|(_, n)| *n).collect();
+            return Err(match fault_name {
+                Some(f) => format!("unknown fault `{f}` (one of {})", names.join(", ")),
+                None => format!("unknown engine `{label}`"),
+            });
+        }
+    })
+}
+
+/// The engines the flags select, the reference f64 engine first (the baseline of every other
+/// comparison, always checked).
+fn selected_engines(args: &EquivArgs) -> Result<Vec<Box<dyn EngineUnderTest>>, String> {
+    let wants_dtype = |d: DTypeSel| args.dtype == DTypeSel::All || args.dtype == d;
+    let wants_engine = |e: EngineSel| args.engine == EngineSel::All || args.engine == e;
+    let mut labels = vec!["reference-f64".to_string()];
+    if wants_engine(EngineSel::Reference) && wants_dtype(DTypeSel::F32) {
+        labels.push("reference-f32".into());
+    }
+    if wants_engine(EngineSel::Cpu) {
+        if wants_dtype(DTypeSel::F64) {
+            labels.push("cpu-f64".into());
+        }
+        if wants_dtype(DTypeSel::F32) {
+            labels.push("cpu-f32".into());
+        }
+    }
+    if matches!(args.engine, EngineSel::Cuda | EngineSel::CudaEmu) && args.dtype == DTypeSel::F64 {
+        let name = if args.engine == EngineSel::CudaEmu {
+            "cuda-emu"
+        } else {
+            "cuda"
+        };
+        return Err(format!(
+            "--engine {name} computes in f32 only: use --dtype f32 (or all)"
+        ));
+    }
+    let mut engines: Vec<Box<dyn EngineUnderTest>> = labels
+        .iter()
+        .map(|l| engine_named(l))
+        .collect::<Result<_, _>>()?;
+    match args.engine {
+        EngineSel::CudaEmu => engines.push(engine_named("cuda-emu-f32")?),
+        EngineSel::Cuda => match engine_named("cuda-f32") {
+            Ok(e) => engines.push(e),
+            // a GPU machine's check must not pass by skipping
+            Err(why) if std::env::var("TORCHLEAN_REQUIRE_CUDA").is_ok_and(|v| v == "1") => {
+                return Err(format!("TORCHLEAN_REQUIRE_CUDA=1 but {why}"))
+            }
+            Err(why) => eprintln!("cuda-f32: skipped: {why}"),
+        },
+        _ => {}
+    }
+    if let Some(name) = &args.inject_fault {
+        engines.push(faulty_engine(&format!("faulty-{name}-f64"))?);
+    }
+    Ok(engines)
+}
+
+/// The flags that repeat this run's selection with `--seed seed` (a sweep's rerun lines).
+fn rerun_flags(args: &EquivArgs, seed: u64) -> String {
+    let mut s = format!("--seed {seed} --cases {}", args.cases);
+    if args.engine != EngineSel::All {
+        let v = args
+            .engine
+            .to_possible_value()
+            .map(|v| v.get_name().to_string());
+        let _ = write!(s, " --engine {}", v.unwrap_or_default());
+    }
+    if args.dtype != DTypeSel::All {
+        let v = args
+            .dtype
+            .to_possible_value()
+            .map(|v| v.get_name().to_string());
+        let _ = write!(s, " --dtype {}", v.unwrap_or_default());
+    }
+    if args.no_fd {
+        s.push_str(" --no-fd");
+    }
+    if let Some(f) = &args.inject_fault {
+        let _ = write!(s, " --inject-fault {f}");
+    }
+    s
+}
+
+/// One run per seed of `range`, without shrinking or writing counterexamples: a line per
+/// failing seed (its failing claims and engines, and the command that reruns it in full), then
+/// a closing line. Whether every seed passed.
+fn sweep(args: &EquivArgs, range: SeedRange, engines: &[&dyn EngineUnderTest]) -> bool {
+    let start = Instant::now();
+    let (mut failed, mut graphs) = (0usize, 0usize);
+    for seed in range.first..=range.last {
+        let cfg = CheckConfig {
+            shrink_steps: 0,
+            ..config(args, seed, None)
+        };
+        let report = check(&cfg, engines);
+        graphs += report.graphs;
+        if report.ok() {
+            continue;
+        }
+        failed += 1;
+        let claims: Vec<String> = report
+            .failing_claims()
+            .iter()
+            .map(|(c, e)| format!("{} [{e}]", c.name()))
+            .collect();
+        println!(
+            "seed {seed}: FAIL {}; rerun: cargo xtask check-equivalence {}",
+            claims.join(", "),
+            rerun_flags(args, seed)
+        );
+    }
+    let seeds = range.last - range.first + 1;
+    println!(
+        "seeds {}..{} ({seeds} runs of {} cases): {} passed, {failed} failed; {graphs} random graphs in {:.1} s",
+        range.first,
+        range.last,
+        args.cases,
+        seeds - failed as u64,
+        start.elapsed().as_secs_f64()
+    );
+    failed == 0
+}
+
+/// `--replay FILE`: the recorded check on the recorded case, on the recorded engine (beside
+/// the reference f64 engine) and number of threads. Whether it passes now.
+fn run_replay(path: &Path) -> Result<bool, String> {
+    let cx = Counterexample::read(path).map_err(|e| e.to_string())?;
+    let p = &cx.provenance;
+    let mut engines = vec![engine_named("reference-f64")?];
+    if p.engine != "reference-f64" && !p.engine.starts_with("reference-rational") {
+        engines.push(engine_named(&p.engine)?);
+    }
+    let engines: Vec<&dyn EngineUnderTest> = engines.iter().map(|e| e.as_ref()).collect();
+    println!(
+        "replay: {} [{}] on {} ({} family; from seed {}, {} cases, case {}; {} threads)",
+        p.claim.name(),
+        p.engine,
+        path.display(),
+        p.family.name(),
+        p.seed,
+        p.cases,
+        p.case_index,
+        p.threads
+    );
+    println!("recorded: {}", p.detail);
+    let observed = with_threads(p.threads, || replay(&cx, &engines)).map_err(|e| e.to_string())?;
+    if observed.is_empty() {
+        return Err(format!(
+            "{}: {} is not observed on {} for this case (nothing to replay)",
+            path.display(),
+            p.claim.name(),
+            p.engine
+        ));
+    }
+    match observed.iter().find(|o| !o.measure.pass) {
+        Some(o) => {
+            let detail = o.detail.as_ref().map(|d| d.to_string()).unwrap_or_default();
+            println!("now:      FAIL {detail}");
             Ok(false)
         }
+        None => {
+            println!("now:      pass (the recorded failure does not reproduce)");
+            Ok(true)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn seed_ranges_include_both_ends_and_refuse_anything_else() {
+        assert_eq!(
+            "1..200".parse::<SeedRange>(),
+            Ok(SeedRange {
+                first: 1,
+                last: 200
+            })
+        );
+        assert_eq!(
+            "7..7".parse::<SeedRange>(),
+            Ok(SeedRange { first: 7, last: 7 })
+        );
+        for bad in ["", "5", "..5", "5..", "9..3", "a..b", "1...3", "-1..2"] {
+            let e = bad.parse::<SeedRange>().unwrap_err();
+            assert!(e.contains("is not a seed range"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn every_engine_label_of_a_run_names_its_engine() {
+        for label in ["reference-f64", "reference-f32", "cpu-f64", "cpu-f32"] {
+            assert_eq!(engine_named(label).unwrap().name(), label);
+        }
+        for (_, fault) in fault::ALL {
+            let label = format!("faulty-{fault}-f64");
+            assert_eq!(engine_named(&label).unwrap().name(), label);
+        }
+        assert_eq!(
+            engine_named("faulty-nope-f64").err().unwrap(),
+            "unknown fault `nope` (one of flip-sign, drop-contribution, accumulation-order, \
+             broadcast-reduction, pool-off-by-one)"
+        );
+        assert_eq!(
+            engine_named("abacus-f32").err().unwrap(),
+            "unknown engine `abacus-f32`"
+        );
     }
 }

@@ -5,9 +5,9 @@ use crate::error::EquivError;
 use crate::gen::GenCase;
 use crate::measure::{Measure, Mode};
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use torchlean_compiled::{exec_graph_of_ir, run_grad, GradResult};
-use torchlean_engine_suite::{check_case, cotangent, OpCase, Tolerance};
+use torchlean_engine_suite::{check_case, cotangent, Conditioning, OpCase, Tolerance};
 use torchlean_ir::{Graph, Payload};
 use torchlean_runtime::{forward, vjp, Kernels, RuntimeError, Saved};
 use torchlean_spec::{Op, Tensor};
@@ -43,6 +43,8 @@ pub trait EngineUnderTest: Send + Sync {
 /// The engine of value type `V`, compared in `mode`.
 pub struct EngineOf<V> {
     mode: Mode,
+    /// The conditioning part of [`Mode::Conditioned`], measured through the engine on first use.
+    conditioning: OnceLock<Option<Conditioning>>,
     _v: PhantomData<fn() -> V>,
 }
 
@@ -61,15 +63,30 @@ impl<V: Kernels> EngineOf<V> {
     pub fn bitwise() -> Self {
         EngineOf {
             mode: Mode::Bitwise,
+            conditioning: OnceLock::new(),
             _v: PhantomData,
         }
     }
 
-    /// An engine compared at a norm-wise relative tolerance.
+    /// An engine compared node by node at a norm-wise relative tolerance plus the reference's
+    /// conditioning at the engine's precision (`torchlean_engine_suite::Conditioning`).
     pub fn with_tolerance(rel: f64) -> Self {
         EngineOf {
-            mode: Mode::Tolerance(rel),
+            mode: Mode::Conditioned(rel),
+            conditioning: OnceLock::new(),
             _v: PhantomData,
+        }
+    }
+
+    /// The node-by-node tolerance of [`EngineUnderTest::per_node`].
+    fn tolerance(&self) -> Tolerance {
+        match self.mode {
+            Mode::Tolerance(t) => Tolerance::norm_wise(t),
+            Mode::Conditioned(t) => Tolerance {
+                rel: t,
+                conditioning: *self.conditioning.get_or_init(Conditioning::of::<V>),
+            },
+            _ => Tolerance::norm_wise(0.0),
         }
     }
 }
@@ -152,12 +169,7 @@ impl<V: Kernels> EngineUnderTest for EngineOf<V> {
                 return out;
             }
         };
-        let tol = Tolerance {
-            rel: match self.mode {
-                Mode::Tolerance(t) => t,
-                _ => 0.0,
-            },
-        };
+        let tol = self.tolerance();
         for (kind, oc) in &nodes {
             let r = check_case::<V>(oc, tol);
             out.push(Observation {
@@ -168,6 +180,7 @@ impl<V: Kernels> EngineUnderTest for EngineOf<V> {
                 measure: Measure {
                     max_abs: r.max_rel,
                     max_rel: r.max_rel,
+                    of_tolerance: r.of_tolerance,
                     pass: r.pass(),
                 },
                 detail: (!r.pass()).then(|| {
@@ -223,12 +236,34 @@ fn objective<V: Kernels>(
     Ok(y.data().iter().zip(cot.data()).map(|(a, b)| a * b).sum())
 }
 
+/// Operand `k`'s cotangent from `op`'s VJP on engine `V` at `inputs` (zeros for a structural
+/// zero).
+fn vjp_of<V: Kernels>(
+    op: &Op,
+    inputs: &[Tensor<f64>],
+    cot: &V,
+    k: usize,
+) -> Result<Tensor<f64>, RuntimeError> {
+    let vals: Vec<V> = inputs.iter().map(V::from_f64).collect::<Result<_, _>>()?;
+    let args: Vec<&V> = vals.iter().collect();
+    let out = forward::<V>(op, &args)?;
+    let mut grads = vjp::<V>(op, &Saved::for_op(op, &args, &out), cot)?;
+    match grads.get_mut(k).and_then(Option::take) {
+        Some(g) => Ok(g.to_f64()?),
+        None => Ok(Tensor::zeros(inputs[k].shape().clone())?),
+    }
+}
+
 /// The VJP of `op` on engine `V` against central finite differences of `V`'s forward, at the
-/// given point. Elements at a kink (one-sided differences disagree: relu/abs at 0, max ties,
-/// pooling ties) are skipped, and so are data operands (`cross_entropy`'s class ids, whose
-/// values are validated, not differentiated). `None` when there is nothing to check (no differentiable
-/// operand). The detail (when the check fails) names `node` (the op's node, for the message)
-/// and the first element that disagrees, or the error that stopped the check.
+/// given point. An element is skipped where the derivative is not a derivative: at a kink
+/// (the one-sided differences disagree: relu/abs at 0, max ties, pooling ties) and at a point
+/// where the VJP itself jumps (the VJP a step to either side differs from the VJP there: a
+/// convention, such as PyTorch's `clamp` gradient 1 at a bound, and 1 even where `min == max`
+/// makes the function constant; PyTorch's cases check conventions, not finite differences).
+/// Data operands (`cross_entropy`'s class ids, whose values are validated, not differentiated)
+/// are skipped too. `None` when there is nothing to check (no differentiable operand). The
+/// detail (when the check fails) names `node` (the op's node, for the message) and the first
+/// element that disagrees, or the error that stopped the check.
 pub fn fd_check<V: Kernels>(
     node: &str,
     op: &Op,
@@ -266,23 +301,35 @@ pub fn fd_check<V: Kernels>(
             for i in (0..n).step_by(step) {
                 let x0 = inputs[k].data()[i];
                 let h = 1e-6 * x0.abs().max(1.0);
-                let at = |d: f64| -> Result<f64, RuntimeError> {
+                let moved = |d: f64| {
                     let mut ins = inputs.to_vec();
                     ins[k].data_mut()[i] = x0 + d;
-                    objective::<V>(op, &ins, &cot)
+                    ins
                 };
+                let at = |d: f64| objective::<V>(op, &moved(d), &cot);
                 let (fp, f0, fm) = (at(h)?, at(0.0)?, at(-h)?);
                 let forward = (fp - f0) / h;
                 let backward = (f0 - fm) / h;
                 let central = (fp - fm) / (2.0 * h);
-                if !central.is_finite() || (forward - backward).abs() > 1e-3 * (1.0 + central.abs())
-                {
+                let differs = |a: f64, b: f64| (a - b).abs() > 1e-3 * (1.0 + b.abs());
+                if !central.is_finite() || differs(forward, backward) {
                     continue; // a kink or a singular point: the derivative is not defined here
                 }
-                let err = (central - g.data()[i]).abs();
+                let here = g.data()[i];
+                let vjp_beside =
+                    |d: f64| vjp_of::<V>(op, &moved(d), &cot_v, k).map(|t| t.data()[i]);
+                let (right, left) = (vjp_beside(h)?, vjp_beside(-h)?);
+                if !(right.is_finite() && left.is_finite())
+                    || differs(right, here)
+                    || differs(left, here)
+                {
+                    continue; // the VJP jumps here: its value is a convention
+                }
+                let err = (central - here).abs();
                 let m = Measure {
                     max_abs: err,
                     max_rel: err / scale,
+                    of_tolerance: err / scale / FD_TOLERANCE,
                     pass: err / scale <= FD_TOLERANCE,
                 };
                 if !m.pass && worst.pass {
@@ -292,7 +339,7 @@ pub fn fd_check<V: Kernels>(
                         operand: k,
                         element: i,
                         finite_difference: central,
-                        vjp: g.data()[i],
+                        vjp: here,
                     });
                 }
                 worst = worst.merge(m);

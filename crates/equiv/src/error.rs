@@ -146,7 +146,7 @@ pub enum EquivError {
         source: serde_json::Error,
     },
 
-    /// A counterexample (or its directory) could not be written.
+    /// A counterexample (or its directory) could not be written or read.
     #[error("could not {action} `{}`: {source}", .path.display())]
     Io {
         /// What was being done, as a verb phrase (`write counterexample`, `create the
@@ -156,6 +156,29 @@ pub enum EquivError {
         #[source]
         source: std::io::Error,
     },
+
+    /// A counterexample file is not a `torchlean.case.v1` case.
+    #[error("`{}` is not a case file: {source}", .path.display())]
+    CaseFile {
+        path: PathBuf,
+        #[source]
+        source: IrError,
+    },
+
+    /// A counterexample file's `checker` member (what its failure depended on) is missing or
+    /// malformed: it cannot be replayed.
+    #[error("`{}`: `{field}` {problem} (a counterexample written by `cargo xtask check-equivalence` has it)", .path.display())]
+    Provenance {
+        path: PathBuf,
+        /// The member, as `checker.claim`.
+        field: String,
+        /// What is wrong with it (`is missing`, `is "x", not a claim id`).
+        problem: String,
+    },
+
+    /// A replay asked for an engine this build cannot run (no CUDA device, an unknown label).
+    #[error("engine `{engine}` is not available: {why}")]
+    EngineUnavailable { engine: String, why: String },
 }
 
 impl EquivError {

@@ -19,7 +19,9 @@
 //!   parallel ([`run_observations`]), aggregates the rows ([`aggregate_rows`]), shrinks every
 //!   failure ([`shrink_failure`]) and writes it atomically as a `torchlean.case.v1` file
 //!   ([`write_counterexample`]; a write that fails is reported, never dropped);
-//!   [`report::Report`] prints the table.
+//!   [`report::Report`] prints the table;
+//! - [`replay`]: what a counterexample's failure depended on ([`Provenance`], written into its
+//!   case file) and the replay of exactly that check (`check-equivalence --replay FILE`).
 //!
 //! `cargo xtask check-equivalence` is the command-line front end.
 
@@ -30,6 +32,7 @@ pub mod fixed;
 pub mod gen;
 pub mod measure;
 pub mod regime;
+pub mod replay;
 pub mod report;
 pub mod runner;
 
@@ -38,6 +41,7 @@ pub use engines::{EngineOf, EngineUnderTest};
 pub use error::EquivError;
 pub use gen::{arb_case, build, GenCase, GenConfig};
 pub use measure::{Measure, Mode};
+pub use replay::{replay, Counterexample, Provenance};
 pub use report::{CaseFile, ClaimSummary, Failure, Report, Row, Worst};
 pub use runner::{
     aggregate_rows, check, coverage, generate_cases, run_observations, shrink_failure,

@@ -15,6 +15,10 @@ pub enum Mode {
     BitwiseUpToSignedZero,
     /// Norm-wise relative error `max |got − want| / max(max |want|, 1)` at most this.
     Tolerance(f64),
+    /// Element by element, this norm-wise relative part plus the reference's own spread under
+    /// perturbations of the inputs at the engine's precision
+    /// (`torchlean_engine_suite::Conditioning`): an engine against the reference, node by node.
+    Conditioned(f64),
 }
 
 impl Mode {
@@ -24,6 +28,7 @@ impl Mode {
             Mode::Bitwise => "bitwise".into(),
             Mode::BitwiseUpToSignedZero => "bitwise (±0)".into(),
             Mode::Tolerance(t) => format!("rel ≤ {t:.0e}"),
+            Mode::Conditioned(t) => format!("rel ≤ {t:.0e} + cond."),
         }
     }
 }
@@ -33,6 +38,9 @@ impl Mode {
 pub struct Measure {
     pub max_abs: f64,
     pub max_rel: f64,
+    /// The worst error as a fraction of what the mode allows (at most 1 when it passes; 0 for
+    /// an exact or bitwise comparison that holds, infinite for one that does not).
+    pub of_tolerance: f64,
     pub pass: bool,
 }
 
@@ -40,12 +48,14 @@ impl Measure {
     pub const OK: Measure = Measure {
         max_abs: 0.0,
         max_rel: 0.0,
+        of_tolerance: 0.0,
         pass: true,
     };
 
     pub const FAIL: Measure = Measure {
         max_abs: f64::INFINITY,
         max_rel: f64::INFINITY,
+        of_tolerance: f64::INFINITY,
         pass: false,
     };
 
@@ -53,7 +63,30 @@ impl Measure {
         Measure {
             max_abs: self.max_abs.max(o.max_abs),
             max_rel: self.max_rel.max(o.max_rel),
+            of_tolerance: self.of_tolerance.max(o.of_tolerance),
             pass: self.pass && o.pass,
+        }
+    }
+
+    /// A measure whose verdict is `pass` (an exact or bitwise comparison): 0 of the tolerance
+    /// when it holds, all of it when it does not.
+    fn judged(max_abs: f64, max_rel: f64, pass: bool) -> Measure {
+        Measure {
+            max_abs,
+            max_rel,
+            of_tolerance: if pass { 0.0 } else { f64::INFINITY },
+            pass,
+        }
+    }
+
+    /// A measure against a norm-wise relative tolerance `t`.
+    fn within(max_abs: f64, max_rel: f64, t: f64) -> Measure {
+        let of_tolerance = if max_rel == 0.0 { 0.0 } else { max_rel / t };
+        Measure {
+            max_abs,
+            max_rel,
+            of_tolerance,
+            pass: max_rel <= t,
         }
     }
 }
@@ -84,15 +117,11 @@ pub fn compare_f64(got: &Tensor<f64>, want: &Tensor<f64>, mode: Mode) -> Measure
         }
     }
     let rel = abs / scale;
-    let pass = match mode {
-        Mode::Exact | Mode::Bitwise => same_bits,
-        Mode::BitwiseUpToSignedZero => same_up_to_zero,
-        Mode::Tolerance(t) => rel <= t,
-    };
-    Measure {
-        max_abs: abs,
-        max_rel: rel,
-        pass,
+    match mode {
+        Mode::Exact | Mode::Bitwise => Measure::judged(abs, rel, same_bits),
+        Mode::BitwiseUpToSignedZero => Measure::judged(abs, rel, same_up_to_zero),
+        // whole values carry no conditioning measurement: its norm-wise part
+        Mode::Tolerance(t) | Mode::Conditioned(t) => Measure::within(abs, rel, t),
     }
 }
 
@@ -103,15 +132,16 @@ pub fn compare<V: Kernels>(got: &V, want: &V, mode: Mode) -> Measure {
         (Ok(g), Ok(w)) => (g, w),
         _ => return Measure::FAIL,
     };
-    let mut m = compare_f64(&g, &w, Mode::Tolerance(f64::INFINITY));
-    m.pass = match mode {
-        Mode::Exact | Mode::Bitwise => got.bit_eq(want),
-        Mode::BitwiseUpToSignedZero => {
-            got.bit_eq(want) || compare_f64(&g, &w, Mode::BitwiseUpToSignedZero).pass
-        }
-        Mode::Tolerance(t) => m.max_rel <= t,
-    };
-    m
+    let m = compare_f64(&g, &w, Mode::Tolerance(f64::INFINITY));
+    match mode {
+        Mode::Exact | Mode::Bitwise => Measure::judged(m.max_abs, m.max_rel, got.bit_eq(want)),
+        Mode::BitwiseUpToSignedZero => Measure::judged(
+            m.max_abs,
+            m.max_rel,
+            got.bit_eq(want) || compare_f64(&g, &w, Mode::BitwiseUpToSignedZero).pass,
+        ),
+        Mode::Tolerance(t) | Mode::Conditioned(t) => Measure::within(m.max_abs, m.max_rel, t),
+    }
 }
 
 /// Compares two lists position by position.

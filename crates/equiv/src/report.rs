@@ -7,6 +7,7 @@
 use crate::claims::Claim;
 use crate::error::EquivError;
 use crate::measure::{Measure, Mode};
+use crate::replay::Counterexample;
 use serde_json::{json, Value};
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
@@ -24,6 +25,8 @@ pub struct Row {
     pub failed: usize,
     pub max_abs: f64,
     pub max_rel: f64,
+    /// The worst error as a fraction of what the mode allows ([`Measure::of_tolerance`]).
+    pub of_tolerance: f64,
 }
 
 impl Row {
@@ -37,6 +40,7 @@ impl Row {
             failed: 0,
             max_abs: 0.0,
             max_rel: 0.0,
+            of_tolerance: 0.0,
         }
     }
 
@@ -47,6 +51,7 @@ impl Row {
         }
         self.max_abs = self.max_abs.max(m.max_abs);
         self.max_rel = self.max_rel.max(m.max_rel);
+        self.of_tolerance = self.of_tolerance.max(m.of_tolerance);
     }
 
     pub fn pass(&self) -> bool {
@@ -58,7 +63,8 @@ impl Row {
         json!({
             "claim": self.claim.id(), "claim_text": self.claim.name(), "engine": self.engine,
             "kind": self.kind, "mode": self.mode.label(), "cases": self.cases, "failed": self.failed,
-            "max_abs": num(self.max_abs), "max_rel": num(self.max_rel), "pass": self.pass(),
+            "max_abs": num(self.max_abs), "max_rel": num(self.max_rel),
+            "of_tolerance": num(self.of_tolerance), "pass": self.pass(),
         })
     }
 }
@@ -105,18 +111,6 @@ pub struct Failure {
     pub case_file: CaseFile,
 }
 
-/// The `torchlean conform` flags that select an engine label's engine.
-pub fn rerun_flags(engine: &str) -> String {
-    if let Some(rest) = engine.strip_prefix("faulty-") {
-        let fault = rest.strip_suffix("-f64").unwrap_or(rest);
-        return format!(" --engine reference --dtype f64 --inject-fault {fault}");
-    }
-    match engine.split_once('-') {
-        Some((e, d)) if d == "f32" || d == "f64" => format!(" --engine {e} --dtype {d}"),
-        _ => String::new(),
-    }
-}
-
 /// One claim's line: what it covered, its worst error, its verdict.
 #[derive(Clone, Debug)]
 pub struct ClaimSummary {
@@ -136,7 +130,7 @@ pub struct ClaimSummary {
 }
 
 /// A claim's worst row: its error as a fraction of the tolerance (0 for a bitwise or exact
-/// row that passed, infinite for one that failed).
+/// row that passed, infinite for one that failed, above 1 for a tolerance row that failed).
 #[derive(Clone, Debug)]
 pub struct Worst {
     pub engine: String,
@@ -148,10 +142,10 @@ pub struct Worst {
 
 impl Worst {
     fn of(r: &Row) -> Worst {
-        let ratio = match r.mode {
-            Mode::Tolerance(t) if r.pass() => r.max_rel / t,
-            _ if r.pass() => 0.0,
-            _ => f64::INFINITY,
+        let ratio = if r.pass() || r.of_tolerance > 1.0 {
+            r.of_tolerance
+        } else {
+            f64::INFINITY
         };
         Worst {
             engine: r.engine.clone(),
@@ -168,6 +162,10 @@ impl Worst {
             Mode::Tolerance(t) => format!(
                 "{:.1e} of {:.0e} ({}, {})",
                 self.max_rel, t, self.engine, self.kind
+            ),
+            Mode::Conditioned(t) if self.ratio.is_finite() => format!(
+                "{:.2} of {:.0e} + cond. ({}, {})",
+                self.ratio, t, self.engine, self.kind
             ),
             _ if self.ratio == 0.0 => format!("0 ({})", self.mode.label()),
             _ => format!(
@@ -382,10 +380,9 @@ impl Report {
                     match &f.case_file {
                         CaseFile::NotRequested => String::new(),
                         CaseFile::Written(p) => format!(
-                            "\n    counterexample: {}\n    rerun: torchlean conform {}{}",
+                            "\n    counterexample: {}\n    rerun: {}",
                             p.display(),
-                            p.display(),
-                            rerun_flags(&f.engine)
+                            Counterexample::rerun(p)
                         ),
                         CaseFile::NotWritten(e) => format!("\n    counterexample not written: {e}"),
                     }
@@ -421,7 +418,7 @@ impl Report {
         let failures: Vec<Value> = self
             .failures
             .iter()
-            .map(|f| json!({"claim": f.claim.id(), "engine": f.engine, "detail": f.detail.as_ref().map(|d| d.to_string()).unwrap_or_default(), "nodes": f.nodes, "case_file": f.case_file.path().map(|p| p.display().to_string()), "write_error": f.case_file.error().map(|e| e.to_string())}))
+            .map(|f| json!({"claim": f.claim.id(), "engine": f.engine, "detail": f.detail.as_ref().map(|d| d.to_string()).unwrap_or_default(), "nodes": f.nodes, "case_file": f.case_file.path().map(|p| p.display().to_string()), "rerun": f.case_file.path().map(Counterexample::rerun), "write_error": f.case_file.error().map(|e| e.to_string())}))
             .collect();
         let _ = writeln!(
             out,

@@ -10,6 +10,7 @@ use crate::gen::{build_targeted, schedule, GenCase, GenConfig};
 use crate::measure::Mode;
 use crate::regime::Target;
 use crate::regime::{covered, targets};
+use crate::replay::{self, Provenance};
 use crate::report::{CaseFile, ClaimSummary, Failure, Report, Row};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -123,6 +124,21 @@ pub enum Family {
 }
 
 impl Family {
+    /// The family's name (counterexample files).
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Float => "float",
+            Family::Exact => "exact",
+        }
+    }
+
+    /// The family named `name` ([`Family::name`]).
+    pub fn from_name(name: &str) -> Option<Family> {
+        [Family::Float, Family::Exact]
+            .into_iter()
+            .find(|f| f.name() == name)
+    }
+
     /// The salt of the family's choice vectors (with the run's seed).
     fn salt(self) -> u64 {
         match self {
@@ -297,6 +313,8 @@ fn failing_cases(obs: &[Vec<Observation>]) -> BTreeMap<(Claim, String), Vec<usiz
 pub struct Shrunk {
     pub claim: Claim,
     pub engine: String,
+    /// The index (in its family) of the case that was shrunk.
+    pub index: usize,
     pub case: GenCase,
     /// Why the minimal case fails.
     pub detail: Option<Arc<EquivError>>,
@@ -350,6 +368,7 @@ pub fn shrink_failure(
     Some(Shrunk {
         claim,
         engine: engine.to_string(),
+        index: i,
         case: minimal,
         detail,
     })
@@ -385,11 +404,27 @@ fn collect_failures(
             };
             let case_file = match &cfg.out_dir {
                 None => CaseFile::NotRequested,
-                Some(dir) => match write_counterexample(dir, claim, &engine, &shrunk.case, engines)
-                {
-                    Ok(path) => CaseFile::Written(path),
-                    Err(e) => CaseFile::NotWritten(Arc::new(e)),
-                },
+                Some(dir) => {
+                    let provenance = Provenance {
+                        claim,
+                        engine: engine.clone(),
+                        family,
+                        finite_differences: cfg.finite_differences,
+                        threads: rayon::current_num_threads(),
+                        seed: cfg.seed,
+                        cases: cfg.cases,
+                        case_index: shrunk.index,
+                        detail: shrunk
+                            .detail
+                            .as_ref()
+                            .map(|d| d.to_string())
+                            .unwrap_or_default(),
+                    };
+                    match write_counterexample(dir, &provenance, &shrunk.case, engines) {
+                        Ok(path) => CaseFile::Written(path),
+                        Err(e) => CaseFile::NotWritten(Arc::new(e)),
+                    }
+                }
             };
             failures.push(Failure {
                 claim,
@@ -546,7 +581,7 @@ fn reference_expect(case: &GenCase) -> Result<(Tensor<f64>, Expect), EquivError>
 /// The tolerance a counterexample case file is written with for an engine compared in `mode`.
 fn case_tolerance(mode: Mode) -> Tolerance {
     match mode {
-        Mode::Tolerance(t) => Tolerance { rtol: t, atol: t },
+        Mode::Tolerance(t) | Mode::Conditioned(t) => Tolerance { rtol: t, atol: t },
         _ => Tolerance {
             rtol: 0.0,
             atol: 0.0,
@@ -581,25 +616,27 @@ fn graph_level_differs(e: &dyn EngineUnderTest, case: &GenCase) -> bool {
 }
 
 /// Writes the minimized counterexample as a `torchlean.case.v1` file whose expectations are the
-/// reference engine's (f64) and whose tolerance is the engine's, atomically (a temporary file
-/// in `dir`, synced, renamed into place); returns its path. Creates `dir` if needed.
+/// reference engine's (f64) and whose tolerance is the engine's, with `provenance` (what the
+/// failure depended on, so that [`crate::replay`] repeats it) as its `checker` member,
+/// atomically (a temporary file in `dir`, synced, renamed into place); returns its path.
+/// Creates `dir` if needed.
 pub fn write_counterexample(
     dir: &Path,
-    claim: Claim,
-    engine: &str,
+    provenance: &Provenance,
     case: &GenCase,
     engines: &[&dyn EngineUnderTest],
 ) -> Result<PathBuf, EquivError> {
     std::fs::create_dir_all(dir)
         .map_err(|e| EquivError::io("create the counterexample directory", dir, e))?;
     let (seed, expect) = reference_expect(case)?;
+    let engine = provenance.engine.as_str();
     let mode = engines
         .iter()
         .find(|e| e.name() == engine)
         .map(|e| e.mode())
         .unwrap_or(Mode::Bitwise);
     let tolerance = case_tolerance(mode);
-    let name = format!("{}-{}", claim.id(), engine);
+    let name = format!("{}-{}", provenance.claim.id(), engine);
     let file = Case {
         name: name.clone(),
         graph: case.graph.clone(),
@@ -615,11 +652,14 @@ pub fn write_counterexample(
         },
     };
     let path = dir.join(format!("{name}.json"));
-    let text =
-        serde_json::to_string_pretty(&file.to_json()).map_err(|source| EquivError::Json {
-            path: path.clone(),
-            source,
-        })?;
+    let mut doc = file.to_json();
+    if let Some(obj) = doc.as_object_mut() {
+        obj.insert(replay::MEMBER.to_string(), provenance.to_json());
+    }
+    let text = serde_json::to_string_pretty(&doc).map_err(|source| EquivError::Json {
+        path: path.clone(),
+        source,
+    })?;
     write_atomically(&path, text.as_bytes())?;
     Ok(path)
 }
@@ -645,6 +685,20 @@ mod tests {
         )
     }
 
+    fn provenance() -> Provenance {
+        Provenance {
+            claim: Claim::EngineVsReference,
+            engine: "reference-f64".into(),
+            family: Family::Float,
+            finite_differences: true,
+            threads: 2,
+            seed: 7,
+            cases: 24,
+            case_index: 3,
+            detail: "node %2 (sin): …".into(),
+        }
+    }
+
     fn entries(dir: &Path) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
@@ -660,14 +714,7 @@ mod tests {
         let reference = EngineOf::<Tensor<f64>>::bitwise();
         let engines: [&dyn EngineUnderTest; 1] = [&reference];
         let case = a_case();
-        let path = write_counterexample(
-            dir.path(),
-            Claim::EngineVsReference,
-            "reference-f64",
-            &case,
-            &engines,
-        )
-        .unwrap();
+        let path = write_counterexample(dir.path(), &provenance(), &case, &engines).unwrap();
         assert_eq!(
             path,
             dir.path().join("engine_vs_reference-reference-f64.json")
@@ -678,15 +725,14 @@ mod tests {
         );
         let written = Case::from_json_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         assert_eq!(written.graph.len(), case.graph.len());
+        // it reads back as a counterexample: the same graph, input bit for bit, provenance
+        let cx = crate::Counterexample::read(&path).unwrap();
+        assert_eq!(cx.provenance, provenance());
+        assert_eq!(cx.case.graph, case.graph);
+        let bits = |t: &Tensor<f64>| t.data().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&cx.case.input), bits(&case.input));
         // writing again replaces the file, still without a temporary file left behind
-        write_counterexample(
-            dir.path(),
-            Claim::EngineVsReference,
-            "reference-f64",
-            &case,
-            &engines,
-        )
-        .unwrap();
+        write_counterexample(dir.path(), &provenance(), &case, &engines).unwrap();
         assert_eq!(
             entries(dir.path()),
             ["engine_vs_reference-reference-f64.json"]
@@ -700,14 +746,7 @@ mod tests {
         std::fs::write(&blocker, "").unwrap();
         let out = blocker.join("sub");
         let reference = EngineOf::<Tensor<f64>>::bitwise();
-        let e = write_counterexample(
-            &out,
-            Claim::EngineVsReference,
-            "reference-f64",
-            &a_case(),
-            &[&reference],
-        )
-        .unwrap_err();
+        let e = write_counterexample(&out, &provenance(), &a_case(), &[&reference]).unwrap_err();
         let EquivError::Io { path, .. } = &e else {
             panic!("expected an Io error, got {e:?}");
         };
@@ -726,14 +765,8 @@ mod tests {
         std::fs::create_dir(&target).unwrap();
         std::fs::write(target.join("keep"), "").unwrap();
         let reference = EngineOf::<Tensor<f64>>::bitwise();
-        let e = write_counterexample(
-            dir.path(),
-            Claim::EngineVsReference,
-            "reference-f64",
-            &a_case(),
-            &[&reference],
-        )
-        .unwrap_err();
+        let e =
+            write_counterexample(dir.path(), &provenance(), &a_case(), &[&reference]).unwrap_err();
         assert!(
             matches!(&e, EquivError::Io { path, .. } if path == &target),
             "{e:?}"

@@ -90,6 +90,26 @@ fn every_injected_fault_is_caught() {
                     "{}: the reference fails its own expectations",
                     case.name
                 );
+                // and its replay (the printed rerun) fails the same way: the same claim on
+                // the same engine, with the same finding
+                let cx = Counterexample::read(f.case_file.path().unwrap()).unwrap();
+                assert_eq!(
+                    (cx.provenance.claim, cx.provenance.engine.as_str()),
+                    (f.claim, f.engine.as_str())
+                );
+                let observed = replay(&cx, &[&reference, &faulty]).unwrap();
+                let failed = observed
+                    .iter()
+                    .find(|o| !o.measure.pass)
+                    .unwrap_or_else(|| panic!("{}: the replay passes", case.name));
+                assert_eq!(
+                    failed
+                        .detail
+                        .as_ref()
+                        .map(|d| d.to_string())
+                        .unwrap_or_default(),
+                    cx.provenance.detail
+                );
             }
             report
         }};

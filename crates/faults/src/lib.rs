@@ -350,7 +350,7 @@ mod tests {
 
     #[test]
     fn every_fault_has_its_own_label() {
-        // `torchlean conform --inject-fault NAME` and the checker's rerun line rely on the label
+        // `torchlean conform --inject-fault NAME` and the checker's replay rely on the label
         // `faulty-NAME-f64`
         let labels = [
             <Faulty<Tensor<f64>, { fault::FLIP_SIGN }> as Kernels>::ENGINE,

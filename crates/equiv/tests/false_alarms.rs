@@ -1,0 +1,126 @@
+//! The checker's false alarms on a correct engine (issue 30's seeds), each as the case that
+//! raised it: every one failed before its fix and passes now, while the narrowed or widened
+//! claim still compares what it can bit for bit or within rounding.
+#![allow(clippy::unwrap_used)]
+
+use torchlean_compiled::exec_graph_of_ir;
+use torchlean_equiv::claims::{local_sums_reassociate, semantic_claims};
+use torchlean_equiv::engines::fd_check;
+use torchlean_equiv::{Claim, GenCase, Mode};
+use torchlean_ir::{Graph, Payload};
+use torchlean_spec::{Op, Tensor};
+
+/// A graph over one `[n]` input from its node list (`kind`, parents), every node `[n]` but a
+/// `concat` (along axis 0).
+fn chain(n: usize, nodes: &[(&str, &[usize])]) -> GenCase {
+    let mut list = vec![format!(
+        r#"{{"id": 0, "kind": "input", "parents": [], "shape": [{n}]}}"#
+    )];
+    for (i, (kind, parents)) in nodes.iter().enumerate() {
+        let (len, axis) = match *kind {
+            "concat" => (n * parents.len(), r#", "axis": 0"#),
+            _ => (n, ""),
+        };
+        list.push(format!(
+            r#"{{"id": {}, "kind": "{kind}", "parents": {parents:?}, "shape": [{len}]{axis}}}"#,
+            i + 1,
+        ));
+    }
+    let text = format!(
+        r#"{{"format": "torchlean.ir.v1", "input_id": 0, "output_id": {}, "nodes": [{}]}}"#,
+        nodes.len(),
+        list.join(", ")
+    );
+    let graph = Graph::from_json_str(&text).unwrap();
+    let input = Tensor::from_fn([n], |i| {
+        [-0.65625, 0.25, 0.2604166666666667, 0.8541666666666666][i[0] % 4]
+    })
+    .unwrap();
+    GenCase {
+        graph,
+        payload: Payload::default(),
+        input,
+    }
+}
+
+fn reassociates(case: &GenCase) -> bool {
+    let exec = exec_graph_of_ir(&case.graph, &case.payload).unwrap();
+    local_sums_reassociate(&exec.graph, exec.output)
+}
+
+/// `check-equivalence --seed 15` (and the `sin`, `transpose`, `silu`, `slice`, `permute`
+/// rows of seeds 1, 3, 6, 8, 13, 16, 19): `x · x · x` as `mul_elem(mul_elem(x, x), x)`. The
+/// outer node gives `x` its gradient first; then the inner one's two contributions arrive. The
+/// eager tape adds them one by one, `(g + c₁) + c₂`; the compiled graph sums them locally
+/// first, `g + (c₁ + c₂)` (TorchLean's two rules, which its regression suite tells apart). In
+/// f32 they differ by an ulp, which the old claim (f64's 1e-12 for every dtype) called a
+/// failure. The claim now compares eager with the recorded graph under the eager rule bit for
+/// bit, and with the compiled graph bit for bit only where the rules perform the same sums.
+#[test]
+fn a_repeated_parent_with_an_earlier_gradient_is_eager_bitwise_under_the_eager_rule() {
+    let case = chain(12, &[("mul_elem", &[0, 0]), ("mul_elem", &[1, 0])]);
+    assert!(reassociates(&case));
+    for o in semantic_claims::<Tensor<f32>>(&case)
+        .into_iter()
+        .chain(semantic_claims::<Tensor<f64>>(&case))
+    {
+        assert!(
+            o.measure.pass,
+            "{} [{}]: {:?}",
+            o.claim.name(),
+            o.engine,
+            o.detail
+        );
+        if o.claim == Claim::EagerVsCompiled {
+            assert_eq!(o.mode, Mode::Bitwise);
+        }
+    }
+}
+
+#[test]
+fn local_sums_reassociate_only_where_the_repeated_parent_already_has_a_gradient() {
+    // alone, or the last reader of its parent: the same additions on both routes
+    assert!(!reassociates(&chain(4, &[("mul_elem", &[0, 0])])));
+    assert!(!reassociates(&chain(4, &[("concat", &[0, 0, 0])])));
+    assert!(!reassociates(&chain(4, &[("sin", &[0]), ("add", &[1, 1])])));
+    // a later node reads the repeated parent too
+    assert!(reassociates(&chain(
+        4,
+        &[("sin", &[0]), ("add", &[1, 1]), ("mul_elem", &[2, 1])]
+    )));
+    assert!(reassociates(&chain(
+        4,
+        &[("max_elem", &[0, 0]), ("add", &[1, 0])]
+    )));
+}
+
+/// `check-equivalence --seed 12`: `clamp(x, −4/3, −4/3)` at `x = −4/3`. The function is
+/// constant, so its finite differences are 0 on both sides, but PyTorch's (and our) gradient
+/// at a bound is the cotangent: a convention, not a derivative. The finite-difference check
+/// skipped kinks only where the one-sided differences disagree; it now also skips a point where
+/// the VJP itself jumps (the VJP a step to either side differs from the VJP there).
+#[test]
+fn a_gradient_convention_at_a_clamp_bound_is_not_a_finite_difference_failure() {
+    let b = -4.0 / 3.0;
+    let x = Tensor::new([4], vec![0.5, b, -2.0, 1.25]).unwrap();
+    for (min, max) in [
+        (Some(b), Some(b)),
+        (Some(b), Some(0.75)),
+        (Some(-3.0), Some(b)),
+    ] {
+        let (m, detail) =
+            fd_check::<Tensor<f64>>("node %1", &Op::Clamp { min, max }, std::slice::from_ref(&x))
+                .unwrap();
+        assert!(m.pass, "{min:?} {max:?}: {detail:?}");
+    }
+    // away from its bounds the check still compares: a wrong VJP there is found
+    use torchlean_equiv::{fault, Faulty};
+    let y = Tensor::new([4], vec![0.5, -0.25, 1.5, 2.0]).unwrap();
+    let (m, detail) = fd_check::<Faulty<Tensor<f64>, { fault::FLIP_SIGN }>>(
+        "node %1",
+        &Op::Binary(torchlean_spec::BinaryOp::Mul),
+        &[x, y],
+    )
+    .unwrap();
+    assert!(!m.pass, "{detail:?}");
+}
