@@ -163,8 +163,8 @@ impl Worst {
                 "{:.1e} of {:.0e} ({}, {})",
                 self.max_rel, t, self.engine, self.kind
             ),
-            Mode::Conditioned(t) if self.ratio.is_finite() => format!(
-                "{:.2} of {:.0e} + cond. ({}, {})",
+            Mode::Measured(t) if self.ratio.is_finite() => format!(
+                "{:.2} of {:.0e} + measured ({}, {})",
                 self.ratio, t, self.engine, self.kind
             ),
             _ if self.ratio == 0.0 => format!("0 ({})", self.mode.label()),

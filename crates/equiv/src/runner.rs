@@ -581,7 +581,7 @@ fn reference_expect(case: &GenCase) -> Result<(Tensor<f64>, Expect), EquivError>
 /// The tolerance a counterexample case file is written with for an engine compared in `mode`.
 fn case_tolerance(mode: Mode) -> Tolerance {
     match mode {
-        Mode::Tolerance(t) | Mode::Conditioned(t) => Tolerance { rtol: t, atol: t },
+        Mode::Tolerance(t) | Mode::Measured(t) => Tolerance { rtol: t, atol: t },
         _ => Tolerance {
             rtol: 0.0,
             atol: 0.0,

@@ -124,3 +124,35 @@ fn a_gradient_convention_at_a_clamp_bound_is_not_a_finite_difference_failure() {
     .unwrap();
     assert!(!m.pass, "{detail:?}");
 }
+
+/// `check-equivalence --seeds 201..600 --cases 64`: seeds 216, 240, 335 and 543 — a layer norm
+/// and a training batch norm over a constant row (eps 1e-6 and 1e-5: the normalized values
+/// swing by `1/√eps` within a step). The central difference at step `h` was off by 2.7e-5 of
+/// the gradient's scale from its own truncation error (`h²·f‴/6`), not from the VJP.
+/// Richardson's extrapolation of the steps `h` and `h/2` brings it to 1e-10, and the gap
+/// between the two steps is allowed on top of the norm-wise 1e-5.
+#[test]
+fn a_finite_difference_over_a_constant_row_is_judged_within_its_own_error() {
+    let cases = [
+        (
+            Op::LayerNorm { axis: 0, eps: None },
+            vec![Tensor::new([2], vec![14.874592893948867; 2]).unwrap()],
+        ),
+        (
+            Op::BatchNormTrain {
+                channels: 1,
+                eps: None,
+            },
+            vec![
+                Tensor::new([1, 1, 2, 2], vec![-32.66042349330481; 4]).unwrap(),
+                Tensor::new([1], vec![-4.0 / 3.0]).unwrap(),
+                Tensor::new([1], vec![-4.0 / 3.0]).unwrap(),
+            ],
+        ),
+    ];
+    for (op, inputs) in cases {
+        let (m, detail) = fd_check::<Tensor<f64>>("node %9", &op, &inputs).unwrap();
+        assert!(m.pass, "{op:?}: {detail:?}");
+        assert!(m.max_rel < 1e-8, "{op:?}: {m:?}");
+    }
+}
