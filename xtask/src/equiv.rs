@@ -251,18 +251,10 @@ fn selected_engines(args: &EquivArgs) -> Result<Vec<Box<dyn EngineUnderTest>>, S
 fn rerun_flags(args: &EquivArgs, seed: u64) -> String {
     let mut s = format!("--seed {seed} --cases {}", args.cases);
     if args.engine != EngineSel::All {
-        let v = args
-            .engine
-            .to_possible_value()
-            .map(|v| v.get_name().to_string());
-        let _ = write!(s, " --engine {}", v.unwrap_or_default());
+        let _ = write!(s, " --engine {}", flag_value(args.engine));
     }
     if args.dtype != DTypeSel::All {
-        let v = args
-            .dtype
-            .to_possible_value()
-            .map(|v| v.get_name().to_string());
-        let _ = write!(s, " --dtype {}", v.unwrap_or_default());
+        let _ = write!(s, " --dtype {}", flag_value(args.dtype));
     }
     if args.no_fd {
         s.push_str(" --no-fd");
@@ -271,6 +263,14 @@ fn rerun_flags(args: &EquivArgs, seed: u64) -> String {
         let _ = write!(s, " --inject-fault {f}");
     }
     s
+}
+
+/// How `value` is written on the command line.
+fn flag_value(value: impl ValueEnum) -> String {
+    value
+        .to_possible_value()
+        .map(|v| v.get_name().to_string())
+        .unwrap_or_default()
 }
 
 /// One run per seed of `range`, without shrinking or writing counterexamples: a line per

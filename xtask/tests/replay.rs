@@ -24,11 +24,10 @@ fn line_after<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
         .collect()
 }
 
-#[test]
-fn a_planted_faults_rerun_line_fails_the_same_way() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().to_str().unwrap();
-    let run = xtask(&[
+/// A run of 24 cases on the reference f64 engine with `flip-sign` planted, its counterexamples
+/// written to `dir`.
+fn planted_flip_sign(dir: &Path, more: &[&str]) -> Output {
+    let mut args = vec![
         "--cases",
         "24",
         "--engine",
@@ -37,11 +36,17 @@ fn a_planted_faults_rerun_line_fails_the_same_way() {
         "f64",
         "--inject-fault",
         "flip-sign",
-        "--shrink-steps",
-        "100",
         "--out",
-        out,
-    ]);
+        dir.to_str().unwrap(),
+    ];
+    args.extend(more);
+    xtask(&args)
+}
+
+#[test]
+fn a_planted_faults_rerun_line_fails_the_same_way() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = planted_flip_sign(dir.path(), &["--shrink-steps", "100"]);
     let text = stdout(&run);
     assert_eq!(run.status.code(), Some(1), "{text}");
     let reruns = line_after(&text, "rerun: cargo xtask check-equivalence --replay ");
@@ -67,22 +72,7 @@ fn a_planted_faults_rerun_line_fails_the_same_way() {
 #[test]
 fn a_replay_on_the_correct_engine_passes_and_a_file_without_provenance_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().to_str().unwrap();
-    let run = xtask(&[
-        "--cases",
-        "24",
-        "--engine",
-        "reference",
-        "--dtype",
-        "f64",
-        "--inject-fault",
-        "flip-sign",
-        "--shrink-steps",
-        "50",
-        "--no-fd",
-        "--out",
-        out,
-    ]);
+    let run = planted_flip_sign(dir.path(), &["--shrink-steps", "50", "--no-fd"]);
     assert_eq!(run.status.code(), Some(1));
     let file = dir
         .path()
@@ -115,19 +105,22 @@ fn a_replay_on_the_correct_engine_passes_and_a_file_without_provenance_is_refuse
 
 #[test]
 fn a_sweep_prints_a_line_per_failing_seed_and_a_closing_line() {
-    let run = xtask(&[
-        "--seeds",
-        "3..4",
-        "--cases",
-        "16",
-        "--engine",
-        "reference",
-        "--dtype",
-        "f64",
-        "--no-fd",
-        "--inject-fault",
-        "drop-contribution",
-    ]);
+    let sweep = |more: &[&str]| {
+        let mut args = vec![
+            "--seeds",
+            "3..4",
+            "--cases",
+            "16",
+            "--engine",
+            "reference",
+            "--dtype",
+            "f64",
+            "--no-fd",
+        ];
+        args.extend(more);
+        xtask(&args)
+    };
+    let run = sweep(&["--inject-fault", "drop-contribution"]);
     let text = stdout(&run);
     assert_eq!(run.status.code(), Some(1), "{text}");
     let lines: Vec<&str> = text.lines().collect();
@@ -148,17 +141,7 @@ fn a_sweep_prints_a_line_per_failing_seed_and_a_closing_line() {
         "{}",
         lines[2]
     );
-    let run = xtask(&[
-        "--seeds",
-        "3..4",
-        "--cases",
-        "16",
-        "--engine",
-        "reference",
-        "--dtype",
-        "f64",
-        "--no-fd",
-    ]);
+    let run = sweep(&[]);
     assert_eq!(run.status.code(), Some(0), "{}", stdout(&run));
     assert!(stdout(&run).starts_with("seeds 3..4 (2 runs of 16 cases): 2 passed, 0 failed;"));
     let bad = xtask(&["--seeds", "9..3"]);
