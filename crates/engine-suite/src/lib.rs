@@ -3,8 +3,9 @@
 //! For every op, on a table of shapes that includes the edges (size-1 axes, odd sizes, empty
 //! tensors and reductions where meaningful, batched and unbatched forms, sizes large enough to
 //! reach an engine's fast paths), the suite runs the op forward and backward on the engine under
-//! test and on the reference engine in `f64`, from the *same* inputs (rounded to the engine's
-//! precision first, so only the engine's arithmetic is measured), and compares:
+//! test and on the reference engine in `f64`, from the *same* inputs, cotangent and real
+//! attributes (rounded to the engine's precision first — `Op::map_reals` for the attributes —
+//! so only the engine's arithmetic is measured), and compares:
 //!
 //! - the forward value;
 //! - each operand's cotangent, computed by the engine's VJP from a [`Saved`] that holds exactly
@@ -12,7 +13,10 @@
 //! - structural zeros (`None`) where and only where the reference has them.
 //!
 //! The measure is the norm-wise relative error `max |got − want| / max(max |want|, 1)`, with
-//! per-dtype tolerances ([`Tolerance::F32`], [`Tolerance::F64`]).
+//! per-dtype tolerances ([`Tolerance::F32`], [`Tolerance::F64`]); a tolerance may add a part
+//! measured at each case, the reference's own spread under rounding at the engine's precision
+//! ([`Conditioning`], Monte Carlo arithmetic in [`noisy`]), which the equivalence checker uses
+//! on its random graphs.
 //!
 //! Use: `torchlean_engine_suite::run_suite::<MyTensor>(Tolerance::F32)` returns one report per
 //! case; [`assert_suite_passes`] panics with every failure listed. Engines call it from their

@@ -20,28 +20,28 @@
 //!   failure ([`shrink_failure`]) and writes it atomically as a `torchlean.case.v1` file
 //!   ([`write_counterexample`]; a write that fails is reported, never dropped);
 //!   [`report::Report`] prints the table;
-//! - [`replay`]: what a counterexample's failure depended on ([`Provenance`], written into its
+//! - [`counterexample`]: what a counterexample's failure depended on ([`Provenance`], written into its
 //!   case file) and the replay of exactly that check (`check-equivalence --replay FILE`).
 //!
 //! `cargo xtask check-equivalence` is the command-line front end.
 
 pub mod claims;
+pub mod counterexample;
 pub mod engines;
 pub mod error;
 pub mod fixed;
 pub mod gen;
 pub mod measure;
 pub mod regime;
-pub mod replay;
 pub mod report;
 pub mod runner;
 
 pub use claims::{Claim, Observation};
+pub use counterexample::{replay, Counterexample, Provenance};
 pub use engines::{EngineOf, EngineUnderTest};
 pub use error::EquivError;
 pub use gen::{arb_case, build, GenCase, GenConfig};
 pub use measure::{Measure, Mode};
-pub use replay::{replay, Counterexample, Provenance};
 pub use report::{CaseFile, ClaimSummary, Failure, Report, Row, Worst};
 pub use runner::{
     aggregate_rows, check, coverage, generate_cases, run_observations, shrink_failure,

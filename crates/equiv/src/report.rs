@@ -5,9 +5,9 @@
 //! rows (claim × engine × op kind); [`Report::json_lines`] is all of it, machine-readable.
 
 use crate::claims::Claim;
+use crate::counterexample::Counterexample;
 use crate::error::EquivError;
 use crate::measure::{Measure, Mode};
-use crate::replay::Counterexample;
 use serde_json::{json, Value};
 use std::fmt::Write;
 use std::path::{Path, PathBuf};

@@ -4,13 +4,13 @@
 use crate::claims::{
     dense_skipping_avoids_nan, lowering_vs_denote, seed_values, semantic_claims, Claim, Observation,
 };
+use crate::counterexample::{self, Provenance};
 use crate::engines::EngineUnderTest;
 use crate::error::EquivError;
 use crate::gen::{build_targeted, schedule, GenCase, GenConfig};
 use crate::measure::Mode;
 use crate::regime::Target;
 use crate::regime::{covered, targets};
-use crate::replay::{self, Provenance};
 use crate::report::{CaseFile, ClaimSummary, Failure, Report, Row};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
@@ -617,7 +617,7 @@ fn graph_level_differs(e: &dyn EngineUnderTest, case: &GenCase) -> bool {
 
 /// Writes the minimized counterexample as a `torchlean.case.v1` file whose expectations are the
 /// reference engine's (f64) and whose tolerance is the engine's, with `provenance` (what the
-/// failure depended on, so that [`crate::replay`] repeats it) as its `checker` member,
+/// failure depended on, so that [`crate::counterexample::replay`] repeats it) as its `checker` member,
 /// atomically (a temporary file in `dir`, synced, renamed into place); returns its path.
 /// Creates `dir` if needed.
 pub fn write_counterexample(
@@ -654,7 +654,7 @@ pub fn write_counterexample(
     let path = dir.join(format!("{name}.json"));
     let mut doc = file.to_json();
     if let Some(obj) = doc.as_object_mut() {
-        obj.insert(replay::MEMBER.to_string(), provenance.to_json());
+        obj.insert(counterexample::MEMBER.to_string(), provenance.to_json());
     }
     let text = serde_json::to_string_pretty(&doc).map_err(|source| EquivError::Json {
         path: path.clone(),
