@@ -224,16 +224,17 @@ pub const FD_TOLERANCE: f64 = 1e-5;
 /// Elements checked per operand (evenly spread), to bound the cost on larger operands.
 const FD_SAMPLES: usize = 24;
 
-/// `⟨c, op(inputs)⟩` on engine `V`.
+/// `⟨c, op(inputs)⟩` on engine `V`, and the sum of its terms' magnitudes `Σ |cᵢ · yᵢ|` (what its rounding scales with).
 fn objective<V: Kernels>(
     op: &Op,
     inputs: &[Tensor<f64>],
     cot: &Tensor<f64>,
-) -> Result<f64, RuntimeError> {
+) -> Result<(f64, f64), RuntimeError> {
     let vals: Vec<V> = inputs.iter().map(V::from_f64).collect::<Result<_, _>>()?;
     let args: Vec<&V> = vals.iter().collect();
     let y = forward::<V>(op, &args).and_then(|y| y.to_f64())?;
-    Ok(y.data().iter().zip(cot.data()).map(|(a, b)| a * b).sum())
+    let terms = y.data().iter().zip(cot.data()).map(|(a, b)| a * b);
+    Ok(terms.fold((0.0, 0.0), |(sum, size), t| (sum + t, size + t.abs())))
 }
 
 /// Operand `k`'s cotangent from `op`'s VJP on engine `V` at `inputs` (zeros for a structural
@@ -256,9 +257,10 @@ fn vjp_of<V: Kernels>(
 
 /// The VJP of `op` on engine `V` against central finite differences of `V`'s forward, at the
 /// given point: Richardson's extrapolation of the steps `h` and `h/2`, within
-/// [`FD_TOLERANCE`] norm-wise plus the gap between the two steps' differences (what the
-/// finite difference itself may get wrong where the function curves hard, as a layer norm of a
-/// nearly constant row does). An element is skipped where the derivative is not a derivative: at a kink
+/// [`FD_TOLERANCE`] norm-wise plus what the finite difference itself may get wrong — the gap
+/// between the two steps' differences (where the function curves hard, as a layer norm of a
+/// nearly constant row does) and the objective's rounding over the step (where the output
+/// dwarfs the step). An element is skipped where the derivative is not a derivative: at a kink
 /// (the one-sided differences disagree: relu/abs at 0, max ties, pooling ties) and at a point
 /// where the VJP itself jumps (the VJP a step to either side differs from the VJP there: a
 /// convention, such as PyTorch's `clamp` gradient 1 at a bound, and 1 even where `min == max`
@@ -309,8 +311,9 @@ pub fn fd_check<V: Kernels>(
                     ins[k].data_mut()[i] = x0 + d;
                     ins
                 };
-                let at = |d: f64| objective::<V>(op, &moved(d), &cot);
-                let (fp, f0, fm) = (at(h)?, at(0.0)?, at(-h)?);
+                let at = |d: f64| objective::<V>(op, &moved(d), &cot).map(|(f, _)| f);
+                let (f0, size) = objective::<V>(op, &moved(0.0), &cot)?;
+                let (fp, fm) = (at(h)?, at(-h)?);
                 let forward = (fp - f0) / h;
                 let backward = (f0 - fm) / h;
                 let central = (fp - fm) / (2.0 * h);
@@ -330,10 +333,13 @@ pub fn fd_check<V: Kernels>(
                 }
                 // Richardson: the central difference at h/2 and the extrapolation of the two
                 // (error O(h⁴)); their gap bounds what the finite difference itself gets
-                // wrong where the function curves hard (a layer norm of a nearly constant row)
+                // wrong where the function curves hard (a layer norm of a nearly constant row),
+                // and the objective's rounding, divided by the step, what it loses where the
+                // output dwarfs the step (`x·Wᵀ + b` at |x·Wᵀ| = 1e30: b's step vanishes)
                 let half = (at(h / 2.0)? - at(-h / 2.0)?) / h;
                 let fd = half + (half - central) / 3.0;
-                let allowed = FD_TOLERANCE * scale + (half - central).abs();
+                let rounding = 16.0 * f64::EPSILON * size / h;
+                let allowed = FD_TOLERANCE * scale + (half - central).abs() + rounding;
                 let err = (fd - here).abs();
                 let m = Measure {
                     max_abs: err,

@@ -113,7 +113,8 @@ fn a_gradient_convention_at_a_clamp_bound_is_not_a_finite_difference_failure() {
                 .unwrap();
         assert!(m.pass, "{min:?} {max:?}: {detail:?}");
     }
-    // away from its bounds the check still compares: a wrong VJP there is found
+    // away from kinks, conventions and huge outputs the check still compares: a wrong VJP is
+    // found
     use torchlean_equiv::{fault, Faulty};
     let y = Tensor::new([4], vec![0.5, -0.25, 1.5, 2.0]).unwrap();
     let (m, detail) = fd_check::<Faulty<Tensor<f64>, { fault::FLIP_SIGN }>>(
@@ -155,4 +156,17 @@ fn a_finite_difference_over_a_constant_row_is_judged_within_its_own_error() {
         assert!(m.pass, "{op:?}: {detail:?}");
         assert!(m.max_rel < 1e-8, "{op:?}: {m:?}");
     }
+}
+
+/// `check-equivalence --seed 240 --cases 64`: `linear` at an input of 1.1e30 (an `exp` chain
+/// upstream). Moving the bias by a step of 1e-6 cannot change `x·Wᵀ + b ≈ −7e29`, so the
+/// finite difference of the bias is 0 where the VJP is the cotangent: rounding in the objective,
+/// not a wrong VJP. The objective's rounding over the step (`ε·Σ|cᵢ·yᵢ|/h`) is allowed too.
+#[test]
+fn a_step_lost_in_a_huge_output_is_within_the_finite_differences_rounding() {
+    let x = Tensor::new([1, 1], vec![1.1136926596082227e30]).unwrap();
+    let w = Tensor::new([4, 1], vec![-2.0 / 3.0; 4]).unwrap();
+    let b = Tensor::new([4], vec![-4.0 / 3.0; 4]).unwrap();
+    let (m, detail) = fd_check::<Tensor<f64>>("node %20", &Op::Linear, &[x, w, b]).unwrap();
+    assert!(m.pass, "{detail:?}");
 }
