@@ -27,7 +27,7 @@ pub mod noisy;
 
 pub use cases::{op_cases, OpCase};
 
-use noisy::{with_noise, Noisy};
+use noisy::{with_noise, Noisy, Precision};
 use torchlean_runtime::{forward, vjp, Kernels, Saved};
 use torchlean_spec::{ops, Op, Tensor};
 
@@ -68,8 +68,9 @@ impl Tolerance {
 /// rounding distance of a kink, it spans both sides.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Conditioning {
-    /// The engine's relative rounding step (f32: 2⁻²³).
-    pub eps: f64,
+    /// The engine's precision: its relative rounding step (f32: 2⁻²³) and largest finite
+    /// magnitude (f32: `f32::MAX`).
+    pub precision: Precision,
     /// How many spreads an element may differ by.
     pub factor: f64,
 }
@@ -85,35 +86,42 @@ impl Conditioning {
     /// the few runs a spread is drawn from.
     pub const FACTOR: f64 = 8.0;
 
-    /// The conditioning part for engine `V`: its rounding step, measured by rounding `1 + 2⁻ᵏ`
-    /// through it ([`epsilon_of`]), with [`Conditioning::FACTOR`]; `None` for an engine that
-    /// does not round (the rational engine).
+    /// The conditioning part for engine `V`: its precision, measured through it
+    /// ([`precision_of`]), with [`Conditioning::FACTOR`]; `None` for an engine that does not
+    /// round (the rational engine).
     pub fn of<V: Kernels>() -> Option<Conditioning> {
-        epsilon_of::<V>().map(|eps| Conditioning {
-            eps,
+        precision_of::<V>().map(|precision| Conditioning {
+            precision,
             factor: Self::FACTOR,
         })
     }
 }
 
-/// The relative rounding step of engine `V`: the smallest `2⁻ᵏ` with `1 + 2⁻ᵏ` representable
-/// (f32: 2⁻²³, f64: 2⁻⁵²), found by converting through the engine; `None` for an exact engine
-/// (`Kernels::EXACT`) or one that cannot convert.
-pub fn epsilon_of<V: Kernels>() -> Option<f64> {
+/// The precision of engine `V`, found by converting through it: the smallest `2⁻ᵏ` with
+/// `1 + 2⁻ᵏ` representable (f32: 2⁻²³, f64: 2⁻⁵²) and the largest finite magnitude (the
+/// largest power of two that stays finite, times `2 − eps`: `f32::MAX`, `f64::MAX`); `None` for
+/// an exact engine (`Kernels::EXACT`) or one that cannot convert.
+pub fn precision_of<V: Kernels>() -> Option<Precision> {
     if V::EXACT {
         return None;
     }
-    let mut eps = 1.0f64;
-    for k in 1..=64 {
-        let step = (0.5f64).powi(k);
-        let x = Tensor::new([], vec![1.0 + step]).ok()?;
-        let back = V::from_f64(&x).and_then(|v| v.to_f64()).ok()?;
-        if back.data()[0] == 1.0 {
-            return Some(eps);
-        }
-        eps = step;
-    }
-    None
+    let through = |x: f64| -> Option<f64> {
+        let t = Tensor::new([], vec![x]).ok()?;
+        Some(V::from_f64(&t).and_then(|v| v.to_f64()).ok()?.data()[0])
+    };
+    through(1.0)?;
+    let eps = (1..=64)
+        .map(|k| (0.5f64).powi(k))
+        .take_while(|&step| through(1.0 + step) != Some(1.0))
+        .last()?;
+    let top = (0..=f64::MAX_EXP)
+        .rev()
+        .map(|k| 2f64.powi(k))
+        .find(|&p| through(p).is_some_and(f64::is_finite))?;
+    Some(Precision {
+        eps,
+        max: top * (2.0 - eps),
+    })
 }
 
 /// The result of one case.
@@ -278,17 +286,17 @@ fn plain(t: &Tensor<Noisy>) -> Option<Tensor<f64>> {
 }
 
 /// The reference's forward value and cotangents at `inputs` and `cot`, in Monte Carlo
-/// arithmetic at step `eps` drawn from `seed` (`None` where the reference fails).
+/// arithmetic at `precision` drawn from `seed` (`None` where the reference fails).
 fn noisy_reference(
     op: &Op,
     inputs: &[Tensor<f64>],
     cot: &Tensor<f64>,
-    eps: f64,
+    precision: Precision,
     seed: u64,
 ) -> Option<Reference> {
     let inputs: Vec<Tensor<Noisy>> = inputs.iter().map(noisy).collect::<Option<_>>()?;
     let cot = noisy(cot)?;
-    with_noise(eps, seed, || {
+    with_noise(precision, seed, || {
         let refs: Vec<&Tensor<Noisy>> = inputs.iter().collect();
         let value = op.forward(&refs).ok()?;
         let grads = op.vjp(&Saved::for_op(op, &refs, &value), &cot).ok()?;
@@ -314,7 +322,7 @@ fn reference_spread(
     inputs: &[Tensor<f64>],
     cot: &Tensor<f64>,
     at: &Reference,
-    eps: f64,
+    precision: Precision,
 ) -> (Vec<f64>, Vec<Option<Vec<f64>>>) {
     let mut value = vec![0.0; at.value.len()];
     let mut grads: Vec<Option<Vec<f64>>> = at
@@ -338,7 +346,7 @@ fn reference_spread(
         _ => acc.fill(f64::INFINITY),
     };
     for run in 0..ROUNDINGS {
-        let r = noisy_reference(op, inputs, cot, eps, ops::splitmix64(run as u64));
+        let r = noisy_reference(op, inputs, cot, precision, ops::splitmix64(run as u64));
         widen(&mut value, r.as_ref().map(|r| &r.value), &at.value);
         for (k, acc) in grads.iter_mut().enumerate() {
             let (Some(acc), Some(base)) = (acc.as_mut(), at.grads[k].as_ref()) else {
@@ -358,8 +366,15 @@ fn reference_spread(
 fn round_through<V: Kernels>(c: f64) -> f64 {
     Tensor::new([], vec![c])
         .ok()
-        .and_then(|t| V::from_f64(&t).and_then(|v| v.to_f64()).ok())
-        .map_or(c, |t| t.data()[0])
+        .map_or(c, |t| represented::<V>(&t).data()[0])
+}
+
+/// `t` as engine `V` represents it: rounded to its precision, beyond its range an infinity
+/// (`t` itself if the engine cannot convert it).
+fn represented<V: Kernels>(t: &Tensor<f64>) -> Tensor<f64> {
+    V::from_f64(t)
+        .and_then(|v| v.to_f64())
+        .unwrap_or_else(|_| t.clone())
 }
 
 /// Records a comparison in `report`: its errors, and a failure line naming `what` when it is
@@ -463,15 +478,18 @@ pub fn check_case<V: Kernels>(case: &OpCase, tol: Tolerance) -> CaseReport {
     };
     let (value_spread, grad_spreads) = match tol.conditioning {
         Some(c) => {
-            let (v, g) = reference_spread(&seen, &rounded, &cot, &at, c.eps);
+            let (v, g) = reference_spread(&seen, &rounded, &cot, &at, c.precision);
             (Some(v), g)
         }
         None => (None, Vec::new()),
     };
+    // the reference's results as the engine would hold them (an f64 value beyond f32's range
+    // is an infinity in f32)
+    let want = represented::<V>(&at.value);
     judge(
         &mut report,
         "forward",
-        deviation(&got, &at.value, value_spread.as_deref(), tol),
+        deviation(&got, &want, value_spread.as_deref(), tol),
         tol,
     );
     let out_v = match forward::<V>(&case.op, &args) {
@@ -507,7 +525,8 @@ pub fn check_case<V: Kernels>(case: &OpCase, tol: Tolerance) -> CaseReport {
                 Ok(g) => {
                     let spread = grad_spreads.get(k).and_then(|s| s.as_deref());
                     let what = format!("cotangent of operand {k}");
-                    judge(&mut report, &what, deviation(&g, w, spread, tol), tol);
+                    let w = represented::<V>(w);
+                    judge(&mut report, &what, deviation(&g, &w, spread, tol), tol);
                 }
                 Err(e) => fail(&mut report, format!("cotangent {k}: {e}")),
             },

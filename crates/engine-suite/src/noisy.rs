@@ -1,6 +1,6 @@
 //! Monte Carlo arithmetic (Parker, 1997; CESTAC's random rounding): an `f64` scalar whose
 //! every rounding operation moves its exact result by one rounding step of a narrower engine,
-//! up or down at random. The reference's ops, written once over `Scalar`, run on it unchanged;
+//! up or down at random, and overflows where that engine's type would. The reference's ops, written once over `Scalar`, run on it unchanged;
 //! their spread over a few runs is what rounding at that precision can do to *this* op at
 //! *this* point — its conditioning and its algorithm's stability together (a layer norm of a
 //! nearly constant row, whose rounded mean shifts every normalized value alike, included),
@@ -19,31 +19,53 @@ use torchlean_spec::{ops::splitmix64, Result, Scalar};
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Noisy(pub f64);
 
-thread_local! {
-    /// The relative step (0: off) and the random state.
-    static NOISE: Cell<(f64, u64)> = const { Cell::new((0.0, 0)) };
+/// The precision a [`Noisy`] computation imitates: a relative rounding step and the largest
+/// finite magnitude (beyond it a result overflows to an infinity, as the engine's would).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Precision {
+    pub eps: f64,
+    pub max: f64,
 }
 
-/// Runs `f` with every rounding operation on [`Noisy`] moved by `eps` relative, up or down as
-/// drawn from `seed` (deterministic: the same `f` and seed give the same draws); the noise is
-/// restored to what it was afterwards.
-pub fn with_noise<R>(eps: f64, seed: u64, f: impl FnOnce() -> R) -> R {
-    let before = NOISE.with(|n| n.replace((eps, seed)));
+impl Precision {
+    /// No noise: plain `f64` arithmetic.
+    pub const OFF: Precision = Precision {
+        eps: 0.0,
+        max: f64::MAX,
+    };
+}
+
+thread_local! {
+    /// The precision imitated (`eps` 0: off) and the random state.
+    static NOISE: Cell<(Precision, u64)> = const { Cell::new((Precision::OFF, 0)) };
+}
+
+/// Runs `f` with every rounding operation on [`Noisy`] moved by `precision.eps` relative, up
+/// or down as drawn from `seed` (deterministic: the same `f` and seed give the same draws), and
+/// overflowing beyond `precision.max`; the noise is restored to what it was afterwards.
+pub fn with_noise<R>(precision: Precision, seed: u64, f: impl FnOnce() -> R) -> R {
+    let before = NOISE.with(|n| n.replace((precision, seed)));
     let r = f();
     NOISE.with(|n| n.set(before));
     r
 }
 
-/// `x` moved by the current step, in a random direction.
+/// `x` moved by the current step, in a random direction, and overflowed beyond the current
+/// largest magnitude.
 fn round(x: f64) -> Noisy {
-    let (eps, state) = NOISE.with(Cell::get);
-    if eps == 0.0 {
+    let (p, state) = NOISE.with(Cell::get);
+    if p.eps == 0.0 {
         return Noisy(x);
     }
     let next = splitmix64(state);
-    NOISE.with(|n| n.set((eps, next)));
+    NOISE.with(|n| n.set((p, next)));
     let direction = if next >> 63 == 0 { 1.0 } else { -1.0 };
-    Noisy(x * (1.0 + direction * eps))
+    let y = x * (1.0 + direction * p.eps);
+    Noisy(if y.abs() > p.max {
+        y.signum() * f64::INFINITY
+    } else {
+        y
+    })
 }
 
 impl Scalar for Noisy {
@@ -146,20 +168,30 @@ mod tests {
     #[test]
     fn with_noise_each_rounding_moves_by_one_step_either_way_and_is_restored() {
         let eps = 2f64.powi(-23);
+        let f32ish = Precision {
+            eps,
+            max: f32::MAX as f64,
+        };
         let sums: Vec<f64> = (0..64)
-            .map(|seed| with_noise(eps, seed, || Noisy(1.0).add(&Noisy(2.0)).0))
+            .map(|seed| with_noise(f32ish, seed, || Noisy(1.0).add(&Noisy(2.0)).0))
             .collect();
         for s in &sums {
             assert!(*s == 3.0 * (1.0 + eps) || *s == 3.0 * (1.0 - eps), "{s}");
         }
         assert!(sums.iter().any(|&s| s > 3.0) && sums.iter().any(|&s| s < 3.0));
         // exact operations carry no noise; the same seed draws the same
-        with_noise(eps, 7, || {
+        with_noise(f32ish, 7, || {
             assert_eq!(Noisy(-3.0).abs().0, 3.0);
             assert_eq!(Noisy(3.0).neg().0, -3.0);
+            // beyond the largest magnitude, an overflow
+            assert_eq!(Noisy(1e30).mul(&Noisy(-1e30)).0, f64::NEG_INFINITY);
+            assert_eq!(Noisy(100.0).exp().unwrap().0, f64::INFINITY);
         });
-        let once = with_noise(eps, 7, || Noisy(1.0).mul(&Noisy(3.0)).0);
-        assert_eq!(once, with_noise(eps, 7, || Noisy(1.0).mul(&Noisy(3.0)).0));
+        let once = with_noise(f32ish, 7, || Noisy(1.0).mul(&Noisy(3.0)).0);
+        assert_eq!(
+            once,
+            with_noise(f32ish, 7, || Noisy(1.0).mul(&Noisy(3.0)).0)
+        );
         // off again afterwards
         assert_eq!(Noisy(1.0).add(&Noisy(2.0)).0, 3.0);
     }
