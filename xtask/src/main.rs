@@ -1,10 +1,12 @@
 //! `cargo xtask`: project chores.
 //!
-//! - `cargo xtask check-equivalence [--cases N] [--seed S] [--engine E] [--dtype D] [--json]
-//!   [--verbose] [--shrink-steps N]` — every claim of SPEC 2.3 on random graphs (the first
-//!   built round-robin around every `(kind, regime)` pair) and every engine; one line per claim
-//!   (the claim × engine × kind table with `--verbose`), what was not covered, a closing
-//!   `N passed, M failed` line, exit 1 on any failure, minimized counterexamples on disk.
+//! - `cargo xtask check-equivalence [--cases N] [--seed S | --seeds A..B] [--engine E]
+//!   [--dtype D] [--json] [--verbose] [--shrink-steps N]` — every claim of SPEC 2.3 on random
+//!   graphs (the first built round-robin around every `(kind, regime)` pair) and every engine;
+//!   one line per claim (the claim × engine × kind table with `--verbose`), what was not covered,
+//!   a closing `N passed, M failed` line, exit 1 on any failure, minimized counterexamples on
+//!   disk, each with its rerun line; `--seeds A..B` one run per seed, a line per failing seed;
+//!   `--replay FILE` repeats a counterexample's check (exit 1 while it fails).
 //! - `cargo xtask bench [--json] [--case NAME]… [--threads 1,2] [--compare]` — the benchmark
 //!   contract of SPEC 5: one JSON line per case (`--json`) or a table; `--compare` runs the
 //!   PyTorch scripts in `bench/pytorch/` in the same invocation (with `$TORCHLEAN_PYTHON`, a
