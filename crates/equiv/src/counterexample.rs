@@ -16,7 +16,7 @@ use crate::error::EquivError;
 use crate::gen::GenCase;
 use crate::runner::{CheckConfig, Family};
 use serde_json::{json, Map, Value};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use torchlean_ir::Case;
 
 /// What a counterexample's failure depended on.
@@ -120,7 +120,6 @@ impl Provenance {
 /// A counterexample read back: its case and what its failure depended on.
 #[derive(Clone, Debug)]
 pub struct Counterexample {
-    pub path: PathBuf,
     pub case: GenCase,
     pub provenance: Provenance,
 }
@@ -140,7 +139,6 @@ impl Counterexample {
         })?;
         let provenance = Provenance::from_json(path, &doc)?;
         Ok(Counterexample {
-            path: path.to_path_buf(),
             case: GenCase {
                 graph: case.graph,
                 payload: case.payload,
