@@ -20,6 +20,11 @@
 # table at the end shows every step, and the exit code is 1 if any failed.
 #
 #   scripts/gpu-check.sh                      # from anywhere; TORCHLEAN_PYTHON: a python with torch
+#
+# On a GPU machine without cargo or a registry (the lent H200), build here with
+# `scripts/gpu-prebuild.sh` (into .gpu-bin), carry that folder, and set
+# TORCHLEAN_GPU_PREBUILT=.gpu-bin there: `build` then checks the prebuilt executables instead of
+# building, and `tests` runs the test executables its manifest lists.
 # shellcheck disable=SC2329 # the step functions are run by name, through `step`
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +36,11 @@ TRAIN_STEPS=100
 TRAIN_RTOL=1e-4
 PYTHON="${TORCHLEAN_PYTHON:-python3}"
 NVRTC_VENV="${TORCHLEAN_NVRTC_VENV:-$HOME/.venvs/torchlean-nvrtc}"
+PREBUILT="${TORCHLEAN_GPU_PREBUILT:-}"
+if [ -n "$PREBUILT" ]; then
+    PREBUILT="$(realpath "$PREBUILT")"
+fi
+BIN="${PREBUILT:-target/release}"
 export TORCHLEAN_REQUIRE_CUDA=1 TORCHLEAN_REQUIRE_NVRTC=1
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")"
@@ -94,7 +104,7 @@ table() {
     echo "       mlp_train_b512_cuda: target >= 0.83, i.e. a step <= 1.2x PyTorch eager's)"
 }
 
-export PYTHON NVRTC_VENV TRAIN_STEPS TRAIN_RTOL work
+export PYTHON NVRTC_VENV PREBUILT BIN TRAIN_STEPS TRAIN_RTOL work
 
 check_device() {
     if command -v nvidia-smi >/dev/null; then
@@ -164,28 +174,68 @@ libs() {
 }
 
 build() {
+    if [ -n "$PREBUILT" ]; then
+        prebuilt
+        return
+    fi
     cargo build --release --locked -p torchlean-cli -p xtask
     cargo test --release --locked -p torchlean-engine-cuda -p torchlean-train --no-run
 }
 
+# Checks the executables scripts/gpu-prebuild.sh left in $PREBUILT, and links the checkout path
+# baked into them (CARGO_MANIFEST_DIR) to this repository when that path is missing here.
+prebuilt() {
+    local f root
+    for f in torchlean xtask manifest source-root commit; do
+        [ -e "$PREBUILT/$f" ] || { echo "$PREBUILT/$f is missing: run scripts/gpu-prebuild.sh"; return 1; }
+    done
+    while read -r _ _ f; do
+        [ -x "$PREBUILT/$f" ] || { echo "$PREBUILT/$f is missing"; return 1; }
+    done <"$PREBUILT/manifest"
+    root="$(cat "$PREBUILT/source-root")"
+    if [ ! -e "$root" ]; then
+        mkdir -p "$(dirname "$root")"
+        ln -s "$PWD" "$root"
+        say "linked $root (the path built into the executables) to $PWD"
+    fi
+    say "prebuilt at commit $(cat "$PREBUILT/commit"): $(wc -l <"$PREBUILT/manifest") test executables"
+}
+
+# Train's CUDA tests are the `cuda::` module of its integration tests, and all of cuda_memory.
+test_filter() {
+    case "$1" in
+    train/integration) echo "cuda::" ;;
+    esac
+}
+
 tests() {
-    cargo test --release --locked -p torchlean-engine-cuda
-    cargo test --release --locked -p torchlean-train --test integration cuda::
-    cargo test --release --locked -p torchlean-train --test cuda_memory
+    if [ -z "$PREBUILT" ]; then
+        cargo test --release --locked -p torchlean-engine-cuda
+        cargo test --release --locked -p torchlean-train --test integration cuda::
+        cargo test --release --locked -p torchlean-train --test cuda_memory
+        return
+    fi
+    local dir target file filter exe
+    while read -r dir target file; do
+        exe="$PREBUILT/$file"
+        filter="$(test_filter "$(basename "$dir")/$target")"
+        say "$file ${filter:+(filter $filter)}"
+        (cd "$dir" && "$exe" ${filter:+"$filter"})
+    done <"$PREBUILT/manifest"
 }
 
 conform() {
-    target/release/torchlean conform tests/cases --engine cuda
+    "$BIN"/torchlean conform tests/cases --engine cuda
 }
 
 equiv() {
-    target/release/xtask check-equivalence --engine cuda --cases 20
+    "$BIN"/xtask check-equivalence --engine cuda --cases 20
 }
 
 train() {
     local args=(train mlp --steps "$TRAIN_STEPS" --json --log-every 1)
-    target/release/torchlean "${args[@]}" --engine cuda >"$work/cuda.jsonl"
-    target/release/torchlean "${args[@]}" --engine cpu >"$work/cpu.jsonl"
+    "$BIN"/torchlean "${args[@]}" --engine cuda >"$work/cuda.jsonl"
+    "$BIN"/torchlean "${args[@]}" --engine cpu >"$work/cpu.jsonl"
     python3 - "$work/cuda.jsonl" "$work/cpu.jsonl" "$TRAIN_RTOL" "$TRAIN_STEPS" <<'EOF'
 import json, sys
 def losses(path):
@@ -201,11 +251,11 @@ EOF
 }
 
 bench() {
-    TORCHLEAN_PYTHON="$PYTHON" target/release/xtask bench --json --compare --reps 7 \
+    TORCHLEAN_PYTHON="$PYTHON" "$BIN"/xtask bench --json --compare --reps 7 \
         --case matmul_8192_cuda --case mlp_train_b512_cuda | tee "$work/bench.jsonl"
 }
 
-export -f say check_device find_lib lib_dir libs build tests conform equiv train bench
+export -f say check_device find_lib lib_dir libs build prebuilt test_filter tests conform equiv train bench
 step device 15 check_device
 if [[ "${STATUS[device]}" != ok* ]]; then
     say "no CUDA device: nothing else can run here"
