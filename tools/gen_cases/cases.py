@@ -222,6 +222,24 @@ def max_min_elem_with_broadcast_param():
               params={"p": randn(4), "q": randn(3, 1)}), randn(3, 4)
 
 
+@case()
+def max_min_elem_nan_and_ties():
+    # NaN on either side propagates and both sides get the whole cotangent there; a tie gives
+    # each side half; the parameters hold the NaN on the right, the input on the left
+    def f(m, x):
+        return torch.maximum(x, m.p) * 2 + torch.minimum(m.q, x)
+
+    x = randn(2, 4)
+    x[0, 1] = math.nan
+    p = randn(2, 4)
+    p[1, 2] = math.nan
+    p[0, 3] = x[0, 3]
+    q = randn(2, 4)
+    q[1, 0] = math.nan
+    q[0, 0] = x[0, 0]
+    return Fn(f, params={"p": p, "q": q}), x
+
+
 # --- broadcasting and repeated parents ----------------------------------------------------
 
 
@@ -312,6 +330,25 @@ def reductions_keepdim_and_whole():
 
 
 @case()
+def relu_nan_propagates():
+    # relu(NaN) is NaN and passes the cotangent; relu'(0) is 0
+    x = randn(2, 3)
+    x[0, 1] = math.nan
+    x[1, 2] = 0.0
+    return Fn(lambda m, x: F.relu(x) * 3), x
+
+
+@case()
+def means_over_zero_elements():
+    # a mean over an empty axis and an MSE over zero elements are NaN, not a division by 1
+    def f(m, x):
+        empty = x[:, 0:0]
+        return x.sum(1) + empty.mean(1) + F.mse_loss(empty, empty * 2)
+
+    return Fn(f), randn(3, 2)
+
+
+@case()
 def detach_branch_stops_gradient():
     return Fn(lambda m, x: x * x.detach().tanh() + m.lin(x).detach().sum(), lin=nn.Linear(3, 3)), randn(2, 3)
 
@@ -329,6 +366,13 @@ def cross_entropy_default_mean():
 def cross_entropy_sum_f32():
     return Fn(lambda m, x: F.cross_entropy(x * 2, m.t, reduction="sum"),
               buffers={"t": torch.tensor([1, 3, 0])}), randn(3, 4)
+
+
+@case()
+def cross_entropy_mean_over_no_rows():
+    # the mean over zero rows is NaN; the other rows' gradient is untouched
+    return Fn(lambda m, x: F.cross_entropy(x[0:0], m.t) + x.sum(),
+              buffers={"t": torch.zeros(0, dtype=torch.long)}), randn(2, 3)
 
 
 # --- deterministic randomness -------------------------------------------------------------

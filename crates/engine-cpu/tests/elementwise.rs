@@ -15,11 +15,10 @@ fn relu_of_signed_zeros_and_nan_is_the_references_bits() {
     let x = Tensor::new([5], vec![-0.0, 0.0, f64::NAN, -1.5, 2.5]).unwrap();
     let op = Op::Unary(UnaryOp::Relu);
     let want = torchlean_runtime::forward::<Tensor<f64>>(&op, &[&x]).unwrap();
-    // the reference: `if x > 0 then x else 0`, so −0 and NaN give +0
-    assert_eq!(
-        bits(&want),
-        bits(&Tensor::new([5], vec![0.0, 0.0, 0.0, 0.0, 2.5]).unwrap())
-    );
+    // torch.relu: `if x < 0 then 0 else x`, so −0 and NaN pass unchanged
+    assert_eq!(bits(&want)[..2], bits(&x)[..2]);
+    assert!(want.data()[2].is_nan());
+    assert_eq!(&want.data()[3..], &[0.0, 2.5]);
     let f64_y = torchlean_runtime::forward::<CpuF64>(&op, &[&CpuF64::from_f64(&x).unwrap()]);
     assert_eq!(bits(&f64_y.unwrap().to_f64().unwrap()), bits(&want), "f64");
     let f32_y = torchlean_runtime::forward::<CpuF32>(&op, &[&CpuF32::from_f64(&x).unwrap()]);
@@ -51,15 +50,15 @@ fn clamp_keeps_a_zero_of_either_sign_and_nan_as_the_reference_does() {
 }
 
 #[test]
-fn max_and_min_of_tied_signed_zeros_take_the_second_operand_as_the_reference_does() {
-    // the reference: max = `if a > b then a else b`, min = `if b > a then a else b`; on a tie
-    // (±0 against ∓0) both answer b, whose sign a tolerance cannot see
+fn max_and_min_of_tied_signed_zeros_take_the_first_operand_as_the_reference_does() {
+    // torch.maximum / torch.minimum: on a tie (±0 against ∓0) both answer a, whose sign a
+    // tolerance cannot see
     let a = Tensor::new([4], vec![0.0, -0.0, 0.0, -0.0]).unwrap();
     let b = Tensor::new([4], vec![-0.0, 0.0, 0.0, -0.0]).unwrap();
     for kind in [BinaryOp::Max, BinaryOp::Min] {
         let op = Op::Binary(kind);
         let want = torchlean_runtime::forward::<Tensor<f64>>(&op, &[&a, &b]).unwrap();
-        assert_eq!(bits(&want), bits(&b), "{kind:?}: the reference takes b");
+        assert_eq!(bits(&want), bits(&a), "{kind:?}: the reference takes a");
         let (a64, b64) = (CpuF64::from_f64(&a).unwrap(), CpuF64::from_f64(&b).unwrap());
         let f64_y = torchlean_runtime::forward::<CpuF64>(&op, &[&a64, &b64]).unwrap();
         assert_eq!(bits(&f64_y.to_f64().unwrap()), bits(&want), "{kind:?} f64");

@@ -44,6 +44,16 @@ pub enum SpecError {
     #[error("division by zero in {context}")]
     DivisionByZero { context: &'static str },
 
+    /// A mean over zero elements on the exact scalar: PyTorch's value is `0/0 = NaN`, which a
+    /// rational cannot hold (float engines give NaN).
+    #[error(
+        "op `{op}`: a mean over zero elements is NaN, which the {scalar} scalar cannot represent"
+    )]
+    EmptyMean {
+        op: &'static str,
+        scalar: &'static str,
+    },
+
     /// A non-finite float where an exact value is needed (converting to the rational scalar),
     /// or where the caller asked for finite values.
     #[error("non-finite value {value} cannot be represented {context}")]

@@ -98,12 +98,13 @@ fn zip3<T: CpuScalar>(
     out
 }
 
+/// `0 if x < 0 else x`: NaN and `-0` stay (`torch.relu`).
 #[inline(always)]
 fn relu<T: CpuScalar>(x: T) -> T {
-    if x > T::ZERO {
-        x
-    } else {
+    if x < T::ZERO {
         T::ZERO
+    } else {
+        x
     }
 }
 
@@ -185,7 +186,8 @@ pub(crate) fn unary_vjp<T: CpuScalar>(
             y()?,
             dy,
             CHEAP,
-            |y, d| if y > T::ZERO { d } else { T::ZERO },
+            // PyTorch's threshold_backward: the cotangent passes at NaN
+            |y, d| if y <= T::ZERO { T::ZERO } else { d },
         ),
         UnaryOp::Tanh => zip(y()?, dy, CHEAP, |y, d| d * (T::ONE - y * y)),
         UnaryOp::Sigmoid => zip(y()?, dy, CHEAP, |y, d| d * (T::ONE - y) * y),
@@ -234,9 +236,10 @@ pub(crate) fn binary<T: CpuScalar>(
         BinaryOp::Sub => zip(x, y, CHEAP, |a, b| a - b),
         BinaryOp::Mul => zip(x, y, CHEAP, |a, b| a * b),
         BinaryOp::Div => zip(x, y, DIVIDE, |a, b| a / b),
-        // TorchLean's decidable max/min: `if a > b then a else b`, `if b > a then a else b`
-        BinaryOp::Max => zip(x, y, CHEAP, |a, b| if a > b { a } else { b }),
-        BinaryOp::Min => zip(x, y, CHEAP, |a, b| if b > a { a } else { b }),
+        // torch.maximum/minimum: NaN on either side is NaN (`a` is NaN unless `b` wins), a tie
+        // gives `a`
+        BinaryOp::Max => zip(x, y, CHEAP, |a, b| if b > a || b.is_nan() { b } else { a }),
+        BinaryOp::Min => zip(x, y, CHEAP, |a, b| if a > b || b.is_nan() { b } else { a }),
     }
 }
 
@@ -269,25 +272,26 @@ pub(crate) fn binary_vjp<T: CpuScalar>(
         }
         BinaryOp::Max | BinaryOp::Min => {
             let (a, b) = both()?;
-            // the winner takes the cotangent, a tie (or NaN) splits it
-            let split = move |mine: bool, theirs: bool, d: T| {
-                if mine {
-                    d
-                } else if theirs {
+            // PyTorch's: the loser gets 0, a tie half each, and at NaN (neither loses, no tie)
+            // both get the cotangent
+            let share = move |loses: bool, tie: bool, d: T| {
+                if tie {
+                    d * T::HALF
+                } else if loses {
                     T::ZERO
                 } else {
-                    d * T::HALF
+                    d
                 }
             };
             if kind == BinaryOp::Max {
                 (
-                    zip3(a, b, d, CHEAP, move |a, b, d| split(a > b, b > a, d)),
-                    zip3(a, b, d, CHEAP, move |a, b, d| split(b > a, a > b, d)),
+                    zip3(a, b, d, CHEAP, move |a, b, d| share(a < b, a == b, d)),
+                    zip3(a, b, d, CHEAP, move |a, b, d| share(a > b, a == b, d)),
                 )
             } else {
                 (
-                    zip3(a, b, d, CHEAP, move |a, b, d| split(b > a, a > b, d)),
-                    zip3(a, b, d, CHEAP, move |a, b, d| split(a > b, b > a, d)),
+                    zip3(a, b, d, CHEAP, move |a, b, d| share(a > b, a == b, d)),
+                    zip3(a, b, d, CHEAP, move |a, b, d| share(a < b, a == b, d)),
                 )
             }
         }

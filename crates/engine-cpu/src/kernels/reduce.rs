@@ -5,7 +5,8 @@
 //! folded left from zero. Blocks may be summed on different threads, but the arithmetic is the
 //! same for every thread count (the sequential path does exactly the same operations). A sum
 //! across rows (reducing a non-last axis) adds whole rows in index order, vectorised along the
-//! row: the reference's own order. A mean over zero elements divides by 1.
+//! row: the reference's own order. A mean over zero elements is `0/0 = NaN`, as in PyTorch (and
+//! the reference); its VJP has no elements.
 
 use crate::scalar::CpuScalar;
 use crate::simd::{kernel, vectorized, vectorized_if};
@@ -147,9 +148,9 @@ fn block_sums<T: CpuScalar>(run: &[T]) -> Vec<T> {
     run.chunks(BLOCK).map(|b| block_sum(b, |v| v)).collect()
 }
 
-/// The mean denominator `max(n, 1)`.
+/// The mean denominator `n` (0 for no elements: the mean is then `0/0 = NaN`).
 fn denominator<T: CpuScalar>(n: usize) -> T {
-    T::from_usize(n.max(1))
+    T::from_usize(n)
 }
 
 /// Sum (or mean) over `axis`, which is removed.
@@ -244,7 +245,7 @@ pub(crate) fn sum_all<T: CpuScalar>(x: &CpuTensor<T>) -> CpuTensor<T> {
     CpuTensor::scalar(sum(x.as_slice()))
 }
 
-/// `Σ (y − t)² / max(n, 1)`.
+/// `Σ (y − t)² / n`.
 pub(crate) fn mse_loss<T: CpuScalar>(y: &CpuTensor<T>, t: &CpuTensor<T>) -> CpuTensor<T> {
     let (a, b) = (y.as_slice(), t.as_slice());
     let block = |i: usize| {
@@ -302,7 +303,7 @@ fn ce_rows<T: CpuScalar>((xs, ids, c): (&[T], &[usize], usize)) -> T {
 
 kernel!(CeRows => ce_rows<'a> [T: (CpuScalar)] ((&'a [T], &'a [usize], usize)) -> T);
 
-/// Cross entropy of `[N, C]` logits with validated class ids: summed, or divided by `max(N, 1)`.
+/// Cross entropy of `[N, C]` logits with validated class ids: summed, or divided by `N`.
 pub(crate) fn cross_entropy<T: CpuScalar>(
     logits: &CpuTensor<T>,
     ids: &[usize],
@@ -340,7 +341,7 @@ fn ce_vjp_rows<T: CpuScalar>((xs, ids, dx, c, g): (&[T], &[usize], &mut [T], usi
 
 kernel!(CeVjpRows => ce_vjp_rows<'a> [T: (CpuScalar)] ((&'a [T], &'a [usize], &'a mut [T], usize, T)) -> ());
 
-/// `d/dlogits = g·(softmax − onehot(t))`, `g = δ / max(N, 1)` for the mean, `δ` for the sum.
+/// `d/dlogits = g·(softmax − onehot(t))`, `g = δ / N` for the mean, `δ` for the sum.
 pub(crate) fn cross_entropy_vjp<T: CpuScalar>(
     logits: &CpuTensor<T>,
     ids: &[usize],
@@ -387,15 +388,18 @@ mod tests {
     }
 
     #[test]
-    fn empty_sums_and_means() {
+    fn empty_sums_are_zero_and_empty_means_nan() {
         let x = CpuTensor::<f64>::zeros([3, 0]).unwrap();
         let m = reduce_axis(&x, 1, Shape::from([3]), true);
-        assert_eq!(m.as_slice(), &[0.0, 0.0, 0.0]);
+        assert!(m.as_slice().iter().all(|v| v.is_nan()));
+        let s = reduce_axis(&x, 1, Shape::from([3]), false);
+        assert_eq!(s.as_slice(), &[0.0, 0.0, 0.0]);
         let e = CpuTensor::<f64>::zeros([0]).unwrap();
         assert_eq!(sum_all(&e).as_slice(), &[0.0]);
-        assert_eq!(mse_loss(&e, &e).as_slice(), &[0.0]);
+        assert!(mse_loss(&e, &e).as_slice()[0].is_nan());
         let none = CpuTensor::<f64>::zeros([0, 3]).unwrap();
-        assert_eq!(cross_entropy(&none, &[], true).as_slice(), &[0.0]);
+        assert!(cross_entropy(&none, &[], true).as_slice()[0].is_nan());
+        assert_eq!(cross_entropy(&none, &[], false).as_slice(), &[0.0]);
     }
 
     #[test]

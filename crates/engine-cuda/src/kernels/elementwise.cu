@@ -42,8 +42,8 @@ extern "C" __global__ void tl_ew_add_scalar(float* __restrict__ y, const float* 
 #define TL_UNARY_GELU_ERF 13
 #define TL_UNARY_GELU_TANH 14
 
-// relu(x) = x if x > 0 else 0 (so relu(NaN) = 0)
-__device__ __forceinline__ float tl_relu(float x) { return x > 0.0f ? x : 0.0f; }
+// relu(x) = 0 if x < 0 else x (so relu(NaN) = NaN and relu(-0) = -0, as torch.relu)
+__device__ __forceinline__ float tl_relu(float x) { return x < 0.0f ? 0.0f : x; }
 
 __device__ __forceinline__ float tl_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -106,7 +106,7 @@ __device__ __forceinline__ float tl_unary_vjp_at(tl_index op, float s, float d, 
     case TL_UNARY_ABS: return s > 0.0f ? d : (s < 0.0f ? -d : 0.0f);        // s = x
     case TL_UNARY_SQRT: return s > 0.0f ? d / (s + s) : 0.0f;               // s = y
     case TL_UNARY_INV: return -(d * (s * s));                               // s = y
-    case TL_UNARY_RELU: return s > 0.0f ? d : 0.0f;                         // s = y
+    case TL_UNARY_RELU: return s <= 0.0f ? 0.0f : d;                        // s = y, d at NaN
     case TL_UNARY_TANH: return d * (1.0f - s * s);                          // s = y
     case TL_UNARY_SIGMOID: return d * (1.0f - s) * s;                       // s = y
     case TL_UNARY_EXP: return d * s;                                        // s = y
@@ -168,9 +168,9 @@ __device__ __forceinline__ float tl_binary_at(tl_index op, float a, float b) {
     case TL_BINARY_SUB: return a - b;
     case TL_BINARY_MUL: return a * b;
     case TL_BINARY_DIV: return a / b;
-    // TorchLean's decidable max/min: `if a > b then a else b`, `if b > a then a else b`
-    case TL_BINARY_MAX: return a > b ? a : b;
-    case TL_BINARY_MIN: return b > a ? a : b;
+    // torch.maximum/minimum: NaN on either side is NaN (a is NaN unless b wins), a tie gives a
+    case TL_BINARY_MAX: return (b > a || isnan(b)) ? b : a;
+    case TL_BINARY_MIN: return (a > b || isnan(b)) ? b : a;
     default: return TL_NAN;
   }
 }
@@ -192,9 +192,10 @@ extern "C" __global__ void tl_ew_binary(float* __restrict__ y, const float* __re
   for (tl_index i = tl_first(); i < n; i += tl_stride()) y[i] = TL_NAN;
 }
 
-// The winner takes the cotangent; a tie (or NaN) splits it in half.
-__device__ __forceinline__ float tl_split(bool mine, bool theirs, float d) {
-  return mine ? d : (theirs ? 0.0f : d * 0.5f);
+// PyTorch's maximum/minimum backward: a tie splits the cotangent in half, the loser gets 0, and
+// at NaN (no tie, no loser) both sides get all of it.
+__device__ __forceinline__ float tl_share(bool loses, bool tie, float d) {
+  return tie ? d * 0.5f : (loses ? 0.0f : d);
 }
 
 // (da[i], db[i]) of mul, div, max and min (add and sub need no kernel of their own); one thread
@@ -209,8 +210,8 @@ extern "C" __global__ void tl_ew_binary_vjp(float* __restrict__ da, float* __res
     switch (op) {
       case TL_BINARY_MUL: da[i] = d * y; db[i] = d * x; break;
       case TL_BINARY_DIV: da[i] = d / y; db[i] = -((d * x) / (y * y)); break;
-      case TL_BINARY_MAX: da[i] = tl_split(x > y, y > x, d); db[i] = tl_split(y > x, x > y, d); break;
-      case TL_BINARY_MIN: da[i] = tl_split(y > x, x > y, d); db[i] = tl_split(x > y, y > x, d); break;
+      case TL_BINARY_MAX: da[i] = tl_share(x < y, x == y, d); db[i] = tl_share(x > y, x == y, d); break;
+      case TL_BINARY_MIN: da[i] = tl_share(x > y, x == y, d); db[i] = tl_share(x < y, x == y, d); break;
       default: da[i] = TL_NAN; db[i] = TL_NAN; break;
     }
   }

@@ -91,7 +91,7 @@ extern "C" __global__ void tl_red_parts(float* __restrict__ out, const float* __
 }
 
 // y[(o*n + k)*inner + i] = dy[o*inner + i] / denom: a reduction's cotangent spread back over
-// the reduced axis (denom 1 for a sum, max(n, 1) for a mean).
+// the reduced axis (denom 1 for a sum, n for a mean: 0 only where there are no elements).
 extern "C" __global__ void tl_red_spread(float* __restrict__ y, const float* __restrict__ dy,
                                          tl_index total, tl_index n, tl_index inner,
                                          tl_index denom) {

@@ -6,7 +6,7 @@
 //! Arithmetic is in double inside the kernels, rounded once to `f32` (batch norm's statistics
 //! are kept as doubles between launches, the reference's accumulation type).
 
-use super::reduce::{denominator, sum_into, Emit, Item, Segments};
+use super::reduce::{sum_into, Emit, Item, Segments};
 use crate::buffer::Buffer;
 use crate::device::{Arg, Device};
 use crate::error::Result;
@@ -257,6 +257,12 @@ pub fn batch_norm_vjp<D: Device>(
 
 /// Per channel of `[N, C, H, W]`: `(mean, sigma)` as doubles over `N·H·W` (biased variance,
 /// two passes, `M = max(N·H·W, 1)`).
+/// The batch statistics' denominator: the `N·H·W` elements per channel, 1 for an empty batch
+/// (the reference's `max(count, 1)`, spec ops/norm.rs).
+fn batch_count(n: usize, rest: usize) -> usize {
+    (n * rest).max(1)
+}
+
 fn batch_stats<D: Device>(
     op: &'static str,
     x: &CudaTensor<D>,
@@ -264,7 +270,7 @@ fn batch_stats<D: Device>(
 ) -> Result<(Buffer<D>, Buffer<D>)> {
     let (n, c, rest) = bn_dims(x.shape());
     let seg = Segments::per_channel(n, c, rest);
-    let count = denominator(n * rest);
+    let count = batch_count(n, rest);
     let mean = sum_into(
         op,
         &seg,
@@ -315,7 +321,7 @@ pub fn batch_norm_train_vjp<D: Device>(
     const OP: &str = "batch_norm_train_vjp";
     let [total, c, rest] = bn_indices(OP, x.shape())?;
     let (n, channels, r) = bn_dims(x.shape());
-    let count = index(OP, "count", denominator(n * r))?;
+    let count = index(OP, "count", batch_count(n, r))?;
     let (mean, sigma) = batch_stats(OP, x, eps)?;
     let (sd, sdc) = channel_sums(OP, x, dy, &mean)?;
     let mut dx = Buffer::<D>::uninit(x.len())?;

@@ -157,9 +157,10 @@ impl Emit {
     }
 }
 
-/// The mean denominator `max(n, 1)`.
+/// The mean denominator `n`: a mean over zero elements is `0/0 = NaN`, as in PyTorch (and the
+/// reference).
 pub fn denominator(n: usize) -> usize {
-    n.max(1)
+    n
 }
 
 /// The outputs of `seg` over `item`, emitted by `emit` into a new buffer of
@@ -497,8 +498,8 @@ mod tests {
     }
 
     #[test]
-    fn means_divide_by_at_least_one() {
-        assert_eq!(denominator(0), 1);
+    fn a_mean_over_nothing_divides_by_zero() {
+        assert_eq!(denominator(0), 0);
         assert_eq!(denominator(7), 7);
         assert_eq!(Emit::Value { denom: 1 }.width(), 1);
         assert_eq!(Emit::Sigma { denom: 1, eps: 0.0 }.width(), 2);

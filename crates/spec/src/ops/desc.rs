@@ -360,7 +360,7 @@ binary!(
     MAX_ELEM,
     "max_elem",
     false,
-    "`max(a, b)`; a tie splits the cotangent in half",
+    "`torch.maximum(a, b)`: NaN on either side is NaN; a tie splits the cotangent in half, NaN gives it to both",
     "`s`",
     Saves::BOTH_OPERANDS,
     Max
@@ -369,7 +369,7 @@ binary!(
     MIN_ELEM,
     "min_elem",
     false,
-    "`min(a, b)`; a tie splits the cotangent in half",
+    "`torch.minimum(a, b)`: NaN on either side is NaN; a tie splits the cotangent in half, NaN gives it to both",
     "`s`",
     Saves::BOTH_OPERANDS,
     Min
@@ -406,7 +406,7 @@ unary!(
     RELU,
     "relu",
     false,
-    "`max(x, 0)`; derivative 0 at 0",
+    "`max(x, 0)`, NaN at NaN; derivative 0 at 0, 1 at NaN",
     "`s`",
     Saves::OUTPUT,
     Relu
@@ -490,7 +490,7 @@ row!(REDUCE_SUM, "reduce_sum", Reduce, false, "sum over `axis`, which is removed
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::ReduceSum { axis: 0 }));
 row!(REDUCE_MEAN, "reduce_mean", Reduce, false,
-     "mean over `axis`, which is removed (an empty axis divides by 1)", "`s` without `axis`",
+     "mean over `axis`, which is removed (over an empty axis: NaN, as PyTorch)", "`s` without `axis`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::ReduceMean { axis: 0 }));
 row!(SUM, "sum", Reduce, false, "sum of all elements (0 for an empty tensor)", "`[]`",
@@ -553,11 +553,11 @@ row!(SLICE, "slice", Layout, true,
      "`s` with extent `len` on `axis`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::Slice { axis: 0, start: 0, len: 0 }));
-row!(MSE_LOSS, "mse_loss", Reduce, false, "`Σ(a − b)² / size` (size 0 divides by 1)", "`[]`",
+row!(MSE_LOSS, "mse_loss", Reduce, false, "`Σ(a − b)² / size` (size 0: NaN, as PyTorch)", "`[]`",
      operands: ["y", "target"], payload: 0, arity: Arity::Exact(2), saves: Saves::BOTH_OPERANDS,
      Proto::Op(|| Op::MseLoss));
 row!(CROSS_ENTROPY, "cross_entropy", Reduce, true,
-     "`F.cross_entropy(logits, target, reduction)` with a stable log-softmax; `target` holds integral class ids in `[0, C)` (data: no gradient; anything else is an error); `\"mean\"` over zero rows divides by 1",
+     "`F.cross_entropy(logits, target, reduction)` with a stable log-softmax; `target` holds integral class ids in `[0, C)` (data: no gradient; anything else is an error); `\"mean\"` over zero rows is NaN, as PyTorch",
      "`[]`",
      operands: ["logits", "target"], payload: 1, arity: Arity::Exact(2), saves: Saves::BOTH_OPERANDS,
      Proto::Op(|| Op::CrossEntropy { reduction: Reduction::Mean }); data: [1]);

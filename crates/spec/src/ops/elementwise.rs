@@ -1,13 +1,16 @@
 //! Elementwise unary and binary ops: the scalar function and its derivative, in one place.
 //!
 //! Edge policy (documented in `docs/ir-format.md`):
-//! - `relu(x) = x if x > 0 else 0` (so `relu(NaN) = 0`), `relu'(0) = 0`;
+//! - `relu(x) = 0 if x < 0 else x` (so `relu(NaN) = NaN` and `relu(-0) = -0`, as `torch.relu`),
+//!   and its VJP `0 if y ≤ 0 else dy` (PyTorch's `threshold_backward`: `relu'(0) = 0`, the
+//!   cotangent passes at NaN);
 //! - `abs'(0) = 0`;
 //! - `sqrt'(x) = 1/(2·sqrt x)` for `x > 0`, else 0 (also at 0, where the true derivative is
 //!   infinite); `sqrt` of a negative float is NaN;
 //! - `inv(0)` is `±inf` on floats and an error on rationals;
-//! - `max`/`min` at a tie send half of the cotangent to each side (PyTorch's
-//!   `maximum`/`minimum`);
+//! - `max`/`min` are `torch.maximum`/`torch.minimum`: NaN on either side gives NaN, a tie gives
+//!   the left operand (`-0` vs `+0`); the VJP is PyTorch's: the loser gets 0, a tie sends half
+//!   the cotangent to each side, and at NaN both sides get all of it;
 //! - `gelu` is PyTorch's formula and order of operations for each `approximate` form.
 
 use crate::error::{Result, SpecError};
@@ -125,10 +128,10 @@ impl UnaryOp {
             UnaryOp::Sqrt => x.sqrt()?,
             UnaryOp::Inv => x.recip()?,
             UnaryOp::Relu => {
-                if x.is_positive() {
-                    x.clone()
-                } else {
+                if x.is_negative() {
                     A::zero()
+                } else {
+                    x.clone()
                 }
             }
             UnaryOp::Tanh => x.tanh()?,
@@ -199,7 +202,7 @@ impl UnaryOp {
             }
             UnaryOp::Relu => {
                 let y = need(y, "output")?;
-                if y.is_positive() {
+                if y.is_positive() || y.is_nan() {
                     dy.clone()
                 } else {
                     A::zero()
@@ -303,8 +306,20 @@ impl BinaryOp {
             BinaryOp::Sub => a.sub(b),
             BinaryOp::Mul => a.mul(b),
             BinaryOp::Div => a.div(b)?,
-            BinaryOp::Max => a.max_of(b),
-            BinaryOp::Min => a.min_of(b),
+            BinaryOp::Max => {
+                if b.is_nan() || b.greater(a) {
+                    b.clone()
+                } else {
+                    a.clone()
+                }
+            }
+            BinaryOp::Min => {
+                if b.is_nan() || a.greater(b) {
+                    b.clone()
+                } else {
+                    a.clone()
+                }
+            }
         })
     }
 
@@ -333,25 +348,25 @@ impl BinaryOp {
             }
             BinaryOp::Max | BinaryOp::Min => {
                 let (a, b) = both()?;
-                let a_wins = if self == BinaryOp::Max {
-                    a.greater(b)
+                let (above, below) = (a.greater(b), b.greater(a));
+                let tie = !above && !below && !a.is_nan() && !b.is_nan();
+                // PyTorch's `maximum`/`minimum` backward: the loser gets 0, a tie half each,
+                // and where either side is NaN neither loses, so both get the cotangent
+                let (a_loses, b_loses) = if self == BinaryOp::Max {
+                    (below, above)
                 } else {
-                    b.greater(a)
+                    (above, below)
                 };
-                let b_wins = if self == BinaryOp::Max {
-                    b.greater(a)
-                } else {
-                    a.greater(b)
+                let share = |loses: bool| {
+                    if tie {
+                        d.half()
+                    } else if loses {
+                        A::zero()
+                    } else {
+                        d.clone()
+                    }
                 };
-                if a_wins {
-                    (d.clone(), A::zero())
-                } else if b_wins {
-                    (A::zero(), d.clone())
-                } else {
-                    // tie (or NaN): split evenly, as PyTorch does
-                    let h = d.half();
-                    (h.clone(), h)
-                }
+                (share(a_loses), share(b_loses))
             }
         })
     }

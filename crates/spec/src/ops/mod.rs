@@ -96,7 +96,7 @@ pub enum Op {
     },
     /// Sum over one axis, which is removed.
     ReduceSum { axis: usize },
-    /// Mean over one axis, which is removed (an empty axis divides by 1).
+    /// Mean over one axis, which is removed (over an empty axis: NaN, as in PyTorch).
     ReduceMean { axis: usize },
     /// Sum of all elements, to a scalar.
     Sum,
@@ -117,7 +117,7 @@ pub enum Op {
     BatchNormTrain { channels: usize, eps: Option<f64> },
     /// Concatenation of two or more tensors along `axis`.
     Concat { axis: usize },
-    /// Mean squared error `Σ(y − t)² / size` (size 0 divides by 1).
+    /// Mean squared error `Σ(y − t)² / size` (size 0: NaN, as in PyTorch).
     MseLoss,
     /// `F.cross_entropy(logits [N, C], target [N])` with integral class ids (extension).
     CrossEntropy { reduction: Reduction },

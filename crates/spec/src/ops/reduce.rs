@@ -1,5 +1,8 @@
 //! Reductions: over one axis (removed), over everything, and the mean-squared-error loss.
-//! Sums fold left from zero in index order; a mean over zero elements divides by 1.
+//! Sums fold left from zero in index order. A mean over zero elements (`reduce_mean` over an
+//! empty axis, `mse_loss` of empty operands, `cross_entropy`'s mean over zero rows) is `0/0`:
+//! NaN on floats, as in PyTorch, and [`SpecError::EmptyMean`] on the exact scalar, which has no
+//! NaN. The VJPs of such means have no elements, so they divide by nothing.
 
 use crate::error::{Result, SpecError};
 use crate::scalar::Scalar;
@@ -86,7 +89,7 @@ pub fn class_ids(values: &[f64], classes: usize) -> Result<Vec<usize>> {
         .collect()
 }
 
-/// `Σᵢ −log_softmax(logitsᵢ)[tᵢ]`, divided by `max(N, 1)` for the mean; the log-softmax is
+/// `Σᵢ −log_softmax(logitsᵢ)[tᵢ]`, divided by `N` for the mean; the log-softmax is
 /// max-shifted (`(x − m) − log Σ e^(x−m)`), each row's sum left to right, rows in order.
 pub(crate) fn cross_entropy<A: Scalar>(
     logits: &Tensor<A>,
@@ -102,7 +105,7 @@ pub(crate) fn cross_entropy<A: Scalar>(
         total = total.add(&picked.neg());
     }
     Ok(Tensor::scalar(if mean {
-        total.div(&mean_denominator(n))?
+        mean_of(&total, n, super::desc::CROSS_ENTROPY.name)?
     } else {
         total
     }))
@@ -121,7 +124,8 @@ fn row_shift_sum<A: Scalar>(row: &[A]) -> Result<(A, A)> {
     Ok((m, sum))
 }
 
-/// `d/dlogits = g·(softmax − onehot(t))` with `g = δ / max(N, 1)` for the mean, `δ` for the sum.
+/// `d/dlogits = g·(softmax − onehot(t))` with `g = δ / N` for the mean, `δ` for the sum (no
+/// rows: no gradient elements, and no division).
 pub(crate) fn cross_entropy_vjp<A: Scalar>(
     logits: &Tensor<A>,
     target: &[usize],
@@ -130,8 +134,11 @@ pub(crate) fn cross_entropy_vjp<A: Scalar>(
 ) -> Result<Tensor<A>> {
     let (n, c) = (logits.shape().dims()[0], logits.shape().dims()[1]);
     let delta = cot.item()?;
+    if n == 0 {
+        return Tensor::new(logits.shape().clone(), Vec::new());
+    }
     let g = if mean {
-        delta.div(&mean_denominator(n))?
+        delta.div(&A::from_usize(n))?
     } else {
         delta.clone()
     };
@@ -148,9 +155,16 @@ pub(crate) fn cross_entropy_vjp<A: Scalar>(
     Tensor::new(logits.shape().clone(), dx)
 }
 
-/// `max(n, 1)` as a scalar: the mean denominator.
-fn mean_denominator<A: Scalar>(n: usize) -> A {
-    A::from_usize(n.max(1))
+/// `total / n`, the mean of `n` elements summing to `total`: NaN on floats when `n = 0` (PyTorch's
+/// `0/0`), an [`SpecError::EmptyMean`] on the exact scalar.
+fn mean_of<A: Scalar>(total: &A, n: usize, op: &'static str) -> Result<A> {
+    if n == 0 && A::EXACT {
+        return Err(SpecError::EmptyMean {
+            op,
+            scalar: A::NAME,
+        });
+    }
+    total.div(&A::from_usize(n))
 }
 
 pub(crate) fn reduce_sum<A: Scalar>(x: &Tensor<A>, axis: usize) -> Result<Tensor<A>> {
@@ -169,8 +183,8 @@ pub(crate) fn reduce_sum<A: Scalar>(x: &Tensor<A>, axis: usize) -> Result<Tensor
 }
 
 pub(crate) fn reduce_mean<A: Scalar>(x: &Tensor<A>, axis: usize) -> Result<Tensor<A>> {
-    let denom = mean_denominator::<A>(x.shape().dims()[axis]);
-    reduce_sum(x, axis)?.map(|s| s.div(&denom))
+    let n = x.shape().dims()[axis];
+    reduce_sum(x, axis)?.map(|s| mean_of(s, n, super::desc::REDUCE_MEAN.name))
 }
 
 /// Spreads `cot` (shape with `axis` removed) back over `axis`, scaled by `scale`.
@@ -209,8 +223,12 @@ pub(crate) fn reduce_mean_vjp<A: Scalar>(
     in_shape: &Shape,
     axis: usize,
 ) -> Result<Tensor<A>> {
-    let denom = mean_denominator::<A>(in_shape.dims()[axis]);
-    spread(cot, in_shape, axis, Some(&denom))
+    let n = in_shape.dims()[axis];
+    if n == 0 {
+        // an empty axis: the input has no elements, so neither has its gradient
+        return spread(cot, in_shape, axis, None);
+    }
+    spread(cot, in_shape, axis, Some(&A::from_usize(n)))
 }
 
 pub(crate) fn sum_all<A: Scalar>(x: &Tensor<A>) -> Result<Tensor<A>> {
@@ -231,7 +249,11 @@ pub(crate) fn mse_loss<A: Scalar>(y: &Tensor<A>, t: &Tensor<A>) -> Result<Tensor
         let d = a.sub(b);
         acc = acc.add(&d.mul(&d));
     }
-    Ok(Tensor::scalar(acc.div(&mean_denominator(y.len()))?))
+    Ok(Tensor::scalar(mean_of(
+        &acc,
+        y.len(),
+        super::desc::MSE_LOSS.name,
+    )?))
 }
 
 /// `d/dy = (2/n)·(y − t)·δ`, `d/dt = −d/dy` (PyTorch's order of operations).
@@ -241,8 +263,12 @@ pub(crate) fn mse_loss_vjp<A: Scalar>(
     cot: &Tensor<A>,
 ) -> Result<(Tensor<A>, Tensor<A>)> {
     let delta = cot.item()?;
+    if y.is_empty() {
+        // no elements: empty gradients, and no division by zero
+        return Ok((y.clone(), t.clone()));
+    }
     let two = A::one().add(&A::one());
-    let norm = two.div(&mean_denominator(y.len()))?;
+    let norm = two.div(&A::from_usize(y.len()))?;
     let dy = y.zip_with(t, super::desc::MSE_LOSS.name, |a, b| {
         Ok(norm.mul(&a.sub(b)).mul(delta))
     })?;

@@ -601,6 +601,92 @@ fn max_and_min_split_ties_evenly() {
 }
 
 #[test]
+fn max_and_min_propagate_nan_from_either_side_and_pass_the_cotangent_to_both() {
+    // torch.maximum / torch.minimum: the result is NaN whichever side holds it, and both
+    // sides get the whole cotangent there (neither is the loser, nor is it a tie)
+    let nan = f64::NAN;
+    let a = t(&[3], &[nan, 1.0, 2.0]);
+    let b = t(&[3], &[1.0, nan, 5.0]);
+    let d = t(&[3], &[4.0, 8.0, 16.0]);
+    for (bop, y2, want_a, want_b) in [
+        (BinaryOp::Max, 5.0, [4.0, 8.0, 0.0], [4.0, 8.0, 16.0]),
+        (BinaryOp::Min, 2.0, [4.0, 8.0, 16.0], [4.0, 8.0, 0.0]),
+    ] {
+        let op = Op::Binary(bop);
+        for (l, r) in [(&a, &b), (&b, &a)] {
+            let y = op.forward(&[l, r]).unwrap();
+            assert!(y.data()[0].is_nan() && y.data()[1].is_nan(), "{bop:?}");
+            assert_eq!(y.data()[2], y2);
+        }
+        let y = op.forward(&[&a, &b]).unwrap();
+        let g = op.vjp(&Saved::for_op(&op, &[&a, &b], &y), &d).unwrap();
+        assert_eq!(g[0].as_ref().unwrap().data(), &want_a, "{bop:?}");
+        assert_eq!(g[1].as_ref().unwrap().data(), &want_b, "{bop:?}");
+    }
+}
+
+#[test]
+fn max_and_min_give_the_left_operand_at_a_tie_of_signed_zeros() {
+    // torch.maximum(-0., 0.) is -0. and torch.maximum(0., -0.) is 0. (likewise minimum)
+    let (neg, pos) = (t(&[1], &[-0.0]), t(&[1], &[0.0]));
+    for bop in [BinaryOp::Max, BinaryOp::Min] {
+        let op = Op::Binary(bop);
+        assert!(op.forward(&[&neg, &pos]).unwrap().data()[0].is_sign_negative());
+        assert!(op.forward(&[&pos, &neg]).unwrap().data()[0].is_sign_positive());
+    }
+}
+
+#[test]
+fn relu_keeps_nan_and_passes_its_cotangent() {
+    // torch.relu(NaN) is NaN and torch.relu(-0.) is -0.; threshold_backward passes the
+    // cotangent where y is not <= 0
+    let op = Op::Unary(UnaryOp::Relu);
+    let x = t(&[5], &[f64::NAN, 0.0, 2.0, -0.0, -3.0]);
+    let y = op.forward(&[&x]).unwrap();
+    assert!(y.data()[0].is_nan());
+    assert_eq!(&y.data()[1..], &[0.0, 2.0, 0.0, 0.0]);
+    assert!(y.data()[3].is_sign_negative() && y.data()[4].is_sign_positive());
+    let g = op
+        .vjp(&Saved::for_op(&op, &[&x], &y), &t(&[5], &[5.0; 5]))
+        .unwrap();
+    assert_eq!(g[0].as_ref().unwrap().data(), &[5.0, 0.0, 5.0, 0.0, 0.0]);
+}
+
+#[test]
+fn means_over_zero_elements_are_nan_on_floats_and_an_error_on_rationals() {
+    let empty = t(&[2, 0], &[]);
+    let (logits, ids) = (t(&[0, 3], &[]), t(&[0], &[]));
+    let means = [
+        (Op::ReduceMean { axis: 1 }, vec![&empty]),
+        (Op::MseLoss, vec![&empty, &empty]),
+        (
+            Op::CrossEntropy {
+                reduction: Reduction::Mean,
+            },
+            vec![&logits, &ids],
+        ),
+    ];
+    for (op, args) in &means {
+        let y = op.forward(args).unwrap();
+        assert!(y.data().iter().all(|v| v.is_nan()), "{op:?}: {y:?}");
+        // the gradients have no elements, and computing them divides by nothing
+        let dy = Tensor::full(y.shape().clone(), 1.0).unwrap();
+        let g = op.vjp(&Saved::for_op(op, args, &y), &dy).unwrap();
+        assert!(g.iter().flatten().all(|d| d.is_empty()), "{op:?}");
+        let exact: Vec<Tensor<Rational>> = args.iter().map(|a| a.convert().unwrap()).collect();
+        let exact: Vec<&Tensor<Rational>> = exact.iter().collect();
+        assert!(
+            matches!(op.forward(&exact), Err(SpecError::EmptyMean { .. })),
+            "{op:?}"
+        );
+    }
+    // a sum over nothing stays 0, and a mean over a non-empty axis of an empty tensor is empty
+    assert_eq!(Op::Sum.forward(&[&empty]).unwrap().data(), &[0.0]);
+    let y = Op::ReduceMean { axis: 0 }.forward(&[&empty]).unwrap();
+    assert!(y.is_empty());
+}
+
+#[test]
 fn detach_and_bernoulli_stop_the_gradient() {
     let x = t(&[2], &[1.0, 2.0]);
     let y = Op::Detach.forward(&[&x]).unwrap();
@@ -733,15 +819,6 @@ fn rational_transcendental_ops_fail_with_a_typed_error() {
     assert!(matches!(e, SpecError::Transcendental { func: "exp", .. }));
     let e = Op::Softmax { axis: 0 }.forward(&[&x]).unwrap_err();
     assert!(matches!(e, SpecError::Transcendental { .. }));
-}
-
-#[test]
-fn empty_reductions_are_zero_and_mean_divides_by_one() {
-    let x = Tensor::<f64>::zeros([2, 0]).unwrap();
-    let s = Op::ReduceMean { axis: 1 }.forward(&[&x]).unwrap();
-    assert_eq!(s.data(), &[0.0, 0.0]);
-    let m = Op::MseLoss.forward(&[&x, &x]).unwrap();
-    assert_eq!(m.data(), &[0.0]);
 }
 
 #[test]
