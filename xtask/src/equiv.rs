@@ -9,7 +9,8 @@ use std::time::Instant;
 use torchlean_engine_cpu::{with_threads, CpuF32, CpuF64};
 use torchlean_engine_cuda::{CudaF32, EmuF32};
 use torchlean_equiv::{
-    check, fault, replay, CheckConfig, Counterexample, EngineOf, EngineUnderTest, Faulty,
+    check, replay, CheckConfig, Counterexample, EngineOf, EngineUnderTest, Fault, Faulty,
+    UnknownFault, WithFault,
 };
 use torchlean_spec::Tensor;
 
@@ -100,7 +101,7 @@ pub struct EquivArgs {
     /// Check a deliberately broken engine too (the reference engine with one fault injected):
     /// flip-sign, drop-contribution, accumulation-order, broadcast-reduction, pool-off-by-one
     #[arg(long)]
-    inject_fault: Option<String>,
+    inject_fault: Option<Fault>,
 }
 
 pub fn run(args: &EquivArgs) -> Result<bool, String> {
@@ -165,37 +166,31 @@ fn engine_named(name: &str) -> Result<Box<dyn EngineUnderTest>, String> {
 
 /// The reference f64 engine with the fault its label `faulty-NAME-f64` names.
 fn faulty_engine(label: &str) -> Result<Box<dyn EngineUnderTest>, String> {
-    let fault_name = label
-        .strip_prefix("faulty-")
-        .and_then(|r| r.strip_suffix("-f64"));
-    let id = fault::ALL
-        .iter()
-        .find(|(_, n)| Some(*n) == fault_name)
-        .map(|(id, _)| *id);
-    Ok(match id {
-        Some(fault::FLIP_SIGN) => {
-            Box::new(EngineOf::<Faulty<Tensor<f64>, { fault::FLIP_SIGN }>>::bitwise())
-        }
-        Some(fault::DROP_CONTRIBUTION) => {
-            Box::new(EngineOf::<Faulty<Tensor<f64>, { fault::DROP_CONTRIBUTION }>>::bitwise())
-        }
-        Some(fault::ACCUMULATION_ORDER) => {
-            Box::new(EngineOf::<Faulty<Tensor<f64>, { fault::ACCUMULATION_ORDER }>>::bitwise())
-        }
-        Some(fault::BROADCAST_REDUCTION) => Box::new(EngineOf::<
-            Faulty<Tensor<f64>, { fault::BROADCAST_REDUCTION }>,
-        >::bitwise()),
-        Some(fault::POOL_OFF_BY_ONE) => {
-            Box::new(EngineOf::<Faulty<Tensor<f64>, { fault::POOL_OFF_BY_ONE }>>::bitwise())
-        }
-        _ => {
-            let names: Vec<&str> = fault::ALL.iter().map(|(_, n)| *n).collect();
-            return Err(match fault_name {
-                Some(f) => format!("unknown fault `{f}` (one of {})", names.join(", ")),
-                None => format!("unknown engine `{label}`"),
-            });
-        }
-    })
+    if let Some(fault) = Fault::of_label(label) {
+        return Ok(fault.with(FaultyReference));
+    }
+    Err(
+        match label
+            .strip_prefix("faulty-")
+            .and_then(|r| r.strip_suffix("-f64"))
+        {
+            Some(name) => UnknownFault {
+                name: name.to_string(),
+            }
+            .to_string(),
+            None => format!("unknown engine `{label}`"),
+        },
+    )
+}
+
+/// The faulty reference engine, checked bit for bit.
+struct FaultyReference;
+
+impl WithFault for FaultyReference {
+    type Output = Box<dyn EngineUnderTest>;
+    fn run<const F: u8>(self) -> Self::Output {
+        Box::new(EngineOf::<Faulty<Tensor<f64>, F>>::bitwise())
+    }
 }
 
 /// The engines the flags select, the reference f64 engine first (the baseline of every other
@@ -241,8 +236,8 @@ fn selected_engines(args: &EquivArgs) -> Result<Vec<Box<dyn EngineUnderTest>>, S
         },
         _ => {}
     }
-    if let Some(name) = &args.inject_fault {
-        engines.push(faulty_engine(&format!("faulty-{name}-f64"))?);
+    if let Some(fault) = args.inject_fault {
+        engines.push(fault.with(FaultyReference));
     }
     Ok(engines)
 }
@@ -386,7 +381,7 @@ mod tests {
         for label in ["reference-f64", "reference-f32", "cpu-f64", "cpu-f32"] {
             assert_eq!(engine_named(label).unwrap().name(), label);
         }
-        for (_, fault) in fault::ALL {
+        for fault in Fault::ALL {
             let label = format!("faulty-{fault}-f64");
             assert_eq!(engine_named(&label).unwrap().name(), label);
         }

@@ -190,7 +190,7 @@ pub struct ConformArgs {
     /// counterexamples of `cargo xtask check-equivalence --inject-fault`): flip-sign,
     /// drop-contribution, accumulation-order, broadcast-reduction, pool-off-by-one
     #[arg(long)]
-    pub inject_fault: Option<String>,
+    pub inject_fault: Option<torchlean_faults::Fault>,
     #[command(flatten)]
     pub memory: MemoryArgs,
 }
@@ -296,7 +296,7 @@ pub struct TrainArgs {
     /// Train on a deliberately broken variant of the reference f64 engine (see `conform
     /// --inject-fault`), to watch --verify-every stop it
     #[arg(long)]
-    pub inject_fault: Option<String>,
+    pub inject_fault: Option<torchlean_faults::Fault>,
     /// Stop at the first node whose forward value or backward gradient is NaN or infinite
     /// (computed from finite values) and name it: tape node, op, layer, shapes, parents,
     /// direction, step; exit 1

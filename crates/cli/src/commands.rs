@@ -558,21 +558,6 @@ fn eval_detecting<V: Kernels>(
     to_f64s(path, &outs)
 }
 
-/// `name` is one of `torchlean_faults::fault::ALL`'s (`--inject-fault`).
-pub fn check_fault_name(name: &str) -> Result<(), BadInput> {
-    if torchlean_faults::fault::ALL.iter().any(|(_, n)| *n == name) {
-        return Ok(());
-    }
-    let names: Vec<&str> = torchlean_faults::fault::ALL
-        .iter()
-        .map(|(_, n)| *n)
-        .collect();
-    Err(BadInput::one(format!(
-        "unknown fault `{name}` (one of {})",
-        names.join(", ")
-    )))
-}
-
 /// `torchlean convert`: the graph (either dialect, with its weights) written in `dialect`; the
 /// August dialect's weights go to `payload_out`.
 fn convert(

@@ -3,13 +3,14 @@
 //! summary that counts the runs per path, so a path that stops running shows.
 
 use crate::args::{ConformArgs, EngineArg, PathArg};
-use crate::commands::{check_fault_name, within_budget};
+use crate::commands::within_budget;
 use crate::engine::{default_dtype, dtype, engine_name, select, with_engine};
 use crate::load::{self, ir_lines};
 use crate::{out, BadInput, Outcome, Stop};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use torchlean_compiled::{run_case_on, tolerance_for, CaseOutcome, CompiledError, GradPath};
+use torchlean_faults::{Fault, Faulty, WithFault};
 use torchlean_ir::{shorten, Case, DType};
 use torchlean_spec::Pass;
 
@@ -61,27 +62,26 @@ pub fn run(args: &ConformArgs) -> Result<Outcome, Stop> {
 }
 
 /// What every case runs through: the engine (or the faulty reference), the paths, the dtypes.
-struct Plan<'a> {
+struct Plan {
     engine: EngineArg,
     paths: Vec<GradPath>,
     /// Empty: each case in its own dtype (f32 on the CUDA engines).
     dtypes: Vec<DType>,
-    fault: Option<&'a str>,
+    fault: Option<Fault>,
 }
 
-impl<'a> Plan<'a> {
+impl Plan {
     /// The flags read and checked: the engine is available at every dtype asked for (a
     /// device, the emulation) before any case runs, one line if not.
-    fn of(args: &'a ConformArgs) -> Result<Self, BadInput> {
+    fn of(args: &ConformArgs) -> Result<Self, BadInput> {
         let plan = Plan {
             engine: args.engine,
             paths: grad_paths(&args.paths),
             dtypes: unique(args.dtype.iter().map(|&d| dtype(d))),
-            fault: args.inject_fault.as_deref(),
+            fault: args.inject_fault,
         };
         match plan.fault {
-            Some(f) => {
-                check_fault_name(f)?;
+            Some(_) => {
                 if plan.dtypes.contains(&DType::F32) {
                     return Err(BadInput::one(
                         "--inject-fault runs the reference engine in f64 only: --dtype f32 is not available with it",
@@ -120,7 +120,7 @@ impl<'a> Plan<'a> {
     ) -> Result<Result<CaseOutcome, CompiledError>, BadInput> {
         let tol = Some(tolerance_for(case, d));
         Ok(match self.fault {
-            Some(f) => run_faulty(case, f, path),
+            Some(fault) => fault.with(RunFaulty { case, path }),
             None => {
                 let sel = select(self.engine, d)?;
                 with_engine!(sel, V => run_case_on::<V>(path, case, tol))
@@ -161,22 +161,17 @@ fn unique<T: PartialEq>(items: impl Iterator<Item = T>) -> Vec<T> {
     out
 }
 
-/// Runs a case on the reference f64 engine with fault `name` (checked) injected.
-fn run_faulty(case: &Case, name: &str, path: GradPath) -> Result<CaseOutcome, CompiledError> {
-    use torchlean_faults::{fault, Faulty};
-    type R = torchlean_spec::Tensor<f64>;
-    match name {
-        "flip-sign" => run_case_on::<Faulty<R, { fault::FLIP_SIGN }>>(path, case, None),
-        "drop-contribution" => {
-            run_case_on::<Faulty<R, { fault::DROP_CONTRIBUTION }>>(path, case, None)
-        }
-        "accumulation-order" => {
-            run_case_on::<Faulty<R, { fault::ACCUMULATION_ORDER }>>(path, case, None)
-        }
-        "broadcast-reduction" => {
-            run_case_on::<Faulty<R, { fault::BROADCAST_REDUCTION }>>(path, case, None)
-        }
-        _ => run_case_on::<Faulty<R, { fault::POOL_OFF_BY_ONE }>>(path, case, None),
+/// A case run on the reference f64 engine with a fault injected (at the case's tolerance).
+struct RunFaulty<'a> {
+    case: &'a Case,
+    path: GradPath,
+}
+
+impl WithFault for RunFaulty<'_> {
+    type Output = Result<CaseOutcome, CompiledError>;
+    fn run<const F: u8>(self) -> Self::Output {
+        type R = torchlean_spec::Tensor<f64>;
+        run_case_on::<Faulty<R, F>>(self.path, self.case, None)
     }
 }
 
@@ -253,7 +248,7 @@ impl Tally {
 
     /// The summary: `C cases × paths (…) × dtypes (…) = R runs: P passed, F failed`, or its
     /// JSON object with the counts per path and per dtype.
-    fn report(&self, plan: &Plan<'_>, errors: usize, as_json: bool) -> Result<(), out::WriteError> {
+    fn report(&self, plan: &Plan, errors: usize, as_json: bool) -> Result<(), out::WriteError> {
         let (passed, failed) = (self.passed(), self.failed());
         let names = |v: Vec<&str>| v.join(", ");
         let paths = names(self.per_path.iter().map(|(p, _)| p.name()).collect());

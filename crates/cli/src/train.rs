@@ -335,6 +335,21 @@ fn save_interrupted<V: TrainValue>(
     Ok(Outcome::Interrupted)
 }
 
+/// `train_on` the reference f64 engine with a fault injected.
+struct TrainFaulty<'a> {
+    a: &'a TrainArgs,
+    data: &'a Dataset,
+    origin: &'a str,
+}
+
+impl torchlean_faults::WithFault for TrainFaulty<'_> {
+    type Output = Result<Outcome, Stop>;
+    fn run<const F: u8>(self) -> Self::Output {
+        type R = torchlean_spec::Tensor<f64>;
+        train_on::<torchlean_faults::Faulty<R, F>>(self.a, self.data, self.origin)
+    }
+}
+
 fn train_on<V: TrainValue>(a: &TrainArgs, data: &Dataset, origin: &str) -> Result<Outcome, Stop> {
     let mut t = match &a.resume {
         Some(path) => {
@@ -450,23 +465,12 @@ pub fn run(a: &TrainArgs) -> Result<Outcome, Stop> {
             "the 8×8 digits".to_string(),
         ),
     };
-    if let Some(f) = a.inject_fault.as_deref() {
-        crate::commands::check_fault_name(f)?;
-        use torchlean_faults::{fault, Faulty};
-        type R = torchlean_spec::Tensor<f64>;
-        return match f {
-            "flip-sign" => train_on::<Faulty<R, { fault::FLIP_SIGN }>>(a, &data, &origin),
-            "drop-contribution" => {
-                train_on::<Faulty<R, { fault::DROP_CONTRIBUTION }>>(a, &data, &origin)
-            }
-            "accumulation-order" => {
-                train_on::<Faulty<R, { fault::ACCUMULATION_ORDER }>>(a, &data, &origin)
-            }
-            "broadcast-reduction" => {
-                train_on::<Faulty<R, { fault::BROADCAST_REDUCTION }>>(a, &data, &origin)
-            }
-            _ => train_on::<Faulty<R, { fault::POOL_OFF_BY_ONE }>>(a, &data, &origin),
-        };
+    if let Some(fault) = a.inject_fault {
+        return fault.with(TrainFaulty {
+            a,
+            data: &data,
+            origin: &origin,
+        });
     }
     let sel = crate::engine::select(a.engine, crate::engine::dtype(a.dtype))?;
     crate::engine::with_engine!(sel, V => train_on::<V>(a, &data, &origin))

@@ -49,4 +49,4 @@ pub use runner::{
 };
 /// The fault-injecting engines (the `torchlean-faults` crate), as they were when they lived here.
 pub use torchlean_faults as faults;
-pub use torchlean_faults::{fault, Faulty};
+pub use torchlean_faults::{fault, Fault, Faulty, UnknownFault, WithFault};

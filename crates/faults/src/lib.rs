@@ -9,7 +9,7 @@
 use torchlean_runtime::{GradValue, GradZero, Kernels, Result, RuntimeError};
 use torchlean_spec::{Backend, BinaryOp, Conv2dSpec, PoolSpec, Shape, Tensor, UnaryOp};
 
-/// The faults.
+/// The faults' ids, the const parameter of [`Faulty`].
 pub mod fault {
     /// The VJP of `mul_elem` returns the first operand's cotangent with its sign flipped.
     pub const FLIP_SIGN: u8 = 1;
@@ -21,15 +21,102 @@ pub mod fault {
     pub const BROADCAST_REDUCTION: u8 = 4;
     /// Pooling windows read one column to the right.
     pub const POOL_OFF_BY_ONE: u8 = 5;
+}
 
-    /// Every fault, with its name.
-    pub const ALL: [(u8, &str); 5] = [
-        (FLIP_SIGN, "flip-sign"),
-        (DROP_CONTRIBUTION, "drop-contribution"),
-        (ACCUMULATION_ORDER, "accumulation-order"),
-        (BROADCAST_REDUCTION, "broadcast-reduction"),
-        (POOL_OFF_BY_ONE, "pool-off-by-one"),
-    ];
+/// One row per fault: the variant, its id in [`fault`] and its name.
+macro_rules! faults {
+    ($($variant:ident = $id:ident, $name:literal;)*) => {
+        /// A fault by name: `--inject-fault NAME` on the command line, `faulty-NAME-f64` as an
+        /// engine's label. Parsed once ([`FromStr`](std::str::FromStr)); [`Fault::with`] is the
+        /// one place where a fault becomes the type [`Faulty`]`<Tensor<f64>, ID>`.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum Fault {
+            $($variant = fault::$id,)*
+        }
+
+        impl Fault {
+            /// Every fault, in id order.
+            pub const ALL: &'static [Fault] = &[$(Fault::$variant,)*];
+
+            /// The name on the command line.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Fault::$variant => $name,)*
+                }
+            }
+
+            /// The label of the reference f64 engine with this fault ([`Kernels::ENGINE`]).
+            pub const fn label(self) -> &'static str {
+                match self {
+                    $(Fault::$variant => concat!("faulty-", $name, "-f64"),)*
+                }
+            }
+
+            /// Runs `job` on the reference f64 engine with this fault injected.
+            pub fn with<J: WithFault>(self, job: J) -> J::Output {
+                match self {
+                    $(Fault::$variant => job.run::<{ fault::$id }>(),)*
+                }
+            }
+
+            const fn of_id(id: u8) -> Option<Fault> {
+                match id {
+                    $(fault::$id => Some(Fault::$variant),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+faults! {
+    FlipSign = FLIP_SIGN, "flip-sign";
+    DropContribution = DROP_CONTRIBUTION, "drop-contribution";
+    AccumulationOrder = ACCUMULATION_ORDER, "accumulation-order";
+    BroadcastReduction = BROADCAST_REDUCTION, "broadcast-reduction";
+    PoolOffByOne = POOL_OFF_BY_ONE, "pool-off-by-one";
+}
+
+/// Work generic over the faulty engine: [`Fault::with`] calls `run` with the fault's id, and
+/// the work uses `Faulty<Tensor<f64>, F>` (or wraps another engine).
+pub trait WithFault {
+    type Output;
+    fn run<const F: u8>(self) -> Self::Output;
+}
+
+impl Fault {
+    /// The fault whose engine label is `label` (`faulty-NAME-f64`).
+    pub fn of_label(label: &str) -> Option<Fault> {
+        Fault::ALL.iter().copied().find(|f| f.label() == label)
+    }
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A name that is no fault's.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown fault `{name}` (one of {})", Fault::ALL.iter().map(|f| f.name()).collect::<Vec<_>>().join(", "))]
+pub struct UnknownFault {
+    pub name: String,
+}
+
+impl std::str::FromStr for Fault {
+    type Err = UnknownFault;
+
+    fn from_str(name: &str) -> std::result::Result<Fault, UnknownFault> {
+        Fault::ALL
+            .iter()
+            .copied()
+            .find(|f| f.name() == name)
+            .ok_or_else(|| UnknownFault {
+                name: name.to_string(),
+            })
+    }
 }
 
 /// `V` with fault `F` injected.
@@ -37,13 +124,9 @@ pub mod fault {
 pub struct Faulty<V, const F: u8>(pub V);
 
 const fn label(f: u8) -> &'static str {
-    match f {
-        fault::FLIP_SIGN => "faulty-flip-sign-f64",
-        fault::DROP_CONTRIBUTION => "faulty-drop-contribution-f64",
-        fault::ACCUMULATION_ORDER => "faulty-accumulation-order-f64",
-        fault::BROADCAST_REDUCTION => "faulty-broadcast-reduction-f64",
-        fault::POOL_OFF_BY_ONE => "faulty-pool-off-by-one-f64",
-        _ => "faulty-f64",
+    match Fault::of_id(f) {
+        Some(fault) => fault.label(),
+        None => "faulty-f64",
     }
 }
 
@@ -348,20 +431,41 @@ mod tests {
     use torchlean_runtime::{forward, vjp, Saved};
     use torchlean_spec::Op;
 
-    #[test]
-    fn every_fault_has_its_own_label() {
-        // `torchlean conform --inject-fault NAME` and the checker's replay rely on the label
-        // `faulty-NAME-f64`
-        let labels = [
-            <Faulty<Tensor<f64>, { fault::FLIP_SIGN }> as Kernels>::ENGINE,
-            <Faulty<Tensor<f64>, { fault::DROP_CONTRIBUTION }> as Kernels>::ENGINE,
-            <Faulty<Tensor<f64>, { fault::ACCUMULATION_ORDER }> as Kernels>::ENGINE,
-            <Faulty<Tensor<f64>, { fault::BROADCAST_REDUCTION }> as Kernels>::ENGINE,
-            <Faulty<Tensor<f64>, { fault::POOL_OFF_BY_ONE }> as Kernels>::ENGINE,
-        ];
-        for ((_, name), label) in fault::ALL.iter().zip(labels) {
-            assert_eq!(label, format!("faulty-{name}-f64"));
+    /// The engine label of the type [`Fault::with`] picks.
+    struct EngineLabel;
+
+    impl WithFault for EngineLabel {
+        type Output = &'static str;
+        fn run<const F: u8>(self) -> &'static str {
+            <Faulty<Tensor<f64>, F> as Kernels>::ENGINE
         }
+    }
+
+    #[test]
+    fn every_fault_parses_from_its_name_and_runs_as_its_own_engine() {
+        // `torchlean conform --inject-fault NAME` and the checker's replay rely on the label
+        // `faulty-NAME-f64` of the engine the name selects
+        let mut labels = std::collections::HashSet::new();
+        for &f in Fault::ALL {
+            assert_eq!(f.name().parse::<Fault>(), Ok(f));
+            assert_eq!(f.label(), format!("faulty-{}-f64", f.name()));
+            assert_eq!(f.with(EngineLabel), f.label());
+            assert_eq!(Fault::of_label(f.label()), Some(f));
+            assert!(labels.insert(f.label()), "{f} shares its label");
+        }
+        assert_eq!(Fault::ALL.len(), 5);
+    }
+
+    #[test]
+    fn an_unknown_name_is_refused_with_the_known_ones() {
+        let e = "nope".parse::<Fault>().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unknown fault `nope` (one of flip-sign, drop-contribution, accumulation-order, \
+             broadcast-reduction, pool-off-by-one)"
+        );
+        assert_eq!(Fault::of_label("faulty-nope-f64"), None);
+        assert_eq!(Fault::of_label("flip-sign"), None);
     }
 
     #[test]
