@@ -7,7 +7,7 @@ use crate::error::Diagnostic;
 use crate::graph::Graph;
 use crate::kind::OpKind;
 use crate::payload::Payload;
-use crate::semantics::{expected_payload_shapes, field_of, node_sem, payload_names, NodeSem};
+use crate::semantics::{expected_payload_shapes, node_sem, payload_names, NodeSem};
 use torchlean_spec::{Op, Shape};
 
 /// TorchLean's `checkWellFormed`, reporting all violations: per index `i`, `nodes[i].id == i`,
@@ -95,7 +95,7 @@ pub fn check_shapes(g: &Graph) -> Vec<Diagnostic> {
     for (i, n) in g.nodes.iter().enumerate() {
         let at = |d: Diagnostic| d.at(i, n.kind.name());
         if let Err(e) = n.shape.checked_size() {
-            out.push(at(Diagnostic::error(e.to_string()).field("shape")));
+            out.push(at(Diagnostic::spec(e).field("shape")));
             continue;
         }
         if broken[i] {
@@ -166,7 +166,7 @@ fn infer_node(
             let mut operands = parent_shapes.to_vec();
             operands.extend(payload_shapes.into_iter().map(|(_, s)| s));
             op.infer_shape(&operands)
-                .map_err(|e| at(Diagnostic::error(e.to_string()).field(field_of(&e))))
+                .map_err(|e| at(Diagnostic::spec_in_its_field(e)))
         }
     }
 }
@@ -216,7 +216,7 @@ pub fn check_payload(g: &Graph, payload: &Payload) -> Vec<Diagnostic> {
         operand_shapes.extend(expected.iter().map(|(_, s)| s.clone()));
         for (k, (name, shape)) in expected.iter().enumerate() {
             if let Err(e) = shape.checked_size() {
-                out.push(at(Diagnostic::error(e.to_string()).field(*name)));
+                out.push(at(Diagnostic::spec(e).field(*name)));
                 continue;
             }
             match entry.tensor(name) {
@@ -234,7 +234,7 @@ pub fn check_payload(g: &Graph, payload: &Payload) -> Vec<Diagnostic> {
                     if let OpKind::Op(op) = &n.kind {
                         let i = n.parents.len() + k;
                         if let Err(e) = op.check_data(i, &operand_shapes, t.data()) {
-                            out.push(at(Diagnostic::error(e.to_string()).field(*name)));
+                            out.push(at(Diagnostic::spec(e).field(*name)));
                         }
                     }
                 }
@@ -277,11 +277,9 @@ fn payload_attr_problem(
     if NodeSem::Apply(op.clone()) == node_sem(n, None) {
         return None;
     }
-    op.infer_shape(operand_shapes).err().map(|e| {
-        Diagnostic::error(e.to_string())
-            .at(n.id, n.kind.name())
-            .field(field_of(&e))
-    })
+    op.infer_shape(operand_shapes)
+        .err()
+        .map(|e| Diagnostic::spec_in_its_field(e).at(n.id, n.kind.name()))
 }
 
 /// Where TorchLean's left-aligned `CanBroadcastTo` can derive `from → to` with a different

@@ -22,6 +22,9 @@ pub struct Diagnostic {
     /// The JSON member at fault (`parents`, `shape`, `perm`, `weight`, …).
     pub field: Option<String>,
     pub message: String,
+    /// The spec error this diagnostic reports, whole, for a caller to match on (its `Display`
+    /// is `message`); `None` for the IR's own findings.
+    pub cause: Option<SpecError>,
 }
 
 impl Diagnostic {
@@ -32,7 +35,27 @@ impl Diagnostic {
             kind: None,
             field: None,
             message: message.into(),
+            cause: None,
         }
+    }
+
+    /// An error diagnostic reporting `e`: its message, and `e` itself as the cause.
+    pub fn spec(e: SpecError) -> Self {
+        Diagnostic {
+            message: e.to_string(),
+            cause: Some(e),
+            ..Diagnostic::error(String::new())
+        }
+    }
+
+    /// [`Diagnostic::spec`] in the field the error points at: the attribute or operand it
+    /// names, `shape` for a shape too large, else `parents` (an op's operands).
+    pub fn spec_in_its_field(e: SpecError) -> Self {
+        let field = match &e {
+            SpecError::ShapeOverflow { .. } | SpecError::ShapeTooLarge { .. } => "shape",
+            _ => e.field().unwrap_or("parents"),
+        };
+        Diagnostic::spec(e).field(field)
     }
 
     pub fn warning(message: impl Into<String>) -> Self {
@@ -80,6 +103,14 @@ impl fmt::Display for Diagnostic {
             write!(f, ", field `{}`", shorten(field))?;
         }
         write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for Diagnostic {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause
+            .as_ref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
 
@@ -137,7 +168,7 @@ impl IrError {
             IrError::Invalid(d) => d.clone(),
             IrError::Json { .. } => vec![Diagnostic::error(self.to_string())],
             IrError::Eval { node, kind, source } => {
-                let d = Diagnostic::error(source.to_string()).at(*node, kind.clone());
+                let d = Diagnostic::spec(source.clone()).at(*node, kind.clone());
                 vec![match source.field() {
                     Some(f) => d.field(f),
                     None => d,

@@ -211,7 +211,7 @@ fn parse_node(index: usize, v: &Value) -> std::result::Result<Node, Vec<Diagnost
         Some(p) => match parse_shape(p) {
             Ok(s) => s.dims().to_vec(),
             Err(e) => {
-                errors.push(Diagnostic::error(e).field("parents"));
+                errors.push(Diagnostic::spec(e).field("parents"));
                 vec![]
             }
         },
@@ -224,7 +224,7 @@ fn parse_node(index: usize, v: &Value) -> std::result::Result<Node, Vec<Diagnost
         Some(s) => match parse_shape(s) {
             Ok(s) => s,
             Err(e) => {
-                errors.push(Diagnostic::error(e).field("shape"));
+                errors.push(Diagnostic::spec(e).field("shape"));
                 Shape::scalar()
             }
         },

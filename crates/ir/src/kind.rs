@@ -235,7 +235,7 @@ impl AttrReader<'_> {
             Some(v) => match parse_shape(&v) {
                 Ok(s) => s,
                 Err(e) => {
-                    self.fail(key, e);
+                    self.errors.push(Diagnostic::spec(e).field(key));
                     Shape::scalar()
                 }
             },

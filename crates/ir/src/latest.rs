@@ -17,7 +17,7 @@ use crate::error::{shown, Diagnostic, IrError, Result};
 use crate::graph::{check_format, id_field, Graph, Node, FORMAT};
 use crate::kind::OpKind;
 use crate::payload::Payload;
-use crate::semantics::{field_of, payload_names};
+use crate::semantics::payload_names;
 use serde_json::{Map, Value};
 use torchlean_spec::ops::desc::{self, BATCH_NORM_DEFAULT_EPS, LAYER_NORM_DEFAULT_EPS};
 use torchlean_spec::tensor::{json_to_f64, parse_shape};
@@ -58,7 +58,7 @@ pub(crate) fn read(obj: &Map<String, Value>) -> Result<GraphDoc> {
             vec![]
         }
         Some(Err(e)) => {
-            errors.push(Diagnostic::error(e).field(OUTPUT_IDS));
+            errors.push(Diagnostic::spec(e).field(OUTPUT_IDS));
             vec![]
         }
         None => vec![],
@@ -179,7 +179,7 @@ fn raw_node(index: usize, v: &Value) -> std::result::Result<Raw<'_>, Diags> {
     let parents = match obj.get("parents").map(parse_shape) {
         Some(Ok(s)) => s.dims().to_vec(),
         Some(Err(e)) => {
-            errors.push(Diagnostic::error(e).field("parents"));
+            errors.push(Diagnostic::spec(e).field("parents"));
             vec![]
         }
         None => {
@@ -198,7 +198,7 @@ fn raw_node(index: usize, v: &Value) -> std::result::Result<Raw<'_>, Diags> {
     let shape = match obj.get("shape").map(parse_shape) {
         Some(Ok(s)) => s,
         Some(Err(e)) => {
-            errors.push(Diagnostic::error(e).field("shape"));
+            errors.push(Diagnostic::spec(e).field("shape"));
             Shape::scalar()
         }
         None => {
@@ -268,7 +268,7 @@ impl Lowering {
         let shapes: Vec<Shape> = parents.iter().map(|&p| self.shape(p).clone()).collect();
         let shape = op
             .infer_shape(&shapes)
-            .map_err(|e| vec![Diagnostic::error(e.to_string()).field(field_of(&e))])?;
+            .map_err(|e| vec![Diagnostic::spec_in_its_field(e)])?;
         Ok(self.push(file(raw.id), OpKind::Op(op), parents, shape))
     }
 
@@ -984,7 +984,7 @@ impl<'a> Attrs<'a> {
         match self.obj.get(key).map(parse_shape) {
             Some(Ok(s)) => s.dims().to_vec(),
             Some(Err(e)) => {
-                self.fail(key, e);
+                self.errors.push(Diagnostic::spec(e).field(key.to_string()));
                 vec![]
             }
             None => {

@@ -49,9 +49,8 @@ impl Payload {
     /// Converts a stored tensor to another scalar type.
     pub fn get_as<A: Scalar>(&self, node: usize, name: &str) -> Option<Result<Tensor<A>>> {
         self.entry(node)?.tensor(name).map(|t| {
-            t.convert::<A>().map_err(|e| {
-                IrError::invalid(Diagnostic::error(e.to_string()).at_node(node).field(name))
-            })
+            t.convert::<A>()
+                .map_err(|e| IrError::invalid(Diagnostic::spec(e).at_node(node).field(name)))
         })
     }
 
@@ -125,11 +124,7 @@ impl Payload {
             };
             match Tensor::new(view.shape().to_vec(), data) {
                 Ok(t) => p.insert(node, name, t),
-                Err(e) => problems.push(
-                    Diagnostic::error(e.to_string())
-                        .at_node(node)
-                        .field(name.to_string()),
-                ),
+                Err(e) => problems.push(Diagnostic::spec(e).at_node(node).field(name.to_string())),
             }
         }
         if let Ok((_, meta)) = safetensors::SafeTensors::read_metadata(bytes) {
@@ -199,9 +194,7 @@ impl Payload {
                     Ok(t) => {
                         entry.tensors.insert(name.clone(), t);
                     }
-                    Err(e) => {
-                        errors.push(Diagnostic::error(e.to_string()).at_node(node).field(name))
-                    }
+                    Err(e) => errors.push(Diagnostic::spec(e).at_node(node).field(name)),
                 }
             }
             entries.insert(node, entry);

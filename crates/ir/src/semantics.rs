@@ -71,21 +71,11 @@ pub fn expected_payload_shapes(
         OpKind::Const { value_shape } => {
             vec![value_shape.clone().unwrap_or_else(|| node.shape.clone())]
         }
-        OpKind::Op(op) => op.payload_shapes(parent_shapes, &node.shape).map_err(|e| {
-            Diagnostic::error(e.to_string())
-                .at(node.id, node.kind.name())
-                .field(field_of(&e))
-        })?,
+        OpKind::Op(op) => op
+            .payload_shapes(parent_shapes, &node.shape)
+            .map_err(|e| Diagnostic::spec_in_its_field(e).at(node.id, node.kind.name()))?,
     };
     Ok(names.iter().copied().zip(shapes).collect())
-}
-
-/// The field a spec error points at, for diagnostics.
-pub(crate) fn field_of(e: &SpecError) -> &'static str {
-    match e {
-        SpecError::ShapeOverflow { .. } | SpecError::ShapeTooLarge { .. } => "shape",
-        _ => e.field().unwrap_or("parents"),
-    }
 }
 
 /// Evaluates every node (TorchLean's `denoteAll`): one value per node id, in id order.

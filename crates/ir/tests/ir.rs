@@ -141,6 +141,38 @@ fn check_rejected(mutate: impl FnOnce(&mut Value), want: &[&str]) {
 }
 
 #[test]
+fn a_shape_rule_error_keeps_the_spec_error_whole() {
+    // the softmax axis out of range: the diagnostic's text, and the spec error behind it for a
+    // caller to match on (and as its `source`)
+    let mut v = base();
+    v["nodes"][3]["axis"] = json!(5);
+    let diags = match Graph::from_json(&v) {
+        Err(e) => e.diagnostics(),
+        Ok(g) => check_shapes(&g),
+    };
+    let d = diags.iter().find(|d| d.is_error()).expect("an error");
+    assert!(
+        matches!(
+            &d.cause,
+            Some(torchlean_spec::SpecError::OpAttr {
+                op: "softmax",
+                attr: "axis",
+                ..
+            })
+        ),
+        "{d:?}"
+    );
+    assert_eq!(d.field.as_deref(), Some("axis"));
+    let source = std::error::Error::source(d).expect("the spec error as the source");
+    assert_eq!(source.to_string(), d.message);
+    // the IR's own findings have no spec error behind them
+    let mut v = base();
+    v["nodes"][2]["parents"] = json!([9]);
+    let diags = Graph::from_json(&v).map_or_else(|e| e.diagnostics(), |g| check_shapes(&g));
+    assert!(diags.iter().all(|d| d.cause.is_none()), "{diags:?}");
+}
+
+#[test]
 fn attributes_restating_the_operand_shape_are_checked_and_named() {
     // one validation (the shape rule) for in_shape, value_shape and from_shape
     check_rejected(

@@ -105,6 +105,12 @@ pub enum SpecError {
     #[error("byte count `{text}` {reason}")]
     BadByteCount { text: String, reason: String },
 
+    /// A JSON value that should list non-negative integers (a shape, parent ids) does not:
+    /// `index` is the offending element's, `None` when the value is no array at all; `got` is
+    /// the value as JSON text.
+    #[error("{}", not_extents(*.index, .got))]
+    NotExtents { index: Option<usize>, got: String },
+
     /// Malformed tensor JSON.
     #[error("tensor JSON: {reason}")]
     Json { reason: String },
@@ -123,6 +129,13 @@ impl SpecError {
 
 /// `Result` with [`SpecError`].
 pub type Result<T, E = SpecError> = std::result::Result<T, E>;
+
+fn not_extents(index: Option<usize>, got: &str) -> String {
+    match index {
+        None => format!("expected an array of non-negative integers, got {got}"),
+        Some(i) => format!("element {i} is {got}, expected a non-negative integer"),
+    }
+}
 
 fn fmt_shapes(shapes: &[Shape]) -> String {
     let parts: Vec<String> = shapes.iter().map(|s| s.to_string()).collect();

@@ -224,7 +224,7 @@ impl<A: Scalar> Tensor<A> {
         let shape_v = obj
             .get("shape")
             .ok_or_else(|| json_err("missing member `shape`"))?;
-        let shape = parse_shape(shape_v).map_err(|r| json_err(&format!("`shape`: {r}")))?;
+        let shape = parse_shape(shape_v).map_err(|e| json_err(&format!("`shape`: {e}")))?;
         let n = shape.checked_size()?;
         let data_v = obj
             .get("data")
@@ -286,18 +286,20 @@ pub fn json_to_f64(v: &Value) -> Option<f64> {
     }
 }
 
-/// Parses a JSON array of non-negative integers as a [`Shape`] (the size is not checked here).
-pub fn parse_shape(v: &Value) -> std::result::Result<Shape, String> {
-    let arr = v
-        .as_array()
-        .ok_or_else(|| format!("expected an array of non-negative integers, got {v}"))?;
+/// Parses a JSON array of non-negative integers as a [`Shape`] (the size is not checked here);
+/// anything else is [`SpecError::NotExtents`].
+pub fn parse_shape(v: &Value) -> Result<Shape> {
+    let arr = v.as_array().ok_or_else(|| SpecError::NotExtents {
+        index: None,
+        got: v.to_string(),
+    })?;
     let mut dims = Vec::with_capacity(arr.len());
     for (i, d) in arr.iter().enumerate() {
-        let d = d
-            .as_u64()
-            .ok_or_else(|| format!("element {i} is {d}, expected a non-negative integer"))?;
-        let d = usize::try_from(d).map_err(|_| format!("element {i} ({d}) is too large"))?;
-        dims.push(d);
+        let extent = d.as_u64().and_then(|d| usize::try_from(d).ok());
+        dims.push(extent.ok_or_else(|| SpecError::NotExtents {
+            index: Some(i),
+            got: d.to_string(),
+        })?);
     }
     Ok(Shape::new(dims))
 }
@@ -306,6 +308,46 @@ pub fn parse_shape(v: &Value) -> std::result::Result<Shape, String> {
 mod tests {
     use super::*;
     use crate::scalar::Rational;
+
+    #[test]
+    fn a_shape_that_is_no_list_of_extents_says_where() {
+        use serde_json::json;
+        assert_eq!(
+            parse_shape(&json!([2, 0, 3])).unwrap(),
+            Shape::from([2, 0, 3])
+        );
+        let e = parse_shape(&json!({"a": 1})).unwrap_err();
+        assert_eq!(
+            e,
+            SpecError::NotExtents {
+                index: None,
+                got: r#"{"a":1}"#.into()
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            r#"expected an array of non-negative integers, got {"a":1}"#
+        );
+        for (bad, text) in [
+            (json!([1, -2]), "-2"),
+            (json!([1, 2.5]), "2.5"),
+            (json!([1, "3"]), "\"3\""),
+        ] {
+            let e = parse_shape(&bad).unwrap_err();
+            assert_eq!(
+                e,
+                SpecError::NotExtents {
+                    index: Some(1),
+                    got: text.into()
+                },
+                "{bad}"
+            );
+            assert_eq!(
+                e.to_string(),
+                format!("element 1 is {text}, expected a non-negative integer")
+            );
+        }
+    }
 
     #[test]
     fn a_tensor_with_a_zero_dimension_is_empty() {
