@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use torchlean_train::data::Dataset;
-use torchlean_train::exec::Backend;
+use torchlean_train::exec::Interpreter;
 use torchlean_train::model::Arch;
 use torchlean_train::optim::OptimConfig;
 use torchlean_train::trainer::{Event, Observer, Summary, TrainConfig, Trainer};
@@ -73,8 +73,8 @@ fn config(a: &TrainArgs) -> Result<TrainConfig, BadInput> {
     }
     c.clip_grad_norm = a.clip_grad_norm;
     c.backend = match a.backend {
-        BackendArg::Eager => Backend::Eager,
-        BackendArg::Compiled => Backend::Compiled,
+        BackendArg::Eager => Interpreter::Eager,
+        BackendArg::Compiled => Interpreter::Compiled,
     };
     c.verify_every = a.verify_every;
     c.detect_anomaly = a.detect_anomaly;

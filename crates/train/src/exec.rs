@@ -16,7 +16,7 @@ use torchlean_spec::{Reduction, Shape, Tensor};
 /// Which interpreter runs a step.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Backend {
+pub enum Interpreter {
     /// `nn::Session`: eager tape, releasing sweep.
     #[default]
     Eager,
@@ -24,11 +24,11 @@ pub enum Backend {
     Compiled,
 }
 
-impl Backend {
+impl Interpreter {
     pub fn name(self) -> &'static str {
         match self {
-            Backend::Eager => "eager",
-            Backend::Compiled => "compiled",
+            Interpreter::Eager => "eager",
+            Interpreter::Compiled => "compiled",
         }
     }
 }

@@ -13,7 +13,7 @@
 use crate::checkpoint::{Checkpoint, NamedTensor, TensorData};
 use crate::data::{epoch_order, Dataset, Standardizer};
 use crate::error::{Result, TrainError};
-use crate::exec::{Backend, CompiledExec, EagerExec, Exec, StepOut};
+use crate::exec::{CompiledExec, EagerExec, Exec, Interpreter, StepOut};
 use crate::model::{Arch, Model};
 use crate::optim::{clip_grad_norm, OptimConfig, Optimizer, Param, ParamState};
 use crate::sched::{Schedule, Scheduler};
@@ -58,7 +58,7 @@ pub struct TrainConfig {
     pub seed: u64,
     /// The fraction of the data held out for evaluation.
     pub held_out: f64,
-    pub backend: Backend,
+    pub backend: Interpreter,
     /// Verify every N-th step on the reference engine in f64 (0 or `None`: never).
     pub verify_every: Option<u64>,
     /// Anomaly mode: stop at the first node whose value or gradient contribution is NaN or
@@ -84,7 +84,7 @@ impl TrainConfig {
             clip_grad_norm: None,
             seed: 0,
             held_out: 0.2,
-            backend: Backend::Eager,
+            backend: Interpreter::Eager,
             verify_every: None,
             detect_anomaly: false,
         }
@@ -273,8 +273,8 @@ fn exec_for<V: TrainValue>(
     params: &BTreeMap<String, Tensor<f64>>,
 ) -> Result<Box<dyn Exec<V>>> {
     let mut exec: Box<dyn Exec<V>> = match cfg.backend {
-        Backend::Eager => Box::new(EagerExec::<V>::new(params)?),
-        Backend::Compiled => Box::new(CompiledExec::<V>::new(params)?),
+        Interpreter::Eager => Box::new(EagerExec::<V>::new(params)?),
+        Interpreter::Compiled => Box::new(CompiledExec::<V>::new(params)?),
     };
     exec.set_anomaly_mode(AnomalyMode::detect_if(cfg.detect_anomaly));
     Ok(exec)

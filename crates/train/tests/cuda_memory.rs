@@ -9,7 +9,7 @@
 use torchlean_engine_cuda::{cuda_or_skip, emulation_ready, live_buffers, Device, Emu, Gpu};
 use torchlean_engine_cuda::{CudaTensor, LiveBuffers};
 use torchlean_train::data::Dataset;
-use torchlean_train::exec::Backend;
+use torchlean_train::exec::Interpreter;
 use torchlean_train::model::Arch;
 use torchlean_train::trainer::{Event, Observer, TrainConfig, Trainer};
 
@@ -28,7 +28,7 @@ impl<D: Device> Observer for AfterEachStep<D> {
 
 fn steps_return_to_the_baseline<D: Device>() {
     let data = Dataset::digits().unwrap();
-    for backend in [Backend::Eager, Backend::Compiled] {
+    for backend in [Interpreter::Eager, Interpreter::Compiled] {
         let before = live_buffers::<D>();
         let mut c = TrainConfig::new(Arch::Mlp);
         c.steps = Some(STEPS);

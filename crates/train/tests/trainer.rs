@@ -8,7 +8,7 @@ use torchlean_faults::{fault, Faulty};
 use torchlean_spec::Tensor;
 use torchlean_train::checkpoint::{Checkpoint, TensorData};
 use torchlean_train::data::Dataset;
-use torchlean_train::exec::Backend;
+use torchlean_train::exec::Interpreter;
 use torchlean_train::model::Arch;
 use torchlean_train::optim::OptimConfig;
 use torchlean_train::trainer::{optimizer_path, Quiet, Summary, TrainConfig, Trainer};
@@ -40,7 +40,7 @@ fn eager_and_compiled_backends_give_the_same_losses_bit_for_bit() {
     for arch in [Arch::Mlp, Arch::Cnn] {
         let mut c = cfg(arch, 12);
         let eager = run::<CpuF32>(c.clone());
-        c.backend = Backend::Compiled;
+        c.backend = Interpreter::Compiled;
         let compiled = run::<CpuF32>(c.clone());
         assert_eq!(bits(&eager), bits(&compiled), "{arch} f32");
         let e64 = run::<CpuF64>(cfg(arch, 12));
