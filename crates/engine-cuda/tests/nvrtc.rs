@@ -49,11 +49,13 @@ fn every_kernel_module_compiles_for_sm_90_without_warnings() {
 static BROKEN: Module = Module {
     name: "broken",
     source: "extern \"C\" __global__ void tl_broken(float* y) { y[0] = undefined_name; }",
+    generated: None,
 };
 
 static WARNS: Module = Module {
     name: "warns",
     source: "extern \"C\" __global__ void tl_warns(float* y) { int unused; y[0] = 1.0f; }",
+    generated: None,
 };
 
 #[test]

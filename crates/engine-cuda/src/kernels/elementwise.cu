@@ -23,24 +23,11 @@ extern "C" __global__ void tl_ew_add_scalar(float* __restrict__ y, const float* 
   for (tl_index i = tl_first(); i < n; i += tl_stride()) y[i] = x[i] + c;
 }
 
-// The unary functions' codes. Each line `#define TL_UNARY_<NAME> <code>` must agree with
-// `ops::elementwise::unary_code` (a test reads these lines). The constants `c0`, `c1`, `c2` come
-// from the host (`torchlean_spec::ops::gelu_consts`, rounded to f32): they are written once.
-#define TL_UNARY_ABS 0
-#define TL_UNARY_SQRT 1
-#define TL_UNARY_INV 2
-#define TL_UNARY_RELU 3
-#define TL_UNARY_TANH 4
-#define TL_UNARY_SIGMOID 5
-#define TL_UNARY_EXP 6
-#define TL_UNARY_LOG 7
-#define TL_UNARY_SIN 8
-#define TL_UNARY_COS 9
-#define TL_UNARY_NEG 10
-#define TL_UNARY_SOFTPLUS 11
-#define TL_UNARY_SILU 12
-#define TL_UNARY_GELU_ERF 13
-#define TL_UNARY_GELU_TANH 14
+// The unary functions' codes `TL_UNARY_<NAME>` and the list `TL_UNARY_CASES(CASE)` of them all
+// are generated from `kernels::codes::UNARY` and prepended to this file: a new function is a
+// row there and a `case` in each of `tl_unary_at` and `tl_unary_vjp_at` here. The constants
+// `c0`, `c1`, `c2` come from the host (`torchlean_spec::ops::gelu_consts`, rounded to f32):
+// they are written once.
 
 // relu(x) = 0 if x < 0 else x (so relu(NaN) = NaN and relu(-0) = -0, as torch.relu)
 __device__ __forceinline__ float tl_relu(float x) { return x < 0.0f ? 0.0f : x; }
@@ -76,13 +63,9 @@ __device__ __forceinline__ float tl_unary_at(tl_index op, float v, float c0, flo
   }
 }
 
-// Every unary code, for the kernels that switch on the code once, outside their loop (each case
-// is the loop with the code a constant, so the inner switch folds away).
-#define TL_UNARY_CASES(CASE)                                                                 \
-  CASE(TL_UNARY_ABS) CASE(TL_UNARY_SQRT) CASE(TL_UNARY_INV) CASE(TL_UNARY_RELU)              \
-  CASE(TL_UNARY_TANH) CASE(TL_UNARY_SIGMOID) CASE(TL_UNARY_EXP) CASE(TL_UNARY_LOG)           \
-  CASE(TL_UNARY_SIN) CASE(TL_UNARY_COS) CASE(TL_UNARY_NEG) CASE(TL_UNARY_SOFTPLUS)           \
-  CASE(TL_UNARY_SILU) CASE(TL_UNARY_GELU_ERF) CASE(TL_UNARY_GELU_TANH)
+// TL_UNARY_CASES (generated) lists every unary code, for the kernels that switch on the code
+// once, outside their loop (each case is the loop with the code a constant, so the inner switch
+// folds away).
 
 // y[i] = f_op(x[i]); an unknown code writes NaN
 extern "C" __global__ void tl_ew_unary(float* __restrict__ y, const float* __restrict__ x,
@@ -153,14 +136,8 @@ extern "C" __global__ void tl_ew_unary_vjp(float* __restrict__ dx, const float* 
   for (tl_index i = tl_first(); i < n; i += tl_stride()) dx[i] = TL_NAN;
 }
 
-// The binary functions' codes: must agree with `ops::elementwise::binary_code` (a test reads
-// these lines).
-#define TL_BINARY_ADD 0
-#define TL_BINARY_SUB 1
-#define TL_BINARY_MUL 2
-#define TL_BINARY_DIV 3
-#define TL_BINARY_MAX 4
-#define TL_BINARY_MIN 5
+// The binary functions' codes `TL_BINARY_<NAME>` and `TL_BINARY_CASES(CASE)`: generated from
+// `kernels::codes::BINARY`, as the unary ones.
 
 __device__ __forceinline__ float tl_binary_at(tl_index op, float a, float b) {
   switch (op) {
@@ -183,11 +160,7 @@ extern "C" __global__ void tl_ew_binary(float* __restrict__ y, const float* __re
     for (tl_index i = tl_first(); i < n; i += tl_stride())             \
       y[i] = tl_binary_at(code, a[i], b[i]);                           \
     return;
-  switch (op) {
-    TL_CASE(TL_BINARY_ADD) TL_CASE(TL_BINARY_SUB) TL_CASE(TL_BINARY_MUL)
-    TL_CASE(TL_BINARY_DIV) TL_CASE(TL_BINARY_MAX) TL_CASE(TL_BINARY_MIN)
-    default: break;
-  }
+  switch (op) { TL_BINARY_CASES(TL_CASE) default: break; }
 #undef TL_CASE
   for (tl_index i = tl_first(); i < n; i += tl_stride()) y[i] = TL_NAN;
 }

@@ -17,11 +17,17 @@
 //!   buffers, `const long long*` index tables, and `long long` / `float` / `unsigned long long`
 //!   scalars.
 
-/// One kernel module: a name and its CUDA C source (without the prelude).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub mod codes;
+
+/// One kernel module: a name and its CUDA C source (without the prelude). Modules are told
+/// apart by their names (a test keeps them unique).
+#[derive(Clone, Copy, Debug)]
 pub struct Module {
     pub name: &'static str,
     pub source: &'static str,
+    /// Source generated from Rust tables and put before the file's (the elementwise codes,
+    /// [`codes::defines`]).
+    pub generated: Option<fn() -> String>,
 }
 
 /// A kernel: its module and its `extern "C"` name.
@@ -31,6 +37,14 @@ pub struct Kernel {
     pub name: &'static str,
 }
 
+impl PartialEq for Module {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for Module {}
+
 impl Module {
     /// The kernel `name` of this module (checked against the source by the tests, and by the
     /// devices when they load it).
@@ -38,9 +52,14 @@ impl Module {
         Kernel { module: self, name }
     }
 
-    /// The full source compiled for this module: the prelude, then the module's file.
+    /// The full source compiled for this module: the prelude, the generated part, then the
+    /// module's file.
     pub fn full_source(&self) -> String {
-        format!("{PRELUDE}\n#line 1 \"{}.cu\"\n{}", self.name, self.source)
+        let generated = self.generated.map_or_else(String::new, |g| g());
+        format!(
+            "{PRELUDE}\n{generated}#line 1 \"{}.cu\"\n{}",
+            self.name, self.source
+        )
     }
 
     /// The names of the module's kernels, in source order (every `extern "C" __global__ void
@@ -73,37 +92,44 @@ pub const PRELUDE: &str = include_str!("prelude.cuh");
 pub static ELEMENTWISE: Module = Module {
     name: "elementwise",
     source: include_str!("elementwise.cu"),
+    generated: Some(codes::defines),
 };
 /// Layout: broadcast (and its summing VJP), permute, slice, concat.
 pub static LAYOUT: Module = Module {
     name: "layout",
     source: include_str!("layout.cu"),
+    generated: None,
 };
 /// Reductions and losses: axis sums/means, spreads, whole sums, MSE, cross entropy.
 pub static REDUCE: Module = Module {
     name: "reduce",
     source: include_str!("reduce.cu"),
+    generated: None,
 };
 /// Normalisers: softmax, log-softmax, layer norm, batch norm (eval and train).
 pub static NORM: Module = Module {
     name: "norm",
     source: include_str!("norm.cu"),
+    generated: None,
 };
 /// Pooling (max and average) and their VJPs.
 pub static POOL: Module = Module {
     name: "pool",
     source: include_str!("pool.cu"),
+    generated: None,
 };
 /// What the products need around cuBLAS: bias rows, column sums, convolution patch matrices
 /// and their adjoint.
 pub static PRODUCTS: Module = Module {
     name: "products",
     source: include_str!("products.cu"),
+    generated: None,
 };
 /// Seeded randomness (the reference's counter-based generator, bit for bit).
 pub static RANDOM: Module = Module {
     name: "random",
     source: include_str!("random.cu"),
+    generated: None,
 };
 
 /// Every module, in a fixed order (the NVRTC test compiles each; the emulation links them all).
@@ -176,6 +202,12 @@ mod tests {
                    extern \"C\" __global__ void second_2(const float* x, long long n) {}";
         assert_eq!(kernel_names(src), vec!["first", "second_2"]);
         assert!(kernel_names("__device__ float f();").is_empty());
+    }
+
+    #[test]
+    fn every_module_has_its_own_name() {
+        let names: std::collections::HashSet<&str> = MODULES.iter().map(|m| m.name).collect();
+        assert_eq!(names.len(), MODULES.len());
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The elementwise family on the CUDA engine: one kernel for every unary function and one for
-//! every binary one (the function is an integer code, [`unary_code`] / [`binary_code`]), their
+//! every binary one (the function is an integer code, `kernels::codes`), their
 //! VJPs, `scale`, `add_scalar`, `clamp` and its VJP, all in `kernels/elementwise.cu`, with the
 //! reference's edge policies and order of operations (`torchlean_spec::ops::elementwise`).
 //!
@@ -10,46 +10,12 @@ use crate::buffer::Buffer;
 use crate::device::{Arg, Device};
 use crate::error::{CudaError, Result};
 use crate::geometry::{index, Launch};
+use crate::kernels::codes::{binary_code, unary_code};
 use crate::kernels::ELEMENTWISE;
 use crate::tensor::CudaTensor;
 use torchlean_spec::ops::desc;
 use torchlean_spec::ops::gelu_consts as gc;
 use torchlean_spec::{BinaryOp, GeluApprox, Shape, SpecError, UnaryOp};
-
-/// The code of a unary function in `kernels/elementwise.cu` and the name of its `#define`
-/// there (`TL_UNARY_<name>`; a test checks the two agree). The one place the mapping lives.
-pub fn unary_code(op: UnaryOp) -> (i64, &'static str) {
-    match op {
-        UnaryOp::Abs => (0, "ABS"),
-        UnaryOp::Sqrt => (1, "SQRT"),
-        UnaryOp::Inv => (2, "INV"),
-        UnaryOp::Relu => (3, "RELU"),
-        UnaryOp::Tanh => (4, "TANH"),
-        UnaryOp::Sigmoid => (5, "SIGMOID"),
-        UnaryOp::Exp => (6, "EXP"),
-        UnaryOp::Log => (7, "LOG"),
-        UnaryOp::Sin => (8, "SIN"),
-        UnaryOp::Cos => (9, "COS"),
-        UnaryOp::Neg => (10, "NEG"),
-        UnaryOp::Softplus => (11, "SOFTPLUS"),
-        UnaryOp::Silu => (12, "SILU"),
-        UnaryOp::Gelu(GeluApprox::None) => (13, "GELU_ERF"),
-        UnaryOp::Gelu(GeluApprox::Tanh) => (14, "GELU_TANH"),
-    }
-}
-
-/// The code of a binary function in `kernels/elementwise.cu` and its `#define` name
-/// (`TL_BINARY_<name>`; a test checks the two agree).
-pub fn binary_code(op: BinaryOp) -> (i64, &'static str) {
-    match op {
-        BinaryOp::Add => (0, "ADD"),
-        BinaryOp::Sub => (1, "SUB"),
-        BinaryOp::Mul => (2, "MUL"),
-        BinaryOp::Div => (3, "DIV"),
-        BinaryOp::Max => (4, "MAX"),
-        BinaryOp::Min => (5, "MIN"),
-    }
-}
 
 /// The constants `(c0, c1, c2)` the kernels take for `op` (gelu's, from
 /// `torchlean_spec::ops::gelu_consts` rounded to `f32` as the CPU engine rounds them; zeros for
@@ -311,63 +277,6 @@ pub fn relabel<D: Device>(x: &CudaTensor<D>, shape: &Shape) -> Result<CudaTensor
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `#define <prefix><NAME> <code>` lines of the elementwise module.
-    fn defines(prefix: &str) -> Vec<(String, i64)> {
-        ELEMENTWISE
-            .source
-            .lines()
-            .filter_map(|l| l.strip_prefix("#define "))
-            .filter_map(|l| l.strip_prefix(prefix))
-            .filter_map(|l| {
-                let (name, code) = l.split_once(' ')?;
-                Some((name.to_string(), code.trim().parse().ok()?))
-            })
-            .collect()
-    }
-
-    #[test]
-    fn every_unary_function_has_its_kernel_code() {
-        let defs = defines("TL_UNARY_");
-        assert_eq!(defs.len(), UnaryOp::ALL.len(), "{defs:?}");
-        let mut codes = std::collections::HashSet::new();
-        for op in UnaryOp::ALL {
-            let (code, name) = unary_code(op);
-            assert!(codes.insert(code), "{op:?}: code {code} used twice");
-            assert!(
-                defs.contains(&(name.to_string(), code)),
-                "{op:?}: `#define TL_UNARY_{name} {code}` is not in elementwise.cu"
-            );
-            // the kernels that switch outside their loop list every code
-            assert!(
-                ELEMENTWISE
-                    .source
-                    .contains(&format!("CASE(TL_UNARY_{name})")),
-                "{op:?}: TL_UNARY_{name} is missing from TL_UNARY_CASES"
-            );
-        }
-    }
-
-    #[test]
-    fn every_binary_function_has_its_kernel_code() {
-        let defs = defines("TL_BINARY_");
-        assert_eq!(defs.len(), BinaryOp::ALL.len(), "{defs:?}");
-        let mut codes = std::collections::HashSet::new();
-        for op in BinaryOp::ALL {
-            let (code, name) = binary_code(op);
-            assert!(codes.insert(code), "{op:?}: code {code} used twice");
-            assert!(
-                defs.contains(&(name.to_string(), code)),
-                "{op:?}: `#define TL_BINARY_{name} {code}` is not in elementwise.cu"
-            );
-            assert!(
-                ELEMENTWISE
-                    .source
-                    .contains(&format!("TL_CASE(TL_BINARY_{name})")),
-                "{op:?}: tl_ew_binary has no case for TL_BINARY_{name}"
-            );
-        }
-    }
 
     #[test]
     fn absent_clamp_bounds_are_infinite() {

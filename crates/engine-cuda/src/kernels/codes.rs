@@ -1,0 +1,135 @@
+//! The integer codes by which the elementwise kernels name their function, written once: a row
+//! per function here, generated into `elementwise.cu` ([`defines`]) as `#define
+//! TL_UNARY_<NAME> <code>` lines and the lists `TL_UNARY_CASES(CASE)` / `TL_BINARY_CASES(CASE)`.
+//! A function's code is its row's position.
+
+use std::fmt::Write as _;
+use torchlean_spec::{BinaryOp, GeluApprox, UnaryOp};
+
+/// Every unary function and the name of its code in the kernel source.
+pub const UNARY: &[(UnaryOp, &str)] = &[
+    (UnaryOp::Abs, "ABS"),
+    (UnaryOp::Sqrt, "SQRT"),
+    (UnaryOp::Inv, "INV"),
+    (UnaryOp::Relu, "RELU"),
+    (UnaryOp::Tanh, "TANH"),
+    (UnaryOp::Sigmoid, "SIGMOID"),
+    (UnaryOp::Exp, "EXP"),
+    (UnaryOp::Log, "LOG"),
+    (UnaryOp::Sin, "SIN"),
+    (UnaryOp::Cos, "COS"),
+    (UnaryOp::Neg, "NEG"),
+    (UnaryOp::Softplus, "SOFTPLUS"),
+    (UnaryOp::Silu, "SILU"),
+    (UnaryOp::Gelu(GeluApprox::None), "GELU_ERF"),
+    (UnaryOp::Gelu(GeluApprox::Tanh), "GELU_TANH"),
+];
+
+/// Every binary function and the name of its code in the kernel source.
+pub const BINARY: &[(BinaryOp, &str)] = &[
+    (BinaryOp::Add, "ADD"),
+    (BinaryOp::Sub, "SUB"),
+    (BinaryOp::Mul, "MUL"),
+    (BinaryOp::Div, "DIV"),
+    (BinaryOp::Max, "MAX"),
+    (BinaryOp::Min, "MIN"),
+];
+
+/// The code of a function not in the table: the kernels write NaN for it (a test checks that
+/// every function has a row).
+const UNKNOWN: (i64, &str) = (-1, "UNKNOWN");
+
+fn code_of<T: PartialEq>(table: &'static [(T, &'static str)], op: &T) -> (i64, &'static str) {
+    table
+        .iter()
+        .zip(0i64..)
+        .find(|((row, _), _)| row == op)
+        .map_or(UNKNOWN, |((_, name), code)| (code, name))
+}
+
+/// `op`'s code and the name of its `#define` (`TL_UNARY_<name>`).
+pub fn unary_code(op: UnaryOp) -> (i64, &'static str) {
+    code_of(UNARY, &op)
+}
+
+/// `op`'s code and the name of its `#define` (`TL_BINARY_<name>`).
+pub fn binary_code(op: BinaryOp) -> (i64, &'static str) {
+    code_of(BINARY, &op)
+}
+
+/// The generated head of `elementwise.cu`: each function's `#define` and each family's
+/// `CASES` list.
+pub fn defines() -> String {
+    let mut s = String::from("// generated from kernels/codes.rs\n");
+    let unary = UNARY.iter().map(|(_, name)| *name);
+    let binary = BINARY.iter().map(|(_, name)| *name);
+    let families: [(&str, Vec<&str>); 2] =
+        [("UNARY", unary.collect()), ("BINARY", binary.collect())];
+    for (family, names) in families {
+        for (code, name) in names.iter().enumerate() {
+            let _ = writeln!(s, "#define TL_{family}_{name} {code}");
+        }
+        let _ = write!(s, "#define TL_{family}_CASES(CASE)");
+        for name in &names {
+            let _ = write!(s, " CASE(TL_{family}_{name})");
+        }
+        s.push('\n');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::ELEMENTWISE;
+
+    /// How many times `case TL_<family>_<name>:` appears in the elementwise source.
+    fn cases(family: &str, name: &str) -> usize {
+        ELEMENTWISE
+            .source
+            .matches(&format!("case TL_{family}_{name}:"))
+            .count()
+    }
+
+    #[test]
+    fn every_unary_function_has_one_row_and_a_forward_and_a_vjp_case() {
+        assert_eq!(UNARY.len(), UnaryOp::ALL.len());
+        for op in UnaryOp::ALL {
+            let (code, name) = unary_code(op);
+            assert!(code >= 0, "{op:?} has no row in kernels/codes.rs");
+            assert_eq!(UNARY[code as usize].0, op, "{op:?}: one row each");
+            // tl_unary_at and tl_unary_vjp_at
+            assert_eq!(cases("UNARY", name), 2, "{op:?}: TL_UNARY_{name}");
+        }
+    }
+
+    #[test]
+    fn every_binary_function_has_one_row_and_its_cases() {
+        assert_eq!(BINARY.len(), BinaryOp::ALL.len());
+        for op in BinaryOp::ALL {
+            let (code, name) = binary_code(op);
+            assert!(code >= 0, "{op:?} has no row in kernels/codes.rs");
+            assert_eq!(BINARY[code as usize].0, op, "{op:?}: one row each");
+            // tl_binary_at, and tl_ew_binary_vjp except for add and sub (no kernel of their own)
+            let want = if matches!(op, BinaryOp::Add | BinaryOp::Sub) {
+                1
+            } else {
+                2
+            };
+            assert_eq!(cases("BINARY", name), want, "{op:?}: TL_BINARY_{name}");
+        }
+    }
+
+    #[test]
+    fn the_generated_head_defines_each_code_and_lists_them() {
+        let head = defines();
+        assert!(head.contains("#define TL_UNARY_ABS 0\n"));
+        assert!(head.contains("#define TL_UNARY_GELU_TANH 14\n"));
+        assert!(head.contains("#define TL_BINARY_MIN 5\n"));
+        assert!(head.contains(
+            "#define TL_BINARY_CASES(CASE) CASE(TL_BINARY_ADD) CASE(TL_BINARY_SUB) \
+             CASE(TL_BINARY_MUL) CASE(TL_BINARY_DIV) CASE(TL_BINARY_MAX) CASE(TL_BINARY_MIN)\n"
+        ));
+        assert!(ELEMENTWISE.full_source().contains(&head));
+    }
+}
