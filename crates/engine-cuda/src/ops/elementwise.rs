@@ -6,6 +6,7 @@
 //! Every launch is one pass, one thread per element (grid-stride), one output written per
 //! element; `add`'s VJP and `relabel` share buffers instead of copying.
 
+use super::launch_new;
 use crate::buffer::Buffer;
 use crate::device::{Arg, Device};
 use crate::error::{CudaError, Result};
@@ -54,21 +55,19 @@ pub fn unary<D: Device>(op: UnaryOp, x: &CudaTensor<D>) -> Result<CudaTensor<D>>
     let n = x.len();
     let (code, _) = unary_code(op);
     let (c0, c1, _) = unary_consts(op);
-    let mut buf = Buffer::<D>::uninit(n)?;
     // tl_ew_unary(float* y, const float* x, long long op, float c0, float c1, long long n)
-    D::launch(
+    launch_new(
         ELEMENTWISE.kernel("tl_ew_unary"),
         Launch::for_items(n),
-        &mut [
-            Arg::Out(buf.mem_mut()),
+        x.shape().clone(),
+        vec![
             Arg::In(x.mem()),
             Arg::Index(code),
             Arg::F32(c0),
             Arg::F32(c1),
             Arg::Index(index(op.name(), "n", n)?),
         ],
-    )?;
-    CudaTensor::from_buffer(x.shape().clone(), buf)
+    )
 }
 
 /// The VJP reads the value the op's descriptor saves: its output, its input, or (neg) nothing.
@@ -91,14 +90,13 @@ pub fn unary_vjp<D: Device>(
     let n = dy.len();
     let (code, _) = unary_code(op);
     let (c0, c1, c2) = unary_consts(op);
-    let mut buf = Buffer::<D>::uninit(n)?;
     // tl_ew_unary_vjp(float* dx, const float* s, const float* dy, long long op, float c0,
     //                 float c1, float c2, long long n)
-    D::launch(
+    launch_new(
         ELEMENTWISE.kernel("tl_ew_unary_vjp"),
         Launch::for_items(n),
-        &mut [
-            Arg::Out(buf.mem_mut()),
+        dy.shape().clone(),
+        vec![
             Arg::In(saved.mem()),
             Arg::In(dy.mem()),
             Arg::Index(code),
@@ -107,8 +105,7 @@ pub fn unary_vjp<D: Device>(
             Arg::F32(c2),
             Arg::Index(index(op.name(), "n", n)?),
         ],
-    )?;
-    CudaTensor::from_buffer(dy.shape().clone(), buf)
+    )
 }
 
 pub fn binary<D: Device>(
@@ -118,20 +115,18 @@ pub fn binary<D: Device>(
 ) -> Result<CudaTensor<D>> {
     same_len(op.name(), b, a)?;
     let n = a.len();
-    let mut buf = Buffer::<D>::uninit(n)?;
     // tl_ew_binary(float* y, const float* a, const float* b, long long op, long long n)
-    D::launch(
+    launch_new(
         ELEMENTWISE.kernel("tl_ew_binary"),
         Launch::for_items(n),
-        &mut [
-            Arg::Out(buf.mem_mut()),
+        a.shape().clone(),
+        vec![
             Arg::In(a.mem()),
             Arg::In(b.mem()),
             Arg::Index(binary_code(op).0),
             Arg::Index(index(op.name(), "n", n)?),
         ],
-    )?;
-    CudaTensor::from_buffer(a.shape().clone(), buf)
+    )
 }
 
 /// `(da, db)`. `add` passes the cotangent through to both (shared, no copy), `sub` negates it
@@ -184,18 +179,16 @@ fn with_scalar<D: Device>(
     c: f32,
 ) -> Result<CudaTensor<D>> {
     let n = x.len();
-    let mut buf = Buffer::<D>::uninit(n)?;
-    D::launch(
+    launch_new(
         ELEMENTWISE.kernel(kernel),
         Launch::for_items(n),
-        &mut [
-            Arg::Out(buf.mem_mut()),
+        x.shape().clone(),
+        vec![
             Arg::In(x.mem()),
             Arg::F32(c),
             Arg::Index(index(op, "n", n)?),
         ],
-    )?;
-    CudaTensor::from_buffer(x.shape().clone(), buf)
+    )
 }
 
 /// `c · x` (`c` rounded to `f32`).
@@ -226,20 +219,18 @@ pub fn clamp<D: Device>(
 ) -> Result<CudaTensor<D>> {
     let (lo, hi) = clamp_bounds(min, max);
     let n = x.len();
-    let mut buf = Buffer::<D>::uninit(n)?;
     // tl_ew_clamp(float* y, const float* x, float lo, float hi, long long n)
-    D::launch(
+    launch_new(
         ELEMENTWISE.kernel("tl_ew_clamp"),
         Launch::for_items(n),
-        &mut [
-            Arg::Out(buf.mem_mut()),
+        x.shape().clone(),
+        vec![
             Arg::In(x.mem()),
             Arg::F32(lo),
             Arg::F32(hi),
             Arg::Index(index(desc::CLAMP.name, "n", n)?),
         ],
-    )?;
-    CudaTensor::from_buffer(x.shape().clone(), buf)
+    )
 }
 
 pub fn clamp_vjp<D: Device>(
@@ -251,22 +242,20 @@ pub fn clamp_vjp<D: Device>(
     same_len(desc::CLAMP.name, x, dy)?;
     let (lo, hi) = clamp_bounds(min, max);
     let n = dy.len();
-    let mut buf = Buffer::<D>::uninit(n)?;
     // tl_ew_clamp_vjp(float* dx, const float* x, const float* dy, float lo, float hi,
     //                 long long n)
-    D::launch(
+    launch_new(
         ELEMENTWISE.kernel("tl_ew_clamp_vjp"),
         Launch::for_items(n),
-        &mut [
-            Arg::Out(buf.mem_mut()),
+        dy.shape().clone(),
+        vec![
             Arg::In(x.mem()),
             Arg::In(dy.mem()),
             Arg::F32(lo),
             Arg::F32(hi),
             Arg::Index(index(desc::CLAMP.name, "n", n)?),
         ],
-    )?;
-    CudaTensor::from_buffer(dy.shape().clone(), buf)
+    )
 }
 
 /// The same buffer under another shape of the same size (reshape, detach: no copy).

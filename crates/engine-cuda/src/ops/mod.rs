@@ -9,3 +9,28 @@ pub mod norm;
 pub mod pool;
 pub mod random;
 pub mod reduce;
+
+use crate::buffer::Buffer;
+use crate::device::{Arg, Device};
+use crate::error::Result;
+use crate::geometry::Launch;
+use crate::kernels::Kernel;
+use crate::tensor::CudaTensor;
+use torchlean_spec::Shape;
+
+/// The common launch: a new tensor of `shape` that one launch of `kernel` writes whole. Its
+/// fresh buffer is the kernel's first argument (`float* y`), `args` the rest.
+pub(crate) fn launch_new<D: Device>(
+    kernel: Kernel,
+    launch: Launch,
+    shape: Shape,
+    args: Vec<Arg<'_, D>>,
+) -> Result<CudaTensor<D>> {
+    let mut out = Buffer::<D>::uninit(shape.checked_size()?)?;
+    let mut all = Vec::with_capacity(args.len() + 1);
+    all.push(Arg::Out(out.mem_mut()));
+    all.extend(args);
+    D::launch(kernel, launch, &mut all)?;
+    drop(all);
+    CudaTensor::from_buffer(shape, out)
+}

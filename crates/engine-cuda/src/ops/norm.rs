@@ -6,6 +6,7 @@
 //! Arithmetic is in double inside the kernels, rounded once to `f32` (batch norm's statistics
 //! are kept as doubles between launches, the reference's accumulation type).
 
+use super::launch_new;
 use super::reduce::{sum_into, Emit, Item, Segments};
 use crate::buffer::Buffer;
 use crate::device::{Arg, Device};
@@ -88,20 +89,18 @@ pub fn softmax_vjp<D: Device>(
 pub fn layer_norm<D: Device>(x: &CudaTensor<D>, axis: usize, eps: f64) -> Result<CudaTensor<D>> {
     const OP: &str = "layer_norm";
     let (rows, inner) = suffix_rows(x.shape(), axis);
-    let mut y = Buffer::<D>::uninit(x.len())?;
     // tl_norm_layer(float* y, const float* x, ll rows, ll inner, ull eps_bits)
-    D::launch(
+    launch_new(
         NORM.kernel("tl_norm_layer"),
         Launch::for_items(rows),
-        &mut [
-            Arg::Out(y.mem_mut()),
+        x.shape().clone(),
+        vec![
             Arg::In(x.mem()),
             Arg::Index(index(OP, "rows", rows)?),
             Arg::Index(index(OP, "inner", inner)?),
             Arg::U64(eps.to_bits()),
         ],
-    )?;
-    CudaTensor::from_buffer(x.shape().clone(), y)
+    )
 }
 
 pub fn layer_norm_vjp<D: Device>(
@@ -112,22 +111,20 @@ pub fn layer_norm_vjp<D: Device>(
 ) -> Result<CudaTensor<D>> {
     const OP: &str = "layer_norm_vjp";
     let (rows, inner) = suffix_rows(x.shape(), axis);
-    let mut dx = Buffer::<D>::uninit(x.len())?;
     // tl_norm_layer_vjp(float* dx, const float* x, const float* dy, ll rows, ll inner,
     //   ull eps_bits)
-    D::launch(
+    launch_new(
         NORM.kernel("tl_norm_layer_vjp"),
         Launch::for_items(rows),
-        &mut [
-            Arg::Out(dx.mem_mut()),
+        x.shape().clone(),
+        vec![
             Arg::In(x.mem()),
             Arg::In(dy.mem()),
             Arg::Index(index(OP, "rows", rows)?),
             Arg::Index(index(OP, "inner", inner)?),
             Arg::U64(eps.to_bits()),
         ],
-    )?;
-    CudaTensor::from_buffer(x.shape().clone(), dx)
+    )
 }
 
 /// `(total, C, rest)` of a batch-norm input as kernel indices.
@@ -143,14 +140,13 @@ fn bn_indices(op: &'static str, x: &Shape) -> Result<[i64; 3]> {
 pub fn batch_norm<D: Device>(args: [&CudaTensor<D>; 5], eps: f64) -> Result<CudaTensor<D>> {
     let [x, gamma, beta, mean, var] = args;
     let [total, c, rest] = bn_indices("batch_norm", x.shape())?;
-    let mut y = Buffer::<D>::uninit(x.len())?;
     // tl_norm_bn_eval(float* y, const float* x, const float* gamma, const float* beta,
     //   const float* mean, const float* var, ll total, ll c, ll rest, ull eps_bits)
-    D::launch(
+    launch_new(
         NORM.kernel("tl_norm_bn_eval"),
         Launch::for_items(x.len()),
-        &mut [
-            Arg::Out(y.mem_mut()),
+        x.shape().clone(),
+        vec![
             Arg::In(x.mem()),
             Arg::In(gamma.mem()),
             Arg::In(beta.mem()),
@@ -161,8 +157,7 @@ pub fn batch_norm<D: Device>(args: [&CudaTensor<D>; 5], eps: f64) -> Result<Cuda
             Arg::Index(rest),
             Arg::U64(eps.to_bits()),
         ],
-    )?;
-    CudaTensor::from_buffer(x.shape().clone(), y)
+    )
 }
 
 /// `(Σ dy, Σ dy·(x − center))` per channel, as doubles; `center` holds one double per
@@ -291,14 +286,13 @@ pub fn batch_norm_train<D: Device>(
     const OP: &str = "batch_norm_train";
     let [total, c, rest] = bn_indices(OP, x.shape())?;
     let (mean, sigma) = batch_stats(OP, x, eps)?;
-    let mut y = Buffer::<D>::uninit(x.len())?;
     // tl_norm_bn_train(float* y, const float* x, const float* gamma, const float* beta,
     //   const float* mean, const float* sigma, ll total, ll c, ll rest)
-    D::launch(
+    launch_new(
         NORM.kernel("tl_norm_bn_train"),
         Launch::for_items(x.len()),
-        &mut [
-            Arg::Out(y.mem_mut()),
+        x.shape().clone(),
+        vec![
             Arg::In(x.mem()),
             Arg::In(gamma.mem()),
             Arg::In(beta.mem()),
@@ -308,8 +302,7 @@ pub fn batch_norm_train<D: Device>(
             Arg::Index(c),
             Arg::Index(rest),
         ],
-    )?;
-    CudaTensor::from_buffer(x.shape().clone(), y)
+    )
 }
 
 pub fn batch_norm_train_vjp<D: Device>(

@@ -3,7 +3,7 @@
 //! by the same SplitMix64 integer arithmetic (`kernels/random.cu`), so values equal the
 //! reference's bit for bit and do not depend on the launch geometry.
 
-use crate::buffer::Buffer;
+use super::launch_new;
 use crate::device::{Arg, Device};
 use crate::error::{CudaError, Result};
 use crate::geometry::{index, Launch};
@@ -14,19 +14,17 @@ use torchlean_spec::{Shape, SpecError};
 
 pub fn rand_uniform<D: Device>(seed: u64, key: u64, out: &Shape) -> Result<CudaTensor<D>> {
     let n = out.checked_size()?;
-    let mut buf = Buffer::<D>::uninit(n)?;
     // tl_rand_uniform(float* y, unsigned long long seed, unsigned long long key, long long n)
-    D::launch(
+    launch_new(
         RANDOM.kernel("tl_rand_uniform"),
         Launch::for_items(n),
-        &mut [
-            Arg::Out(buf.mem_mut()),
+        out.clone(),
+        vec![
             Arg::U64(seed),
             Arg::U64(key),
             Arg::Index(index(desc::RAND_UNIFORM.name, "n", n)?),
         ],
-    )?;
-    CudaTensor::from_buffer(out.clone(), buf)
+    )
 }
 
 /// `1` where `keep_prob > u` (`u` rounded to `f32` first), else `0`; `keep_prob` is a scalar
@@ -46,19 +44,17 @@ pub fn bernoulli_mask<D: Device>(
         }));
     }
     let n = out.checked_size()?;
-    let mut buf = Buffer::<D>::uninit(n)?;
     // tl_rand_bernoulli(float* y, const float* keep_prob, unsigned long long seed,
     //                   unsigned long long key, long long n)
-    D::launch(
+    launch_new(
         RANDOM.kernel("tl_rand_bernoulli"),
         Launch::for_items(n),
-        &mut [
-            Arg::Out(buf.mem_mut()),
+        out.clone(),
+        vec![
             Arg::In(keep_prob.mem()),
             Arg::U64(seed),
             Arg::U64(key),
             Arg::Index(index(OP, "n", n)?),
         ],
-    )?;
-    CudaTensor::from_buffer(out.clone(), buf)
+    )
 }

@@ -9,6 +9,7 @@
 //!
 //! Invariant: the order of every sum is a function of the shapes only.
 
+use super::launch_new;
 use crate::buffer::Buffer;
 use crate::device::{Arg, Device};
 use crate::error::Result;
@@ -270,21 +271,19 @@ pub fn spread<D: Device>(
     let (_, n, inner) = in_shape.split_at_axis(axis);
     let total = in_shape.checked_size()?;
     let denom = if mean { denominator(n) } else { 1 };
-    let mut buf = Buffer::<D>::uninit(total)?;
     // tl_red_spread(float* y, const float* dy, ll total, ll n, ll inner, ll denom)
-    D::launch(
+    launch_new(
         REDUCE.kernel("tl_red_spread"),
         Launch::for_items(total),
-        &mut [
-            Arg::Out(buf.mem_mut()),
+        in_shape.clone(),
+        vec![
             Arg::In(dy.mem()),
             Arg::Index(index(OP, "n", total)?),
             Arg::Index(index(OP, "axis", n)?),
             Arg::Index(index(OP, "inner", inner)?),
             Arg::Index(index(OP, "denominator", denom)?),
         ],
-    )?;
-    CudaTensor::from_buffer(in_shape.clone(), buf)
+    )
 }
 
 pub fn sum_all<D: Device>(x: &CudaTensor<D>) -> Result<CudaTensor<D>> {
@@ -294,18 +293,13 @@ pub fn sum_all<D: Device>(x: &CudaTensor<D>) -> Result<CudaTensor<D>> {
 
 pub fn sum_all_vjp<D: Device>(dy: &CudaTensor<D>, in_shape: &Shape) -> Result<CudaTensor<D>> {
     let n = in_shape.checked_size()?;
-    let mut buf = Buffer::<D>::uninit(n)?;
     // tl_red_fill_from(float* y, const float* x, ll n)
-    D::launch(
+    launch_new(
         REDUCE.kernel("tl_red_fill_from"),
         Launch::for_items(n),
-        &mut [
-            Arg::Out(buf.mem_mut()),
-            Arg::In(dy.mem()),
-            Arg::Index(index("sum_vjp", "n", n)?),
-        ],
-    )?;
-    CudaTensor::from_buffer(in_shape.clone(), buf)
+        in_shape.clone(),
+        vec![Arg::In(dy.mem()), Arg::Index(index("sum_vjp", "n", n)?)],
+    )
 }
 
 pub fn mse_loss<D: Device>(y: &CudaTensor<D>, t: &CudaTensor<D>) -> Result<CudaTensor<D>> {
@@ -392,14 +386,13 @@ pub fn cross_entropy_vjp<D: Device>(
     let (n, c) = rows_classes(logits);
     let ids = id_table(OP, target)?;
     let denom = if mean { denominator(n) } else { 1 };
-    let mut dx = Buffer::<D>::uninit(logits.len())?;
     // tl_red_ce_vjp(float* dx, const float* x, const long long* ids, const float* cot, ll n,
     //   ll c, ll denom)
-    D::launch(
+    launch_new(
         REDUCE.kernel("tl_red_ce_vjp"),
         Launch::for_items(n),
-        &mut [
-            Arg::Out(dx.mem_mut()),
+        logits.shape().clone(),
+        vec![
             Arg::In(logits.mem()),
             Arg::Table(&ids),
             Arg::In(dy.mem()),
@@ -407,8 +400,7 @@ pub fn cross_entropy_vjp<D: Device>(
             Arg::Index(index(OP, "C", c)?),
             Arg::Index(index(OP, "denominator", denom)?),
         ],
-    )?;
-    CudaTensor::from_buffer(logits.shape().clone(), dx)
+    )
 }
 
 /// The elements as `f64` (exact: every `f32` is an `f64`); small operands only.
