@@ -83,41 +83,42 @@ mod tests {
     use super::*;
     use crate::kernels::ELEMENTWISE;
 
-    /// How many times `case TL_<family>_<name>:` appears in the elementwise source.
-    fn cases(family: &str, name: &str) -> usize {
-        ELEMENTWISE
-            .source
-            .matches(&format!("case TL_{family}_{name}:"))
-            .count()
+    /// Every function of `all` has exactly one row of `table` (found by `code`), and its code
+    /// name appears in `want_cases(op)` `case TL_<family>_<name>:` labels of the source.
+    fn check_family<T: Copy + PartialEq + std::fmt::Debug>(
+        family: &str,
+        table: &[(T, &str)],
+        all: &[T],
+        code: fn(T) -> (i64, &'static str),
+        want_cases: fn(T) -> usize,
+    ) {
+        assert_eq!(table.len(), all.len(), "{family}: one row per function");
+        for &op in all {
+            let (code, name) = code(op);
+            assert!(code >= 0, "{op:?} has no row in kernels/codes.rs");
+            assert_eq!(table[code as usize].0, op, "{op:?}: one row each");
+            let label = format!("case TL_{family}_{name}:");
+            let cases = ELEMENTWISE.source.matches(&label).count();
+            assert_eq!(cases, want_cases(op), "{op:?}: {label}");
+        }
     }
 
     #[test]
     fn every_unary_function_has_one_row_and_a_forward_and_a_vjp_case() {
-        assert_eq!(UNARY.len(), UnaryOp::ALL.len());
-        for op in UnaryOp::ALL {
-            let (code, name) = unary_code(op);
-            assert!(code >= 0, "{op:?} has no row in kernels/codes.rs");
-            assert_eq!(UNARY[code as usize].0, op, "{op:?}: one row each");
-            // tl_unary_at and tl_unary_vjp_at
-            assert_eq!(cases("UNARY", name), 2, "{op:?}: TL_UNARY_{name}");
-        }
+        // tl_unary_at and tl_unary_vjp_at
+        check_family("UNARY", UNARY, &UnaryOp::ALL, unary_code, |_| 2);
     }
 
     #[test]
     fn every_binary_function_has_one_row_and_its_cases() {
-        assert_eq!(BINARY.len(), BinaryOp::ALL.len());
-        for op in BinaryOp::ALL {
-            let (code, name) = binary_code(op);
-            assert!(code >= 0, "{op:?} has no row in kernels/codes.rs");
-            assert_eq!(BINARY[code as usize].0, op, "{op:?}: one row each");
-            // tl_binary_at, and tl_ew_binary_vjp except for add and sub (no kernel of their own)
-            let want = if matches!(op, BinaryOp::Add | BinaryOp::Sub) {
+        // tl_binary_at, and tl_ew_binary_vjp except for add and sub (no kernel of their own)
+        check_family("BINARY", BINARY, &BinaryOp::ALL, binary_code, |op| {
+            if matches!(op, BinaryOp::Add | BinaryOp::Sub) {
                 1
             } else {
                 2
-            };
-            assert_eq!(cases("BINARY", name), want, "{op:?}: TL_BINARY_{name}");
-        }
+            }
+        });
     }
 
     #[test]
