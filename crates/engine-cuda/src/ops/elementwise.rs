@@ -60,7 +60,7 @@ pub fn unary<D: Device>(op: UnaryOp, x: &CudaTensor<D>) -> Result<CudaTensor<D>>
         ELEMENTWISE.kernel("tl_ew_unary"),
         Launch::for_items(n),
         x.shape().clone(),
-        vec![
+        [
             Arg::In(x.mem()),
             Arg::Index(code),
             Arg::F32(c0),
@@ -96,7 +96,7 @@ pub fn unary_vjp<D: Device>(
         ELEMENTWISE.kernel("tl_ew_unary_vjp"),
         Launch::for_items(n),
         dy.shape().clone(),
-        vec![
+        [
             Arg::In(saved.mem()),
             Arg::In(dy.mem()),
             Arg::Index(code),
@@ -120,7 +120,7 @@ pub fn binary<D: Device>(
         ELEMENTWISE.kernel("tl_ew_binary"),
         Launch::for_items(n),
         a.shape().clone(),
-        vec![
+        [
             Arg::In(a.mem()),
             Arg::In(b.mem()),
             Arg::Index(binary_code(op).0),
@@ -183,7 +183,7 @@ fn with_scalar<D: Device>(
         ELEMENTWISE.kernel(kernel),
         Launch::for_items(n),
         x.shape().clone(),
-        vec![
+        [
             Arg::In(x.mem()),
             Arg::F32(c),
             Arg::Index(index(op, "n", n)?),
@@ -224,7 +224,7 @@ pub fn clamp<D: Device>(
         ELEMENTWISE.kernel("tl_ew_clamp"),
         Launch::for_items(n),
         x.shape().clone(),
-        vec![
+        [
             Arg::In(x.mem()),
             Arg::F32(lo),
             Arg::F32(hi),
@@ -248,7 +248,7 @@ pub fn clamp_vjp<D: Device>(
         ELEMENTWISE.kernel("tl_ew_clamp_vjp"),
         Launch::for_items(n),
         dy.shape().clone(),
-        vec![
+        [
             Arg::In(x.mem()),
             Arg::In(dy.mem()),
             Arg::F32(lo),

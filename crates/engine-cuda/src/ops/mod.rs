@@ -20,16 +20,18 @@ use torchlean_spec::Shape;
 
 /// The common launch: a new tensor of `shape` that one launch of `kernel` writes whole. Its
 /// fresh buffer is the kernel's first argument (`float* y`), `args` the rest.
-pub(crate) fn launch_new<D: Device>(
+pub(crate) fn launch_new<'a, D: Device>(
     kernel: Kernel,
     launch: Launch,
     shape: Shape,
-    args: Vec<Arg<'_, D>>,
+    args: impl IntoIterator<Item = Arg<'a, D>>,
 ) -> Result<CudaTensor<D>> {
     let mut out = Buffer::<D>::uninit(shape.checked_size()?)?;
-    let mut all = Vec::with_capacity(args.len() + 1);
-    all.push(Arg::Out(out.mem_mut()));
-    all.extend(args);
+    let mut all = vec![Arg::Out(out.mem_mut())];
+    for arg in args {
+        // each argument's borrow shortened to the output's (`extend` would not)
+        all.push(arg);
+    }
     D::launch(kernel, launch, &mut all)?;
     drop(all);
     CudaTensor::from_buffer(shape, out)

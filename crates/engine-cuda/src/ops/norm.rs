@@ -94,7 +94,7 @@ pub fn layer_norm<D: Device>(x: &CudaTensor<D>, axis: usize, eps: f64) -> Result
         NORM.kernel("tl_norm_layer"),
         Launch::for_items(rows),
         x.shape().clone(),
-        vec![
+        [
             Arg::In(x.mem()),
             Arg::Index(index(OP, "rows", rows)?),
             Arg::Index(index(OP, "inner", inner)?),
@@ -117,7 +117,7 @@ pub fn layer_norm_vjp<D: Device>(
         NORM.kernel("tl_norm_layer_vjp"),
         Launch::for_items(rows),
         x.shape().clone(),
-        vec![
+        [
             Arg::In(x.mem()),
             Arg::In(dy.mem()),
             Arg::Index(index(OP, "rows", rows)?),
@@ -146,7 +146,7 @@ pub fn batch_norm<D: Device>(args: [&CudaTensor<D>; 5], eps: f64) -> Result<Cuda
         NORM.kernel("tl_norm_bn_eval"),
         Launch::for_items(x.len()),
         x.shape().clone(),
-        vec![
+        [
             Arg::In(x.mem()),
             Arg::In(gamma.mem()),
             Arg::In(beta.mem()),
@@ -292,7 +292,7 @@ pub fn batch_norm_train<D: Device>(
         NORM.kernel("tl_norm_bn_train"),
         Launch::for_items(x.len()),
         x.shape().clone(),
-        vec![
+        [
             Arg::In(x.mem()),
             Arg::In(gamma.mem()),
             Arg::In(beta.mem()),

@@ -19,7 +19,7 @@ pub fn rand_uniform<D: Device>(seed: u64, key: u64, out: &Shape) -> Result<CudaT
         RANDOM.kernel("tl_rand_uniform"),
         Launch::for_items(n),
         out.clone(),
-        vec![
+        [
             Arg::U64(seed),
             Arg::U64(key),
             Arg::Index(index(desc::RAND_UNIFORM.name, "n", n)?),
@@ -50,7 +50,7 @@ pub fn bernoulli_mask<D: Device>(
         RANDOM.kernel("tl_rand_bernoulli"),
         Launch::for_items(n),
         out.clone(),
-        vec![
+        [
             Arg::In(keep_prob.mem()),
             Arg::U64(seed),
             Arg::U64(key),

@@ -276,7 +276,7 @@ pub fn spread<D: Device>(
         REDUCE.kernel("tl_red_spread"),
         Launch::for_items(total),
         in_shape.clone(),
-        vec![
+        [
             Arg::In(dy.mem()),
             Arg::Index(index(OP, "n", total)?),
             Arg::Index(index(OP, "axis", n)?),
@@ -298,7 +298,7 @@ pub fn sum_all_vjp<D: Device>(dy: &CudaTensor<D>, in_shape: &Shape) -> Result<Cu
         REDUCE.kernel("tl_red_fill_from"),
         Launch::for_items(n),
         in_shape.clone(),
-        vec![Arg::In(dy.mem()), Arg::Index(index("sum_vjp", "n", n)?)],
+        [Arg::In(dy.mem()), Arg::Index(index("sum_vjp", "n", n)?)],
     )
 }
 
@@ -392,7 +392,7 @@ pub fn cross_entropy_vjp<D: Device>(
         REDUCE.kernel("tl_red_ce_vjp"),
         Launch::for_items(n),
         logits.shape().clone(),
-        vec![
+        [
             Arg::In(logits.mem()),
             Arg::Table(&ids),
             Arg::In(dy.mem()),
