@@ -13,16 +13,15 @@
 //! under `"<node id>.draws"`, so the module reproduces the graph bit for bit.
 //!
 //! Nothing here names an op a second time: the kind in each comment and every payload name
-//! come from the op descriptors, and the op a node applies from `ir::node_sem`. The one table
-//! of its own is [`op_expr`], the PyTorch call of each op, a `match` the compiler keeps
-//! exhaustive; a test runs it on every descriptor of `spec::ops::desc::OPS`.
+//! come from the op descriptors, the op a node applies from `ir::node_sem`, and its PyTorch
+//! expression from its row's template (`spec::ops::torch`); a test runs it on every descriptor
+//! of `spec::ops::desc::OPS`. What PyTorch refuses (a pool padded by more than half its window)
+//! is checked here.
 
 use std::fmt::Write as _;
 use torchlean_ir::{node_sem, Diagnostic, Graph, NodeSem, Payload, TensorData};
-use torchlean_spec::ops::{
-    uniform_at, PoolKind, PoolSpec, Reduction, BATCH_NORM_DEFAULT_EPS, LAYER_NORM_DEFAULT_EPS,
-};
-use torchlean_spec::{BinaryOp, GeluApprox, Op, UnaryOp};
+use torchlean_spec::ops::{torch, uniform_at, PoolSpec};
+use torchlean_spec::Op;
 
 /// The weights-file name of the random kinds' draws (`"<node id>.draws"`).
 pub const DRAWS: &str = "draws";
@@ -67,7 +66,7 @@ pub fn emit(
     let mut init = String::new();
     let mut forward = String::new();
     let mut weights = Vec::new();
-    let mut uses_bn_eval = false;
+    let mut helpers: Vec<&'static str> = Vec::new();
     for node in &g.nodes {
         let kind = node.kind.name();
         let held_line = |init: &mut String, key: &str, attr: &str, held: Held| {
@@ -127,7 +126,11 @@ pub fn emit(
                     });
                     refs.push(format!("self.{attr}"));
                 }
-                uses_bn_eval |= matches!(op, Op::BatchNormEval { .. });
+                for h in torch::helpers_of(op.desc()) {
+                    if !helpers.contains(&h) {
+                        helpers.push(h);
+                    }
+                }
                 op_expr(&op, &args, &refs)
             }
         };
@@ -163,8 +166,9 @@ from safetensors.torch import load_file
 WEIGHTS = pathlib.Path(__file__).with_name("{weights_name}")
 "#
     );
-    if uses_bn_eval {
-        source.push_str(BN_EVAL_HELPER);
+    for h in helpers {
+        source.push('\n');
+        source.push_str(h);
     }
     // several outputs: a tuple, in output order (as a PyTorch module returns them)
     let returned = g
@@ -188,22 +192,6 @@ class Model(torch.nn.Module):
     Ok(TorchModule { source, weights })
 }
 
-/// `batch_norm2d_nchw_eval` written out rather than `F.batch_norm(training=False)`, whose
-/// running statistics get no gradient (torchlean's payload gradients include them).
-const BN_EVAL_HELPER: &str = r#"
-
-def _per_channel(t, x):
-    return t.reshape((1, -1) + (1,) * (x.dim() - 2))
-
-
-def batch_norm_eval(x, gamma, beta, mean, var, eps):
-    """(x - mean) / sqrt(max(var, 0) + eps) * gamma + beta, channels on axis 1 (torchlean's
-    batch_norm2d_nchw_eval: F.batch_norm(training=False), with gradients for mean and var)."""
-    var = torch.clamp(var, min=0)
-    return ((x - _per_channel(mean, x)) / torch.sqrt(_per_channel(var, x) + eps)
-            * _per_channel(gamma, x) + _per_channel(beta, x))
-"#;
-
 /// The draws of a random op (its uniform values, row-major), `None` for other ops.
 fn draws(op: &Op) -> Option<Vec<f64>> {
     match op {
@@ -213,33 +201,6 @@ fn draws(op: &Op) -> Option<Vec<f64>> {
                 .collect(),
         ),
         _ => None,
-    }
-}
-
-/// A Python float literal (`float("inf")` and `float("nan")` for the non-finite ones).
-fn py_float(x: f64) -> String {
-    if x.is_nan() {
-        "float(\"nan\")".into()
-    } else if x.is_infinite() {
-        if x > 0.0 {
-            "float(\"inf\")"
-        } else {
-            "-float(\"inf\")"
-        }
-        .into()
-    } else {
-        format!("{x:?}")
-    }
-}
-
-/// A Python tuple of ints: `()`, `(3,)`, `(2, 3)`.
-fn py_tuple(dims: &[usize]) -> String {
-    match dims {
-        [d] => format!("({d},)"),
-        _ => {
-            let parts: Vec<String> = dims.iter().map(usize::to_string).collect();
-            format!("({})", parts.join(", "))
-        }
     }
 }
 
@@ -255,147 +216,13 @@ fn check_pool_padding(p: &PoolSpec) -> Result<(), Diagnostic> {
     Ok(())
 }
 
-/// The PyTorch expression of `op` on parents `a` and payload tensors (then draws) `p`, with
-/// PyTorch's semantics equal to torchlean's (SPEC 3).
+/// The PyTorch expression of `op` on parents `a` and payload tensors (then draws) `p`: the
+/// op's row template (`spec::ops::torch`), after the checks of what PyTorch refuses.
 fn op_expr(op: &Op, a: &[String], p: &[String]) -> Result<String, Diagnostic> {
-    let arg = |i: usize| -> Result<&str, Diagnostic> {
-        a.get(i)
-            .map(String::as_str)
-            .ok_or_else(|| Diagnostic::error(format!("needs parent {i}")).field("parents"))
-    };
-    let pay = |i: usize| -> Result<&str, Diagnostic> {
-        p.get(i)
-            .map(String::as_str)
-            .ok_or_else(|| Diagnostic::error(format!("needs payload tensor {i}")).field("payload"))
-    };
-    let x = || arg(0);
-    Ok(match op {
-        Op::Unary(u) => {
-            let x = x()?;
-            match u {
-                UnaryOp::Abs => format!("torch.abs({x})"),
-                UnaryOp::Sqrt => format!("torch.sqrt({x})"),
-                UnaryOp::Inv => format!("torch.reciprocal({x})"),
-                UnaryOp::Relu => format!("torch.relu({x})"),
-                UnaryOp::Tanh => format!("torch.tanh({x})"),
-                UnaryOp::Sigmoid => format!("torch.sigmoid({x})"),
-                UnaryOp::Exp => format!("torch.exp({x})"),
-                UnaryOp::Log => format!("torch.log({x})"),
-                UnaryOp::Sin => format!("torch.sin({x})"),
-                UnaryOp::Cos => format!("torch.cos({x})"),
-                UnaryOp::Neg => format!("torch.neg({x})"),
-                // stable and without F.softplus's threshold cut; its gradient is sigmoid(x)
-                UnaryOp::Softplus => format!("torch.logaddexp({x}, torch.zeros_like({x}))"),
-                UnaryOp::Silu => format!("F.silu({x})"),
-                UnaryOp::Gelu(GeluApprox::None) => format!("F.gelu({x}, approximate=\"none\")"),
-                UnaryOp::Gelu(GeluApprox::Tanh) => format!("F.gelu({x}, approximate=\"tanh\")"),
-            }
-        }
-        Op::Binary(b) => {
-            let (l, r) = (arg(0)?, arg(1)?);
-            match b {
-                BinaryOp::Add => format!("{l} + {r}"),
-                BinaryOp::Sub => format!("{l} - {r}"),
-                BinaryOp::Mul => format!("{l} * {r}"),
-                BinaryOp::Div => format!("{l} / {r}"),
-                // PyTorch splits a tie's gradient in half, as torchlean does
-                BinaryOp::Max => format!("torch.maximum({l}, {r})"),
-                BinaryOp::Min => format!("torch.minimum({l}, {r})"),
-            }
-        }
-        Op::Scale { c } => format!("{} * {}", x()?, py_float(*c)),
-        Op::AddScalar { c } => format!("{} + {}", x()?, py_float(*c)),
-        Op::Clamp { min, max } => {
-            let mut bounds = Vec::new();
-            if let Some(m) = min {
-                bounds.push(format!("min={}", py_float(*m)));
-            }
-            if let Some(m) = max {
-                bounds.push(format!("max={}", py_float(*m)));
-            }
-            if bounds.is_empty() {
-                // no bound: the identity (torch.clamp refuses to be called without one)
-                format!("{}.clone()", x()?)
-            } else {
-                format!("torch.clamp({}, {})", x()?, bounds.join(", "))
-            }
-        }
-        Op::Detach => format!("{}.detach()", x()?),
-        Op::Softmax { axis } => format!("F.softmax({}, dim={axis})", x()?),
-        Op::LogSoftmax { axis } => format!("F.log_softmax({}, dim={axis})", x()?),
-        Op::LayerNorm { axis, eps } => format!(
-            "F.layer_norm({x}, {x}.shape[{axis}:], eps={})",
-            py_float(eps.unwrap_or(LAYER_NORM_DEFAULT_EPS)),
-            x = x()?
-        ),
-        // right-aligned, as PyTorch's expand (SPEC 3)
-        Op::BroadcastTo { to, .. } => format!("{}.expand({})", x()?, py_tuple(to.dims())),
-        Op::Reshape { to, .. } => format!("{}.reshape({})", x()?, py_tuple(to.dims())),
-        Op::Flatten { .. } => format!("{}.reshape(-1)", x()?),
-        Op::Permute { perm } => format!("{}.permute({})", x()?, py_tuple(perm)),
-        Op::SwapFirstTwo => format!("{}.transpose(0, 1)", x()?),
-        Op::Transpose3dLastTwo => format!("{}.transpose(1, 2)", x()?),
-        Op::Transpose { dim0, dim1 } => format!("{}.transpose({dim0}, {dim1})", x()?),
-        Op::Slice { axis, start, len } => format!("{}.narrow({axis}, {start}, {len})", x()?),
-        Op::ReduceSum { axis } => format!("{}.sum(dim={axis})", x()?),
-        Op::ReduceMean { axis } => format!("{}.mean(dim={axis})", x()?),
-        Op::Sum => format!("{}.sum()", x()?),
-        Op::MatMul => format!("torch.matmul({}, {})", arg(0)?, arg(1)?),
-        Op::Linear => format!("F.linear({}, {}, {})", x()?, pay(0)?, pay(1)?),
-        Op::Conv2d(c) => format!(
-            "F.conv2d({}, {}, {}, stride={}, padding={})",
-            x()?,
-            pay(0)?,
-            pay(1)?,
-            c.stride,
-            c.padding
-        ),
-        Op::Pool(ps) => {
-            check_pool_padding(ps)?;
-            let window = format!(
-                "({}, {}), stride={}, padding={}",
-                ps.kernel_h, ps.kernel_w, ps.stride, ps.padding
-            );
-            match ps.kind {
-                // PyTorch pads a max pool with -inf: padded cells never win
-                PoolKind::Max => format!("F.max_pool2d({}, {window})", x()?),
-                // padded zeros counted in the divisor kH·kW, as torchlean does
-                PoolKind::Avg => {
-                    format!("F.avg_pool2d({}, {window}, count_include_pad=True)", x()?)
-                }
-            }
-        }
-        Op::BatchNormEval { eps, .. } => format!(
-            "batch_norm_eval({}, {}, {}, {}, {}, {})",
-            x()?,
-            pay(0)?,
-            pay(1)?,
-            pay(2)?,
-            pay(3)?,
-            py_float(*eps)
-        ),
-        Op::BatchNormTrain { eps, .. } => format!(
-            "F.batch_norm({}, None, None, {}, {}, training=True, eps={})",
-            x()?,
-            pay(0)?,
-            pay(1)?,
-            py_float(eps.unwrap_or(BATCH_NORM_DEFAULT_EPS))
-        ),
-        Op::Concat { axis } => format!("torch.cat([{}], dim={axis})", a.join(", ")),
-        Op::MseLoss => format!("F.mse_loss({}, {})", arg(0)?, arg(1)?),
-        Op::CrossEntropy { reduction } => {
-            let r = match reduction {
-                Reduction::Mean => "mean",
-                Reduction::Sum => "sum",
-            };
-            format!("F.cross_entropy({}, {}, reduction=\"{r}\")", x()?, pay(0)?)
-        }
-        Op::RandUniform { .. } => pay(0)?.to_string(),
-        Op::BernoulliMask { .. } => {
-            let u = pay(0)?;
-            format!("({} > {u}).to({u}.dtype)", x()?)
-        }
-    })
+    if let Op::Pool(ps) = op {
+        check_pool_padding(ps)?;
+    }
+    torch::expression(op, a, p).map_err(Diagnostic::spec)
 }
 
 #[cfg(test)]
@@ -404,7 +231,7 @@ mod tests {
     use super::*;
     use torchlean_ir::{Node, OpKind};
     use torchlean_spec::ops::desc::OPS;
-    use torchlean_spec::{Shape, Tensor};
+    use torchlean_spec::{Shape, Tensor, UnaryOp};
 
     /// A node of each descriptor with its default attributes: every kind of the spec's table
     /// has a PyTorch expression, and its forward line names the descriptor's kind.
@@ -579,17 +406,5 @@ mod tests {
         g.extra_outputs = vec![1];
         let m = emit(&g, &Payload::new(), "w.safetensors").unwrap();
         assert!(m.source.contains("        return v2, v1\n"), "{}", m.source);
-    }
-
-    #[test]
-    fn python_literals() {
-        assert_eq!(py_float(1e-5), "1e-5");
-        assert_eq!(py_float(-1.5), "-1.5");
-        assert_eq!(py_float(f64::INFINITY), "float(\"inf\")");
-        assert_eq!(py_float(f64::NEG_INFINITY), "-float(\"inf\")");
-        assert_eq!(py_float(f64::NAN), "float(\"nan\")");
-        assert_eq!(py_tuple(&[]), "()");
-        assert_eq!(py_tuple(&[3]), "(3,)");
-        assert_eq!(py_tuple(&[2, 3]), "(2, 3)");
     }
 }

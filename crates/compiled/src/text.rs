@@ -89,7 +89,7 @@ fn op_attrs(op: &torchlean_spec::Op) -> String {
             self.0.push(match value {
                 AttrMut::Int(v) => format!("{key}={v}"),
                 AttrMut::Seed(v) => format!("{key}={v}"),
-                AttrMut::Float(v) => format!("{key}={v}"),
+                AttrMut::Float(v) | AttrMut::FloatOr { value: v, .. } => format!("{key}={v}"),
                 AttrMut::OptFloat { value: Some(v), .. } => format!("{key}={v:e}"),
                 AttrMut::OptFloat {
                     value: None,

@@ -140,6 +140,7 @@ impl AttrVisitor for AttrReader<'_> {
             AttrMut::Int(v) => *v = self.int(key),
             AttrMut::Seed(v) => *v = self.u64(key),
             AttrMut::Float(v) => *v = self.float(key),
+            AttrMut::FloatOr { value, default } => *value = self.opt_float(key).unwrap_or(default),
             AttrMut::OptFloat { value, .. } | AttrMut::MaybeFloat(value) => {
                 *value = self.opt_float(key)
             }

@@ -27,4 +27,4 @@ pub mod proto {
 
 pub use error::{OnnxError, Problem, ProblemKind, Result};
 pub use import::{import_model, import_onnx, ElemType, Imported, Param};
-pub use ops::SUPPORTED;
+pub use ops::supported_op_types;

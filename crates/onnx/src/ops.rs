@@ -7,32 +7,25 @@ use crate::attrs::Ctx;
 use crate::error::Problem;
 use crate::import::{Builder, Operand};
 use crate::tensor::{decode, Constant, Values};
+use torchlean_spec::ops::desc::{self, Onnx, OpDesc};
 use torchlean_spec::ops::BATCH_NORM_DEFAULT_EPS;
-use torchlean_spec::{
-    BinaryOp, Conv2dSpec, GeluApprox, Op, PoolKind, PoolSpec, Shape, Tensor, UnaryOp,
-};
+use torchlean_spec::ops::{AttrMut, AttrVisitor};
+use torchlean_spec::{Arity, BinaryOp, Conv2dSpec, Op, PoolKind, PoolSpec, Shape, Tensor};
 
 type Many<T> = std::result::Result<T, Vec<Problem>>;
 type Mapped = Many<()>;
 type One<T> = std::result::Result<T, Problem>;
 
-/// The op types the importer maps (default domain only).
-pub const SUPPORTED: &[&str] = &[
+/// The op types mapped by a function of their own here (default domain only); the op types
+/// that an op's row names (`spec::ops::desc::Onnx`) are mapped through that row
+/// ([`supported_op_types`] lists both).
+const MAPPED: &[&str] = &[
     "Gemm",
     "MatMul",
     "Add",
     "Sub",
     "Mul",
     "Div",
-    "Relu",
-    "Gelu",
-    "Sigmoid",
-    "Tanh",
-    "Exp",
-    "Log",
-    "Sqrt",
-    "Abs",
-    "Neg",
     "Softmax",
     "LogSoftmax",
     "Conv",
@@ -55,8 +48,24 @@ pub const SUPPORTED: &[&str] = &[
     "Cast",
 ];
 
+/// Every op type the importer maps (default domain only), sorted.
+pub fn supported_op_types() -> Vec<&'static str> {
+    let rows = desc::OPS.iter().filter_map(|d| d.onnx.map(|o| o.op));
+    let mut all: Vec<&'static str> = MAPPED.iter().copied().chain(rows).collect();
+    all.sort_unstable();
+    all
+}
+
+/// The row whose ONNX operator is `op_type`.
+fn row_of(op_type: &str) -> Option<(&'static OpDesc, Onnx)> {
+    desc::OPS
+        .iter()
+        .find_map(|d| d.onnx.filter(|o| o.op == op_type).map(|o| (*d, o)))
+}
+
 pub(crate) fn supported(ctx: &Ctx<'_>) -> bool {
-    matches!(ctx.node.domain(), "" | "ai.onnx") && SUPPORTED.contains(&ctx.op)
+    matches!(ctx.node.domain(), "" | "ai.onnx")
+        && (MAPPED.contains(&ctx.op) || row_of(ctx.op).is_some())
 }
 
 /// Maps one node: its outputs are defined in `b`, or every problem found is returned.
@@ -82,9 +91,6 @@ pub(crate) fn map_node(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
                     one(ctx, &[])?;
                     binary(b, ctx)?
                 }
-                "Relu" | "Sigmoid" | "Tanh" | "Exp" | "Log" | "Sqrt" | "Abs" | "Neg" | "Gelu" => {
-                    unary(b, ctx)?
-                }
                 "Softmax" | "LogSoftmax" => softmax(b, ctx)?,
                 "Conv" => conv(b, ctx)?,
                 "MaxPool" | "AveragePool" => pool(b, ctx)?,
@@ -98,12 +104,15 @@ pub(crate) fn map_node(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
                 "Slice" => slice(b, ctx)?,
                 "ReduceSum" | "ReduceMean" => reduce(b, ctx)?,
                 "Clip" => clip(b, ctx)?,
-                other => {
-                    // `supported` lists exactly the arms above
-                    return Err(vec![
-                        ctx.unsupported("op_type", format!("no mapping for {other}"))
-                    ]);
-                }
+                other => match row_of(other) {
+                    Some((d, onnx)) => by_row(b, ctx, d, onnx)?,
+                    None => {
+                        // `supported` lists exactly the arms above
+                        return Err(vec![
+                            ctx.unsupported("op_type", format!("no mapping for {other}"))
+                        ]);
+                    }
+                },
             };
             b.define(&out, o);
             Ok(())
@@ -426,35 +435,77 @@ fn cast(b: &mut Builder, ctx: &Ctx<'_>, out: &str) -> Mapped {
     }
 }
 
-fn unary(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
-    let f = match ctx.op {
-        "Relu" => UnaryOp::Relu,
-        "Sigmoid" => UnaryOp::Sigmoid,
-        "Tanh" => UnaryOp::Tanh,
-        "Exp" => UnaryOp::Exp,
-        "Log" => UnaryOp::Log,
-        "Sqrt" => UnaryOp::Sqrt,
-        "Abs" => UnaryOp::Abs,
-        "Neg" => UnaryOp::Neg,
-        _ => {
-            only(ctx, &["approximate"])?;
-            match ctx.string("approximate").as_deref() {
-                None | Some("none") => UnaryOp::Gelu(GeluApprox::None),
-                Some("tanh") => UnaryOp::Gelu(GeluApprox::Tanh),
-                Some(other) => {
-                    return Err(vec![ctx.unsupported(
-                        "approximate",
-                        format!("`{}`; \"none\" or \"tanh\"", torchlean_ir::shorten(other)),
-                    )])
+/// A node whose op type an op's row names: the row's op, with the node's attributes renamed
+/// onto the op's (an attribute the row does not list is refused; one absent keeps the op's
+/// default, which is ONNX's), applied to the node's inputs in order.
+fn by_row(b: &mut Builder, ctx: &Ctx<'_>, d: &'static OpDesc, onnx: Onnx) -> Many<Operand> {
+    let known: Vec<&str> = onnx.attrs.iter().map(|(k, _)| *k).collect();
+    only(ctx, &known)?;
+    let Some(mut op) = d.prototype() else {
+        return Err(vec![ctx.unsupported("op_type", "a graph kind")]);
+    };
+    let mut attrs = RowAttrs {
+        ctx,
+        renames: onnx.attrs,
+        problems: Vec::new(),
+    };
+    op.visit_attrs(&mut attrs);
+    if !attrs.problems.is_empty() {
+        return Err(attrs.problems);
+    }
+    let Arity::Exact(n) = d.parents() else {
+        return Err(vec![ctx.unsupported("op_type", "a variadic op")]);
+    };
+    let operands = (0..n)
+        .map(|i| data(b, ctx, i))
+        .collect::<One<Vec<Operand>>>()
+        .map_err(|p| vec![p])?;
+    let refs: Vec<&Operand> = operands.iter().collect();
+    Ok(b.apply(ctx, op, &refs)?)
+}
+
+/// Writes a node's attributes onto a row's op, under the names the row gives them.
+struct RowAttrs<'c, 'a> {
+    ctx: &'c Ctx<'a>,
+    renames: &'static [(&'static str, &'static str)],
+    problems: Vec<Problem>,
+}
+
+impl AttrVisitor for RowAttrs<'_, '_> {
+    fn visit(&mut self, key: &'static str, value: AttrMut<'_>) {
+        let Some(&(onnx_key, _)) = self.renames.iter().find(|(_, ours)| *ours == key) else {
+            return;
+        };
+        match value {
+            AttrMut::Float(v) | AttrMut::FloatOr { value: v, .. } => {
+                if let Some(f) = self.ctx.float(onnx_key) {
+                    *v = f;
                 }
             }
+            AttrMut::Choice { value, options, .. } => match self.ctx.string(onnx_key) {
+                None => {}
+                Some(s) => match options.iter().find(|o| **o == s) {
+                    Some(o) => *value = o,
+                    None => self.problems.push(self.ctx.unsupported(
+                        onnx_key,
+                        format!(
+                            "`{}`; one of {}",
+                            torchlean_ir::shorten(&s),
+                            options
+                                .iter()
+                                .map(|o| format!("\"{o}\""))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    )),
+                },
+            },
+            other => self.problems.push(self.ctx.unsupported(
+                onnx_key,
+                format!("a {} attribute is not read from ONNX", other.ty()),
+            )),
         }
-    };
-    if ctx.op != "Gelu" {
-        only(ctx, &[])?;
     }
-    let x = data(b, ctx, 0)?;
-    Ok(b.apply(ctx, Op::Unary(f), &[&x])?)
 }
 
 fn binary(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {

@@ -111,6 +111,13 @@ pub enum SpecError {
     #[error("{}", not_extents(*.index, .got))]
     NotExtents { index: Option<usize>, got: String },
 
+    /// A placeholder of an op's PyTorch template names nothing the op has (a row's mistake).
+    #[error("op `{op}`: its PyTorch template's placeholder `{placeholder}` names no operand, attribute or field")]
+    TorchTemplate {
+        op: &'static str,
+        placeholder: String,
+    },
+
     /// Malformed tensor JSON.
     #[error("tensor JSON: {reason}")]
     Json { reason: String },

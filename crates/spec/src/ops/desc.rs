@@ -98,7 +98,31 @@ pub struct OpDesc {
     /// ids): the VJP gives them a structural zero, [`Op::check_data`] validates their values,
     /// and finite differences never perturb them.
     pub data: &'static [usize],
+    /// The PyTorch expression with torchlean's semantics (SPEC 3) that `torchlean export-torch`
+    /// writes for a node of this kind: a template read by [`super::torch::expression`], whose
+    /// placeholders are the operand names, the attribute keys, the context fields of
+    /// [`Op::context_values`], `{parents}` (a variadic op's parents) and `{draw}` (a random
+    /// op's draws). Empty for the graph kinds `input` and `const`.
+    pub torch: &'static str,
+    /// The ONNX operator of the default domain that means this op, where one does (the
+    /// importer maps it through this row: `torchlean-onnx`).
+    pub onnx: Option<Onnx>,
     proto: Proto,
+}
+
+/// An ONNX operator that means one op: its `op_type` and how its attributes are named here
+/// (ONNX key, this op's key; an attribute not listed is refused when present).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Onnx {
+    pub op: &'static str,
+    pub attrs: &'static [(&'static str, &'static str)],
+}
+
+impl Onnx {
+    /// An operator without attributes.
+    pub const fn named(op: &'static str) -> Onnx {
+        Onnx { op, attrs: &[] }
+    }
 }
 
 impl std::fmt::Debug for OpDesc {
@@ -157,7 +181,13 @@ pub enum AttrMut<'a> {
     Int(&'a mut usize),
     Seed(&'a mut u64),
     Float(&'a mut f64),
-    /// An optional number; absent means `default`.
+    /// A number that may be absent, meaning `default`: the op holds the value it computes
+    /// with (a reader writes `default` for an absent one; writers always write it).
+    FloatOr {
+        value: &'a mut f64,
+        default: f64,
+    },
+    /// An optional number; absent means `default`, and the op remembers that it was absent.
     OptFloat {
         value: &'a mut Option<f64>,
         default: f64,
@@ -181,9 +211,10 @@ impl AttrMut<'_> {
         match self {
             AttrMut::Int(_) => AttrType::Int,
             AttrMut::Seed(_) => AttrType::Seed,
-            AttrMut::Float(_) | AttrMut::OptFloat { .. } | AttrMut::MaybeFloat(_) => {
-                AttrType::Float
-            }
+            AttrMut::Float(_)
+            | AttrMut::FloatOr { .. }
+            | AttrMut::OptFloat { .. }
+            | AttrMut::MaybeFloat(_) => AttrType::Float,
             AttrMut::Shape(_) => AttrType::Shape,
             AttrMut::List(_) => AttrType::List,
             AttrMut::Choice { options, .. } => AttrType::Choice(options),
@@ -262,7 +293,9 @@ struct Describe(Vec<AttrDesc>);
 impl AttrVisitor for Describe {
     fn visit(&mut self, key: &'static str, value: AttrMut<'_>) {
         let default = match &value {
-            AttrMut::OptFloat { default, .. } => Some(format!("{default:e}")),
+            AttrMut::OptFloat { default, .. } | AttrMut::FloatOr { default, .. } => {
+                Some(format!("{default:e}"))
+            }
             AttrMut::Choice { default, .. } => Some(format!("\"{default}\"")),
             _ => None,
         };
@@ -289,7 +322,8 @@ pub fn names() -> impl Iterator<Item = &'static str> {
 macro_rules! row {
     ($id:ident, $name:literal, $family:ident, $ext:literal, $summary:literal, $output:literal,
      operands: [$($operand:literal),*], payload: $payload:literal, arity: $arity:expr,
-     saves: $saves:expr, $proto:expr $(; data: [$($data:literal),*])?) => {
+     saves: $saves:expr, $proto:expr, torch: $torch:literal $(, onnx: $onnx:expr)?
+     $(; data: [$($data:literal),*])?) => {
         pub static $id: OpDesc = OpDesc {
             name: $name,
             family: Family::$family,
@@ -301,26 +335,32 @@ macro_rules! row {
             arity: $arity,
             saves: $saves,
             data: &[$($($data),*)?],
+            torch: $torch,
+            onnx: row!(@onnx $($onnx)?),
             proto: $proto,
         };
     };
+    (@onnx) => { None };
+    (@onnx $onnx:expr) => { Some($onnx) };
 }
 
 /// A one-operand elementwise row.
 macro_rules! unary {
     ($id:ident, $name:literal, $ext:literal, $summary:literal, $output:literal, $saves:expr,
-     $u:ident) => {
+     $u:ident, torch: $torch:literal $(, onnx: $onnx:expr)?) => {
         row!($id, $name, Elementwise, $ext, $summary, $output, operands: ["x"], payload: 0,
-             arity: Arity::Exact(1), saves: $saves, Proto::Op(|| Op::Unary(UnaryOp::$u)));
+             arity: Arity::Exact(1), saves: $saves, Proto::Op(|| Op::Unary(UnaryOp::$u)),
+             torch: $torch $(, onnx: $onnx)?);
     };
 }
 
 /// A two-operand elementwise row (identical shapes).
 macro_rules! binary {
     ($id:ident, $name:literal, $ext:literal, $summary:literal, $output:literal, $saves:expr,
-     $b:ident) => {
+     $b:ident, torch: $torch:literal) => {
         row!($id, $name, Elementwise, $ext, $summary, $output, operands: ["lhs", "rhs"], payload: 0,
-             arity: Arity::Exact(2), saves: $saves, Proto::Op(|| Op::Binary(BinaryOp::$b)));
+             arity: Arity::Exact(2), saves: $saves, Proto::Op(|| Op::Binary(BinaryOp::$b)),
+             torch: $torch);
     };
 }
 
@@ -336,17 +376,21 @@ const fn pool(kind: PoolKind, padded: bool) -> Op {
 }
 
 row!(INPUT, "input", Graph, false, "the graph input", "declared",
-     operands: [], payload: 0, arity: Arity::Exact(0), saves: Saves::NOTHING, Proto::Input);
+     operands: [], payload: 0, arity: Arity::Exact(0), saves: Saves::NOTHING, Proto::Input, torch: "");
 row!(CONST, "const", Graph, false, "the payload tensor", "`value_shape`",
-     operands: ["value"], payload: 1, arity: Arity::Exact(1), saves: Saves::NOTHING, Proto::Const);
+     operands: ["value"], payload: 1, arity: Arity::Exact(1), saves: Saves::NOTHING, Proto::Const, torch: "");
 row!(DETACH, "detach", Elementwise, false, "identity; the gradient stops here", "`s`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
-     Proto::Op(|| Op::Detach));
+     Proto::Op(|| Op::Detach), torch: "{x}.detach()");
 row!(PERMUTE, "permute", Layout, false, "`torch.permute`: output axis `i` is input axis `perm[i]`", "`s[perm[i]]`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
-     Proto::Op(|| Op::Permute { perm: Vec::new() }));
-binary!(ADD, "add", false, "`a + b`", "`s`", Saves::NOTHING, Add);
-binary!(SUB, "sub", false, "`a - b`", "`s`", Saves::NOTHING, Sub);
+     Proto::Op(|| Op::Permute { perm: Vec::new() }), torch: "{x}.permute({perm})");
+binary!(ADD, "add", false, "`a + b`", "`s`", Saves::NOTHING, Add,
+    torch: "{lhs} + {rhs}"
+);
+binary!(SUB, "sub", false, "`a - b`", "`s`", Saves::NOTHING, Sub,
+    torch: "{lhs} - {rhs}"
+);
 binary!(
     MUL_ELEM,
     "mul_elem",
@@ -354,7 +398,8 @@ binary!(
     "`a * b`",
     "`s`",
     Saves::BOTH_OPERANDS,
-    Mul
+    Mul,
+    torch: "{lhs} * {rhs}"
 );
 binary!(
     MAX_ELEM,
@@ -363,7 +408,8 @@ binary!(
     "`torch.maximum(a, b)`: NaN on either side is NaN; a tie splits the cotangent in half, NaN gives it to both",
     "`s`",
     Saves::BOTH_OPERANDS,
-    Max
+    Max,
+    torch: "torch.maximum({lhs}, {rhs})"
 );
 binary!(
     MIN_ELEM,
@@ -372,7 +418,8 @@ binary!(
     "`torch.minimum(a, b)`: NaN on either side is NaN; a tie splits the cotangent in half, NaN gives it to both",
     "`s`",
     Saves::BOTH_OPERANDS,
-    Min
+    Min,
+    torch: "torch.minimum({lhs}, {rhs})"
 );
 binary!(
     DIV,
@@ -381,7 +428,8 @@ binary!(
     "`a / b`",
     "`s`",
     Saves::BOTH_OPERANDS,
-    Div
+    Div,
+    torch: "{lhs} / {rhs}"
 );
 unary!(
     ABS,
@@ -390,7 +438,8 @@ unary!(
     "`abs(x)`; derivative 0 at 0",
     "`s`",
     Saves::INPUT,
-    Abs
+    Abs,
+    torch: "torch.abs({x})", onnx: Onnx::named("Abs")
 );
 unary!(
     SQRT,
@@ -399,9 +448,12 @@ unary!(
     "`sqrt(x)`; derivative 0 where `x <= 0`",
     "`s`",
     Saves::OUTPUT,
-    Sqrt
+    Sqrt,
+    torch: "torch.sqrt({x})", onnx: Onnx::named("Sqrt")
 );
-unary!(INV, "inv", false, "`1 / x`", "`s`", Saves::OUTPUT, Inv);
+unary!(INV, "inv", false, "`1 / x`", "`s`", Saves::OUTPUT, Inv,
+    torch: "torch.reciprocal({x})", onnx: Onnx::named("Reciprocal")
+);
 unary!(
     RELU,
     "relu",
@@ -409,9 +461,12 @@ unary!(
     "`max(x, 0)`, NaN at NaN; derivative 0 at 0, 1 at NaN",
     "`s`",
     Saves::OUTPUT,
-    Relu
+    Relu,
+    torch: "torch.relu({x})", onnx: Onnx::named("Relu")
 );
-unary!(TANH, "tanh", false, "`tanh(x)`", "`s`", Saves::OUTPUT, Tanh);
+unary!(TANH, "tanh", false, "`tanh(x)`", "`s`", Saves::OUTPUT, Tanh,
+    torch: "torch.tanh({x})", onnx: Onnx::named("Tanh")
+);
 unary!(
     SIGMOID,
     "sigmoid",
@@ -419,9 +474,12 @@ unary!(
     "`1 / (1 + exp(-x))`",
     "`s`",
     Saves::OUTPUT,
-    Sigmoid
+    Sigmoid,
+    torch: "torch.sigmoid({x})", onnx: Onnx::named("Sigmoid")
 );
-unary!(EXP, "exp", false, "`exp(x)`", "`s`", Saves::OUTPUT, Exp);
+unary!(EXP, "exp", false, "`exp(x)`", "`s`", Saves::OUTPUT, Exp,
+    torch: "torch.exp({x})", onnx: Onnx::named("Exp")
+);
 unary!(
     LOG,
     "log",
@@ -429,11 +487,18 @@ unary!(
     "`log(x)`; the IR evaluator rejects `x <= 0`",
     "`s`",
     Saves::INPUT,
-    Log
+    Log,
+    torch: "torch.log({x})", onnx: Onnx::named("Log")
 );
-unary!(SIN, "sin", false, "`sin(x)`", "`s`", Saves::INPUT, Sin);
-unary!(COS, "cos", false, "`cos(x)`", "`s`", Saves::INPUT, Cos);
-unary!(NEG, "neg", true, "`-x`", "`s`", Saves::NOTHING, Neg);
+unary!(SIN, "sin", false, "`sin(x)`", "`s`", Saves::INPUT, Sin,
+    torch: "torch.sin({x})", onnx: Onnx::named("Sin")
+);
+unary!(COS, "cos", false, "`cos(x)`", "`s`", Saves::INPUT, Cos,
+    torch: "torch.cos({x})", onnx: Onnx::named("Cos")
+);
+unary!(NEG, "neg", true, "`-x`", "`s`", Saves::NOTHING, Neg,
+    torch: "torch.neg({x})", onnx: Onnx::named("Neg")
+);
 unary!(
     SOFTPLUS,
     "softplus",
@@ -441,7 +506,8 @@ unary!(
     "`log(1 + exp(x))`, computed stably (β = 1, no threshold)",
     "`s`",
     Saves::INPUT,
-    Softplus
+    Softplus,
+    torch: "torch.logaddexp({x}, torch.zeros_like({x}))", onnx: Onnx::named("Softplus")
 );
 unary!(
     SILU,
@@ -450,125 +516,126 @@ unary!(
     "`x * sigmoid(x)` (`F.silu`)",
     "`s`",
     Saves::INPUT,
-    Silu
+    Silu,
+    torch: "F.silu({x})"
 );
 row!(GELU, "gelu", Elementwise, true,
      "`F.gelu(x, approximate)`: `0.5·x·(1 + erf(x/√2))`, or with `\"tanh\"` `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`",
      "`s`", operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
-     Proto::Op(|| Op::Unary(UnaryOp::Gelu(GeluApprox::None))));
+     Proto::Op(|| Op::Unary(UnaryOp::Gelu(GeluApprox::None))), torch: "F.gelu({x}, approximate={approximate})", onnx: Onnx { op: "Gelu", attrs: &[("approximate", "approximate")] });
 row!(CLAMP, "clamp", Elementwise, true,
      "`torch.clamp(x, min, max)` (an absent bound does not clamp; NaN stays NaN); the gradient passes where `min ≤ x ≤ max` (PyTorch's rule at the bounds), 0 outside; `min > max` is an error",
      "`s`", operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
-     Proto::Op(|| Op::Clamp { min: None, max: None }));
+     Proto::Op(|| Op::Clamp { min: None, max: None }), torch: "clamp({x}, {min}, {max})");
 row!(SCALE, "scale", Elementwise, true, "`c * x`", "`s`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
-     Proto::Op(|| Op::Scale { c: 0.0 }));
+     Proto::Op(|| Op::Scale { c: 0.0 }), torch: "{x} * {c}");
 row!(ADD_SCALAR, "add_scalar", Elementwise, true, "`x + c`", "`s`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
-     Proto::Op(|| Op::AddScalar { c: 0.0 }));
+     Proto::Op(|| Op::AddScalar { c: 0.0 }), torch: "{x} + {c}");
 row!(SOFTMAX, "softmax", Norm, false, "max-shifted softmax along `axis`", "`s`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::OUTPUT,
-     Proto::Op(|| Op::Softmax { axis: 0 }));
+     Proto::Op(|| Op::Softmax { axis: 0 }), torch: "F.softmax({x}, dim={axis})");
 row!(LOG_SOFTMAX, "log_softmax", Norm, true, "`x − max − log Σ e^(x−max)` along `axis`", "`s`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::OUTPUT,
-     Proto::Op(|| Op::LogSoftmax { axis: 0 }));
+     Proto::Op(|| Op::LogSoftmax { axis: 0 }), torch: "F.log_softmax({x}, dim={axis})");
 row!(LAYERNORM, "layernorm", Norm, false,
      "normalise the suffix of axes from `axis` (population variance clamped at 0, `(x − mean)/sqrt(var + eps)`); γ = 1, β = 0", "`s`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
-     Proto::Op(|| Op::LayerNorm { axis: 0, eps: None }));
+     Proto::Op(|| Op::LayerNorm { axis: 0, eps: None }), torch: "F.layer_norm({x}, {x}.shape[{axis}:], eps={eps})");
 row!(BROADCAST_TO, "broadcast_to", Layout, false,
      "PyTorch's right-aligned `expand` (see below)", "`to_shape`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
-     Proto::Op(|| Op::BroadcastTo { from: Shape::scalar(), to: Shape::scalar() }));
+     Proto::Op(|| Op::BroadcastTo { from: Shape::scalar(), to: Shape::scalar() }), torch: "{x}.expand({to_shape})");
 row!(RESHAPE, "reshape", Layout, false, "row-major; sizes equal", "`out_shape`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
-     Proto::Op(|| Op::Reshape { from: Shape::scalar(), to: Shape::scalar() }));
+     Proto::Op(|| Op::Reshape { from: Shape::scalar(), to: Shape::scalar() }), torch: "{x}.reshape({out_shape})");
 row!(FLATTEN, "flatten", Layout, false, "row-major", "`[size]`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
-     Proto::Op(|| Op::Flatten { from: Shape::scalar() }));
+     Proto::Op(|| Op::Flatten { from: Shape::scalar() }), torch: "{x}.reshape(-1)");
 row!(REDUCE_SUM, "reduce_sum", Reduce, false, "sum over `axis`, which is removed", "`s` without `axis`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
-     Proto::Op(|| Op::ReduceSum { axis: 0 }));
+     Proto::Op(|| Op::ReduceSum { axis: 0 }), torch: "{x}.sum(dim={axis})");
 row!(REDUCE_MEAN, "reduce_mean", Reduce, false,
      "mean over `axis`, which is removed (over an empty axis: NaN, as PyTorch)", "`s` without `axis`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
-     Proto::Op(|| Op::ReduceMean { axis: 0 }));
+     Proto::Op(|| Op::ReduceMean { axis: 0 }), torch: "{x}.mean(dim={axis})");
 row!(SUM, "sum", Reduce, false, "sum of all elements (0 for an empty tensor)", "`[]`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
-     Proto::Op(|| Op::Sum));
+     Proto::Op(|| Op::Sum), torch: "{x}.sum()");
 row!(MATMUL, "matmul", Linalg, false, "`[m,n]·[n,p]` or batched `[b,m,n]·[b,n,p]`; other ranks are errors", "`[m,p]` / `[b,m,p]`",
      operands: ["lhs", "rhs"], payload: 0, arity: Arity::Exact(2), saves: Saves::BOTH_OPERANDS,
-     Proto::Op(|| Op::MatMul));
+     Proto::Op(|| Op::MatMul), torch: "torch.matmul({lhs}, {rhs})");
 row!(LINEAR, "linear", Linalg, false,
      "`y = x·Wᵀ + b` over the last axis, leading axes kept", "`s` with last axis `out`",
      operands: ["x", "weight", "bias"], payload: 2, arity: Arity::Exact(3),
-     saves: Saves::BOTH_OPERANDS, Proto::Op(|| Op::Linear));
+     saves: Saves::BOTH_OPERANDS, Proto::Op(|| Op::Linear), torch: "F.linear({x}, {weight}, {bias})");
 row!(CONV2D, "conv2d", Conv, false,
 "2-D convolution of `[C,H,W]` or `[N,C,H,W]`, zero padding on both sides (padded cells are zeros in every product, so a NaN or infinite weight reaches the border outputs, as in PyTorch), no dilation, one group; `H' = (H + 2p − kH)/stride + 1`", "`[outC,H',W']` / `[N,outC,H',W']`",
 operands: ["x", "weight", "bias"], payload: 2, arity: Arity::Exact(3),
 saves: Saves::BOTH_OPERANDS,
 Proto::Op(|| Op::Conv2d(Conv2dSpec {
     in_channels: 0, out_channels: 0, kernel_h: 0, kernel_w: 0, stride: 0, padding: 0,
-})));
+})), torch: "F.conv2d({x}, {weight}, {bias}, stride={stride}, padding={padding})");
 row!(MAX_POOL2D, "max_pool2d", Pool, false, "max pooling over the last two axes", "`[C,H',W']` / `[N,C,H',W']`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
-     Proto::Op(|| pool(PoolKind::Max, false)));
+     Proto::Op(|| pool(PoolKind::Max, false)), torch: "F.max_pool2d({x}, ({kH}, {kW}), stride={stride}, padding=0)");
 row!(AVG_POOL2D, "avg_pool2d", Pool, false, "average pooling over the last two axes", "`[C,H',W']` / `[N,C,H',W']`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
-     Proto::Op(|| pool(PoolKind::Avg, false)));
+     Proto::Op(|| pool(PoolKind::Avg, false)), torch: "F.avg_pool2d({x}, ({kH}, {kW}), stride={stride}, padding=0, count_include_pad=True)");
 row!(MAX_POOL2D_PAD, "max_pool2d_pad", Pool, false,
      "max pooling with zero padding (padded cells never win)", "as above",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
-     Proto::Op(|| pool(PoolKind::Max, true)));
+     Proto::Op(|| pool(PoolKind::Max, true)), torch: "F.max_pool2d({x}, ({kH}, {kW}), stride={stride}, padding={padding})");
 row!(AVG_POOL2D_PAD, "avg_pool2d_pad", Pool, false,
      "average pooling with zero padding, counted in the divisor `kH·kW` (PyTorch's default)", "as above",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
-     Proto::Op(|| pool(PoolKind::Avg, true)));
+     Proto::Op(|| pool(PoolKind::Avg, true)), torch: "F.avg_pool2d({x}, ({kH}, {kW}), stride={stride}, padding={padding}, count_include_pad=True)");
 row!(BATCH_NORM2D_NCHW_EVAL, "batch_norm2d_nchw_eval", Norm, false,
      "`(x − mean)/sqrt(max(var,0) + eps)·γ + β` per channel, channels on axis 1 (`[N,C,…]`)", "`s`",
      operands: ["x", "gamma", "beta", "mean", "var"], payload: 4, arity: Arity::Exact(5),
      saves: Saves { inputs: &[0, 1, 3, 4], output: false },
-     Proto::Op(|| Op::BatchNormEval { channels: 0, eps: BATCH_NORM_DEFAULT_EPS }));
+     Proto::Op(|| Op::BatchNormEval { channels: 0, eps: BATCH_NORM_DEFAULT_EPS }), torch: "batch_norm_eval({x}, {gamma}, {beta}, {mean}, {var}, {eps})");
 row!(BATCH_NORM2D_NCHW_TRAIN, "batch_norm2d_nchw_train", Norm, true,
      "`F.batch_norm(x, None, None, γ, β, training=True, eps)`: per channel, batch mean and biased variance over `N, H, W`, `(x − mean)/sqrt(var + eps)·γ + β`; the gradient flows through the batch statistics (no running statistics)",
      "`s`",
      operands: ["x", "gamma", "beta"], payload: 2, arity: Arity::Exact(3),
      saves: Saves { inputs: &[0, 1], output: false },
-     Proto::Op(|| Op::BatchNormTrain { channels: 0, eps: None }));
+     Proto::Op(|| Op::BatchNormTrain { channels: 0, eps: None }), torch: "F.batch_norm({x}, None, None, {gamma}, {beta}, training=True, eps={eps})");
 row!(CONCAT, "concat", Layout, false, "parents agree on every other axis", "sum of extents along `axis`",
      operands: ["x"], payload: 0, arity: Arity::AtLeast(2), saves: Saves::NOTHING,
-     Proto::Op(|| Op::Concat { axis: 0 }));
+     Proto::Op(|| Op::Concat { axis: 0 }), torch: "torch.cat([{parents}], dim={axis})");
 row!(SWAP_FIRST_TWO, "swap_first_two", Layout, false, "swap the two outermost axes (rank ≥ 2)", "`[n,m,…]`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
-     Proto::Op(|| Op::SwapFirstTwo));
+     Proto::Op(|| Op::SwapFirstTwo), torch: "{x}.transpose(0, 1)");
 row!(TRANSPOSE3D_LAST_TWO, "transpose3d_last_two", Layout, false,
      "swap the last two axes of a rank-3 tensor", "`[a,c,b]`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
-     Proto::Op(|| Op::Transpose3dLastTwo));
+     Proto::Op(|| Op::Transpose3dLastTwo), torch: "{x}.transpose(1, 2)");
 row!(TRANSPOSE, "transpose", Layout, true, "`x.transpose(dim0, dim1)`", "`s` with the two axes swapped",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
-     Proto::Op(|| Op::Transpose { dim0: 0, dim1: 0 }));
+     Proto::Op(|| Op::Transpose { dim0: 0, dim1: 0 }), torch: "{x}.transpose({dim0}, {dim1})");
 row!(SLICE, "slice", Layout, true,
      "`x.narrow(axis, start, len)`; the VJP scatters into zeros; past the extent is an error",
      "`s` with extent `len` on `axis`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
-     Proto::Op(|| Op::Slice { axis: 0, start: 0, len: 0 }));
+     Proto::Op(|| Op::Slice { axis: 0, start: 0, len: 0 }), torch: "{x}.narrow({axis}, {start}, {len})");
 row!(MSE_LOSS, "mse_loss", Reduce, false, "`Σ(a − b)² / size` (size 0: NaN, as PyTorch)", "`[]`",
      operands: ["y", "target"], payload: 0, arity: Arity::Exact(2), saves: Saves::BOTH_OPERANDS,
-     Proto::Op(|| Op::MseLoss));
+     Proto::Op(|| Op::MseLoss), torch: "F.mse_loss({y}, {target})");
 row!(CROSS_ENTROPY, "cross_entropy", Reduce, true,
      "`F.cross_entropy(logits, target, reduction)` with a stable log-softmax; `target` holds integral class ids in `[0, C)` (data: no gradient; anything else is an error); `\"mean\"` over zero rows is NaN, as PyTorch",
      "`[]`",
      operands: ["logits", "target"], payload: 1, arity: Arity::Exact(2), saves: Saves::BOTH_OPERANDS,
-     Proto::Op(|| Op::CrossEntropy { reduction: Reduction::Mean }); data: [1]);
+     Proto::Op(|| Op::CrossEntropy { reduction: Reduction::Mean }), torch: "F.cross_entropy({logits}, {target}, reduction={reduction})"; data: [1]);
 row!(RAND_UNIFORM, "rand_uniform", Random, false,
      "deterministic uniform `[0,1)` (see below)", "declared",
      operands: [], payload: 0, arity: Arity::Exact(0), saves: Saves::NOTHING,
-     Proto::Op(|| Op::RandUniform { seed: 0, key: 0, shape: Shape::scalar() }));
+     Proto::Op(|| Op::RandUniform { seed: 0, key: 0, shape: Shape::scalar() }), torch: "{draw}");
 row!(BERNOULLI_MASK, "bernoulli_mask", Random, false,
      "`1` where `keep > u`, else `0`", "declared",
      operands: ["keep_prob"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
-     Proto::Op(|| Op::BernoulliMask { seed: 0, key: 0, shape: Shape::scalar() }));
+     Proto::Op(|| Op::BernoulliMask { seed: 0, key: 0, shape: Shape::scalar() }), torch: "({keep_prob} > {draw}).to({draw}.dtype)");
 
 /// Every descriptor, in the order of `docs/ir-format.md`.
 pub static OPS: &[&OpDesc] = &[
@@ -845,7 +912,7 @@ impl Op {
                 let v = match value {
                     AttrMut::Int(v) => AttrValue::Int(*v as u64),
                     AttrMut::Seed(v) => AttrValue::Int(*v),
-                    AttrMut::Float(v) => AttrValue::Float(*v),
+                    AttrMut::Float(v) | AttrMut::FloatOr { value: v, .. } => AttrValue::Float(*v),
                     AttrMut::OptFloat { value: None, .. } | AttrMut::MaybeFloat(None) => return,
                     AttrMut::OptFloat { value: Some(v), .. } | AttrMut::MaybeFloat(Some(v)) => {
                         AttrValue::Float(*v)
@@ -873,7 +940,9 @@ impl Op {
         impl<F: Fn(f64) -> f64> AttrVisitor for Map<F> {
             fn visit(&mut self, _key: &'static str, value: AttrMut<'_>) {
                 match value {
-                    AttrMut::Float(v) | AttrMut::MaybeFloat(Some(v)) => *v = (self.0)(*v),
+                    AttrMut::Float(v)
+                    | AttrMut::FloatOr { value: v, .. }
+                    | AttrMut::MaybeFloat(Some(v)) => *v = (self.0)(*v),
                     AttrMut::OptFloat { value, default } => {
                         *value = Some((self.0)(value.unwrap_or(default)))
                     }
@@ -1033,7 +1102,9 @@ mod tests {
                 match value {
                     AttrMut::Int(v) => *v = self.0 as usize,
                     AttrMut::Seed(v) => *v = self.0,
-                    AttrMut::Float(v) => *v = self.0 as f64 / 4.0,
+                    AttrMut::Float(v) | AttrMut::FloatOr { value: v, .. } => {
+                        *v = self.0 as f64 / 4.0
+                    }
                     AttrMut::OptFloat { value, .. } | AttrMut::MaybeFloat(value) => {
                         *value = Some(self.0 as f64)
                     }

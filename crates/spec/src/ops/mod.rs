@@ -30,13 +30,14 @@ pub(crate) mod norm;
 mod pool;
 pub(crate) mod random;
 pub(crate) mod reduce;
+pub mod torch;
 
 pub use conv::{
     window_out, BackwardChunks, Chunks, Conv2dSpec, ConvGeometry, PARALLEL_IMAGES,
     PATCH_CHUNK_ELEMENTS, PATCH_CHUNK_MIN_UNITS, SPLIT_CHUNK_DIVISOR,
 };
 pub use desc::{
-    AttrMut, AttrValue, AttrVisitor, OpDesc, BATCH_NORM_DEFAULT_EPS, LAYER_NORM_DEFAULT_EPS,
+    AttrMut, AttrValue, AttrVisitor, Onnx, OpDesc, BATCH_NORM_DEFAULT_EPS, LAYER_NORM_DEFAULT_EPS,
 };
 pub use elementwise::{gelu_consts, BinaryOp, GeluApprox, UnaryOp};
 pub use linalg::{linear_dims, matmul_dims};
