@@ -16,8 +16,9 @@ use crate::regime::{targets, Regime, Target};
 use proptest::prelude::*;
 use torchlean_ir::{Graph, Node, OpKind, Payload};
 use torchlean_spec::ops::desc;
+use torchlean_spec::ops::{AttrMut, AttrVisitor};
 use torchlean_spec::{
-    BinaryOp, Conv2dSpec, GeluApprox, Op, PoolKind, PoolSpec, Reduction, Shape, Tensor, UnaryOp,
+    BinaryOp, Conv2dSpec, Op, PoolKind, PoolSpec, Reduction, Shape, Tensor, UnaryOp,
 };
 
 /// What to generate.
@@ -166,17 +167,38 @@ fn allowed_steps(cfg: GenConfig) -> Vec<Step> {
         .collect()
 }
 
-/// The step that builds `t`'s kind (for `gelu`, in the form its regime asks for).
+/// The step that builds `t`'s kind (in the regime the builder is then forced to).
 fn step_for(t: Target, steps: &[Step]) -> Option<Step> {
-    steps.iter().copied().find(|s| {
-        s.kinds().contains(&t.kind)
-            && match s {
-                Step::Unary(UnaryOp::Gelu(a)) => {
-                    (*a == GeluApprox::None) == (t.regime != Regime::Explicit)
+    steps.iter().copied().find(|s| s.kinds().contains(&t.kind))
+}
+
+/// `op` with every attribute that has a default moved off it: a choice to another option, a
+/// number to a grid value other than the default.
+fn off_defaults(op: &mut Op, c: &mut Choices<'_>) {
+    struct Off<'c, 'a>(&'c mut Choices<'a>);
+    impl AttrVisitor for Off<'_, '_> {
+        fn visit(&mut self, _key: &'static str, value: AttrMut<'_>) {
+            match value {
+                AttrMut::Choice {
+                    value,
+                    options,
+                    default,
+                } => {
+                    let others: Vec<&'static str> =
+                        options.iter().copied().filter(|o| *o != default).collect();
+                    if !others.is_empty() {
+                        *value = others[self.0.pick(others.len())];
+                    }
                 }
-                _ => true,
+                AttrMut::FloatOr { value, default } => {
+                    let v = self.0.value();
+                    *value = if v == default { v + 0.5 } else { v };
+                }
+                _ => {}
             }
-    })
+        }
+    }
+    op.visit_attrs(&mut Off(c));
 }
 
 fn tensor_of(c: &mut Choices<'_>, shape: &Shape) -> Tensor<f64> {
@@ -542,12 +564,27 @@ impl Builder {
         }
     }
 
+    /// `u` on `x`, its attributes at their defaults or off them (as the regime being forced
+    /// asks, else at random).
     fn unary(&mut self, c: &mut Choices<'_>, u: UnaryOp, x: usize) {
         let arg = match u {
             UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Inv => self.positive(c, x),
             _ => x,
         };
-        self.push_op(Op::Unary(u), vec![arg], vec![]);
+        let mut op = Op::Unary(u);
+        if op.desc().has_defaults() {
+            let off = match self.target.map(|t| t.regime) {
+                Some(Regime::Default) => false,
+                Some(Regime::Explicit) => true,
+                _ => c.one_in(2),
+            };
+            if off {
+                off_defaults(&mut op, c);
+            } else {
+                op = op.desc().prototype().unwrap_or(op);
+            }
+        }
+        self.push_op(op, vec![arg], vec![]);
     }
 
     fn binary(&mut self, c: &mut Choices<'_>, op: BinaryOp, x: usize) {

@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 use torchlean_ir::{Graph, Node, OpKind};
 use torchlean_spec::ops::desc;
-use torchlean_spec::{BinaryOp, GeluApprox, Op, Reduction, UnaryOp};
+use torchlean_spec::{BinaryOp, Op};
 
 /// An attribute regime of a node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -32,10 +32,11 @@ pub enum Regime {
     BroadcastLastAxis,
     /// New leading axes (`broadcast_to` to a higher rank).
     BroadcastLeadingAxes,
-    /// The attribute at its SPEC default, left out where the IR can say so (`layernorm` and
-    /// `batch_norm2d_nchw_train` without `eps`, `gelu` "none", `cross_entropy` "mean").
+    /// Every attribute that has a default at it, left out where the IR can say so
+    /// (`Op::at_defaults`: `layernorm` without `eps`, `gelu` "none", …), for every kind with
+    /// such an attribute (`OpDesc::has_defaults`).
     Default,
-    /// The attribute written with a value other than the default.
+    /// Some attribute that has a default written with another value.
     Explicit,
 }
 
@@ -89,14 +90,8 @@ impl Regime {
                     && from.size() > 1
             }
             (Regime::BroadcastLeadingAxes, Op::BroadcastTo { from, to }) => to.rank() > from.rank(),
-            (Regime::Default, Op::LayerNorm { eps, .. }) => eps.is_none(),
-            (Regime::Default, Op::BatchNormTrain { eps, .. }) => eps.is_none(),
-            (Regime::Default, Op::Unary(UnaryOp::Gelu(a))) => *a == GeluApprox::None,
-            (Regime::Default, Op::CrossEntropy { reduction }) => *reduction == Reduction::Mean,
-            (Regime::Explicit, Op::LayerNorm { eps, .. }) => eps.is_some(),
-            (Regime::Explicit, Op::BatchNormTrain { eps, .. }) => eps.is_some(),
-            (Regime::Explicit, Op::Unary(UnaryOp::Gelu(a))) => *a != GeluApprox::None,
-            (Regime::Explicit, Op::CrossEntropy { reduction }) => *reduction != Reduction::Mean,
+            (Regime::Default, op) => op.desc().has_defaults() && op.at_defaults(),
+            (Regime::Explicit, op) => op.desc().has_defaults() && !op.at_defaults(),
             _ => false,
         }
     }
@@ -148,14 +143,10 @@ fn special() -> Vec<(&'static str, Regime)> {
         (desc::BROADCAST_TO.name, BroadcastLastAxis),
         (desc::BROADCAST_TO.name, BroadcastLeadingAxes),
     ]);
-    for kind in [
-        desc::LAYERNORM.name,
-        desc::BATCH_NORM2D_NCHW_TRAIN.name,
-        desc::GELU.name,
-        desc::CROSS_ENTROPY.name,
-    ] {
-        v.push((kind, Default));
-        v.push((kind, Explicit));
+    // every kind with a defaulted attribute, at its defaults and off them
+    for d in desc::OPS.iter().filter(|d| d.has_defaults()) {
+        v.push((d.name, Default));
+        v.push((d.name, Explicit));
     }
     v
 }

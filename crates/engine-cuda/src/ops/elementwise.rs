@@ -14,20 +14,34 @@ use crate::geometry::{index, Launch};
 use crate::kernels::codes::{binary_code, unary_code};
 use crate::kernels::ELEMENTWISE;
 use crate::tensor::CudaTensor;
-use torchlean_spec::ops::desc;
 use torchlean_spec::ops::gelu_consts as gc;
-use torchlean_spec::{BinaryOp, GeluApprox, Shape, SpecError, UnaryOp};
+use torchlean_spec::ops::{desc, AttrValue};
+use torchlean_spec::{BinaryOp, GeluApprox, Op, Shape, SpecError, UnaryOp};
 
-/// The constants `(c0, c1, c2)` the kernels take for `op` (gelu's, from
-/// `torchlean_spec::ops::gelu_consts` rounded to `f32` as the CPU engine rounds them; zeros for
-/// the functions that need none).
+/// The constants `(c0, c1, c2)` the kernels take for `op`: gelu's, from
+/// `torchlean_spec::ops::gelu_consts` rounded to `f32` as the CPU engine rounds them; for any
+/// other function its number attributes in wire order (`leaky_relu`'s `negative_slope`, …),
+/// zeros past them.
 fn unary_consts(op: UnaryOp) -> (f32, f32, f32) {
     match op {
         UnaryOp::Gelu(GeluApprox::None) => (gc::SQRT1_2 as f32, gc::ALPHA as f32, 0.0),
         UnaryOp::Gelu(GeluApprox::Tanh) => {
             (gc::BETA as f32, gc::KAPPA as f32, gc::THREE_KAPPA as f32)
         }
-        _ => (0.0, 0.0, 0.0),
+        _ => {
+            let mut c = [0.0f32; 3];
+            let numbers = Op::Unary(op)
+                .attr_values()
+                .into_iter()
+                .filter_map(|(_, v)| match v {
+                    AttrValue::Float(f) => Some(f as f32),
+                    _ => None,
+                });
+            for (slot, v) in c.iter_mut().zip(numbers) {
+                *slot = v;
+            }
+            (c[0], c[1], c[2])
+        }
     }
 }
 

@@ -271,6 +271,12 @@ impl OpDesc {
         matches!(self.proto, Proto::Const)
     }
 
+    /// Whether the kind is an op with an attribute that has a default (the equivalence
+    /// checker covers it both at its defaults and off them).
+    pub fn has_defaults(&self) -> bool {
+        self.prototype().is_some() && self.attributes().iter().any(|a| a.default.is_some())
+    }
+
     /// The attributes, in wire order, as [`Op::visit_attrs`] lists them.
     pub fn attributes(&self) -> Vec<AttrDesc> {
         let mut out = Describe(Vec::new());
@@ -889,6 +895,25 @@ impl Op {
                 v.visit("seed", AttrMut::Seed(seed))
             }
         }
+    }
+
+    /// Whether every attribute that has a default is at it (left out, or equal to it bit for
+    /// bit): the op computes as its kind does by default.
+    pub fn at_defaults(&self) -> bool {
+        struct AtDefaults(bool);
+        impl AttrVisitor for AtDefaults {
+            fn visit(&mut self, _key: &'static str, value: AttrMut<'_>) {
+                self.0 &= match value {
+                    AttrMut::OptFloat { value, .. } => value.is_none(),
+                    AttrMut::FloatOr { value, default } => value.to_bits() == default.to_bits(),
+                    AttrMut::Choice { value, default, .. } => *value == default,
+                    _ => true,
+                };
+            }
+        }
+        let mut v = AtDefaults(true);
+        self.clone().visit_attrs(&mut v);
+        v.0
     }
 
     /// The fields an op takes from its IR node rather than from its attributes (filled in by
