@@ -209,7 +209,7 @@ fn tensor_of(c: &mut Choices<'_>, shape: &Shape) -> Tensor<f64> {
 }
 
 /// A generation step: a kind (or family) to add next.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Step {
     Unary(UnaryOp),
     Binary(BinaryOp),

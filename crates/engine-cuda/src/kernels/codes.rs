@@ -1,10 +1,11 @@
 //! The integer codes by which the elementwise kernels name their function, written once: a row
 //! per function here, generated into `elementwise.cu` ([`defines`]) as `#define
 //! TL_UNARY_<NAME> <code>` lines and the lists `TL_UNARY_CASES(CASE)` / `TL_BINARY_CASES(CASE)`.
-//! A function's code is its row's position.
+//! A function's code is its row's position; a row stands for its function whatever the values
+//! of its number attributes (the kernels take them as arguments).
 
 use std::fmt::Write as _;
-use torchlean_spec::{BinaryOp, GeluApprox, UnaryOp};
+use torchlean_spec::{BinaryOp, GeluApprox, Op, UnaryOp};
 
 /// Every unary function and the name of its code in the kernel source.
 pub const UNARY: &[(UnaryOp, &str)] = &[
@@ -39,22 +40,29 @@ pub const BINARY: &[(BinaryOp, &str)] = &[
 /// every function has a row).
 const UNKNOWN: (i64, &str) = (-1, "UNKNOWN");
 
-fn code_of<T: PartialEq>(table: &'static [(T, &'static str)], op: &T) -> (i64, &'static str) {
+fn code_of<T>(table: &'static [(T, &'static str)], is: impl Fn(&T) -> bool) -> (i64, &'static str) {
     table
         .iter()
         .zip(0i64..)
-        .find(|((row, _), _)| row == op)
+        .find(|((row, _), _)| is(row))
         .map_or(UNKNOWN, |((_, name), code)| (code, name))
+}
+
+/// The function `op` computes, its number attributes aside (the kernel takes those as
+/// arguments): a row stands for every value of them.
+fn function_of(op: UnaryOp) -> Op {
+    Op::Unary(op).map_reals(|_| 0.0)
 }
 
 /// `op`'s code and the name of its `#define` (`TL_UNARY_<name>`).
 pub fn unary_code(op: UnaryOp) -> (i64, &'static str) {
-    code_of(UNARY, &op)
+    let f = function_of(op);
+    code_of(UNARY, |row| function_of(*row) == f)
 }
 
 /// `op`'s code and the name of its `#define` (`TL_BINARY_<name>`).
 pub fn binary_code(op: BinaryOp) -> (i64, &'static str) {
-    code_of(BINARY, &op)
+    code_of(BINARY, |row| *row == op)
 }
 
 /// The generated head of `elementwise.cu`: each function's `#define` and each family's

@@ -64,8 +64,9 @@ pub mod gelu_consts {
 use gelu_consts::{ALPHA as GELU_ALPHA, BETA as GELU_BETA, KAPPA as GELU_KAPPA};
 use gelu_consts::{SQRT1_2 as GELU_SQRT1_2, THREE_KAPPA as GELU_THREE_KAPPA};
 
-/// Elementwise unary functions.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Elementwise unary functions (a function with a number attribute holds its value, so the
+/// type is `PartialEq` only).
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum UnaryOp {
     Abs,
     Sqrt,
