@@ -101,10 +101,11 @@ mod tests {
         want_cases: fn(T) -> usize,
     ) {
         assert_eq!(table.len(), all.len(), "{family}: one row per function");
+        let mut seen = std::collections::BTreeSet::new();
         for &op in all {
             let (code, name) = code(op);
             assert!(code >= 0, "{op:?} has no row in kernels/codes.rs");
-            assert_eq!(table[code as usize].0, op, "{op:?}: one row each");
+            assert!(seen.insert(code), "{op:?}: one row each");
             let label = format!("case TL_{family}_{name}:");
             let cases = ELEMENTWISE.source.matches(&label).count();
             assert_eq!(cases, want_cases(op), "{op:?}: {label}");
