@@ -338,6 +338,21 @@ def relu_nan_propagates():
     return Fn(lambda m, x: F.relu(x) * 3), x
 
 
+@case(omit={"leaky_relu": ["negative_slope"]})
+def leaky_relu_default_slope_nan_and_zero():
+    # PyTorch's default slope 0.01; NaN stays NaN; the gradient at 0 (and -0) is the slope
+    x = randn(2, 4)
+    x[0, 1] = math.nan
+    x[1, 2] = 0.0
+    x[1, 3] = -0.0
+    return Fn(lambda m, x: F.leaky_relu(x) * 3), x
+
+
+@case(dtype="f32")
+def leaky_relu_slope_mlp_f32():
+    return nn.Sequential(nn.Linear(4, 5), nn.LeakyReLU(0.2), nn.Linear(5, 2)), randn(3, 4)
+
+
 @case()
 def means_over_zero_elements():
     # a mean over an empty axis and an MSE over zero elements are NaN, not a division by 1

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{model, node, str_attr, value};
+use common::{float_attr, model, node, str_attr, value};
 use torchlean_ir::OpKind;
 use torchlean_onnx::proto::NodeProto;
 use torchlean_onnx::{import_onnx, supported_op_types, OnnxError, ProblemKind};
@@ -49,6 +49,15 @@ fn a_renamed_attribute_reaches_the_op() {
     assert_eq!(
         imported_op(gelu).unwrap(),
         Op::Unary(UnaryOp::Gelu(GeluApprox::Tanh))
+    );
+    // ONNX's `alpha` is leaky_relu's `negative_slope`
+    let mut leaky = node("l", "LeakyRelu", &["x"], &["y"]);
+    leaky.attribute.push(float_attr("alpha", 0.25));
+    assert_eq!(
+        imported_op(leaky).unwrap(),
+        Op::Unary(UnaryOp::LeakyRelu {
+            negative_slope: 0.25
+        })
     );
 }
 

@@ -140,6 +140,10 @@ pub(crate) fn unary<T: CpuScalar>(u: UnaryOp, x: &CpuTensor<T>) -> CpuTensor<T> 
                 T::HALF * v * (T::ONE + inner.vtanh())
             })
         }
+        UnaryOp::LeakyRelu { negative_slope } => {
+            let s = T::from_f64(negative_slope);
+            map(x, CHEAP, move |v| if v > T::ZERO { v } else { v * s })
+        }
     }
 }
 
@@ -222,6 +226,16 @@ pub(crate) fn unary_vjp<T: CpuScalar>(
                 let right_d = left * (T::ONE - t * t) * (beta * (T::ONE + three_kappa * sq));
                 d * (left_d + right_d)
             })
+        }
+        // PyTorch's leaky_relu_backward: the slope at 0 and at NaN
+        UnaryOp::LeakyRelu { negative_slope } => {
+            let s = T::from_f64(negative_slope);
+            zip(
+                x()?,
+                dy,
+                CHEAP,
+                move |x, d| if x > T::ZERO { d } else { d * s },
+            )
         }
     })
 }

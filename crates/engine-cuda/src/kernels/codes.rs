@@ -24,6 +24,12 @@ pub const UNARY: &[(UnaryOp, &str)] = &[
     (UnaryOp::Silu, "SILU"),
     (UnaryOp::Gelu(GeluApprox::None), "GELU_ERF"),
     (UnaryOp::Gelu(GeluApprox::Tanh), "GELU_TANH"),
+    (
+        UnaryOp::LeakyRelu {
+            negative_slope: 0.0,
+        },
+        "LEAKY_RELU",
+    ),
 ];
 
 /// Every binary function and the name of its code in the kernel source.

@@ -59,6 +59,7 @@ __device__ __forceinline__ float tl_unary_at(tl_index op, float v, float c0, flo
       float inner = c0 * (v + c1 * (v * v * v));
       return 0.5f * v * (1.0f + tanhf(inner));
     }
+    case TL_UNARY_LEAKY_RELU: return v > 0.0f ? v : v * c0;                 // c0 = negative_slope
     default: return TL_NAN;
   }
 }
@@ -118,6 +119,7 @@ __device__ __forceinline__ float tl_unary_vjp_at(tl_index op, float s, float d, 
       float right_d = left * (1.0f - t * t) * (c0 * (1.0f + c2 * sq));
       return d * (left_d + right_d);
     }
+    case TL_UNARY_LEAKY_RELU: return s > 0.0f ? d : d * c0;                 // s = x, c0 = slope
     default: return TL_NAN;
   }
 }

@@ -9,6 +9,7 @@
 //! row here, one arm in each of `visit_attrs`, the shape rule, forward and VJP (the compiler
 //! lists every match that needs one), and one kernel per engine.
 
+use super::elementwise::LEAKY_RELU_DEFAULT_SLOPE;
 use super::{Arity, BinaryOp, Conv2dSpec, GeluApprox, Op, PoolKind, PoolSpec, Reduction, UnaryOp};
 use crate::shape::Shape;
 
@@ -529,6 +530,12 @@ row!(GELU, "gelu", Elementwise, true,
      "`F.gelu(x, approximate)`: `0.5·x·(1 + erf(x/√2))`, or with `\"tanh\"` `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`",
      "`s`", operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
      Proto::Op(|| Op::Unary(UnaryOp::Gelu(GeluApprox::None))), torch: "F.gelu({x}, approximate={approximate})", onnx: Onnx { op: "Gelu", attrs: &[("approximate", "approximate")] });
+row!(LEAKY_RELU, "leaky_relu", Elementwise, true,
+     "`F.leaky_relu(x, negative_slope)`: `x` where `x > 0`, else `negative_slope·x` (NaN stays NaN); the gradient is 1 where `x > 0`, else `negative_slope` (at 0 too)",
+     "`s`", operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
+     Proto::Op(|| Op::Unary(UnaryOp::LeakyRelu { negative_slope: LEAKY_RELU_DEFAULT_SLOPE })),
+     torch: "F.leaky_relu({x}, negative_slope={negative_slope})",
+     onnx: Onnx { op: "LeakyRelu", attrs: &[("alpha", "negative_slope")] });
 row!(CLAMP, "clamp", Elementwise, true,
      "`torch.clamp(x, min, max)` (an absent bound does not clamp; NaN stays NaN); the gradient passes where `min ≤ x ≤ max` (PyTorch's rule at the bounds), 0 outside; `min > max` is an error",
      "`s`", operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
@@ -669,6 +676,7 @@ pub static OPS: &[&OpDesc] = &[
     &SOFTPLUS,
     &SILU,
     &GELU,
+    &LEAKY_RELU,
     &CLAMP,
     &SCALE,
     &ADD_SCALAR,
@@ -719,6 +727,7 @@ impl UnaryOp {
             UnaryOp::Softplus => &SOFTPLUS,
             UnaryOp::Silu => &SILU,
             UnaryOp::Gelu(_) => &GELU,
+            UnaryOp::LeakyRelu { .. } => &LEAKY_RELU,
         }
     }
 }
@@ -801,6 +810,13 @@ impl Op {
                     *approximate = a;
                 }
             }
+            Op::Unary(UnaryOp::LeakyRelu { negative_slope }) => v.visit(
+                "negative_slope",
+                AttrMut::FloatOr {
+                    value: negative_slope,
+                    default: LEAKY_RELU_DEFAULT_SLOPE,
+                },
+            ),
             Op::Unary(_)
             | Op::Binary(_)
             | Op::Detach

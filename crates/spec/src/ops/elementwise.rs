@@ -11,7 +11,9 @@
 //! - `max`/`min` are `torch.maximum`/`torch.minimum`: NaN on either side gives NaN, a tie gives
 //!   the left operand (`-0` vs `+0`); the VJP is PyTorch's: the loser gets 0, a tie sends half
 //!   the cotangent to each side, and at NaN both sides get all of it;
-//! - `gelu` is PyTorch's formula and order of operations for each `approximate` form.
+//! - `gelu` is PyTorch's formula and order of operations for each `approximate` form;
+//! - `leaky_relu(x) = x if x > 0 else negative_slope·x` (NaN stays NaN), its VJP `dy` where
+//!   `x > 0`, else `negative_slope·dy` (at 0 and at NaN too: PyTorch's `leaky_relu_backward`).
 
 use crate::error::{Result, SpecError};
 use crate::scalar::Scalar;
@@ -64,6 +66,9 @@ pub mod gelu_consts {
 use gelu_consts::{ALPHA as GELU_ALPHA, BETA as GELU_BETA, KAPPA as GELU_KAPPA};
 use gelu_consts::{SQRT1_2 as GELU_SQRT1_2, THREE_KAPPA as GELU_THREE_KAPPA};
 
+/// `leaky_relu`'s `negative_slope` when the node carries none (PyTorch's default).
+pub const LEAKY_RELU_DEFAULT_SLOPE: f64 = 0.01;
+
 /// Elementwise unary functions (a function with a number attribute holds its value, so the
 /// type is `PartialEq` only).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -86,11 +91,15 @@ pub enum UnaryOp {
     Silu,
     /// Extension: `F.gelu(x, approximate=…)`.
     Gelu(GeluApprox),
+    /// Extension: `F.leaky_relu(x, negative_slope)`.
+    LeakyRelu {
+        negative_slope: f64,
+    },
 }
 
 impl UnaryOp {
     /// Every function, each `gelu` form once.
-    pub const ALL: [UnaryOp; 15] = [
+    pub const ALL: [UnaryOp; 16] = [
         UnaryOp::Abs,
         UnaryOp::Sqrt,
         UnaryOp::Inv,
@@ -106,6 +115,9 @@ impl UnaryOp {
         UnaryOp::Silu,
         UnaryOp::Gelu(GeluApprox::None),
         UnaryOp::Gelu(GeluApprox::Tanh),
+        UnaryOp::LeakyRelu {
+            negative_slope: LEAKY_RELU_DEFAULT_SLOPE,
+        },
     ];
 
     /// The wire name (the descriptor's).
@@ -117,7 +129,7 @@ impl UnaryOp {
     pub fn is_algebraic(self) -> bool {
         matches!(
             self,
-            UnaryOp::Abs | UnaryOp::Inv | UnaryOp::Relu | UnaryOp::Neg
+            UnaryOp::Abs | UnaryOp::Inv | UnaryOp::Relu | UnaryOp::Neg | UnaryOp::LeakyRelu { .. }
         )
     }
 
@@ -164,6 +176,13 @@ impl UnaryOp {
                 let cube = x.mul(x).mul(x);
                 let inner = beta.mul(&x.add(&kappa.mul(&cube)));
                 A::one().half().mul(x).mul(&A::one().add(&inner.tanh()?))
+            }
+            UnaryOp::LeakyRelu { negative_slope } => {
+                if x.is_positive() {
+                    x.clone()
+                } else {
+                    x.mul(&A::from_f64(negative_slope)?)
+                }
             }
         })
     }
@@ -252,6 +271,13 @@ impl UnaryOp {
                 let inner_d = beta.mul(&A::one().add(&three_kappa.mul(&sq)));
                 let right_d = left.mul(&A::one().sub(&t.mul(&t))).mul(&inner_d);
                 dy.mul(&left_d.add(&right_d))
+            }
+            UnaryOp::LeakyRelu { negative_slope } => {
+                if need(x, "input")?.is_positive() {
+                    dy.clone()
+                } else {
+                    dy.mul(&A::from_f64(negative_slope)?)
+                }
             }
         })
     }

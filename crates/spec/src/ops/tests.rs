@@ -1646,7 +1646,15 @@ fn small_tables_read_and_print_their_wire_forms() {
     let d = |n: &str| desc::lookup(n).unwrap();
     assert_eq!(d("add"), d("add"));
     assert_ne!(d("add"), d("sub"));
-    let algebraic = [UnaryOp::Abs, UnaryOp::Inv, UnaryOp::Relu, UnaryOp::Neg];
+    let algebraic = [
+        UnaryOp::Abs,
+        UnaryOp::Inv,
+        UnaryOp::Relu,
+        UnaryOp::Neg,
+        UnaryOp::LeakyRelu {
+            negative_slope: 0.01,
+        },
+    ];
     for u in UnaryOp::ALL {
         assert_eq!(u.is_algebraic(), algebraic.contains(&u), "{}", u.name());
     }
