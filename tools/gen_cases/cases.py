@@ -353,6 +353,22 @@ def leaky_relu_slope_mlp_f32():
     return nn.Sequential(nn.Linear(4, 5), nn.LeakyReLU(0.2), nn.Linear(5, 2)), randn(3, 4)
 
 
+@case(omit={"elu": ["alpha"]})
+def elu_default_alpha_nan_and_zero():
+    # PyTorch's default alpha 1; NaN stays NaN and passes the cotangent; at 0 (and -0) the
+    # gradient is alpha·exp(0)
+    x = randn(2, 4)
+    x[0, 1] = math.nan
+    x[1, 2] = 0.0
+    x[1, 3] = -0.0
+    return Fn(lambda m, x: F.elu(x) * 3), x
+
+
+@case(dtype="f32")
+def elu_alpha_mlp_f32():
+    return nn.Sequential(nn.Linear(4, 5), nn.ELU(0.5), nn.Linear(5, 2)), randn(3, 4)
+
+
 @case()
 def means_over_zero_elements():
     # a mean over an empty axis and an MSE over zero elements are NaN, not a division by 1

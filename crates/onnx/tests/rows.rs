@@ -59,6 +59,12 @@ fn a_renamed_attribute_reaches_the_op() {
             negative_slope: 0.25
         })
     );
+    let mut elu = node("e", "Elu", &["x"], &["y"]);
+    elu.attribute.push(float_attr("alpha", 0.5));
+    assert_eq!(
+        imported_op(elu).unwrap(),
+        Op::Unary(UnaryOp::Elu { alpha: 0.5 })
+    );
 }
 
 #[test]

@@ -144,6 +144,16 @@ pub(crate) fn unary<T: CpuScalar>(u: UnaryOp, x: &CpuTensor<T>) -> CpuTensor<T> 
             let s = T::from_f64(negative_slope);
             map(x, CHEAP, move |v| if v > T::ZERO { v } else { v * s })
         }
+        UnaryOp::Elu { alpha } => {
+            let a = T::from_f64(alpha);
+            map(x, POLY, move |v| {
+                if v > T::ZERO {
+                    v
+                } else {
+                    (v.vexp() - T::ONE) * a
+                }
+            })
+        }
     }
 }
 
@@ -236,6 +246,17 @@ pub(crate) fn unary_vjp<T: CpuScalar>(
                 CHEAP,
                 move |x, d| if x > T::ZERO { d } else { d * s },
             )
+        }
+        // PyTorch's elu_backward: `dy` at NaN
+        UnaryOp::Elu { alpha } => {
+            let a = T::from_f64(alpha);
+            zip(x()?, dy, POLY, move |x, d| {
+                if x <= T::ZERO {
+                    d * a * x.vexp()
+                } else {
+                    d
+                }
+            })
         }
     })
 }

@@ -30,6 +30,7 @@ pub const UNARY: &[(UnaryOp, &str)] = &[
         },
         "LEAKY_RELU",
     ),
+    (UnaryOp::Elu { alpha: 0.0 }, "ELU"),
 ];
 
 /// Every binary function and the name of its code in the kernel source.

@@ -60,6 +60,7 @@ __device__ __forceinline__ float tl_unary_at(tl_index op, float v, float c0, flo
       return 0.5f * v * (1.0f + tanhf(inner));
     }
     case TL_UNARY_LEAKY_RELU: return v > 0.0f ? v : v * c0;                 // c0 = negative_slope
+    case TL_UNARY_ELU: return v > 0.0f ? v : (expf(v) - 1.0f) * c0;         // c0 = alpha
     default: return TL_NAN;
   }
 }
@@ -120,6 +121,7 @@ __device__ __forceinline__ float tl_unary_vjp_at(tl_index op, float s, float d, 
       return d * (left_d + right_d);
     }
     case TL_UNARY_LEAKY_RELU: return s > 0.0f ? d : d * c0;                 // s = x, c0 = slope
+    case TL_UNARY_ELU: return s <= 0.0f ? d * c0 * expf(s) : d;             // s = x, c0 = alpha
     default: return TL_NAN;
   }
 }

@@ -9,7 +9,7 @@
 //! row here, one arm in each of `visit_attrs`, the shape rule, forward and VJP (the compiler
 //! lists every match that needs one), and one kernel per engine.
 
-use super::elementwise::LEAKY_RELU_DEFAULT_SLOPE;
+use super::elementwise::{ELU_DEFAULT_ALPHA, LEAKY_RELU_DEFAULT_SLOPE};
 use super::{Arity, BinaryOp, Conv2dSpec, GeluApprox, Op, PoolKind, PoolSpec, Reduction, UnaryOp};
 use crate::shape::Shape;
 
@@ -536,6 +536,12 @@ row!(LEAKY_RELU, "leaky_relu", Elementwise, true,
      Proto::Op(|| Op::Unary(UnaryOp::LeakyRelu { negative_slope: LEAKY_RELU_DEFAULT_SLOPE })),
      torch: "F.leaky_relu({x}, negative_slope={negative_slope})",
      onnx: Onnx { op: "LeakyRelu", attrs: &[("alpha", "negative_slope")] });
+row!(ELU, "elu", Elementwise, true,
+     "`F.elu(x, alpha)`: `x` where `x > 0`, else `(exp(x) − 1)·alpha` (NaN stays NaN); the gradient is 1 where `x > 0` (and at NaN), else `alpha·exp(x)`",
+     "`s`", operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
+     Proto::Op(|| Op::Unary(UnaryOp::Elu { alpha: ELU_DEFAULT_ALPHA })),
+     torch: "F.elu({x}, alpha={alpha})",
+     onnx: Onnx { op: "Elu", attrs: &[("alpha", "alpha")] });
 row!(CLAMP, "clamp", Elementwise, true,
      "`torch.clamp(x, min, max)` (an absent bound does not clamp; NaN stays NaN); the gradient passes where `min ≤ x ≤ max` (PyTorch's rule at the bounds), 0 outside; `min > max` is an error",
      "`s`", operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
@@ -677,6 +683,7 @@ pub static OPS: &[&OpDesc] = &[
     &SILU,
     &GELU,
     &LEAKY_RELU,
+    &ELU,
     &CLAMP,
     &SCALE,
     &ADD_SCALAR,
@@ -728,6 +735,7 @@ impl UnaryOp {
             UnaryOp::Silu => &SILU,
             UnaryOp::Gelu(_) => &GELU,
             UnaryOp::LeakyRelu { .. } => &LEAKY_RELU,
+            UnaryOp::Elu { .. } => &ELU,
         }
     }
 }
@@ -815,6 +823,13 @@ impl Op {
                 AttrMut::FloatOr {
                     value: negative_slope,
                     default: LEAKY_RELU_DEFAULT_SLOPE,
+                },
+            ),
+            Op::Unary(UnaryOp::Elu { alpha }) => v.visit(
+                "alpha",
+                AttrMut::FloatOr {
+                    value: alpha,
+                    default: ELU_DEFAULT_ALPHA,
                 },
             ),
             Op::Unary(_)

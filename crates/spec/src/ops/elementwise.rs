@@ -13,7 +13,9 @@
 //!   the cotangent to each side, and at NaN both sides get all of it;
 //! - `gelu` is PyTorch's formula and order of operations for each `approximate` form;
 //! - `leaky_relu(x) = x if x > 0 else negative_slope·x` (NaN stays NaN), its VJP `dy` where
-//!   `x > 0`, else `negative_slope·dy` (at 0 and at NaN too: PyTorch's `leaky_relu_backward`).
+//!   `x > 0`, else `negative_slope·dy` (at 0 and at NaN too: PyTorch's `leaky_relu_backward`);
+//! - `elu(x) = x if x > 0 else (exp(x) − 1)·alpha` (NaN stays NaN), its VJP `dy·alpha·exp(x)`
+//!   where `x ≤ 0`, else `dy` (at NaN too: PyTorch's `elu_backward`).
 
 use crate::error::{Result, SpecError};
 use crate::scalar::Scalar;
@@ -69,6 +71,9 @@ use gelu_consts::{SQRT1_2 as GELU_SQRT1_2, THREE_KAPPA as GELU_THREE_KAPPA};
 /// `leaky_relu`'s `negative_slope` when the node carries none (PyTorch's default).
 pub const LEAKY_RELU_DEFAULT_SLOPE: f64 = 0.01;
 
+/// `elu`'s `alpha` when the node carries none (PyTorch's default).
+pub const ELU_DEFAULT_ALPHA: f64 = 1.0;
+
 /// Elementwise unary functions (a function with a number attribute holds its value, so the
 /// type is `PartialEq` only).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -95,11 +100,15 @@ pub enum UnaryOp {
     LeakyRelu {
         negative_slope: f64,
     },
+    /// Extension: `F.elu(x, alpha)`.
+    Elu {
+        alpha: f64,
+    },
 }
 
 impl UnaryOp {
     /// Every function, each `gelu` form once.
-    pub const ALL: [UnaryOp; 16] = [
+    pub const ALL: [UnaryOp; 17] = [
         UnaryOp::Abs,
         UnaryOp::Sqrt,
         UnaryOp::Inv,
@@ -117,6 +126,9 @@ impl UnaryOp {
         UnaryOp::Gelu(GeluApprox::Tanh),
         UnaryOp::LeakyRelu {
             negative_slope: LEAKY_RELU_DEFAULT_SLOPE,
+        },
+        UnaryOp::Elu {
+            alpha: ELU_DEFAULT_ALPHA,
         },
     ];
 
@@ -182,6 +194,14 @@ impl UnaryOp {
                     x.clone()
                 } else {
                     x.mul(&A::from_f64(negative_slope)?)
+                }
+            }
+            // PyTorch's order: (exp(x) − 1)·alpha
+            UnaryOp::Elu { alpha } => {
+                if x.is_positive() {
+                    x.clone()
+                } else {
+                    x.exp()?.sub(&A::one()).mul(&A::from_f64(alpha)?)
                 }
             }
         })
@@ -277,6 +297,14 @@ impl UnaryOp {
                     dy.clone()
                 } else {
                     dy.mul(&A::from_f64(negative_slope)?)
+                }
+            }
+            UnaryOp::Elu { alpha } => {
+                let x = need(x, "input")?;
+                if x.is_positive() || x.is_nan() {
+                    dy.clone()
+                } else {
+                    dy.mul(&A::from_f64(alpha)?).mul(&x.exp()?)
                 }
             }
         })
