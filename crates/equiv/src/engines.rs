@@ -261,7 +261,8 @@ fn vjp_of<V: Kernels>(
 /// between the two steps' differences (where the function curves hard, as a layer norm of a
 /// nearly constant row does) and the objective's rounding over the step (where the output
 /// dwarfs the step). An element is skipped where the derivative is not a derivative: at a kink
-/// (the one-sided differences disagree: relu/abs at 0, max ties, pooling ties) and at a point
+/// (the one-sided differences disagree, by much or by as much at half the step: relu/abs and
+/// leaky_relu at 0, max ties, pooling ties) and at a point
 /// where the VJP itself jumps (the VJP a step to either side differs from the VJP there: a
 /// convention, such as PyTorch's `clamp` gradient 1 at a bound, and 1 even where `min == max`
 /// makes the function constant; PyTorch's cases check conventions, not finite differences).
@@ -314,11 +315,20 @@ pub fn fd_check<V: Kernels>(
                 let at = |d: f64| objective::<V>(op, &moved(d), &cot).map(|(f, _)| f);
                 let (f0, size) = objective::<V>(op, &moved(0.0), &cot)?;
                 let (fp, fm) = (at(h)?, at(-h)?);
+                let (fp2, fm2) = (at(h / 2.0)?, at(-h / 2.0)?);
                 let forward = (fp - f0) / h;
                 let backward = (f0 - fm) / h;
                 let central = (fp - fm) / (2.0 * h);
                 let differs = |a: f64, b: f64| (a - b).abs() > 1e-3 * (1.0 + b.abs());
-                if !central.is_finite() || differs(forward, backward) {
+                // the one-sided differences disagree by about h·f″ at a smooth point, halving
+                // with the step, and by the jump of the slope at a kink, whatever the step: a
+                // disagreement that does not halve (beyond the objective's rounding) is a kink
+                // however close its two slopes are
+                let rounding = 16.0 * f64::EPSILON * size / h;
+                let jump = (forward - backward).abs();
+                let jump_half = ((fp2 - f0) - (f0 - fm2)).abs() / (h / 2.0);
+                let kink = jump > 8.0 * rounding && jump_half > 0.75 * jump;
+                if !central.is_finite() || differs(forward, backward) || kink {
                     continue; // a kink or a singular point: the derivative is not defined here
                 }
                 let here = g.data()[i];
@@ -336,9 +346,8 @@ pub fn fd_check<V: Kernels>(
                 // wrong where the function curves hard (a layer norm of a nearly constant row),
                 // and the objective's rounding, divided by the step, what it loses where the
                 // output dwarfs the step (`x·Wᵀ + b` at |x·Wᵀ| = 1e30: b's step vanishes)
-                let half = (at(h / 2.0)? - at(-h / 2.0)?) / h;
+                let half = (fp2 - fm2) / h;
                 let fd = half + (half - central) / 3.0;
-                let rounding = 16.0 * f64::EPSILON * size / h;
                 let allowed = FD_TOLERANCE * scale + (half - central).abs() + rounding;
                 let err = (fd - here).abs();
                 let m = Measure {
