@@ -186,7 +186,7 @@ fn diag_lines(path: &Path, d: &[Diagnostic]) -> BadInput {
 fn compiled_lines(path: &Path, e: torchlean_compiled::CompiledError) -> BadInput {
     match e {
         torchlean_compiled::CompiledError::Ir(ir) => ir_lines(path, &ir),
-        other => BadInput::one(format!("{}: {other}", path.display())),
+        other => BadInput::at(path, &other),
     }
 }
 
@@ -383,13 +383,9 @@ fn export_torch(graph: &Path, payload: Option<&Path>, output: &Path) -> Result<O
             .map(|t| (t.key.as_str(), t.shape.as_slice(), &t.data)),
         &Default::default(),
     )
-    .map_err(|e| BadInput::one(format!("{}: {e}", weights_path.display())))?;
-    let write = |path: &Path, bytes: &[u8]| {
-        torchlean_ir::write_atomically(path, bytes)
-            .map_err(|e| BadInput::one(format!("{}: cannot write: {e}", path.display())))
-    };
-    write(&weights_path, &bytes)?;
-    write(output, module.source.as_bytes())?;
+    .map_err(|e| BadInput::at(&weights_path, &e))?;
+    write_file(&weights_path, &bytes)?;
+    write_file(output, module.source.as_bytes())?;
     out::line(format_args!(
         "{}: wrote {} and {}",
         graph.display(),
@@ -468,7 +464,7 @@ fn eval_reference<A: torchlean_spec::Scalar>(
     }
     let x = x
         .convert::<A>()
-        .map_err(|e| BadInput::one(format!("{}: input: {e}", path.display())))?;
+        .map_err(|e| BadInput::at_doing(path, "input", &e))?;
     let out = if mode.is_on() {
         // every value kept, to find where a NaN or an infinity originates
         let mut values = torchlean_ir::denote_all(g, p, &x).map_err(|e| ir_lines(path, &e))?;
@@ -497,7 +493,7 @@ fn eval_reference<A: torchlean_spec::Scalar>(
         .map(|t| t.convert::<f64>())
         .collect::<Result<Vec<_>, _>>()
         .map(Ok)
-        .map_err(|e| BadInput::one(format!("{}: {e}", path.display())))
+        .map_err(|e| BadInput::at(path, &e))
 }
 
 /// Evaluates the lowered graph on engine `V`, keeping only live values.
@@ -533,7 +529,7 @@ fn to_f64s<V: Kernels>(path: &Path, vals: &[V]) -> Result<Evaluated, BadInput> {
         .map(|v| v.to_f64())
         .collect::<Result<Vec<_>, _>>()
         .map(Ok)
-        .map_err(|e| BadInput::one(format!("{}: {e}", path.display())))
+        .map_err(|e| BadInput::at(path, &e))
 }
 
 /// [`eval`] in anomaly mode: every value is kept (and checked in order), and a finding is
@@ -607,5 +603,5 @@ fn convert(
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), BadInput> {
     torchlean_ir::write_atomically(path, bytes)
-        .map_err(|e| BadInput::one(format!("{}: cannot write: {e}", path.display())))
+        .map_err(|e| BadInput::at_doing(path, "cannot write", &e))
 }

@@ -194,7 +194,7 @@ fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, BadInput> {
     for p in paths {
         if p.is_dir() {
             let mut files: Vec<PathBuf> = std::fs::read_dir(p)
-                .map_err(|e| BadInput::one(format!("{}: cannot read directory: {e}", p.display())))?
+                .map_err(|e| BadInput::at_doing(p, "cannot read directory", &e))?
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|f| f.extension().is_some_and(|x| x == "json"))
                 .collect();

@@ -58,7 +58,7 @@ pub fn select(engine: EngineArg, dtype: DType) -> Result<Selected, BadInput> {
             Ok(()) => Ok(Selected::CudaEmuF32),
             Err(e) => Err(BadInput::one(format!(
                 "--engine cuda-emu is not available: {}",
-                crate::train::chain(&e)
+                crate::chain(&e)
             ))),
         },
     }

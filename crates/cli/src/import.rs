@@ -7,8 +7,7 @@ use torchlean_onnx::{import_onnx, OnnxError};
 
 /// Imports `model`, writes the graph and payload, and prints where each initializer went.
 pub fn run(model: &Path, graph: &Path, payload: &Path, dialect: Dialect) -> Result<Outcome, Stop> {
-    let bytes = std::fs::read(model)
-        .map_err(|e| BadInput::one(format!("{}: cannot read: {e}", model.display())))?;
+    let bytes = std::fs::read(model).map_err(|e| BadInput::at_doing(model, "cannot read", &e))?;
     let imported = import_onnx(&bytes).map_err(|e| lines(model, &e))?;
     let wrote_payload = imported
         .save(dialect, graph, payload)

@@ -6,8 +6,7 @@ use torchlean_ir::{Case, Graph, GraphDoc, GraphFile, IrError, Payload};
 use torchlean_spec::Tensor;
 
 fn read(path: &Path) -> Result<String, BadInput> {
-    std::fs::read_to_string(path)
-        .map_err(|e| BadInput::one(format!("{}: cannot read: {e}", path.display())))
+    std::fs::read_to_string(path).map_err(|e| BadInput::at_doing(path, "cannot read", &e))
 }
 
 /// Prefixes each diagnostic of an IR error with the file name.
@@ -62,8 +61,7 @@ pub fn payload(path: Option<&Path>) -> Result<Payload, BadInput> {
     match path {
         None => Ok(Payload::new()),
         Some(p) if p.extension().is_some_and(|x| x == "safetensors") => {
-            let bytes = std::fs::read(p)
-                .map_err(|e| BadInput::one(format!("{}: cannot read: {e}", p.display())))?;
+            let bytes = std::fs::read(p).map_err(|e| BadInput::at_doing(p, "cannot read", &e))?;
             Payload::from_safetensors(&bytes).map_err(|e| ir_lines(p, &e))
         }
         Some(p) => Payload::from_json_str(&read(p)?).map_err(|e| ir_lines(p, &e)),
@@ -73,7 +71,7 @@ pub fn payload(path: Option<&Path>) -> Result<Payload, BadInput> {
 pub fn tensor(path: &Path) -> Result<Tensor<f64>, BadInput> {
     let text = read(path)?;
     let v = torchlean_ir::json::parse(&text).map_err(|e| ir_lines(path, &e))?;
-    Tensor::from_json(&v).map_err(|e| BadInput::one(format!("{}: {e}", path.display())))
+    Tensor::from_json(&v).map_err(|e| BadInput::at(path, &e))
 }
 
 pub fn case(path: &Path) -> Result<Case, BadInput> {

@@ -40,6 +40,32 @@ impl BadInput {
     pub fn one(line: impl Into<String>) -> Self {
         BadInput(vec![line.into()])
     }
+
+    /// `path: error: its source: …` (the whole chain, [`chain`]).
+    pub fn at(path: &std::path::Path, e: &dyn std::error::Error) -> Self {
+        BadInput::one(format!("{}: {}", path.display(), chain(e)))
+    }
+
+    /// `path: doing: error: its source: …`.
+    pub fn at_doing(path: &std::path::Path, doing: &str, e: &dyn std::error::Error) -> Self {
+        BadInput::one(format!("{}: {doing}: {}", path.display(), chain(e)))
+    }
+}
+
+/// The error and its sources, one line: `what: why: deeper why` (a source whose text the
+/// message already ends with is not repeated).
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.ends_with(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
 }
 
 /// Why a command stopped early.
@@ -90,5 +116,53 @@ fn main() -> ExitCode {
             out::error_line(e);
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error whose message leaves its source out (`quiet`), or ends with it.
+    #[derive(Debug)]
+    struct Layer {
+        quiet: bool,
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            if self.quiet {
+                write!(f, "cannot read the payload")
+            } else {
+                write!(f, "node 3: {}", self.source)
+            }
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn a_chain_names_each_source_once() {
+        let io = || std::io::Error::other("disk on fire");
+        assert_eq!(
+            chain(&Layer {
+                quiet: true,
+                source: io()
+            }),
+            "cannot read the payload: disk on fire"
+        );
+        let loud = Layer {
+            quiet: false,
+            source: io(),
+        };
+        assert_eq!(chain(&loud), "node 3: disk on fire");
+        let BadInput(lines) =
+            BadInput::at_doing(std::path::Path::new("w.bin"), "cannot write", &io());
+        assert_eq!(lines, ["w.bin: cannot write: disk on fire"]);
     }
 }

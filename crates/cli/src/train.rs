@@ -2,7 +2,7 @@
 
 use crate::args::{BackendArg, ModelArg, TrainArgs};
 use crate::out::{self, WriteError};
-use crate::{BadInput, Outcome, Stop, EXIT_INTERRUPTED};
+use crate::{chain, BadInput, Outcome, Stop, EXIT_INTERRUPTED};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 use std::io::IsTerminal;
@@ -15,21 +15,6 @@ use torchlean_train::model::Arch;
 use torchlean_train::optim::OptimConfig;
 use torchlean_train::trainer::{Event, Observer, Summary, TrainConfig, Trainer};
 use torchlean_train::{TrainError, TrainValue};
-
-/// The error and its sources, one line: `what: why: deeper why`.
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let t = c.to_string();
-        if !s.ends_with(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        cur = c.source();
-    }
-    s
-}
 
 fn bad(e: TrainError) -> BadInput {
     BadInput::one(chain(&e))
@@ -364,8 +349,7 @@ fn train_on<V: TrainValue>(a: &TrainArgs, data: &Dataset, origin: &str) -> Resul
         None => {
             let mut t = Trainer::<V>::new(config(a)?, data).map_err(bad)?;
             if let Some(path) = &a.init_from {
-                t.init_from(path)
-                    .map_err(|e| BadInput::one(format!("{}: {}", path.display(), chain(&e))))?;
+                t.init_from(path).map_err(|e| BadInput::at(path, &e))?;
             }
             t
         }
