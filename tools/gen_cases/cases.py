@@ -44,6 +44,14 @@ def away_from(t, points, gap=0.05):
     return t
 
 
+def nan_and_signed_zeros(x):
+    """`x` (rank 2, at least 2×4) with a NaN at [0, 1], 0 at [1, 2] and -0 at [1, 3]."""
+    x[0, 1] = math.nan
+    x[1, 2] = 0.0
+    x[1, 3] = -0.0
+    return x
+
+
 # --- linear layers and MLPs --------------------------------------------------------------
 
 
@@ -341,11 +349,7 @@ def relu_nan_propagates():
 @case(omit={"leaky_relu": ["negative_slope"]})
 def leaky_relu_default_slope_nan_and_zero():
     # PyTorch's default slope 0.01; NaN stays NaN; the gradient at 0 (and -0) is the slope
-    x = randn(2, 4)
-    x[0, 1] = math.nan
-    x[1, 2] = 0.0
-    x[1, 3] = -0.0
-    return Fn(lambda m, x: F.leaky_relu(x) * 3), x
+    return Fn(lambda m, x: F.leaky_relu(x) * 3), nan_and_signed_zeros(randn(2, 4))
 
 
 @case(dtype="f32")
@@ -357,11 +361,7 @@ def leaky_relu_slope_mlp_f32():
 def elu_default_alpha_nan_and_zero():
     # PyTorch's default alpha 1; NaN stays NaN and passes the cotangent; at 0 (and -0) the
     # gradient is alpha·exp(0)
-    x = randn(2, 4)
-    x[0, 1] = math.nan
-    x[1, 2] = 0.0
-    x[1, 3] = -0.0
-    return Fn(lambda m, x: F.elu(x) * 3), x
+    return Fn(lambda m, x: F.elu(x) * 3), nan_and_signed_zeros(randn(2, 4))
 
 
 @case(dtype="f32")
