@@ -19,6 +19,7 @@
 //! Non-finite values: products meet the zero padding (`0·inf = NaN`) where the reference skips
 //! padded cells, as in every GEMM-based convolution (the CPU engine's compact layout alike).
 
+use super::launch_into;
 use super::linalg::{bias_buffer, column_sums};
 use crate::blas::{RowMajor, RowMajorGemm};
 use crate::buffer::Buffer;
@@ -170,11 +171,11 @@ fn im2col<D: Device>(g: &Geo, ch: &Chunk, x: &CudaTensor<D>, col: &mut Buffer<D>
     // tl_conv_im2col(float* col, const float* x, long long c, long long h, long long w,
     //                long long kh, long long kw, long long s, long long pad, long long wo,
     //                long long n0, long long p0, long long pc, long long n)
-    D::launch(
+    launch_into(
         PRODUCTS.kernel("tl_conv_im2col"),
         Launch::for_items(n),
-        &mut [
-            Arg::Out(col.mem_mut()),
+        [col],
+        [
             Arg::In(x.mem()),
             Arg::Index(i("C", g.c)?),
             Arg::Index(i("H", g.h)?),
@@ -200,11 +201,11 @@ fn col2im<D: Device>(g: &Geo, ch: &Chunk, dcol: &Buffer<D>, dx: &mut Buffer<D>) 
     // tl_conv_col2im(float* dx, const float* dcol, long long c, long long h, long long w,
     //                long long kh, long long kw, long long s, long long pad, long long ho,
     //                long long wo, long long n0, long long p0, long long pc, long long n)
-    D::launch(
+    launch_into(
         PRODUCTS.kernel("tl_conv_col2im"),
         Launch::for_items(n),
-        &mut [
-            Arg::Out(dx.mem_mut()),
+        [dx],
+        [
             Arg::In(dcol.mem()),
             Arg::Index(i("C", g.c)?),
             Arg::Index(i("H", g.h)?),
@@ -228,19 +229,17 @@ fn col2im<D: Device>(g: &Geo, ch: &Chunk, dcol: &Buffer<D>, dx: &mut Buffer<D>) 
 fn bias_grad<D: Device>(g: &Geo, dy: &CudaTensor<D>) -> Result<CudaTensor<D>> {
     let rows = g.n * g.oc;
     let mut planes = Buffer::<D>::uninit(rows)?;
-    if rows > 0 {
-        // tl_prod_row_sums(float* y, const float* x, long long rows, long long len)
-        D::launch(
-            PRODUCTS.kernel("tl_prod_row_sums"),
-            Launch::for_items(rows),
-            &mut [
-                Arg::Out(planes.mem_mut()),
-                Arg::In(dy.mem()),
-                Arg::Index(index(OP, "planes", rows)?),
-                Arg::Index(index(OP, "plane", g.p())?),
-            ],
-        )?;
-    }
+    // tl_prod_row_sums(float* y, const float* x, long long rows, long long len)
+    launch_into(
+        PRODUCTS.kernel("tl_prod_row_sums"),
+        Launch::for_items(rows),
+        [&mut planes],
+        [
+            Arg::In(dy.mem()),
+            Arg::Index(index(OP, "planes", rows)?),
+            Arg::Index(index(OP, "plane", g.p())?),
+        ],
+    )?;
     column_sums(OP, planes.mem(), g.n, g.oc)
 }
 

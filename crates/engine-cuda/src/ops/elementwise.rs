@@ -6,8 +6,7 @@
 //! Every launch is one pass, one thread per element (grid-stride), one output written per
 //! element; `add`'s VJP and `relabel` share buffers instead of copying.
 
-use super::launch_new;
-use crate::buffer::Buffer;
+use super::{launch_new, launch_new2};
 use crate::device::{Arg, Device};
 use crate::error::{CudaError, Result};
 use crate::geometry::{index, Launch};
@@ -162,27 +161,20 @@ pub fn binary_vjp<D: Device>(
     same_len(op.name(), a, dy)?;
     same_len(op.name(), b, dy)?;
     let n = dy.len();
-    let mut da = Buffer::<D>::uninit(n)?;
-    let mut db = Buffer::<D>::uninit(n)?;
     // tl_ew_binary_vjp(float* da, float* db, const float* a, const float* b, const float* dy,
     //                  long long op, long long n)
-    D::launch(
+    launch_new2(
         ELEMENTWISE.kernel("tl_ew_binary_vjp"),
         Launch::for_items(n),
-        &mut [
-            Arg::Out(da.mem_mut()),
-            Arg::Out(db.mem_mut()),
+        [dy.shape().clone(), dy.shape().clone()],
+        [
             Arg::In(a.mem()),
             Arg::In(b.mem()),
             Arg::In(dy.mem()),
             Arg::Index(binary_code(op).0),
             Arg::Index(index(op.name(), "n", n)?),
         ],
-    )?;
-    Ok((
-        CudaTensor::from_buffer(dy.shape().clone(), da)?,
-        CudaTensor::from_buffer(dy.shape().clone(), db)?,
-    ))
+    )
 }
 
 /// `y = x ∘ c` for a kernel `(float* y, const float* x, float c, long long n)`.

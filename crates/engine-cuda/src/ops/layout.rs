@@ -12,6 +12,7 @@
 //! Every op checks its shapes with the op's own rule first (`Op::infer_shape`): the kernels have
 //! no bounds checks.
 
+use super::{launch_into, launch_new};
 use crate::buffer::Buffer;
 use crate::device::{Arg, Device};
 use crate::error::{CudaError, Result};
@@ -119,25 +120,21 @@ impl GatherPlan {
         out: Shape,
     ) -> Result<CudaTensor<D>> {
         let n = out.checked_size()?;
-        let mut buf = Buffer::<D>::uninit(n)?;
-        if n > 0 {
-            let table = self.table(op)?;
-            // tl_layout_gather(float* y, const float* x, const long long* table,
-            //                  long long rank, long long offset, long long n)
-            D::launch(
-                LAYOUT.kernel("tl_layout_gather"),
-                Launch::for_items(n),
-                &mut [
-                    Arg::Out(buf.mem_mut()),
-                    Arg::In(x.mem()),
-                    Arg::Table(&table),
-                    Arg::Index(index(op, "rank", self.dims.len())?),
-                    Arg::Index(index(op, "offset", self.offset)?),
-                    Arg::Index(index(op, "n", n)?),
-                ],
-            )?;
-        }
-        CudaTensor::from_buffer(out, buf)
+        let table = self.table(op)?;
+        // tl_layout_gather(float* y, const float* x, const long long* table,
+        //                  long long rank, long long offset, long long n)
+        launch_new(
+            LAYOUT.kernel("tl_layout_gather"),
+            Launch::for_items(n),
+            out,
+            [
+                Arg::In(x.mem()),
+                Arg::Table(&table),
+                Arg::Index(index(op, "rank", self.dims.len())?),
+                Arg::Index(index(op, "offset", self.offset)?),
+                Arg::Index(index(op, "n", n)?),
+            ],
+        )
     }
 }
 
@@ -268,10 +265,6 @@ pub fn broadcast_vjp<D: Device>(dy: &CudaTensor<D>, from: &Shape) -> Result<Cuda
     let plan = SumPlan::new(from, dy.shape());
     let n = from.checked_size()?;
     let count = plan.count();
-    let mut buf = Buffer::<D>::uninit(n)?;
-    if n == 0 {
-        return CudaTensor::from_buffer(from.clone(), buf);
-    }
     let table = plan.table(OP)?;
     let (n_kept, n_sum) = (
         index(OP, "rank", plan.kept.len())?,
@@ -281,11 +274,11 @@ pub fn broadcast_vjp<D: Device>(dy: &CudaTensor<D>, from: &Shape) -> Result<Cuda
         // tl_layout_broadcast_vjp(float* dx, const float* dy, const long long* table,
         //                         long long n_kept, long long n_sum, long long count,
         //                         long long n)
-        D::launch(
+        return launch_new(
             LAYOUT.kernel("tl_layout_broadcast_vjp"),
             Launch::for_items(n),
-            &mut [
-                Arg::Out(buf.mem_mut()),
+            from.clone(),
+            [
                 Arg::In(dy.mem()),
                 Arg::Table(&table),
                 Arg::Index(n_kept),
@@ -293,8 +286,7 @@ pub fn broadcast_vjp<D: Device>(dy: &CudaTensor<D>, from: &Shape) -> Result<Cuda
                 Arg::Index(index(OP, "count", count)?),
                 Arg::Index(index(OP, "n", n)?),
             ],
-        )?;
-        return CudaTensor::from_buffer(from.clone(), buf);
+        );
     };
     let items = n * chunks;
     let mut partials = Buffer::<D>::uninit(2 * items)?;
@@ -302,11 +294,11 @@ pub fn broadcast_vjp<D: Device>(dy: &CudaTensor<D>, from: &Shape) -> Result<Cuda
     //                                 const long long* table, long long n_kept,
     //                                 long long n_sum, long long count, long long len,
     //                                 long long n, long long items)
-    D::launch(
+    launch_into(
         LAYOUT.kernel("tl_layout_broadcast_vjp_partial"),
         Launch::for_items(items),
-        &mut [
-            Arg::Out(partials.mem_mut()),
+        [&mut partials],
+        [
             Arg::In(dy.mem()),
             Arg::Table(&table),
             Arg::Index(n_kept),
@@ -318,17 +310,16 @@ pub fn broadcast_vjp<D: Device>(dy: &CudaTensor<D>, from: &Shape) -> Result<Cuda
         ],
     )?;
     // tl_layout_sum_partials(float* dx, const float* partials, long long chunks, long long n)
-    D::launch(
+    launch_new(
         LAYOUT.kernel("tl_layout_sum_partials"),
         Launch::for_items(n),
-        &mut [
-            Arg::Out(buf.mem_mut()),
+        from.clone(),
+        [
             Arg::In(partials.mem()),
             Arg::Index(index(OP, "chunks", chunks)?),
             Arg::Index(index(OP, "n", n)?),
         ],
-    )?;
-    CudaTensor::from_buffer(from.clone(), buf)
+    )
 }
 
 pub fn permute<D: Device>(x: &CudaTensor<D>, perm: &[usize], out: &Shape) -> Result<CudaTensor<D>> {
@@ -383,24 +374,20 @@ pub fn slice_vjp<D: Device>(
     let (_, n_axis, inner) = in_shape.split_at_axis(axis);
     let (row, piece) = (n_axis * inner, dy.shape().dims()[axis] * inner);
     let n = in_shape.checked_size()?;
-    let mut buf = Buffer::<D>::uninit(n)?;
-    if n > 0 {
-        // tl_layout_pad(float* dx, const float* dy, long long row, long long lo,
-        //               long long piece, long long n)
-        D::launch(
-            LAYOUT.kernel("tl_layout_pad"),
-            Launch::for_items(n),
-            &mut [
-                Arg::Out(buf.mem_mut()),
-                Arg::In(dy.mem()),
-                Arg::Index(index(OP, "row", row)?),
-                Arg::Index(index(OP, "start", start * inner)?),
-                Arg::Index(index(OP, "piece", piece)?),
-                Arg::Index(index(OP, "n", n)?),
-            ],
-        )?;
-    }
-    CudaTensor::from_buffer(in_shape.clone(), buf)
+    // tl_layout_pad(float* dx, const float* dy, long long row, long long lo,
+    //               long long piece, long long n)
+    launch_new(
+        LAYOUT.kernel("tl_layout_pad"),
+        Launch::for_items(n),
+        in_shape.clone(),
+        [
+            Arg::In(dy.mem()),
+            Arg::Index(index(OP, "row", row)?),
+            Arg::Index(index(OP, "start", start * inner)?),
+            Arg::Index(index(OP, "piece", piece)?),
+            Arg::Index(index(OP, "n", n)?),
+        ],
+    )
 }
 
 /// Each operand placed into its columns of the output's rows (one launch per non-empty
@@ -423,11 +410,11 @@ pub fn concat<D: Device>(
         if n > 0 {
             // tl_layout_place(float* y, const float* x, long long piece, long long row,
             //                 long long at, long long n)
-            D::launch(
+            launch_into(
                 LAYOUT.kernel("tl_layout_place"),
                 Launch::for_items(n),
-                &mut [
-                    Arg::Out(buf.mem_mut()),
+                [&mut buf],
+                [
                     Arg::In(t.mem()),
                     Arg::Index(index(OP, "piece", piece)?),
                     Arg::Index(index(OP, "row", row)?),

@@ -4,6 +4,7 @@
 //!
 //! Empty contractions (`k = 0`) never reach cuBLAS: their products are zeros (or the bias).
 
+use super::launch_into;
 use crate::blas::RowMajorGemm;
 use crate::buffer::Buffer;
 use crate::device::{Arg, Device};
@@ -75,15 +76,12 @@ pub(crate) fn bias_buffer<D: Device>(
     n: usize,
 ) -> Result<Buffer<D>> {
     let mut y = Buffer::<D>::uninit(n)?;
-    if n == 0 {
-        return Ok(y);
-    }
     // tl_prod_bias(float* y, const float* b, long long channels, long long inner, long long n)
-    D::launch(
+    launch_into(
         PRODUCTS.kernel("tl_prod_bias"),
         Launch::for_items(n),
-        &mut [
-            Arg::Out(y.mem_mut()),
+        [&mut y],
+        [
             Arg::In(b.mem()),
             Arg::Index(index(op, "channels", channels)?),
             Arg::Index(index(op, "inner", inner)?),

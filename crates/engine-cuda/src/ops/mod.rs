@@ -18,6 +18,31 @@ use crate::kernels::Kernel;
 use crate::tensor::CudaTensor;
 use torchlean_spec::Shape;
 
+/// One launch of `kernel` writing `outs` (its first arguments, a `float*` each, in order);
+/// `args` are the rest. Nothing is launched when every output is empty (a grid-stride kernel
+/// would write nothing). Every launch of the engine's ops goes through here.
+pub(crate) fn launch_into<'a, 'b, D: Device>(
+    kernel: Kernel,
+    launch: Launch,
+    outs: impl IntoIterator<Item = &'b mut Buffer<D>>,
+    args: impl IntoIterator<Item = Arg<'a, D>>,
+) -> Result<()> {
+    let mut all = Vec::new();
+    let mut writes = false;
+    for out in outs {
+        writes |= out.len() > 0;
+        all.push(Arg::Out(out.mem_mut()));
+    }
+    for arg in args {
+        // each argument's borrow shortened to the outputs' (`extend` would not)
+        all.push(arg);
+    }
+    if writes {
+        D::launch(kernel, launch, &mut all)?;
+    }
+    Ok(())
+}
+
 /// The common launch: a new tensor of `shape` that one launch of `kernel` writes whole. Its
 /// fresh buffer is the kernel's first argument (`float* y`), `args` the rest.
 pub(crate) fn launch_new<'a, D: Device>(
@@ -27,12 +52,23 @@ pub(crate) fn launch_new<'a, D: Device>(
     args: impl IntoIterator<Item = Arg<'a, D>>,
 ) -> Result<CudaTensor<D>> {
     let mut out = Buffer::<D>::uninit(shape.checked_size()?)?;
-    let mut all = vec![Arg::Out(out.mem_mut())];
-    for arg in args {
-        // each argument's borrow shortened to the output's (`extend` would not)
-        all.push(arg);
-    }
-    D::launch(kernel, launch, &mut all)?;
-    drop(all);
+    launch_into(kernel, launch, [&mut out], args)?;
     CudaTensor::from_buffer(shape, out)
+}
+
+/// [`launch_new`] for a kernel with two outputs (`float* a, float* b`, then `args`), new
+/// tensors of the two shapes.
+pub(crate) fn launch_new2<'a, D: Device>(
+    kernel: Kernel,
+    launch: Launch,
+    [sa, sb]: [Shape; 2],
+    args: impl IntoIterator<Item = Arg<'a, D>>,
+) -> Result<(CudaTensor<D>, CudaTensor<D>)> {
+    let mut a = Buffer::<D>::uninit(sa.checked_size()?)?;
+    let mut b = Buffer::<D>::uninit(sb.checked_size()?)?;
+    launch_into(kernel, launch, [&mut a, &mut b], args)?;
+    Ok((
+        CudaTensor::from_buffer(sa, a)?,
+        CudaTensor::from_buffer(sb, b)?,
+    ))
 }

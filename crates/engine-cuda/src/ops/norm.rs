@@ -6,8 +6,8 @@
 //! Arithmetic is in double inside the kernels, rounded once to `f32` (batch norm's statistics
 //! are kept as doubles between launches, the reference's accumulation type).
 
-use super::launch_new;
 use super::reduce::{sum_into, Emit, Item, Segments};
+use super::{launch_into, launch_new};
 use crate::buffer::Buffer;
 use crate::device::{Arg, Device};
 use crate::error::Result;
@@ -48,15 +48,14 @@ fn softmax_launch<D: Device>(
     log: bool,
 ) -> Result<()> {
     let (lines, n, inner) = lines_of(inputs[0].shape(), axis);
-    let mut args = vec![Arg::Out(out.mem_mut())];
-    args.extend(inputs.iter().map(|t| Arg::In(t.mem())));
+    let mut args: Vec<Arg<'_, D>> = inputs.iter().map(|t| Arg::In(t.mem())).collect();
     args.extend([
         Arg::Index(index(op, "lines", lines)?),
         Arg::Index(index(op, "n", n)?),
         Arg::Index(index(op, "inner", inner)?),
         Arg::Index(i64::from(log)),
     ]);
-    D::launch(NORM.kernel(kernel), Launch::for_items(lines), &mut args)
+    launch_into(NORM.kernel(kernel), Launch::for_items(lines), [out], args)
 }
 
 pub fn softmax<D: Device>(x: &CudaTensor<D>, axis: usize, log: bool) -> Result<CudaTensor<D>> {
@@ -191,11 +190,11 @@ pub fn batch_norm_vjp<D: Device>(
     let mut dx = Buffer::<D>::uninit(x.len())?;
     // tl_norm_bn_eval_dx(float* dx, const float* dy, const float* gamma, const float* var,
     //   ll total, ll c, ll rest, ull eps_bits)
-    D::launch(
+    launch_into(
         NORM.kernel("tl_norm_bn_eval_dx"),
         Launch::for_items(x.len()),
-        &mut [
-            Arg::Out(dx.mem_mut()),
+        [&mut dx],
+        [
             Arg::In(dy.mem()),
             Arg::In(gamma.mem()),
             Arg::In(var.mem()),
@@ -207,14 +206,11 @@ pub fn batch_norm_vjp<D: Device>(
     )?;
     let mut center = Buffer::<D>::uninit(2 * channels)?;
     // tl_norm_doubles_of(float* out, const float* x, ll n)
-    D::launch(
+    launch_into(
         NORM.kernel("tl_norm_doubles_of"),
         Launch::for_items(channels),
-        &mut [
-            Arg::Out(center.mem_mut()),
-            Arg::In(mean.mem()),
-            Arg::Index(c),
-        ],
+        [&mut center],
+        [Arg::In(mean.mem()), Arg::Index(c)],
     )?;
     let (sd, sdc) = channel_sums(OP, x, dy, &center)?;
     let mut dgamma = Buffer::<D>::uninit(channels)?;
@@ -224,14 +220,11 @@ pub fn batch_norm_vjp<D: Device>(
     // tl_norm_bn_eval_grads(float* dgamma, float* dbeta, float* dmean, float* dvar,
     //   const float* sd, const float* sdc, const float* gamma, const float* var, ll c,
     //   ull eps_bits)
-    D::launch(
+    launch_into(
         NORM.kernel("tl_norm_bn_eval_grads"),
         Launch::for_items(channels),
-        &mut [
-            Arg::Out(dgamma.mem_mut()),
-            Arg::Out(dbeta.mem_mut()),
-            Arg::Out(dmean.mem_mut()),
-            Arg::Out(dvar.mem_mut()),
+        [&mut dgamma, &mut dbeta, &mut dmean, &mut dvar],
+        [
             Arg::In(sd.mem()),
             Arg::In(sdc.mem()),
             Arg::In(gamma.mem()),
@@ -321,11 +314,11 @@ pub fn batch_norm_train_vjp<D: Device>(
     // tl_norm_bn_train_dx(float* dx, const float* x, const float* dy, const float* gamma,
     //   const float* mean, const float* sigma, const float* sd, const float* sdc, ll total,
     //   ll c, ll rest, ll count)
-    D::launch(
+    launch_into(
         NORM.kernel("tl_norm_bn_train_dx"),
         Launch::for_items(x.len()),
-        &mut [
-            Arg::Out(dx.mem_mut()),
+        [&mut dx],
+        [
             Arg::In(x.mem()),
             Arg::In(dy.mem()),
             Arg::In(gamma.mem()),
@@ -343,12 +336,11 @@ pub fn batch_norm_train_vjp<D: Device>(
     let mut dbeta = Buffer::<D>::uninit(channels)?;
     // tl_norm_bn_train_grads(float* dgamma, float* dbeta, const float* sigma, const float* sd,
     //   const float* sdc, ll c)
-    D::launch(
+    launch_into(
         NORM.kernel("tl_norm_bn_train_grads"),
         Launch::for_items(channels),
-        &mut [
-            Arg::Out(dgamma.mem_mut()),
-            Arg::Out(dbeta.mem_mut()),
+        [&mut dgamma, &mut dbeta],
+        [
             Arg::In(sigma.mem()),
             Arg::In(sd.mem()),
             Arg::In(sdc.mem()),

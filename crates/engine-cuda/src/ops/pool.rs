@@ -2,7 +2,7 @@
 //! thread per output; their VJPs gather (one thread per input cell over the windows holding
 //! it, in output order), so no cell has two writers and no atomics are needed.
 
-use crate::buffer::Buffer;
+use super::launch_new;
 use crate::device::{Arg, Device};
 use crate::error::Result;
 use crate::geometry::{index, Launch};
@@ -72,8 +72,7 @@ pub fn pool<D: Device>(spec: &PoolSpec, x: &CudaTensor<D>, out: &Shape) -> Resul
     let op = spec.name();
     let g = PoolGeometry::of(spec, x.shape())?;
     let n = g.outputs();
-    let mut y = Buffer::<D>::uninit(n)?;
-    let mut args = vec![Arg::Out(y.mem_mut()), Arg::In(x.mem())];
+    let mut args = vec![Arg::In(x.mem())];
     args.extend(g.args(op, spec)?);
     let kernel = match spec.kind {
         // tl_pool_max(float* y, const float* x, ll planes, ll h, ll w, ll ho, ll wo, ll kh,
@@ -86,8 +85,7 @@ pub fn pool<D: Device>(spec: &PoolSpec, x: &CudaTensor<D>, out: &Shape) -> Resul
             "tl_pool_avg"
         }
     };
-    D::launch(POOL.kernel(kernel), Launch::for_items(n), &mut args)?;
-    CudaTensor::from_buffer(out.clone(), y)
+    launch_new(POOL.kernel(kernel), Launch::for_items(n), out.clone(), args)
 }
 
 pub fn max_pool_vjp<D: Device>(
@@ -98,17 +96,16 @@ pub fn max_pool_vjp<D: Device>(
     let op = spec.name();
     let g = PoolGeometry::of(spec, x.shape())?;
     let n = g.inputs();
-    let mut dx = Buffer::<D>::uninit(n)?;
     // tl_pool_max_vjp(float* dx, const float* x, const float* dy, ll planes, ll h, ll w,
     //   ll ho, ll wo, ll kh, ll kw, ll stride, ll pad)
-    let mut args = vec![Arg::Out(dx.mem_mut()), Arg::In(x.mem()), Arg::In(dy.mem())];
+    let mut args = vec![Arg::In(x.mem()), Arg::In(dy.mem())];
     args.extend(g.args(op, spec)?);
-    D::launch(
+    launch_new(
         POOL.kernel("tl_pool_max_vjp"),
         Launch::for_items(n),
-        &mut args,
-    )?;
-    CudaTensor::from_buffer(x.shape().clone(), dx)
+        x.shape().clone(),
+        args,
+    )
 }
 
 pub fn avg_pool_vjp<D: Device>(
@@ -119,18 +116,17 @@ pub fn avg_pool_vjp<D: Device>(
     let op = spec.name();
     let g = PoolGeometry::of(spec, in_shape)?;
     let n = g.inputs();
-    let mut dx = Buffer::<D>::uninit(n)?;
     // tl_pool_avg_vjp(float* dx, const float* dy, ll planes, ll h, ll w, ll ho, ll wo, ll kh,
     //   ll kw, ll stride, ll pad, ull area)
-    let mut args = vec![Arg::Out(dx.mem_mut()), Arg::In(dy.mem())];
+    let mut args = vec![Arg::In(dy.mem())];
     args.extend(g.args(op, spec)?);
     args.push(Arg::U64(area(spec)?));
-    D::launch(
+    launch_new(
         POOL.kernel("tl_pool_avg_vjp"),
         Launch::for_items(n),
-        &mut args,
-    )?;
-    CudaTensor::from_buffer(in_shape.clone(), dx)
+        in_shape.clone(),
+        args,
+    )
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@
 //!
 //! Invariant: the order of every sum is a function of the shapes only.
 
-use super::launch_new;
+use super::{launch_into, launch_new};
 use crate::buffer::Buffer;
 use crate::device::{Arg, Device};
 use crate::error::Result;
@@ -184,11 +184,11 @@ pub(crate) fn sum_into<D: Device>(
     // tl_red_items(float* out, const float* a, const float* b, const float* center,
     //   ll outputs, ll j_inner, ll sj1, ll sj2, ll items, ll m_inner, ll sm1, ll sm2,
     //   ll parts, ll kind, ll denom, ll mode, ull eps_bits)
-    D::launch(
+    launch_into(
         REDUCE.kernel("tl_red_items"),
         Launch::for_items(seg.outputs.saturating_mul(parts)),
-        &mut [
-            Arg::Out(cur.mem_mut()),
+        [&mut cur],
+        [
             Arg::In(a),
             Arg::In(b),
             Arg::In(center),
@@ -212,11 +212,11 @@ pub(crate) fn sum_into<D: Device>(
         let (denom, mode, eps) = level_emit(l).args();
         // tl_red_parts(float* out, const float* part, ll outputs, ll parts_in, ll parts_out,
         //   ll denom, ll mode, ull eps_bits)
-        D::launch(
+        launch_into(
             REDUCE.kernel("tl_red_parts"),
             Launch::for_items(seg.outputs.saturating_mul(plan.levels[l])),
-            &mut [
-                Arg::Out(next.mem_mut()),
+            [&mut next],
+            [
                 Arg::In(cur.mem()),
                 Arg::Index(index(op, "outputs", seg.outputs)?),
                 Arg::Index(index(op, "parts", plan.levels[l - 1])?),
@@ -320,12 +320,11 @@ pub fn mse_loss_vjp<D: Device>(
     let mut gt = Buffer::<D>::uninit(n)?;
     // tl_red_mse_vjp(float* dy, float* dt, const float* y, const float* t, const float* cot,
     //   ll n, ll denom)
-    D::launch(
+    launch_into(
         REDUCE.kernel("tl_red_mse_vjp"),
         Launch::for_items(n),
-        &mut [
-            Arg::Out(gy.mem_mut()),
-            Arg::Out(gt.mem_mut()),
+        [&mut gy, &mut gt],
+        [
             Arg::In(y.mem()),
             Arg::In(t.mem()),
             Arg::In(dy.mem()),
@@ -360,11 +359,11 @@ pub fn cross_entropy<D: Device>(
     let ids = id_table(OP, target)?;
     let mut rows = Buffer::<D>::uninit(n)?;
     // tl_red_ce_rows(float* loss, const float* x, const long long* ids, ll n, ll c)
-    D::launch(
+    launch_into(
         REDUCE.kernel("tl_red_ce_rows"),
         Launch::for_items(n),
-        &mut [
-            Arg::Out(rows.mem_mut()),
+        [&mut rows],
+        [
             Arg::In(logits.mem()),
             Arg::Table(&ids),
             Arg::Index(index(OP, "N", n)?),
