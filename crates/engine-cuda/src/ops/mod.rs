@@ -30,7 +30,7 @@ pub(crate) fn launch_into<'a, 'b, D: Device>(
     let mut all = Vec::new();
     let mut writes = false;
     for out in outs {
-        writes |= out.len() > 0;
+        writes |= !out.is_empty();
         all.push(Arg::Out(out.mem_mut()));
     }
     for arg in args {
