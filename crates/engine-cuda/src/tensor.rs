@@ -82,17 +82,12 @@ impl<D: Device> CudaTensor<D> {
     pub fn filled(shape: impl Into<Shape>, value: f32) -> Result<Self> {
         let shape = shape.into();
         let n = shape.checked_size()?;
-        let mut buf = Buffer::<D>::uninit(n)?;
-        D::launch(
+        crate::ops::launch_new(
             ELEMENTWISE.kernel("tl_fill"),
             Launch::for_items(n),
-            &mut [
-                Arg::Out(buf.mem_mut()),
-                Arg::F32(value),
-                Arg::Index(index("full", "n", n)?),
-            ],
-        )?;
-        Self::from_buffer(shape, buf)
+            shape,
+            [Arg::F32(value), Arg::Index(index("full", "n", n)?)],
+        )
     }
 
     /// The row-major data, on the host.
@@ -166,14 +161,11 @@ impl<D: Device> CudaTensor<D> {
         let Some(buf) = Arc::get_mut(&mut self.buf) else {
             unreachable!("a tensor made unique above has one holder")
         };
-        D::launch(
+        crate::ops::launch_into(
             ELEMENTWISE.kernel("tl_accumulate"),
             Launch::for_items(n),
-            &mut [
-                Arg::Out(buf.mem_mut()),
-                Arg::In(other.buf.mem()),
-                Arg::Index(index("add", "n", n)?),
-            ],
+            [buf],
+            [Arg::In(other.buf.mem()), Arg::Index(index("add", "n", n)?)],
         )?;
         Ok(self)
     }
