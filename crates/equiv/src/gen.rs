@@ -173,7 +173,7 @@ fn step_for(t: Target, steps: &[Step]) -> Option<Step> {
 }
 
 /// `op` with every attribute that has a default moved off it: a choice to another option, a
-/// number to a grid value other than the default.
+/// number to a dyadic grid value other than the default.
 fn off_defaults(op: &mut Op, c: &mut Choices<'_>) {
     struct Off<'c, 'a>(&'c mut Choices<'a>);
     impl AttrVisitor for Off<'_, '_> {
@@ -191,7 +191,9 @@ fn off_defaults(op: &mut Op, c: &mut Choices<'_>) {
                     }
                 }
                 AttrMut::FloatOr { value, default } => {
-                    let v = self.0.value();
+                    // dyadic (k/64 in [-2, 2]): exact over the rationals with a small
+                    // denominator, so exact runs stay cheap
+                    let v = (self.0.pick(257) as f64 - 128.0) / 64.0;
                     *value = if v == default { v + 0.5 } else { v };
                 }
                 _ => {}
