@@ -11,7 +11,8 @@ use torchlean_compiled::{
     CompiledError, ExecGraph, IrAnomaly, BUDGET_ELEM_BYTES,
 };
 use torchlean_ir::{
-    check_budget, check_payload, check_shapes, dot, Diagnostic, Dialect, Graph, GraphDoc, Payload,
+    check_budget, check_payload, check_shapes, dot, DType, Diagnostic, Dialect, Graph, GraphDoc,
+    Payload,
 };
 use torchlean_runtime::{AnomalyMode, Kernels};
 use torchlean_spec::{Budget, Pass, Tensor};
@@ -32,107 +33,33 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             payload,
             input,
             engine,
-            dtype: d,
+            dtype,
             detect_anomaly,
             ..
-        } => {
-            let sel = select(engine, dtype_or(engine, d, torchlean_ir::DType::F64))?;
-            let (g, _, p, x, _) = load_run_inputs(
-                &graph,
-                payload.as_deref(),
-                input.as_deref(),
-                &[],
-                Pass::Eval,
-            )?;
-            let mode = AnomalyMode::detect_if(detect_anomaly);
-            let out = match sel {
-                Selected::ReferenceF64 => eval_reference::<f64>(&graph, &g, &p, &x, mode)?,
-                Selected::ReferenceF32 => eval_reference::<f32>(&graph, &g, &p, &x, mode)?,
-                sel => {
-                    let exec = exec_graph_of_ir(&g, &p).map_err(|e| compiled_lines(&graph, e))?;
-                    if mode.is_on() {
-                        with_engine!(sel, V => eval_detecting::<V>(&graph, &g, &exec, &p, &x))?
-                    } else {
-                        // the IR graph is not needed once lowered
-                        drop(g);
-                        with_engine!(sel, V => eval::<V>(&graph, &exec, &p, &x))?
-                    }
-                }
-            };
-            let out = match out {
-                Ok(out) => out,
-                Err(anomaly) => return Ok(report_anomaly(&graph, &anomaly)),
-            };
-            // one line per output, in output order
-            for t in &out {
-                out::line(t.to_json())?;
-            }
-            Ok(Outcome::Ok)
-        }
+        } => eval_command(
+            &graph,
+            payload.as_deref(),
+            input.as_deref(),
+            select(engine, dtype_or(engine, dtype, DType::F64))?,
+            AnomalyMode::detect_if(detect_anomaly),
+        ),
         Command::Grad {
             graph,
             payload,
             input,
             seed,
             engine,
-            dtype: d,
+            dtype,
             detect_anomaly,
             ..
-        } => {
-            let sel = select(engine, dtype_or(engine, d, torchlean_ir::DType::F64))?;
-            let (g, doc, p, x, seeds) = load_run_inputs(
-                &graph,
-                payload.as_deref(),
-                input.as_deref(),
-                &seed,
-                Pass::Grad,
-            )?;
-            let mode = AnomalyMode::detect_if(detect_anomaly);
-            let r = if mode.is_on() {
-                with_engine!(sel, V => run_grad_seeds_with::<V>(&g, &p, &x, &seeds, mode))
-            } else {
-                // the IR graph is not needed once lowered: free it before the tape is built
-                let exec = exec_graph_of_ir(&g, &p).map_err(|e| compiled_lines(&graph, e))?;
-                drop(g);
-                with_engine!(sel, V => run_grad_seeds_lowered::<V>(exec, &p, &x, &seeds))
-            };
-            let r = match r {
-                Err(CompiledError::Anomaly { at, .. }) => return Ok(report_anomaly(&graph, &at)),
-                r => r.map_err(|e| compiled_lines(&graph, e))?,
-            };
-            // payload gradients keyed as the file keys its nodes (newest dialect: its ids)
-            let grad_payload = doc.to_file_payload(&r.grad_payload).to_json();
-            let grad_input = r.grad_input.to_json();
-            if r.extra_outputs.is_empty() {
-                out::line(json!({
-                    "output": r.output.to_json(),
-                    "grad_input": grad_input,
-                    "grad_payload": grad_payload,
-                }))?;
-            } else {
-                let outputs: Vec<serde_json::Value> = r.outputs().map(Tensor::to_json).collect();
-                out::line(json!({
-                    "outputs": outputs,
-                    "grad_input": grad_input,
-                    "grad_payload": grad_payload,
-                }))?;
-            }
-            Ok(Outcome::Ok)
-        }
+        } => grad_command(
+            &graph,
+            (payload.as_deref(), input.as_deref(), &seed),
+            select(engine, dtype_or(engine, dtype, DType::F64))?,
+            AnomalyMode::detect_if(detect_anomaly),
+        ),
         Command::Conform(args) => crate::conform::run(&args),
-        Command::Lower { graph, payload, .. } => {
-            let (doc, case) = load::graph_doc_or_case(&graph)?;
-            within_budget(&graph, &doc.graph, Pass::Grad)?;
-            let p = match (payload.as_deref(), case) {
-                (Some(pp), _) => with_inline(&doc, load::payload(Some(pp))?),
-                (None, Some(c)) => c.payload,
-                (None, None) => doc.payload.clone(),
-            };
-            let g = doc.graph;
-            let exec = exec_graph_of_ir(&g, &p).map_err(|e| compiled_lines(&graph, e))?;
-            out::text(&lower_text(&exec))?;
-            Ok(Outcome::Ok)
-        }
+        Command::Lower { graph, payload, .. } => lower(&graph, payload.as_deref()),
         Command::Train(args) => crate::train::run(&args),
         Command::Convert {
             graph,
@@ -159,16 +86,109 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             output,
             ..
         } => export_torch(&graph, payload.as_deref(), &output),
-        Command::Dot { graph } => {
-            let (g, _) = load::graph_or_case(&graph)?;
-            let problems = errors_of(check_shapes(&g));
-            if !problems.is_empty() {
-                return Err(diag_lines(&graph, &problems).into());
-            }
-            out::text(&dot(&g))?;
-            Ok(Outcome::Ok)
-        }
+        Command::Dot { graph } => dot_command(&graph),
     }
+}
+
+/// `torchlean eval`: the outputs, one JSON line each (or the anomaly found).
+fn eval_command(
+    graph: &Path,
+    payload: Option<&Path>,
+    input: Option<&Path>,
+    sel: Selected,
+    mode: AnomalyMode,
+) -> Result<Outcome, Stop> {
+    let (g, _, p, x, _) = load_run_inputs(graph, payload, input, &[], Pass::Eval)?;
+    let out = match sel {
+        Selected::ReferenceF64 => eval_reference::<f64>(graph, &g, &p, &x, mode)?,
+        Selected::ReferenceF32 => eval_reference::<f32>(graph, &g, &p, &x, mode)?,
+        sel => {
+            let exec = exec_graph_of_ir(&g, &p).map_err(|e| compiled_lines(graph, e))?;
+            if mode.is_on() {
+                with_engine!(sel, V => eval_detecting::<V>(graph, &g, &exec, &p, &x))?
+            } else {
+                // the IR graph is not needed once lowered
+                drop(g);
+                with_engine!(sel, V => eval::<V>(graph, &exec, &p, &x))?
+            }
+        }
+    };
+    let out = match out {
+        Ok(out) => out,
+        Err(anomaly) => return Ok(report_anomaly(graph, &anomaly)),
+    };
+    // one line per output, in output order
+    for t in &out {
+        out::line(t.to_json())?;
+    }
+    Ok(Outcome::Ok)
+}
+
+/// `torchlean grad`: the output and the gradients of the input and the payload, one JSON line
+/// (or the anomaly found), from the payload, input and seed files given.
+fn grad_command(
+    graph: &Path,
+    (payload, input, seed): (Option<&Path>, Option<&Path>, &[PathBuf]),
+    sel: Selected,
+    mode: AnomalyMode,
+) -> Result<Outcome, Stop> {
+    let (g, doc, p, x, seeds) = load_run_inputs(graph, payload, input, seed, Pass::Grad)?;
+    let r = if mode.is_on() {
+        with_engine!(sel, V => run_grad_seeds_with::<V>(&g, &p, &x, &seeds, mode))
+    } else {
+        // the IR graph is not needed once lowered: free it before the tape is built
+        let exec = exec_graph_of_ir(&g, &p).map_err(|e| compiled_lines(graph, e))?;
+        drop(g);
+        with_engine!(sel, V => run_grad_seeds_lowered::<V>(exec, &p, &x, &seeds))
+    };
+    let r = match r {
+        Err(CompiledError::Anomaly { at, .. }) => return Ok(report_anomaly(graph, &at)),
+        r => r.map_err(|e| compiled_lines(graph, e))?,
+    };
+    // payload gradients keyed as the file keys its nodes (newest dialect: its ids)
+    let grad_payload = doc.to_file_payload(&r.grad_payload).to_json();
+    let grad_input = r.grad_input.to_json();
+    if r.extra_outputs.is_empty() {
+        out::line(json!({
+            "output": r.output.to_json(),
+            "grad_input": grad_input,
+            "grad_payload": grad_payload,
+        }))?;
+    } else {
+        let outputs: Vec<serde_json::Value> = r.outputs().map(Tensor::to_json).collect();
+        out::line(json!({
+            "outputs": outputs,
+            "grad_input": grad_input,
+            "grad_payload": grad_payload,
+        }))?;
+    }
+    Ok(Outcome::Ok)
+}
+
+/// `torchlean lower`: the lowered graph's text.
+fn lower(graph: &Path, payload: Option<&Path>) -> Result<Outcome, Stop> {
+    let (doc, case) = load::graph_doc_or_case(graph)?;
+    within_budget(graph, &doc.graph, Pass::Grad)?;
+    let p = match (payload, case) {
+        (Some(pp), _) => with_inline(&doc, load::payload(Some(pp))?),
+        (None, Some(c)) => c.payload,
+        (None, None) => doc.payload.clone(),
+    };
+    let g = doc.graph;
+    let exec = exec_graph_of_ir(&g, &p).map_err(|e| compiled_lines(graph, e))?;
+    out::text(&lower_text(&exec))?;
+    Ok(Outcome::Ok)
+}
+
+/// `torchlean dot`: the graph in Graphviz's language.
+fn dot_command(graph: &Path) -> Result<Outcome, Stop> {
+    let (g, _) = load::graph_or_case(graph)?;
+    let problems = errors_of(check_shapes(&g));
+    if !problems.is_empty() {
+        return Err(diag_lines(graph, &problems).into());
+    }
+    out::text(&dot(&g))?;
+    Ok(Outcome::Ok)
 }
 
 fn errors_of(d: Vec<Diagnostic>) -> Vec<Diagnostic> {
