@@ -26,7 +26,7 @@ use torchlean_ir::{Graph, Node, OpKind, Payload};
 use torchlean_nn::{IrProgram, Ops, Program, Session, Sweep};
 use torchlean_runtime::{GradZero, Kernels};
 use torchlean_spec::ops::desc;
-use torchlean_spec::{BinaryOp, GeluApprox, Op, Reduction, Shape, Tensor, UnaryOp};
+use torchlean_spec::{BinaryOp, Op, Reduction, Shape, Tensor};
 
 /// A one-op graph: input `%0` of `in_shape`, then `op` on `parents` (output `%1`).
 fn one_op(
@@ -295,8 +295,9 @@ impl Literal {
 /// SPEC's written defaults (section 3's kinds list and the extension-kinds table), keyed by
 /// kind: `layernorm` "optional `eps`, default 1e-6"; `batch_norm2d_nchw_train` "`eps`
 /// (default `1e-5`)"; `gelu` "`approximate`: `"none"` (default)"; `cross_entropy`
-/// "`reduction`: `"mean"` (default)".
-pub const SPEC_DEFAULTS: [SpecDefault; 4] = [
+/// "`reduction`: `"mean"` (default)"; and for the extensions that follow PyTorch, PyTorch's
+/// documented defaults: `F.leaky_relu`'s `negative_slope=0.01`, `F.elu`'s `alpha=1.0`.
+pub const SPEC_DEFAULTS: [SpecDefault; 6] = [
     SpecDefault {
         kind: || desc::LAYERNORM.name,
         attr: "eps",
@@ -316,6 +317,16 @@ pub const SPEC_DEFAULTS: [SpecDefault; 4] = [
         kind: || desc::CROSS_ENTROPY.name,
         attr: "reduction",
         literal: Literal::Text("mean"),
+    },
+    SpecDefault {
+        kind: || desc::LEAKY_RELU.name,
+        attr: "negative_slope",
+        literal: Literal::Number(0.01),
+    },
+    SpecDefault {
+        kind: || desc::ELU.name,
+        attr: "alpha",
+        literal: Literal::Number(1.0),
     },
 ];
 
@@ -345,13 +356,9 @@ fn default_case(kind: &str) -> (Graph, Payload, Tensor<f64>) {
             &[("gamma", gamma), ("beta", beta)],
         );
         (g, p, x(&[2, 2, 1, 2], small))
-    } else if kind == desc::GELU.name {
-        let (g, p) = one_op(
-            Shape::from([8]),
-            Op::Unary(UnaryOp::Gelu(GeluApprox::None)),
-            vec![0],
-            &[],
-        );
+    } else if let Some(op @ Op::Unary(_)) = desc::lookup(kind).and_then(|d| d.prototype()) {
+        // gelu, leaky_relu, elu: both signs, and both sides of the kinks
+        let (g, p) = one_op(Shape::from([8]), op, vec![0], &[]);
         (
             g,
             p,
@@ -514,6 +521,8 @@ mod tests {
             Literal::Number(1e-3),
             Literal::Text("tanh"),
             Literal::Text("sum"),
+            Literal::Number(0.02),
+            Literal::Number(0.5),
         ];
         for (d, other) in SPEC_DEFAULTS.iter().zip(others) {
             let kind = d.kind;
