@@ -9,7 +9,9 @@ use proptest::prelude::*;
 use torchlean_engine_cuda::geometry::{BLOCK, MAX_GRID};
 use torchlean_engine_cuda::{emulation_ready, EmuF32};
 use torchlean_spec::ops::{splitmix64, uniform_at};
-use torchlean_spec::{Backend, BinaryOp, GeluApprox, Op, Saved, Shape, Tensor, UnaryOp};
+use torchlean_spec::{
+    Backend, BinaryOp, Elementwise, GeluApprox, Layout, Op, Random, Saved, Shape, Tensor, UnaryOp,
+};
 
 /// One launch's most threads: sizes above it loop inside the kernels.
 const GRID_THREADS: usize = MAX_GRID as usize * BLOCK as usize;
@@ -231,7 +233,7 @@ fn uniform_noise_and_masks_equal_the_reference_bit_for_bit() {
             for n in [0usize, 1, 257, 4099] {
                 let shape = Shape::from([n]);
                 let got = EmuF32::rand_uniform(seed, key, &shape).unwrap();
-                let want = <Tensor<f32> as Backend>::rand_uniform(seed, key, &shape).unwrap();
+                let want = <Tensor<f32> as Random>::rand_uniform(seed, key, &shape).unwrap();
                 assert_same(&format!("uniform {seed} {key} {n}"), &got, &want);
                 for p in [0.0f32, 0.3, 0.5, 1.0] {
                     let kp = EmuF32::from_host(Shape::scalar(), &[p]).unwrap();

@@ -9,7 +9,7 @@ use torchlean_engine_cuda::geometry::{BLOCK, MAX_GRID};
 use torchlean_engine_cuda::{emulation_ready, live_buffers, CudaError, Emu, EmuF32};
 use torchlean_engine_suite::{norm_rel_error, run_suite, Tolerance};
 use torchlean_runtime::Kernels;
-use torchlean_spec::{Backend, Conv2dSpec, Shape, Tensor};
+use torchlean_spec::{Conv2dSpec, ConvPool, Linalg, Shape, Tensor};
 
 /// The tests of this binary run one at a time: the buffer-accounting test reads the device's
 /// global counters.
@@ -75,12 +75,12 @@ fn linear_past_one_grid_with_a_two_pass_bias_gradient() {
         values(&[out], 3),
     );
     let y_shape = Shape::from([rows, out]);
-    let want = <Tensor<f64> as Backend>::linear(&x, &w, &b, &y_shape).unwrap();
-    let got = <EmuF32 as Backend>::linear(&emu(&x), &emu(&w), &emu(&b), &y_shape).unwrap();
+    let want = <Tensor<f64> as Linalg>::linear(&x, &w, &b, &y_shape).unwrap();
+    let got = <EmuF32 as Linalg>::linear(&emu(&x), &emu(&w), &emu(&b), &y_shape).unwrap();
     close("y", &got, &want);
     let dy = values(&[rows, out], 4);
-    let (dx, dw, db) = <Tensor<f64> as Backend>::linear_vjp(&x, &w, &dy).unwrap();
-    let (gx, gw, gb) = <EmuF32 as Backend>::linear_vjp(&emu(&x), &emu(&w), &emu(&dy)).unwrap();
+    let (dx, dw, db) = <Tensor<f64> as Linalg>::linear_vjp(&x, &w, &dy).unwrap();
+    let (gx, gw, gb) = <EmuF32 as Linalg>::linear_vjp(&emu(&x), &emu(&w), &emu(&dy)).unwrap();
     close("dx", &gx, &dx);
     close("dW", &gw, &dw);
     close("db", &gb, &db);
@@ -91,11 +91,11 @@ fn skipping_dx_keeps_dw_and_db_bit_for_bit() {
     let _g = serial();
     let (x, w, dy) = (values(&[7, 5], 5), values(&[3, 5], 6), values(&[7, 3], 7));
     let (x, w, dy) = (emu(&x), emu(&w), emu(&dy));
-    let (dx, dw, db) = <EmuF32 as Backend>::linear_vjp(&x, &w, &dy).unwrap();
-    let (none, dw2, db2) = <EmuF32 as Backend>::linear_vjp_for(&x, &w, &dy, false).unwrap();
+    let (dx, dw, db) = <EmuF32 as Linalg>::linear_vjp(&x, &w, &dy).unwrap();
+    let (none, dw2, db2) = <EmuF32 as Linalg>::linear_vjp_for(&x, &w, &dy, false).unwrap();
     assert!(none.is_none());
     assert!(dw.bit_eq(&dw2) && db.bit_eq(&db2));
-    let (some, ..) = <EmuF32 as Backend>::linear_vjp_for(&x, &w, &dy, true).unwrap();
+    let (some, ..) = <EmuF32 as Linalg>::linear_vjp_for(&x, &w, &dy, true).unwrap();
     assert!(some.unwrap().bit_eq(&dx));
 
     let spec = conv_spec(2, 3, 3, 2, 1);
@@ -103,11 +103,11 @@ fn skipping_dx_keeps_dw_and_db_bit_for_bit() {
     let out = spec_out(&spec, &x);
     let dy = values(out.dims(), 10);
     let (x, w, dy) = (emu(&x), emu(&w), emu(&dy));
-    let (dx, dw, db) = <EmuF32 as Backend>::conv2d_vjp(&spec, &x, &w, &dy).unwrap();
-    let (none, dw2, db2) = <EmuF32 as Backend>::conv2d_vjp_for(&spec, &x, &w, &dy, false).unwrap();
+    let (dx, dw, db) = <EmuF32 as ConvPool>::conv2d_vjp(&spec, &x, &w, &dy).unwrap();
+    let (none, dw2, db2) = <EmuF32 as ConvPool>::conv2d_vjp_for(&spec, &x, &w, &dy, false).unwrap();
     assert!(none.is_none());
     assert!(dw.bit_eq(&dw2) && db.bit_eq(&db2));
-    let (some, ..) = <EmuF32 as Backend>::conv2d_vjp_for(&spec, &x, &w, &dy, true).unwrap();
+    let (some, ..) = <EmuF32 as ConvPool>::conv2d_vjp_for(&spec, &x, &w, &dy, true).unwrap();
     assert!(some.unwrap().bit_eq(&dx));
 }
 
@@ -139,12 +139,13 @@ fn conv_matches_the_reference(spec: &Conv2dSpec, x: &Tensor<f64>, salt: u64) {
     let w = values(&[spec.out_channels, c, spec.kernel_h, spec.kernel_w], salt);
     let b = values(&[spec.out_channels], salt + 1);
     let out = spec_out(spec, x);
-    let want = <Tensor<f64> as Backend>::conv2d(spec, x, &w, &b, &out).unwrap();
-    let got = <EmuF32 as Backend>::conv2d(spec, &emu(x), &emu(&w), &emu(&b), &out).unwrap();
+    let want = <Tensor<f64> as ConvPool>::conv2d(spec, x, &w, &b, &out).unwrap();
+    let got = <EmuF32 as ConvPool>::conv2d(spec, &emu(x), &emu(&w), &emu(&b), &out).unwrap();
     close("y", &got, &want);
     let dy = values(out.dims(), salt + 2);
-    let (dx, dw, db) = <Tensor<f64> as Backend>::conv2d_vjp(spec, x, &w, &dy).unwrap();
-    let (gx, gw, gb) = <EmuF32 as Backend>::conv2d_vjp(spec, &emu(x), &emu(&w), &emu(&dy)).unwrap();
+    let (dx, dw, db) = <Tensor<f64> as ConvPool>::conv2d_vjp(spec, x, &w, &dy).unwrap();
+    let (gx, gw, gb) =
+        <EmuF32 as ConvPool>::conv2d_vjp(spec, &emu(x), &emu(&w), &emu(&dy)).unwrap();
     close("dx", &gx, &dx);
     close("dW", &gw, &dw);
     close("db", &gb, &db);
@@ -163,21 +164,21 @@ fn conv_meets_the_zero_padding_as_the_reference_does() {
     let w = Tensor::new([3, 2, 3, 3], w).unwrap();
     let b = values(&[3], 33);
     let out = spec_out(&spec, &x);
-    let want = <Tensor<f64> as Backend>::conv2d(&spec, &x, &w, &b, &out).unwrap();
+    let want = <Tensor<f64> as ConvPool>::conv2d(&spec, &x, &w, &b, &out).unwrap();
     assert!(
         want.data()[..30].iter().all(|v| v.is_nan()),
         "channel 0 of image 0"
     );
-    let got = <EmuF32 as Backend>::conv2d(&spec, &emu(&x), &emu(&w), &emu(&b), &out).unwrap();
+    let got = <EmuF32 as ConvPool>::conv2d(&spec, &emu(&x), &emu(&w), &emu(&b), &out).unwrap();
     close("y", &got, &want);
     let mut dy = values(out.dims(), 34).data().to_vec();
     dy[0] = f64::INFINITY;
     let dy = Tensor::new(out.clone(), dy).unwrap();
     let w = values(&[3, 2, 3, 3], 35);
-    let (dx, dw, db) = <Tensor<f64> as Backend>::conv2d_vjp(&spec, &x, &w, &dy).unwrap();
+    let (dx, dw, db) = <Tensor<f64> as ConvPool>::conv2d_vjp(&spec, &x, &w, &dy).unwrap();
     assert!(dw.data()[0].is_nan(), "∞ · padding at the corner");
     let (gx, gw, gb) =
-        <EmuF32 as Backend>::conv2d_vjp(&spec, &emu(&x), &emu(&w), &emu(&dy)).unwrap();
+        <EmuF32 as ConvPool>::conv2d_vjp(&spec, &emu(&x), &emu(&w), &emu(&dy)).unwrap();
     close("dx", &gx, &dx);
     close("dW", &gw, &dw);
     close("db", &gb, &db);
@@ -224,8 +225,8 @@ fn nan_and_inf_propagate_through_the_products_as_in_the_reference() {
     let a = Tensor::new([4, 3], a).unwrap();
     let b = values(&[3, 5], 16);
     let out = Shape::from([4, 5]);
-    let want = <Tensor<f64> as Backend>::matmul(&a, &b, &out).unwrap();
-    let got = <EmuF32 as Backend>::matmul(&emu(&a), &emu(&b), &out).unwrap();
+    let want = <Tensor<f64> as Linalg>::matmul(&a, &b, &out).unwrap();
+    let got = <EmuF32 as Linalg>::matmul(&emu(&a), &emu(&b), &out).unwrap();
     let got = got.to_f64().unwrap();
     assert!(got.data()[..5].iter().all(|v| v.is_nan()), "{got:?}");
     assert!(got.data()[10..].iter().all(|v| v.is_finite()), "{got:?}");
@@ -238,7 +239,7 @@ fn nan_and_inf_propagate_through_the_products_as_in_the_reference() {
     let mut bias = vec![0.5; 4];
     bias[2] = f64::NAN;
     let bias = Tensor::new([4], bias).unwrap();
-    let y = <EmuF32 as Backend>::linear(&emu(&x), &emu(&w), &emu(&bias), &Shape::from([3, 4]))
+    let y = <EmuF32 as Linalg>::linear(&emu(&x), &emu(&w), &emu(&bias), &Shape::from([3, 4]))
         .unwrap()
         .to_f64()
         .unwrap();
@@ -254,7 +255,7 @@ fn a_product_reaching_past_its_buffers_is_an_error_not_a_read() {
     // its shapes imply would read 15; the error names the op and our (row-major) operand
     let a = emu(&values(&[2, 3], 19));
     let b = emu(&values(&[2, 5], 20));
-    match <EmuF32 as Backend>::matmul(&a, &b, &Shape::from([2, 5])) {
+    match <EmuF32 as Linalg>::matmul(&a, &b, &Shape::from([2, 5])) {
         Err(CudaError::GemmBounds {
             op: "matmul",
             operand: "B",
@@ -278,9 +279,9 @@ fn an_op_leaves_only_its_results_on_the_device() {
     let dy = values(out.dims(), 27);
     let (x, w, b, dy) = (emu(&x), emu(&w), emu(&b), emu(&dy));
     let before = live_buffers::<Emu>();
-    let y = <EmuF32 as Backend>::conv2d(&spec, &x, &w, &b, &out).unwrap();
-    let (dx, dw, db) = <EmuF32 as Backend>::conv2d_vjp(&spec, &x, &w, &dy).unwrap();
-    let (lx, lw, lb) = <EmuF32 as Backend>::linear_vjp(
+    let y = <EmuF32 as ConvPool>::conv2d(&spec, &x, &w, &b, &out).unwrap();
+    let (dx, dw, db) = <EmuF32 as ConvPool>::conv2d_vjp(&spec, &x, &w, &dy).unwrap();
+    let (lx, lw, lb) = <EmuF32 as Linalg>::linear_vjp(
         &dy,
         &emu(&values(&[7, 6], 28)),
         &emu(&values(&[5, 4, 6, 7], 29)),
@@ -321,12 +322,12 @@ fn empty_products_match_the_reference() {
         let last = out.len() - 1;
         out[last] = *b.shape().dims().last().unwrap();
         let out = Shape::new(out);
-        let want = <Tensor<f64> as Backend>::matmul(&a, &b, &out).unwrap();
-        let got = <EmuF32 as Backend>::matmul(&emu(&a), &emu(&b), &out).unwrap();
+        let want = <Tensor<f64> as Linalg>::matmul(&a, &b, &out).unwrap();
+        let got = <EmuF32 as Linalg>::matmul(&emu(&a), &emu(&b), &out).unwrap();
         close("y", &got, &want);
         let dy = values(out.dims(), 32);
-        let (da, db) = <Tensor<f64> as Backend>::matmul_vjp(&a, &b, &dy).unwrap();
-        let (ga, gb) = <EmuF32 as Backend>::matmul_vjp(&emu(&a), &emu(&b), &emu(&dy)).unwrap();
+        let (da, db) = <Tensor<f64> as Linalg>::matmul_vjp(&a, &b, &dy).unwrap();
+        let (ga, gb) = <EmuF32 as Linalg>::matmul_vjp(&emu(&a), &emu(&b), &emu(&dy)).unwrap();
         close("dA", &ga, &da);
         close("dB", &gb, &db);
     }
@@ -335,12 +336,12 @@ fn empty_products_match_the_reference() {
         let i = *x.last().unwrap();
         let (x, w, b) = (values(x, 33), values(&[o, i], 34), values(&[o], 35));
         let out = Shape::from([3, o]);
-        let want = <Tensor<f64> as Backend>::linear(&x, &w, &b, &out).unwrap();
-        let got = <EmuF32 as Backend>::linear(&emu(&x), &emu(&w), &emu(&b), &out).unwrap();
+        let want = <Tensor<f64> as Linalg>::linear(&x, &w, &b, &out).unwrap();
+        let got = <EmuF32 as Linalg>::linear(&emu(&x), &emu(&w), &emu(&b), &out).unwrap();
         close("y", &got, &want);
         let dy = values(out.dims(), 36);
-        let (dx, dw, db) = <Tensor<f64> as Backend>::linear_vjp(&x, &w, &dy).unwrap();
-        let (gx, gw, gb) = <EmuF32 as Backend>::linear_vjp(&emu(&x), &emu(&w), &emu(&dy)).unwrap();
+        let (dx, dw, db) = <Tensor<f64> as Linalg>::linear_vjp(&x, &w, &dy).unwrap();
+        let (gx, gw, gb) = <EmuF32 as Linalg>::linear_vjp(&emu(&x), &emu(&w), &emu(&dy)).unwrap();
         close("dx", &gx, &dx);
         close("dW", &gw, &dw);
         close("db", &gb, &db);

@@ -1,13 +1,17 @@
 //! `torchlean-faults`: fault-injecting engines, wrappers that break one rule on purpose, to show
 //! that the equivalence checker (`torchlean-equiv`) catches it and to reproduce its
 //! counterexamples (`torchlean conform --inject-fault`). `Faulty<V, F>` behaves exactly like `V`
-//! except for fault `F`.
+//! except for fault `F`: it decorates `V` at the op level ([`Engine`]), so it names only the
+//! ops it breaks and forwards no kernel by hand.
 //!
 //! A crate of its own (on `spec` and `runtime` only) so that the CLI gets the faulty engines
 //! without the checker and its generators.
 
-use torchlean_runtime::{GradValue, GradZero, Kernels, Result, RuntimeError};
-use torchlean_spec::{Backend, BinaryOp, Conv2dSpec, PoolSpec, Shape, Tensor, UnaryOp};
+use std::borrow::Borrow;
+use torchlean_runtime::{forward, vjp_for, GradValue, GradZero, Kernels, Result, RuntimeError};
+use torchlean_spec::{
+    BinaryOp, Cotangents, Engine, EngineValue, Op, Operands, Saved, Shape, Tensor, UnaryOp,
+};
 
 /// The faults' ids, the const parameter of [`Faulty`].
 pub mod fault {
@@ -15,7 +19,7 @@ pub mod fault {
     pub const FLIP_SIGN: u8 = 1;
     /// The VJP of `add` drops the second operand's contribution.
     pub const DROP_CONTRIBUTION: u8 = 2;
-    /// Sums (`sum`, `reduce_sum`, `reduce_mean`, `mse_loss`) accumulate in reverse order.
+    /// Sums (`sum`, `reduce_sum`, `reduce_mean`) accumulate in reverse order.
     pub const ACCUMULATION_ORDER: u8 = 3;
     /// The VJP of `broadcast_to` averages over the broadcast axes instead of summing.
     pub const BROADCAST_REDUCTION: u8 = 4;
@@ -194,30 +198,7 @@ fn shift_left(x: &Tensor<f64>) -> Result<Tensor<f64>> {
     Ok(Tensor::new(x.shape().clone(), data)?)
 }
 
-/// `V`'s kernel result, wrapped.
-fn wrap<V: Kernels, const F: u8>(r: std::result::Result<V, V::Error>) -> Result<Faulty<V, F>> {
-    r.map(Faulty).map_err(Into::into)
-}
-
-fn wrap2<V: Kernels, const F: u8>(
-    r: std::result::Result<(V, V), V::Error>,
-) -> Result<(Faulty<V, F>, Faulty<V, F>)> {
-    r.map(|(a, b)| (Faulty(a), Faulty(b))).map_err(Into::into)
-}
-
-fn wrap3<V: Kernels, const F: u8>(
-    r: std::result::Result<(V, V, V), V::Error>,
-) -> Result<(Faulty<V, F>, Faulty<V, F>, Faulty<V, F>)> {
-    r.map(|(a, b, c)| (Faulty(a), Faulty(b), Faulty(c)))
-        .map_err(Into::into)
-}
-
-fn inner<V, const F: u8>(v: Option<&Faulty<V, F>>) -> Option<&V> {
-    v.map(|f| &f.0)
-}
-
-/// `V`'s kernels, except the one the fault breaks.
-impl<V: Kernels, const F: u8> Backend for Faulty<V, F> {
+impl<V: Kernels, const F: u8> EngineValue for Faulty<V, F> {
     type Error = RuntimeError;
 
     fn shape_of(&self) -> &Shape {
@@ -226,181 +207,61 @@ impl<V: Kernels, const F: u8> Backend for Faulty<V, F> {
     fn values_f64(x: &Self) -> Result<Vec<f64>> {
         V::values_f64(&x.0).map_err(Into::into)
     }
-    fn unary(op: UnaryOp, x: &Self) -> Result<Self> {
-        wrap(V::unary(op, &x.0))
-    }
-    fn unary_vjp(op: UnaryOp, x: Option<&Self>, y: Option<&Self>, dy: &Self) -> Result<Self> {
-        wrap(V::unary_vjp(op, inner(x), inner(y), &dy.0))
-    }
-    fn binary(op: BinaryOp, a: &Self, b: &Self) -> Result<Self> {
-        wrap(V::binary(op, &a.0, &b.0))
-    }
-    fn binary_vjp(
-        op: BinaryOp,
-        a: Option<&Self>,
-        b: Option<&Self>,
-        dy: &Self,
-    ) -> Result<(Self, Self)> {
-        let (da, db) = wrap2(V::binary_vjp(op, inner(a), inner(b), &dy.0))?;
-        Ok(match (F, op) {
-            (fault::FLIP_SIGN, BinaryOp::Mul) => (Self::unary(UnaryOp::Neg, &da)?, db),
-            (fault::DROP_CONTRIBUTION, BinaryOp::Add) => {
-                let zero = Faulty(V::full(db.shape(), 0.0)?);
-                (da, zero)
+}
+
+/// `V`'s ops, except the one rule the fault breaks: a decorator at the op level, so every op
+/// it does not touch is `V`'s own dispatch and kernels.
+impl<V: Kernels, const F: u8> Engine for Faulty<V, F> {
+    fn forward_op(op: &Op, args: &[&Self]) -> Result<Self> {
+        let inner: Operands<&V> = args.iter().map(|a| &a.0).collect();
+        // `V` validates the operands and computes the output first, whatever the fault
+        let y = forward::<V>(op, &inner)?;
+        Ok(Faulty(match (F, op) {
+            (fault::ACCUMULATION_ORDER, Op::Sum) => {
+                V::from_f64(&reversed_sum(&inner[0].to_f64()?, None)?)?
             }
-            _ => (da, db),
-        })
+            (fault::ACCUMULATION_ORDER, Op::ReduceSum { axis } | Op::ReduceMean { axis }) => {
+                let x = inner[0].to_f64()?;
+                let n = match op {
+                    Op::ReduceMean { .. } => x.shape().dims()[*axis].max(1) as f64,
+                    _ => 1.0,
+                };
+                let s = reversed_sum(&x, Some(*axis))?;
+                V::from_f64(&s.map(|e| Ok(e / n))?)?
+            }
+            (fault::POOL_OFF_BY_ONE, Op::Pool(_)) => {
+                let shifted = V::from_f64(&shift_left(&inner[0].to_f64()?)?)?;
+                forward::<V>(op, &[&shifted])?
+            }
+            _ => y,
+        }))
     }
-    fn scale(x: &Self, c: f64) -> Result<Self> {
-        wrap(V::scale(&x.0, c))
-    }
-    fn add_scalar(x: &Self, c: f64) -> Result<Self> {
-        wrap(V::add_scalar(&x.0, c))
-    }
-    fn clamp(x: &Self, min: Option<f64>, max: Option<f64>) -> Result<Self> {
-        wrap(V::clamp(&x.0, min, max))
-    }
-    fn clamp_vjp(x: &Self, dy: &Self, min: Option<f64>, max: Option<f64>) -> Result<Self> {
-        wrap(V::clamp_vjp(&x.0, &dy.0, min, max))
-    }
-    fn relabel(x: &Self, shape: &Shape) -> Result<Self> {
-        wrap(V::relabel(&x.0, shape))
-    }
-    fn softmax(x: &Self, axis: usize, log: bool) -> Result<Self> {
-        wrap(V::softmax(&x.0, axis, log))
-    }
-    fn softmax_vjp(y: &Self, dy: &Self, axis: usize, log: bool) -> Result<Self> {
-        wrap(V::softmax_vjp(&y.0, &dy.0, axis, log))
-    }
-    fn layer_norm(x: &Self, axis: usize, eps: f64) -> Result<Self> {
-        wrap(V::layer_norm(&x.0, axis, eps))
-    }
-    fn layer_norm_vjp(x: &Self, dy: &Self, axis: usize, eps: f64) -> Result<Self> {
-        wrap(V::layer_norm_vjp(&x.0, &dy.0, axis, eps))
-    }
-    fn batch_norm(args: [&Self; 5], eps: f64) -> Result<Self> {
-        wrap(V::batch_norm(args.map(|a| &a.0), eps))
-    }
-    fn batch_norm_vjp(
-        x: &Self,
-        gamma: &Self,
-        mean: &Self,
-        var: &Self,
-        dy: &Self,
-        eps: f64,
-    ) -> Result<[Self; 5]> {
-        let g =
-            V::batch_norm_vjp(&x.0, &gamma.0, &mean.0, &var.0, &dy.0, eps).map_err(Into::into)?;
-        Ok(g.map(Faulty))
-    }
-    fn batch_norm_train(x: &Self, gamma: &Self, beta: &Self, eps: f64) -> Result<Self> {
-        wrap(V::batch_norm_train(&x.0, &gamma.0, &beta.0, eps))
-    }
-    fn batch_norm_train_vjp(x: &Self, gamma: &Self, dy: &Self, eps: f64) -> Result<[Self; 3]> {
-        let g = V::batch_norm_train_vjp(&x.0, &gamma.0, &dy.0, eps).map_err(Into::into)?;
-        Ok(g.map(Faulty))
-    }
-    fn broadcast(x: &Self, out: &Shape) -> Result<Self> {
-        wrap(V::broadcast(&x.0, out))
-    }
-    fn broadcast_vjp(dy: &Self, from: &Shape) -> Result<Self> {
-        let g = wrap(V::broadcast_vjp(&dy.0, from))?;
-        if F == fault::BROADCAST_REDUCTION && dy.shape().size() > from.size() {
-            // averages over the broadcast axes instead of summing
-            return Self::scale(&g, from.size() as f64 / dy.shape().size() as f64);
+
+    fn vjp_op(
+        op: &Op,
+        saved: &Saved<impl Borrow<Self>>,
+        cot: &Self,
+        needs: &dyn Fn(usize) -> bool,
+    ) -> Result<Cotangents<Self>> {
+        let inner = saved.view(|v| &v.borrow().0);
+        let mut g = vjp_for::<V>(op, &inner, &cot.0, needs)?;
+        match (F, op, g.as_mut_slice()) {
+            (fault::FLIP_SIGN, Op::Binary(BinaryOp::Mul), [Some(da), _]) => {
+                *da = forward::<V>(&Op::Unary(UnaryOp::Neg), &[&*da])?;
+            }
+            (fault::DROP_CONTRIBUTION, Op::Binary(BinaryOp::Add), [_, Some(db)]) => {
+                *db = V::full(db.shape(), 0.0)?;
+            }
+            (fault::BROADCAST_REDUCTION, Op::BroadcastTo { from, .. }, [Some(dx)])
+                if cot.shape().size() > from.size() =>
+            {
+                // averages over the broadcast axes instead of summing
+                let c = from.size() as f64 / cot.shape().size() as f64;
+                *dx = forward::<V>(&Op::Scale { c }, &[&*dx])?;
+            }
+            _ => {}
         }
-        Ok(g)
-    }
-    fn permute(x: &Self, perm: &[usize], out: &Shape) -> Result<Self> {
-        wrap(V::permute(&x.0, perm, out))
-    }
-    fn slice(x: &Self, axis: usize, start: usize, out: &Shape) -> Result<Self> {
-        wrap(V::slice(&x.0, axis, start, out))
-    }
-    fn slice_vjp(dy: &Self, in_shape: &Shape, axis: usize, start: usize) -> Result<Self> {
-        wrap(V::slice_vjp(&dy.0, in_shape, axis, start))
-    }
-    fn concat(args: &[&Self], axis: usize, out: &Shape) -> Result<Self> {
-        let args: Vec<&V> = args.iter().map(|a| &a.0).collect();
-        wrap(V::concat(&args, axis, out))
-    }
-    fn concat_vjp(dy: &Self, shapes: &[Shape], axis: usize) -> Result<Vec<Self>> {
-        let parts = V::concat_vjp(&dy.0, shapes, axis).map_err(Into::into)?;
-        Ok(parts.into_iter().map(Faulty).collect())
-    }
-    fn reduce_axis(x: &Self, axis: usize, mean: bool, out: &Shape) -> Result<Self> {
-        if F == fault::ACCUMULATION_ORDER {
-            let v = x.0.to_f64()?;
-            let n = if mean {
-                v.shape().dims()[axis].max(1) as f64
-            } else {
-                1.0
-            };
-            let s = reversed_sum(&v, Some(axis))?;
-            return Ok(Faulty(V::from_f64(&s.map(|e| Ok(e / n))?)?));
-        }
-        wrap(V::reduce_axis(&x.0, axis, mean, out))
-    }
-    fn spread(dy: &Self, in_shape: &Shape, axis: usize, mean: bool) -> Result<Self> {
-        wrap(V::spread(&dy.0, in_shape, axis, mean))
-    }
-    fn sum_all(x: &Self) -> Result<Self> {
-        if F == fault::ACCUMULATION_ORDER {
-            return Ok(Faulty(V::from_f64(&reversed_sum(&x.0.to_f64()?, None)?)?));
-        }
-        wrap(V::sum_all(&x.0))
-    }
-    fn sum_all_vjp(dy: &Self, in_shape: &Shape) -> Result<Self> {
-        wrap(V::sum_all_vjp(&dy.0, in_shape))
-    }
-    fn mse_loss(y: &Self, t: &Self) -> Result<Self> {
-        wrap(V::mse_loss(&y.0, &t.0))
-    }
-    fn mse_loss_vjp(y: &Self, t: &Self, dy: &Self) -> Result<(Self, Self)> {
-        wrap2(V::mse_loss_vjp(&y.0, &t.0, &dy.0))
-    }
-    fn cross_entropy(logits: &Self, target: &[usize], mean: bool) -> Result<Self> {
-        wrap(V::cross_entropy(&logits.0, target, mean))
-    }
-    fn cross_entropy_vjp(logits: &Self, target: &[usize], dy: &Self, mean: bool) -> Result<Self> {
-        wrap(V::cross_entropy_vjp(&logits.0, target, &dy.0, mean))
-    }
-    fn matmul(a: &Self, b: &Self, out: &Shape) -> Result<Self> {
-        wrap(V::matmul(&a.0, &b.0, out))
-    }
-    fn matmul_vjp(a: &Self, b: &Self, dy: &Self) -> Result<(Self, Self)> {
-        wrap2(V::matmul_vjp(&a.0, &b.0, &dy.0))
-    }
-    fn linear(x: &Self, w: &Self, b: &Self, out: &Shape) -> Result<Self> {
-        wrap(V::linear(&x.0, &w.0, &b.0, out))
-    }
-    fn linear_vjp(x: &Self, w: &Self, dy: &Self) -> Result<(Self, Self, Self)> {
-        wrap3(V::linear_vjp(&x.0, &w.0, &dy.0))
-    }
-    fn conv2d(spec: &Conv2dSpec, x: &Self, w: &Self, b: &Self, out: &Shape) -> Result<Self> {
-        wrap(V::conv2d(spec, &x.0, &w.0, &b.0, out))
-    }
-    fn conv2d_vjp(spec: &Conv2dSpec, x: &Self, w: &Self, dy: &Self) -> Result<(Self, Self, Self)> {
-        wrap3(V::conv2d_vjp(spec, &x.0, &w.0, &dy.0))
-    }
-    fn pool(spec: &PoolSpec, x: &Self, out: &Shape) -> Result<Self> {
-        if F == fault::POOL_OFF_BY_ONE {
-            let shifted = V::from_f64(&shift_left(&x.0.to_f64()?)?)?;
-            return wrap(V::pool(spec, &shifted, out));
-        }
-        wrap(V::pool(spec, &x.0, out))
-    }
-    fn max_pool_vjp(spec: &PoolSpec, x: &Self, dy: &Self) -> Result<Self> {
-        wrap(V::max_pool_vjp(spec, &x.0, &dy.0))
-    }
-    fn avg_pool_vjp(spec: &PoolSpec, in_shape: &Shape, dy: &Self) -> Result<Self> {
-        wrap(V::avg_pool_vjp(spec, in_shape, &dy.0))
-    }
-    fn rand_uniform(seed: u64, key: u64, out: &Shape) -> Result<Self> {
-        wrap(V::rand_uniform(seed, key, out))
-    }
-    fn bernoulli_mask(seed: u64, key: u64, keep_prob: &Self, out: &Shape) -> Result<Self> {
-        wrap(V::bernoulli_mask(seed, key, &keep_prob.0, out))
+        Ok(g.into_iter().map(|g| g.map(Faulty)).collect())
     }
 }
 

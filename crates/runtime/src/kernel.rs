@@ -1,8 +1,9 @@
 //! The kernel trait: what a value type must implement so that compiled graphs and eager
 //! sessions can run every op forward and backward on it.
 //!
-//! An engine implements each op family once ([`Backend`], one method per family); [`forward`]
-//! and [`vjp`] are the one dispatch (`torchlean_spec::Op::forward` / `Op::vjp`), which validates
+//! An engine implements each op family once (`torchlean_spec::Backend`, one trait per family),
+//! which makes it an [`Engine`]; [`forward`] and [`vjp`] run an op through [`Engine`], whose
+//! one dispatch for every backend (`torchlean_spec::Op::forward` / `Op::vjp`) validates
 //! with the op's shape rule and reads only what the op's descriptor says it saves
 //! ([`Saved::for_op`]), so an op whose backward needs only its output (exp, tanh, sigmoid, relu,
 //! sqrt, inv, softmax) never keeps its input alive. Eager recording and compiled graphs take the
@@ -13,7 +14,7 @@ use crate::error::{Result, RuntimeError};
 use crate::tape::Tape;
 use crate::value::{GradValue, GradZero};
 use std::borrow::Borrow;
-use torchlean_spec::{Backend, Op, Shape, Tensor};
+use torchlean_spec::{Engine, Op, Shape, Tensor};
 
 pub use torchlean_spec::{Cotangents, Operands, Saved};
 
@@ -28,21 +29,22 @@ pub fn release_saved<V: GradValue>(saved: &mut Saved<V>) {
 }
 
 /// `op` applied to `args` on engine `V` (weights included, in the op's operand order): the one
-/// dispatch, [`Op::forward`], with the engine's error converted.
+/// dispatch ([`Engine::forward_op`]: [`Op::forward`] on a backend), with the engine's error
+/// converted.
 #[inline]
 pub fn forward<V: Kernels>(op: &Op, args: &[&V]) -> Result<V> {
-    op.forward(args).map_err(Into::into)
+    V::forward_op(op, args).map_err(Into::into)
 }
 
 /// One cotangent per operand (`None` = structurally zero), reading only `saved`: the one
-/// dispatch, [`Op::vjp`], with the engine's error converted.
+/// dispatch ([`Engine::vjp_op`]: [`Op::vjp`] on a backend), with the engine's error converted.
 #[inline]
 pub fn vjp<V: Kernels>(op: &Op, saved: &Saved<impl Borrow<V>>, cot: &V) -> Result<Cotangents<V>> {
-    op.vjp(saved, cot).map_err(Into::into)
+    V::vjp_op(op, saved, cot, &|_| true).map_err(Into::into)
 }
 
 /// [`vjp`] where only the operands `i` with `needs(i)` need a cotangent (the others may be
-/// `None`): the one dispatch, [`Op::vjp_for`], with the engine's error converted.
+/// `None`): [`Engine::vjp_op`], with the engine's error converted.
 #[inline]
 pub fn vjp_for<V: Kernels>(
     op: &Op,
@@ -50,7 +52,7 @@ pub fn vjp_for<V: Kernels>(
     cot: &V,
     needs: &dyn Fn(usize) -> bool,
 ) -> Result<Cotangents<V>> {
-    op.vjp_for(saved, cot, needs).map_err(Into::into)
+    V::vjp_op(op, saved, cot, needs).map_err(Into::into)
 }
 
 /// The VJP a tape runs for a recorded op ([`record`], [`record_compiled`]): [`vjp_for`] on a
@@ -122,11 +124,12 @@ pub(crate) fn has_repeats(operands: &[usize]) -> bool {
         .any(|(i, &first)| first != i)
 }
 
-/// What a value type must provide to run graphs: the per-family kernels ([`Backend`], through
-/// which [`forward`] and [`vjp`] dispatch every op), the gradient operations of the sweeps, and
+/// What a value type must provide to run graphs: ops forward and backward ([`Engine`]: every
+/// backend through the one dispatch, or a decorator of one), the gradient operations of the
+/// sweeps, and
 /// conversions. Engine errors convert into [`RuntimeError`], keeping their structure as a source.
 pub trait Kernels:
-    Backend<Error: Into<RuntimeError>> + GradValue + GradZero + Clone + Send + Sync + 'static
+    Engine<Error: Into<RuntimeError>> + GradValue + GradZero + Clone + Send + Sync + 'static
 {
     /// A short engine/dtype label (`"reference-f64"`, `"cpu-f32"`, …).
     const ENGINE: &'static str;

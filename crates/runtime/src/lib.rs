@@ -7,7 +7,7 @@
 //!   [`Tape::backward_dense_from`], [`Tape::backward_sparse`] and their steps
 //!   ([`add_grad_dense`], [`backward_dense_step`], [`totalize`], [`add_grad_all`],
 //!   [`backward_dense_from_step`], [`backward_dense_from_loop`]);
-//! - [`Kernels`]: what a value type provides (the per-family `torchlean_spec::Backend` kernels,
+//! - [`Kernels`]: what a value type provides (ops through `torchlean_spec::Engine`,
 //!   conversions); [`forward`] / [`vjp`], the one dispatch; [`record`] / [`record_compiled`] to
 //!   put an op on a tape (eager, or as a compiled node with the local-sum rule);
 //! - the reference engine: `Kernels` for `torchlean_spec::Tensor<A>`.

@@ -3,10 +3,11 @@
 //! when a VJP fails mid-sweep; and peak live gradients on a 1,000-node chain are O(1).
 #![allow(clippy::unwrap_used)]
 
+use std::borrow::Borrow;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use torchlean_runtime::*;
-use torchlean_spec::{BinaryOp, Conv2dSpec, PoolSpec, Shape, UnaryOp};
+use torchlean_spec::{Op, Shape, UnaryOp};
 
 #[derive(Default, Debug)]
 struct Registry {
@@ -258,7 +259,7 @@ fn peak_live_gradients_on_a_long_chain_is_constant() {
 }
 
 /// `Counted` as an engine whose concat VJP is wrong: it returns one cotangent whatever the
-/// number of operands. Only exp and concat are implemented; the other kernels are errors.
+/// number of operands. Only exp and concat are implemented; the other ops are errors.
 impl Clone for Counted {
     fn clone(&self) -> Self {
         let mut c = Counted::new(&self.reg, self.v);
@@ -278,76 +279,55 @@ impl Counted {
     }
 }
 
-/// The kernels this test never calls.
-macro_rules! unused_kernels {
-    ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
-        $(fn $name($($arg: $ty),*) -> Result<$ret> {
-            $(let _ = $arg;)*
-            Err(RuntimeError::Invalid(concat!(stringify!($name), " is not used here").into()))
-        })*
-    };
-}
-
-impl torchlean_spec::Backend for Counted {
+impl torchlean_spec::EngineValue for Counted {
     type Error = RuntimeError;
 
     fn shape_of(&self) -> &Shape {
         &self.shape
     }
-    fn unary(_op: UnaryOp, x: &Self) -> Result<Self> {
-        Ok(Counted::shaped(x.v.exp(), &x.shape))
+    fn values_f64(x: &Self) -> Result<Vec<f64>> {
+        Ok(vec![x.v; x.shape.size()])
     }
-    fn unary_vjp(_op: UnaryOp, _x: Option<&Self>, y: Option<&Self>, dy: &Self) -> Result<Self> {
-        Ok(Counted::shaped(dy.v * y.map_or(1.0, |y| y.v), &dy.shape))
+}
+
+/// Two ops at the op level ([`torchlean_spec::Engine`]): `exp` (any unary op) and `concat`;
+/// every other op is an error this test never reaches.
+impl torchlean_spec::Engine for Counted {
+    fn forward_op(op: &Op, args: &[&Self]) -> Result<Self> {
+        let shapes: Vec<Shape> = args.iter().map(|a| a.shape.clone()).collect();
+        let out = op.infer_shape(&shapes)?;
+        match op {
+            Op::Unary(_) => Ok(Counted::shaped(args[0].v.exp(), &out)),
+            Op::Concat { .. } => Ok(Counted::shaped(args.iter().map(|a| a.v).sum(), &out)),
+            _ => Err(RuntimeError::Invalid(format!(
+                "{} is not used here",
+                op.name()
+            ))),
+        }
     }
-    fn concat(args: &[&Self], _axis: usize, out: &Shape) -> Result<Self> {
-        Ok(Counted::shaped(args.iter().map(|a| a.v).sum(), out))
-    }
-    fn concat_vjp(dy: &Self, shapes: &[Shape], _axis: usize) -> Result<Vec<Self>> {
-        // wrong: one cotangent for any number of operands
-        Ok(vec![Counted::shaped(dy.v, &shapes[0])])
-    }
-    unused_kernels! {
-        values_f64(x: &Self) -> Vec<f64>;
-        binary(op: BinaryOp, a: &Self, b: &Self) -> Self;
-        binary_vjp(op: BinaryOp, a: Option<&Self>, b: Option<&Self>, dy: &Self) -> (Self, Self);
-        scale(x: &Self, c: f64) -> Self;
-        add_scalar(x: &Self, c: f64) -> Self;
-        clamp(x: &Self, min: Option<f64>, max: Option<f64>) -> Self;
-        clamp_vjp(x: &Self, dy: &Self, min: Option<f64>, max: Option<f64>) -> Self;
-        relabel(x: &Self, shape: &Shape) -> Self;
-        softmax(x: &Self, axis: usize, log: bool) -> Self;
-        softmax_vjp(y: &Self, dy: &Self, axis: usize, log: bool) -> Self;
-        layer_norm(x: &Self, axis: usize, eps: f64) -> Self;
-        layer_norm_vjp(x: &Self, dy: &Self, axis: usize, eps: f64) -> Self;
-        batch_norm(args: [&Self; 5], eps: f64) -> Self;
-        batch_norm_vjp(x: &Self, g: &Self, m: &Self, v: &Self, dy: &Self, eps: f64) -> [Self; 5];
-        batch_norm_train(x: &Self, g: &Self, b: &Self, eps: f64) -> Self;
-        batch_norm_train_vjp(x: &Self, g: &Self, dy: &Self, eps: f64) -> [Self; 3];
-        broadcast(x: &Self, out: &Shape) -> Self;
-        broadcast_vjp(dy: &Self, from: &Shape) -> Self;
-        permute(x: &Self, perm: &[usize], out: &Shape) -> Self;
-        slice(x: &Self, axis: usize, start: usize, out: &Shape) -> Self;
-        slice_vjp(dy: &Self, in_shape: &Shape, axis: usize, start: usize) -> Self;
-        reduce_axis(x: &Self, axis: usize, mean: bool, out: &Shape) -> Self;
-        spread(dy: &Self, in_shape: &Shape, axis: usize, mean: bool) -> Self;
-        sum_all(x: &Self) -> Self;
-        sum_all_vjp(dy: &Self, in_shape: &Shape) -> Self;
-        mse_loss(y: &Self, t: &Self) -> Self;
-        mse_loss_vjp(y: &Self, t: &Self, dy: &Self) -> (Self, Self);
-        cross_entropy(logits: &Self, target: &[usize], mean: bool) -> Self;
-        cross_entropy_vjp(logits: &Self, target: &[usize], dy: &Self, mean: bool) -> Self;
-        matmul(a: &Self, b: &Self, out: &Shape) -> Self;
-        matmul_vjp(a: &Self, b: &Self, dy: &Self) -> (Self, Self);
-        linear(x: &Self, w: &Self, b: &Self, out: &Shape) -> Self;
-        linear_vjp(x: &Self, w: &Self, dy: &Self) -> (Self, Self, Self);
-        conv2d(spec: &Conv2dSpec, x: &Self, w: &Self, b: &Self, out: &Shape) -> Self;
-        conv2d_vjp(spec: &Conv2dSpec, x: &Self, w: &Self, dy: &Self) -> (Self, Self, Self);
-        pool(spec: &PoolSpec, x: &Self, out: &Shape) -> Self;
-        max_pool_vjp(spec: &PoolSpec, x: &Self, dy: &Self) -> Self;
-        avg_pool_vjp(spec: &PoolSpec, in_shape: &Shape, dy: &Self) -> Self;
-        rand_uniform(seed: u64, key: u64, out: &Shape) -> Self;
-        bernoulli_mask(seed: u64, key: u64, keep: &Self, out: &Shape) -> Self;
+    fn vjp_op(
+        op: &Op,
+        saved: &Saved<impl Borrow<Self>>,
+        cot: &Self,
+        _needs: &dyn Fn(usize) -> bool,
+    ) -> Result<Cotangents<Self>> {
+        match op {
+            Op::Unary(_) => {
+                let y = saved.output.as_ref().map_or(1.0, |y| y.borrow().v);
+                let shape = &saved.input_shapes[0];
+                Ok([Some(Counted::shaped(cot.v * y, shape))]
+                    .into_iter()
+                    .collect())
+            }
+            // wrong: one cotangent for any number of operands
+            Op::Concat { .. } => Ok([Some(Counted::shaped(cot.v, &saved.input_shapes[0]))]
+                .into_iter()
+                .collect()),
+            _ => Err(RuntimeError::Invalid(format!(
+                "{} is not used here",
+                op.name()
+            ))),
+        }
     }
 }
 

@@ -18,7 +18,10 @@ pub mod scalar;
 pub mod shape;
 pub mod tensor;
 
-pub use backend::Backend;
+pub use backend::{
+    compose, Backend, ConvPool, Elementwise, Engine, EngineValue, Grads3, KernelResult, Layout,
+    Linalg, Norm, Random, Reduce,
+};
 pub use budget::{Budget, NodeCost, OverBudget, Pass, Tally};
 pub use error::{Result, SpecError};
 pub use finite::NonFinite;

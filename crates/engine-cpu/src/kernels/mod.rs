@@ -1,5 +1,5 @@
-//! The CPU engine's kernels, one module per op family, and its [`Backend`] implementation: one
-//! method per family, each calling its module's kernel. Validation (the op's shape rule, the
+//! The CPU engine's kernels, one module per op family, and its family implementations
+//! ([`torchlean_spec::Backend`]), each method calling its module's kernel. Validation (the op's shape rule, the
 //! cotangent's shape, the saved values' shapes) and the choice of what a VJP reads happen once,
 //! in the dispatch (`torchlean_spec::Op::forward` / `Op::vjp`), before any kernel runs.
 
@@ -16,24 +16,32 @@ use crate::error::CpuError;
 use crate::scalar::CpuScalar;
 use crate::tensor::CpuTensor;
 use torchlean_runtime::{Kernels, Result};
-use torchlean_spec::{Backend, BinaryOp, Conv2dSpec, PoolSpec, Shape, Tensor, UnaryOp};
+use torchlean_spec::{
+    BinaryOp, Conv2dSpec, ConvPool, Elementwise, EngineValue, KernelResult, Layout, Linalg, Norm,
+    PoolSpec, Random, Reduce, Shape, Tensor, UnaryOp,
+};
 
 type R<T> = std::result::Result<CpuTensor<T>, CpuError>;
 type R2<T> = std::result::Result<(CpuTensor<T>, CpuTensor<T>), CpuError>;
 type R3<T> = std::result::Result<(CpuTensor<T>, CpuTensor<T>, CpuTensor<T>), CpuError>;
+/// One gradient per operand of a batch norm.
+type Grads<T, const N: usize> = std::result::Result<[CpuTensor<T>; N], CpuError>;
 /// `(dx if asked for, dW, db)`.
 type R3o<T> = std::result::Result<(Option<CpuTensor<T>>, CpuTensor<T>, CpuTensor<T>), CpuError>;
 
-impl<T: CpuScalar> Backend for CpuTensor<T> {
+impl<T: CpuScalar> EngineValue for CpuTensor<T> {
     type Error = CpuError;
 
     #[inline]
     fn shape_of(&self) -> &Shape {
         self.shape()
     }
-    fn values_f64(x: &Self) -> std::result::Result<Vec<f64>, CpuError> {
+    fn values_f64(x: &Self) -> KernelResult<Self, Vec<f64>> {
         Ok(x.as_slice().iter().map(|v| v.to_f64()).collect())
     }
+}
+
+impl<T: CpuScalar> Elementwise for CpuTensor<T> {
     #[inline]
     fn unary(op: UnaryOp, x: &Self) -> R<T> {
         Ok(elementwise::unary(op, x))
@@ -62,60 +70,12 @@ impl<T: CpuScalar> Backend for CpuTensor<T> {
     fn clamp_vjp(x: &Self, dy: &Self, min: Option<f64>, max: Option<f64>) -> R<T> {
         Ok(elementwise::clamp_vjp(x, dy, min, max))
     }
+}
+
+impl<T: CpuScalar> Layout for CpuTensor<T> {
     #[inline]
     fn relabel(x: &Self, shape: &Shape) -> R<T> {
         Ok(x.share(shape.clone()))
-    }
-    fn softmax(x: &Self, axis: usize, log: bool) -> R<T> {
-        Ok(if log {
-            norm::log_softmax(x, axis)
-        } else {
-            norm::softmax(x, axis)
-        })
-    }
-    fn softmax_vjp(y: &Self, dy: &Self, axis: usize, log: bool) -> R<T> {
-        Ok(if log {
-            norm::log_softmax_vjp(y, dy, axis)
-        } else {
-            norm::softmax_vjp(y, dy, axis)
-        })
-    }
-    fn layer_norm(x: &Self, axis: usize, eps: f64) -> R<T> {
-        Ok(norm::layer_norm(x, axis, T::from_f64(eps)))
-    }
-    fn layer_norm_vjp(x: &Self, dy: &Self, axis: usize, eps: f64) -> R<T> {
-        Ok(norm::layer_norm_vjp(x, dy, axis, T::from_f64(eps)))
-    }
-    fn batch_norm(args: [&Self; 5], eps: f64) -> R<T> {
-        Ok(norm::batch_norm(args, T::from_f64(eps)))
-    }
-    fn batch_norm_vjp(
-        x: &Self,
-        gamma: &Self,
-        mean: &Self,
-        var: &Self,
-        dy: &Self,
-        eps: f64,
-    ) -> std::result::Result<[Self; 5], CpuError> {
-        Ok(norm::batch_norm_vjp(
-            x,
-            gamma,
-            mean,
-            var,
-            dy,
-            T::from_f64(eps),
-        ))
-    }
-    fn batch_norm_train(x: &Self, gamma: &Self, beta: &Self, eps: f64) -> R<T> {
-        Ok(norm::batch_norm_train(x, gamma, beta, eps))
-    }
-    fn batch_norm_train_vjp(
-        x: &Self,
-        gamma: &Self,
-        dy: &Self,
-        eps: f64,
-    ) -> std::result::Result<[Self; 3], CpuError> {
-        Ok(norm::batch_norm_train_vjp(x, gamma, dy, eps))
     }
     fn broadcast(x: &Self, out: &Shape) -> R<T> {
         Ok(layout::broadcast(x, out.clone()))
@@ -135,13 +95,12 @@ impl<T: CpuScalar> Backend for CpuTensor<T> {
     fn concat(args: &[&Self], axis: usize, out: &Shape) -> R<T> {
         Ok(layout::concat(args, axis, out.clone()))
     }
-    fn concat_vjp(
-        dy: &Self,
-        shapes: &[Shape],
-        axis: usize,
-    ) -> std::result::Result<Vec<Self>, CpuError> {
+    fn concat_vjp(dy: &Self, shapes: &[Shape], axis: usize) -> KernelResult<Self, Vec<Self>> {
         Ok(layout::concat_vjp(dy, shapes, axis))
     }
+}
+
+impl<T: CpuScalar> Reduce for CpuTensor<T> {
     fn reduce_axis(x: &Self, axis: usize, mean: bool, out: &Shape) -> R<T> {
         Ok(reduce::reduce_axis(x, axis, out.clone(), mean))
     }
@@ -166,6 +125,53 @@ impl<T: CpuScalar> Backend for CpuTensor<T> {
     fn cross_entropy_vjp(logits: &Self, target: &[usize], dy: &Self, mean: bool) -> R<T> {
         Ok(reduce::cross_entropy_vjp(logits, target, dy, mean))
     }
+}
+
+impl<T: CpuScalar> Norm for CpuTensor<T> {
+    fn softmax(x: &Self, axis: usize, log: bool) -> R<T> {
+        Ok(if log {
+            norm::log_softmax(x, axis)
+        } else {
+            norm::softmax(x, axis)
+        })
+    }
+    fn softmax_vjp(y: &Self, dy: &Self, axis: usize, log: bool) -> R<T> {
+        Ok(if log {
+            norm::log_softmax_vjp(y, dy, axis)
+        } else {
+            norm::softmax_vjp(y, dy, axis)
+        })
+    }
+    fn layer_norm(x: &Self, axis: usize, eps: f64) -> R<T> {
+        Ok(norm::layer_norm(x, axis, T::from_f64(eps)))
+    }
+    fn layer_norm_vjp(x: &Self, dy: &Self, axis: usize, eps: f64) -> R<T> {
+        Ok(norm::layer_norm_vjp(x, dy, axis, T::from_f64(eps)))
+    }
+    fn batch_norm(args: [&Self; 5], eps: f64) -> R<T> {
+        Ok(norm::batch_norm(args, T::from_f64(eps)))
+    }
+    fn batch_norm_vjp(saved: [&Self; 4], dy: &Self, eps: f64) -> Grads<T, 5> {
+        let [x, gamma, mean, var] = saved;
+        Ok(norm::batch_norm_vjp(
+            x,
+            gamma,
+            mean,
+            var,
+            dy,
+            T::from_f64(eps),
+        ))
+    }
+    fn batch_norm_train(x: &Self, gamma: &Self, beta: &Self, eps: f64) -> R<T> {
+        Ok(norm::batch_norm_train(x, gamma, beta, eps))
+    }
+    fn batch_norm_train_vjp(saved: [&Self; 2], dy: &Self, eps: f64) -> Grads<T, 3> {
+        let [x, gamma] = saved;
+        Ok(norm::batch_norm_train_vjp(x, gamma, dy, eps))
+    }
+}
+
+impl<T: CpuScalar> Linalg for CpuTensor<T> {
     fn matmul(a: &Self, b: &Self, out: &Shape) -> R<T> {
         linalg::matmul(a, b, out.clone())
     }
@@ -181,6 +187,9 @@ impl<T: CpuScalar> Backend for CpuTensor<T> {
     fn linear_vjp_for(x: &Self, w: &Self, dy: &Self, need_dx: bool) -> R3o<T> {
         linalg::linear_vjp_for(x, w, dy, need_dx)
     }
+}
+
+impl<T: CpuScalar> ConvPool for CpuTensor<T> {
     fn conv2d(spec: &Conv2dSpec, x: &Self, w: &Self, b: &Self, out: &Shape) -> R<T> {
         conv::forward(spec, x, w, b, out.clone())
     }
@@ -200,6 +209,9 @@ impl<T: CpuScalar> Backend for CpuTensor<T> {
     fn avg_pool_vjp(spec: &PoolSpec, in_shape: &Shape, dy: &Self) -> R<T> {
         pool::avg_vjp(spec, in_shape, dy)
     }
+}
+
+impl<T: CpuScalar> Random for CpuTensor<T> {
     fn rand_uniform(seed: u64, key: u64, out: &Shape) -> R<T> {
         Ok(random::rand_uniform(seed, key, out.clone()))
     }

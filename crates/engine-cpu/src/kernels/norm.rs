@@ -548,7 +548,7 @@ mod tests {
         // a batch whose values are all equal up to rounding: the normalisation divides the
         // rounding noise of the mean by sqrt(eps), so any reassociation of the sums shows (the
         // lane-order sums differed from the reference by 2e-12 here)
-        use torchlean_spec::{Backend, Shape, Tensor};
+        use torchlean_spec::{Norm, Shape, Tensor};
         let vals: Vec<f64> = (0..18)
             .map(|i| -1.3333333333333333 + 0.1 * (i as f64) * 1e-16)
             .collect();
@@ -561,8 +561,8 @@ mod tests {
             (0..18).map(|i| (i as f64 * 0.37).sin()).collect(),
         )
         .unwrap();
-        let want = <Tensor<f64> as Backend>::batch_norm_train(&x, &g, &b, 1e-5).unwrap();
-        let want_g = <Tensor<f64> as Backend>::batch_norm_train_vjp(&x, &g, &dy, 1e-5).unwrap();
+        let want = <Tensor<f64> as Norm>::batch_norm_train(&x, &g, &b, 1e-5).unwrap();
+        let want_g = <Tensor<f64> as Norm>::batch_norm_train_vjp([&x, &g], &dy, 1e-5).unwrap();
         let cpu = |t: &Tensor<f64>| {
             CpuTensor::<f64>::from_vec(t.shape().clone(), t.data().to_vec()).unwrap()
         };

@@ -508,7 +508,7 @@ mod tests {
     use super::*;
     use crate::emu::{emulation_ready, Emu};
     use torchlean_runtime::Kernels;
-    use torchlean_spec::{Backend, Tensor};
+    use torchlean_spec::{ConvPool, Tensor};
 
     fn values(shape: &[usize], salt: u64) -> Tensor<f64> {
         let mut s = salt;
@@ -550,9 +550,9 @@ mod tests {
         let w = values(&[3, 2, 3, 2], 2);
         let b = values(&[3], 3);
         let out = Shape::from([3, 3, 25, 24]);
-        let want = <Tensor<f64> as Backend>::conv2d(&spec, &x, &w, &b, &out).unwrap();
+        let want = <Tensor<f64> as ConvPool>::conv2d(&spec, &x, &w, &b, &out).unwrap();
         let dy = values(out.dims(), 4);
-        let (dx, dw, db) = <Tensor<f64> as Backend>::conv2d_vjp(&spec, &x, &w, &dy).unwrap();
+        let (dx, dw, db) = <Tensor<f64> as ConvPool>::conv2d_vjp(&spec, &x, &w, &dy).unwrap();
         let e = |t: &Tensor<f64>| CudaTensor::<Emu>::from_f64(t).unwrap();
         for (cap, chunks) in [(2 * 12 * 600, 2), (12 * 600, 3), (12 * 260, 6)] {
             assert_eq!(plan(3, 12, 600, cap).len(), chunks, "cap {cap}");
@@ -603,7 +603,7 @@ mod tests {
             let x = values(&[5, 2, 3, 3], 5);
             let w = values(&[16, 2, k, k], 6);
             let dy = values(&[5, 16, 3, 3], 7);
-            let (dx, dw, db) = <Tensor<f64> as Backend>::conv2d_vjp(&spec, &x, &w, &dy).unwrap();
+            let (dx, dw, db) = <Tensor<f64> as ConvPool>::conv2d_vjp(&spec, &x, &w, &dy).unwrap();
             let (gx, gw, gb) =
                 conv2d_vjp_capped(&spec, &e(&x), &e(&w), &e(&dy), true, cap).unwrap();
             assert!(max_rel(&gx.unwrap(), &dx) < 1e-6, "dx, k {k}");

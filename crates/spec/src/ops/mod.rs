@@ -45,7 +45,7 @@ pub use pool::{PoolKind, PoolSpec};
 pub use random::{splitmix64, uniform_at};
 pub use reduce::{class_ids, Reduction};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, EngineValue};
 use crate::budget::Pass;
 use crate::error::{Result, SpecError};
 use crate::shape::Shape;
@@ -196,7 +196,7 @@ impl<V> Saved<V> {
     /// `hold(output)` where it saves its output: the one reading of the descriptor's
     /// [`desc::Saves`] that every `Saved` is built by.
     #[inline]
-    fn fill_with<'a, B: Backend + 'a>(
+    fn fill_with<'a, B: EngineValue + 'a>(
         &mut self,
         op: &Op,
         inputs: &[&'a B],
@@ -211,6 +211,16 @@ impl<V> Saved<V> {
         self.output = saves.output.then(|| hold(output));
     }
 
+    /// The same record with each value seen through `f`: a decorator's view of the values of
+    /// the engine it wraps.
+    pub fn view<'a, U>(&'a self, f: impl Fn(&'a V) -> &'a U) -> Saved<&'a U> {
+        Saved {
+            input_shapes: self.input_shapes.clone(),
+            inputs: self.inputs.iter().map(|v| v.as_ref().map(&f)).collect(),
+            output: self.output.as_ref().map(&f),
+        }
+    }
+
     /// Shape of operand `i`.
     pub fn shape(&self, op: &Op, i: usize) -> Result<&Shape> {
         self.input_shapes
@@ -222,7 +232,7 @@ impl<V> Saved<V> {
     }
 
     /// Operand `i`'s value, which must have been saved with its recorded shape.
-    pub fn input<B: Backend>(&self, op: &Op, i: usize) -> Result<&B>
+    pub fn input<B: EngineValue>(&self, op: &Op, i: usize) -> Result<&B>
     where
         V: Borrow<B>,
     {
@@ -247,7 +257,7 @@ impl<V> Saved<V> {
     }
 
     /// The output value, which must have been saved with the output's shape.
-    pub fn output<B: Backend>(&self, op: &Op, want: &Shape) -> Result<&B>
+    pub fn output<B: EngineValue>(&self, op: &Op, want: &Shape) -> Result<&B>
     where
         V: Borrow<B>,
     {
@@ -271,7 +281,7 @@ impl<V> Saved<V> {
 
     /// The saved value where the op saves operand `i` (or the output), `None` where it does
     /// not — for families whose derivative is written in terms of either.
-    fn maybe_input<B: Backend>(&self, op: &Op, i: usize) -> Result<Option<&B>>
+    fn maybe_input<B: EngineValue>(&self, op: &Op, i: usize) -> Result<Option<&B>>
     where
         V: Borrow<B>,
     {
@@ -282,7 +292,7 @@ impl<V> Saved<V> {
         }
     }
 
-    fn maybe_output<B: Backend>(&self, op: &Op, want: &Shape) -> Result<Option<&B>>
+    fn maybe_output<B: EngineValue>(&self, op: &Op, want: &Shape) -> Result<Option<&B>>
     where
         V: Borrow<B>,
     {
@@ -294,7 +304,7 @@ impl<V> Saved<V> {
     }
 }
 
-impl<V: Backend> Saved<V> {
+impl<V: EngineValue> Saved<V> {
     /// Keeps exactly what `op` declares it saves, as copies (an engine's clone: a shared
     /// buffer on the CPU engine, the data on the reference engine).
     #[inline]
@@ -311,7 +321,7 @@ impl<V: Backend> Saved<V> {
     }
 }
 
-impl<'a, V: Backend> Saved<&'a V> {
+impl<'a, V: EngineValue> Saved<&'a V> {
     /// [`Saved::for_op`] without a copy: borrows exactly what `op` declares it saves from
     /// values the caller keeps alive (a tape's nodes) for as long as the view is used.
     #[inline]
@@ -683,20 +693,19 @@ impl Op {
                 PoolKind::Avg => B::avg_pool_vjp(spec, s.shape(self, 0)?, cot)?,
             }),
             Op::BatchNormEval { eps, .. } => {
-                let grads = B::batch_norm_vjp(
+                let saved = [
                     s.input(self, 0)?,
                     s.input(self, 1)?,
                     s.input(self, 3)?,
                     s.input(self, 4)?,
-                    cot,
-                    *eps,
-                )?;
+                ];
+                let grads = B::batch_norm_vjp(saved, cot, *eps)?;
                 Ok(grads.into_iter().map(Some).collect())
             }
             Op::BatchNormTrain { eps, .. } => {
                 let eps = eps.unwrap_or(BATCH_NORM_DEFAULT_EPS);
-                let grads =
-                    B::batch_norm_train_vjp(s.input(self, 0)?, s.input(self, 1)?, cot, eps)?;
+                let saved = [s.input(self, 0)?, s.input(self, 1)?];
+                let grads = B::batch_norm_train_vjp(saved, cot, eps)?;
                 Ok(grads.into_iter().map(Some).collect())
             }
             Op::Concat { axis } => Ok(B::concat_vjp(cot, &s.input_shapes, *axis)?

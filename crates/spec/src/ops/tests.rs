@@ -1426,13 +1426,13 @@ fn gelu_forms_are_read_from_their_wire_names() {
 fn exact_values_read_as_floats_only_when_they_are_floats() {
     let r = |n: i64, d: i64| Rational::new(n.into(), d.into());
     let x = Tensor::new([3], vec![r(1, 2), r(1, 3), r(-3, 1)]).unwrap();
-    let v = <Tensor<Rational> as crate::Backend>::values_f64(&x).unwrap();
+    let v = <Tensor<Rational> as crate::EngineValue>::values_f64(&x).unwrap();
     assert_eq!((v[0], v[2]), (0.5, -3.0));
     assert!(v[1].is_nan(), "1/3 is no float");
     assert_eq!(x.to_f64s()[..2], [0.5, 1.0 / 3.0]);
     let f = t(&[2], &[0.1, -2.5]);
     assert_eq!(
-        <Tensor<f64> as crate::Backend>::values_f64(&f).unwrap(),
+        <Tensor<f64> as crate::EngineValue>::values_f64(&f).unwrap(),
         vec![0.1, -2.5]
     );
     assert_eq!(f.to_f64s(), vec![0.1, -2.5]);

@@ -1,0 +1,315 @@
+//! Default compositions: what a family method computes from its family's primitives when an
+//! engine writes no kernel of its own. Each is the reference's formula in the reference's order
+//! of operations where the primitives allow it, so on the reference engine most agree with
+//! the naive kernels bit for bit (and exactly on the rational scalar); the tests beside them
+//! say which.
+//!
+//! Means divide once, in [`Reduce::reduce_axis`] or [`Reduce::spread`], so an exact engine
+//! stays exact and a mean over zero elements is the engine's own (NaN on floats).
+
+use super::{KernelResult, Layout, Linalg, Reduce};
+use crate::ops::{BinaryOp, UnaryOp};
+use crate::shape::Shape;
+
+/// `x` as `[outer, inner]` around `axis`: the axes before it, and it with the ones after it.
+fn rows_from<B: Layout>(x: &B, axis: usize) -> KernelResult<B> {
+    let dims = x.shape_of().dims();
+    let outer = dims[..axis].iter().product::<usize>();
+    B::relabel(x, &Shape::from([outer, dims[axis..].iter().product()]))
+}
+
+/// One value per row of an `[outer, inner]` matrix, repeated along the row.
+fn per_row<B: Reduce>(v: &B, rows: &Shape) -> KernelResult<B> {
+    B::spread(v, rows, 1, false)
+}
+
+/// `Σ x` over every element: the elements as one axis, reduced.
+pub fn sum_all<B: Reduce>(x: &B) -> KernelResult<B> {
+    let flat = B::relabel(x, &Shape::from([x.shape_of().size()]))?;
+    B::reduce_axis(&flat, 0, false, &Shape::scalar())
+}
+
+/// `mean((y − t)²)`.
+pub fn mse_loss<B: Reduce>(y: &B, t: &B) -> KernelResult<B> {
+    let d = B::binary(BinaryOp::Sub, y, t)?;
+    let sq = B::binary(BinaryOp::Mul, &d, &d)?;
+    let flat = B::relabel(&sq, &Shape::from([sq.shape_of().size()]))?;
+    B::reduce_axis(&flat, 0, true, &Shape::scalar())
+}
+
+/// `(2·(dy/n)·(y − t), −that)`.
+pub fn mse_loss_vjp<B: Reduce>(y: &B, t: &B, dy: &B) -> KernelResult<B, (B, B)> {
+    let n = Shape::from([y.shape_of().size()]);
+    let each = B::relabel(&B::spread(dy, &n, 0, true)?, y.shape_of())?;
+    let d = B::binary(BinaryOp::Sub, y, t)?;
+    let gy = B::binary(BinaryOp::Mul, &B::scale(&each, 2.0)?, &d)?;
+    let gt = B::unary(UnaryOp::Neg, &gy)?;
+    Ok((gy, gt))
+}
+
+/// `y·(dy − Σ dy·y)`, or for log-softmax `dy − exp(y)·Σ dy`, the sums along `axis`.
+pub fn softmax_vjp<B: Reduce>(y: &B, dy: &B, axis: usize, log: bool) -> KernelResult<B> {
+    let shape = y.shape_of();
+    let along = |v: &B| -> KernelResult<B> {
+        let s = B::reduce_axis(v, axis, false, &shape.remove_axis(axis))?;
+        B::spread(&s, shape, axis, false)
+    };
+    if log {
+        let e = B::unary(UnaryOp::Exp, y)?;
+        let t = B::binary(BinaryOp::Mul, &e, &along(dy)?)?;
+        B::binary(BinaryOp::Sub, dy, &t)
+    } else {
+        let dot = along(&B::binary(BinaryOp::Mul, dy, y)?)?;
+        B::binary(BinaryOp::Mul, &B::binary(BinaryOp::Sub, dy, &dot)?, y)
+    }
+}
+
+/// Per row of `x` as `[outer, inner]`: `(x − mean, sigma)`, both `[outer, inner]`, with the
+/// population variance clamped at 0 and `sigma = sqrt(var + eps)`.
+fn centred_and_sigma<B: Reduce>(rows: &B, eps: f64) -> KernelResult<B, (B, B)> {
+    let shape = rows.shape_of();
+    let outer = Shape::from([shape.dims()[0]]);
+    let mean = B::reduce_axis(rows, 1, true, &outer)?;
+    let centred = B::binary(BinaryOp::Sub, rows, &per_row(&mean, shape)?)?;
+    let sq = B::binary(BinaryOp::Mul, &centred, &centred)?;
+    let var = B::clamp(&B::reduce_axis(&sq, 1, true, &outer)?, Some(0.0), None)?;
+    let sigma = B::unary(UnaryOp::Sqrt, &B::add_scalar(&var, eps)?)?;
+    Ok((centred, per_row(&sigma, shape)?))
+}
+
+/// `(x − mean)/sigma` over the axes `axis..`.
+pub fn layer_norm<B: Reduce>(x: &B, axis: usize, eps: f64) -> KernelResult<B> {
+    let (centred, sigma) = centred_and_sigma(&rows_from(x, axis)?, eps)?;
+    B::relabel(&B::binary(BinaryOp::Div, &centred, &sigma)?, x.shape_of())
+}
+
+/// `dx = (dy − mean(dy) − x̂·mean(dy·x̂)) / sigma` per row.
+pub fn layer_norm_vjp<B: Reduce>(x: &B, dy: &B, axis: usize, eps: f64) -> KernelResult<B> {
+    let rows = rows_from(x, axis)?;
+    let shape = rows.shape_of();
+    let outer = Shape::from([shape.dims()[0]]);
+    let (centred, sigma) = centred_and_sigma(&rows, eps)?;
+    let xhat = B::binary(BinaryOp::Div, &centred, &sigma)?;
+    let d = B::relabel(dy, shape)?;
+    let row_mean = |v: &B| per_row(&B::reduce_axis(v, 1, true, &outer)?, shape);
+    let mean_d = row_mean(&d)?;
+    let mean_dx = row_mean(&B::binary(BinaryOp::Mul, &d, &xhat)?)?;
+    let t = B::binary(BinaryOp::Sub, &d, &mean_d)?;
+    let t = B::binary(
+        BinaryOp::Sub,
+        &t,
+        &B::binary(BinaryOp::Mul, &xhat, &mean_dx)?,
+    )?;
+    B::relabel(&B::binary(BinaryOp::Div, &t, &sigma)?, x.shape_of())
+}
+
+/// A per-channel `[C]` value across `x`'s shape `[N, C, …]`.
+fn per_channel<B: Layout>(v: &B, x: &Shape) -> KernelResult<B> {
+    let mut dims = vec![1; x.rank()];
+    dims[1] = x.dims()[1];
+    B::broadcast(&B::relabel(v, &Shape::new(dims))?, x)
+}
+
+/// `(x − mean)/sqrt(max(var, 0) + eps)·gamma + beta`, per channel (axis 1).
+pub fn batch_norm<B: Reduce>(args: [&B; 5], eps: f64) -> KernelResult<B> {
+    let [x, gamma, beta, mean, var] = args;
+    let shape = x.shape_of();
+    let var = B::clamp(var, Some(0.0), None)?;
+    let sigma = B::unary(UnaryOp::Sqrt, &B::add_scalar(&var, eps)?)?;
+    let centred = B::binary(BinaryOp::Sub, x, &per_channel(mean, shape)?)?;
+    let norm = B::binary(BinaryOp::Div, &centred, &per_channel(&sigma, shape)?)?;
+    let scaled = B::binary(BinaryOp::Mul, &norm, &per_channel(gamma, shape)?)?;
+    B::binary(BinaryOp::Add, &scaled, &per_channel(beta, shape)?)
+}
+
+/// `x` as the rows `[R, in]` that `linear` multiplies, and `dy` (or any `[.., out]`) alike.
+fn linear_rows<B: Layout>(v: &B) -> KernelResult<B> {
+    let dims = v.shape_of().dims();
+    let last = dims[dims.len() - 1];
+    let rows = dims[..dims.len() - 1].iter().product::<usize>();
+    B::relabel(v, &Shape::from([rows, last]))
+}
+
+/// `Wᵀ` of a `[out, in]` weight.
+fn transposed<B: Layout>(w: &B) -> KernelResult<B> {
+    let d = w.shape_of().dims();
+    B::permute(w, &[1, 0], &Shape::from([d[1], d[0]]))
+}
+
+/// `x·Wᵀ + b` over the rows of `x`: a product, then the bias added to each row.
+pub fn linear<B: Linalg>(x: &B, w: &B, b: &B, out: &Shape) -> KernelResult<B> {
+    let rows = linear_rows(x)?;
+    let wt = transposed(w)?;
+    let prod_shape = Shape::from([rows.shape_of().dims()[0], w.shape_of().dims()[0]]);
+    let prod = B::matmul(&rows, &wt, &prod_shape)?;
+    let y = B::binary(BinaryOp::Add, &prod, &B::broadcast(b, &prod_shape)?)?;
+    B::relabel(&y, out)
+}
+
+/// `(dx, dW, db)`: `dx = dy·W`, `dW = dyᵀ·x`, `db = Σ_rows dy`.
+pub fn linear_vjp<B: Linalg>(x: &B, w: &B, dy: &B) -> KernelResult<B, (B, B, B)> {
+    let rows = linear_rows(x)?;
+    let d = linear_rows(dy)?;
+    let (r, outf) = (d.shape_of().dims()[0], d.shape_of().dims()[1]);
+    let inp = w.shape_of().dims()[1];
+    let dx = B::relabel(&B::matmul(&d, w, &Shape::from([r, inp]))?, x.shape_of())?;
+    let dw = B::matmul(&transposed(&d)?, &rows, w.shape_of())?;
+    let db = B::reduce_axis(&d, 0, false, &Shape::from([outf]))?;
+    Ok((dx, dw, db))
+}
+
+#[cfg(test)]
+mod tests {
+    //! Each composition against the reference engine's own kernel: bit for bit on `f64` where
+    //! the composition performs the reference's operations in its order, within a few ulps
+    //! where it reorders (noted), and exactly on the rational scalar where no transcendental
+    //! is involved.
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::{Norm, Rational, Scalar, Tensor};
+    use proptest::prelude::*;
+
+    /// A tensor of `shape` with values in `[-2, 2]` from `seed`, dyadic so that the rational
+    /// scalar reads them exactly.
+    fn tensor<A: Scalar>(shape: &[usize], seed: u64) -> Tensor<A> {
+        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let data = (0..shape.iter().product::<usize>())
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                A::from_f64((s % 257) as f64 / 64.0 - 2.0).unwrap()
+            })
+            .collect();
+        Tensor::new(shape.to_vec(), data).unwrap()
+    }
+
+    /// `got` equals `want` bit for bit (`ulps = 0`) or within `ulps` units of `want`'s scale.
+    fn check(what: &str, got: &Tensor<f64>, want: &Tensor<f64>, ulps: f64) {
+        assert_eq!(got.shape(), want.shape(), "{what}");
+        let scale = want.data().iter().fold(1.0f64, |m, v| m.max(v.abs()));
+        for (i, (g, w)) in got.data().iter().zip(want.data()).enumerate() {
+            let ok = if ulps == 0.0 {
+                g.to_bits() == w.to_bits()
+            } else {
+                (g - w).abs() <= ulps * f64::EPSILON * scale
+            };
+            assert!(
+                ok,
+                "{what}: element {i}: {g:e} against the reference's {w:e}"
+            );
+        }
+    }
+
+    fn check_exact(what: &str, got: &Tensor<Rational>, want: &Tensor<Rational>) {
+        assert_eq!(got.shape(), want.shape(), "{what}");
+        assert!(
+            got.data().iter().zip(want.data()).all(|(g, w)| g.bit_eq(w)),
+            "{what}: not the reference's exact value"
+        );
+    }
+
+    type T = Tensor<f64>;
+    type Q = Tensor<Rational>;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        #[test]
+        fn sums_and_mse_are_the_references(
+            dims in proptest::collection::vec(0usize..4, 1..4),
+            seed in any::<u64>(),
+        ) {
+            let (y, t, dy) = (tensor::<f64>(&dims, seed), tensor(&dims, seed ^ 1), tensor(&[], seed ^ 2));
+            check("sum_all", &sum_all(&y).unwrap(), &<T as Reduce>::sum_all(&y).unwrap(), 0.0);
+            let want = <T as Reduce>::mse_loss(&y, &t).unwrap();
+            check("mse_loss", &mse_loss(&y, &t).unwrap(), &want, 0.0);
+            // the reference multiplies (2/n)·(y − t)·dy; the composition 2·(dy/n)·(y − t)
+            let (gy, gt) = mse_loss_vjp(&y, &t, &dy).unwrap();
+            let (wy, wt) = <T as Reduce>::mse_loss_vjp(&y, &t, &dy).unwrap();
+            check("mse_loss_vjp dy", &gy, &wy, 4.0);
+            check("mse_loss_vjp dt", &gt, &wt, 4.0);
+            let (qy, qt, qd) = (tensor::<Rational>(&dims, seed), tensor(&dims, seed ^ 1), tensor(&[], seed ^ 2));
+            check_exact("sum_all", &sum_all(&qy).unwrap(), &<Q as Reduce>::sum_all(&qy).unwrap());
+            if !dims.contains(&0) {
+                check_exact("mse_loss", &mse_loss(&qy, &qt).unwrap(), &<Q as Reduce>::mse_loss(&qy, &qt).unwrap());
+            }
+            let (gy, gt) = mse_loss_vjp(&qy, &qt, &qd).unwrap();
+            let (wy, wt) = <Q as Reduce>::mse_loss_vjp(&qy, &qt, &qd).unwrap();
+            check_exact("mse_loss_vjp dy", &gy, &wy);
+            check_exact("mse_loss_vjp dt", &gt, &wt);
+        }
+
+        #[test]
+        fn norms_are_the_references(
+            dims in proptest::collection::vec(1usize..5, 2..4),
+            seed in any::<u64>(),
+            axis_pick in any::<usize>(),
+            log in any::<bool>(),
+        ) {
+            let axis = axis_pick % dims.len();
+            let x = tensor::<f64>(&dims, seed);
+            let dy = tensor::<f64>(&dims, seed ^ 3);
+            let y = <T as Norm>::softmax(&x, axis, log).unwrap();
+            let want = <T as Norm>::softmax_vjp(&y, &dy, axis, log).unwrap();
+            check("softmax_vjp", &softmax_vjp(&y, &dy, axis, log).unwrap(), &want, 0.0);
+            let want = <T as Norm>::layer_norm(&x, axis, 1e-5).unwrap();
+            check("layer_norm", &layer_norm(&x, axis, 1e-5).unwrap(), &want, 0.0);
+            let want = <T as Norm>::layer_norm_vjp(&x, &dy, axis, 1e-5).unwrap();
+            check("layer_norm_vjp", &layer_norm_vjp(&x, &dy, axis, 1e-5).unwrap(), &want, 0.0);
+            let c = dims[1];
+            let var = tensor::<f64>(&[c], seed ^ 4);
+            let args = [&x, &tensor(&[c], seed ^ 5), &tensor(&[c], seed ^ 6), &tensor(&[c], seed ^ 7), &var];
+            let want = <T as Norm>::batch_norm(args, 1e-5).unwrap();
+            check("batch_norm", &batch_norm(args, 1e-5).unwrap(), &want, 0.0);
+            let (qy, qd) = (tensor::<Rational>(&dims, seed), tensor::<Rational>(&dims, seed ^ 3));
+            if !log {
+                let want = <Q as Norm>::softmax_vjp(&qy, &qd, axis, false).unwrap();
+                check_exact("softmax_vjp", &softmax_vjp(&qy, &qd, axis, false).unwrap(), &want);
+            }
+        }
+
+        #[test]
+        fn linear_is_the_references(
+            lead in proptest::collection::vec(0usize..4, 0..3),
+            inp in 1usize..5,
+            outf in 1usize..5,
+            seed in any::<u64>(),
+        ) {
+            let mut xd = lead.clone();
+            xd.push(inp);
+            let mut yd = lead;
+            yd.push(outf);
+            let out = Shape::new(yd.clone());
+            let (x, w, b, dy) = (
+                tensor::<f64>(&xd, seed),
+                tensor::<f64>(&[outf, inp], seed ^ 1),
+                tensor::<f64>(&[outf], seed ^ 2),
+                tensor::<f64>(&yd, seed ^ 3),
+            );
+            let want = <T as Linalg>::linear(&x, &w, &b, &out).unwrap();
+            check("linear", &linear(&x, &w, &b, &out).unwrap(), &want, 0.0);
+            let (gx, gw, gb) = linear_vjp(&x, &w, &dy).unwrap();
+            let (wx, ww, wb) = <T as Linalg>::linear_vjp(&x, &w, &dy).unwrap();
+            check("linear_vjp dx", &gx, &wx, 0.0);
+            check("linear_vjp dW", &gw, &ww, 0.0);
+            check("linear_vjp db", &gb, &wb, 0.0);
+            let (x, w, b) = (tensor::<Rational>(&xd, seed), tensor::<Rational>(&[outf, inp], seed ^ 1), tensor::<Rational>(&[outf], seed ^ 2));
+            check_exact("linear", &linear(&x, &w, &b, &out).unwrap(), &<Q as Linalg>::linear(&x, &w, &b, &out).unwrap());
+        }
+    }
+
+    #[test]
+    fn a_mean_over_no_elements_is_the_engines_own() {
+        // NaN on floats, the typed error on the exact scalar: the reference's policy, reached
+        // through reduce_axis
+        let y = tensor::<f64>(&[0, 3], 1);
+        let loss = mse_loss(&y, &y).unwrap();
+        assert!(loss.data()[0].is_nan());
+        let q = tensor::<Rational>(&[0, 3], 1);
+        assert!(matches!(
+            mse_loss(&q, &q),
+            Err(crate::SpecError::EmptyMean { .. })
+        ));
+    }
+}
