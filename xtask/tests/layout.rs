@@ -5,12 +5,8 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 
-/// A crate with `autotests = false` gathers its integration tests as modules of one binary
-/// (`tests/main.rs`; docs/ARCHITECTURE.md, "Tests"), so cargo no longer finds a new file in
-/// `tests/` by itself: every `tests/*.rs` must be a test target or a `mod` of one, or its tests
-/// would silently never run.
-#[test]
-fn every_integration_test_file_is_built() {
+/// The workspace's own packages, from `cargo metadata --no-deps`.
+fn metadata() -> Value {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .args(["metadata", "--no-deps", "--format-version", "1"])
@@ -22,7 +18,85 @@ fn every_integration_test_file_is_built() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let meta: Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The crates by layer, lowest first (docs/ARCHITECTURE.md, "Bird's-eye view"). A crate
+/// depends only on crates of lower layers.
+const LAYERS: &[&[&str]] = &[
+    &["spec"],
+    &["ir", "runtime"],
+    &[
+        "compiled",
+        "engine-cpu",
+        "engine-cuda",
+        "faults",
+        "engine-suite",
+        "onnx",
+    ],
+    &["nn"],
+    &["train", "equiv"],
+    &["cli", "fuzz-targets"],
+    &["xtask"],
+];
+
+/// The engines: picked by the front ends and the checker, never by a library that models or
+/// trains run on.
+const ENGINES: &[&str] = &["engine-cpu", "engine-cuda", "faults"];
+const MAY_PICK_AN_ENGINE: &[&str] = &["equiv", "cli", "xtask"];
+
+/// `(package, its workspace dependencies)` of the normal (not dev, not build) kind.
+fn workspace_dependencies(meta: &Value) -> Vec<(String, Vec<String>)> {
+    let short = |n: &str| n.strip_prefix("torchlean-").unwrap_or(n).to_string();
+    meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let deps = p["dependencies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| d["kind"].is_null() && d["path"].is_string())
+                .map(|d| short(d["name"].as_str().unwrap()))
+                .collect();
+            (short(p["name"].as_str().unwrap()), deps)
+        })
+        .collect()
+}
+
+fn layer_of(name: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| l.contains(&name))
+}
+
+#[test]
+fn no_crate_depends_on_one_above_it_and_only_front_ends_pick_an_engine() {
+    let mut wrong = Vec::new();
+    for (package, deps) in workspace_dependencies(&metadata()) {
+        let Some(layer) = layer_of(&package) else {
+            wrong.push(format!("{package} is in no layer of LAYERS"));
+            continue;
+        };
+        for dep in deps {
+            match layer_of(&dep) {
+                Some(l) if l < layer => {}
+                _ => wrong.push(format!("{package} (layer {layer}) depends on {dep}")),
+            }
+            if ENGINES.contains(&dep.as_str()) && !MAY_PICK_AN_ENGINE.contains(&package.as_str()) {
+                wrong.push(format!("{package} depends on the engine crate {dep}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// A crate with `autotests = false` gathers its integration tests as modules of one binary
+/// (`tests/main.rs`; docs/ARCHITECTURE.md, "Tests"), so cargo no longer finds a new file in
+/// `tests/` by itself: every `tests/*.rs` must be a test target or a `mod` of one, or its tests
+/// would silently never run.
+#[test]
+fn every_integration_test_file_is_built() {
+    let meta = metadata();
     let mut unbuilt = Vec::new();
     let mut files = 0;
     for package in meta["packages"].as_array().unwrap() {

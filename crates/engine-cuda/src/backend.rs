@@ -1,11 +1,13 @@
 //! The families (`torchlean_spec::Backend`) for `CudaTensor`: one line per method, each the
 //! op's host logic in `ops::<family>` (argument lists, launch geometry, products), on the
-//! kernels of `kernels/`.
+//! kernels of `kernels/`; and host access to its data for optimizers (`TrainValue`).
 
 use crate::device::Device;
 use crate::error::CudaError;
 use crate::ops;
 use crate::tensor::CudaTensor;
+use std::borrow::Cow;
+use torchlean_runtime::{RuntimeError, TrainValue};
 use torchlean_spec::{
     BinaryOp, Conv2dSpec, ConvPool, Elementwise, EngineValue, Layout, Linalg, Norm, PoolSpec,
     Random, Reduce, Shape, UnaryOp,
@@ -237,3 +239,37 @@ impl<D: Device> Random for CudaTensor<D> {
     }
 }
 
+/// The CUDA engine (on the GPU or its host emulation): download, update on the host, upload.
+/// Every new buffer is uploaded before any value is replaced, so a failed upload (device out
+/// of memory) leaves every value as it was. Each replaced buffer is freed by the assignment,
+/// so a step holds as many device buffers after the update as before.
+impl<D: Device> TrainValue for CudaTensor<D> {
+    type Elem = f32;
+
+    fn read(&self) -> Result<Cow<'_, [f32]>, RuntimeError> {
+        Ok(Cow::Owned(self.to_host()?))
+    }
+
+    fn update_all<R, E: From<RuntimeError>>(
+        values: &mut [&mut Self],
+        f: impl FnOnce(&mut [&mut [f32]]) -> Result<R, E>,
+    ) -> Result<R, E> {
+        let mut host: Vec<Vec<f32>> = values
+            .iter()
+            .map(|v| v.to_host().map_err(RuntimeError::from))
+            .collect::<Result<_, _>>()?;
+        let mut slices: Vec<&mut [f32]> = host.iter_mut().map(Vec::as_mut_slice).collect();
+        let r = f(&mut slices)?;
+        let uploaded: Vec<Self> = values
+            .iter()
+            .zip(&host)
+            .map(|(v, data)| {
+                CudaTensor::from_host(v.shape().clone(), data).map_err(RuntimeError::from)
+            })
+            .collect::<Result<_, _>>()?;
+        for (v, new) in values.iter_mut().zip(uploaded) {
+            **v = new;
+        }
+        Ok(r)
+    }
+}

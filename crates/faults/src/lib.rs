@@ -8,7 +8,9 @@
 //! without the checker and its generators.
 
 use std::borrow::Borrow;
-use torchlean_runtime::{forward, vjp_for, GradValue, GradZero, Kernels, Result, RuntimeError};
+use torchlean_runtime::{
+    forward, vjp_for, GradValue, GradZero, Kernels, Result, RuntimeError, TrainValue,
+};
 use torchlean_spec::{
     BinaryOp, Cotangents, Engine, EngineValue, Op, Operands, Saved, Shape, Tensor, UnaryOp,
 };
@@ -282,6 +284,22 @@ impl<V: Kernels, const F: u8> Kernels for Faulty<V, F> {
 
     fn bit_eq(&self, other: &Self) -> bool {
         self.0.bit_eq(&other.0)
+    }
+}
+
+/// A fault-injecting engine trains like the engine it wraps (so `--verify-every` can be shown
+/// catching it).
+impl<V: TrainValue, const F: u8> TrainValue for Faulty<V, F> {
+    type Elem = V::Elem;
+    fn read(&self) -> Result<std::borrow::Cow<'_, [V::Elem]>> {
+        self.0.read()
+    }
+    fn update_all<R, E: From<RuntimeError>>(
+        values: &mut [&mut Self],
+        f: impl FnOnce(&mut [&mut [V::Elem]]) -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E> {
+        let mut inner: Vec<&mut V> = values.iter_mut().map(|v| &mut v.0).collect();
+        V::update_all(&mut inner, f)
     }
 }
 

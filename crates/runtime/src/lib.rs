@@ -10,12 +10,15 @@
 //! - [`Kernels`]: what a value type provides (ops through `torchlean_spec::Engine`,
 //!   conversions); [`forward`] / [`vjp`], the one dispatch; [`record`] / [`record_compiled`] to
 //!   put an op on a tape (eager, or as a compiled node with the local-sum rule);
-//! - the reference engine: `Kernels` for `torchlean_spec::Tensor<A>`.
+//! - the reference engine: `Kernels` for `torchlean_spec::Tensor<A>`;
+//! - [`TrainValue`]: host access to parameter data, which optimizers update in place; each
+//!   engine implements it beside its kernels.
 //!
 //! This crate never inspects the IR.
 
 pub mod anomaly;
 pub mod error;
+pub mod host;
 pub mod kernel;
 pub mod reference;
 pub mod sweep;
@@ -24,6 +27,7 @@ pub mod value;
 
 pub use anomaly::{check_forward, Anomaly, AnomalyMode, Direction, Site};
 pub use error::{Result, RuntimeError};
+pub use host::{Element, TrainValue};
 pub use kernel::{
     fold_repeated_operands, forward, record, record_compiled, release_saved, vjp, vjp_for,
     Cotangents, Kernels, Operands, RecordMode, Saved,

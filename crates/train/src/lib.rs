@@ -1,7 +1,7 @@
 //! `torchlean-train`: training models written with `torchlean-nn`.
 //!
-//! - [`value`]: flat, mutable access to an engine's parameter data ([`TrainValue`]), which the
-//!   optimizers update in place between steps;
+//! - [`TrainValue`] (from `torchlean-runtime`, implemented by each engine): flat, mutable
+//!   access to an engine's parameter data, which the optimizers update in place between steps;
 //! - [`optim`]: PyTorch's optimizers (update rules, defaults, state names), gradient clipping;
 //! - [`sched`]: learning-rate schedules (StepLR, cosine annealing, linear warm-up);
 //! - [`data`]: the embedded 8×8 digits, CSV data sets, seeded splits, shuffles and batches;
@@ -20,7 +20,6 @@ pub mod optim;
 pub mod plot;
 pub mod sched;
 pub mod trainer;
-pub mod value;
 
 pub use checkpoint::{Checkpoint, NamedTensor, TensorData};
 pub use data::{batches, epoch_order, Dataset, Standardizer};
@@ -28,4 +27,4 @@ pub use error::{Result, TrainError};
 pub use optim::{clip_grad_norm, OptimConfig, Optimizer, Param, ParamState};
 pub use plot::loss_svg;
 pub use sched::{Schedule, Scheduler};
-pub use value::{Element, TrainValue};
+pub use torchlean_runtime::{Element, TrainValue};

@@ -25,7 +25,7 @@ use pulp::{Simd, WithSimd};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError};
-use crate::value::Element;
+use torchlean_runtime::Element;
 
 /// PyTorch's state buffer names.
 pub mod buffer {

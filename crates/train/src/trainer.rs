@@ -17,13 +17,13 @@ use crate::exec::{CompiledExec, EagerExec, Exec, Interpreter, StepOut};
 use crate::model::{Arch, Model};
 use crate::optim::{clip_grad_norm, OptimConfig, Optimizer, Param, ParamState};
 use crate::sched::{Schedule, Scheduler};
-use crate::value::{Element, TrainValue};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use torchlean_runtime::AnomalyMode;
+use torchlean_runtime::{Element, TrainValue};
 use torchlean_spec::Tensor;
 
 /// The checkpoint's format tag.
@@ -519,7 +519,7 @@ impl<V: TrainValue> Trainer<V> {
             let mut all: Vec<&mut V> = grads.values_mut().collect();
             V::update_all(&mut all, |slices| {
                 clip_grad_norm(slices, max);
-                Ok(())
+                Ok::<_, TrainError>(())
             })?;
         }
         let mut names = Vec::new();

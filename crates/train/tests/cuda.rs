@@ -29,7 +29,7 @@ fn update_all_writes_every_value_and_leaves_a_sharer_alone() {
         assert_eq!(s.len(), 2);
         s[0][1] = 5.0;
         s[1][0] = -1.0;
-        Ok(7)
+        Ok::<_, torchlean_runtime::RuntimeError>(7)
     })
     .unwrap();
     assert_eq!(r, 7);

@@ -15,7 +15,8 @@ mod reduce;
 use crate::error::CpuError;
 use crate::scalar::CpuScalar;
 use crate::tensor::CpuTensor;
-use torchlean_runtime::{Kernels, Result};
+use std::borrow::Cow;
+use torchlean_runtime::{Kernels, Result, RuntimeError, TrainValue};
 use torchlean_spec::{
     BinaryOp, Conv2dSpec, ConvPool, Elementwise, EngineValue, KernelResult, Layout, Linalg, Norm,
     PoolSpec, Random, Reduce, Shape, Tensor, UnaryOp,
@@ -249,6 +250,29 @@ impl<T: CpuScalar> Kernels for CpuTensor<T> {
     }
 }
 
+/// The CPU engine lends its buffers: reads borrow, updates write in place (copy-on-write where
+/// a buffer is shared).
+macro_rules! train_value {
+    ($t:ty) => {
+        impl TrainValue for CpuTensor<$t> {
+            type Elem = $t;
+            fn read(&self) -> Result<Cow<'_, [$t]>> {
+                Ok(Cow::Borrowed(self.as_slice()))
+            }
+            fn update_all<R, E: From<RuntimeError>>(
+                values: &mut [&mut Self],
+                f: impl FnOnce(&mut [&mut [$t]]) -> std::result::Result<R, E>,
+            ) -> std::result::Result<R, E> {
+                let mut slices: Vec<&mut [$t]> = values.iter_mut().map(|v| v.make_mut()).collect();
+                f(&mut slices)
+            }
+        }
+    };
+}
+
+train_value!(f32);
+train_value!(f64);
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -319,5 +343,36 @@ mod tests {
         assert_eq!(r.shape(), &Shape::from([3, 2]));
         let saved = Saved::for_op(&Op::Detach, &[&x], &d);
         assert!(vjp::<CpuF32>(&Op::Detach, &saved, &d).unwrap()[0].is_none());
+    }
+
+    fn set_first(v: &mut [&mut [f32]]) -> Result<()> {
+        v[0][0] = 9.0;
+        Ok(())
+    }
+
+    #[test]
+    fn an_update_of_a_shared_buffer_leaves_the_other_holder_alone() {
+        let a = CpuTensor::<f32>::from_vec([3], vec![1.0, 2.0, 3.0]).unwrap();
+        let mut b = a.clone();
+        CpuTensor::update_all(&mut [&mut b], set_first).unwrap();
+        assert_eq!(&*a.read().unwrap(), &[1.0, 2.0, 3.0]);
+        assert_eq!(&*b.read().unwrap(), &[9.0, 2.0, 3.0]);
+    }
+
+    #[test]
+    fn the_engine_lends_its_data_without_a_copy() {
+        let t = Tensor::new([2, 2], vec![1.0, 2.0, 3.0, 4.0]).unwrap();
+        let cpu = CpuTensor::<f64>::from_f64(&t).unwrap();
+        assert!(matches!(cpu.read().unwrap(), Cow::Borrowed(_)));
+        assert_eq!(&*cpu.read().unwrap(), t.data());
+    }
+
+    #[test]
+    fn an_update_of_a_unique_buffer_is_in_place() {
+        let mut a = CpuTensor::<f32>::from_vec([2], vec![1.0, 2.0]).unwrap();
+        let before = a.as_slice().as_ptr();
+        CpuTensor::update_all(&mut [&mut a], set_first).unwrap();
+        assert_eq!(a.as_slice().as_ptr(), before);
+        assert_eq!(a.as_slice(), &[9.0, 2.0]);
     }
 }
