@@ -1,6 +1,7 @@
 //! Layers (TorchLean's `LayerDef`) and their composition (`Seq`), with the feature and channel
 //! counts in the types: a [`Seq`] whose layers do not line up does not compile, and the batch
-//! size (and an image's height and width) stay runtime dimensions.
+//! size (and an image's height and width) stay runtime dimensions. The layers with parameters
+//! wrap the run-time-sized ones of [`crate::dynamic`], which models sized by their data use.
 //!
 //! Parameters are created through [`Ops::param`] under the layer's index in its sequence, so
 //! their names are PyTorch's `nn.Sequential` `state_dict` names (`0.weight`, `2.bias`), and
@@ -11,11 +12,12 @@
 //!   fan-in bias bound);
 //! - `Conv2d(inC, outC, k)`: the same with fan-in `inC·kH·kW`.
 
+use crate::dynamic::{flatten, DynConv2d, DynLinear};
 use crate::error::{NnError, Result};
 use crate::ops::{Ops, Var};
 use std::marker::PhantomData;
 use torchlean_spec::ops::uniform_at;
-use torchlean_spec::{Conv2dSpec, Op, PoolKind, Shape, Tensor, UnaryOp};
+use torchlean_spec::{Op, PoolKind, Shape, Tensor, UnaryOp};
 
 /// Training or evaluation (dropout and batch statistics differ).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -140,18 +142,15 @@ pub fn conv2d_init(
     ))
 }
 
-/// A fully connected layer, `x Wᵀ + b` over the last axis.
+/// A fully connected layer, `x Wᵀ + b` over the last axis: a [`DynLinear`] with its sizes in
+/// the type.
 #[derive(Clone, Debug)]
-pub struct Linear<const IN: usize, const OUT: usize> {
-    weight: Tensor<f64>,
-    bias: Tensor<f64>,
-}
+pub struct Linear<const IN: usize, const OUT: usize>(DynLinear);
 
 impl<const IN: usize, const OUT: usize> Linear<IN, OUT> {
     /// PyTorch's default initialisation (see the module docs) from `seed`.
     pub fn new(seed: u64) -> Result<Self> {
-        let (weight, bias) = linear_init(IN, OUT, seed)?;
-        Ok(Linear { weight, bias })
+        Ok(Linear(DynLinear::new(IN, OUT, seed)?))
     }
 }
 
@@ -160,40 +159,23 @@ impl<const IN: usize, const OUT: usize> Layer for Linear<IN, OUT> {
     type Out = Features<OUT>;
 
     fn describe(&self) -> String {
-        format!("Linear({IN} → {OUT})")
+        self.0.describe()
     }
 
-    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, _: Mode) -> Result<Var> {
-        let w = ops.param("weight", &self.weight)?;
-        let b = ops.param("bias", &self.bias)?;
-        ops.linear(x, &w, &b)
+    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode) -> Result<Var> {
+        self.0.forward(ops, x, mode)
     }
 }
 
-/// A 2-D convolution of `[N, IN, H, W]` with a `K×K` kernel, stride and zero padding.
+/// A 2-D convolution of `[N, IN, H, W]` with a `K×K` kernel, stride and zero padding: a
+/// [`DynConv2d`] with its sizes in the type.
 #[derive(Clone, Debug)]
-pub struct Conv2d<const IN: usize, const OUT: usize, const K: usize> {
-    spec: Conv2dSpec,
-    weight: Tensor<f64>,
-    bias: Tensor<f64>,
-}
+pub struct Conv2d<const IN: usize, const OUT: usize, const K: usize>(DynConv2d);
 
 impl<const IN: usize, const OUT: usize, const K: usize> Conv2d<IN, OUT, K> {
     /// PyTorch's default initialisation from `seed`.
     pub fn new(stride: usize, padding: usize, seed: u64) -> Result<Self> {
-        let (weight, bias) = conv2d_init(IN, OUT, K, seed)?;
-        Ok(Conv2d {
-            spec: Conv2dSpec {
-                in_channels: IN,
-                out_channels: OUT,
-                kernel_h: K,
-                kernel_w: K,
-                stride,
-                padding,
-            },
-            weight,
-            bias,
-        })
+        Ok(Conv2d(DynConv2d::new(IN, OUT, K, stride, padding, seed)?))
     }
 }
 
@@ -202,16 +184,11 @@ impl<const IN: usize, const OUT: usize, const K: usize> Layer for Conv2d<IN, OUT
     type Out = Image<OUT>;
 
     fn describe(&self) -> String {
-        format!(
-            "Conv2d({IN} → {OUT}, {K}×{K}, stride {}, padding {})",
-            self.spec.stride, self.spec.padding
-        )
+        self.0.describe()
     }
 
-    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, _: Mode) -> Result<Var> {
-        let w = ops.param("weight", &self.weight)?;
-        let b = ops.param("bias", &self.bias)?;
-        ops.conv2d(self.spec, x, &w, &b)
+    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode) -> Result<Var> {
+        self.0.forward(ops, x, mode)
     }
 }
 
@@ -377,24 +354,7 @@ impl<const C: usize, const F: usize> Layer for Flatten<C, F> {
     }
 
     fn forward<O: Ops>(&self, ops: &mut O, x: &Var, _: Mode) -> Result<Var> {
-        let d = x.shape().dims();
-        let (n, per) = match d {
-            [n, rest @ ..] => (*n, rest.iter().product::<usize>()),
-            [] => (1, 1),
-        };
-        if per != F {
-            return Err(NnError::Shape {
-                op: "flatten",
-                layer: ops.scope_path(),
-                shapes: vec![x.shape().clone()],
-                source: torchlean_spec::SpecError::OpShape {
-                    op: "flatten",
-                    shapes: vec![x.shape().clone()],
-                    reason: format!("C·H·W = {per}, but the layer is declared with {F} features"),
-                },
-            });
-        }
-        ops.reshape(x, Shape::from([n, F]))
+        flatten(ops, x, Some(F))
     }
 
     fn forward_at<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode, _: usize) -> Result<Var> {

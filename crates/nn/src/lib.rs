@@ -45,6 +45,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod dynamic;
 pub mod error;
 pub mod layers;
 pub mod loss;
@@ -55,6 +56,7 @@ pub mod session;
 pub mod state;
 pub mod zoo;
 
+pub use dynamic::{Dyn, DynConv2d, DynLayer, DynLinear, DynSequential};
 pub use error::{NnError, Result};
 pub use layers::{Features, Image, Layer, Mode, Seq};
 pub use loss::{Loss, Target};

@@ -5,6 +5,7 @@
 
 mod anomaly;
 mod budget;
+mod dynamic;
 mod losses;
 mod programs;
 mod state_dict;

@@ -1,16 +1,16 @@
 //! The models `torchlean train` trains, with sizes fixed at run time by the data set (the
-//! digits' 64 pixels and 10 classes, or a CSV file's columns). Written once over
-//! [`Ops`], so the eager session, the recorder (the compiled backend) and the reference engine
-//! of a verified step all run the same program. Parameter names are those of the equivalent
+//! digits' 64 pixels and 10 classes, or a CSV file's columns): `nn`'s run-time-sized layers
+//! ([`DynSequential`]), so the eager session, the recorder (the compiled backend) and the
+//! reference engine of a verified step all run the same program. Parameter names are those of the equivalent
 //! PyTorch `nn.Sequential` (`0.weight`, `2.bias`, …), which is what a checkpoint holds and
 //! what the PyTorch twin (`bench/pytorch/train_twin.py`) loads with `load_state_dict`.
 
 use crate::error::{Result, TrainError};
 use std::fmt;
 use std::str::FromStr;
-use torchlean_nn::layers::{conv2d_init, linear_init};
-use torchlean_nn::{Ops, Var};
-use torchlean_spec::{Conv2dSpec, Op, PoolKind, Reduction, Shape, Tensor};
+use torchlean_nn::dynamic::{DynConv2d, DynLayer, DynLinear, DynSequential};
+use torchlean_nn::{Layer, Mode, Ops, Var};
+use torchlean_spec::{Op, PoolKind, Reduction, Shape, Tensor, UnaryOp};
 
 /// Which model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -58,25 +58,6 @@ impl FromStr for Arch {
 const MLP_HIDDEN: usize = 128;
 const CNN_CHANNELS: (usize, usize) = (16, 32);
 
-/// One layer with parameters: its `nn.Sequential` index and kind.
-#[derive(Clone, Debug)]
-enum Layer {
-    Linear {
-        index: usize,
-        weight: Tensor<f64>,
-        bias: Tensor<f64>,
-    },
-    Conv {
-        index: usize,
-        spec: Conv2dSpec,
-        weight: Tensor<f64>,
-        bias: Tensor<f64>,
-    },
-    Relu,
-    MaxPool2,
-    Flatten,
-}
-
 /// A model of [`Arch`] for `features` inputs and `classes` outputs, with its initial
 /// parameters drawn from `seed`.
 #[derive(Clone, Debug)]
@@ -85,7 +66,7 @@ pub struct Model {
     /// The input shape of one example (`[F]`, or `[1, H, W]` for the CNN).
     example: Vec<usize>,
     classes: usize,
-    layers: Vec<Layer>,
+    net: DynSequential,
 }
 
 impl Model {
@@ -105,41 +86,30 @@ impl Model {
                 ),
             });
         }
-        let linear = |index: usize, i: usize, o: usize| -> Result<Layer> {
-            let (weight, bias) =
-                linear_init(i, o, seed.wrapping_mul(1000).wrapping_add(index as u64))?;
-            Ok(Layer::Linear {
-                index,
-                weight,
-                bias,
-            })
+        // each layer's stream: the model seed and the layer's position
+        let seed_at = |index: u64| seed.wrapping_mul(1000).wrapping_add(index);
+        let linear = |index, i, o| -> Result<DynLayer> {
+            Ok(DynLayer::Linear(DynLinear::new(i, o, seed_at(index))?))
         };
-        let conv = |index: usize, i: usize, o: usize| -> Result<Layer> {
-            let (weight, bias) =
-                conv2d_init(i, o, 3, seed.wrapping_mul(1000).wrapping_add(index as u64))?;
-            let spec = Conv2dSpec {
-                in_channels: i,
-                out_channels: o,
-                kernel_h: 3,
-                kernel_w: 3,
-                stride: 1,
-                padding: 1,
-            };
-            Ok(Layer::Conv {
-                index,
-                spec,
-                weight,
-                bias,
-            })
+        let conv = |index, i, o| -> Result<DynLayer> {
+            Ok(DynLayer::Conv2d(DynConv2d::new(
+                i,
+                o,
+                3,
+                1,
+                1,
+                seed_at(index),
+            )?))
         };
+        let relu = DynLayer::Activation(UnaryOp::Relu);
         let (example, layers) = match arch {
             Arch::Mlp => (
                 vec![features],
                 vec![
                     linear(0, features, MLP_HIDDEN)?,
-                    Layer::Relu,
+                    relu.clone(),
                     linear(2, MLP_HIDDEN, MLP_HIDDEN)?,
-                    Layer::Relu,
+                    relu,
                     linear(4, MLP_HIDDEN, classes)?,
                 ],
             ),
@@ -164,11 +134,16 @@ impl Model {
                     vec![1, h, w],
                     vec![
                         conv(0, 1, c1)?,
-                        Layer::Relu,
+                        relu.clone(),
                         conv(2, c1, c2)?,
-                        Layer::Relu,
-                        Layer::MaxPool2,
-                        Layer::Flatten,
+                        relu,
+                        DynLayer::Pool2d {
+                            kind: PoolKind::Max,
+                            kernel: 2,
+                            stride: 2,
+                            padding: 0,
+                        },
+                        DynLayer::Flatten,
                         linear(6, c2 * (h / 2) * (w / 2), classes)?,
                     ],
                 )
@@ -178,7 +153,7 @@ impl Model {
             arch,
             example,
             classes,
-            layers,
+            net: DynSequential::new(layers),
         })
     }
 
@@ -207,61 +182,12 @@ impl Model {
 
     /// The initial parameters by name.
     pub fn initial_params(&self) -> Vec<(String, Tensor<f64>)> {
-        let mut out = Vec::new();
-        for l in &self.layers {
-            if let Layer::Linear {
-                index,
-                weight,
-                bias,
-            }
-            | Layer::Conv {
-                index,
-                weight,
-                bias,
-                ..
-            } = l
-            {
-                out.push((format!("{index}.weight"), weight.clone()));
-                out.push((format!("{index}.bias"), bias.clone()));
-            }
-        }
-        out
+        self.net.named_params()
     }
 
     /// The logits `[N, C]` of a batch `x` (shape [`Model::batch_shape`]).
     pub fn logits<O: Ops>(&self, ops: &mut O, x: &Var) -> torchlean_nn::Result<Var> {
-        let mut h = x.clone();
-        for l in &self.layers {
-            h = match l {
-                Layer::Linear {
-                    index,
-                    weight,
-                    bias,
-                } => ops.scoped(&index.to_string(), |o| {
-                    let w = o.param("weight", weight)?;
-                    let b = o.param("bias", bias)?;
-                    o.linear(&h, &w, &b)
-                })?,
-                Layer::Conv {
-                    index,
-                    spec,
-                    weight,
-                    bias,
-                } => ops.scoped(&index.to_string(), |o| {
-                    let w = o.param("weight", weight)?;
-                    let b = o.param("bias", bias)?;
-                    o.conv2d(*spec, &h, &w, &b)
-                })?,
-                Layer::Relu => ops.relu(&h)?,
-                Layer::MaxPool2 => ops.pool2d(PoolKind::Max, &h, (2, 2), 2, 0)?,
-                Layer::Flatten => {
-                    let n = h.shape().dims().first().copied().unwrap_or(1);
-                    let per = h.shape().size() / n.max(1);
-                    ops.reshape(&h, Shape::from([n, per]))?
-                }
-            };
-        }
-        Ok(h)
+        self.net.forward(ops, x, Mode::Train)
     }
 
     /// The mean cross-entropy of the batch `x` against `labels`, a data input of the program
@@ -278,23 +204,6 @@ impl Model {
 
     /// A PyTorch `nn.Sequential` expression of the model, for the twin script and the docs.
     pub fn torch_expr(&self) -> String {
-        let parts: Vec<String> = self
-            .layers
-            .iter()
-            .map(|l| match l {
-                Layer::Linear { weight, .. } => {
-                    let d = weight.shape().dims();
-                    format!("nn.Linear({}, {})", d[1], d[0])
-                }
-                Layer::Conv { spec, .. } => format!(
-                    "nn.Conv2d({}, {}, {}, padding={})",
-                    spec.in_channels, spec.out_channels, spec.kernel_h, spec.padding
-                ),
-                Layer::Relu => "nn.ReLU()".to_string(),
-                Layer::MaxPool2 => "nn.MaxPool2d(2)".to_string(),
-                Layer::Flatten => "nn.Flatten()".to_string(),
-            })
-            .collect();
-        format!("nn.Sequential({})", parts.join(", "))
+        self.net.torch_expr()
     }
 }
