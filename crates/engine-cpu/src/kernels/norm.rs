@@ -10,7 +10,7 @@
 
 use super::reduce::{lane_max, lane_sum, lane_sum2};
 use crate::scalar::CpuScalar;
-use crate::simd::{kernel, vectorized_if};
+use crate::simd::{kernel, vectorized_if, Kernel};
 use crate::tensor::CpuTensor;
 use crate::threads::{par_map, par_rows};
 
@@ -100,13 +100,18 @@ pub(crate) fn softmax<T: CpuScalar>(x: &CpuTensor<T>, axis: usize) -> CpuTensor<
     out
 }
 
-/// `dx = (dy − Σ dy·y)·y` on one slab.
+/// The VJP of a softmax along the slab's axis from its output `y`: `s = Σ term(dy, y)` per
+/// line of the axis, then `dx = grad(dy, y, s)` — softmax's and log-softmax's, one loop.
 #[inline(always)]
-fn softmax_vjp_slab<T: CpuScalar>((yv, dv, dx, inner, scratch): Slab2<'_, T>) {
+fn along_axis_vjp<T: CpuScalar>(
+    (yv, dv, dx, inner, scratch): Slab2<'_, T>,
+    term: impl Fn(T, T) -> T,
+    grad: impl Fn(T, T, T) -> T,
+) {
     if inner == 1 {
-        let dot = lane_sum2(dv, yv, |d, y| d * y);
+        let s = lane_sum2(dv, yv, &term);
         for ((g, &d), &y) in dx.iter_mut().zip(dv).zip(yv) {
-            *g = (d - dot) * y;
+            *g = grad(d, y, s);
         }
         return;
     }
@@ -114,7 +119,7 @@ fn softmax_vjp_slab<T: CpuScalar>((yv, dv, dx, inner, scratch): Slab2<'_, T>) {
     scratch.resize(inner, T::ZERO);
     for (yrow, drow) in yv.chunks_exact(inner).zip(dv.chunks_exact(inner)) {
         for ((s, &d), &y) in scratch.iter_mut().zip(drow).zip(yrow) {
-            *s += d * y;
+            *s += term(d, y);
         }
     }
     for ((grow, yrow), drow) in dx
@@ -122,10 +127,43 @@ fn softmax_vjp_slab<T: CpuScalar>((yv, dv, dx, inner, scratch): Slab2<'_, T>) {
         .zip(yv.chunks_exact(inner))
         .zip(dv.chunks_exact(inner))
     {
-        for (((g, &d), &y), &dot) in grow.iter_mut().zip(drow).zip(yrow).zip(scratch.iter()) {
-            *g = (d - dot) * y;
+        for (((g, &d), &y), &s) in grow.iter_mut().zip(drow).zip(yrow).zip(scratch.iter()) {
+            *g = grad(d, y, s);
         }
     }
+}
+
+/// `dx = (dy − Σ dy·y)·y` on one slab.
+#[inline(always)]
+fn softmax_vjp_slab<T: CpuScalar>(slab: Slab2<'_, T>) {
+    along_axis_vjp(slab, |d, y| d * y, |d, y, dot| (d - dot) * y);
+}
+
+/// `dx = dy − exp(y)·Σ dy` on one slab.
+#[inline(always)]
+fn log_softmax_vjp_slab<T: CpuScalar>(slab: Slab2<'_, T>) {
+    along_axis_vjp(slab, |d, _| d, |d, y, total| d - y.vexp() * total);
+}
+
+/// A slab kernel `K` of the VJP along `axis`, slab by slab (in parallel where they are big).
+fn slab_vjp<T: CpuScalar, K>(
+    y: &CpuTensor<T>,
+    dy: &CpuTensor<T>,
+    axis: usize,
+    cost: usize,
+) -> CpuTensor<T>
+where
+    K: for<'a> Kernel<Slab2<'a, T>, Out = ()>,
+{
+    let (_, n, inner) = y.shape().split_at_axis(axis);
+    let mut out = CpuTensor::uninit(y.shape().clone());
+    let (ys, ds) = (y.as_slice(), dy.as_slice());
+    slabs(&mut out, n, inner, cost, |o, dx, scratch| {
+        let yv = &ys[o * n * inner..][..n * inner];
+        let dv = &ds[o * n * inner..][..n * inner];
+        vectorized_if::<K, _>(dx.len(), (yv, dv, dx, inner, scratch));
+    });
+    out
 }
 
 /// `dx = (dy − Σ dy·y)·y` along the axis.
@@ -134,15 +172,7 @@ pub(crate) fn softmax_vjp<T: CpuScalar>(
     dy: &CpuTensor<T>,
     axis: usize,
 ) -> CpuTensor<T> {
-    let (_, n, inner) = y.shape().split_at_axis(axis);
-    let mut out = CpuTensor::uninit(y.shape().clone());
-    let (ys, ds) = (y.as_slice(), dy.as_slice());
-    slabs(&mut out, n, inner, 4, |o, dx, scratch| {
-        let yv = &ys[o * n * inner..][..n * inner];
-        let dv = &ds[o * n * inner..][..n * inner];
-        vectorized_if::<SoftmaxVjpSlab, _>(dx.len(), (yv, dv, dx, inner, scratch));
-    });
-    out
+    slab_vjp::<T, SoftmaxVjpSlab>(y, dy, axis, 4)
 }
 
 /// Log-softmax of one slab.
@@ -195,49 +225,13 @@ pub(crate) fn log_softmax<T: CpuScalar>(x: &CpuTensor<T>, axis: usize) -> CpuTen
     out
 }
 
-/// `dx = dy − exp(y)·Σ dy` on one slab.
-#[inline(always)]
-fn log_softmax_vjp_slab<T: CpuScalar>((yv, dv, dx, inner, scratch): Slab2<'_, T>) {
-    if inner == 1 {
-        let total = lane_sum(dv, |d| d);
-        for ((g, &d), &y) in dx.iter_mut().zip(dv).zip(yv) {
-            *g = d - y.vexp() * total;
-        }
-        return;
-    }
-    scratch.clear();
-    scratch.resize(inner, T::ZERO);
-    for drow in dv.chunks_exact(inner) {
-        for (s, &d) in scratch.iter_mut().zip(drow) {
-            *s += d;
-        }
-    }
-    for ((grow, yrow), drow) in dx
-        .chunks_exact_mut(inner)
-        .zip(yv.chunks_exact(inner))
-        .zip(dv.chunks_exact(inner))
-    {
-        for (((g, &d), &y), &t) in grow.iter_mut().zip(drow).zip(yrow).zip(scratch.iter()) {
-            *g = d - y.vexp() * t;
-        }
-    }
-}
-
 /// `dx = dy − exp(y)·Σ dy` along the axis.
 pub(crate) fn log_softmax_vjp<T: CpuScalar>(
     y: &CpuTensor<T>,
     dy: &CpuTensor<T>,
     axis: usize,
 ) -> CpuTensor<T> {
-    let (_, n, inner) = y.shape().split_at_axis(axis);
-    let mut out = CpuTensor::uninit(y.shape().clone());
-    let (ys, ds) = (y.as_slice(), dy.as_slice());
-    slabs(&mut out, n, inner, 16, |o, dx, scratch| {
-        let yv = &ys[o * n * inner..][..n * inner];
-        let dv = &ds[o * n * inner..][..n * inner];
-        vectorized_if::<LogSoftmaxVjpSlab, _>(dx.len(), (yv, dv, dx, inner, scratch));
-    });
-    out
+    slab_vjp::<T, LogSoftmaxVjpSlab>(y, dy, axis, 16)
 }
 
 /// `(mean, sigma)` of one row: population variance clamped at 0 (`if var > 0 then var else 0`),
