@@ -201,24 +201,37 @@ pub(crate) fn batch_norm_payload_shapes(channels: usize) -> Vec<Shape> {
 }
 
 pub(crate) fn infer_batch_norm(channels: usize, eps: f64, inputs: &[Shape]) -> Result<Shape> {
-    const OP: &str = super::desc::BATCH_NORM2D_NCHW_EVAL.name;
-    check_eps(OP, eps)?;
+    let op = super::desc::BATCH_NORM2D_NCHW_EVAL.name;
+    infer_bn(op, channels, eps, inputs, None, "gamma, beta, mean and var")
+}
+
+/// Both batch norms' shape rule: `x` `[N, C, …]` (exactly `rank` axes where given) with `C =
+/// channels`, and every other operand (`params`, for the message) `[C]`.
+fn infer_bn(
+    op: &'static str,
+    channels: usize,
+    eps: f64,
+    inputs: &[Shape],
+    rank: Option<usize>,
+    params: &str,
+) -> Result<Shape> {
+    check_eps(op, eps)?;
     let x = &inputs[0];
-    if x.rank() < 2 || x.dims()[1] != channels {
+    let rank_ok = rank.map_or(x.rank() >= 2, |r| x.rank() == r);
+    if !rank_ok || x.dims()[1] != channels {
+        let layout = if rank == Some(4) { "H, W" } else { "…" };
         return Err(SpecError::OpShape {
-            op: OP,
+            op,
             shapes: vec![x.clone()],
-            reason: format!("expects [N, {channels}, …] (channels on axis 1)"),
+            reason: format!("expects [N, {channels}, {layout}] (channels on axis 1)"),
         });
     }
-    for s in &inputs[1..] {
-        if s.dims() != [channels] {
-            return Err(SpecError::OpShape {
-                op: OP,
-                shapes: inputs.to_vec(),
-                reason: format!("gamma, beta, mean and var must be [{channels}]"),
-            });
-        }
+    if inputs[1..].iter().any(|s| s.dims() != [channels]) {
+        return Err(SpecError::OpShape {
+            op,
+            shapes: inputs.to_vec(),
+            reason: format!("{params} must be [{channels}]"),
+        });
     }
     Ok(x.clone())
 }
@@ -314,25 +327,7 @@ pub(crate) fn batch_norm_vjp<A: Scalar>(
 const BN_TRAIN: &str = "batch_norm2d_nchw_train";
 
 pub(crate) fn infer_batch_norm_train(channels: usize, eps: f64, inputs: &[Shape]) -> Result<Shape> {
-    check_eps(BN_TRAIN, eps)?;
-    let x = &inputs[0];
-    if x.rank() != 4 || x.dims()[1] != channels {
-        return Err(SpecError::OpShape {
-            op: BN_TRAIN,
-            shapes: vec![x.clone()],
-            reason: format!("expects [N, {channels}, H, W] (channels on axis 1)"),
-        });
-    }
-    for s in &inputs[1..] {
-        if s.dims() != [channels] {
-            return Err(SpecError::OpShape {
-                op: BN_TRAIN,
-                shapes: inputs.to_vec(),
-                reason: format!("gamma and beta must be [{channels}]"),
-            });
-        }
-    }
-    Ok(x.clone())
+    infer_bn(BN_TRAIN, channels, eps, inputs, Some(4), "gamma and beta")
 }
 
 /// Per channel of a validated `[N, C, H, W]` input: `(mean, sigma)` over `N, H, W` with the
