@@ -327,16 +327,32 @@ pub(crate) fn batch_norm<T: CpuScalar>(args: [&CpuTensor<T>; 5], eps: T) -> CpuT
     let (_, c, rest) = bn_dims(x);
     let sigmas: Vec<T> = var.as_slice().iter().map(|&v| bn_sigma(v, eps)).collect();
     let (g, b, m) = (gamma.as_slice(), beta.as_slice(), mean.as_slice());
-    let mut out = CpuTensor::uninit(x.shape().clone());
-    let src = x.as_slice();
-    par_rows(out.data_mut(), rest, 4 * rest, |first, rows| {
-        for (k, yrow) in rows.chunks_exact_mut(rest).enumerate() {
+    map_channel_rows(
+        [x, x],
+        (c, rest, 4),
+        |ch| (m[ch], sigmas[ch], g[ch], b[ch]),
+        |(m, s, g, b), v, _| ((v - m) / s) * g + b,
+    )
+}
+
+/// `out = f(p(ch), a, b)` element by element over two `[N, C, rest]` operands, where `p(ch)`
+/// is channel `ch`'s parameters, formed once per row of `rest` elements; rows in parallel
+/// (`cost` operations per element).
+fn map_channel_rows<T: CpuScalar, P: Copy>(
+    [a, b]: [&CpuTensor<T>; 2],
+    (c, rest, cost): (usize, usize, usize),
+    p: impl Fn(usize) -> P + Sync,
+    f: impl Fn(P, T, T) -> T + Sync,
+) -> CpuTensor<T> {
+    let (a_src, b_src) = (a.as_slice(), b.as_slice());
+    let mut out = CpuTensor::uninit(b.shape().clone());
+    par_rows(out.data_mut(), rest, cost * rest, |first, rows| {
+        for (k, orow) in rows.chunks_exact_mut(rest).enumerate() {
             let row = first + k;
-            let ch = row % c;
-            let xrow = &src[row * rest..][..rest];
-            let (m, s, g, b) = (m[ch], sigmas[ch], g[ch], b[ch]);
-            for (y, &v) in yrow.iter_mut().zip(xrow) {
-                *y = ((v - m) / s) * g + b;
+            let params = p(row % c);
+            let (arow, brow) = (&a_src[row * rest..][..rest], &b_src[row * rest..][..rest]);
+            for ((o, &u), &v) in orow.iter_mut().zip(arow).zip(brow) {
+                *o = f(params, u, v);
             }
         }
     });
@@ -369,18 +385,12 @@ pub(crate) fn batch_norm_vjp<T: CpuScalar>(
         })
         .collect();
     let (xs, ds) = (x.as_slice(), dy.as_slice());
-    let mut dx = CpuTensor::uninit(x.shape().clone());
-    par_rows(dx.data_mut(), rest, 2 * rest, |first, rows| {
-        for (k, grow) in rows.chunks_exact_mut(rest).enumerate() {
-            let row = first + k;
-            let ch = row % c;
-            let drow = &ds[row * rest..][..rest];
-            let (gc, sc) = (g[ch], sigmas[ch]);
-            for (o, &d) in grow.iter_mut().zip(drow) {
-                *o = (d * gc) / sc;
-            }
-        }
-    });
+    let dx = map_channel_rows(
+        [dy, dy],
+        (c, rest, 2),
+        |ch| (g[ch], sigmas[ch]),
+        |(gc, sc), d, _| (d * gc) / sc,
+    );
     let sums = par_map(c, 8 * n * rest, |ch| {
         let (gc, sc, mc, vc) = (g[ch], sigmas[ch], m[ch], var_coef[ch]);
         let (mut dg, mut db, mut dm, mut dv) = (T::ZERO, T::ZERO, T::ZERO, T::ZERO);
@@ -453,22 +463,14 @@ pub(crate) fn batch_norm_train<T: CpuScalar>(
     eps: f64,
 ) -> CpuTensor<T> {
     let (n, c, rest) = bn_dims(x);
-    let src = x.as_slice();
-    let stats = batch_stats(src, n, c, rest, eps);
+    let stats = batch_stats(x.as_slice(), n, c, rest, eps);
     let (g, b) = (gamma.as_slice(), beta.as_slice());
-    let mut out = CpuTensor::uninit(x.shape().clone());
-    par_rows(out.data_mut(), rest, 4 * rest, |first, rows| {
-        for (k, yrow) in rows.chunks_exact_mut(rest).enumerate() {
-            let row = first + k;
-            let ch = row % c;
-            let xrow = &src[row * rest..][..rest];
-            let ((m, s), g, b) = (stats[ch], g[ch].to_f64(), b[ch].to_f64());
-            for (y, &v) in yrow.iter_mut().zip(xrow) {
-                *y = T::from_f64(((v.to_f64() - m) / s) * g + b);
-            }
-        }
-    });
-    out
+    map_channel_rows(
+        [x, x],
+        (c, rest, 4),
+        |ch| (stats[ch], g[ch].to_f64(), b[ch].to_f64()),
+        |((m, s), g, b), v, _| T::from_f64(((v.to_f64() - m) / s) * g + b),
+    )
 }
 
 /// `[dx, dγ, dβ]`: `dβ = Σ dy`, `dγ = Σ dy·x̂`, `dx = γ·((dy − dβ/M) − x̂·dγ/M)/sigma`, in `f64`
@@ -497,20 +499,18 @@ pub(crate) fn batch_norm_train_vjp<T: CpuScalar>(
         }
         (dg, db)
     });
-    let mut dx = CpuTensor::uninit(x.shape().clone());
-    par_rows(dx.data_mut(), rest, 6 * rest, |first, rows| {
-        for (k, grow) in rows.chunks_exact_mut(rest).enumerate() {
-            let row = first + k;
-            let ch = row % c;
-            let ((m, s), (dg, db), gc) = (stats[ch], sums[ch], g[ch].to_f64());
-            let (mean_d, mean_dh) = (db / count, dg / count);
-            let (drow, xrow) = (&ds[row * rest..][..rest], &xs[row * rest..][..rest]);
-            for ((o, &d), &v) in grow.iter_mut().zip(drow).zip(xrow) {
-                let h = (v.to_f64() - m) / s;
-                *o = T::from_f64((gc * ((d.to_f64() - mean_d) - h * mean_dh)) / s);
-            }
-        }
-    });
+    let dx = map_channel_rows(
+        [dy, x],
+        (c, rest, 6),
+        |ch| {
+            let ((m, s), (dg, db)) = (stats[ch], sums[ch]);
+            (m, s, g[ch].to_f64(), db / count, dg / count)
+        },
+        |(m, s, gc, mean_d, mean_dh), d, v| {
+            let h = (v.to_f64() - m) / s;
+            T::from_f64((gc * ((d.to_f64() - mean_d) - h * mean_dh)) / s)
+        },
+    );
     let per_channel = |data: Vec<T>| {
         // invariant: c channels, shape [c] (validated by the shape rule)
         CpuTensor::from_vec([c], data).expect("one value per channel")
