@@ -90,12 +90,21 @@ fn softmax_slab<T: CpuScalar>((xs, y, inner, scratch): Slab1<'_, T>) {
 }
 
 pub(crate) fn softmax<T: CpuScalar>(x: &CpuTensor<T>, axis: usize) -> CpuTensor<T> {
+    slab_map::<T, SoftmaxSlab>(x, axis)
+}
+
+/// A slab kernel `K` of one operand along `axis`, slab by slab (in parallel where they are
+/// big).
+fn slab_map<T: CpuScalar, K>(x: &CpuTensor<T>, axis: usize) -> CpuTensor<T>
+where
+    K: for<'a> Kernel<Slab1<'a, T>, Out = ()>,
+{
     let (_, n, inner) = x.shape().split_at_axis(axis);
     let mut out = CpuTensor::uninit(x.shape().clone());
     let src = x.as_slice();
     slabs(&mut out, n, inner, 16, |o, y, scratch| {
         let xs = &src[o * n * inner..][..n * inner];
-        vectorized_if::<SoftmaxSlab, _>(y.len(), (xs, y, inner, scratch));
+        vectorized_if::<K, _>(y.len(), (xs, y, inner, scratch));
     });
     out
 }
@@ -215,14 +224,7 @@ fn log_softmax_slab<T: CpuScalar>((xs, y, inner, scratch): Slab1<'_, T>) {
 }
 
 pub(crate) fn log_softmax<T: CpuScalar>(x: &CpuTensor<T>, axis: usize) -> CpuTensor<T> {
-    let (_, n, inner) = x.shape().split_at_axis(axis);
-    let mut out = CpuTensor::uninit(x.shape().clone());
-    let src = x.as_slice();
-    slabs(&mut out, n, inner, 16, |o, y, scratch| {
-        let xs = &src[o * n * inner..][..n * inner];
-        vectorized_if::<LogSoftmaxSlab, _>(y.len(), (xs, y, inner, scratch));
-    });
-    out
+    slab_map::<T, LogSoftmaxSlab>(x, axis)
 }
 
 /// `dx = dy − exp(y)·Σ dy` along the axis.
