@@ -261,7 +261,8 @@ impl<B: Backend> Engine for B {
 
 type R<A> = Result<Tensor<A>, SpecError>;
 
-/// The reference engine: every family method is the naive function of `spec::ops`.
+/// The reference engine: every family method is the naive function of `spec::ops`, or the
+/// family's default composition where that is the same computation (`softmax_vjp`).
 impl<A: Scalar> EngineValue for Tensor<A> {
     type Error = SpecError;
 
@@ -387,13 +388,6 @@ impl<A: Scalar> Norm for Tensor<A> {
             norm::log_softmax(x, axis)
         } else {
             norm::softmax(x, axis)
-        }
-    }
-    fn softmax_vjp(y: &Self, dy: &Self, axis: usize, log: bool) -> R<A> {
-        if log {
-            norm::log_softmax_vjp(y, dy, axis)
-        } else {
-            norm::softmax_vjp(y, dy, axis)
         }
     }
     fn layer_norm(x: &Self, axis: usize, eps: f64) -> R<A> {

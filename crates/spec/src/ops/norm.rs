@@ -43,28 +43,6 @@ pub(crate) fn softmax<A: Scalar>(x: &Tensor<A>, axis: usize) -> Result<Tensor<A>
     Ok(out)
 }
 
-/// `dx = (dy − Σ dy·y)·y` along the axis.
-pub(crate) fn softmax_vjp<A: Scalar>(
-    y: &Tensor<A>,
-    dy: &Tensor<A>,
-    axis: usize,
-) -> Result<Tensor<A>> {
-    let mut dx = dy.clone();
-    let (yd, dd) = (y.data(), dy.data());
-    for (start, stride, n) in lines(y.shape(), axis) {
-        let mut dot = A::zero();
-        for k in 0..n {
-            let o = start + k * stride;
-            dot = dot.add(&dd[o].mul(&yd[o]));
-        }
-        for k in 0..n {
-            let o = start + k * stride;
-            dx.data_mut()[o] = dd[o].sub(&dot).mul(&yd[o]);
-        }
-    }
-    Ok(dx)
-}
-
 pub(crate) fn log_softmax<A: Scalar>(x: &Tensor<A>, axis: usize) -> Result<Tensor<A>> {
     let mut out = x.clone();
     let d = x.data();
@@ -84,27 +62,6 @@ pub(crate) fn log_softmax<A: Scalar>(x: &Tensor<A>, axis: usize) -> Result<Tenso
         }
     }
     Ok(out)
-}
-
-/// `dx = dy − exp(y)·Σ dy` along the axis.
-pub(crate) fn log_softmax_vjp<A: Scalar>(
-    y: &Tensor<A>,
-    dy: &Tensor<A>,
-    axis: usize,
-) -> Result<Tensor<A>> {
-    let mut dx = dy.clone();
-    let (yd, dd) = (y.data(), dy.data());
-    for (start, stride, n) in lines(y.shape(), axis) {
-        let mut total = A::zero();
-        for k in 0..n {
-            total = total.add(&dd[start + k * stride]);
-        }
-        for k in 0..n {
-            let o = start + k * stride;
-            dx.data_mut()[o] = dd[o].sub(&yd[o].exp()?.mul(&total));
-        }
-    }
-    Ok(dx)
 }
 
 fn check_eps(op: &'static str, eps: f64) -> Result<()> {
