@@ -138,24 +138,32 @@ fn bn_indices(op: &'static str, x: &Shape) -> Result<[i64; 3]> {
 
 pub fn batch_norm<D: Device>(args: [&CudaTensor<D>; 5], eps: f64) -> Result<CudaTensor<D>> {
     let [x, gamma, beta, mean, var] = args;
-    let [total, c, rest] = bn_indices("batch_norm", x.shape())?;
     // tl_norm_bn_eval(float* y, const float* x, const float* gamma, const float* beta,
     //   const float* mean, const float* var, ll total, ll c, ll rest, ull eps_bits)
+    let channels = [gamma.mem(), beta.mem(), mean.mem(), var.mem()];
+    let eps = Some(Arg::U64(eps.to_bits()));
+    per_channel_launch("batch_norm", "tl_norm_bn_eval", x, channels, eps)
+}
+
+/// Both batch norms' forward: one thread per element of `x` `[N, C, …]`, the kernel reading
+/// `x`, four per-channel buffers, the sizes `(total, C, rest)` and `last` if given.
+fn per_channel_launch<'a, D: Device>(
+    op: &'static str,
+    kernel: &'static str,
+    x: &'a CudaTensor<D>,
+    channels: [&'a D::Mem; 4],
+    last: Option<Arg<'a, D>>,
+) -> Result<CudaTensor<D>> {
+    let [total, c, rest] = bn_indices(op, x.shape())?;
+    let args = std::iter::once(Arg::In(x.mem()))
+        .chain(channels.map(Arg::In))
+        .chain([Arg::Index(total), Arg::Index(c), Arg::Index(rest)])
+        .chain(last);
     launch_new(
-        NORM.kernel("tl_norm_bn_eval"),
+        NORM.kernel(kernel),
         Launch::for_items(x.len()),
         x.shape().clone(),
-        [
-            Arg::In(x.mem()),
-            Arg::In(gamma.mem()),
-            Arg::In(beta.mem()),
-            Arg::In(mean.mem()),
-            Arg::In(var.mem()),
-            Arg::Index(total),
-            Arg::Index(c),
-            Arg::Index(rest),
-            Arg::U64(eps.to_bits()),
-        ],
+        args,
     )
 }
 
@@ -277,25 +285,11 @@ pub fn batch_norm_train<D: Device>(
     eps: f64,
 ) -> Result<CudaTensor<D>> {
     const OP: &str = "batch_norm_train";
-    let [total, c, rest] = bn_indices(OP, x.shape())?;
     let (mean, sigma) = batch_stats(OP, x, eps)?;
     // tl_norm_bn_train(float* y, const float* x, const float* gamma, const float* beta,
     //   const float* mean, const float* sigma, ll total, ll c, ll rest)
-    launch_new(
-        NORM.kernel("tl_norm_bn_train"),
-        Launch::for_items(x.len()),
-        x.shape().clone(),
-        [
-            Arg::In(x.mem()),
-            Arg::In(gamma.mem()),
-            Arg::In(beta.mem()),
-            Arg::In(mean.mem()),
-            Arg::In(sigma.mem()),
-            Arg::Index(total),
-            Arg::Index(c),
-            Arg::Index(rest),
-        ],
-    )
+    let channels = [gamma.mem(), beta.mem(), mean.mem(), sigma.mem()];
+    per_channel_launch(OP, "tl_norm_bn_train", x, channels, None)
 }
 
 pub fn batch_norm_train_vjp<D: Device>(
