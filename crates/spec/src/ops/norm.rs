@@ -205,19 +205,31 @@ fn bn_sigma<A: Scalar>(var: &A, eps: &A) -> Result<A> {
 
 pub(crate) fn batch_norm<A: Scalar>(args: &[&Tensor<A>; 5], eps: f64) -> Result<Tensor<A>> {
     let (x, gamma, beta, mean, var) = (args[0], args[1], args[2], args[3], args[4]);
-    let (n, c, rest) = bn_dims(x.shape());
     let eps = A::from_f64(eps)?;
-    let sigmas = var
+    let stats = mean
         .data()
         .iter()
-        .map(|v| bn_sigma(v, &eps))
+        .zip(var.data())
+        .map(|(m, v)| Ok((m.clone(), bn_sigma(v, &eps)?)))
         .collect::<Result<Vec<_>>>()?;
+    normalise(x, &stats, gamma, beta)
+}
+
+/// `(x − mean)/sigma·gamma + beta` over `[N, C, …]`, with channel `ch`'s `(mean, sigma)` at
+/// `stats[ch]`: both batch norms' forward.
+fn normalise<A: Scalar>(
+    x: &Tensor<A>,
+    stats: &[(A, A)],
+    gamma: &Tensor<A>,
+    beta: &Tensor<A>,
+) -> Result<Tensor<A>> {
+    let (n, c, rest) = bn_dims(x.shape());
     let mut out = Vec::with_capacity(x.len());
     for b in 0..n {
-        for ch in 0..c {
+        for (ch, (mean, sigma)) in stats.iter().enumerate() {
             for r in 0..rest {
                 let v = &x.data()[(b * c + ch) * rest + r];
-                let norm = v.sub(&mean.data()[ch]).div(&sigmas[ch])?;
+                let norm = v.sub(mean).div(sigma)?;
                 out.push(norm.mul(&gamma.data()[ch]).add(&beta.data()[ch]));
             }
         }
@@ -334,19 +346,8 @@ fn batch_norm_train_in<A: Scalar>(
     beta: &Tensor<A>,
     eps: f64,
 ) -> Result<Tensor<A>> {
-    let (n, c, rest) = bn_dims(x.shape());
     let stats = batch_stats(x, &A::from_f64(eps)?)?;
-    let mut out = Vec::with_capacity(x.len());
-    for b in 0..n {
-        for (ch, (mean, sigma)) in stats.iter().enumerate() {
-            for r in 0..rest {
-                let v = &x.data()[(b * c + ch) * rest + r];
-                let norm = v.sub(mean).div(sigma)?;
-                out.push(norm.mul(&gamma.data()[ch]).add(&beta.data()[ch]));
-            }
-        }
-    }
-    Tensor::new(x.shape().clone(), out)
+    normalise(x, &stats, gamma, beta)
 }
 
 /// `[dx, dγ, dβ]`: with `x̂ = (x − mean)/sigma`, `dβ = Σ dy`, `dγ = Σ dy·x̂` and
