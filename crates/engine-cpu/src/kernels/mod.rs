@@ -137,11 +137,7 @@ impl<T: CpuScalar> Norm for CpuTensor<T> {
         })
     }
     fn softmax_vjp(y: &Self, dy: &Self, axis: usize, log: bool) -> R<T> {
-        Ok(if log {
-            norm::log_softmax_vjp(y, dy, axis)
-        } else {
-            norm::softmax_vjp(y, dy, axis)
-        })
+        Ok(norm::softmax_vjp(y, dy, axis, log))
     }
     fn layer_norm(x: &Self, axis: usize, eps: f64) -> R<T> {
         Ok(norm::layer_norm(x, axis, T::from_f64(eps)))

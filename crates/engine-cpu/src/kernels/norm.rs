@@ -175,15 +175,6 @@ where
     out
 }
 
-/// `dx = (dy − Σ dy·y)·y` along the axis.
-pub(crate) fn softmax_vjp<T: CpuScalar>(
-    y: &CpuTensor<T>,
-    dy: &CpuTensor<T>,
-    axis: usize,
-) -> CpuTensor<T> {
-    slab_vjp::<T, SoftmaxVjpSlab>(y, dy, axis, 4)
-}
-
 /// Log-softmax of one slab.
 #[inline(always)]
 fn log_softmax_slab<T: CpuScalar>((xs, y, inner, scratch): Slab1<'_, T>) {
@@ -227,13 +218,19 @@ pub(crate) fn log_softmax<T: CpuScalar>(x: &CpuTensor<T>, axis: usize) -> CpuTen
     slab_map::<T, LogSoftmaxSlab>(x, axis)
 }
 
-/// `dx = dy − exp(y)·Σ dy` along the axis.
-pub(crate) fn log_softmax_vjp<T: CpuScalar>(
+/// Softmax's (`dx = (dy − Σ dy·y)·y`) or log-softmax's (`dx = dy − exp(y)·Σ dy`) VJP along
+/// the axis.
+pub(crate) fn softmax_vjp<T: CpuScalar>(
     y: &CpuTensor<T>,
     dy: &CpuTensor<T>,
     axis: usize,
+    log: bool,
 ) -> CpuTensor<T> {
-    slab_vjp::<T, LogSoftmaxVjpSlab>(y, dy, axis, 16)
+    if log {
+        slab_vjp::<T, LogSoftmaxVjpSlab>(y, dy, axis, 16)
+    } else {
+        slab_vjp::<T, SoftmaxVjpSlab>(y, dy, axis, 4)
+    }
 }
 
 /// `(mean, sigma)` of one row: population variance clamped at 0 (`if var > 0 then var else 0`),
