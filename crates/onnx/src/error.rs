@@ -2,6 +2,7 @@
 
 use std::fmt;
 use torchlean_ir::IrError;
+use torchlean_spec::SpecError;
 
 /// What kind of problem a [`Problem`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,7 +36,10 @@ pub struct Problem {
     pub op_type: String,
     /// The attribute or operand the problem is in (empty when it is about the whole node).
     pub field: String,
+    /// What is wrong, in the importer's words (empty where the cause says it all).
     pub message: String,
+    /// The rule the model broke, where one of `spec`'s did (a shape rule, a tensor's size).
+    pub cause: Option<SpecError>,
 }
 
 impl Problem {
@@ -52,7 +56,14 @@ impl Problem {
             op_type: torchlean_ir::shorten(&op_type.into()).into_owned(),
             field: field.into(),
             message: message.into(),
+            cause: None,
         }
+    }
+
+    /// The problem with the `spec` error that is its cause.
+    pub fn because(mut self, cause: SpecError) -> Self {
+        self.cause = Some(cause);
+        self
     }
 }
 
@@ -62,7 +73,17 @@ impl fmt::Display for Problem {
         if !self.field.is_empty() {
             write!(f, ", field `{}`", self.field)?;
         }
-        write!(f, ": {}", self.message)
+        let sep = if self.message.is_empty() { "" } else { ": " };
+        match &self.cause {
+            Some(cause) => write!(f, ": {}{sep}{cause}", self.message),
+            None => write!(f, ": {}", self.message),
+        }
+    }
+}
+
+impl std::error::Error for Problem {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.cause.as_ref().map(|c| c as _)
     }
 }
 

@@ -358,7 +358,7 @@ impl Builder {
         let shape = Shape::new(dims);
         if let Err(e) = shape.checked_size() {
             self.problems
-                .push(problem(ProblemKind::Shape, "shape", e.to_string()));
+                .push(problem(ProblemKind::Shape, "shape", String::new()).because(e));
             ok = false;
         }
         if !ok {
@@ -581,8 +581,9 @@ impl Builder {
                 self.consts[i].initializer.clone().unwrap_or_default(),
                 "initializer",
                 "data",
-                e.to_string(),
+                "",
             )
+            .because(e)
         })?;
         let id = self.push_node(OpKind::Const { value_shape: None }, vec![], shape.clone());
         let name = desc::CONST.payload_names()[0];
@@ -612,11 +613,8 @@ impl Builder {
         let mut shapes: Vec<Shape> = parents.iter().map(|p| p.shape.clone()).collect();
         shapes.extend(weights.iter().map(|(_, t)| t.shape().clone()));
         let shape = op.infer_shape(&shapes).map_err(|e| {
-            ctx.problem(
-                ProblemKind::Shape,
-                "",
-                format!("as IR `{}`: {e}", op.name()),
-            )
+            ctx.problem(ProblemKind::Shape, "", format!("as IR `{}`", op.name()))
+                .because(e)
         })?;
         let names = op.desc().payload_names();
         let ids = parents.iter().map(|p| p.id).collect();

@@ -236,7 +236,7 @@ fn axis(ctx: &Ctx<'_>, field: &str, a: i64, rank: usize) -> One<usize> {
 }
 
 fn weight_tensor(c: &Constant, ctx: &Ctx<'_>, field: &str) -> One<Tensor<f64>> {
-    Tensor::new(c.shape.clone(), c.floats()).map_err(|e| ctx.unsupported(field, e.to_string()))
+    Tensor::new(c.shape.clone(), c.floats()).map_err(|e| ctx.unsupported(field, "").because(e))
 }
 
 /// A weight operand: an initializer used only here, lifted to a payload tensor.
@@ -547,7 +547,7 @@ fn gemm(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
                 None => {
                     let out = w.1.shape().dims().first().copied().unwrap_or(0);
                     let zeros = Tensor::zeros([out])
-                        .map_err(|e| ctx.unsupported("input[1]", e.to_string()))?;
+                        .map_err(|e| ctx.unsupported("input[1]", "").because(e))?;
                     (None, zeros)
                 }
             };
@@ -744,7 +744,7 @@ fn conv(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
         Some(_) => weight(b, ctx, 2)?,
         None => (
             None,
-            Tensor::zeros([wd[0]]).map_err(|e| ctx.unsupported("input[1]", e.to_string()))?,
+            Tensor::zeros([wd[0]]).map_err(|e| ctx.unsupported("input[1]", "").because(e))?,
         ),
     };
     let spec = Conv2dSpec {

@@ -229,3 +229,30 @@ fn the_zoo_mlp_imports_and_places_every_initializer() {
         assert_eq!(kind, "linear", "{name}: Gemm with transB becomes linear");
     }
 }
+
+#[test]
+fn a_shape_rule_problem_keeps_the_spec_error_as_its_cause() {
+    // [2, 3]·[4, 5]: the IR's matmul rule refuses the inner extents
+    let bad = model(
+        value("x", &[Ok(2), Ok(3)]),
+        vec![node("mm", "MatMul", &["x", "w"], &["y"])],
+        vec![floats("w", &[4, 5], &[0.5; 20])],
+        &["y"],
+    );
+    let Err(OnnxError::Problems(problems)) = import_onnx(&bad) else {
+        panic!("a [2, 3]·[4, 5] product imported");
+    };
+    let p = problems
+        .iter()
+        .find(|p| p.kind == ProblemKind::Shape && p.node == "mm")
+        .unwrap_or_else(|| panic!("no shape problem at `mm`: {problems:#?}"));
+    assert!(
+        matches!(
+            &p.cause,
+            Some(torchlean_spec::SpecError::OpShape { op: "matmul", .. })
+        ),
+        "{p:?}"
+    );
+    let source = std::error::Error::source(p).expect("the cause is the source");
+    assert!(p.to_string().ends_with(&source.to_string()), "{p}");
+}
