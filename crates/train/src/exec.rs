@@ -6,7 +6,7 @@
 //! models have no repeated operands, so the compiled graph's local sums are single terms).
 
 use crate::error::Result;
-use crate::model::Model;
+use crate::model::Classifier;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
 use torchlean_nn::{LeafKind, Ops, Recorded, Recorder, Session, Sweep};
@@ -52,7 +52,8 @@ pub struct StepOut<V> {
 pub trait Exec<V: Kernels> {
     /// Loss and parameter gradients of `model` on the batch `(x, labels)`, at the current
     /// parameters; nothing of the step stays alive afterwards except the gradients.
-    fn step(&mut self, model: &Model, x: &Tensor<f64>, labels: &[usize]) -> Result<StepOut<V>>;
+    fn step(&mut self, model: &Classifier, x: &Tensor<f64>, labels: &[usize])
+        -> Result<StepOut<V>>;
 
     /// The parameters, by name.
     fn params(&self) -> &BTreeMap<String, V>;
@@ -67,7 +68,7 @@ pub trait Exec<V: Kernels> {
     /// `(summed loss, correct predictions)` of `model` on `(x, labels)`, without gradients.
     fn evaluate(
         &mut self,
-        model: &Model,
+        model: &Classifier,
         x: &Tensor<f64>,
         labels: &[usize],
     ) -> Result<(f64, usize)>;
@@ -97,7 +98,7 @@ pub fn argmax_rows(logits: &Tensor<f64>) -> Vec<usize> {
 /// Evaluation through an eager session (both backends: a forward pass is the same program).
 fn evaluate_in<V: Kernels>(
     s: &mut Session<V>,
-    model: &Model,
+    model: &Classifier,
     x: &Tensor<f64>,
     labels: &[usize],
 ) -> Result<(f64, usize)> {
@@ -140,7 +141,12 @@ impl<V: Kernels> EagerExec<V> {
 }
 
 impl<V: Kernels> Exec<V> for EagerExec<V> {
-    fn step(&mut self, model: &Model, x: &Tensor<f64>, labels: &[usize]) -> Result<StepOut<V>> {
+    fn step(
+        &mut self,
+        model: &Classifier,
+        x: &Tensor<f64>,
+        labels: &[usize],
+    ) -> Result<StepOut<V>> {
         let s = &mut self.session;
         let run = (|| {
             let xv = s.input("x", x, false)?;
@@ -169,7 +175,7 @@ impl<V: Kernels> Exec<V> for EagerExec<V> {
 
     fn evaluate(
         &mut self,
-        model: &Model,
+        model: &Classifier,
         x: &Tensor<f64>,
         labels: &[usize],
     ) -> Result<(f64, usize)> {
@@ -215,7 +221,7 @@ impl Program {
     /// The program for batches of `n` in `cache`, recorded on first use.
     fn cached<'c>(
         cache: &'c mut HashMap<usize, Program>,
-        model: &Model,
+        model: &Classifier,
         n: usize,
     ) -> Result<&'c Program> {
         Ok(match cache.entry(n) {
@@ -226,7 +232,7 @@ impl Program {
 
     /// Records `model`'s loss on a batch of `n` (the values are placeholders: every leaf is
     /// supplied per step).
-    fn record(model: &Model, n: usize) -> Result<Program> {
+    fn record(model: &Classifier, n: usize) -> Result<Program> {
         let mut r = Recorder::new();
         let x = r.input("x", &Tensor::zeros(model.batch_shape(n))?, false)?;
         let labels = r.input("labels", &Tensor::zeros(Shape::from([n]))?, false)?;
@@ -255,7 +261,12 @@ impl Program {
 }
 
 impl<V: Kernels> Exec<V> for CompiledExec<V> {
-    fn step(&mut self, model: &Model, x: &Tensor<f64>, labels: &[usize]) -> Result<StepOut<V>> {
+    fn step(
+        &mut self,
+        model: &Classifier,
+        x: &Tensor<f64>,
+        labels: &[usize],
+    ) -> Result<StepOut<V>> {
         let n = labels.len();
         let p = Program::cached(&mut self.programs, model, n)?;
         let mut inputs = Vec::with_capacity(p.rec.leaves.len());
@@ -305,7 +316,7 @@ impl<V: Kernels> Exec<V> for CompiledExec<V> {
 
     fn evaluate(
         &mut self,
-        model: &Model,
+        model: &Classifier,
         x: &Tensor<f64>,
         labels: &[usize],
     ) -> Result<(f64, usize)> {

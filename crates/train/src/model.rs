@@ -61,7 +61,7 @@ const CNN_CHANNELS: (usize, usize) = (16, 32);
 /// A model of [`Arch`] for `features` inputs and `classes` outputs, with its initial
 /// parameters drawn from `seed`.
 #[derive(Clone, Debug)]
-pub struct Model {
+pub struct Classifier {
     arch: Arch,
     /// The input shape of one example (`[F]`, or `[1, H, W]` for the CNN).
     example: Vec<usize>,
@@ -69,7 +69,7 @@ pub struct Model {
     net: DynSequential,
 }
 
-impl Model {
+impl Classifier {
     /// The model; the CNN needs `image = Some((h, w))` with `h·w = features` and `h, w ≥ 2`.
     pub fn new(
         arch: Arch,
@@ -77,7 +77,7 @@ impl Model {
         image: Option<(usize, usize)>,
         classes: usize,
         seed: u64,
-    ) -> Result<Model> {
+    ) -> Result<Classifier> {
         if features == 0 || classes < 2 {
             return Err(TrainError::ModelSize {
                 arch,
@@ -149,7 +149,7 @@ impl Model {
                 )
             }
         };
-        Ok(Model {
+        Ok(Classifier {
             arch,
             example,
             classes,
@@ -185,7 +185,7 @@ impl Model {
         self.net.named_params()
     }
 
-    /// The logits `[N, C]` of a batch `x` (shape [`Model::batch_shape`]).
+    /// The logits `[N, C]` of a batch `x` (shape [`Classifier::batch_shape`]).
     pub fn logits<O: Ops>(&self, ops: &mut O, x: &Var) -> torchlean_nn::Result<Var> {
         self.net.forward(ops, x, Mode::Train)
     }

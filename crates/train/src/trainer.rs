@@ -14,7 +14,7 @@ use crate::checkpoint::{Checkpoint, NamedTensor, TensorData};
 use crate::data::{epoch_order, Dataset, Standardizer};
 use crate::error::{Result, TrainError};
 use crate::exec::{CompiledExec, EagerExec, Exec, Interpreter, StepOut};
-use crate::model::{Arch, Model};
+use crate::model::{Arch, Classifier};
 use crate::optim::{clip_grad_norm, OptimConfig, Optimizer, Param, ParamState};
 use crate::sched::{Schedule, Scheduler};
 use std::collections::BTreeMap;
@@ -244,7 +244,7 @@ pub fn relative_deviation(a: &[f64], reference: &[f64]) -> f64 {
 /// A training run on engine `V`.
 pub struct Trainer<V: TrainValue> {
     cfg: TrainConfig,
-    model: Model,
+    model: Classifier,
     /// The training and held-out sets, standardized by `standardizer`.
     train: Dataset,
     held: Dataset,
@@ -290,7 +290,7 @@ impl<V: TrainValue> Trainer<V> {
         let standardizer = Standardizer::fit(&train);
         train.standardize(&standardizer)?;
         held.standardize(&standardizer)?;
-        let model = Model::new(
+        let model = Classifier::new(
             cfg.arch,
             data.features(),
             data.image(),
@@ -317,7 +317,7 @@ impl<V: TrainValue> Trainer<V> {
         &self.cfg
     }
 
-    pub fn model(&self) -> &Model {
+    pub fn model(&self) -> &Classifier {
         &self.model
     }
 
