@@ -233,6 +233,27 @@ impl<V: Kernels> Session<V> {
         Ok(())
     }
 
+    /// Sets parameters to engine values as they are (no conversion: on a device they stay
+    /// there, and a buffer is shared, not copied), by full name; a parameter the session
+    /// already has must keep its shape.
+    pub fn set_params(&mut self, values: &BTreeMap<String, V>) -> Result<()> {
+        for (name, v) in values {
+            if let Some(old) = self.params.get(name) {
+                if old.shape() != v.shape() {
+                    return Err(NnError::ParamShape {
+                        name: name.clone(),
+                        have: old.shape().clone(),
+                        want: v.shape().clone(),
+                    });
+                }
+            }
+            if let Some(old) = self.params.insert(name.clone(), v.clone()) {
+                old.drop();
+            }
+        }
+        Ok(())
+    }
+
     /// Moves the gradients of the parameters out of the last backward pass, by full name (a
     /// parameter the loss did not reach has none). Other gradients stay for [`Session::grad`].
     pub fn take_param_grads(&mut self) -> BTreeMap<String, V> {

@@ -198,7 +198,6 @@ struct Program {
 pub struct CompiledExec<V: Kernels> {
     params: BTreeMap<String, V>,
     programs: HashMap<usize, Program>,
-    eval: Session<V>,
     anomaly: AnomalyMode,
 }
 
@@ -211,7 +210,6 @@ impl<V: Kernels> CompiledExec<V> {
         Ok(CompiledExec {
             params,
             programs: HashMap::new(),
-            eval: Session::new(),
             anomaly: AnomalyMode::Off,
         })
     }
@@ -320,12 +318,10 @@ impl<V: Kernels> Exec<V> for CompiledExec<V> {
         x: &Tensor<f64>,
         labels: &[usize],
     ) -> Result<(f64, usize)> {
-        let values = self
-            .params
-            .iter()
-            .map(|(k, v)| Ok((k.clone(), v.to_f64()?)))
-            .collect::<Result<BTreeMap<_, _>>>()?;
-        self.eval.load_params(&values)?;
-        evaluate_in(&mut self.eval, model, x, labels)
+        // the parameters as they are, in their dtype and place (shared, not copied); the
+        // session goes with the evaluation, so the next update finds every buffer unique
+        let mut eval = Session::new();
+        eval.set_params(&self.params)?;
+        evaluate_in(&mut eval, model, x, labels)
     }
 }

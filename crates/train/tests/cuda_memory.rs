@@ -9,8 +9,8 @@
 use torchlean_engine_cuda::{cuda_or_skip, emulation_ready, live_buffers, Device, Emu, Gpu};
 use torchlean_engine_cuda::{CudaTensor, LiveBuffers};
 use torchlean_train::data::Dataset;
-use torchlean_train::exec::Interpreter;
-use torchlean_train::model::Arch;
+use torchlean_train::exec::{CompiledExec, Exec, Interpreter};
+use torchlean_train::model::{Arch, Classifier};
 use torchlean_train::trainer::{Event, Observer, TrainConfig, Trainer};
 
 const STEPS: u64 = 100;
@@ -58,10 +58,31 @@ fn steps_return_to_the_baseline<D: Device>() {
     }
 }
 
+/// The emulated device's counters are per process: its tests take turns.
+static EMU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn training_on_the_emulated_engine_returns_to_its_baseline_every_step() {
     emulation_ready().unwrap();
+    let _turn = EMU.lock().unwrap_or_else(|e| e.into_inner());
     steps_return_to_the_baseline::<Emu>();
+}
+
+#[test]
+fn compiled_evaluation_uses_the_parameters_where_they_are() {
+    // no copy of a parameter is made or kept: evaluation runs on the device values the
+    // optimizer updates (it used to download them and upload copies into a session it kept)
+    emulation_ready().unwrap();
+    let _turn = EMU.lock().unwrap_or_else(|e| e.into_inner());
+    let data = Dataset::digits().unwrap();
+    let model = Classifier::new(Arch::Mlp, data.features(), None, data.classes(), 3).unwrap();
+    let params = model.initial_params().into_iter().collect();
+    let mut exec = CompiledExec::<CudaTensor<Emu>>::new(&params).unwrap();
+    let (x, labels) = data.batch(&(0..32).collect::<Vec<_>>()).unwrap();
+    let before = live_buffers::<Emu>();
+    let (_, correct) = exec.evaluate(&model, &x, &labels).unwrap();
+    assert!(correct <= 32);
+    assert_eq!(live_buffers::<Emu>(), before, "evaluation kept buffers");
 }
 
 #[test]
