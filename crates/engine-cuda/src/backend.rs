@@ -13,6 +13,8 @@ use torchlean_spec::{
     Random, Reduce, Shape, UnaryOp,
 };
 
+/// A pair of results (two operands' gradients).
+type Pair<D> = Result<(CudaTensor<D>, CudaTensor<D>), CudaError>;
 /// One gradient per operand of a batch norm.
 type Grads<D, const N: usize> = Result<[CudaTensor<D>; N], CudaError>;
 
@@ -42,12 +44,7 @@ impl<D: Device> Elementwise for CudaTensor<D> {
     fn binary(op: BinaryOp, a: &Self, b: &Self) -> Result<Self, CudaError> {
         ops::elementwise::binary(op, a, b)
     }
-    fn binary_vjp(
-        op: BinaryOp,
-        a: Option<&Self>,
-        b: Option<&Self>,
-        dy: &Self,
-    ) -> Result<(Self, Self), CudaError> {
+    fn binary_vjp(op: BinaryOp, a: Option<&Self>, b: Option<&Self>, dy: &Self) -> Pair<D> {
         ops::elementwise::binary_vjp(op, a, b, dy)
     }
     fn scale(x: &Self, c: f64) -> Result<Self, CudaError> {
@@ -117,7 +114,7 @@ impl<D: Device> Reduce for CudaTensor<D> {
     fn mse_loss(y: &Self, t: &Self) -> Result<Self, CudaError> {
         ops::reduce::mse_loss(y, t)
     }
-    fn mse_loss_vjp(y: &Self, t: &Self, dy: &Self) -> Result<(Self, Self), CudaError> {
+    fn mse_loss_vjp(y: &Self, t: &Self, dy: &Self) -> Pair<D> {
         ops::reduce::mse_loss_vjp(y, t, dy)
     }
     fn cross_entropy(logits: &Self, target: &[usize], mean: bool) -> Result<Self, CudaError> {
@@ -166,7 +163,7 @@ impl<D: Device> Linalg for CudaTensor<D> {
     fn matmul(a: &Self, b: &Self, out: &Shape) -> Result<Self, CudaError> {
         ops::linalg::matmul(a, b, out)
     }
-    fn matmul_vjp(a: &Self, b: &Self, dy: &Self) -> Result<(Self, Self), CudaError> {
+    fn matmul_vjp(a: &Self, b: &Self, dy: &Self) -> Pair<D> {
         ops::linalg::matmul_vjp(a, b, dy)
     }
     fn linear(x: &Self, w: &Self, b: &Self, out: &Shape) -> Result<Self, CudaError> {

@@ -260,6 +260,7 @@ impl<B: Backend> Engine for B {
 }
 
 type R<A> = Result<Tensor<A>, SpecError>;
+type R2<A> = Result<(Tensor<A>, Tensor<A>), SpecError>;
 
 /// The reference engine: every family method is the naive function of `spec::ops`, or the
 /// family's default composition where that is the same computation (`softmax_vjp`).
@@ -296,12 +297,7 @@ impl<A: Scalar> Elementwise for Tensor<A> {
     fn binary(op: BinaryOp, a: &Self, b: &Self) -> R<A> {
         a.zip_with(b, op.desc().name, |x, y| op.apply(x, y))
     }
-    fn binary_vjp(
-        op: BinaryOp,
-        a: Option<&Self>,
-        b: Option<&Self>,
-        dy: &Self,
-    ) -> Result<(Self, Self), SpecError> {
+    fn binary_vjp(op: BinaryOp, a: Option<&Self>, b: Option<&Self>, dy: &Self) -> R2<A> {
         op.vjp(a, b, dy)
     }
     fn scale(x: &Self, c: f64) -> R<A> {
@@ -371,7 +367,7 @@ impl<A: Scalar> Reduce for Tensor<A> {
     fn mse_loss(y: &Self, t: &Self) -> R<A> {
         reduce::mse_loss(y, t)
     }
-    fn mse_loss_vjp(y: &Self, t: &Self, dy: &Self) -> Result<(Self, Self), SpecError> {
+    fn mse_loss_vjp(y: &Self, t: &Self, dy: &Self) -> R2<A> {
         reduce::mse_loss_vjp(y, t, dy)
     }
     fn cross_entropy(logits: &Self, target: &[usize], mean: bool) -> R<A> {
@@ -420,7 +416,7 @@ impl<A: Scalar> Linalg for Tensor<A> {
     fn matmul(a: &Self, b: &Self, out: &Shape) -> R<A> {
         linalg::matmul(a, b, out)
     }
-    fn matmul_vjp(a: &Self, b: &Self, dy: &Self) -> Result<(Self, Self), SpecError> {
+    fn matmul_vjp(a: &Self, b: &Self, dy: &Self) -> R2<A> {
         linalg::matmul_vjp(a, b, dy)
     }
     fn linear(x: &Self, w: &Self, b: &Self, out: &Shape) -> R<A> {
