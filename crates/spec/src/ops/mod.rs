@@ -609,6 +609,7 @@ impl Op {
     /// such as a model input that does not require grad). The cotangents that are returned
     /// are exactly [`Op::vjp`]'s. Engines skip work through the `_for` methods of [`Backend`]
     /// (the input gradient of `linear` and `conv2d`); every other op returns all of them.
+    #[inline]
     pub fn vjp_for<B: Backend>(
         &self,
         saved: &Saved<impl Borrow<B>>,
