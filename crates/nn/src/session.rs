@@ -216,19 +216,8 @@ impl<V: Kernels> Session<V> {
     /// must then match. A name the session already holds must keep its shape.
     pub fn load_params(&mut self, values: &BTreeMap<String, Tensor<f64>>) -> Result<()> {
         for (name, t) in values {
-            if let Some(old) = self.params.get(name) {
-                if old.shape() != t.shape() {
-                    return Err(NnError::ParamShape {
-                        name: name.clone(),
-                        have: old.shape().clone(),
-                        want: t.shape().clone(),
-                    });
-                }
-            }
-            let v = V::from_f64(t)?;
-            if let Some(old) = self.params.insert(name.clone(), v) {
-                old.drop();
-            }
+            self.check_param_shape(name, t.shape())?;
+            self.put_param(name, V::from_f64(t)?);
         }
         Ok(())
     }
@@ -238,20 +227,28 @@ impl<V: Kernels> Session<V> {
     /// already has must keep its shape.
     pub fn set_params(&mut self, values: &BTreeMap<String, V>) -> Result<()> {
         for (name, v) in values {
-            if let Some(old) = self.params.get(name) {
-                if old.shape() != v.shape() {
-                    return Err(NnError::ParamShape {
-                        name: name.clone(),
-                        have: old.shape().clone(),
-                        want: v.shape().clone(),
-                    });
-                }
-            }
-            if let Some(old) = self.params.insert(name.clone(), v.clone()) {
-                old.drop();
-            }
+            self.check_param_shape(name, v.shape())?;
+            self.put_param(name, v.clone());
         }
         Ok(())
+    }
+
+    /// A parameter the session holds keeps its shape.
+    fn check_param_shape(&self, name: &str, want: &Shape) -> Result<()> {
+        match self.params.get(name) {
+            Some(old) if old.shape() != want => Err(NnError::ParamShape {
+                name: name.to_string(),
+                have: old.shape().clone(),
+                want: want.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    fn put_param(&mut self, name: &str, v: V) {
+        if let Some(old) = self.params.insert(name.to_string(), v) {
+            old.drop();
+        }
     }
 
     /// Moves the gradients of the parameters out of the last backward pass, by full name (a
