@@ -92,7 +92,7 @@ pub enum CompiledError {
     /// runtime's finding (tape ids) is the source when a tape or GraphData run found it.
     #[error("{at}")]
     Anomaly {
-        at: Box<crate::anomaly::IrAnomaly>,
+        at: Box<crate::ir_anomaly::IrAnomaly>,
         #[source]
         source: Option<Box<RuntimeError>>,
     },

@@ -271,7 +271,7 @@ impl GraphData {
         self.check_inputs(&inputs)?;
         if mode.is_on() {
             for (pos, v) in inputs.iter().enumerate() {
-                crate::anomaly::check_position(self, pos, v)?;
+                crate::ir_anomaly::check_position(self, pos, v)?;
             }
         }
         let mut ctx = inputs;
@@ -281,7 +281,7 @@ impl GraphData {
             let args: Vec<&V> = node.args.iter().map(|&a| &ctx[a]).collect();
             let v = forward(&node.op, &args).map_err(|e| e.at_node(pos))?;
             if mode.is_on() {
-                crate::anomaly::check_position(self, pos, &v)?;
+                crate::ir_anomaly::check_position(self, pos, &v)?;
             }
             ctx.push(v);
         }

@@ -20,7 +20,7 @@ pub mod anomaly;
 pub mod error;
 pub mod host;
 pub mod kernel;
-pub mod reference;
+pub mod reference_engine;
 pub mod sweep;
 pub mod tape;
 pub mod value;
