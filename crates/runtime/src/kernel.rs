@@ -126,8 +126,8 @@ pub(crate) fn has_repeats(operands: &[usize]) -> bool {
 
 /// What a value type must provide to run graphs: ops forward and backward ([`Engine`]: every
 /// backend through the one dispatch, or a decorator of one), the gradient operations of the
-/// sweeps, and
-/// conversions. Engine errors convert into [`RuntimeError`], keeping their structure as a source.
+/// sweeps, and conversions. Engine errors convert into [`RuntimeError`], keeping their
+/// structure as a source.
 pub trait Kernels:
     Engine<Error: Into<RuntimeError>> + GradValue + GradZero + Clone + Send + Sync + 'static
 {
