@@ -7,7 +7,7 @@
 //! order and a PyTorch twin can replay it (or recompute it from the formula in
 //! [`epoch_order`]).
 //!
-//! The CSV reader is hand-written ([`csv`]): a header line of names, one label column named by
+//! The CSV reader ([`csv`], on the `csv` crate) takes a header line of names, one label column named by
 //! the caller, every other column a numeric feature; its errors name the file, the 1-based
 //! line and the column ([`CsvProblem`]).
 
@@ -52,7 +52,13 @@ impl Dataset {
             .map(|i| format!("pixel_{}_{}", i / 8, i % 8))
             .chain(std::iter::once("label".to_string()))
             .collect();
-        let table = csv::table(DIGITS_ORIGIN, &names, 1, 64, csv::Records::new(DIGITS_CSV))?;
+        let table = csv::table(
+            DIGITS_ORIGIN,
+            &names,
+            1,
+            64,
+            csv::Records::new(DIGITS_ORIGIN, DIGITS_CSV),
+        )?;
         let mut data = Dataset::from_table(DIGITS_ORIGIN, table).with_image(8, 8)?;
         for v in &mut data.x {
             *v /= 16.0;
@@ -86,10 +92,10 @@ impl Dataset {
     /// - [`Dataset::image`] is `None` (a square feature count is no evidence of an image; say
     ///   so with [`Dataset::with_image`]).
     pub fn from_csv_str(text: &str, origin: &str, label_column: &str) -> Result<Dataset> {
-        let mut records = csv::Records::new(text);
+        let mut records = csv::Records::new(origin, text);
         let header = match records.next() {
             None => return Err(csv::csv_error(origin, 1, CsvProblem::NoHeader)),
-            Some(Err(e)) => return Err(e.into_train(origin, &[])),
+            Some(Err(e)) => return Err(e),
             Some(Ok(h)) => h,
         };
         let names: Vec<String> = header

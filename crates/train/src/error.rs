@@ -62,6 +62,15 @@ pub enum TrainError {
         problem: crate::data::CsvProblem,
     },
 
+    /// The `csv` crate could not read a CSV text (it reads from memory, so only a field that is
+    /// not UTF-8 could cause this; the text is a `str`, so it should never happen).
+    #[error("{origin}: cannot read the CSV text")]
+    CsvRead {
+        origin: String,
+        #[source]
+        source: ::csv::Error,
+    },
+
     /// `Dataset::with_image` was given a shape whose size is not the feature count.
     #[error("an image of {height}×{width} pixels does not fit rows of {features} features")]
     ImageShape {

@@ -1,11 +1,14 @@
-//! A small hand-written CSV reader: RFC 4180 basics (quoted fields with commas, line ends and
-//! `""` escapes), `\n` or `\r\n` (or a lone `\r`) line ends, blank lines skipped, a UTF-8 byte
-//! order mark ignored. Unquoted fields borrow from the text; only quoted ones allocate.
+//! CSV tables on the `csv` crate: RFC 4180 fields (quoted fields with commas, line ends and
+//! `""` escapes), `\n`, `\r\n` or a lone `\r` line ends, blank lines (empty or whitespace only)
+//! skipped, a UTF-8 byte order mark ignored. Quoting is read as the `csv` crate reads it, which
+//! recovers instead of failing: text after a closing quote is kept (`"1"x` is `1x`) and a quote
+//! that never closes runs to the end of the text; both then fail as a cell that is not a number
+//! or a row with too few fields.
 //!
 //! Every problem is a [`CsvProblem`] reported with the file and the 1-based line where the
-//! offending field starts (inside [`TrainError::Csv`]).
+//! offending field starts (inside [`TrainError::Csv`]); the `csv` crate's own line count skips
+//! blank lines, so lines are counted here from its byte offsets.
 
-use std::borrow::Cow;
 use std::fmt;
 
 use crate::error::{Result, TrainError};
@@ -95,18 +98,6 @@ pub enum CsvProblem {
         /// The label as written.
         label: String,
     },
-    /// A quoted field is not closed before the end of the text (the line is where it opens).
-    UnterminatedQuote {
-        /// Where the quote opens.
-        column: Column,
-    },
-    /// Something other than whitespace, a comma or a line end follows a closing quote.
-    AfterClosingQuote {
-        /// Where.
-        column: Column,
-        /// The character found.
-        found: char,
-    },
 }
 
 impl fmt::Display for CsvProblem {
@@ -156,68 +147,7 @@ impl fmt::Display for CsvProblem {
                 "{column}: integer label `{label}` would make more than \
                  {MAX_INTEGER_CLASSES} classes (class id = label); is this the label column?"
             ),
-            CsvProblem::UnterminatedQuote { column } => {
-                write!(f, "{column}: a quoted field opens here and is never closed")
-            }
-            CsvProblem::AfterClosingQuote { column, found } => write!(
-                f,
-                "{column}: {found:?} after a closing quote (expected a comma or a line end)"
-            ),
         }
-    }
-}
-
-/// One field: its text (unquoted, `""` unescaped) and the 1-based line it starts on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Field<'a> {
-    pub text: Cow<'a, str>,
-    pub line: usize,
-}
-
-/// One record (a non-blank line, or several when a quoted field holds line ends).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Record<'a> {
-    pub line: usize,
-    pub fields: Vec<Field<'a>>,
-}
-
-/// A tokenizer error before the header names are known: the line, the 0-based field index.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum TokenError {
-    Unterminated {
-        line: usize,
-        field: usize,
-    },
-    AfterQuote {
-        line: usize,
-        field: usize,
-        found: char,
-    },
-}
-
-impl TokenError {
-    /// The error, naming columns with `names` (the header) where the index has one.
-    pub(crate) fn into_train(self, origin: &str, names: &[String]) -> TrainError {
-        let column = |field: usize| Column {
-            index: field + 1,
-            name: names.get(field).cloned(),
-        };
-        let (line, problem) = match self {
-            TokenError::Unterminated { line, field } => (
-                line,
-                CsvProblem::UnterminatedQuote {
-                    column: column(field),
-                },
-            ),
-            TokenError::AfterQuote { line, field, found } => (
-                line,
-                CsvProblem::AfterClosingQuote {
-                    column: column(field),
-                    found,
-                },
-            ),
-        };
-        csv_error(origin, line, problem)
     }
 }
 
@@ -230,149 +160,103 @@ pub(crate) fn csv_error(origin: &str, line: usize, problem: CsvProblem) -> Train
     }
 }
 
-/// The records of a CSV text, blank lines skipped.
-#[derive(Debug)]
+/// One field: its text (unquoted, `""` unescaped) and the 1-based line it starts on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Field {
+    pub text: String,
+    pub line: usize,
+}
+
+/// One record (a non-blank line, or several when a quoted field holds line ends).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Record {
+    pub line: usize,
+    pub fields: Vec<Field>,
+}
+
+/// The records of a CSV text, blank lines skipped, each with the line it starts on.
 pub(crate) struct Records<'a> {
+    origin: &'a str,
     text: &'a str,
-    pos: usize,
-    line: usize,
-    failed: bool,
+    reader: ::csv::Reader<&'a [u8]>,
+    record: ::csv::StringRecord,
+    /// A byte offset into `text` and the 1-based line it is on (counting moves forward only).
+    counted: (usize, usize),
 }
 
 impl<'a> Records<'a> {
-    pub(crate) fn new(text: &'a str) -> Self {
-        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    /// The records of `text`; `origin` names it in errors.
+    pub(crate) fn new(origin: &'a str, text: &'a str) -> Self {
+        let reader = ::csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .from_reader(text.as_bytes());
         Records {
+            origin,
             text,
-            pos: 0,
-            line: 1,
-            failed: false,
+            reader,
+            record: ::csv::StringRecord::new(),
+            counted: (0, 1),
         }
     }
 
-    fn byte(&self, at: usize) -> Option<u8> {
-        self.text.as_bytes().get(at).copied()
-    }
-
-    fn skip_blanks(&self, mut at: usize) -> usize {
-        while matches!(self.byte(at), Some(b' ' | b'\t')) {
-            at += 1;
-        }
-        at
-    }
-
-    /// Consumes a line end at `at` (`\r\n`, `\n` or `\r`), returning the position after it.
-    fn line_end(&mut self, at: usize) -> usize {
-        self.line += 1;
-        match (self.byte(at), self.byte(at + 1)) {
-            (Some(b'\r'), Some(b'\n')) => at + 2,
-            _ => at + 1,
-        }
-    }
-
-    fn record(&mut self) -> std::result::Result<Record<'a>, TokenError> {
-        let bytes = self.text.as_bytes();
-        let mut fields = Vec::new();
-        let record_line = self.line;
-        loop {
-            let field_line = self.line;
-            let start = self.skip_blanks(self.pos);
-            let (text, mut at) = if self.byte(start) == Some(b'"') {
-                let mut buf = String::new();
-                let mut seg = start + 1;
-                let mut at = seg;
-                loop {
-                    match bytes.get(at) {
-                        None => {
-                            return Err(TokenError::Unterminated {
-                                line: field_line,
-                                field: fields.len(),
-                            })
-                        }
-                        Some(b'"') if bytes.get(at + 1) == Some(&b'"') => {
-                            buf.push_str(&self.text[seg..=at]);
-                            at += 2;
-                            seg = at;
-                        }
-                        Some(b'"') => {
-                            buf.push_str(&self.text[seg..at]);
-                            at += 1;
-                            break;
-                        }
-                        Some(b'\n') => {
-                            self.line += 1;
-                            at += 1;
-                        }
-                        Some(_) => at += 1,
-                    }
-                }
-                let at = self.skip_blanks(at);
-                match self.text[at..].chars().next() {
-                    None | Some(',' | '\r' | '\n') => {}
-                    Some(found) => {
-                        return Err(TokenError::AfterQuote {
-                            line: self.line,
-                            field: fields.len(),
-                            found,
-                        })
-                    }
-                }
-                (Cow::Owned(buf), at)
-            } else {
-                let mut at = self.pos;
-                while !matches!(bytes.get(at), None | Some(b',' | b'\r' | b'\n')) {
-                    at += 1;
-                }
-                (Cow::Borrowed(&self.text[self.pos..at]), at)
-            };
-            fields.push(Field {
-                text,
-                line: field_line,
-            });
-            match bytes.get(at) {
-                Some(b',') => {
-                    at += 1;
-                    self.pos = at;
-                }
-                Some(_) => {
-                    self.pos = self.line_end(at);
-                    break;
-                }
-                None => {
-                    self.pos = at;
-                    break;
-                }
-            }
-        }
-        Ok(Record {
-            line: record_line,
-            fields,
-        })
+    /// The line `at` is on, counting line ends (`\r\n`, `\n` or a lone `\r`) from the last
+    /// offset counted; `at` never moves backwards.
+    fn line_at(&mut self, at: usize) -> usize {
+        let (from, line) = self.counted;
+        let line = line + line_ends(&self.text.as_bytes()[from..at]);
+        self.counted = (at, line);
+        line
     }
 }
 
-impl<'a> Iterator for Records<'a> {
-    type Item = std::result::Result<Record<'a>, TokenError>;
+/// How many line ends `bytes` holds (`\r\n` is one).
+fn line_ends(bytes: &[u8]) -> usize {
+    let lone_cr = |i: usize| bytes[i] == b'\r' && bytes.get(i + 1) != Some(&b'\n');
+    (0..bytes.len())
+        .filter(|&i| bytes[i] == b'\n' || lone_cr(i))
+        .count()
+}
+
+impl Iterator for Records<'_> {
+    type Item = Result<Record>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.failed {
-            return None;
-        }
-        // skip blank (empty or whitespace-only) lines
         loop {
-            let at = self.skip_blanks(self.pos);
-            match self.byte(at) {
-                None => {
-                    self.pos = at;
-                    return None;
+            match self.reader.read_record(&mut self.record) {
+                Ok(false) => return None,
+                Ok(true) => {}
+                Err(source) => {
+                    let origin = self.origin.to_string();
+                    return Some(Err(TrainError::CsvRead { origin, source }));
                 }
-                Some(b'\r' | b'\n') => self.pos = self.line_end(at),
-                Some(_) => break,
             }
+            let blank = self.record.len() == 1 && self.record[0].trim().is_empty();
+            if blank {
+                continue;
+            }
+            // the reader's offset is where the blank lines before the record start
+            let bytes = self.text.as_bytes();
+            let mut at = self.record.position().map_or(0, |p| p.byte() as usize);
+            while matches!(bytes.get(at), Some(b'\r' | b'\n')) {
+                at += 1;
+            }
+            let line = self.line_at(at);
+            let mut field_line = line;
+            let fields = self
+                .record
+                .iter()
+                .map(|text| {
+                    let field = Field {
+                        text: text.to_string(),
+                        line: field_line,
+                    };
+                    field_line += line_ends(text.as_bytes());
+                    field
+                })
+                .collect();
+            return Some(Ok(Record { line, fields }));
         }
-        let record = self.record();
-        self.failed = record.is_err();
-        Some(record)
     }
 }
 
@@ -387,12 +271,12 @@ pub(crate) struct Table {
 
 /// Parses `records` (the header already taken) into a table with the label in column
 /// `label` of `names`. `header_line` is where the header was (for [`CsvProblem::NoRows`]).
-pub(crate) fn table<'a>(
+pub(crate) fn table(
     origin: &str,
     names: &[String],
     header_line: usize,
     label: usize,
-    records: impl Iterator<Item = std::result::Result<Record<'a>, TokenError>>,
+    records: impl Iterator<Item = Result<Record>>,
 ) -> Result<Table> {
     let column = |i: usize| Column {
         index: i + 1,
@@ -400,9 +284,9 @@ pub(crate) fn table<'a>(
     };
     let want = names.len();
     let mut x = Vec::new();
-    let mut raw_labels: Vec<(Cow<'a, str>, usize)> = Vec::new();
+    let mut raw_labels: Vec<(String, usize)> = Vec::new();
     for record in records {
-        let record = record.map_err(|e| e.into_train(origin, names))?;
+        let record = record?;
         let got = record.fields.len();
         if got != want {
             let at = if got < want { got } else { want - 1 };
@@ -422,11 +306,7 @@ pub(crate) fn table<'a>(
                     let problem = CsvProblem::EmptyLabel { column: column(i) };
                     return Err(csv_error(origin, field.line, problem));
                 }
-                let text = match field.text {
-                    Cow::Borrowed(s) => Cow::Borrowed(s.trim()),
-                    Cow::Owned(s) => Cow::Owned(s.trim().to_string()),
-                };
-                raw_labels.push((text, field.line));
+                raw_labels.push((field.text.trim().to_string(), field.line));
                 continue;
             }
             let cell = field.text.trim();
@@ -435,14 +315,14 @@ pub(crate) fn table<'a>(
                 Ok(_) => {
                     let problem = CsvProblem::NotFinite {
                         column: column(i),
-                        cell: field.text.into_owned(),
+                        cell: field.text,
                     };
                     return Err(csv_error(origin, field.line, problem));
                 }
                 Err(_) => {
                     let problem = CsvProblem::NotNumber {
                         column: column(i),
-                        cell: field.text.into_owned(),
+                        cell: field.text,
                     };
                     return Err(csv_error(origin, field.line, problem));
                 }
@@ -472,7 +352,7 @@ pub(crate) fn table<'a>(
 fn class_ids(
     origin: &str,
     column: &Column,
-    raw: &[(Cow<'_, str>, usize)],
+    raw: &[(String, usize)],
 ) -> Result<(Vec<usize>, Vec<String>)> {
     let integer = raw
         .iter()
@@ -514,12 +394,12 @@ mod tests {
     use super::*;
 
     fn fields(text: &str) -> Vec<Vec<(String, usize)>> {
-        Records::new(text)
+        Records::new("t", text)
             .map(|r| {
                 r.expect("well-formed")
                     .fields
                     .into_iter()
-                    .map(|f| (f.text.into_owned(), f.line))
+                    .map(|f| (f.text, f.line))
                     .collect()
             })
             .collect()
@@ -563,7 +443,8 @@ mod tests {
             vec![vec!["say \"hi\"", "x"]]
         );
         assert_eq!(texts("\"\",x\n"), vec![vec!["", "x"]]);
-        assert_eq!(texts("  \"a\"  ,b\n"), vec![vec!["a", "b"]]);
+        // a quote after blanks is text, as the csv crate reads it (the cell then fails to parse)
+        assert_eq!(texts("  \"a\"  ,b\n"), vec![vec!["  \"a\"  ", "b"]]);
         // an unquoted field keeps a stray quote as written
         assert_eq!(texts("a\"b,c\n"), vec![vec!["a\"b", "c"]]);
     }
@@ -587,21 +468,18 @@ mod tests {
     }
 
     #[test]
-    fn tokenizer_errors_name_the_line_and_field() {
-        let errs: Vec<_> = Records::new("a,b\n1,\"open\n2,3\n").collect();
-        assert_eq!(
-            errs.last(),
-            Some(&Err(TokenError::Unterminated { line: 2, field: 1 }))
-        );
-        let errs: Vec<_> = Records::new("a,b\n\"x\"y,2\n").collect();
-        assert_eq!(
-            errs.last(),
-            Some(&Err(TokenError::AfterQuote {
-                line: 2,
-                field: 0,
-                found: 'y'
-            }))
-        );
+    fn lone_carriage_returns_and_blank_lines_count_as_lines() {
+        let f = fields("a,b\r\r\n \r1,2\r\"x\r\ny\",3\n4,5");
+        assert_eq!(f[1][0], ("1".to_string(), 4));
+        assert_eq!(f[2][0], ("x\r\ny".to_string(), 5));
+        assert_eq!(f[2][1], ("3".to_string(), 6));
+        assert_eq!(f[3][0], ("4".to_string(), 7));
+    }
+
+    #[test]
+    fn unclosed_quotes_are_recovered_as_the_csv_crate_does() {
+        assert_eq!(texts("1,\"2,0\n3\n"), vec![vec!["1", "2,0\n3\n"]]);
+        assert_eq!(texts("\"1\"x,2\n"), vec![vec!["1x", "2"]]);
     }
 
     #[test]
@@ -610,9 +488,9 @@ mod tests {
             index: 1,
             name: None,
         };
-        let raw: Vec<(Cow<'_, str>, usize)> = ["2", "0", "5", "007"]
+        let raw: Vec<(String, usize)> = ["2", "0", "5", "007"]
             .iter()
-            .map(|s| (Cow::Borrowed(*s), 1))
+            .map(|s| (s.to_string(), 1))
             .collect();
         let (ids, names) = class_ids("t", &col, &raw).expect("integers");
         assert_eq!(ids, vec![2, 0, 5, 7]);
@@ -625,9 +503,9 @@ mod tests {
             index: 1,
             name: None,
         };
-        let raw: Vec<(Cow<'_, str>, usize)> = ["b", "10", "a", "2", "b", "-1"]
+        let raw: Vec<(String, usize)> = ["b", "10", "a", "2", "b", "-1"]
             .iter()
-            .map(|s| (Cow::Borrowed(*s), 1))
+            .map(|s| (s.to_string(), 1))
             .collect();
         let (ids, names) = class_ids("t", &col, &raw).expect("strings");
         assert_eq!(names, ["-1", "10", "2", "a", "b"]);
