@@ -79,7 +79,7 @@ pub enum Command {
         /// Input tensor JSON (default: the case's input, for a case file)
         #[arg(long)]
         input: Option<PathBuf>,
-        /// Cotangent of the output (default: ones). A graph with several outputs (newest
+        /// Cotangent of the output (default: ones). A graph with several outputs (September
         /// dialect's `output_ids`) takes one `--seed` per output, repeated in output order, or
         /// none (ones for each); the gradients are the sum of each output's pullback
         #[arg(long, value_name = "SEED.json")]
@@ -111,20 +111,20 @@ pub enum Command {
     /// Print the graph as Graphviz DOT
     Dot { graph: PathBuf },
     /// Rewrite a graph (read in either TorchLean dialect, detected from the file) in the
-    /// dialect given: `aug` (TorchLean of August 2026, `output_id`, weights in a separate
-    /// payload) or `latest` (TorchLean's newest, `output_ids`, weights inline)
+    /// dialect given: `2026-08` (TorchLean of August 2026, `output_id`, weights in a separate
+    /// payload) or `2026-09` (TorchLean's September 2026, `output_ids`, weights inline)
     Convert {
         graph: PathBuf,
         /// Weights (Payload JSON or safetensors), keyed by the input file's node ids
         #[arg(long)]
         payload: Option<PathBuf>,
-        /// The dialect to write: aug or latest
+        /// The dialect to write: 2026-08 or 2026-09
         #[arg(long)]
         dialect: torchlean_ir::Dialect,
         /// Where to write the graph (default: standard output)
         #[arg(short = 'o', long)]
         output: Option<PathBuf>,
-        /// Where to write the weights for `--dialect aug` (`.safetensors` or Payload JSON);
+        /// Where to write the weights for `--dialect 2026-08` (`.safetensors` or Payload JSON);
         /// required when the graph has weights
         #[arg(long)]
         payload_out: Option<PathBuf>,
@@ -137,11 +137,11 @@ pub enum Command {
         #[arg(short = 'o', long)]
         output: PathBuf,
         /// The payload to write: safetensors when the name ends in `.safetensors`, Payload JSON
-        /// otherwise (with `--dialect latest` the weights go inline and it is not written)
+        /// otherwise (with `--dialect 2026-09` the weights go inline and it is not written)
         #[arg(long)]
         payload: PathBuf,
-        /// The dialect to write the graph in: aug (default) or latest
-        #[arg(long, default_value_t = torchlean_ir::Dialect::Aug)]
+        /// The dialect to write the graph in: 2026-08 (default) or 2026-09
+        #[arg(long, default_value_t = torchlean_ir::Dialect::August2026)]
         dialect: torchlean_ir::Dialect,
     },
     /// Write the graph as a standalone PyTorch module (torch and safetensors only) whose

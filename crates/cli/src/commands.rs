@@ -145,7 +145,7 @@ fn grad_command(
         Err(CompiledError::Anomaly { at, .. }) => return Ok(report_anomaly(graph, &at)),
         r => r.map_err(|e| compiled_lines(graph, e))?,
     };
-    // payload gradients keyed as the file keys its nodes (newest dialect: its ids)
+    // payload gradients keyed as the file keys its nodes (September dialect: its ids)
     let grad_payload = doc.to_file_payload(&r.grad_payload).to_json();
     let grad_input = r.grad_input.to_json();
     if r.extra_outputs.is_empty() {
@@ -224,18 +224,18 @@ pub(crate) fn within_budget(path: &Path, g: &Graph, pass: Pass) -> Result<(), Ba
 /// What a command runs on, and the file each part came from (a case file supplies the parts
 /// not given on the command line), so that a problem is reported against the file it is in.
 struct Loaded<'a> {
-    /// The graph, and (newest dialect) the file's node ids, which diagnostics name.
+    /// The graph, and (September dialect) the file's node ids, which diagnostics name.
     doc: GraphDoc,
     graph_file: &'a Path,
     /// The payload, and its file (`None`: no payload was given, and none is checked). A
-    /// newest-dialect file's inline weights are part of it.
+    /// September-dialect file's inline weights are part of it.
     payload: Option<(Payload, &'a Path)>,
     input: Option<(Tensor<f64>, &'a Path)>,
     /// One per output, in output order (none: ones).
     seeds: Vec<(Tensor<f64>, &'a Path)>,
 }
 
-/// A payload given for a newest-dialect file (keyed by the file's ids) with the file's inline
+/// A payload given for a September-dialect file (keyed by the file's ids) with the file's inline
 /// weights: an entry given replaces the inline one.
 fn with_inline(doc: &GraphDoc, given: Payload) -> Payload {
     let mut p = doc.from_file_payload(&given);
@@ -282,7 +282,7 @@ fn load<'a>(
 
 /// The one validation of `check`, `eval` and `grad`: the graph's shapes, the payload against
 /// the graph, the input against the input node and each seed against its output node, each
-/// line naming the file the problem is in (and a newest-dialect file's own node ids). Errors,
+/// line naming the file the problem is in (and a September-dialect file's own node ids). Errors,
 /// then warnings.
 fn validate(l: &Loaded<'_>, pass: Pass) -> (Vec<String>, Vec<String>) {
     let (mut errors, mut warnings) = (Vec::new(), Vec::new());
@@ -348,9 +348,9 @@ fn check(graph: &Path, payload: Option<&Path>, input: Option<&Path>) -> Result<O
         return Err(BadInput(errors).into());
     }
     let g = &loaded.doc.graph;
-    if loaded.doc.dialect == Dialect::Latest {
+    if loaded.doc.dialect == Dialect::September2026 {
         out::line(format_args!(
-            "{}: ok ({} nodes, newest TorchLean dialect; {} IR nodes)",
+            "{}: ok ({} nodes, TorchLean September 2026 dialect; {} IR nodes)",
             graph.display(),
             loaded.doc.file_kinds.len(),
             g.len(),

@@ -30,17 +30,17 @@ pub struct CaseDefaults {
 /// A graph file (either dialect), or a `torchlean.case.v1` file (its graph, with the case's
 /// payload, input and seed as defaults for the other arguments). The node list of an
 /// August-dialect file is read one node at a time ([`GraphFile`]), and a case's graph is moved
-/// out, not copied. A newest-dialect file comes with its inline weights and its node ids
+/// out, not copied. A September-dialect file comes with its inline weights and its node ids
 /// ([`GraphDoc`]).
 pub fn graph_doc_or_case(path: &Path) -> Result<(GraphDoc, Option<CaseDefaults>), BadInput> {
     let text = read(path)?;
     match GraphFile::from_json_str(&text).map_err(|e| ir_lines(path, &e))? {
-        GraphFile::Graph(g) => Ok((GraphDoc::aug(g), None)),
+        GraphFile::Graph(g) => Ok((GraphDoc::august(g), None)),
         GraphFile::Latest(d) => Ok((*d, None)),
         GraphFile::Case(c) => {
             let c = *c;
             Ok((
-                GraphDoc::aug(c.graph),
+                GraphDoc::august(c.graph),
                 Some(CaseDefaults {
                     payload: c.payload,
                     input: c.input,
@@ -51,7 +51,7 @@ pub fn graph_doc_or_case(path: &Path) -> Result<(GraphDoc, Option<CaseDefaults>)
     }
 }
 
-/// [`graph_doc_or_case`] for commands that need only the graph: a newest-dialect file's
+/// [`graph_doc_or_case`] for commands that need only the graph: a September-dialect file's
 /// inline weights are dropped (`dot`).
 pub fn graph_or_case(path: &Path) -> Result<(Graph, Option<CaseDefaults>), BadInput> {
     graph_doc_or_case(path).map(|(d, c)| (d.graph, c))
@@ -70,7 +70,7 @@ pub fn payload(path: Option<&Path>) -> Result<Payload, BadInput> {
 
 pub fn tensor(path: &Path) -> Result<Tensor<f64>, BadInput> {
     let text = read(path)?;
-    let v = torchlean_ir::json::parse(&text).map_err(|e| ir_lines(path, &e))?;
+    let v = torchlean_ir::format::json::parse(&text).map_err(|e| ir_lines(path, &e))?;
     Tensor::from_json(&v).map_err(|e| BadInput::at(path, &e))
 }
 

@@ -1,4 +1,4 @@
-//! The CLI on TorchLean's newest dialect: several outputs through `eval` and `grad`, `convert`
+//! The CLI on TorchLean's September dialect: several outputs through `eval` and `grad`, `convert`
 //! both ways, and bad input naming the file's node ids (exit 2).
 #![allow(clippy::unwrap_used)]
 
@@ -9,12 +9,12 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../ir/tests/latest/{name}.json"))
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../ir/tests/september/{name}.json"))
 }
 
 fn expect(name: &str) -> Value {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../ir/tests/latest/{name}.expect.json"));
+        .join(format!("../ir/tests/september/{name}.expect.json"));
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
@@ -134,23 +134,23 @@ fn layernorm_affine_gradients_come_back_under_the_file_node_and_key() {
 fn convert_writes_either_dialect_and_back() {
     let dir = tempfile::tempdir().unwrap();
     let case = common::cases_dir().join("cnn_small.json");
-    let latest = dir.path().join("latest.json");
+    let september = dir.path().join("september.json");
     let o = run(&[
         "convert",
         case.to_str().unwrap(),
         "--dialect",
-        "latest",
+        "2026-09",
         "-o",
-        latest.to_str().unwrap(),
+        september.to_str().unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&latest).unwrap()).unwrap();
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&september).unwrap()).unwrap();
     assert_eq!(v["output_ids"], json!([5]));
     assert_eq!(v["nodes"][1]["kind"], json!("conv"));
     assert!(v["nodes"][1]["weight"].is_array(), "weights inline");
-    let c = run(&["check", latest.to_str().unwrap()]);
+    let c = run(&["check", september.to_str().unwrap()]);
     assert!(
-        stdout(&c).contains("newest TorchLean dialect"),
+        stdout(&c).contains("TorchLean September 2026 dialect"),
         "{}",
         stdout(&c)
     );
@@ -160,9 +160,9 @@ fn convert_writes_either_dialect_and_back() {
     assert_bad_input(
         &run(&[
             "convert",
-            latest.to_str().unwrap(),
+            september.to_str().unwrap(),
             "--dialect",
-            "aug",
+            "2026-08",
             "-o",
             aug.to_str().unwrap(),
         ]),
@@ -170,9 +170,9 @@ fn convert_writes_either_dialect_and_back() {
     );
     let o = run(&[
         "convert",
-        latest.to_str().unwrap(),
+        september.to_str().unwrap(),
         "--dialect",
-        "aug",
+        "2026-08",
         "-o",
         aug.to_str().unwrap(),
         "--payload-out",
@@ -193,7 +193,7 @@ fn convert_writes_either_dialect_and_back() {
     ]);
     let l = run(&[
         "grad",
-        latest.to_str().unwrap(),
+        september.to_str().unwrap(),
         "--input",
         x.to_str().unwrap(),
     ]);
@@ -209,7 +209,7 @@ fn convert_writes_either_dialect_and_back() {
 }
 
 #[test]
-fn convert_lists_every_node_without_a_counterpart_and_bad_latest_files_name_file_ids() {
+fn convert_lists_every_node_without_a_counterpart_and_bad_september_files_name_file_ids() {
     let dir = tempfile::tempdir().unwrap();
     let g = write(
         dir.path(),
@@ -220,7 +220,7 @@ fn convert_lists_every_node_without_a_counterpart_and_bad_latest_files_name_file
             {"id": 2, "kind": "tanh", "parents": [1], "shape": [2]},
             {"id": 3, "kind": "neg", "parents": [2], "shape": [2]}]}),
     );
-    let o = run(&["convert", g.to_str().unwrap(), "--dialect", "latest"]);
+    let o = run(&["convert", g.to_str().unwrap(), "--dialect", "2026-09"]);
     assert_bad_input(
         &o,
         &["node 1 (gelu), field `kind`", "node 3 (neg), field `kind`"],

@@ -125,8 +125,8 @@ fn replace(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
     out
 }
 
-fn import_latest(dir: &Path, model: &str) -> (std::process::Output, PathBuf, PathBuf) {
-    let g = dir.join(format!("{model}.latest.json"));
+fn import_september(dir: &Path, model: &str) -> (std::process::Output, PathBuf, PathBuf) {
+    let g = dir.join(format!("{model}.september.json"));
     let p = dir.join(format!("{model}.unused.safetensors"));
     let o = run(&[
         "import",
@@ -136,22 +136,28 @@ fn import_latest(dir: &Path, model: &str) -> (std::process::Output, PathBuf, Pat
         "--payload",
         p.to_str().expect("utf-8 path"),
         "--dialect",
-        "latest",
+        "2026-09",
     ]);
     (o, g, p)
 }
 
 #[test]
-fn import_writes_the_newest_dialect_with_weights_inline() {
+fn import_writes_the_september_dialect_with_weights_inline() {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let (o, g, p) = import_latest(dir.path(), "cnn");
+    let (o, g, p) = import_september(dir.path(), "cnn");
     assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
     assert!(stdout(&o).contains("weights inline"), "{}", stdout(&o));
-    assert!(!p.exists(), "the newest dialect keeps the weights inline");
+    assert!(
+        !p.exists(),
+        "the September dialect keeps the weights inline"
+    );
     let text = std::fs::read_to_string(&g).expect("the graph is written");
     let file: Value = serde_json::from_str(&text).expect("graph JSON");
-    assert!(file.get("output_ids").is_some(), "newest dialect: {text}");
-    assert!(file.get("output_id").is_none(), "newest dialect: {text}");
+    assert!(
+        file.get("output_ids").is_some(),
+        "September dialect: {text}"
+    );
+    assert!(file.get("output_id").is_none(), "September dialect: {text}");
 
     // read back (dialect detected from the file) and run in f64: PyTorch's f64 run
     let x = common::write(dir.path(), "x.json", &zoo_tensor("cnn", "input"));
@@ -167,13 +173,13 @@ fn import_writes_the_newest_dialect_with_weights_inline() {
 }
 
 #[test]
-fn import_refuses_the_newest_dialect_for_kinds_it_lacks() {
+fn import_refuses_the_september_dialect_for_kinds_it_lacks() {
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let (o, g, p) = import_latest(dir.path(), "residual");
+    let (o, g, p) = import_september(dir.path(), "residual");
     assert_bad_input(
         &o,
         &[
-            "node 7 (clamp), field `kind`: kind `clamp` has no counterpart in the newest TorchLean dialect",
+            "node 7 (clamp), field `kind`: kind `clamp` has no counterpart in TorchLean's September 2026 dialect",
             "node 10 (div), field `kind`",
         ],
     );

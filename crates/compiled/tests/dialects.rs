@@ -1,6 +1,6 @@
-//! TorchLean's two dialects end to end: the newest-dialect fixtures of `crates/ir/tests/latest/`
+//! TorchLean's two dialects end to end: the September-dialect fixtures of `crates/ir/tests/september/`
 //! evaluate and differentiate to PyTorch's float64 values (`make_fixtures.py`), and every
-//! conformance case whose kinds both dialects know converts August → newest → August unchanged
+//! conformance case whose kinds both dialects know converts August → September → August unchanged
 //! in meaning (bitwise-equal outputs and gradients).
 #![allow(clippy::unwrap_used)]
 
@@ -20,7 +20,7 @@ const FIXTURES: [&str; 6] = [
 ];
 
 fn fixture_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../ir/tests/latest")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../ir/tests/september")
 }
 
 fn tensor(v: &serde_json::Value) -> Tensor<f64> {
@@ -45,12 +45,12 @@ fn grad(doc: &GraphDoc, x: &Tensor<f64>, seeds: &[Tensor<f64>]) -> GradResult {
 }
 
 #[test]
-fn newest_dialect_fixtures_evaluate_and_differentiate_as_pytorch_does() {
+fn september_dialect_fixtures_evaluate_and_differentiate_as_pytorch_does() {
     for name in FIXTURES {
         let dir = fixture_dir();
         let text = std::fs::read_to_string(dir.join(format!("{name}.json"))).unwrap();
         let doc = GraphDoc::from_json_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(doc.dialect, Dialect::Latest, "{name}");
+        assert_eq!(doc.dialect, Dialect::September2026, "{name}");
         let expect: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(dir.join(format!("{name}.expect.json"))).unwrap(),
         )
@@ -239,16 +239,16 @@ fn run(g: &Graph, p: &Payload, x: &Tensor<f64>, seed: Option<&Tensor<f64>>) -> G
 }
 
 #[test]
-fn every_conformance_case_both_dialects_know_round_trips_through_the_newest_unchanged() {
+fn every_conformance_case_both_dialects_know_round_trips_through_the_september_dialect_unchanged() {
     let (mut converted, mut refused) = (0, 0);
     for (file, case) in conformance_cases() {
         let here = file.display();
-        let latest = match Dialect::Latest.write(&case.graph, &case.payload) {
+        let september = match Dialect::September2026.write(&case.graph, &case.payload) {
             Ok(w) => w,
             Err(e) => {
                 // only kinds without a counterpart are refused, each one named
                 let named: Vec<usize> = e.diagnostics().iter().filter_map(|d| d.node).collect();
-                // (a foreign kind, or weights holding a NaN or an infinity, which the newest
+                // (a foreign kind, or weights holding a NaN or an infinity, which the September
                 // dialect's numbers cannot)
                 let non_finite = |id: usize| {
                     case.payload
@@ -279,16 +279,16 @@ fn every_conformance_case_both_dialects_know_round_trips_through_the_newest_unch
             }
         };
         assert!(
-            latest.payload.entries.is_empty(),
+            september.payload.entries.is_empty(),
             "{here}: weights are inline"
         );
-        let doc = GraphDoc::from_json(&latest.graph).unwrap_or_else(|e| panic!("{here}: {e}"));
+        let doc = GraphDoc::from_json(&september.graph).unwrap_or_else(|e| panic!("{here}: {e}"));
         assert_eq!(
             doc.graph.len(),
             case.graph.len(),
             "{here}: one node per node"
         );
-        let back = Dialect::Aug.write(&doc.graph, &doc.payload).unwrap();
+        let back = Dialect::August2026.write(&doc.graph, &doc.payload).unwrap();
         let g2 = Graph::from_json(&back.graph).unwrap();
         let p2 = back.payload;
         let a = run(&case.graph, &case.payload, &case.input, case.seed.as_ref());
@@ -313,7 +313,7 @@ fn every_conformance_case_both_dialects_know_round_trips_through_the_newest_unch
         converted += 1;
     }
     println!(
-        "{converted} cases round-tripped through the newest dialect, {refused} use kinds it lacks"
+        "{converted} cases round-tripped through the September dialect, {refused} use kinds it lacks"
     );
     assert!(converted >= 10, "{converted} converted");
     assert!(refused >= 1, "some case uses an extension kind");
@@ -360,8 +360,10 @@ fn the_committed_fixtures_are_what_make_fixtures_py_writes() {
         println!("skipping: {} cannot import torch", python.to_string_lossy());
         return;
     }
-    let out =
-        std::env::temp_dir().join(format!("torchlean-latest-fixtures-{}", std::process::id()));
+    let out = std::env::temp_dir().join(format!(
+        "torchlean-september-fixtures-{}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&out).unwrap();
     let run = std::process::Command::new(&python)
         .arg(fixture_dir().join("make_fixtures.py"))

@@ -180,22 +180,22 @@ fn generate() -> Seeds {
             );
         }
     }
-    // TorchLean's newest dialect (`crates/ir/tests/latest/`): read, lowered, weights inline
-    let latest_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ir/tests/latest");
-    let mut latest: Vec<_> = std::fs::read_dir(&latest_dir)
-        .expect("crates/ir/tests/latest")
+    // TorchLean's September dialect (`crates/ir/tests/september/`): read, lowered, weights inline
+    let september_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ir/tests/september");
+    let mut september: Vec<_> = std::fs::read_dir(&september_dir)
+        .expect("crates/ir/tests/september")
         .map(|e| e.expect("a readable folder").path())
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
         .filter(|p| !file_name(p).ends_with(".expect.json"))
         .collect();
-    latest.sort();
-    for path in &latest {
+    september.sort();
+    for path in &september {
         let bytes = std::fs::read(path).expect("a readable fixture");
         let v: Value = serde_json::from_slice(&bytes).expect("a fixture is JSON");
         add(
             &mut s,
             "graph_json",
-            &format!("latest-{}", file_name(path)),
+            &format!("september-{}", file_name(path)),
             text(&v),
         );
     }

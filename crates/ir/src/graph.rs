@@ -1,16 +1,9 @@
-//! `Graph` and `Node`, and the `torchlean.ir.v1` JSON they are read from and written to.
+//! `Graph` and `Node`: the IR as data. Reading and writing them is [`crate::format`]'s job
+//! (`torchlean.ir.v1` JSON in TorchLean's two dialects, [`crate::format::august`] and
+//! [`crate::format::september`]).
 
-use crate::dialect::GraphDoc;
-use crate::error::{shorten, shown, Diagnostic, IrError, Result};
 use crate::kind::OpKind;
-use crate::stream::ParsedNodes;
-use serde_json::{Map, Value};
-use std::borrow::Borrow;
-use torchlean_spec::tensor::parse_shape;
 use torchlean_spec::Shape;
-
-/// The format tag of graph JSON.
-pub const FORMAT: &str = "torchlean.ir.v1";
 
 /// One node: its id (= its index), kind with attributes, parent ids and declared output shape.
 #[derive(Clone, Debug, PartialEq)]
@@ -29,7 +22,7 @@ pub struct Graph {
     pub input_id: usize,
     /// The first (or only) output.
     pub output_id: usize,
-    /// The outputs after the first, in order (the newest dialect's `output_ids[1..]`); empty
+    /// The outputs after the first, in order (the September dialect's `output_ids[1..]`); empty
     /// for a single-output graph, which is every August-dialect graph.
     pub extra_outputs: Vec<usize>,
     pub nodes: Vec<Node>,
@@ -56,99 +49,6 @@ impl Graph {
         1 + self.extra_outputs.len()
     }
 
-    /// Parses graph JSON text, reading the node list one node at a time (no JSON tree of the
-    /// whole document: [`crate::stream`]). A newest-dialect file (`output_ids`) is read whole
-    /// and lowered ([`GraphDoc`]); one that carries weights inline is refused here (read it with
-    /// [`GraphDoc::from_json_str`] to keep them).
-    pub fn from_json_str(text: &str) -> Result<Graph> {
-        match crate::stream::read_doc(text)? {
-            Some(doc) if doc.fields.contains_key(crate::dialect::OUTPUT_IDS) => {
-                GraphDoc::from_json(&crate::json::parse(text)?).and_then(GraphDoc::into_graph)
-            }
-            Some(doc) => Graph::from_doc(doc),
-            None => Graph::from_json(&crate::json::parse(text)?),
-        }
-    }
-
-    /// Parses a graph from a JSON value. Structure and attribute types are checked here (every
-    /// problem is reported); well-formedness and shapes are checked by [`crate::check_shapes`].
-    pub fn from_json(value: &Value) -> Result<Graph> {
-        let Some(obj) = value.as_object() else {
-            return Err(IrError::invalid(Diagnostic::error(
-                "a graph must be a JSON object",
-            )));
-        };
-        if matches!(crate::dialect::detect(obj), Ok(crate::Dialect::Latest)) {
-            return crate::latest::read(obj).and_then(GraphDoc::into_graph);
-        }
-        let nodes = obj.get("nodes").and_then(Value::as_array).map(parse_nodes);
-        Graph::assemble(obj, nodes)
-    }
-
-    /// A graph from its top-level members and its parsed `nodes` array (`None`: missing or
-    /// not an array): the one assembly of both parsing routes.
-    pub(crate) fn assemble(obj: &Map<String, Value>, nodes: Option<ParsedNodes>) -> Result<Graph> {
-        let mut errors = Vec::new();
-        check_format(obj, "missing", &mut errors);
-        let mut id_field = |key: &str| id_field(obj, key, &mut errors);
-        let input_id = id_field("input_id");
-        let output_id = match crate::dialect::detect(obj) {
-            Ok(crate::Dialect::Aug) => id_field(crate::dialect::OUTPUT_ID),
-            Ok(crate::Dialect::Latest) => {
-                errors.push(
-                    Diagnostic::error(
-                        "a newest-dialect graph (`output_ids`) is read as a whole file (`GraphDoc`), not inside a case",
-                    )
-                    .field(crate::dialect::OUTPUT_IDS),
-                );
-                0
-            }
-            Err(d) => {
-                errors.push(d);
-                0
-            }
-        };
-        let nodes = match nodes {
-            None => {
-                errors.push(Diagnostic::error("missing array").field("nodes"));
-                Vec::new()
-            }
-            Some(Ok(nodes)) => nodes,
-            Some(Err(mut d)) => {
-                errors.append(&mut d);
-                Vec::new()
-            }
-        };
-        if errors.is_empty() {
-            Ok(Graph::new(input_id, output_id, nodes))
-        } else {
-            Err(IrError::Invalid(errors))
-        }
-    }
-
-    /// The graph as `torchlean.ir.v1` JSON (exact round trip with [`Graph::from_json`]).
-    pub fn to_json(&self) -> Value {
-        let nodes: Vec<Value> = self
-            .nodes
-            .iter()
-            .map(|n| {
-                let mut obj = Map::new();
-                obj.insert("id".into(), Value::from(n.id));
-                obj.insert("kind".into(), Value::from(n.kind.name()));
-                obj.insert("parents".into(), Value::from(n.parents.clone()));
-                obj.insert("shape".into(), Value::from(n.shape.dims().to_vec()));
-                n.kind.write_attributes(&mut obj);
-                Value::Object(obj)
-            })
-            .collect();
-        serde_json::json!({
-            "format": FORMAT,
-            "input_id": self.input_id,
-            "output_id": self.output_id,
-            "nodes": nodes,
-        })
-    }
-
     /// The node with id `id`, if the index exists.
     pub fn node(&self, id: usize) -> Option<&Node> {
         self.nodes.get(id)
@@ -165,164 +65,5 @@ impl Graph {
     /// Whether any node uses a kind outside TorchLean's wire format.
     pub fn uses_extensions(&self) -> bool {
         self.nodes.iter().any(|n| n.kind.is_extension())
-    }
-}
-
-/// Parses the elements of a `nodes` array, in order: every node, or every problem of every
-/// malformed node (the well-formed ones are dropped as soon as a problem is found).
-pub(crate) fn parse_nodes<V: Borrow<Value>>(elements: impl IntoIterator<Item = V>) -> ParsedNodes {
-    let mut nodes = Vec::new();
-    let mut errors = Vec::new();
-    for (index, v) in elements.into_iter().enumerate() {
-        match parse_node(index, v.borrow()) {
-            Ok(n) if errors.is_empty() => nodes.push(n),
-            Ok(_) => {}
-            Err(mut d) => {
-                nodes = Vec::new();
-                errors.append(&mut d);
-            }
-        }
-    }
-    if errors.is_empty() {
-        Ok(nodes)
-    } else {
-        Err(errors)
-    }
-}
-
-fn parse_node(index: usize, v: &Value) -> std::result::Result<Node, Vec<Diagnostic>> {
-    let Some(obj) = v.as_object() else {
-        return Err(vec![Diagnostic::error(format!(
-            "nodes[{index}] is not an object"
-        ))
-        .at_node(index)]);
-    };
-    let kind_name = obj.get("kind").and_then(Value::as_str);
-    let label = shorten(kind_name.unwrap_or("?")).into_owned();
-    let mut errors = Vec::new();
-    let id = match obj.get("id").and_then(Value::as_u64) {
-        Some(i) => usize::try_from(i).unwrap_or(usize::MAX),
-        None => {
-            errors.push(Diagnostic::error("missing or not a non-negative integer").field("id"));
-            index
-        }
-    };
-    let parents = match obj.get("parents") {
-        Some(p) => match parse_shape(p) {
-            Ok(s) => s.dims().to_vec(),
-            Err(e) => {
-                errors.push(Diagnostic::spec(e).field("parents"));
-                vec![]
-            }
-        },
-        None => {
-            errors.push(Diagnostic::error("missing").field("parents"));
-            vec![]
-        }
-    };
-    let shape = match obj.get("shape") {
-        Some(s) => match parse_shape(s) {
-            Ok(s) => s,
-            Err(e) => {
-                errors.push(Diagnostic::spec(e).field("shape"));
-                Shape::scalar()
-            }
-        },
-        None => {
-            errors.push(Diagnostic::error("missing").field("shape"));
-            Shape::scalar()
-        }
-    };
-    let kind = match kind_name {
-        Some(k) => match crate::dialect::aug_conflict(k, obj) {
-            Some(d) => {
-                errors.push(d);
-                None
-            }
-            None => match OpKind::parse(k, &aug_spelling(k, obj)) {
-                Ok(kind) => Some(kind),
-                Err(mut d) => {
-                    errors.append(&mut d);
-                    None
-                }
-            },
-        },
-        None => {
-            errors.push(Diagnostic::error("missing or not a string").field("kind"));
-            None
-        }
-    };
-    match kind {
-        Some(kind) if errors.is_empty() => Ok(Node {
-            id,
-            kind,
-            parents,
-            shape,
-        }),
-        _ => Err(errors
-            .into_iter()
-            .map(|d| {
-                let d = d.at_node(index);
-                Diagnostic {
-                    kind: Some(label.clone()),
-                    ..d
-                }
-            })
-            .collect()),
-    }
-}
-
-/// A node object as the August parser reads it: `transpose` may spell its axes the newest
-/// dialect's way (`axis1`, `axis2`; SPEC 3 reads both), renamed to ours.
-fn aug_spelling<'a>(
-    kind: &str,
-    obj: &'a Map<String, Value>,
-) -> std::borrow::Cow<'a, Map<String, Value>> {
-    use crate::dialect::fields::{AXIS1, AXIS2};
-    let transpose = torchlean_spec::ops::desc::lookup(kind)
-        .and_then(|d| d.prototype())
-        .filter(|op| matches!(op, torchlean_spec::Op::Transpose { .. }));
-    let Some(op) = transpose else {
-        return std::borrow::Cow::Borrowed(obj);
-    };
-    let keys: Vec<&'static str> = op.attr_values().into_iter().map(|(k, _)| k).collect();
-    if keys.iter().any(|k| obj.contains_key(*k)) || !obj.contains_key(AXIS1) {
-        return std::borrow::Cow::Borrowed(obj);
-    }
-    let mut renamed = obj.clone();
-    for (ours, theirs) in keys.into_iter().zip([AXIS1, AXIS2]) {
-        if let Some(v) = renamed.remove(theirs) {
-            renamed.insert(ours.to_string(), v);
-        }
-    }
-    std::borrow::Cow::Owned(renamed)
-}
-
-/// The top-level `format` member, which must be [`FORMAT`]; `missing` is the message when it is
-/// absent (the dialects say it differently). Both dialects' readers call this.
-pub(crate) fn check_format(obj: &Map<String, Value>, missing: &str, errors: &mut Vec<Diagnostic>) {
-    match obj.get("format") {
-        Some(Value::String(f)) if f == FORMAT => {}
-        Some(other) => errors.push(
-            Diagnostic::error(format!("is {}, expected \"{FORMAT}\"", shown(other)))
-                .field("format"),
-        ),
-        None => errors.push(Diagnostic::error(missing).field("format")),
-    }
-}
-
-/// A top-level node id member (`input_id`, `output_id`); a missing or malformed one is a
-/// diagnostic and reads as 0. Both dialects' readers call this.
-pub(crate) fn id_field(obj: &Map<String, Value>, key: &str, errors: &mut Vec<Diagnostic>) -> usize {
-    match obj.get(key).map(|v| (v.as_u64(), shown(v))) {
-        Some((Some(v), _)) => usize::try_from(v).unwrap_or(usize::MAX),
-        Some((None, text)) => {
-            errors.push(Diagnostic::error(format!("is {text}, expected a node id")).field(key));
-            0
-        }
-        None => {
-            errors.push(Diagnostic::error("missing").field(key));
-            0
-        }
     }
 }

@@ -153,7 +153,7 @@ impl Payload {
     }
 
     pub fn from_json_str(text: &str) -> Result<Payload> {
-        Payload::from_json(&crate::json::parse(text)?)
+        Payload::from_json(&crate::format::json::parse(text)?)
     }
 
     /// Parses Payload JSON, reporting every malformed member.

@@ -1,4 +1,4 @@
-//! Reading and writing TorchLean's two dialects: detection, the lowering of the newest forms,
+//! Reading and writing TorchLean's two dialects: detection, the lowering of the September forms,
 //! and every refusal naming the file's node and field.
 #![allow(clippy::unwrap_used)]
 
@@ -18,7 +18,7 @@ fn with(mut v: Value, attrs: Value) -> Value {
     v
 }
 
-fn latest(nodes: Vec<Value>, outputs: &[usize]) -> Value {
+fn september(nodes: Vec<Value>, outputs: &[usize]) -> Value {
     json!({"format": "torchlean.ir.v1", "input_id": 0, "output_ids": outputs, "nodes": nodes})
 }
 
@@ -50,9 +50,9 @@ fn has(lines: &[String], want: &str) {
 fn the_root_key_decides_and_a_file_with_both_or_neither_is_refused() {
     let aug = json!({"format": "torchlean.ir.v1", "input_id": 0, "output_id": 0,
         "nodes": [{"id": 0, "kind": "input", "parents": [], "shape": [2]}]});
-    assert_eq!(read(&aug).unwrap().dialect, Dialect::Aug);
-    let new = latest(vec![n(0, "input", &[], &[2])], &[0]);
-    assert_eq!(read(&new).unwrap().dialect, Dialect::Latest);
+    assert_eq!(read(&aug).unwrap().dialect, Dialect::August2026);
+    let new = september(vec![n(0, "input", &[], &[2])], &[0]);
+    assert_eq!(read(&new).unwrap().dialect, Dialect::September2026);
     let mut both = new.clone();
     both["output_id"] = json!(0);
     let lines: Vec<String> = Graph::from_json(&both)
@@ -75,13 +75,13 @@ fn the_root_key_decides_and_a_file_with_both_or_neither_is_refused() {
         .collect();
     has(
         &lines,
-        "`output_id` (August dialect) or `output_ids` (newest dialect)",
+        "`output_id` (August dialect) or `output_ids` (September dialect)",
     );
 }
 
 #[test]
 fn a_file_mixing_the_dialects_names_the_conflicting_fields() {
-    // newest forms in an August file
+    // September forms in an August file
     let aug = json!({"format": "torchlean.ir.v1", "input_id": 0, "output_id": 2, "nodes": [
         {"id": 0, "kind": "input", "parents": [], "shape": [1, 1, 3, 3]},
         {"id": 1, "kind": "max_pool", "parents": [0], "shape": [1, 1, 1, 1],
@@ -94,10 +94,10 @@ fn a_file_mixing_the_dialects_names_the_conflicting_fields() {
         .iter()
         .map(|d| d.to_string())
         .collect();
-    has(&lines, "node 1 (max_pool), field `kind`: kind `max_pool` is the newest dialect's, but this file is August-dialect");
+    has(&lines, "node 1 (max_pool), field `kind`: kind `max_pool` is the September dialect's, but this file is August-dialect");
     has(&lines, "node 2 (reduce_sum), field `axes`");
-    // August forms in a newest file
-    let new = latest(
+    // August forms in a September file
+    let new = september(
         vec![
             n(0, "input", &[], &[1, 1, 4, 4]),
             with(
@@ -135,7 +135,7 @@ fn the_august_reader_takes_transpose_with_either_spelling() {
 
 #[test]
 fn reductions_lower_one_axis_at_a_time_largest_first_with_keepdim_reshapes() {
-    let v = latest(
+    let v = september(
         vec![
             n(0, "input", &[], &[2, 3, 4]),
             with(
@@ -178,7 +178,7 @@ fn reductions_lower_one_axis_at_a_time_largest_first_with_keepdim_reshapes() {
 
 #[test]
 fn bad_reduction_axes_and_shapes_name_the_file_node() {
-    let v = latest(
+    let v = september(
         vec![
             n(0, "input", &[], &[2, 0]),
             with(
@@ -230,8 +230,8 @@ fn conv_and_pools_without_a_counterpart_name_every_field() {
         )
     };
     let x = n(0, "input", &[], &[1, 1, 3, 3]);
-    assert!(read(&latest(vec![x.clone(), conv(json!({}))], &[1])).is_ok());
-    let lines = rejected(&latest(
+    assert!(read(&september(vec![x.clone(), conv(json!({}))], &[1])).is_ok());
+    let lines = rejected(&september(
         vec![
             x.clone(),
             conv(
@@ -250,7 +250,10 @@ fn conv_and_pools_without_a_counterpart_name_every_field() {
     ] {
         has(&lines, &format!("node 1 (conv), field `{field}`"));
     }
-    let lines = rejected(&latest(vec![x.clone(), conv(json!({"kernel": [3]}))], &[1]));
+    let lines = rejected(&september(
+        vec![x.clone(), conv(json!({"kernel": [3]}))],
+        &[1],
+    ));
     has(
         &lines,
         "node 1 (conv), field `kernel`: has 1 entries, expected `spatial_rank` = 2",
@@ -258,14 +261,14 @@ fn conv_and_pools_without_a_counterpart_name_every_field() {
     let mut missing = conv(json!({}));
     missing.as_object_mut().unwrap().remove("groups");
     has(
-        &rejected(&latest(vec![x.clone(), missing], &[1])),
+        &rejected(&september(vec![x.clone(), missing], &[1])),
         "field `groups`: missing required attribute",
     );
     let pool = with(
         n(1, "avg_pool", &[0], &[1, 1, 1, 1]),
         json!({"spatial_rank": 2, "kernel": [2, 2], "stride": [2, 1], "padding": [0, 1]}),
     );
-    let lines = rejected(&latest(vec![x, pool], &[1]));
+    let lines = rejected(&september(vec![x, pool], &[1]));
     has(&lines, "node 1 (avg_pool), field `stride`: unequal strides");
     has(
         &lines,
@@ -283,7 +286,7 @@ fn broadcasting_matmul_lowers_to_our_product_with_the_shapes_torch_matmul_gives(
         (vec![5, 1, 2, 3], vec![4, 3, 2], vec![5, 4, 2, 2]),
         (vec![2, 2, 3], vec![2, 3, 2], vec![2, 2, 2]),
     ] {
-        let v = latest(
+        let v = september(
             vec![
                 n(0, "input", &[], &a),
                 with(n(1, "const", &[], &b), json!({"value_shape": b})),
@@ -301,7 +304,7 @@ fn broadcasting_matmul_lowers_to_our_product_with_the_shapes_torch_matmul_gives(
         let y = denote::<f64>(&doc.graph, &p, &x).unwrap();
         assert!(y.data().iter().all(|&v| v == 3.0), "{a:?}·{b:?}: {y:?}");
     }
-    let bad = latest(
+    let bad = september(
         vec![
             n(0, "input", &[], &[2, 2, 3]),
             with(
@@ -321,7 +324,7 @@ fn broadcasting_matmul_lowers_to_our_product_with_the_shapes_torch_matmul_gives(
 #[test]
 fn inline_weights_become_payload_and_malformed_ones_are_named() {
     let lin = |w: Value| {
-        latest(
+        september(
             vec![
                 n(0, "input", &[], &[2]),
                 with(
@@ -359,7 +362,7 @@ fn inline_weights_become_payload_and_malformed_ones_are_named() {
         &rejected(&bad_dim),
         "node 1 (linear), field `in_dim`: is 3, but the node's shapes give 2",
     );
-    let c = latest(
+    let c = september(
         vec![
             n(0, "input", &[], &[2]),
             with(n(1, "const", &[], &[2]), json!({"values": [1.0]})),
@@ -375,7 +378,7 @@ fn inline_weights_become_payload_and_malformed_ones_are_named() {
 #[test]
 fn layernorm_inline_affine_lowers_to_constants_named_by_their_key() {
     let ln = |gamma: Value, beta: Value| {
-        latest(
+        september(
             vec![
                 n(0, "input", &[], &[2, 2]),
                 with(
@@ -433,7 +436,7 @@ fn layernorm_inline_affine_lowers_to_constants_named_by_their_key() {
 
 #[test]
 fn safe_log_needs_a_scalar_epsilon_and_unsupported_kinds_are_all_listed() {
-    let v = latest(
+    let v = september(
         vec![
             n(0, "input", &[], &[2]),
             n(1, "safe_log", &[0, 0], &[2]),
@@ -457,8 +460,8 @@ fn safe_log_needs_a_scalar_epsilon_and_unsupported_kinds_are_all_listed() {
 }
 
 #[test]
-fn the_newest_rules_on_format_and_input_id_are_enforced() {
-    let mut v = latest(
+fn the_september_rules_on_format_and_input_id_are_enforced() {
+    let mut v = september(
         vec![n(0, "input", &[], &[2]), n(1, "input", &[], &[2])],
         &[1],
     );
@@ -484,7 +487,7 @@ fn the_newest_rules_on_format_and_input_id_are_enforced() {
 
 #[test]
 fn a_graph_with_inline_weights_is_not_read_as_a_bare_graph() {
-    let v = latest(
+    let v = september(
         vec![
             n(0, "input", &[], &[2]),
             with(n(1, "const", &[], &[2]), json!({"values": [1.0, 2.0]})),
@@ -495,7 +498,7 @@ fn a_graph_with_inline_weights_is_not_read_as_a_bare_graph() {
         .unwrap_err()
         .to_string()
         .contains("carries weights inline"));
-    let bare = latest(
+    let bare = september(
         vec![n(0, "input", &[], &[2]), n(1, "relu", &[0], &[2])],
         &[1],
     );
@@ -503,7 +506,7 @@ fn a_graph_with_inline_weights_is_not_read_as_a_bare_graph() {
 }
 
 #[test]
-fn writing_the_newest_dialect_lists_every_node_without_a_counterpart() {
+fn writing_the_september_dialect_lists_every_node_without_a_counterpart() {
     let g = Graph::from_json(
         &json!({"format": "torchlean.ir.v1", "input_id": 0, "output_id": 3,
         "nodes": [{"id": 0, "kind": "input", "parents": [], "shape": [2]},
@@ -512,12 +515,14 @@ fn writing_the_newest_dialect_lists_every_node_without_a_counterpart() {
             {"id": 3, "kind": "neg", "parents": [2], "shape": [2]}]}),
     )
     .unwrap();
-    let e = Dialect::Latest.write(&g, &Payload::new()).unwrap_err();
+    let e = Dialect::September2026
+        .write(&g, &Payload::new())
+        .unwrap_err();
     let nodes: Vec<Option<usize>> = e.diagnostics().iter().map(|d| d.node).collect();
     assert_eq!(nodes, vec![Some(1), Some(3)], "{e}");
     assert!(
         e.to_string()
-            .contains("kind `gelu` has no counterpart in the newest TorchLean dialect"),
+            .contains("kind `gelu` has no counterpart in TorchLean's September 2026 dialect"),
         "{e}"
     );
     // weights the payload lacks are named too
@@ -527,7 +532,9 @@ fn writing_the_newest_dialect_lists_every_node_without_a_counterpart() {
             {"id": 1, "kind": "linear", "parents": [0], "shape": [1]}]}),
     )
     .unwrap();
-    let e = Dialect::Latest.write(&lin, &Payload::new()).unwrap_err();
+    let e = Dialect::September2026
+        .write(&lin, &Payload::new())
+        .unwrap_err();
     assert_eq!(e.diagnostics().len(), 2, "{e}");
     assert!(
         e.to_string().contains("missing payload tensor `weight`"),
@@ -537,16 +544,20 @@ fn writing_the_newest_dialect_lists_every_node_without_a_counterpart() {
 
 #[test]
 fn writing_the_august_dialect_refuses_several_outputs() {
-    let v = latest(
+    let v = september(
         vec![n(0, "input", &[], &[2]), n(1, "relu", &[0], &[2])],
         &[1, 0],
     );
     let doc = read(&v).unwrap();
     assert_eq!(doc.graph.outputs().collect::<Vec<_>>(), vec![1, 0]);
-    let e = Dialect::Aug.write(&doc.graph, &doc.payload).unwrap_err();
+    let e = Dialect::August2026
+        .write(&doc.graph, &doc.payload)
+        .unwrap_err();
     assert!(e.to_string().contains("this graph has 2 outputs"), "{e}");
-    // and the newest dialect writes them back in order
-    let w = Dialect::Latest.write(&doc.graph, &doc.payload).unwrap();
+    // and the September dialect writes them back in order
+    let w = Dialect::September2026
+        .write(&doc.graph, &doc.payload)
+        .unwrap();
     assert_eq!(w.graph["output_ids"], json!([1, 0]));
 }
 

@@ -50,7 +50,7 @@ fn via_value<T>(
     text: &str,
     from_json: impl Fn(&Value) -> torchlean_ir::Result<T>,
 ) -> Result<T, Vec<torchlean_ir::Diagnostic>> {
-    match torchlean_ir::json::parse(text) {
+    match torchlean_ir::format::json::parse(text) {
         Ok(v) => from_json(&v).map_err(|e| e.diagnostics()),
         Err(e) => Err(e.diagnostics()),
     }

@@ -478,11 +478,11 @@ impl IrExport {
         write_atomically(payload, &bytes)
     }
 
-    /// Writes the graph in TorchLean's newest dialect ([`torchlean_ir::Dialect::Latest`]): one
+    /// Writes the graph in TorchLean's September dialect ([`torchlean_ir::Dialect::September2026`]): one
     /// file, the weights inline, written atomically. A layer with no counterpart in that
     /// dialect is an error naming its node (every one at once).
-    pub fn save_latest(&self, graph: &std::path::Path) -> Result<()> {
-        let written = torchlean_ir::Dialect::Latest.write(&self.graph, &self.payload)?;
+    pub fn save_september(&self, graph: &std::path::Path) -> Result<()> {
+        let written = torchlean_ir::Dialect::September2026.write(&self.graph, &self.payload)?;
         write_atomically(graph, written.graph.to_string().as_bytes())
     }
 }

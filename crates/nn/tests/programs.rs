@@ -505,25 +505,25 @@ fn linear_tanh<O: Ops>(ops: &mut O, x: &Var) -> Result<Var> {
 }
 
 #[test]
-fn an_export_in_the_newest_dialect_reads_back_with_the_same_gradients() {
+fn an_export_in_the_september_dialect_reads_back_with_the_same_gradients() {
     let x = t(&[5, 3], |i| (i as f64 * 0.37).cos());
-    let dir = std::env::temp_dir().join(format!("torchlean-nn-latest-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("torchlean-nn-september-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("g.json");
-    // `log_softmax` has no counterpart in the newest dialect: named, nothing written
+    // `log_softmax` has no counterpart in the September dialect: named, nothing written
     let e = recorded(&x, mlp)
         .to_ir()
         .unwrap()
-        .save_latest(&path)
+        .save_september(&path)
         .unwrap_err();
     assert!(e.to_string().contains("log_softmax"), "{e}");
     assert!(!path.exists());
     let export = recorded(&x, linear_tanh).to_ir().unwrap();
-    export.save_latest(&path).unwrap();
+    export.save_september(&path).unwrap();
     let doc =
         torchlean_ir::GraphDoc::from_json_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
-    assert_eq!(doc.dialect, torchlean_ir::Dialect::Latest);
+    assert_eq!(doc.dialect, torchlean_ir::Dialect::September2026);
     let a = run_grad::<Tensor<f64>>(&export.graph, &export.payload, &x, None).unwrap();
     let b = run_grad::<Tensor<f64>>(&doc.graph, &doc.payload, &x, None).unwrap();
     assert!(a.output.bit_eq(&b.output));

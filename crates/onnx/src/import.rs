@@ -48,7 +48,7 @@ pub struct Imported {
 impl Imported {
     /// Writes the graph in `dialect` to `graph` and its weights to `payload` — safetensors
     /// when its name ends in `.safetensors` (keys `"<node id>.<name>"`), Payload JSON
-    /// otherwise — each through [`torchlean_ir::write_atomically`]. The newest dialect carries
+    /// otherwise — each through [`torchlean_ir::write_atomically`]. The September dialect carries
     /// the weights inline in the graph, so then `payload` is written only if some weights stay
     /// outside it; the return value says whether it was written. A node the dialect has no
     /// counterpart for is an error (all listed) and nothing is written.
@@ -61,19 +61,20 @@ impl Imported {
         let written = dialect
             .write(&self.graph, &self.payload)
             .map_err(|source| OnnxError::Ir { source })?;
-        let payload_bytes =
-            if dialect == torchlean_ir::Dialect::Latest && written.payload.entries.is_empty() {
-                None
-            } else if payload.extension().is_some_and(|x| x == "safetensors") {
-                Some(
-                    written
-                        .payload
-                        .to_safetensors()
-                        .map_err(|source| OnnxError::Ir { source })?,
-                )
-            } else {
-                Some(written.payload.to_json().to_string().into_bytes())
-            };
+        let payload_bytes = if dialect == torchlean_ir::Dialect::September2026
+            && written.payload.entries.is_empty()
+        {
+            None
+        } else if payload.extension().is_some_and(|x| x == "safetensors") {
+            Some(
+                written
+                    .payload
+                    .to_safetensors()
+                    .map_err(|source| OnnxError::Ir { source })?,
+            )
+        } else {
+            Some(written.payload.to_json().to_string().into_bytes())
+        };
         write(graph, written.graph.to_string().as_bytes())?;
         match payload_bytes {
             Some(bytes) => write(payload, &bytes).map(|()| true),

@@ -20,7 +20,7 @@ pub fn parse(text: &str) -> Result<Value> {
 }
 
 /// Deserializes one JSON value, refusing repeated keys in every object it contains (also the
-/// element reader of [`crate::stream`]).
+/// element reader of [`crate::format::stream`]).
 pub(crate) struct StrictValue;
 
 impl<'de> DeserializeSeed<'de> for StrictValue {

@@ -1,6 +1,6 @@
-"""Writes the newest-dialect fixtures of this directory and their expected values.
+"""Writes the September-dialect fixtures of this directory and their expected values.
 
-Each fixture `NAME.json` is a `torchlean.ir.v1` graph in TorchLean's newest dialect, written
+Each fixture `NAME.json` is a `torchlean.ir.v1` graph in TorchLean's September dialect, written
 the way its exporter writes one (`NN/Runtime/PyTorch/Export/TorchExport.lean` of srirampc/
 TorchLean @ 3447b74f, as summarised in `../shared/reference/torchlean-wire-latest.md`):
 `output_ids`, `value_kind` on every node, weights inline as nested arrays, `const` values flat.
@@ -11,7 +11,7 @@ float64 with the same weights: every output, the input gradient and every parame
 The forward functions below are written with PyTorch's own ops, not by reading the JSON, so
 the expectations are independent of the Rust reader. Run from the repository root:
 
-    $TORCHLEAN_PYTHON crates/ir/tests/latest/make_fixtures.py [--out DIR]
+    $TORCHLEAN_PYTHON crates/ir/tests/september/make_fixtures.py [--out DIR]
 
 (`--out`: write there instead of beside this script; `crates/compiled/tests/dialects.rs` does,
 to check that the committed files are what this script writes.)

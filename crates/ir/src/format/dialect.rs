@@ -2,13 +2,13 @@
 //! the one IR ([`GraphDoc`]).
 //!
 //! **Detection rule.** The root key decides: `output_id` (a node id) is the August dialect,
-//! `output_ids` (a non-empty array) the newest. A file with both, or whose nodes use the other
-//! dialect's forms (a newest-only kind or field in an August file, an August-only kind or
-//! field in a newest file), is an error naming the conflicting fields; one with neither is
+//! `output_ids` (a non-empty array) the September dialect. A file with both, or whose nodes use the other
+//! dialect's forms (a September-only kind or field in an August file, an August-only kind or
+//! field in a September file), is an error naming the conflicting fields; one with neither is
 //! an error naming both keys. Our extension kinds are accepted in either (they are ours, not
 //! TorchLean's).
 //!
-//! The newest dialect is lowered into our kinds by [`crate::latest`] (one file node may become
+//! The September dialect is lowered into our kinds by [`crate::format::september`] (one file node may become
 //! several IR nodes, inline weights become [`Payload`] entries); [`GraphDoc::origin`] keeps the
 //! file node each IR node came from, so that diagnostics name the file's ids.
 
@@ -23,33 +23,35 @@ use std::str::FromStr;
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
 )]
-#[serde(rename_all = "lowercase")]
 pub enum Dialect {
     /// TorchLean as of August 2026 (`output_id`, `conv2d`, `reduce_sum` with `axis`, …), and
-    /// our extension kinds: what this project has always read and written.
+    /// our extension kinds: what this project has always read and written. Named `2026-08`.
     #[default]
-    Aug,
-    /// TorchLean's newest wire format (`output_ids`, `conv`, `max_pool`, reductions with
-    /// `axes`/`keepdim`, inline weights; `../shared/reference/torchlean-wire-latest.md`).
-    Latest,
+    #[serde(rename = "2026-08")]
+    August2026,
+    /// TorchLean's wire format as of September 2026 (`output_ids`, `conv`, `max_pool`,
+    /// reductions with `axes`/`keepdim`, inline weights;
+    /// `../shared/reference/torchlean-wire-latest.md`). Named `2026-09`.
+    #[serde(rename = "2026-09")]
+    September2026,
 }
 
 impl Dialect {
-    pub const ALL: [Dialect; 2] = [Dialect::Aug, Dialect::Latest];
+    pub const ALL: [Dialect; 2] = [Dialect::August2026, Dialect::September2026];
 
     /// The name `--dialect` takes and [`fmt::Display`] writes.
     pub fn name(self) -> &'static str {
         match self {
-            Dialect::Aug => "aug",
-            Dialect::Latest => "latest",
+            Dialect::August2026 => "2026-08",
+            Dialect::September2026 => "2026-09",
         }
     }
 
     /// The root key naming the outputs.
     pub fn output_key(self) -> &'static str {
         match self {
-            Dialect::Aug => OUTPUT_ID,
-            Dialect::Latest => OUTPUT_IDS,
+            Dialect::August2026 => OUTPUT_ID,
+            Dialect::September2026 => OUTPUT_IDS,
         }
     }
 }
@@ -62,7 +64,7 @@ impl fmt::Display for Dialect {
 
 /// An unknown dialect name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown dialect `{0}` (expected `aug` or `latest`)")]
+#[error("unknown dialect `{0}` (expected `2026-08`, TorchLean's August 2026 format with `output_id`, or `2026-09`, its September 2026 format with `output_ids`)")]
 pub struct UnknownDialect(pub String);
 
 impl FromStr for Dialect {
@@ -83,27 +85,27 @@ pub(crate) const OUTPUT_IDS: &str = "output_ids";
 pub fn detect(obj: &Map<String, Value>) -> std::result::Result<Dialect, Diagnostic> {
     match (obj.contains_key(OUTPUT_ID), obj.contains_key(OUTPUT_IDS)) {
         (true, true) => Err(Diagnostic::error(format!(
-            "both `{OUTPUT_ID}` (August dialect) and `{OUTPUT_IDS}` (newest dialect): a file is in one dialect"
+            "both `{OUTPUT_ID}` (August dialect) and `{OUTPUT_IDS}` (September dialect): a file is in one dialect"
         ))
         .field(OUTPUT_IDS)),
-        (true, false) => Ok(Dialect::Aug),
-        (false, true) => Ok(Dialect::Latest),
+        (true, false) => Ok(Dialect::August2026),
+        (false, true) => Ok(Dialect::September2026),
         (false, false) => Err(Diagnostic::error(format!(
-            "missing: `{OUTPUT_ID}` (August dialect) or `{OUTPUT_IDS}` (newest dialect)"
+            "missing: `{OUTPUT_ID}` (August dialect) or `{OUTPUT_IDS}` (September dialect)"
         ))
         .field(OUTPUT_ID)),
     }
 }
 
-/// The newest dialect's tags that the August dialect does not have (beyond the tags both
-/// share and ours): the newest dialect's own table, written once here.
+/// The September dialect's tags that the August dialect does not have (beyond the tags both
+/// share and ours): the September dialect's own table, written once here.
 pub(crate) mod tags {
     pub const CONV: &str = "conv";
     pub const MAX_POOL: &str = "max_pool";
     pub const AVG_POOL: &str = "avg_pool";
     pub const BATCH_NORM_EVAL: &str = "batch_norm_eval";
     pub const SAFE_LOG: &str = "safe_log";
-    /// Tags some TorchLean version writes that we cannot evaluate (the newest parser itself
+    /// Tags some TorchLean version writes that we cannot evaluate (the September parser itself
     /// refuses the first two; `custom` is lean-dojo's, the last three tobycmurray's side
     /// dialect; multi-head attention's tuple nodes are not supported here).
     pub const UNSUPPORTED: [&str; 8] = [
@@ -116,10 +118,10 @@ pub(crate) mod tags {
         "tuple_getitem",
         "tuple",
     ];
-    pub const LATEST_ONLY: [&str; 5] = [CONV, MAX_POOL, AVG_POOL, BATCH_NORM_EVAL, SAFE_LOG];
+    pub const SEPTEMBER_ONLY: [&str; 5] = [CONV, MAX_POOL, AVG_POOL, BATCH_NORM_EVAL, SAFE_LOG];
 }
 
-/// The newest-dialect field names of forms the August dialect spells differently.
+/// The September-dialect field names of forms the August dialect spells differently.
 pub(crate) mod fields {
     pub const AXES: &str = "axes";
     pub const KEEPDIM: &str = "keepdim";
@@ -141,7 +143,7 @@ pub struct FileNode {
 #[derive(Clone, Debug, PartialEq)]
 pub struct GraphDoc {
     pub graph: Graph,
-    /// The weights written inline (newest dialect); empty for an August-dialect file.
+    /// The weights written inline (September dialect); empty for an August-dialect file.
     pub payload: Payload,
     pub dialect: Dialect,
     /// One per IR node: the file node it lowers (identity for an August-dialect file).
@@ -153,37 +155,39 @@ pub struct GraphDoc {
 
 impl GraphDoc {
     /// An August-dialect document: the graph as read, no inline weights, ids unchanged.
-    pub fn aug(graph: Graph) -> GraphDoc {
+    pub fn august(graph: Graph) -> GraphDoc {
         let origin = (0..graph.len())
             .map(|id| FileNode { id, tensor: None })
             .collect();
         GraphDoc {
             graph,
             payload: Payload::new(),
-            dialect: Dialect::Aug,
+            dialect: Dialect::August2026,
             origin,
             file_kinds: Vec::new(),
         }
     }
 
     /// Reads graph JSON text in either dialect (an August file streamed node by node, as
-    /// [`Graph::from_json_str`]; a newest-dialect file as one JSON tree, its weights being in
+    /// [`Graph::from_json_str`]; a September-dialect file as one JSON tree, its weights being in
     /// it).
     pub fn from_json_str(text: &str) -> Result<GraphDoc> {
-        match crate::stream::read_doc(text)? {
+        match crate::format::stream::read_doc(text)? {
             Some(doc) if doc.fields.contains_key(OUTPUT_IDS) => {
-                GraphDoc::from_json(&crate::json::parse(text)?)
+                GraphDoc::from_json(&crate::format::json::parse(text)?)
             }
-            Some(doc) => Graph::from_doc(doc).map(GraphDoc::aug),
-            None => GraphDoc::from_json(&crate::json::parse(text)?),
+            Some(doc) => Graph::from_doc(doc).map(GraphDoc::august),
+            None => GraphDoc::from_json(&crate::format::json::parse(text)?),
         }
     }
 
     /// Reads a graph JSON value in either dialect.
     pub fn from_json(value: &Value) -> Result<GraphDoc> {
         match value.as_object() {
-            Some(obj) if matches!(detect(obj), Ok(Dialect::Latest)) => crate::latest::read(obj),
-            _ => Graph::from_json(value).map(GraphDoc::aug),
+            Some(obj) if matches!(detect(obj), Ok(Dialect::September2026)) => {
+                crate::format::september::read(obj)
+            }
+            _ => Graph::from_json(value).map(GraphDoc::august),
         }
     }
 
@@ -193,11 +197,11 @@ impl GraphDoc {
     }
 
     /// Diagnostics about the IR graph restated in the file's terms: node ids (and, for a
-    /// newest-dialect file, kinds) of the file. For a newest-dialect file the warnings about
+    /// September-dialect file, kinds) of the file. For a September-dialect file the warnings about
     /// `broadcast_to` pairs that TorchLean's left-aligned rule reads differently are dropped:
-    /// the newest TorchLean broadcasts right-aligned, as we do.
+    /// the September 2026 TorchLean broadcasts right-aligned, as we do.
     pub fn in_file_terms(&self, diags: Vec<Diagnostic>) -> Vec<Diagnostic> {
-        if self.dialect == Dialect::Aug {
+        if self.dialect == Dialect::August2026 {
             return diags;
         }
         diags
@@ -227,7 +231,7 @@ impl GraphDoc {
     /// A payload keyed by IR node (gradients, say) keyed by the file's nodes and inline keys:
     /// a constant made from a file node's `gamma` becomes that node's `gamma`.
     pub fn to_file_payload(&self, p: &Payload) -> Payload {
-        if self.dialect == Dialect::Aug {
+        if self.dialect == Dialect::August2026 {
             return p.clone();
         }
         let mut out = Payload::new();
@@ -247,19 +251,19 @@ impl GraphDoc {
     }
 }
 
-/// In an August-dialect file, the newest-dialect form node `kind`/`obj` uses, if any: a
+/// In an August-dialect file, the September-dialect form node `kind`/`obj` uses, if any: a
 /// diagnostic naming the conflicting field.
-pub(crate) fn aug_conflict(kind: &str, obj: &Map<String, Value>) -> Option<Diagnostic> {
-    let newest = |field: &str, what: String| {
+pub(crate) fn august_conflict(kind: &str, obj: &Map<String, Value>) -> Option<Diagnostic> {
+    let september = |field: &str, what: String| {
         Some(
             Diagnostic::error(format!(
-                "{what} is the newest dialect's, but this file is August-dialect (`{OUTPUT_ID}`)"
+                "{what} is the September dialect's, but this file is August-dialect (`{OUTPUT_ID}`)"
             ))
             .field(field.to_string()),
         )
     };
-    if tags::LATEST_ONLY.contains(&kind) {
-        return newest("kind", format!("kind `{kind}`"));
+    if tags::SEPTEMBER_ONLY.contains(&kind) {
+        return september("kind", format!("kind `{kind}`"));
     }
     let reduce = matches!(
         torchlean_spec::ops::desc::lookup(kind).and_then(|d| d.prototype()),
@@ -271,13 +275,13 @@ pub(crate) fn aug_conflict(kind: &str, obj: &Map<String, Value>) -> Option<Diagn
         } else {
             fields::KEEPDIM
         };
-        return newest(f, format!("`{kind}` with `{f}`"));
+        return september(f, format!("`{kind}` with `{f}`"));
     }
     None
 }
 
 /// A graph written in a dialect: the graph document, and the payload left for a separate
-/// file (all of it for the August dialect; nothing for the newest, which carries weights
+/// file (all of it for the August dialect; nothing for the September dialect, which carries weights
 /// inline).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Written {
@@ -288,11 +292,11 @@ pub struct Written {
 impl Dialect {
     /// Writes `g` (with its weights `payload`) in this dialect. Every node with no
     /// counterpart in the dialect is an error, all listed at once (for the August dialect: a
-    /// graph with more than one output; for the newest: our extension kinds other than
+    /// graph with more than one output; for the September dialect: our extension kinds other than
     /// `transpose` and `softplus`, and weights missing from `payload`).
     pub fn write(self, g: &Graph, payload: &Payload) -> Result<Written> {
         match self {
-            Dialect::Aug if !g.extra_outputs.is_empty() => Err(IrError::invalid(
+            Dialect::August2026 if !g.extra_outputs.is_empty() => Err(IrError::invalid(
                 Diagnostic::error(format!(
                     "the August dialect has one `{OUTPUT_ID}`; this graph has {} outputs ({:?})",
                     g.output_count(),
@@ -300,12 +304,12 @@ impl Dialect {
                 ))
                 .field(OUTPUT_IDS),
             )),
-            Dialect::Aug => Ok(Written {
+            Dialect::August2026 => Ok(Written {
                 graph: g.to_json(),
                 payload: payload.clone(),
             }),
-            Dialect::Latest => Ok(Written {
-                graph: crate::latest::write(g, payload)?,
+            Dialect::September2026 => Ok(Written {
+                graph: crate::format::september::write(g, payload)?,
                 payload: Payload::new(),
             }),
         }
@@ -320,7 +324,7 @@ impl GraphDoc {
         } else {
             Err(IrError::invalid(
                 Diagnostic::error(
-                    "this newest-dialect file carries weights inline: read it with `GraphDoc` to keep them",
+                    "this September-dialect file carries weights inline: read it with `GraphDoc` to keep them",
                 )
                 .field("nodes"),
             ))
@@ -329,12 +333,12 @@ impl GraphDoc {
 }
 
 impl GraphDoc {
-    /// A payload keyed by the file's node ids (a separate payload given for a newest-dialect
+    /// A payload keyed by the file's node ids (a separate payload given for a September-dialect
     /// file) keyed by IR node: each file node that takes weights lowers to exactly one IR node
     /// that does. An entry for a file node with no such IR node is kept under its id, for
     /// `check_payload` to report.
     pub fn from_file_payload(&self, p: &Payload) -> Payload {
-        if self.dialect == Dialect::Aug {
+        if self.dialect == Dialect::August2026 {
             return p.clone();
         }
         let mut ir_of = std::collections::BTreeMap::new();

@@ -1,4 +1,4 @@
-//! TorchLean's newest dialect: reading it (lowered into our kinds, inline weights lifted into a
+//! TorchLean's September dialect: reading it (lowered into our kinds, inline weights lifted into a
 //! [`Payload`]) and writing it (`../shared/reference/torchlean-wire-latest.md` lists every
 //! difference from the August dialect; `docs/ir-format.md` says how each is handled).
 //!
@@ -12,9 +12,10 @@
 //! non-trivial inline γ/β: our `layernorm`, then `mul_elem`/`add` with the constants;
 //! `safe_log`: `log(softplus(x) + ε)`). Anything else is an error naming the node and field.
 
-use crate::dialect::{fields, tags, Dialect, FileNode, GraphDoc, OUTPUT_IDS};
 use crate::error::{shown, Diagnostic, IrError, Result};
-use crate::graph::{check_format, id_field, Graph, Node, FORMAT};
+use crate::format::august::{check_format, id_field, FORMAT};
+use crate::format::dialect::{fields, tags, Dialect, FileNode, GraphDoc, OUTPUT_IDS};
+use crate::graph::{Graph, Node};
 use crate::kind::OpKind;
 use crate::payload::Payload;
 use crate::semantics::payload_names;
@@ -23,10 +24,10 @@ use torchlean_spec::ops::desc::{self, BATCH_NORM_DEFAULT_EPS, LAYER_NORM_DEFAULT
 use torchlean_spec::tensor::{json_to_f64, parse_shape};
 use torchlean_spec::{BinaryOp, Conv2dSpec, Op, PoolKind, PoolSpec, Shape, Tensor, UnaryOp};
 
-/// TorchLean's `normalizationEpsilon`: the newest dialect's layer-norm ε when a node has none.
-pub const LATEST_NORMALIZATION_EPS: f64 = 1e-5;
+/// TorchLean's `normalizationEpsilon`: the September dialect's layer-norm ε when a node has none.
+pub const SEPTEMBER_NORMALIZATION_EPS: f64 = 1e-5;
 
-/// Inline keys of the newest dialect that are not payload names of our kinds.
+/// Inline keys of the September dialect that are not payload names of our kinds.
 const GAMMA: &str = "gamma";
 const BETA: &str = "beta";
 const EPS: &str = "eps";
@@ -44,10 +45,14 @@ struct Raw<'a> {
     obj: &'a Map<String, Value>,
 }
 
-/// Reads a newest-dialect graph object (its dialect already detected).
+/// Reads a September-dialect graph object (its dialect already detected).
 pub(crate) fn read(obj: &Map<String, Value>) -> Result<GraphDoc> {
     let mut errors = Vec::new();
-    check_format(obj, "missing (required in the newest dialect)", &mut errors);
+    check_format(
+        obj,
+        "missing (required in the September dialect)",
+        &mut errors,
+    );
     let input_id = id_field(obj, "input_id", &mut errors);
     let outputs = match obj.get(OUTPUT_IDS).map(parse_shape) {
         Some(Ok(s)) if s.rank() > 0 => s.dims().to_vec(),
@@ -140,7 +145,7 @@ pub(crate) fn read(obj: &Map<String, Value>) -> Result<GraphDoc> {
     let doc = GraphDoc {
         graph,
         payload: l.payload,
-        dialect: Dialect::Latest,
+        dialect: Dialect::September2026,
         origin: l.origin,
         file_kinds: raws
             .iter()
@@ -343,7 +348,7 @@ impl Lowering {
             tags::SAFE_LOG => return self.safe_log(raw, parents),
             _ => {}
         }
-        // a known kind of the newest dialect: `kind_problems` refused the others
+        // a known kind of the September dialect: `kind_problems` refused the others
         match desc::lookup(k).and_then(|d| d.prototype()) {
             Some(Op::ReduceSum { .. }) => self.reduce(raw, parents, true),
             Some(Op::ReduceMean { .. }) => self.reduce(raw, parents, false),
@@ -391,7 +396,7 @@ impl Lowering {
         let data: Option<Vec<f64>> = items.iter().map(Value::as_f64).collect();
         let Some(data) = data else {
             return Err(err(
-                "expected numbers only (the newest dialect has no NaN or infinity)".into(),
+                "expected numbers only (the September dialect has no NaN or infinity)".into(),
             ));
         };
         if data.len() != shape.size() {
@@ -748,7 +753,7 @@ impl Lowering {
     fn layernorm(&mut self, raw: &Raw<'_>, parents: &[usize]) -> std::result::Result<usize, Diags> {
         let mut a = Attrs::new(raw.obj);
         let axis = a.nat("axis");
-        let eps = a.opt_number(EPS).unwrap_or(LATEST_NORMALIZATION_EPS);
+        let eps = a.opt_number(EPS).unwrap_or(SEPTEMBER_NORMALIZATION_EPS);
         a.done()?;
         let mut errors = Vec::new();
         let mut tensor = |key: &'static str, trivial: f64| match raw.obj.get(key).map(nested) {
@@ -821,21 +826,21 @@ fn kind_problems(raw: &Raw<'_>) -> Diags {
             "kind `{k}` is not supported (no evaluable counterpart)"
         ));
     }
-    if tags::LATEST_ONLY.contains(&k) {
+    if tags::SEPTEMBER_ONLY.contains(&k) {
         return vec![];
     }
     let Some(d) = desc::lookup(k) else {
         return kind(format!("unknown kind `{}`", crate::shorten(k)));
     };
     match d.prototype() {
-        Some(ref op) if aug_only(op) => kind(format!(
-            "kind `{k}` is the August dialect's, but this file is newest-dialect (`{OUTPUT_IDS}`)"
+        Some(ref op) if august_only(op) => kind(format!(
+            "kind `{k}` is the August dialect's, but this file is September-dialect (`{OUTPUT_IDS}`)"
         )),
         Some(Op::ReduceSum { .. } | Op::ReduceMean { .. })
             if raw.obj.contains_key("axis") && !raw.obj.contains_key(fields::AXES) =>
         {
             vec![Diagnostic::error(format!(
-                "`{k}` with `axis` is the August dialect's; the newest dialect writes `axes` and `keepdim`"
+                "`{k}` with `axis` is the August dialect's; the September dialect writes `axes` and `keepdim`"
             ))
             .field("axis")]
         }
@@ -851,9 +856,9 @@ fn arity(n: usize) -> Diagnostic {
     Diagnostic::error(format!("expected {n} parent(s)")).field("parents")
 }
 
-/// The kinds only the August dialect has (the newest writes `conv`, `max_pool`, …,
+/// The kinds only the August dialect has (the September dialect writes `conv`, `max_pool`, …,
 /// `transpose`).
-pub(crate) fn aug_only(op: &Op) -> bool {
+pub(crate) fn august_only(op: &Op) -> bool {
     matches!(
         op,
         Op::Conv2d(_)
@@ -897,7 +902,7 @@ pub(crate) fn nested(v: &Value) -> std::result::Result<Tensor<f64>, String> {
                 items.iter().try_for_each(|x| flat(x, rest, data))
             }
             (None, v) if !v.is_array() => Err(format!(
-                "holds {}, expected numbers only (the newest dialect has no NaN or infinity)",
+                "holds {}, expected numbers only (the September dialect has no NaN or infinity)",
                 shown(v)
             )),
             _ => Err("is not a rectangular nested array of numbers".into()),
@@ -917,11 +922,13 @@ pub(crate) fn nested(v: &Value) -> std::result::Result<Tensor<f64>, String> {
     Tensor::new(Shape::from(dims), data).map_err(|e| e.to_string())
 }
 
-/// A tensor as nested arrays (the newest dialect's inline form); a non-finite value is an
-/// error (the newest dialect has none).
+/// A tensor as nested arrays (the September dialect's inline form); a non-finite value is an
+/// error (the September dialect has none).
 fn nested_json(t: &Tensor<f64>) -> std::result::Result<Value, String> {
     if let Some(nf) = t.non_finite() {
-        return Err(format!("{nf}: the newest dialect has no NaN or infinity"));
+        return Err(format!(
+            "{nf}: the September dialect has no NaN or infinity"
+        ));
     }
     fn build(dims: &[usize], data: &[f64]) -> Value {
         match dims.split_first() {
@@ -939,7 +946,7 @@ fn nested_json(t: &Tensor<f64>) -> std::result::Result<Value, String> {
     Ok(build(t.shape().dims(), t.data()))
 }
 
-/// Reads the attributes of a newest-dialect form, collecting every problem.
+/// Reads the attributes of a September-dialect form, collecting every problem.
 struct Attrs<'a> {
     obj: &'a Map<String, Value>,
     errors: Diags,
@@ -1044,7 +1051,7 @@ impl<'a> Attrs<'a> {
     }
 }
 
-/// The graph in the newest dialect, every weight inline (from `payload`). Kinds with no
+/// The graph in the September dialect, every weight inline (from `payload`). Kinds with no
 /// counterpart there (our extensions other than `transpose` and `softplus`) are errors, one
 /// per node, all at once; so are weights missing from the payload.
 pub(crate) fn write(g: &Graph, payload: &Payload) -> Result<Value> {
@@ -1099,7 +1106,7 @@ fn inline_tensors(
             Some(Err(e)) => errors.push(Diagnostic::error(e).field(name)),
             None => errors.push(
                 Diagnostic::error(format!(
-                    "missing payload tensor `{name}` (the newest dialect carries weights inline)"
+                    "missing payload tensor `{name}` (the September dialect carries weights inline)"
                 ))
                 .field(name),
             ),
@@ -1117,7 +1124,7 @@ fn put_transpose(obj: &mut Map<String, Value>, dim0: usize, dim1: usize) {
     put(obj, fields::AXIS2, Value::from(dim1));
 }
 
-/// One node's kind and attributes in the newest dialect (`x`: its first parent's shape).
+/// One node's kind and attributes in the September dialect (`x`: its first parent's shape).
 fn write_node(
     n: &Node,
     x: &Shape,
@@ -1138,7 +1145,7 @@ fn write_node(
                 if let Some(nf) = t.non_finite() {
                     errors.push(
                         Diagnostic::error(format!(
-                            "{nf}: the newest dialect has no NaN or infinity"
+                            "{nf}: the September dialect has no NaN or infinity"
                         ))
                         .field(VALUES),
                     );
@@ -1225,7 +1232,7 @@ fn write_node(
             op if op.desc().extension && !matches!(op, Op::Unary(UnaryOp::Softplus)) => {
                 errors.push(
                     Diagnostic::error(format!(
-                        "kind `{}` has no counterpart in the newest TorchLean dialect",
+                        "kind `{}` has no counterpart in TorchLean's September 2026 dialect",
                         op.name()
                     ))
                     .field("kind"),

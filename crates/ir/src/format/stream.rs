@@ -8,11 +8,12 @@
 //! assembly code that [`Graph::from_json`] and [`Case::from_json`] run, so both routes accept
 //! the same documents and report the same diagnostics.
 
-use crate::case::{Case, CASE_FORMAT};
-use crate::dialect::GraphDoc;
 use crate::error::{Diagnostic, Result};
-use crate::graph::{parse_nodes, Graph, Node};
-use crate::json::{duplicate_key, StrictValue};
+use crate::format::august::parse_nodes;
+use crate::format::case::{Case, CASE_FORMAT};
+use crate::format::dialect::GraphDoc;
+use crate::format::json::{duplicate_key, StrictValue};
+use crate::graph::{Graph, Node};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 use std::fmt;
@@ -37,7 +38,7 @@ pub enum GraphFile {
     /// An August-dialect graph file.
     Graph(Graph),
     Case(Box<Case>),
-    /// A newest-dialect graph file: the graph lowered into our kinds, its inline weights, and
+    /// A September-dialect graph file: the graph lowered into our kinds, its inline weights, and
     /// the file's node ids.
     Latest(Box<GraphDoc>),
 }
@@ -50,12 +51,12 @@ impl GraphFile {
             Some(doc) if doc.fields.get("format").and_then(Value::as_str) == Some(CASE_FORMAT) => {
                 Case::from_doc(doc).map(|c| GraphFile::Case(Box::new(c)))
             }
-            Some(doc) if doc.fields.contains_key(crate::dialect::OUTPUT_IDS) => {
-                GraphDoc::from_json(&crate::json::parse(text)?)
+            Some(doc) if doc.fields.contains_key(crate::format::dialect::OUTPUT_IDS) => {
+                GraphDoc::from_json(&crate::format::json::parse(text)?)
                     .map(|d| GraphFile::Latest(Box::new(d)))
             }
             Some(doc) => Graph::from_doc(doc).map(GraphFile::Graph),
-            None => Graph::from_json(&crate::json::parse(text)?).map(GraphFile::Graph),
+            None => Graph::from_json(&crate::format::json::parse(text)?).map(GraphFile::Graph),
         }
     }
 
@@ -102,7 +103,7 @@ impl<'de> Visitor<'de> for DocVisitor {
         let mut doc = Doc::default();
         let mut seen_nodes = false;
         while let Some(key) = map.next_key::<String>()? {
-            // a repeated member is an error, as in [`crate::json::parse`]
+            // a repeated member is an error, as in [`crate::format::json::parse`]
             let repeated = match key.as_str() {
                 "nodes" => std::mem::replace(&mut seen_nodes, true),
                 "graph" => doc.graph.is_some() || doc.fields.contains_key("graph"),

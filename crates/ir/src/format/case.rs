@@ -231,11 +231,11 @@ fn tensor_member(
 
 impl Case {
     /// Parses case JSON text, reading the graph's node list one node at a time (no JSON tree of
-    /// the whole document: [`crate::stream`]).
+    /// the whole document: [`crate::format::stream`]).
     pub fn from_json_str(text: &str) -> Result<Case> {
-        match crate::stream::read_doc(text)? {
+        match crate::format::stream::read_doc(text)? {
             Some(doc) => Case::from_doc(doc),
-            None => Case::from_json(&crate::json::parse(text)?),
+            None => Case::from_json(&crate::format::json::parse(text)?),
         }
     }
 
