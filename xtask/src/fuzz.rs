@@ -2,9 +2,9 @@
 //! (cargo-fuzz, nightly), one after the other, and a table of executions per target.
 //!
 //! The targets and their `-max_len` are `torchlean_fuzz_targets::TARGETS`. Each run reads the
-//! committed `fuzz/seeds/<t>/` and `fuzz/regressions/<t>/` and grows the uncommitted working
-//! corpus `fuzz/corpus/<t>/`; crashes land in `fuzz/artifacts/<t>/` (copy one into
-//! `fuzz/regressions/<t>/` once fixed), libFuzzer's output in `fuzz/logs/<t>.log`.
+//! committed `crates/fuzz-targets/fuzz/seeds/<t>/` and `fuzz/regressions/<t>/` and grows the uncommitted
+//! working corpus `fuzz/corpus/<t>/` there; crashes land in `fuzz/artifacts/<t>/` (copy one
+//! into `fuzz/regressions/<t>/` once fixed), libFuzzer's output in `fuzz/logs/<t>.log`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -46,7 +46,7 @@ struct Outcome {
 
 pub fn run(args: &FuzzArgs) -> Result<bool, String> {
     let targets = selected(&args.targets)?;
-    let fuzz_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
+    let fuzz_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/fuzz-targets/fuzz");
     ensure_cargo_fuzz()?;
     let mut outcomes = Vec::new();
     for t in targets {

@@ -1,10 +1,10 @@
-//! The committed corpus: `fuzz/seeds/<target>/` and `fuzz/regressions/<target>/`.
+//! The committed corpus: this crate's `fuzz/seeds/<target>/` and `fuzz/regressions/<target>/`.
 
 use std::path::{Path, PathBuf};
 
-/// The `fuzz/` directory of the repository.
+/// This crate's `fuzz/` directory (cargo-fuzz's workspace).
 pub fn fuzz_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz")
 }
 
 /// The files of `fuzz/<kind>/<target>/` (sorted by name), with their bytes; none if the
