@@ -7,7 +7,7 @@ use crate::error::CudaError;
 use crate::ops;
 use crate::tensor::CudaTensor;
 use std::borrow::Cow;
-use torchlean_runtime::{RuntimeError, TrainValue};
+use torchlean_runtime::{RuntimeError, TrainValue, UpdateRule};
 use torchlean_spec::{
     BinaryOp, Conv2dSpec, ConvPool, Elementwise, EngineValue, Layout, Linalg, Norm, PoolSpec,
     Random, Reduce, Shape, UnaryOp,
@@ -236,10 +236,12 @@ impl<D: Device> Random for CudaTensor<D> {
     }
 }
 
-/// The CUDA engine (on the GPU or its host emulation): download, update on the host, upload.
-/// Every new buffer is uploaded before any value is replaced, so a failed upload (device out
-/// of memory) leaves every value as it was. Each replaced buffer is freed by the assignment,
-/// so a step holds as many device buffers after the update as before.
+/// The CUDA engine (on the GPU or its host emulation). An optimizer step runs on the device
+/// ([`TrainValue::apply_update`]: one kernel per parameter, in place), so parameters and
+/// optimizer state never cross to the host while training. `update_all` (a checkpoint restore,
+/// gradient clipping) downloads, updates on the host and uploads; every new buffer is uploaded
+/// before any value is replaced, so a failed upload (device out of memory) leaves every value
+/// as it was, and each replaced buffer is freed by the assignment.
 impl<D: Device> TrainValue for CudaTensor<D> {
     type Elem = f32;
 
@@ -268,5 +270,14 @@ impl<D: Device> TrainValue for CudaTensor<D> {
             **v = new;
         }
         Ok(r)
+    }
+
+    fn apply_update(
+        rule: &UpdateRule,
+        value: &mut Self,
+        grad: &Self,
+        buffers: &mut [&mut Self],
+    ) -> Result<(), RuntimeError> {
+        Ok(ops::optim::apply_update(rule, value, grad, buffers)?)
     }
 }

@@ -38,6 +38,7 @@ impl<D: Device> Buffer<D> {
         let mem = if data.is_empty() {
             D::alloc_zeros(1)?
         } else {
+            D::counters().uploaded();
             D::upload(data)?
         };
         Ok(Self::counted(mem, data.len()))
@@ -55,6 +56,7 @@ impl<D: Device> Buffer<D> {
         if self.len == 0 {
             return Ok(Vec::new());
         }
+        D::counters().downloaded();
         D::download(&self.mem, self.len)
     }
 

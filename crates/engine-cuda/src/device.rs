@@ -59,11 +59,22 @@ pub trait Device: Debug + Send + Sync + Sized + 'static {
     fn gemm(call: &GemmCall, a: &Self::Mem, b: &Self::Mem, c: &mut Self::Mem) -> Result<()>;
 }
 
-/// Live device buffers and their bytes (every allocation counts until its buffer is dropped).
+/// Live device buffers and their bytes (every allocation counts until its buffer is dropped),
+/// and the tensor transfers between host and device so far (a launch's small index tables are
+/// not counted).
 #[derive(Debug, Default)]
 pub struct Counters {
     buffers: AtomicUsize,
     bytes: AtomicUsize,
+    uploads: AtomicUsize,
+    downloads: AtomicUsize,
+}
+
+/// Host-to-device and device-to-host tensor transfers so far ([`Counters`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Transfers {
+    pub uploads: usize,
+    pub downloads: usize,
 }
 
 /// A reading of [`Counters`].
@@ -79,6 +90,24 @@ impl Counters {
         Counters {
             buffers: AtomicUsize::new(0),
             bytes: AtomicUsize::new(0),
+            uploads: AtomicUsize::new(0),
+            downloads: AtomicUsize::new(0),
+        }
+    }
+
+    pub(crate) fn uploaded(&self) {
+        self.uploads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn downloaded(&self) {
+        self.downloads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The transfers so far.
+    pub fn transfers(&self) -> Transfers {
+        Transfers {
+            uploads: self.uploads.load(Ordering::Relaxed),
+            downloads: self.downloads.load(Ordering::Relaxed),
         }
     }
 
@@ -104,4 +133,9 @@ impl Counters {
 /// The live buffers of device `D` now (tests assert a training step returns to its baseline).
 pub fn live_buffers<D: Device>() -> LiveBuffers {
     D::counters().read()
+}
+
+/// The tensor transfers of device `D` so far (tests count those of a training step).
+pub fn transfers<D: Device>() -> Transfers {
+    D::counters().transfers()
 }

@@ -48,7 +48,7 @@ mod tensor;
 
 pub use blas::GemmCall;
 pub use buffer::Buffer;
-pub use device::{live_buffers, Arg, Counters, Device, LiveBuffers};
+pub use device::{live_buffers, transfers, Arg, Counters, Device, LiveBuffers, Transfers};
 pub use emu::{emulation_ready, Emu};
 pub use error::{CudaError, NoDevice, Result};
 pub use gpu::{probe, set_tf32, tf32, DeviceInfo, Gpu};

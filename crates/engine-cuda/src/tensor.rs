@@ -150,22 +150,26 @@ impl<D: Device> CudaTensor<D> {
         })
     }
 
+    /// The buffer, to be written in place: copied first when another tensor shares it
+    /// (copy-on-write), so no other value observes the write.
+    pub(crate) fn buffer_mut(&mut self) -> Result<&mut Buffer<D>> {
+        if !self.is_unique() {
+            *self = self.deep_copy()?;
+        }
+        Ok(Arc::get_mut(&mut self.buf).expect("a tensor made unique above has one holder"))
+    }
+
     /// `self += other` in place when `self` owns its buffer (else on a copy); shapes must
     /// agree (the sweeps check them before accumulating).
     fn accumulate(mut self, other: &Self) -> Result<Self> {
         check_len("add", &self.shape, other.len())?;
-        if !self.is_unique() {
-            self = self.deep_copy()?;
-        }
         let n = self.len();
-        let Some(buf) = Arc::get_mut(&mut self.buf) else {
-            unreachable!("a tensor made unique above has one holder")
-        };
+        let other = other.buf.mem();
         crate::ops::launch_into(
             ELEMENTWISE.kernel("tl_accumulate"),
             Launch::for_items(n),
-            [buf],
-            [Arg::In(other.buf.mem()), Arg::Index(index("add", "n", n)?)],
+            [self.buffer_mut()?],
+            [Arg::In(other), Arg::Index(index("add", "n", n)?)],
         )?;
         Ok(self)
     }

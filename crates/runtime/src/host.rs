@@ -3,9 +3,10 @@
 //!
 //! Host engines (the reference `Tensor<A>` here, `CpuTensor<T>`) lend their own buffers:
 //! [`TrainValue::read`] borrows, [`TrainValue::update_all`] hands out `&mut` slices into the
-//! values (copy-on-write where a buffer is shared), so nothing is copied. A device engine
-//! downloads, runs the update on the host and uploads the results (for now; a device-side
-//! optimizer step would replace that method's body, not its callers).
+//! values (copy-on-write where a buffer is shared), so nothing is copied. A device engine's
+//! `update_all` downloads, runs `f` on the host and uploads (a checkpoint restore, gradient
+//! clipping); its optimizer step, [`TrainValue::apply_update`], runs on the device, so the
+//! parameters and the optimizer state stay there.
 //!
 //! Invariant: [`TrainValue::update_all`] never changes what another value observes — an engine
 //! whose buffers are shared copies first (copy-on-write), so updating a parameter in place
@@ -14,6 +15,7 @@
 
 use crate::error::RuntimeError;
 use crate::kernel::Kernels;
+use crate::update::UpdateRule;
 use std::borrow::Cow;
 use torchlean_spec::Tensor;
 
@@ -50,6 +52,30 @@ pub trait TrainValue: Kernels {
         values: &mut [&mut Self],
         f: impl FnOnce(&mut [&mut [Self::Elem]]) -> Result<R, E>,
     ) -> Result<R, E>;
+
+    /// One optimizer step of one parameter where the values live: `value` updated from `grad`
+    /// by `rule`, with `buffers` the rule's state in its order, each as large as `value` (the
+    /// optimizer checks the sizes first). The default runs [`UpdateRule::apply`] through
+    /// [`TrainValue::update_all`]: in place on a host engine. A device engine overrides it
+    /// with a kernel, so that nothing crosses to the host.
+    fn apply_update(
+        rule: &UpdateRule,
+        value: &mut Self,
+        grad: &Self,
+        buffers: &mut [&mut Self],
+    ) -> Result<(), RuntimeError> {
+        let g = grad.read()?;
+        let mut all: Vec<&mut Self> = std::iter::once(value)
+            .chain(buffers.iter_mut().map(|b| &mut **b))
+            .collect();
+        Self::update_all(&mut all, |slices| {
+            let (p, state) = slices
+                .split_first_mut()
+                .expect("the parameter is the first value");
+            rule.apply(p, &g, state);
+            Ok::<_, RuntimeError>(())
+        })
+    }
 }
 
 macro_rules! reference_value {

@@ -23,6 +23,7 @@ pub mod kernel;
 pub mod reference_engine;
 pub mod sweep;
 pub mod tape;
+pub mod update;
 pub mod value;
 
 pub use anomaly::{check_forward, Anomaly, AnomalyMode, Direction, Site};
@@ -40,4 +41,5 @@ pub use tape::{
     Backward, ContributionIter, Contributions, Node, Parents, RecordedSlot, Tape, VjpClosure,
 };
 pub use torchlean_spec::NonFinite;
+pub use update::{AdamDecay, SgdMomentum, UpdateRule};
 pub use value::{GradValue, GradZero};

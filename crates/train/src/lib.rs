@@ -24,7 +24,7 @@ pub mod trainer;
 pub use checkpoint::{Checkpoint, NamedTensor, TensorData};
 pub use data::{batches, epoch_order, Dataset, Standardizer};
 pub use error::{Result, TrainError};
-pub use optim::{clip_grad_norm, OptimConfig, Optimizer, Param, ParamState};
+pub use optim::{clip_grad_norm, EngineOptimizer, OptimConfig, Optimizer, Param, ParamState};
 pub use plot::loss_svg;
 pub use sched::{Schedule, Scheduler};
 pub use torchlean_runtime::{Element, TrainValue};

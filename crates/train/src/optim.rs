@@ -1,18 +1,17 @@
 //! PyTorch's optimizers — SGD, Adam, AdamW, RMSprop, Adagrad — and `clip_grad_norm_`.
 //!
-//! Each update follows PyTorch 2.15's single-tensor path (`foreach=False`) operation by
-//! operation, including where ATen's CPU kernels fuse a multiply and an add (`add` with
-//! `alpha`, `addcmul`, `lerp` round once, as `mul_add`; `addcdiv` computes
-//! `self + (value·t1)/t2`). Scalars (bias corrections, step sizes) are computed in f64 as Python
-//! computes them, then rounded to the element type, as PyTorch passes them to its kernels. On
-//! the fixture in `tests/fixtures/optim.json` SGD's f64 results equal PyTorch's bit for bit;
-//! the others agree to ~2e-15 relative, and differ at all only where PyTorch's CPU `sqrt`
-//! (MKL's `vdSqrt`) is 1 ulp off the correctly rounded square root used here.
+//! An optimizer's configuration ([`OptimConfig`]) yields each step's rule
+//! ([`OptimConfig::rule`]: the scalars — bias corrections, step sizes — computed in f64 as
+//! Python computes them); the engines run the rule ([`torchlean_runtime::UpdateRule`]), which
+//! follows PyTorch 2.15's single-tensor path (`foreach=False`) operation by operation. On the
+//! fixture in `tests/fixtures/optim.json` SGD's f64 results equal PyTorch's bit for bit; the
+//! others agree to ~2e-15 relative, and differ at all only where PyTorch's CPU `sqrt` (MKL's
+//! `vdSqrt`) is 1 ulp off the correctly rounded square root used here.
 //!
-//! The element loops run once per parameter per step, compiled for the widest instruction set
-//! the CPU has (`pulp` run-time dispatch, so `mul_add` is one FMA instruction and the loops
-//! vectorise); `mul_add` is exactly rounded on every path, so the results do not depend on the
-//! CPU. A step allocates only the first time it sees a parameter (its state).
+//! Two holders of the state share the rules and the checks: [`Optimizer`] steps host slices
+//! (the library's API for any data), [`EngineOptimizer`] steps engine values where they live
+//! (the trainer's: on the CUDA device nothing crosses to the host). A step allocates only the
+//! first time it sees a parameter (its state).
 //!
 //! State is kept per parameter name, with PyTorch's buffer names (`momentum_buffer`, `exp_avg`,
 //! `exp_avg_sq`, `max_exp_avg_sq`, `square_avg`, `grad_avg`, `sum`), so a checkpoint can store
@@ -21,11 +20,11 @@
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
-use pulp::{Simd, WithSimd};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError};
-use torchlean_runtime::Element;
+use torchlean_runtime::{AdamDecay, Element, SgdMomentum, TrainValue, UpdateRule};
+use torchlean_spec::Shape;
 
 /// PyTorch's state buffer names.
 pub mod buffer {
@@ -488,17 +487,19 @@ fn static_name(name: &str) -> &'static str {
 }
 
 /// The buffers named `names`, mutably, in that order.
-fn buffers_mut<'m, T, const N: usize>(
+fn buffers_mut<'m, T>(
     buffers: &'m mut BTreeMap<String, Vec<T>>,
-    names: [&str; N],
-) -> [&'m mut [T]; N] {
-    let mut out: [Option<&'m mut [T]>; N] = std::array::from_fn(|_| None);
+    names: &[&str],
+) -> Vec<&'m mut [T]> {
+    let mut out: Vec<Option<&'m mut [T]>> = names.iter().map(|_| None).collect();
     for (key, value) in buffers.iter_mut() {
         if let Some(i) = names.iter().position(|n| n == key) {
             out[i] = Some(value.as_mut_slice());
         }
     }
-    out.map(|b| b.expect("the state was created or validated with every buffer"))
+    out.into_iter()
+        .map(|b| b.expect("the state was created or validated with every buffer"))
+        .collect()
 }
 
 impl<T: Element> Optimizer<T> {
@@ -527,45 +528,7 @@ impl<T: Element> Optimizer<T> {
     /// replaced. A length that differs from the parameter's is reported by the next
     /// [`Optimizer::step`], which checks before it changes anything.
     pub fn load_state(&mut self, state: BTreeMap<String, ParamState<T>>) -> Result<()> {
-        let optimizer = self.config.name();
-        let expected = self.config.state_buffers();
-        let lazy_momentum = matches!(self.config, OptimConfig::Sgd { .. });
-        for (name, param) in &state {
-            if let Some(unexpected) = param
-                .buffers
-                .keys()
-                .find(|k| !expected.contains(&k.as_str()))
-            {
-                return Err(TrainError::UnexpectedOptimBuffer {
-                    name: name.clone(),
-                    optimizer,
-                    buffer: unexpected.clone(),
-                    expected,
-                });
-            }
-            if let Some(missing) = expected
-                .iter()
-                .find(|b| !param.buffers.contains_key(**b) && !lazy_momentum)
-            {
-                return Err(TrainError::MissingOptimBuffer {
-                    name: name.clone(),
-                    optimizer,
-                    buffer: missing,
-                });
-            }
-            let mut buffers = param.buffers.iter();
-            if let Some((first, first_data)) = buffers.next() {
-                if let Some((other, data)) = buffers.find(|(_, d)| d.len() != first_data.len()) {
-                    return Err(TrainError::OptimBufferLength {
-                        name: name.clone(),
-                        buffer: static_name(other),
-                        other: static_name(first),
-                        want: first_data.len(),
-                        got: data.len(),
-                    });
-                }
-            }
-        }
+        check_state(&self.config, &state)?;
         self.state = state;
         Ok(())
     }
@@ -576,41 +539,18 @@ impl<T: Element> Optimizer<T> {
     /// name twice. A parameter seen for the first time gets fresh state (PyTorch's zeros, or
     /// Adagrad's initial accumulator); that is the only allocation.
     pub fn step(&mut self, lr: f64, params: &mut [Param<'_, T>]) -> Result<()> {
-        if lr.is_nan() || lr < 0.0 {
-            return Err(TrainError::InvalidSetting {
-                owner: self.config.name(),
-                field: "lr",
-                value: lr,
-                expected: ">= 0",
-            });
-        }
-        for (i, p) in params.iter().enumerate() {
-            let n = p.value.len();
-            if p.grad.len() != n {
-                return Err(TrainError::Length {
-                    name: p.name.to_owned(),
-                    what: "its gradient",
-                    want: n,
-                    got: p.grad.len(),
-                });
-            }
-            if params[..i].iter().any(|q| q.name == p.name) {
-                return Err(TrainError::DuplicateParam {
-                    name: p.name.to_owned(),
-                });
-            }
-            if let Some(state) = self.state.get(p.name) {
-                if let Some((key, data)) = state.buffers.iter().find(|(_, d)| d.len() != n) {
-                    return Err(TrainError::Length {
-                        name: p.name.to_owned(),
-                        what: buffer_what(key),
-                        want: n,
-                        got: data.len(),
-                    });
-                }
-            }
-        }
+        check_step(
+            &self.config,
+            lr,
+            params.iter().map(|p| (p.name, p.value.len(), p.grad.len())),
+            |name, n| {
+                let state = self.state.get(name)?;
+                let (key, data) = state.buffers.iter().find(|(_, d)| d.len() != n)?;
+                Some((buffer_what(key), data.len()))
+            },
+        )?;
         for p in params.iter_mut() {
+            let n = p.value.len();
             if !self.state.contains_key(p.name) {
                 self.state
                     .insert(p.name.to_owned(), fresh_state(&self.config, p.value.len()));
@@ -620,10 +560,280 @@ impl<T: Element> Optimizer<T> {
                 .get_mut(p.name)
                 .expect("inserted just above when absent");
             state.step += 1;
-            update(&self.config, lr, state, p.value, p.grad);
+            let names = self.config.step_buffers();
+            let first_momentum = names
+                .first()
+                .is_some_and(|b| !state.buffers.contains_key(*b));
+            for name in &names {
+                if !state.buffers.contains_key(*name) {
+                    // SGD's momentum buffer, created at its first step (it takes the gradient)
+                    state.buffers.insert((*name).to_owned(), vec![T::zero(); n]);
+                }
+            }
+            let rule = self.config.rule(lr, state.step, first_momentum);
+            let mut buffers = buffers_mut(&mut state.buffers, &names);
+            rule.apply(p.value, p.grad, &mut buffers);
         }
         Ok(())
     }
+}
+
+/// An optimizer whose state lives where the engine keeps its values: on the device for the
+/// CUDA engine, in the engine's own buffers on a host engine. The trainer's optimizer. It
+/// computes the same rules as [`Optimizer`] ([`OptimConfig::rule`]) and checks the same things
+/// before a step; each parameter's step is one [`TrainValue::apply_update`], so neither the
+/// parameters nor the state cross to the host during training. The state is read to the host
+/// only for a checkpoint ([`EngineOptimizer::host_state`]) and written from it on resume.
+pub struct EngineOptimizer<V: TrainValue> {
+    config: OptimConfig,
+    state: BTreeMap<String, EngineParamState<V>>,
+}
+
+/// One parameter's state on the engine: its step count and its buffers by PyTorch's names.
+struct EngineParamState<V> {
+    step: u64,
+    buffers: BTreeMap<String, V>,
+}
+
+impl<V: TrainValue> std::fmt::Debug for EngineOptimizer<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineOptimizer")
+            .field("config", &self.config)
+            .field("params", &self.state.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// A new engine value of `shape` holding `fill`.
+fn engine_full<V: TrainValue>(shape: &Shape, fill: f64) -> Result<V> {
+    Ok(V::full(shape, fill)?)
+}
+
+impl<V: TrainValue> EngineOptimizer<V> {
+    /// An optimizer with no state yet; `config` is validated.
+    pub fn new(config: OptimConfig) -> Result<Self> {
+        config.validate()?;
+        Ok(Self {
+            config,
+            state: BTreeMap::new(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &OptimConfig {
+        &self.config
+    }
+
+    /// One step at learning rate `lr` over `params` (name, value, gradient), each value
+    /// updated in place on its engine. Checked first, as [`Optimizer::step`] is; a parameter
+    /// seen for the first time gets PyTorch's initial state, allocated on the engine.
+    pub fn step(&mut self, lr: f64, params: &mut [(&str, &mut V, &V)]) -> Result<()> {
+        let size = |v: &V| v.shape_of().size();
+        check_step(
+            &self.config,
+            lr,
+            params.iter().map(|(name, v, g)| (*name, size(v), size(g))),
+            |name, n| {
+                let state = self.state.get(name)?;
+                let (key, data) = state.buffers.iter().find(|(_, d)| size(d) != n)?;
+                Some((buffer_what(key), size(data)))
+            },
+        )?;
+        let names = self.config.step_buffers();
+        for (name, value, grad) in params.iter_mut() {
+            if !self.state.contains_key(*name) {
+                let fresh = self.fresh_state(value.shape_of())?;
+                self.state.insert((*name).to_owned(), fresh);
+            }
+            let state = self
+                .state
+                .get_mut(*name)
+                .expect("inserted just above when absent");
+            state.step += 1;
+            let first_momentum = names
+                .first()
+                .is_some_and(|b| !state.buffers.contains_key(*b));
+            for b in &names {
+                if !state.buffers.contains_key(*b) {
+                    // SGD's momentum buffer, created at its first step (it takes the gradient)
+                    state
+                        .buffers
+                        .insert((*b).to_owned(), engine_full(value.shape_of(), 0.0)?);
+                }
+            }
+            let rule = self.config.rule(lr, state.step, first_momentum);
+            let mut ordered: Vec<&mut V> = Vec::with_capacity(names.len());
+            let mut by_name: Vec<(&str, &mut V)> = state
+                .buffers
+                .iter_mut()
+                .map(|(k, v)| (k.as_str(), v))
+                .collect();
+            for b in &names {
+                let at = by_name
+                    .iter()
+                    .position(|(k, _)| k == b)
+                    .expect("every buffer of the rule was created above");
+                ordered.push(by_name.swap_remove(at).1);
+            }
+            V::apply_update(&rule, value, grad, &mut ordered)?;
+        }
+        Ok(())
+    }
+
+    /// PyTorch's initial state for a parameter of `shape` (SGD's momentum buffer comes at the
+    /// first step).
+    fn fresh_state(&self, shape: &Shape) -> Result<EngineParamState<V>> {
+        let fill = match self.config {
+            OptimConfig::Adagrad {
+                initial_accumulator_value,
+                ..
+            } => initial_accumulator_value,
+            _ => 0.0,
+        };
+        let mut buffers = BTreeMap::new();
+        if !matches!(self.config, OptimConfig::Sgd { .. }) {
+            for b in self.config.state_buffers() {
+                buffers.insert((*b).to_owned(), engine_full(shape, fill)?);
+            }
+        }
+        Ok(EngineParamState { step: 0, buffers })
+    }
+
+    /// The state of every parameter stepped so far, read to the host (a checkpoint).
+    pub fn host_state(&self) -> Result<BTreeMap<String, ParamState<V::Elem>>> {
+        let mut out = BTreeMap::new();
+        for (name, st) in &self.state {
+            let mut buffers = BTreeMap::new();
+            for (key, v) in &st.buffers {
+                buffers.insert(key.clone(), v.read()?.into_owned());
+            }
+            let step = st.step;
+            out.insert(name.clone(), ParamState { step, buffers });
+        }
+        Ok(out)
+    }
+
+    /// Replaces the state (checkpoint resume), checked as [`Optimizer::load_state`] checks
+    /// it; `shape_of` gives each parameter's shape, which its buffers take (a buffer whose size
+    /// is not the parameter's is kept flat, and the next step reports it). Nothing is replaced
+    /// on an error.
+    pub fn load_state(
+        &mut self,
+        state: BTreeMap<String, ParamState<V::Elem>>,
+        shape_of: impl Fn(&str) -> Option<Shape>,
+    ) -> Result<()> {
+        check_state(&self.config, &state)?;
+        let mut loaded = BTreeMap::new();
+        for (name, st) in state {
+            let mut buffers = BTreeMap::new();
+            for (key, data) in st.buffers {
+                let shape = shape_of(&name)
+                    .filter(|s| s.size() == data.len())
+                    .unwrap_or_else(|| Shape::new(vec![data.len()]));
+                let mut v: V = engine_full(&shape, 0.0)?;
+                V::update_all(&mut [&mut v], |s| {
+                    s[0].copy_from_slice(&data);
+                    Ok::<_, TrainError>(())
+                })?;
+                buffers.insert(key, v);
+            }
+            let step = st.step;
+            loaded.insert(name, EngineParamState { step, buffers });
+        }
+        self.state = loaded;
+        Ok(())
+    }
+}
+
+/// What a restored state must be ([`Optimizer::load_state`], [`EngineOptimizer::load_state`]):
+/// exactly the buffers `config` keeps (SGD's `momentum_buffer` may be absent, as in PyTorch
+/// before a parameter's first step), all of one length per parameter.
+fn check_state<T>(config: &OptimConfig, state: &BTreeMap<String, ParamState<T>>) -> Result<()> {
+    let optimizer = config.name();
+    let expected = config.state_buffers();
+    let lazy_momentum = matches!(config, OptimConfig::Sgd { .. });
+    for (name, param) in state {
+        if let Some(unexpected) = param
+            .buffers
+            .keys()
+            .find(|k| !expected.contains(&k.as_str()))
+        {
+            return Err(TrainError::UnexpectedOptimBuffer {
+                name: name.clone(),
+                optimizer,
+                buffer: unexpected.clone(),
+                expected,
+            });
+        }
+        if let Some(missing) = expected
+            .iter()
+            .find(|b| !param.buffers.contains_key(**b) && !lazy_momentum)
+        {
+            return Err(TrainError::MissingOptimBuffer {
+                name: name.clone(),
+                optimizer,
+                buffer: missing,
+            });
+        }
+        let mut buffers = param.buffers.iter();
+        if let Some((first, first_data)) = buffers.next() {
+            if let Some((other, data)) = buffers.find(|(_, d)| d.len() != first_data.len()) {
+                return Err(TrainError::OptimBufferLength {
+                    name: name.clone(),
+                    buffer: static_name(other),
+                    other: static_name(first),
+                    want: first_data.len(),
+                    got: data.len(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What a step checks before anything changes: `lr >= 0`; each parameter's gradient (`params`
+/// yields name, size, gradient size) and each of its state buffers (`mismatch`: the first
+/// buffer whose size is not the parameter's, described by [`buffer_what`], with its size) as large as the parameter; no name
+/// twice.
+fn check_step<'a>(
+    config: &OptimConfig,
+    lr: f64,
+    params: impl Iterator<Item = (&'a str, usize, usize)>,
+    mismatch: impl Fn(&str, usize) -> Option<(&'static str, usize)>,
+) -> Result<()> {
+    if lr.is_nan() || lr < 0.0 {
+        return Err(TrainError::InvalidSetting {
+            owner: config.name(),
+            field: "lr",
+            value: lr,
+            expected: ">= 0",
+        });
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (name, n, grad) in params {
+        if grad != n {
+            return Err(TrainError::Length {
+                name: name.to_owned(),
+                what: "its gradient",
+                want: n,
+                got: grad,
+            });
+        }
+        if !seen.insert(name) {
+            return Err(TrainError::DuplicateParam {
+                name: name.to_owned(),
+            });
+        }
+        if let Some((what, got)) = mismatch(name, n) {
+            return Err(TrainError::Length {
+                name: name.to_owned(),
+                what,
+                want: n,
+                got,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// PyTorch's initial state for a parameter of `n` elements (SGD's momentum buffer is created
@@ -647,564 +857,123 @@ fn fresh_state<T: Element>(config: &OptimConfig, n: usize) -> ParamState<T> {
     ParamState { step: 0, buffers }
 }
 
-/// One parameter's update; `state.step` already counts this step.
-fn update<T: Element>(
-    config: &OptimConfig,
-    lr: f64,
-    state: &mut ParamState<T>,
-    p: &mut [T],
-    g: &[T],
-) {
-    let n = p.len();
-    match *config {
-        OptimConfig::Sgd {
-            momentum,
-            dampening,
-            weight_decay,
-            nesterov,
-            ..
-        } => {
-            let buf = if momentum != 0.0 {
-                let first = !state.buffers.contains_key(MOMENTUM_BUFFER);
-                if first {
-                    state
-                        .buffers
-                        .insert(MOMENTUM_BUFFER.to_owned(), vec![T::zero(); n]);
+impl OptimConfig {
+    /// The state buffers one step reads and writes, in [`UpdateRule`]'s order (SGD's momentum
+    /// buffer only when `momentum` is set; Adam's `max_exp_avg_sq` only with `amsgrad`;
+    /// RMSprop's `grad_avg` only when `centered`, its `momentum_buffer` only with momentum).
+    pub fn step_buffers(&self) -> Vec<&'static str> {
+        match *self {
+            OptimConfig::Sgd { momentum, .. } if momentum != 0.0 => vec![MOMENTUM_BUFFER],
+            OptimConfig::Sgd { .. } => vec![],
+            OptimConfig::Adam { amsgrad, .. } | OptimConfig::AdamW { amsgrad, .. } => {
+                let mut b = vec![EXP_AVG, EXP_AVG_SQ];
+                if amsgrad {
+                    b.push(MAX_EXP_AVG_SQ);
                 }
-                let [buf] = buffers_mut(&mut state.buffers, [MOMENTUM_BUFFER]);
-                Some((buf, first))
-            } else {
-                None
-            };
-            dispatch(
-                n,
-                SgdKernel {
-                    p,
-                    g,
-                    buf,
-                    neg_lr: c(-lr),
-                    weight_decay: (weight_decay != 0.0).then(|| c(weight_decay)),
-                    momentum: c(momentum),
-                    one_minus_dampening: c(1.0 - dampening),
+                b
+            }
+            OptimConfig::RmsProp {
+                momentum, centered, ..
+            } => {
+                let mut b = vec![SQUARE_AVG];
+                if centered {
+                    b.push(GRAD_AVG);
+                }
+                if momentum > 0.0 {
+                    b.push(MOMENTUM_BUFFER);
+                }
+                b
+            }
+            OptimConfig::Adagrad { .. } => vec![SUM],
+        }
+    }
+
+    /// The rule of one step at learning rate `lr`: `step` counts this step (1 at the first)
+    /// and `first_momentum` says whether SGD's momentum buffer is new (it then takes the
+    /// gradient). Scalars are Python floats, as `_single_tensor_*` computes them.
+    pub fn rule(&self, lr: f64, step: u64, first_momentum: bool) -> UpdateRule {
+        let step = step as f64;
+        let nonzero = |wd: f64| (wd != 0.0).then_some(wd);
+        match *self {
+            OptimConfig::Sgd {
+                momentum,
+                dampening,
+                weight_decay,
+                nesterov,
+                ..
+            } => UpdateRule::Sgd {
+                neg_lr: -lr,
+                weight_decay: nonzero(weight_decay),
+                momentum: (momentum != 0.0).then_some(SgdMomentum {
+                    momentum,
+                    one_minus_dampening: 1.0 - dampening,
                     nesterov,
-                },
-            );
-        }
-        OptimConfig::Adam {
-            betas,
-            eps,
-            weight_decay,
-            amsgrad,
-            ..
-        }
-        | OptimConfig::AdamW {
-            betas,
-            eps,
-            weight_decay,
-            amsgrad,
-            ..
-        } => {
-            let decoupled = matches!(config, OptimConfig::AdamW { .. });
-            let (beta1, beta2) = betas;
-            // Python floats, as `_single_tensor_adam` computes them (`step` is a float).
-            let step = state.step as f64;
-            let bias_correction1 = 1.0 - beta1.powf(step);
-            let bias_correction2 = 1.0 - beta2.powf(step);
-            let step_size = lr / bias_correction1;
-            let bias_correction2_sqrt = bias_correction2.powf(0.5);
-            let (m, v, vmax) = if amsgrad {
-                let [m, v, vmax] =
-                    buffers_mut(&mut state.buffers, [EXP_AVG, EXP_AVG_SQ, MAX_EXP_AVG_SQ]);
-                (m, v, Some(vmax))
-            } else {
-                let [m, v] = buffers_mut(&mut state.buffers, [EXP_AVG, EXP_AVG_SQ]);
-                (m, v, None)
-            };
-            let (coupled, decay) = match (weight_decay != 0.0, decoupled) {
-                (false, _) => (None, None),
-                (true, false) => (Some(c(weight_decay)), None),
-                (true, true) => (None, Some(c(1.0 - lr * weight_decay))),
-            };
-            dispatch(
-                n,
-                AdamKernel {
-                    p,
-                    g,
-                    m,
-                    v,
-                    vmax,
-                    coupled,
-                    decay,
-                    w1: c(1.0 - beta1),
-                    beta2: c(beta2),
-                    one_minus_beta2: c(1.0 - beta2),
-                    bias_correction2_sqrt: c(bias_correction2_sqrt),
-                    eps: c(eps),
-                    neg_step_size: c(-step_size),
-                },
-            );
-        }
-        OptimConfig::RmsProp {
-            alpha,
-            eps,
-            weight_decay,
-            momentum,
-            centered,
-            ..
-        } => {
-            let (square_avg, grad_avg, buf) = match (momentum > 0.0, centered) {
-                (false, false) => {
-                    let [s] = buffers_mut(&mut state.buffers, [SQUARE_AVG]);
-                    (s, None, None)
-                }
-                (true, false) => {
-                    let [s, b] = buffers_mut(&mut state.buffers, [SQUARE_AVG, MOMENTUM_BUFFER]);
-                    (s, None, Some(b))
-                }
-                (false, true) => {
-                    let [s, a] = buffers_mut(&mut state.buffers, [SQUARE_AVG, GRAD_AVG]);
-                    (s, Some(a), None)
-                }
-                (true, true) => {
-                    let [s, a, b] =
-                        buffers_mut(&mut state.buffers, [SQUARE_AVG, GRAD_AVG, MOMENTUM_BUFFER]);
-                    (s, Some(a), Some(b))
-                }
-            };
-            dispatch(
-                n,
-                RmsPropKernel {
-                    p,
-                    g,
-                    square_avg,
-                    grad_avg,
-                    buf,
-                    weight_decay: (weight_decay != 0.0).then(|| c(weight_decay)),
-                    alpha: c(alpha),
-                    one_minus_alpha: c(1.0 - alpha),
-                    eps: c(eps),
-                    momentum: c(momentum),
-                    lr: c(lr),
-                },
-            );
-        }
-        OptimConfig::Adagrad {
-            lr_decay,
-            weight_decay,
-            eps,
-            ..
-        } => {
-            let step = state.step as f64;
-            let clr = lr / (1.0 + (step - 1.0) * lr_decay);
-            let [sum] = buffers_mut(&mut state.buffers, [SUM]);
-            dispatch(
-                n,
-                AdagradKernel {
-                    p,
-                    g,
-                    sum,
-                    weight_decay: (weight_decay != 0.0).then(|| c(weight_decay)),
-                    eps: c(eps),
-                    neg_clr: c(-clr),
-                },
-            );
-        }
-    }
-}
-
-/// Loops shorter than this run on the baseline path (dispatch costs a few nanoseconds).
-const MIN_DISPATCH_LEN: usize = 64;
-
-/// Runs `kernel` compiled for the best instruction set available (baseline when short).
-#[inline(always)]
-fn dispatch<K: WithSimd<Output = ()>>(n: usize, kernel: K) {
-    if n < MIN_DISPATCH_LEN {
-        kernel.with_simd(pulp::Scalar::new());
-    } else {
-        pulp::Arch::new().dispatch(kernel);
-    }
-}
-
-/// `torch.lerp(start, end, weight)` as ATen computes it on the CPU: `weight·(end - start) +
-/// start` for `|weight| < 0.5`, else `(weight - 1)·(end - start) + end`, one rounding each.
-/// [`Lerp`] is the same with the branch taken once per loop.
-#[cfg(test)]
-fn lerp<T: Element>(start: T, end: T, weight: T) -> T {
-    Lerp::new(weight).at(start, end)
-}
-
-/// A `lerp` weight prepared for a loop (ATen's vectorised form: a coefficient and a choice of
-/// base, both fixed for the loop, so the loop has no branch).
-#[derive(Clone, Copy)]
-struct Lerp<T> {
-    coeff: T,
-    from_start: bool,
-}
-
-impl<T: Element> Lerp<T> {
-    #[inline(always)]
-    fn new(weight: T) -> Self {
-        let from_start = weight.abs() < c(0.5);
-        Self {
-            coeff: if from_start {
-                weight
-            } else {
-                weight - T::one()
+                    first: first_momentum,
+                }),
             },
-            from_start,
+            OptimConfig::Adam {
+                betas,
+                eps,
+                weight_decay,
+                amsgrad,
+                ..
+            }
+            | OptimConfig::AdamW {
+                betas,
+                eps,
+                weight_decay,
+                amsgrad,
+                ..
+            } => {
+                let (beta1, beta2) = betas;
+                let bias_correction1 = 1.0 - beta1.powf(step);
+                let bias_correction2 = 1.0 - beta2.powf(step);
+                let decay = match (
+                    weight_decay != 0.0,
+                    matches!(self, OptimConfig::AdamW { .. }),
+                ) {
+                    (false, _) => AdamDecay::None,
+                    (true, false) => AdamDecay::Coupled(weight_decay),
+                    (true, true) => AdamDecay::Decoupled(1.0 - lr * weight_decay),
+                };
+                UpdateRule::Adam {
+                    decay,
+                    one_minus_beta1: 1.0 - beta1,
+                    beta2,
+                    one_minus_beta2: 1.0 - beta2,
+                    bias_correction2_sqrt: bias_correction2.powf(0.5),
+                    eps,
+                    neg_step_size: -(lr / bias_correction1),
+                    amsgrad,
+                }
+            }
+            OptimConfig::RmsProp {
+                alpha,
+                eps,
+                weight_decay,
+                momentum,
+                centered,
+                ..
+            } => UpdateRule::RmsProp {
+                weight_decay: nonzero(weight_decay),
+                alpha,
+                one_minus_alpha: 1.0 - alpha,
+                eps,
+                momentum: (momentum > 0.0).then_some(momentum),
+                centered,
+                lr,
+            },
+            OptimConfig::Adagrad {
+                lr_decay,
+                weight_decay,
+                eps,
+                ..
+            } => UpdateRule::Adagrad {
+                weight_decay: nonzero(weight_decay),
+                eps,
+                neg_clr: -(lr / (1.0 + (step - 1.0) * lr_decay)),
+            },
         }
-    }
-
-    #[inline(always)]
-    fn at(self, start: T, end: T) -> T {
-        let base = if self.from_start { start } else { end };
-        self.coeff.mul_add(end - start, base)
-    }
-}
-
-/// `torch.maximum` (NaN propagates).
-#[inline(always)]
-fn maximum<T: Element>(a: T, b: T) -> T {
-    if a.is_nan() || b.is_nan() {
-        T::nan()
-    } else if a > b {
-        a
-    } else {
-        b
-    }
-}
-
-// The kernels: a struct per optimizer holding the slices and the scalars (already rounded to
-// `T`), whose `with_simd` picks a loop specialised by const flags, so that each loop is
-// straight-line code LLVM vectorises. Every slice is re-sliced to the parameter's length first
-// (the step checked the lengths), which removes the bounds checks.
-
-struct SgdKernel<'a, T> {
-    p: &'a mut [T],
-    g: &'a [T],
-    /// The momentum buffer, and whether this is its first step (it takes the gradient).
-    buf: Option<(&'a mut [T], bool)>,
-    neg_lr: T,
-    weight_decay: Option<T>,
-    momentum: T,
-    one_minus_dampening: T,
-    nesterov: bool,
-}
-
-impl<T: Element> WithSimd for SgdKernel<'_, T> {
-    type Output = ();
-
-    #[inline(always)]
-    fn with_simd<S: Simd>(self, _simd: S) {
-        let Self {
-            p,
-            g,
-            buf,
-            neg_lr,
-            weight_decay,
-            momentum: mo,
-            one_minus_dampening: omd,
-            nesterov,
-        } = self;
-        let wd = weight_decay.unwrap_or(T::zero());
-        let Some((b, first)) = buf else {
-            return match weight_decay {
-                Some(_) => sgd_loop::<T, true>(p, g, wd, neg_lr),
-                None => sgd_loop::<T, false>(p, g, wd, neg_lr),
-            };
-        };
-        let s = (p, g, b, wd, neg_lr, mo, omd);
-        match (weight_decay.is_some(), first, nesterov) {
-            (false, false, false) => sgd_momentum_loop::<T, false, false, false>(s),
-            (false, false, true) => sgd_momentum_loop::<T, false, false, true>(s),
-            (false, true, false) => sgd_momentum_loop::<T, false, true, false>(s),
-            (false, true, true) => sgd_momentum_loop::<T, false, true, true>(s),
-            (true, false, false) => sgd_momentum_loop::<T, true, false, false>(s),
-            (true, false, true) => sgd_momentum_loop::<T, true, false, true>(s),
-            (true, true, false) => sgd_momentum_loop::<T, true, true, false>(s),
-            (true, true, true) => sgd_momentum_loop::<T, true, true, true>(s),
-        }
-    }
-}
-
-/// SGD without momentum: `grad.add(param, alpha=weight_decay)`; `param.add_(grad, alpha=-lr)`.
-#[inline(always)]
-fn sgd_loop<T: Element, const WD: bool>(p: &mut [T], g: &[T], wd: T, neg_lr: T) {
-    let n = p.len();
-    let g = &g[..n];
-    for i in 0..n {
-        let pi = p[i];
-        let gi = if WD { wd.mul_add(pi, g[i]) } else { g[i] };
-        p[i] = neg_lr.mul_add(gi, pi);
-    }
-}
-
-/// SGD with momentum. First step: `buf = grad.clone()`; then
-/// `buf.mul_(momentum).add_(grad, alpha=1 - dampening)`; Nesterov: `grad.add(buf,
-/// alpha=momentum)`; `param.add_(d, alpha=-lr)`.
-#[inline(always)]
-#[allow(clippy::type_complexity)]
-fn sgd_momentum_loop<T: Element, const WD: bool, const FIRST: bool, const NESTEROV: bool>(
-    (p, g, b, wd, neg_lr, mo, omd): (&mut [T], &[T], &mut [T], T, T, T, T),
-) {
-    let n = p.len();
-    let g = &g[..n];
-    let b = &mut b[..n];
-    for i in 0..n {
-        let pi = p[i];
-        let gi = if WD { wd.mul_add(pi, g[i]) } else { g[i] };
-        let bi = if FIRST {
-            gi
-        } else {
-            omd.mul_add(gi, b[i] * mo)
-        };
-        b[i] = bi;
-        let d = if NESTEROV { mo.mul_add(bi, gi) } else { bi };
-        p[i] = neg_lr.mul_add(d, pi);
-    }
-}
-
-struct AdamKernel<'a, T> {
-    p: &'a mut [T],
-    g: &'a [T],
-    m: &'a mut [T],
-    v: &'a mut [T],
-    vmax: Option<&'a mut [T]>,
-    /// Adam's weight decay (added to the gradient).
-    coupled: Option<T>,
-    /// AdamW's factor `1 - lr·weight_decay`.
-    decay: Option<T>,
-    w1: T,
-    beta2: T,
-    one_minus_beta2: T,
-    bias_correction2_sqrt: T,
-    eps: T,
-    neg_step_size: T,
-}
-
-/// How Adam's weight decay applies (`AdamKernel` loop flag).
-const NO_DECAY: u8 = 0;
-const COUPLED: u8 = 1;
-const DECOUPLED: u8 = 2;
-
-impl<T: Element> WithSimd for AdamKernel<'_, T> {
-    type Output = ();
-
-    #[inline(always)]
-    fn with_simd<S: Simd>(self, _simd: S) {
-        let (mode, wd) = match (self.coupled, self.decay) {
-            (Some(wd), _) => (COUPLED, wd),
-            (None, Some(f)) => (DECOUPLED, f),
-            (None, None) => (NO_DECAY, T::zero()),
-        };
-        let ams = self.vmax.is_some();
-        match (mode, ams) {
-            (COUPLED, false) => adam_loop::<T, COUPLED, false>(self, wd),
-            (COUPLED, true) => adam_loop::<T, COUPLED, true>(self, wd),
-            (DECOUPLED, false) => adam_loop::<T, DECOUPLED, false>(self, wd),
-            (DECOUPLED, true) => adam_loop::<T, DECOUPLED, true>(self, wd),
-            (_, false) => adam_loop::<T, NO_DECAY, false>(self, wd),
-            (_, true) => adam_loop::<T, NO_DECAY, true>(self, wd),
-        }
-    }
-}
-
-/// Adam: weight decay (`grad.add(param, alpha=weight_decay)`, or AdamW's `param.mul_(1 -
-/// lr·weight_decay)`); `exp_avg.lerp_(grad, 1 - beta1)`;
-/// `exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)`; amsgrad's
-/// `torch.maximum`; `denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`;
-/// `param.addcdiv_(exp_avg, denom, value=-step_size)`.
-#[inline(always)]
-fn adam_loop<T: Element, const MODE: u8, const AMSGRAD: bool>(k: AdamKernel<'_, T>, wd: T) {
-    let AdamKernel {
-        p,
-        g,
-        m,
-        v,
-        vmax,
-        w1,
-        beta2,
-        one_minus_beta2,
-        bias_correction2_sqrt,
-        eps,
-        neg_step_size,
-        ..
-    } = k;
-    let n = p.len();
-    let g = &g[..n];
-    let m = &mut m[..n];
-    let v = &mut v[..n];
-    let mut none: [T; 0] = [];
-    let vmax = match vmax {
-        Some(x) if AMSGRAD => &mut x[..n],
-        _ => &mut none[..],
-    };
-    let lerp1 = Lerp::new(w1);
-    for i in 0..n {
-        let mut pi = p[i];
-        let mut gi = g[i];
-        if MODE == COUPLED {
-            gi = wd.mul_add(pi, gi);
-        } else if MODE == DECOUPLED {
-            pi = pi * wd;
-        }
-        let mi = lerp1.at(m[i], gi);
-        let vi = (one_minus_beta2 * gi).mul_add(gi, v[i] * beta2);
-        m[i] = mi;
-        v[i] = vi;
-        let second = if AMSGRAD {
-            let x = maximum(vmax[i], vi);
-            vmax[i] = x;
-            x
-        } else {
-            vi
-        };
-        let denom = second.sqrt() / bias_correction2_sqrt + eps;
-        p[i] = pi + neg_step_size * mi / denom;
-    }
-}
-
-struct RmsPropKernel<'a, T> {
-    p: &'a mut [T],
-    g: &'a [T],
-    square_avg: &'a mut [T],
-    grad_avg: Option<&'a mut [T]>,
-    buf: Option<&'a mut [T]>,
-    weight_decay: Option<T>,
-    alpha: T,
-    one_minus_alpha: T,
-    eps: T,
-    momentum: T,
-    lr: T,
-}
-
-impl<T: Element> WithSimd for RmsPropKernel<'_, T> {
-    type Output = ();
-
-    #[inline(always)]
-    fn with_simd<S: Simd>(self, _simd: S) {
-        let flags = (
-            self.weight_decay.is_some(),
-            self.grad_avg.is_some(),
-            self.buf.is_some(),
-        );
-        match flags {
-            (false, false, false) => rmsprop_loop::<T, false, false, false>(self),
-            (false, false, true) => rmsprop_loop::<T, false, false, true>(self),
-            (false, true, false) => rmsprop_loop::<T, false, true, false>(self),
-            (false, true, true) => rmsprop_loop::<T, false, true, true>(self),
-            (true, false, false) => rmsprop_loop::<T, true, false, false>(self),
-            (true, false, true) => rmsprop_loop::<T, true, false, true>(self),
-            (true, true, false) => rmsprop_loop::<T, true, true, false>(self),
-            (true, true, true) => rmsprop_loop::<T, true, true, true>(self),
-        }
-    }
-}
-
-/// RMSprop: `grad.add(param, alpha=weight_decay)`;
-/// `square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)`; centered:
-/// `grad_avg.lerp_(grad, 1 - alpha)`, `avg = square_avg.addcmul(grad_avg, grad_avg,
-/// value=-1).sqrt_()`, else `avg = square_avg.sqrt()`; `avg.add_(eps)`; momentum:
-/// `buf.mul_(momentum).addcdiv_(grad, avg)`, `param.add_(buf, alpha=-lr)`, else
-/// `param.addcdiv_(grad, avg, value=-lr)`.
-#[inline(always)]
-fn rmsprop_loop<T: Element, const WD: bool, const CENTERED: bool, const MOMENTUM: bool>(
-    k: RmsPropKernel<'_, T>,
-) {
-    let RmsPropKernel {
-        p,
-        g,
-        square_avg,
-        grad_avg,
-        buf,
-        weight_decay,
-        alpha,
-        one_minus_alpha,
-        eps,
-        momentum,
-        lr,
-    } = k;
-    let n = p.len();
-    let g = &g[..n];
-    let sq = &mut square_avg[..n];
-    let (mut none_a, mut none_b): ([T; 0], [T; 0]) = ([], []);
-    let ga = match grad_avg {
-        Some(x) if CENTERED => &mut x[..n],
-        _ => &mut none_a[..],
-    };
-    let b = match buf {
-        Some(x) if MOMENTUM => &mut x[..n],
-        _ => &mut none_b[..],
-    };
-    let wd = weight_decay.unwrap_or(T::zero());
-    let lerp = Lerp::new(one_minus_alpha);
-    let neg_lr = -lr;
-    for i in 0..n {
-        let pi = p[i];
-        let gi = if WD { wd.mul_add(pi, g[i]) } else { g[i] };
-        let si = (one_minus_alpha * gi).mul_add(gi, sq[i] * alpha);
-        sq[i] = si;
-        let avg = if CENTERED {
-            let a = lerp.at(ga[i], gi);
-            ga[i] = a;
-            (-a).mul_add(a, si).sqrt()
-        } else {
-            si.sqrt()
-        } + eps;
-        p[i] = if MOMENTUM {
-            let bi = b[i] * momentum + gi / avg;
-            b[i] = bi;
-            neg_lr.mul_add(bi, pi)
-        } else {
-            pi + neg_lr * gi / avg
-        };
-    }
-}
-
-struct AdagradKernel<'a, T> {
-    p: &'a mut [T],
-    g: &'a [T],
-    sum: &'a mut [T],
-    weight_decay: Option<T>,
-    eps: T,
-    neg_clr: T,
-}
-
-impl<T: Element> WithSimd for AdagradKernel<'_, T> {
-    type Output = ();
-
-    #[inline(always)]
-    fn with_simd<S: Simd>(self, _simd: S) {
-        match self.weight_decay {
-            Some(_) => adagrad_loop::<T, true>(self),
-            None => adagrad_loop::<T, false>(self),
-        }
-    }
-}
-
-/// Adagrad: `grad.add(param, alpha=weight_decay)`; `state_sum.addcmul_(grad, grad, value=1)`;
-/// `std = state_sum.sqrt().add_(eps)`; `param.addcdiv_(grad, std, value=-clr)`.
-#[inline(always)]
-fn adagrad_loop<T: Element, const WD: bool>(k: AdagradKernel<'_, T>) {
-    let AdagradKernel {
-        p,
-        g,
-        sum,
-        weight_decay,
-        eps,
-        neg_clr,
-    } = k;
-    let n = p.len();
-    let g = &g[..n];
-    let sum = &mut sum[..n];
-    let wd = weight_decay.unwrap_or(T::zero());
-    for i in 0..n {
-        let pi = p[i];
-        let gi = if WD { wd.mul_add(pi, g[i]) } else { g[i] };
-        let si = gi.mul_add(gi, sum[i]);
-        sum[i] = si;
-        let std = si.sqrt() + eps;
-        p[i] = pi + neg_clr * gi / std;
     }
 }
 
@@ -1257,21 +1026,6 @@ fn sum_of_squares<T: Element>(x: &[T]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lerp_takes_the_branch_aten_takes() {
-        // weight < 0.5: start + w·(end - start); else end - (1 - w)·(end - start).
-        assert_eq!(lerp(1.0f64, 3.0, 0.25), 1.5);
-        assert_eq!(lerp(1.0f64, 3.0, 0.75), 2.5);
-        assert_eq!(lerp(1.0f64, 3.0, 1.0), 3.0);
-    }
-
-    #[test]
-    fn maximum_propagates_nan() {
-        assert!(maximum(f64::NAN, 1.0).is_nan());
-        assert!(maximum(1.0, f64::NAN).is_nan());
-        assert_eq!(maximum(1.0, 2.0), 2.0);
-    }
 
     #[test]
     fn sgd_plain_step_by_hand() {

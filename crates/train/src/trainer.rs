@@ -15,7 +15,7 @@ use crate::data::{epoch_order, Dataset, Standardizer};
 use crate::error::{Result, TrainError};
 use crate::exec::{CompiledExec, EagerExec, Exec, Interpreter, StepOut};
 use crate::model::{Arch, Classifier};
-use crate::optim::{clip_grad_norm, OptimConfig, Optimizer, Param, ParamState};
+use crate::optim::{clip_grad_norm, EngineOptimizer, OptimConfig, ParamState};
 use crate::sched::{Schedule, Scheduler};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -250,7 +250,7 @@ pub struct Trainer<V: TrainValue> {
     held: Dataset,
     standardizer: Standardizer,
     exec: Box<dyn Exec<V>>,
-    optimizer: Optimizer<V::Elem>,
+    optimizer: EngineOptimizer<V>,
     /// Global steps done.
     step: u64,
     /// When set (by a signal handler, another thread), [`Trainer::run`] stops before its next
@@ -299,7 +299,7 @@ impl<V: TrainValue> Trainer<V> {
         )?;
         let params: BTreeMap<String, Tensor<f64>> = model.initial_params().into_iter().collect();
         let exec = exec_for::<V>(&cfg, &params)?;
-        let optimizer = Optimizer::new(cfg.optimizer.clone())?;
+        let optimizer = EngineOptimizer::new(cfg.optimizer.clone())?;
         Ok(Trainer {
             cfg,
             model,
@@ -511,9 +511,9 @@ impl<V: TrainValue> Trainer<V> {
         })
     }
 
-    /// Clips (if asked) and applies the optimizer to every parameter with a gradient. The
-    /// gradients are read where they are ([`TrainValue::read`]: borrowed on a host engine);
-    /// the parameters are updated together through [`TrainValue::update_all`].
+    /// Clips (if asked) and applies the optimizer to every parameter with a gradient, where the
+    /// values are ([`EngineOptimizer::step`]: on the device for CUDA, in place on a host
+    /// engine). Clipping reads and scales the gradients through [`TrainValue::update_all`].
     fn update(&mut self, lr: f64, mut grads: BTreeMap<String, V>) -> Result<()> {
         if let Some(max) = self.cfg.clip_grad_norm {
             let mut all: Vec<&mut V> = grads.values_mut().collect();
@@ -522,27 +522,14 @@ impl<V: TrainValue> Trainer<V> {
                 Ok::<_, TrainError>(())
             })?;
         }
-        let mut names = Vec::new();
-        let mut host_grads = Vec::new();
-        let mut values = Vec::new();
-        for (name, value) in self.exec.params_mut() {
-            if let Some(g) = grads.get(name) {
-                names.push(name);
-                host_grads.push(g.read()?);
-                values.push(value);
-            }
-        }
-        let optimizer = &mut self.optimizer;
-        V::update_all(&mut values, |slices| {
-            let mut batch: Vec<Param<'_, V::Elem>> = names
-                .iter()
-                .zip(slices.iter_mut())
-                .zip(&host_grads)
-                .map(|((name, value), grad)| Param { name, value, grad })
-                .collect();
-            optimizer.step(lr, &mut batch)
-        })?;
-        drop(host_grads);
+        let mut batch: Vec<(&str, &mut V, &V)> = self
+            .exec
+            .params_mut()
+            .into_iter()
+            .filter_map(|(name, value)| Some((name, value, grads.get(name)?)))
+            .collect();
+        self.optimizer.step(lr, &mut batch)?;
+        drop(batch);
         for (_, g) in grads {
             g.drop();
         }
@@ -649,7 +636,7 @@ impl<V: TrainValue> Trainer<V> {
         }
         let mut optim = BTreeMap::new();
         let mut steps = BTreeMap::new();
-        for (pname, st) in self.optimizer.state() {
+        for (pname, st) in &self.optimizer.host_state()? {
             let shape = self
                 .exec
                 .params()
@@ -814,7 +801,9 @@ impl<V: TrainValue> Trainer<V> {
                 },
             );
         }
-        t.optimizer.load_state(state)?;
+        let params = t.exec.params();
+        t.optimizer
+            .load_state(state, |name| params.get(name).map(|v| v.shape_of().clone()))?;
         t.step = step;
         Ok(t)
     }

@@ -1,11 +1,12 @@
 //! `TrainValue` on the CUDA engine (through its host emulation, so without a GPU): reading
 //! downloads, `update_all` downloads, updates on the host and uploads, changes nothing when
-//! the update fails (the live-buffer accounting over a run is `cuda_memory.rs`).
+//! the update fails; an optimizer step runs on the device and equals the host optimizer bit for
+//! bit (the live-buffer and transfer accounting over a run is `cuda_memory.rs`).
 #![allow(clippy::unwrap_used)]
 
 use std::borrow::Cow;
 use torchlean_engine_cuda::{emulation_ready, EmuF32};
-use torchlean_train::{TrainError, TrainValue};
+use torchlean_train::{EngineOptimizer, OptimConfig, Optimizer, Param, TrainError, TrainValue};
 
 fn tensor(data: &[f32]) -> EmuF32 {
     emulation_ready().unwrap();
@@ -48,4 +49,121 @@ fn a_failed_update_changes_nothing_on_the_device() {
     });
     assert!(matches!(r, Err(TrainError::DuplicateParam { .. })));
     assert_eq!(a.to_host().unwrap(), [1.0, 2.0]);
+}
+
+/// Every optimizer and option that changes the arithmetic: SGD (plain, weight decay, momentum
+/// with dampening, Nesterov), Adam (coupled decay, amsgrad), AdamW, RMSprop (centered,
+/// momentum, both), Adagrad (decay, initial accumulator).
+fn every_update() -> Vec<OptimConfig> {
+    let sgd = |momentum, dampening, weight_decay, nesterov| OptimConfig::Sgd {
+        lr: 0.1,
+        momentum,
+        dampening,
+        weight_decay,
+        nesterov,
+    };
+    let rms = |momentum, centered| OptimConfig::RmsProp {
+        lr: 0.01,
+        alpha: 0.4,
+        eps: 1e-8,
+        weight_decay: 0.1,
+        momentum,
+        centered,
+    };
+    vec![
+        sgd(0.0, 0.0, 0.0, false),
+        sgd(0.0, 0.0, 0.01, false),
+        sgd(0.9, 0.1, 0.01, false),
+        sgd(0.9, 0.0, 0.0, true),
+        OptimConfig::adam(0.01),
+        OptimConfig::Adam {
+            lr: 0.01,
+            betas: (0.3, 0.99),
+            eps: 1e-8,
+            weight_decay: 0.1,
+            amsgrad: true,
+        },
+        OptimConfig::adamw(0.01),
+        OptimConfig::rmsprop(0.01),
+        rms(0.0, true),
+        rms(0.5, false),
+        rms(0.5, true),
+        OptimConfig::Adagrad {
+            lr: 0.1,
+            lr_decay: 0.1,
+            weight_decay: 0.1,
+            initial_accumulator_value: 0.2,
+            eps: 1e-10,
+        },
+    ]
+}
+
+#[test]
+fn device_optimizer_steps_equal_the_host_optimizer_bit_for_bit() {
+    // the same rule (`UpdateRule`) run by the kernel and by the host loops: identical bits,
+    // state included, over three steps (SGD's momentum buffer is created at the first)
+    let n = 300;
+    let p0: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
+    let grads: Vec<Vec<f32>> = (0..3)
+        .map(|s| (0..n).map(|i| ((i + 7 * s) as f32 * 0.11).cos()).collect())
+        .collect();
+    for config in every_update() {
+        let mut host = Optimizer::<f32>::new(config.clone()).unwrap();
+        let mut p_host = p0.clone();
+        let mut device = EngineOptimizer::<EmuF32>::new(config.clone()).unwrap();
+        let mut p_device = tensor(&p0);
+        for g in &grads {
+            let grad = Param {
+                name: "w",
+                value: &mut p_host,
+                grad: g,
+            };
+            host.step(0.01, &mut [grad]).unwrap();
+            let g_device = tensor(g);
+            device
+                .step(0.01, &mut [("w", &mut p_device, &g_device)])
+                .unwrap();
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&p_device.to_host().unwrap()),
+            bits(&p_host),
+            "{config:?}"
+        );
+        let (host_state, device_state) = (host.state(), device.host_state().unwrap());
+        assert_eq!(device_state["w"].step, host_state["w"].step, "{config:?}");
+        assert_eq!(
+            device_state["w"].buffers.keys().collect::<Vec<_>>(),
+            host_state["w"].buffers.keys().collect::<Vec<_>>(),
+            "{config:?}"
+        );
+        for (name, data) in &host_state["w"].buffers {
+            assert_eq!(
+                bits(&device_state["w"].buffers[name]),
+                bits(data),
+                "{config:?}: {name}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_device_step_with_a_mismatched_gradient_changes_nothing() {
+    let mut opt = EngineOptimizer::<EmuF32>::new(OptimConfig::adam(0.1)).unwrap();
+    let mut p = tensor(&[1.0, 2.0]);
+    let g = tensor(&[1.0, 2.0, 3.0]);
+    let err = opt.step(0.1, &mut [("w", &mut p, &g)]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TrainError::Length {
+                want: 2,
+                got: 3,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(p.to_host().unwrap(), [1.0, 2.0]);
+    assert!(opt.host_state().unwrap().is_empty());
 }

@@ -1,60 +1,97 @@
-//! The CUDA engine's memory over a training run (issue 16's target: the live device buffers
-//! and bytes after 100 steps equal those after step 1, and a dropped trainer frees everything
-//! it allocated). On the host emulation always; on the GPU when there is one.
+//! The CUDA engine's memory and transfers over a training run: the live device buffers and
+//! bytes after 100 steps equal those after step 1, a dropped trainer frees everything it
+//! allocated, and no step moves a parameter or optimizer state between host and device. On the host emulation always; on the GPU when there is one.
 //!
 //! Alone in its binary: the live-buffer counters are per process, and another test
 //! allocating on the same device at the same time would move them.
 #![allow(clippy::unwrap_used)]
 
-use torchlean_engine_cuda::{cuda_or_skip, emulation_ready, live_buffers, Device, Emu, Gpu};
-use torchlean_engine_cuda::{CudaTensor, LiveBuffers};
+use torchlean_engine_cuda::{cuda_or_skip, emulation_ready, live_buffers, transfers, Device};
+use torchlean_engine_cuda::{CudaTensor, Emu, Gpu, LiveBuffers, Transfers};
 use torchlean_train::data::Dataset;
 use torchlean_train::exec::{CompiledExec, Exec, Interpreter};
 use torchlean_train::model::{Arch, Classifier};
 use torchlean_train::trainer::{Event, Observer, TrainConfig, Trainer};
+use torchlean_train::OptimConfig;
 
 const STEPS: u64 = 100;
 
-/// The live buffers of device `D` after every step.
-struct AfterEachStep<D>(Vec<LiveBuffers>, std::marker::PhantomData<D>);
+/// The live buffers and the transfers so far of device `D` after every step.
+struct AfterEachStep<D>(Vec<(LiveBuffers, Transfers)>, std::marker::PhantomData<D>);
 
 impl<D: Device> Observer for AfterEachStep<D> {
     fn event(&mut self, e: &Event<'_>) {
         if let Event::Step { .. } = e {
-            self.0.push(live_buffers::<D>());
+            self.0.push((live_buffers::<D>(), transfers::<D>()));
         }
     }
 }
 
+/// The most transfers a training step may make, each way: its batch goes up (inputs, labels
+/// and, on the eager path, one constant leaf) and the loss and what the step reports come
+/// down. The MLP's 6 parameter tensors and the optimizer's state stay on the device (before
+/// the device-side optimizer, every step also moved the 6 parameters each way and the 6
+/// gradients down). An epoch's end adds the held-out evaluation.
+const STEP_TRANSFERS: usize = 3;
+
 fn steps_return_to_the_baseline<D: Device>() {
     let data = Dataset::digits().unwrap();
+    let optimizers = [
+        TrainConfig::new(Arch::Mlp).optimizer,
+        OptimConfig::adam(1e-3),
+    ];
     for backend in [Interpreter::Eager, Interpreter::Compiled] {
-        let before = live_buffers::<D>();
-        let mut c = TrainConfig::new(Arch::Mlp);
-        c.steps = Some(STEPS);
-        c.backend = backend;
-        let mut t = Trainer::<CudaTensor<D>>::new(c, &data).unwrap();
-        let mut seen = AfterEachStep::<D>(Vec::new(), std::marker::PhantomData);
-        let s = t.run(&mut seen).unwrap();
-        assert_eq!(s.steps, STEPS);
-        let after = &seen.0;
-        assert_eq!(after.len() as u64, STEPS);
-        // the parameters are on the device, nothing else is kept between steps
-        assert!(after[0].buffers > before.buffers, "{backend:?}: {after:?}");
-        for (k, live) in after.iter().enumerate() {
+        for optimizer in optimizers.clone() {
+            let what = format!("{backend:?}, {}", optimizer.name());
+            let before = live_buffers::<D>();
+            let mut c = TrainConfig::new(Arch::Mlp);
+            c.steps = Some(STEPS);
+            c.backend = backend;
+            c.optimizer = optimizer;
+            let mut t = Trainer::<CudaTensor<D>>::new(c, &data).unwrap();
+            let mut seen = AfterEachStep::<D>(Vec::new(), std::marker::PhantomData);
+            let s = t.run(&mut seen).unwrap();
+            assert_eq!(s.steps, STEPS);
+            assert_eq!(seen.0.len() as u64, STEPS);
+            let epoch = t.train_set().len().div_ceil(t.config().batch);
+            let per_step: Vec<Transfers> = seen
+                .0
+                .windows(2)
+                .map(|w| Transfers {
+                    uploads: w[1].1.uploads - w[0].1.uploads,
+                    downloads: w[1].1.downloads - w[0].1.downloads,
+                })
+                .collect();
+            for (k, t) in per_step.iter().enumerate() {
+                // step k + 2 (1-based); the first of an epoch comes after the evaluation
+                // that ended the previous one
+                if (k + 2) % epoch != 1 {
+                    assert!(
+                        t.uploads <= STEP_TRANSFERS && t.downloads <= STEP_TRANSFERS,
+                        "{what}: step {} moved {t:?}: parameters or optimizer state crossed",
+                        k + 2
+                    );
+                }
+            }
+            let after: Vec<LiveBuffers> = seen.0.iter().map(|(live, _)| *live).collect();
+            // the parameters and the state are on the device, nothing else is kept between
+            // steps
+            assert!(after[0].buffers > before.buffers, "{what}: {after:?}");
+            for (k, live) in after.iter().enumerate() {
+                assert_eq!(
+                    *live,
+                    after[0],
+                    "{what}: live device memory after step {} differs from step 1",
+                    k + 1
+                );
+            }
+            drop(t);
             assert_eq!(
-                *live,
-                after[0],
-                "{backend:?}: live device memory after step {} differs from step 1",
-                k + 1
+                live_buffers::<D>(),
+                before,
+                "{what}: a dropped trainer left buffers behind"
             );
         }
-        drop(t);
-        assert_eq!(
-            live_buffers::<D>(),
-            before,
-            "{backend:?}: a dropped trainer left buffers behind"
-        );
     }
 }
 

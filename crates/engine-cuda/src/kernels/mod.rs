@@ -132,8 +132,15 @@ pub static RANDOM: Module = Module {
     generated: None,
 };
 
+/// Optimizer steps (SGD, Adam/AdamW, RMSprop, Adagrad), in place on a parameter and its state.
+pub static OPTIM: Module = Module {
+    name: "optim",
+    source: include_str!("optim.cu"),
+    generated: None,
+};
+
 /// Every module, in a fixed order (the NVRTC test compiles each; the emulation links them all).
-pub static MODULES: [&Module; 7] = [
+pub static MODULES: [&Module; 8] = [
     &ELEMENTWISE,
     &LAYOUT,
     &REDUCE,
@@ -141,6 +148,7 @@ pub static MODULES: [&Module; 7] = [
     &POOL,
     &PRODUCTS,
     &RANDOM,
+    &OPTIM,
 ];
 
 /// A broken rule of the kernel sources (see the module docs).

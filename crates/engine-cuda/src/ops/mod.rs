@@ -6,6 +6,7 @@ pub mod elementwise;
 pub mod layout;
 pub mod linalg;
 pub mod norm;
+pub mod optim;
 pub mod pool;
 pub mod random;
 pub mod reduce;
