@@ -154,9 +154,10 @@ fn a_shape_rule_error_keeps_the_spec_error_whole() {
     assert!(
         matches!(
             &d.cause,
-            Some(torchlean_spec::SpecError::OpAttr {
+            Some(torchlean_spec::SpecError::AxisOutOfRange {
                 op: "softmax",
                 attr: "axis",
+                axis: 5,
                 ..
             })
         ),

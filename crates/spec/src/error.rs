@@ -92,6 +92,38 @@ pub enum SpecError {
         reason: String,
     },
 
+    /// An axis attribute at or past the operand's rank.
+    #[error(
+        "op `{op}`: attribute `{attr}` is {axis}, out of range for an operand of shape {shape}"
+    )]
+    AxisOutOfRange {
+        op: &'static str,
+        attr: &'static str,
+        axis: usize,
+        shape: Shape,
+    },
+
+    /// Operands that must have one shape do not (broadcasting is explicit in graphs:
+    /// `broadcast_to`).
+    #[error("op `{op}`: operands must have identical shapes (operand shapes {})", fmt_shapes(.shapes))]
+    ShapeMismatch {
+        op: &'static str,
+        shapes: Vec<Shape>,
+    },
+
+    /// An element of an operand of integral ids (`cross_entropy`'s class ids) is not one of
+    /// `0..bound`: `position` is its row-major index, `what` names the ids.
+    #[error("op `{op}`: operand `{operand}` element {position} is {value}, {}", id_problem(*.problem, .what, *.bound))]
+    BadId {
+        op: &'static str,
+        operand: &'static str,
+        what: &'static str,
+        position: usize,
+        value: f64,
+        bound: usize,
+        problem: IdProblem,
+    },
+
     /// A value outside the op's domain where the semantics says evaluation fails
     /// (raw `log` of a non-positive value).
     #[error("op `{op}`: {reason}")]
@@ -128,9 +160,26 @@ impl SpecError {
     pub fn field(&self) -> Option<&'static str> {
         match self {
             SpecError::OpAttr { attr, .. } => Some(attr),
-            SpecError::OpData { operand, .. } => Some(operand),
+            SpecError::OpData { operand, .. } | SpecError::BadId { operand, .. } => Some(operand),
+            SpecError::AxisOutOfRange { attr, .. } => Some(attr),
             _ => None,
         }
+    }
+}
+
+/// Why an id is not one ([`SpecError::BadId`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdProblem {
+    /// Not a whole number (or not finite).
+    NotIntegral,
+    /// A whole number below 0 or at or past the bound.
+    OutOfRange,
+}
+
+fn id_problem(problem: IdProblem, what: &str, bound: usize) -> String {
+    match problem {
+        IdProblem::NotIntegral => format!("not an integral {what} in [0, {bound})"),
+        IdProblem::OutOfRange => format!("outside [0, {bound})"),
     }
 }
 

@@ -146,10 +146,9 @@ impl<A: Scalar> Tensor<A> {
         mut f: impl FnMut(&A, &A) -> Result<A>,
     ) -> Result<Self> {
         if self.shape != other.shape {
-            return Err(SpecError::OpShape {
+            return Err(SpecError::ShapeMismatch {
                 op,
                 shapes: vec![self.shape.clone(), other.shape.clone()],
-                reason: "operands must have identical shapes".into(),
             });
         }
         let data = self

@@ -55,10 +55,9 @@ fn missing(op: &'static str, what: &str) -> CudaError {
 /// keeps a kernel from ever reading past a buffer).
 fn same_len<D: Device>(op: &'static str, t: &CudaTensor<D>, like: &CudaTensor<D>) -> Result<()> {
     if t.len() != like.len() {
-        return Err(CudaError::Spec(SpecError::OpShape {
+        return Err(CudaError::Spec(SpecError::ShapeMismatch {
             op,
             shapes: vec![t.shape().clone(), like.shape().clone()],
-            reason: "operands must have identical shapes".into(),
         }));
     }
     Ok(())

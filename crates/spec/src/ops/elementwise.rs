@@ -451,10 +451,9 @@ impl BinaryOp {
 /// Shape rule shared by the binary ops: identical shapes (broadcasting is explicit in graphs).
 pub(crate) fn infer_same(op: &'static str, a: &Shape, b: &Shape) -> Result<Shape> {
     if a != b {
-        return Err(SpecError::OpShape {
+        return Err(SpecError::ShapeMismatch {
             op,
             shapes: vec![a.clone(), b.clone()],
-            reason: "operands must have identical shapes (use broadcast_to first)".into(),
         });
     }
     Ok(a.clone())

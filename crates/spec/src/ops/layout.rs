@@ -13,10 +13,11 @@ pub(crate) fn check_axis(
     s: &Shape,
 ) -> Result<()> {
     if axis >= s.rank() {
-        return Err(SpecError::OpAttr {
+        return Err(SpecError::AxisOutOfRange {
             op,
             attr,
-            reason: format!("is {axis}, out of range for an operand of shape {s}"),
+            axis,
+            shape: s.clone(),
         });
     }
     Ok(())

@@ -4,7 +4,7 @@
 //! NaN on floats, as in PyTorch, and [`SpecError::EmptyMean`] on the exact scalar, which has no
 //! NaN. The VJPs of such means have no elements, so they divide by nothing.
 
-use crate::error::{Result, SpecError};
+use crate::error::{IdProblem, Result, SpecError};
 use crate::scalar::Scalar;
 use crate::shape::Shape;
 use crate::tensor::Tensor;
@@ -74,15 +74,19 @@ pub fn class_ids(values: &[f64], classes: usize) -> Result<Vec<usize>> {
                 // invariant: an integral value in [0, classes) fits in usize
                 Ok(v as usize)
             } else {
-                let what = if v.is_finite() && v.fract() == 0.0 {
-                    "outside"
+                let problem = if v.is_finite() && v.fract() == 0.0 {
+                    IdProblem::OutOfRange
                 } else {
-                    "not an integral class id in"
+                    IdProblem::NotIntegral
                 };
-                Err(SpecError::OpData {
+                Err(SpecError::BadId {
                     op: CE,
                     operand: "target",
-                    reason: format!("element {i} is {v}, {what} [0, {classes})"),
+                    what: "class id",
+                    position: i,
+                    value: v,
+                    bound: classes,
+                    problem,
                 })
             }
         })

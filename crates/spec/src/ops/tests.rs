@@ -2,6 +2,7 @@
 //! values at the edges, shape-rule errors, and the "reads only what it saves" contract.
 
 use super::*;
+use crate::error::IdProblem;
 use crate::scalar::Rational;
 use crate::Tensor;
 
@@ -440,7 +441,18 @@ fn slice_narrows_and_its_vjp_scatters_into_zeros() {
     }
     .infer_shape(&[Shape::from([2, 4])])
     .unwrap_err();
-    assert!(matches!(e, SpecError::OpAttr { attr: "axis", .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            SpecError::AxisOutOfRange {
+                op: "slice",
+                attr: "axis",
+                axis: 2,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -478,17 +490,26 @@ fn cross_entropy_matches_pytorch_and_rejects_bad_targets() {
     };
     let y = op.forward(&[&big, &t(&[1], &[1.0])]).unwrap();
     assert_eq!(y.item().unwrap(), &2000.0);
-    // bad class ids name the operand
-    for bad in [3.0, -1.0, 1.5, f64::NAN, f64::INFINITY] {
+    // bad class ids name the operand, the position and why
+    for (bad, why) in [
+        (3.0, IdProblem::OutOfRange),
+        (-1.0, IdProblem::OutOfRange),
+        (1.5, IdProblem::NotIntegral),
+        (f64::NAN, IdProblem::NotIntegral),
+        (f64::INFINITY, IdProblem::NotIntegral),
+    ] {
         let e = op.forward(&[&x, &t(&[2], &[0.0, bad])]).unwrap_err();
         assert!(
             matches!(
                 e,
-                SpecError::OpData {
+                SpecError::BadId {
                     op: "cross_entropy",
                     operand: "target",
+                    position: 1,
+                    bound: 3,
+                    problem,
                     ..
-                }
+                } if problem == why
             ),
             "{e}"
         );
@@ -506,7 +527,10 @@ fn cross_entropy_matches_pytorch_and_rejects_bad_targets() {
     let tr = Tensor::new([1], vec![q(1, 3)]).unwrap();
     assert!(matches!(
         op.forward(&[&xr, &tr]),
-        Err(SpecError::OpData { .. })
+        Err(SpecError::BadId {
+            problem: IdProblem::NotIntegral,
+            ..
+        })
     ));
 }
 
