@@ -8,8 +8,8 @@
 
 use std::collections::BTreeSet;
 use torchlean_ir::{Graph, Node, OpKind};
-use torchlean_spec::ops::desc;
-use torchlean_spec::{BinaryOp, Op};
+use torchlean_spec::ops::desc::{self, CheckRegime};
+use torchlean_spec::Op;
 
 /// An attribute regime of a node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -115,38 +115,32 @@ impl Target {
     }
 }
 
-/// The regimes beyond [`Regime::Any`] that change the maths, per kind: **the one table**.
+impl From<CheckRegime> for Regime {
+    fn from(r: CheckRegime) -> Regime {
+        match r {
+            CheckRegime::Padded => Regime::Padded,
+            CheckRegime::Strided => Regime::Strided,
+            CheckRegime::RepeatedParent => Regime::RepeatedParent,
+            CheckRegime::ThriceRepeated => Regime::ThriceRepeated,
+            CheckRegime::SquareRhs => Regime::SquareRhs,
+            CheckRegime::BatchedSquareRhs => Regime::BatchedSquareRhs,
+            CheckRegime::BroadcastLastAxis => Regime::BroadcastLastAxis,
+            CheckRegime::BroadcastLeadingAxes => Regime::BroadcastLeadingAxes,
+        }
+    }
+}
+
+/// The regimes beyond [`Regime::Any`] that change the maths, per kind, read off the rows: each
+/// row's own (`OpDesc::regimes`), and for every kind with a defaulted attribute, at its
+/// defaults and off them.
 fn special() -> Vec<(&'static str, Regime)> {
-    use Regime::*;
-    let mut v = vec![
-        (desc::AVG_POOL2D_PAD.name, Padded),
-        (desc::MAX_POOL2D_PAD.name, Padded),
-        (desc::CONV2D.name, Padded),
-        (desc::CONV2D.name, Strided),
-        (desc::MAX_POOL2D.name, Strided),
-        (desc::AVG_POOL2D.name, Strided),
-        (desc::MAX_POOL2D_PAD.name, Strided),
-        (desc::AVG_POOL2D_PAD.name, Strided),
-    ];
-    // every binary function but `div` (whose divisor is made positive, a new node) on a
-    // repeated parent
-    v.extend(
-        BinaryOp::ALL
-            .iter()
-            .filter(|&&b| b != BinaryOp::Div)
-            .map(|b| (b.name(), RepeatedParent)),
-    );
-    v.extend([
-        (desc::CONCAT.name, ThriceRepeated),
-        (desc::MATMUL.name, SquareRhs),
-        (desc::MATMUL.name, BatchedSquareRhs),
-        (desc::BROADCAST_TO.name, BroadcastLastAxis),
-        (desc::BROADCAST_TO.name, BroadcastLeadingAxes),
-    ]);
-    // every kind with a defaulted attribute, at its defaults and off them
-    for d in desc::OPS.iter().filter(|d| d.has_defaults()) {
-        v.push((d.name, Default));
-        v.push((d.name, Explicit));
+    let mut v = Vec::new();
+    for d in desc::OPS.iter() {
+        v.extend(d.regimes.iter().map(|&r| (d.name, Regime::from(r))));
+        if d.has_defaults() {
+            v.push((d.name, Regime::Default));
+            v.push((d.name, Regime::Explicit));
+        }
     }
     v
 }
@@ -195,5 +189,39 @@ mod tests {
         for t in &all {
             assert!(desc::lookup(t.kind).is_some(), "unknown kind {}", t.kind);
         }
+    }
+
+    #[test]
+    fn the_rows_list_the_regimes_the_hand_written_table_had() {
+        // the table as it was written here before the rows carried it
+        use torchlean_spec::BinaryOp;
+        use Regime::*;
+        let mut want: BTreeSet<(&str, Regime)> = [
+            (desc::AVG_POOL2D_PAD.name, Padded),
+            (desc::MAX_POOL2D_PAD.name, Padded),
+            (desc::CONV2D.name, Padded),
+            (desc::CONV2D.name, Strided),
+            (desc::MAX_POOL2D.name, Strided),
+            (desc::AVG_POOL2D.name, Strided),
+            (desc::MAX_POOL2D_PAD.name, Strided),
+            (desc::AVG_POOL2D_PAD.name, Strided),
+            (desc::CONCAT.name, ThriceRepeated),
+            (desc::MATMUL.name, SquareRhs),
+            (desc::MATMUL.name, BatchedSquareRhs),
+            (desc::BROADCAST_TO.name, BroadcastLastAxis),
+            (desc::BROADCAST_TO.name, BroadcastLeadingAxes),
+        ]
+        .into_iter()
+        .collect();
+        // every binary function but `div` (whose divisor is made positive, a new node)
+        for b in BinaryOp::ALL.iter().filter(|&&b| b != BinaryOp::Div) {
+            want.insert((b.name(), RepeatedParent));
+        }
+        for d in desc::OPS.iter().filter(|d| d.has_defaults()) {
+            want.insert((d.name, Default));
+            want.insert((d.name, Explicit));
+        }
+        let got: BTreeSet<(&str, Regime)> = special().into_iter().collect();
+        assert_eq!(got, want);
     }
 }

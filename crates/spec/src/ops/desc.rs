@@ -108,7 +108,33 @@ pub struct OpDesc {
     /// The ONNX operator of the default domain that means this op, where one does (the
     /// importer maps it through this row: `torchlean-onnx`).
     pub onnx: Option<Onnx>,
+    /// The regimes beyond the op at all that change its maths, which the equivalence checker
+    /// (`torchlean-equiv`) must cover for this op (padding, strides, a repeated parent, …;
+    /// what each means and how a graph gets it is the checker's). Attribute defaults are
+    /// derived ([`OpDesc::has_defaults`]), not listed.
+    pub regimes: &'static [CheckRegime],
     proto: Proto,
+}
+
+/// A regime of an op's operands or attributes that changes its maths (see [`OpDesc::regimes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CheckRegime {
+    /// Padding > 0: windows that cross the border.
+    Padded,
+    /// Stride > 1: windows that skip cells.
+    Strided,
+    /// A parent appearing twice (`add(a, a)`): the local-sum rule.
+    RepeatedParent,
+    /// A parent appearing three times (`concat(a, a, a)`): the local sum's order is observable.
+    ThriceRepeated,
+    /// A square right operand `[n, n]`, `n ≥ 2`: `B` and `Bᵀ` have the same shape.
+    SquareRhs,
+    /// A batched square right operand `[b, n, n]`, `n ≥ 2`.
+    BatchedSquareRhs,
+    /// A size-1 last axis expanded (`[…, 1] → […, k]`, k > 1, more than one row).
+    BroadcastLastAxis,
+    /// New leading axes (to a higher rank).
+    BroadcastLeadingAxes,
 }
 
 /// An ONNX operator that means one op: its `op_type` and how its attributes are named here
@@ -330,7 +356,7 @@ macro_rules! row {
     ($id:ident, $name:literal, $family:ident, $ext:literal, $summary:literal, $output:literal,
      operands: [$($operand:literal),*], payload: $payload:literal, arity: $arity:expr,
      saves: $saves:expr, $proto:expr, torch: $torch:literal $(, onnx: $onnx:expr)?
-     $(; data: [$($data:literal),*])?) => {
+     $(; data: [$($data:literal),*])? $(; regimes: [$($regime:ident),*])?) => {
         pub static $id: OpDesc = OpDesc {
             name: $name,
             family: Family::$family,
@@ -344,6 +370,7 @@ macro_rules! row {
             data: &[$($($data),*)?],
             torch: $torch,
             onnx: row!(@onnx $($onnx)?),
+            regimes: &[$($(CheckRegime::$regime),*)?],
             proto: $proto,
         };
     };
@@ -364,10 +391,10 @@ macro_rules! unary {
 /// A two-operand elementwise row (identical shapes).
 macro_rules! binary {
     ($id:ident, $name:literal, $ext:literal, $summary:literal, $output:literal, $saves:expr,
-     $b:ident, torch: $torch:literal) => {
+     $b:ident, torch: $torch:literal $(; regimes: [$($regime:ident),*])?) => {
         row!($id, $name, Elementwise, $ext, $summary, $output, operands: ["lhs", "rhs"], payload: 0,
              arity: Arity::Exact(2), saves: $saves, Proto::Op(|| Op::Binary(BinaryOp::$b)),
-             torch: $torch);
+             torch: $torch $(; regimes: [$($regime),*])?);
     };
 }
 
@@ -393,10 +420,10 @@ row!(PERMUTE, "permute", Layout, false, "`torch.permute`: output axis `i` is inp
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::Permute { perm: Vec::new() }), torch: "{x}.permute({perm})");
 binary!(ADD, "add", false, "`a + b`", "`s`", Saves::NOTHING, Add,
-    torch: "{lhs} + {rhs}"
+    torch: "{lhs} + {rhs}"; regimes: [RepeatedParent]
 );
 binary!(SUB, "sub", false, "`a - b`", "`s`", Saves::NOTHING, Sub,
-    torch: "{lhs} - {rhs}"
+    torch: "{lhs} - {rhs}"; regimes: [RepeatedParent]
 );
 binary!(
     MUL_ELEM,
@@ -406,7 +433,7 @@ binary!(
     "`s`",
     Saves::BOTH_OPERANDS,
     Mul,
-    torch: "{lhs} * {rhs}"
+    torch: "{lhs} * {rhs}"; regimes: [RepeatedParent]
 );
 binary!(
     MAX_ELEM,
@@ -416,7 +443,7 @@ binary!(
     "`s`",
     Saves::BOTH_OPERANDS,
     Max,
-    torch: "torch.maximum({lhs}, {rhs})"
+    torch: "torch.maximum({lhs}, {rhs})"; regimes: [RepeatedParent]
 );
 binary!(
     MIN_ELEM,
@@ -426,7 +453,7 @@ binary!(
     "`s`",
     Saves::BOTH_OPERANDS,
     Min,
-    torch: "torch.minimum({lhs}, {rhs})"
+    torch: "torch.minimum({lhs}, {rhs})"; regimes: [RepeatedParent]
 );
 binary!(
     DIV,
@@ -565,7 +592,7 @@ row!(LAYERNORM, "layernorm", Norm, false,
 row!(BROADCAST_TO, "broadcast_to", Layout, false,
      "PyTorch's right-aligned `expand` (see below)", "`to_shape`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
-     Proto::Op(|| Op::BroadcastTo { from: Shape::scalar(), to: Shape::scalar() }), torch: "{x}.expand({to_shape})");
+     Proto::Op(|| Op::BroadcastTo { from: Shape::scalar(), to: Shape::scalar() }), torch: "{x}.expand({to_shape})"; regimes: [BroadcastLastAxis, BroadcastLeadingAxes]);
 row!(RESHAPE, "reshape", Layout, false, "row-major; sizes equal", "`out_shape`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::Reshape { from: Shape::scalar(), to: Shape::scalar() }), torch: "{x}.reshape({out_shape})");
@@ -584,7 +611,7 @@ row!(SUM, "sum", Reduce, false, "sum of all elements (0 for an empty tensor)", "
      Proto::Op(|| Op::Sum), torch: "{x}.sum()");
 row!(MATMUL, "matmul", Linalg, false, "`[m,n]·[n,p]` or batched `[b,m,n]·[b,n,p]`; other ranks are errors", "`[m,p]` / `[b,m,p]`",
      operands: ["lhs", "rhs"], payload: 0, arity: Arity::Exact(2), saves: Saves::BOTH_OPERANDS,
-     Proto::Op(|| Op::MatMul), torch: "torch.matmul({lhs}, {rhs})");
+     Proto::Op(|| Op::MatMul), torch: "torch.matmul({lhs}, {rhs})"; regimes: [SquareRhs, BatchedSquareRhs]);
 row!(LINEAR, "linear", Linalg, false,
      "`y = x·Wᵀ + b` over the last axis, leading axes kept", "`s` with last axis `out`",
      operands: ["x", "weight", "bias"], payload: 2, arity: Arity::Exact(3),
@@ -595,21 +622,21 @@ operands: ["x", "weight", "bias"], payload: 2, arity: Arity::Exact(3),
 saves: Saves::BOTH_OPERANDS,
 Proto::Op(|| Op::Conv2d(Conv2dSpec {
     in_channels: 0, out_channels: 0, kernel_h: 0, kernel_w: 0, stride: 0, padding: 0,
-})), torch: "F.conv2d({x}, {weight}, {bias}, stride={stride}, padding={padding})");
+})), torch: "F.conv2d({x}, {weight}, {bias}, stride={stride}, padding={padding})"; regimes: [Padded, Strided]);
 row!(MAX_POOL2D, "max_pool2d", Pool, false, "max pooling over the last two axes", "`[C,H',W']` / `[N,C,H',W']`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
-     Proto::Op(|| pool(PoolKind::Max, false)), torch: "F.max_pool2d({x}, ({kH}, {kW}), stride={stride}, padding=0)");
+     Proto::Op(|| pool(PoolKind::Max, false)), torch: "F.max_pool2d({x}, ({kH}, {kW}), stride={stride}, padding=0)"; regimes: [Strided]);
 row!(AVG_POOL2D, "avg_pool2d", Pool, false, "average pooling over the last two axes", "`[C,H',W']` / `[N,C,H',W']`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
-     Proto::Op(|| pool(PoolKind::Avg, false)), torch: "F.avg_pool2d({x}, ({kH}, {kW}), stride={stride}, padding=0, count_include_pad=True)");
+     Proto::Op(|| pool(PoolKind::Avg, false)), torch: "F.avg_pool2d({x}, ({kH}, {kW}), stride={stride}, padding=0, count_include_pad=True)"; regimes: [Strided]);
 row!(MAX_POOL2D_PAD, "max_pool2d_pad", Pool, false,
      "max pooling with zero padding (padded cells never win)", "as above",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
-     Proto::Op(|| pool(PoolKind::Max, true)), torch: "F.max_pool2d({x}, ({kH}, {kW}), stride={stride}, padding={padding})");
+     Proto::Op(|| pool(PoolKind::Max, true)), torch: "F.max_pool2d({x}, ({kH}, {kW}), stride={stride}, padding={padding})"; regimes: [Padded, Strided]);
 row!(AVG_POOL2D_PAD, "avg_pool2d_pad", Pool, false,
      "average pooling with zero padding, counted in the divisor `kH·kW` (PyTorch's default)", "as above",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
-     Proto::Op(|| pool(PoolKind::Avg, true)), torch: "F.avg_pool2d({x}, ({kH}, {kW}), stride={stride}, padding={padding}, count_include_pad=True)");
+     Proto::Op(|| pool(PoolKind::Avg, true)), torch: "F.avg_pool2d({x}, ({kH}, {kW}), stride={stride}, padding={padding}, count_include_pad=True)"; regimes: [Padded, Strided]);
 row!(BATCH_NORM2D_NCHW_EVAL, "batch_norm2d_nchw_eval", Norm, false,
      "`(x − mean)/sqrt(max(var,0) + eps)·γ + β` per channel, channels on axis 1 (`[N,C,…]`)", "`s`",
      operands: ["x", "gamma", "beta", "mean", "var"], payload: 4, arity: Arity::Exact(5),
@@ -623,7 +650,7 @@ row!(BATCH_NORM2D_NCHW_TRAIN, "batch_norm2d_nchw_train", Norm, true,
      Proto::Op(|| Op::BatchNormTrain { channels: 0, eps: None }), torch: "F.batch_norm({x}, None, None, {gamma}, {beta}, training=True, eps={eps})");
 row!(CONCAT, "concat", Layout, false, "parents agree on every other axis", "sum of extents along `axis`",
      operands: ["x"], payload: 0, arity: Arity::AtLeast(2), saves: Saves::NOTHING,
-     Proto::Op(|| Op::Concat { axis: 0 }), torch: "torch.cat([{parents}], dim={axis})");
+     Proto::Op(|| Op::Concat { axis: 0 }), torch: "torch.cat([{parents}], dim={axis})"; regimes: [ThriceRepeated]);
 row!(SWAP_FIRST_TWO, "swap_first_two", Layout, false, "swap the two outermost axes (rank ≥ 2)", "`[n,m,…]`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::SwapFirstTwo), torch: "{x}.transpose(0, 1)");
