@@ -57,7 +57,27 @@ pub fn apply_update<D: Device>(
         state.push(Arg::Out(b.buffer_mut()?.mem_mut()));
     }
     let g = g.mem();
-    let (kernel, present, scalars): (&str, &[bool], Vec<Arg<'_, D>>) = match *rule {
+    let (kernel, present, scalars) = kernel_layout::<D>(rule);
+    // kernel parameters: p, the state slots, g, the scalars, n
+    let args = slots(state, present, g)
+        .into_iter()
+        .chain([Arg::In(g)])
+        .chain(scalars)
+        .chain([Arg::Index(len)]);
+    launch_into(
+        OPTIM.kernel(kernel),
+        Launch::for_items(n),
+        [p.buffer_mut()?],
+        args,
+    )
+}
+
+/// The kernel of `rule`, which of its state slots the rule uses (the others get the gradient's
+/// address) and its scalar arguments, in the kernel's parameter order.
+fn kernel_layout<'a, D: Device>(
+    rule: &UpdateRule,
+) -> (&'static str, &'static [bool], Vec<Arg<'a, D>>) {
+    match *rule {
         UpdateRule::Sgd {
             neg_lr,
             weight_decay,
@@ -165,19 +185,7 @@ pub fn apply_update<D: Device>(
                 Arg::F32(f(neg_clr)),
             ],
         ),
-    };
-    // kernel parameters: p, the state slots, g, the scalars, n
-    let args = slots(state, present, g)
-        .into_iter()
-        .chain([Arg::In(g)])
-        .chain(scalars)
-        .chain([Arg::Index(len)]);
-    launch_into(
-        OPTIM.kernel(kernel),
-        Launch::for_items(n),
-        [p.buffer_mut()?],
-        args,
-    )
+    }
 }
 
 /// The kernel's state slots, in order: the rule's buffers (`state`, in the rule's order) where
