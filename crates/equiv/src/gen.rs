@@ -16,6 +16,7 @@ use crate::regime::{targets, Regime, Target};
 use proptest::prelude::*;
 use torchlean_ir::{Graph, Node, OpKind, Payload};
 use torchlean_spec::ops::desc;
+use torchlean_spec::ops::desc::CheckRegime;
 use torchlean_spec::ops::{AttrMut, AttrVisitor};
 use torchlean_spec::{
     BinaryOp, Conv2dSpec, Op, PoolKind, PoolSpec, Reduction, Shape, Tensor, UnaryOp,
@@ -330,7 +331,7 @@ impl Step {
         match self {
             Step::SwapFirstTwo | Step::Transpose => (2, None),
             Step::Transpose3d => (3, Some(3)),
-            Step::MatMul if t.regime == Regime::BatchedSquareRhs => (3, Some(3)),
+            Step::MatMul if t.regime == Regime::Row(CheckRegime::BatchedSquareRhs) => (3, Some(3)),
             Step::Softmax
             | Step::LogSoftmax
             | Step::LayerNorm
@@ -597,7 +598,7 @@ impl Builder {
             self.push_op(Op::Binary(op), vec![x, rhs], vec![]);
             return;
         }
-        let rhs = if c.one_in(5) || self.forcing(Regime::RepeatedParent) {
+        let rhs = if c.one_in(5) || self.forcing(Regime::Row(CheckRegime::RepeatedParent)) {
             x // repeated parent
         } else {
             self.partner(c, &s, x)
@@ -659,7 +660,7 @@ impl Builder {
     }
 
     fn broadcast(&mut self, c: &mut Choices<'_>, x: usize) {
-        if self.forcing(Regime::BroadcastLastAxis) {
+        if self.forcing(Regime::Row(CheckRegime::BroadcastLastAxis)) {
             // `[n, 1] → [n, k]`, n ≥ 2
             let x = self.at_least_two(c, x);
             let n = self.shape(x).size();
@@ -675,7 +676,7 @@ impl Builder {
             );
             return;
         }
-        if self.forcing(Regime::BroadcastLeadingAxes) {
+        if self.forcing(Regime::Row(CheckRegime::BroadcastLeadingAxes)) {
             let from = self.shape(x);
             let mut to = vec![2 + c.pick(2)];
             to.extend_from_slice(from.dims());
@@ -838,7 +839,10 @@ impl Builder {
     }
 
     fn matmul(&mut self, c: &mut Choices<'_>, x: usize) {
-        for (regime, batched) in [(Regime::SquareRhs, false), (Regime::BatchedSquareRhs, true)] {
+        for (regime, batched) in [
+            (Regime::Row(CheckRegime::SquareRhs), false),
+            (Regime::Row(CheckRegime::BatchedSquareRhs), true),
+        ] {
             if self.forcing(regime) {
                 let (lhs, n) = self.square_lhs(c, x, batched);
                 let rs = if batched {
@@ -891,12 +895,12 @@ impl Builder {
         let img = self.image(c, x, batched, ch);
         let d = self.shape(img).dims().to_vec();
         let (h, w) = (d[d.len() - 2], d[d.len() - 1]);
-        let padding = if self.forcing(Regime::Padded) {
+        let padding = if self.forcing(Regime::Row(CheckRegime::Padded)) {
             1
         } else {
             c.pick(2)
         };
-        let stride = if self.forcing(Regime::Strided) {
+        let stride = if self.forcing(Regime::Row(CheckRegime::Strided)) {
             2
         } else {
             1 + c.pick(2)
@@ -931,7 +935,7 @@ impl Builder {
         let pad_kind = self
             .forced_kind()
             .map(|k| k == desc::MAX_POOL2D_PAD.name || k == desc::AVG_POOL2D_PAD.name);
-        let padded_windows = self.forcing(Regime::Padded);
+        let padded_windows = self.forcing(Regime::Row(CheckRegime::Padded));
         // padding 1 needs windows of at least 2 × 2 (padding ≤ kernel / 2); the images are
         // at least 2 × 2
         let least = if padded_windows { 2 } else { 1 };
@@ -942,7 +946,7 @@ impl Builder {
             _ if padded_windows => 1,
             _ => c.pick(kernel_h.min(kernel_w) / 2 + 1),
         };
-        let stride = if self.forcing(Regime::Strided) {
+        let stride = if self.forcing(Regime::Row(CheckRegime::Strided)) {
             2
         } else {
             1 + c.pick(2)
@@ -1014,7 +1018,7 @@ impl Builder {
         let axis = c.pick(s.rank());
         let mut parents = vec![x];
         let mut total = s.dims()[axis];
-        let thrice = self.forcing(Regime::ThriceRepeated);
+        let thrice = self.forcing(Regime::Row(CheckRegime::ThriceRepeated));
         let more = if thrice { 2 } else { 1 + c.pick(2) };
         for _ in 0..more {
             let p = if thrice || c.one_in(3) {

@@ -10,28 +10,16 @@ use std::collections::BTreeSet;
 use torchlean_ir::{Graph, Node, OpKind};
 use torchlean_spec::ops::desc::{self, CheckRegime};
 use torchlean_spec::Op;
+use CheckRegime::*;
 
 /// An attribute regime of a node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Regime {
     /// The kind at all.
     Any,
-    /// Padding > 0 (`conv2d`, the `_pad` pools): windows that cross the border.
-    Padded,
-    /// Stride > 1 (`conv2d`, pools): windows that skip cells.
-    Strided,
-    /// A parent appearing twice (`add(a, a)`, `mul_elem(x, x)`): the local-sum rule.
-    RepeatedParent,
-    /// A parent appearing three times (`concat(a, a, a)`): the local sum's order is observable.
-    ThriceRepeated,
-    /// A square right operand `[n, n]`, `n ≥ 2` (`matmul`): `B` and `Bᵀ` have the same shape.
-    SquareRhs,
-    /// A batched square right operand `[b, n, n]`, `n ≥ 2` (`matmul`).
-    BatchedSquareRhs,
-    /// A size-1 last axis expanded (`broadcast_to` `[…, 1] → […, k]`, k > 1, more than one row).
-    BroadcastLastAxis,
-    /// New leading axes (`broadcast_to` to a higher rank).
-    BroadcastLeadingAxes,
+    /// A regime an op's row lists (`OpDesc::regimes`: padding, strides, a repeated parent, a
+    /// square right operand, a broadcast's axes; each documented in `spec`).
+    Row(CheckRegime),
     /// Every attribute that has a default at it, left out where the IR can say so
     /// (`Op::at_defaults`: `layernorm` without `eps`, `gelu` "none", …), for every kind with
     /// such an attribute (`OpDesc::has_defaults`).
@@ -45,14 +33,14 @@ impl Regime {
     pub fn label(self) -> &'static str {
         match self {
             Regime::Any => "any",
-            Regime::Padded => "padded",
-            Regime::Strided => "stride>1",
-            Regime::RepeatedParent => "repeated parent",
-            Regime::ThriceRepeated => "parent x3",
-            Regime::SquareRhs => "square rhs",
-            Regime::BatchedSquareRhs => "batched square rhs",
-            Regime::BroadcastLastAxis => "last axis",
-            Regime::BroadcastLeadingAxes => "leading axes",
+            Regime::Row(Padded) => "padded",
+            Regime::Row(Strided) => "stride>1",
+            Regime::Row(RepeatedParent) => "repeated parent",
+            Regime::Row(ThriceRepeated) => "parent x3",
+            Regime::Row(SquareRhs) => "square rhs",
+            Regime::Row(BatchedSquareRhs) => "batched square rhs",
+            Regime::Row(BroadcastLastAxis) => "last axis",
+            Regime::Row(BroadcastLeadingAxes) => "leading axes",
             Regime::Default => "default left out",
             Regime::Explicit => "explicit",
         }
@@ -71,25 +59,27 @@ impl Regime {
         };
         match (self, op) {
             (Regime::Any, _) => true,
-            (Regime::Padded, Op::Pool(s)) => s.padding > 0,
-            (Regime::Padded, Op::Conv2d(s)) => s.padding > 0,
-            (Regime::Strided, Op::Pool(s)) => s.stride > 1,
-            (Regime::Strided, Op::Conv2d(s)) => s.stride > 1,
-            (Regime::RepeatedParent, _) => times(2),
-            (Regime::ThriceRepeated, _) => times(3),
-            (Regime::SquareRhs | Regime::BatchedSquareRhs, Op::MatMul) => {
-                let rank = if self == Regime::SquareRhs { 2 } else { 3 };
+            (Regime::Row(Padded), Op::Pool(s)) => s.padding > 0,
+            (Regime::Row(Padded), Op::Conv2d(s)) => s.padding > 0,
+            (Regime::Row(Strided), Op::Pool(s)) => s.stride > 1,
+            (Regime::Row(Strided), Op::Conv2d(s)) => s.stride > 1,
+            (Regime::Row(RepeatedParent), _) => times(2),
+            (Regime::Row(ThriceRepeated), _) => times(3),
+            (Regime::Row(SquareRhs) | Regime::Row(BatchedSquareRhs), Op::MatMul) => {
+                let rank = if self == Regime::Row(SquareRhs) { 2 } else { 3 };
                 shape_of(1).is_some_and(|s| {
                     let d = s.dims();
                     d.len() == rank && d[rank - 1] == d[rank - 2] && d[rank - 1] >= 2
                 })
             }
-            (Regime::BroadcastLastAxis, Op::BroadcastTo { from, to }) => {
+            (Regime::Row(BroadcastLastAxis), Op::BroadcastTo { from, to }) => {
                 from.dims().last() == Some(&1)
                     && to.dims().last().is_some_and(|&k| k > 1)
                     && from.size() > 1
             }
-            (Regime::BroadcastLeadingAxes, Op::BroadcastTo { from, to }) => to.rank() > from.rank(),
+            (Regime::Row(BroadcastLeadingAxes), Op::BroadcastTo { from, to }) => {
+                to.rank() > from.rank()
+            }
             (Regime::Default, op) => op.desc().has_defaults() && op.at_defaults(),
             (Regime::Explicit, op) => op.desc().has_defaults() && !op.at_defaults(),
             _ => false,
@@ -115,28 +105,13 @@ impl Target {
     }
 }
 
-impl From<CheckRegime> for Regime {
-    fn from(r: CheckRegime) -> Regime {
-        match r {
-            CheckRegime::Padded => Regime::Padded,
-            CheckRegime::Strided => Regime::Strided,
-            CheckRegime::RepeatedParent => Regime::RepeatedParent,
-            CheckRegime::ThriceRepeated => Regime::ThriceRepeated,
-            CheckRegime::SquareRhs => Regime::SquareRhs,
-            CheckRegime::BatchedSquareRhs => Regime::BatchedSquareRhs,
-            CheckRegime::BroadcastLastAxis => Regime::BroadcastLastAxis,
-            CheckRegime::BroadcastLeadingAxes => Regime::BroadcastLeadingAxes,
-        }
-    }
-}
-
 /// The regimes beyond [`Regime::Any`] that change the maths, per kind, read off the rows: each
 /// row's own (`OpDesc::regimes`), and for every kind with a defaulted attribute, at its
 /// defaults and off them.
 fn special() -> Vec<(&'static str, Regime)> {
     let mut v = Vec::new();
     for d in desc::OPS.iter() {
-        v.extend(d.regimes.iter().map(|&r| (d.name, Regime::from(r))));
+        v.extend(d.regimes.iter().map(|&r| (d.name, Regime::Row(r))));
         if d.has_defaults() {
             v.push((d.name, Regime::Default));
             v.push((d.name, Regime::Explicit));
@@ -195,7 +170,6 @@ mod tests {
     fn the_rows_list_the_regimes_the_hand_written_table_had() {
         // the table as it was written here before the rows carried it
         use torchlean_spec::BinaryOp;
-        use Regime::*;
         let mut want: BTreeSet<(&str, Regime)> = [
             (desc::AVG_POOL2D_PAD.name, Padded),
             (desc::MAX_POOL2D_PAD.name, Padded),
@@ -212,14 +186,15 @@ mod tests {
             (desc::BROADCAST_TO.name, BroadcastLeadingAxes),
         ]
         .into_iter()
+        .map(|(kind, r)| (kind, Regime::Row(r)))
         .collect();
         // every binary function but `div` (whose divisor is made positive, a new node)
         for b in BinaryOp::ALL.iter().filter(|&&b| b != BinaryOp::Div) {
-            want.insert((b.name(), RepeatedParent));
+            want.insert((b.name(), Regime::Row(RepeatedParent)));
         }
         for d in desc::OPS.iter().filter(|d| d.has_defaults()) {
-            want.insert((d.name, Default));
-            want.insert((d.name, Explicit));
+            want.insert((d.name, Regime::Default));
+            want.insert((d.name, Regime::Explicit));
         }
         let got: BTreeSet<(&str, Regime)> = special().into_iter().collect();
         assert_eq!(got, want);
