@@ -487,19 +487,38 @@ fn static_name(name: &str) -> &'static str {
 }
 
 /// The buffers named `names`, mutably, in that order.
-fn buffers_mut<'m, T>(
-    buffers: &'m mut BTreeMap<String, Vec<T>>,
-    names: &[&str],
-) -> Vec<&'m mut [T]> {
-    let mut out: Vec<Option<&'m mut [T]>> = names.iter().map(|_| None).collect();
+fn in_order<'m, B>(buffers: &'m mut BTreeMap<String, B>, names: &[&str]) -> Vec<&'m mut B> {
+    let mut out: Vec<Option<&'m mut B>> = names.iter().map(|_| None).collect();
     for (key, value) in buffers.iter_mut() {
         if let Some(i) = names.iter().position(|n| n == key) {
-            out[i] = Some(value.as_mut_slice());
+            out[i] = Some(value);
         }
     }
     out.into_iter()
         .map(|b| b.expect("the state was created or validated with every buffer"))
         .collect()
+}
+
+/// The part of one parameter's step both optimizers share: counts the step, creates the
+/// buffers the rule needs that the state lacks (SGD's momentum buffer at its first step, from
+/// `zeros`; it then takes the gradient), and returns the rule with the buffers in its order.
+fn prepare_step<'s, B>(
+    config: &OptimConfig,
+    lr: f64,
+    step: &mut u64,
+    buffers: &'s mut BTreeMap<String, B>,
+    zeros: impl Fn() -> Result<B>,
+) -> Result<(UpdateRule, Vec<&'s mut B>)> {
+    *step += 1;
+    let names = config.step_buffers();
+    let first_momentum = names.first().is_some_and(|b| !buffers.contains_key(*b));
+    for b in &names {
+        if !buffers.contains_key(*b) {
+            buffers.insert((*b).to_owned(), zeros()?);
+        }
+    }
+    let rule = config.rule(lr, *step, first_momentum);
+    Ok((rule, in_order(buffers, &names)))
 }
 
 impl<T: Element> Optimizer<T> {
@@ -559,19 +578,14 @@ impl<T: Element> Optimizer<T> {
                 .state
                 .get_mut(p.name)
                 .expect("inserted just above when absent");
-            state.step += 1;
-            let names = self.config.step_buffers();
-            let first_momentum = names
-                .first()
-                .is_some_and(|b| !state.buffers.contains_key(*b));
-            for name in &names {
-                if !state.buffers.contains_key(*name) {
-                    // SGD's momentum buffer, created at its first step (it takes the gradient)
-                    state.buffers.insert((*name).to_owned(), vec![T::zero(); n]);
-                }
-            }
-            let rule = self.config.rule(lr, state.step, first_momentum);
-            let mut buffers = buffers_mut(&mut state.buffers, &names);
+            let (rule, buffers) = prepare_step(
+                &self.config,
+                lr,
+                &mut state.step,
+                &mut state.buffers,
+                || Ok(vec![T::zero(); n]),
+            )?;
+            let mut buffers: Vec<&mut [T]> = buffers.into_iter().map(Vec::as_mut_slice).collect();
             rule.apply(p.value, p.grad, &mut buffers);
         }
         Ok(())
@@ -639,7 +653,6 @@ impl<V: TrainValue> EngineOptimizer<V> {
                 Some((buffer_what(key), size(data)))
             },
         )?;
-        let names = self.config.step_buffers();
         for (name, value, grad) in params.iter_mut() {
             if !self.state.contains_key(*name) {
                 let fresh = self.fresh_state(value.shape_of())?;
@@ -649,32 +662,14 @@ impl<V: TrainValue> EngineOptimizer<V> {
                 .state
                 .get_mut(*name)
                 .expect("inserted just above when absent");
-            state.step += 1;
-            let first_momentum = names
-                .first()
-                .is_some_and(|b| !state.buffers.contains_key(*b));
-            for b in &names {
-                if !state.buffers.contains_key(*b) {
-                    // SGD's momentum buffer, created at its first step (it takes the gradient)
-                    state
-                        .buffers
-                        .insert((*b).to_owned(), engine_full(value.shape_of(), 0.0)?);
-                }
-            }
-            let rule = self.config.rule(lr, state.step, first_momentum);
-            let mut ordered: Vec<&mut V> = Vec::with_capacity(names.len());
-            let mut by_name: Vec<(&str, &mut V)> = state
-                .buffers
-                .iter_mut()
-                .map(|(k, v)| (k.as_str(), v))
-                .collect();
-            for b in &names {
-                let at = by_name
-                    .iter()
-                    .position(|(k, _)| k == b)
-                    .expect("every buffer of the rule was created above");
-                ordered.push(by_name.swap_remove(at).1);
-            }
+            let shape = value.shape_of().clone();
+            let (rule, mut ordered) = prepare_step(
+                &self.config,
+                lr,
+                &mut state.step,
+                &mut state.buffers,
+                || engine_full(&shape, 0.0),
+            )?;
             V::apply_update(&rule, value, grad, &mut ordered)?;
         }
         Ok(())
