@@ -47,22 +47,49 @@ fn case(name: impl Into<String>, op: Op, inputs: Vec<Tensor<f64>>) -> OpCase {
 /// Every op on edge and ordinary shapes.
 pub fn op_cases() -> Vec<OpCase> {
     let mut out = Vec::new();
-    let mut salt = 1u64;
-    let mut next = || {
-        salt += 1;
-        salt
-    };
-    let elementwise_shapes: [&[usize]; 5] = [&[7], &[2, 3], &[1, 1], &[0], &[5, 33, 3]];
+    let salt = &mut Salt(1);
+    unary_cases(&mut out, salt);
+    binary_cases(&mut out, salt);
+    clamp_cases(&mut out, salt);
+    softmax_cases(&mut out, salt);
+    layer_norm_cases(&mut out, salt);
+    layout_cases(&mut out, salt);
+    reduce_cases(&mut out, salt);
+    cross_entropy_cases(&mut out, salt);
+    linalg_cases(&mut out, salt);
+    conv_pool_cases(&mut out, salt);
+    batch_norm_cases(&mut out, salt);
+    concat_cases(&mut out);
+    random_cases(&mut out);
+    shape_error_cases(&mut out);
+    out
+}
 
+/// The seed of the next random operand: each case draws fresh values.
+struct Salt(u64);
+
+impl Salt {
+    fn next(&mut self) -> u64 {
+        self.0 += 1;
+        self.0
+    }
+}
+
+const ELEMENTWISE_SHAPES: [&[usize]; 5] = [&[7], &[2, 3], &[1, 1], &[0], &[5, 33, 3]];
+
+/// Unary ops on ordinary and empty shapes, at their kinks, and gelu in its tails.
+fn unary_cases(out: &mut Vec<OpCase>, salt: &mut Salt) {
     for u in UnaryOp::ALL {
-        for shape in elementwise_shapes {
+        for shape in ELEMENTWISE_SHAPES {
             let x = match u {
-                UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Inv => uniform(shape, next(), 0.25, 3.0),
-                UnaryOp::Abs | UnaryOp::Relu => signed_away_from_zero(shape, next(), 0.05),
-                UnaryOp::Exp | UnaryOp::Softplus => uniform(shape, next(), -4.0, 4.0),
+                UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Inv => {
+                    uniform(shape, salt.next(), 0.25, 3.0)
+                }
+                UnaryOp::Abs | UnaryOp::Relu => signed_away_from_zero(shape, salt.next(), 0.05),
+                UnaryOp::Exp | UnaryOp::Softplus => uniform(shape, salt.next(), -4.0, 4.0),
                 // both tails and the curved middle
-                UnaryOp::Gelu(_) => uniform(shape, next(), -6.0, 6.0),
-                _ => uniform(shape, next(), -2.0, 2.0),
+                UnaryOp::Gelu(_) => uniform(shape, salt.next(), -6.0, 6.0),
+                _ => uniform(shape, salt.next(), -2.0, 2.0),
             };
             let name = match u {
                 UnaryOp::Gelu(a) => format!("gelu_{}", a.wire()),
@@ -97,17 +124,20 @@ pub fn op_cases() -> Vec<OpCase> {
             vec![Tensor::new([6], vec![-30.0, -9.0, -1e-8, 0.0, 1e-8, 40.0]).expect("6 values")],
         ));
     }
+}
 
+/// Binary ops, ties of max/min, and the scalar ops.
+fn binary_cases(out: &mut Vec<OpCase>, salt: &mut Salt) {
     for b in BinaryOp::ALL {
-        for shape in elementwise_shapes {
+        for shape in ELEMENTWISE_SHAPES {
             let (x, y) = match b {
                 BinaryOp::Div => (
-                    uniform(shape, next(), -2.0, 2.0),
-                    uniform(shape, next(), 0.5, 2.0),
+                    uniform(shape, salt.next(), -2.0, 2.0),
+                    uniform(shape, salt.next(), 0.5, 2.0),
                 ),
                 _ => (
-                    uniform(shape, next(), -2.0, 2.0),
-                    uniform(shape, next(), -2.0, 2.0),
+                    uniform(shape, salt.next(), -2.0, 2.0),
+                    uniform(shape, salt.next(), -2.0, 2.0),
                 ),
             };
             out.push(case(
@@ -130,13 +160,17 @@ pub fn op_cases() -> Vec<OpCase> {
     out.push(case(
         "scale",
         Op::Scale { c: -1.75 },
-        vec![uniform(&[3, 5], next(), -2.0, 2.0)],
+        vec![uniform(&[3, 5], salt.next(), -2.0, 2.0)],
     ));
     out.push(case(
         "add_scalar",
         Op::AddScalar { c: 0.375 },
-        vec![uniform(&[4, 1], next(), -2.0, 2.0)],
+        vec![uniform(&[4, 1], salt.next(), -2.0, 2.0)],
     ));
+}
+
+/// Clamp with every bound combination, at its bounds, a min above the max; detach.
+fn clamp_cases(out: &mut Vec<OpCase>, salt: &mut Salt) {
     for (min, max) in [
         (Some(-0.5), Some(0.75)),
         (Some(0.0), None),
@@ -148,7 +182,7 @@ pub fn op_cases() -> Vec<OpCase> {
             out.push(case(
                 format!("clamp_{min:?}_{max:?}_{shape:?}"),
                 Op::Clamp { min, max },
-                vec![uniform(shape, next(), -2.0, 2.0)],
+                vec![uniform(shape, salt.next(), -2.0, 2.0)],
             ));
         }
     }
@@ -167,14 +201,17 @@ pub fn op_cases() -> Vec<OpCase> {
             min: Some(1.0),
             max: Some(0.0),
         },
-        vec![uniform(&[3], next(), -2.0, 2.0)],
+        vec![uniform(&[3], salt.next(), -2.0, 2.0)],
     ));
     out.push(case(
         "detach",
         Op::Detach,
-        vec![uniform(&[2, 2], next(), -2.0, 2.0)],
+        vec![uniform(&[2, 2], salt.next(), -2.0, 2.0)],
     ));
+}
 
+/// Softmax and log-softmax over each axis, with an empty axis.
+fn softmax_cases(out: &mut Vec<OpCase>, salt: &mut Salt) {
     for (shape, axis) in [
         (&[3, 1, 5][..], 2usize),
         (&[3, 1, 5], 0),
@@ -183,7 +220,7 @@ pub fn op_cases() -> Vec<OpCase> {
         (&[16, 257], 1),
         (&[2, 0], 0),
     ] {
-        let x = uniform(shape, next(), -3.0, 3.0);
+        let x = uniform(shape, salt.next(), -3.0, 3.0);
         out.push(case(
             format!("softmax_{shape:?}_axis{axis}"),
             Op::Softmax { axis },
@@ -195,6 +232,10 @@ pub fn op_cases() -> Vec<OpCase> {
             vec![x],
         ));
     }
+}
+
+/// Layer norm over each axis.
+fn layer_norm_cases(out: &mut Vec<OpCase>, salt: &mut Salt) {
     for (shape, axis) in [
         (&[2, 3, 4][..], 0usize),
         (&[2, 3, 4], 1),
@@ -208,9 +249,13 @@ pub fn op_cases() -> Vec<OpCase> {
                 axis,
                 eps: Some(1e-5),
             },
-            vec![uniform(shape, next(), -2.0, 2.0)],
+            vec![uniform(shape, salt.next(), -2.0, 2.0)],
         ));
     }
+}
+
+/// Broadcast, reshape, flatten, permute, the transposes and slices.
+fn layout_cases(out: &mut Vec<OpCase>, salt: &mut Salt) {
     for (from, to) in [
         (&[][..], &[3, 4][..]),
         (&[3], &[2, 3]),
@@ -225,7 +270,7 @@ pub fn op_cases() -> Vec<OpCase> {
                 from: Shape::from(from),
                 to: Shape::from(to),
             },
-            vec![uniform(from, next(), -2.0, 2.0)],
+            vec![uniform(from, salt.next(), -2.0, 2.0)],
         ));
     }
     for (from, to) in [
@@ -240,7 +285,7 @@ pub fn op_cases() -> Vec<OpCase> {
                 from: Shape::from(from),
                 to: Shape::from(to),
             },
-            vec![uniform(from, next(), -1.0, 1.0)],
+            vec![uniform(from, salt.next(), -1.0, 1.0)],
         ));
     }
     for from in [&[3, 4][..], &[2, 1, 3], &[][..], &[0, 2]] {
@@ -249,7 +294,7 @@ pub fn op_cases() -> Vec<OpCase> {
             Op::Flatten {
                 from: Shape::from(from),
             },
-            vec![uniform(from, next(), -1.0, 1.0)],
+            vec![uniform(from, salt.next(), -1.0, 1.0)],
         ));
     }
     for (shape, perm) in [
@@ -261,23 +306,23 @@ pub fn op_cases() -> Vec<OpCase> {
         out.push(case(
             format!("permute_{shape:?}_{perm:?}"),
             Op::Permute { perm },
-            vec![uniform(shape, next(), -1.0, 1.0)],
+            vec![uniform(shape, salt.next(), -1.0, 1.0)],
         ));
     }
     out.push(case(
         "swap_first_two",
         Op::SwapFirstTwo,
-        vec![uniform(&[3, 4, 2], next(), -1.0, 1.0)],
+        vec![uniform(&[3, 4, 2], salt.next(), -1.0, 1.0)],
     ));
     out.push(case(
         "transpose3d_last_two",
         Op::Transpose3dLastTwo,
-        vec![uniform(&[2, 3, 5], next(), -1.0, 1.0)],
+        vec![uniform(&[2, 3, 5], salt.next(), -1.0, 1.0)],
     ));
     out.push(case(
         "transpose_0_2",
         Op::Transpose { dim0: 0, dim1: 2 },
-        vec![uniform(&[2, 3, 5], next(), -1.0, 1.0)],
+        vec![uniform(&[2, 3, 5], salt.next(), -1.0, 1.0)],
     ));
     for (shape, axis, start, len) in [
         (&[2, 7][..], 1usize, 4usize, 3usize),
@@ -292,7 +337,7 @@ pub fn op_cases() -> Vec<OpCase> {
         out.push(case(
             format!("slice_{shape:?}_axis{axis}_{start}+{len}"),
             Op::Slice { axis, start, len },
-            vec![uniform(shape, next(), -1.0, 1.0)],
+            vec![uniform(shape, salt.next(), -1.0, 1.0)],
         ));
     }
     out.push(case(
@@ -302,14 +347,17 @@ pub fn op_cases() -> Vec<OpCase> {
             start: 5,
             len: 3,
         },
-        vec![uniform(&[2, 7], next(), -1.0, 1.0)],
+        vec![uniform(&[2, 7], salt.next(), -1.0, 1.0)],
     ));
     out.push(case(
         "transpose_big",
         Op::Transpose { dim0: 0, dim1: 1 },
-        vec![uniform(&[65, 130], next(), -1.0, 1.0)],
+        vec![uniform(&[65, 130], salt.next(), -1.0, 1.0)],
     ));
+}
 
+/// Axis reductions, full sums and the MSE loss, with empty operands.
+fn reduce_cases(out: &mut Vec<OpCase>, salt: &mut Salt) {
     for (shape, axis) in [
         (&[3, 5, 2][..], 1usize),
         (&[3, 5, 2], 0),
@@ -321,30 +369,33 @@ pub fn op_cases() -> Vec<OpCase> {
         out.push(case(
             format!("reduce_sum_{shape:?}_axis{axis}"),
             Op::ReduceSum { axis },
-            vec![uniform(shape, next(), -1.0, 1.0)],
+            vec![uniform(shape, salt.next(), -1.0, 1.0)],
         ));
         out.push(case(
             format!("reduce_mean_{shape:?}_axis{axis}"),
             Op::ReduceMean { axis },
-            vec![uniform(shape, next(), -1.0, 1.0)],
+            vec![uniform(shape, salt.next(), -1.0, 1.0)],
         ));
     }
     for shape in [&[2, 3][..], &[0], &[], &[1000]] {
         out.push(case(
             format!("sum_{shape:?}"),
             Op::Sum,
-            vec![uniform(shape, next(), -1.0, 1.0)],
+            vec![uniform(shape, salt.next(), -1.0, 1.0)],
         ));
         out.push(case(
             format!("mse_loss_{shape:?}"),
             Op::MseLoss,
             vec![
-                uniform(shape, next(), -1.0, 1.0),
-                uniform(shape, next(), -1.0, 1.0),
+                uniform(shape, salt.next(), -1.0, 1.0),
+                uniform(shape, salt.next(), -1.0, 1.0),
             ],
         ));
     }
+}
 
+/// Cross-entropy in every reduction, far beyond exp's range, and bad class ids.
+fn cross_entropy_cases(out: &mut Vec<OpCase>, salt: &mut Salt) {
     for reduction in Reduction::ALL {
         for (n, classes, scale) in [
             (4usize, 3usize, 2.0),
@@ -358,7 +409,7 @@ pub fn op_cases() -> Vec<OpCase> {
                 format!("cross_entropy_{}_{n}x{classes}_s{scale}", reduction.wire()),
                 Op::CrossEntropy { reduction },
                 vec![
-                    uniform(&[n, classes], next(), -scale, scale),
+                    uniform(&[n, classes], salt.next(), -scale, scale),
                     Tensor::new([n], ids).expect("one id per row"),
                 ],
             ));
@@ -372,12 +423,15 @@ pub fn op_cases() -> Vec<OpCase> {
                 reduction: Reduction::Mean,
             },
             vec![
-                uniform(&[2, 3], next(), -1.0, 1.0),
+                uniform(&[2, 3], salt.next(), -1.0, 1.0),
                 Tensor::new([2], vec![0.0, bad]).expect("2 ids"),
             ],
         ));
     }
+}
 
+/// Matrix products and linear layers.
+fn linalg_cases(out: &mut Vec<OpCase>, salt: &mut Salt) {
     for (a, b) in [
         (&[5, 7][..], &[7, 3][..]),
         (&[1, 1], &[1, 1]),
@@ -389,7 +443,10 @@ pub fn op_cases() -> Vec<OpCase> {
         out.push(case(
             format!("matmul_{a:?}x{b:?}"),
             Op::MatMul,
-            vec![uniform(a, next(), -1.0, 1.0), uniform(b, next(), -1.0, 1.0)],
+            vec![
+                uniform(a, salt.next(), -1.0, 1.0),
+                uniform(b, salt.next(), -1.0, 1.0),
+            ],
         ));
     }
     for (x, o) in [
@@ -405,12 +462,16 @@ pub fn op_cases() -> Vec<OpCase> {
             format!("linear_{x:?}_to_{o}"),
             Op::Linear,
             vec![
-                uniform(x, next(), -1.0, 1.0),
-                uniform(&[o, i], next(), -1.0, 1.0),
-                uniform(&[o], next(), -1.0, 1.0),
+                uniform(x, salt.next(), -1.0, 1.0),
+                uniform(&[o, i], salt.next(), -1.0, 1.0),
+                uniform(&[o], salt.next(), -1.0, 1.0),
             ],
         ));
     }
+}
+
+/// Convolutions and pools, padded and strided, with a max-pool tie.
+fn conv_pool_cases(out: &mut Vec<OpCase>, salt: &mut Salt) {
     for (x, oc, kh, kw, stride, padding) in [
         (&[2, 6, 5][..], 3usize, 3usize, 2usize, 2usize, 1usize),
         (&[2, 3, 5, 5], 2, 3, 3, 1, 0),
@@ -432,9 +493,9 @@ pub fn op_cases() -> Vec<OpCase> {
             format!("conv2d_{x:?}_o{oc}_k{kh}x{kw}_s{stride}_p{padding}"),
             Op::Conv2d(spec),
             vec![
-                uniform(x, next(), -1.0, 1.0),
-                uniform(&[oc, c, kh, kw], next(), -1.0, 1.0),
-                uniform(&[oc], next(), -1.0, 1.0),
+                uniform(x, salt.next(), -1.0, 1.0),
+                uniform(&[oc, c, kh, kw], salt.next(), -1.0, 1.0),
+                uniform(&[oc], salt.next(), -1.0, 1.0),
             ],
         ));
     }
@@ -457,7 +518,7 @@ pub fn op_cases() -> Vec<OpCase> {
             out.push(case(
                 format!("{}_{x:?}_k{kh}x{kw}_s{stride}_p{padding}", spec.name()),
                 Op::Pool(spec),
-                vec![uniform(x, next(), -2.0, 2.0)],
+                vec![uniform(x, salt.next(), -2.0, 2.0)],
             ));
         }
     }
@@ -474,6 +535,10 @@ pub fn op_cases() -> Vec<OpCase> {
         }),
         vec![Tensor::new([1, 2, 2], vec![3.0, 3.0, 1.0, 3.0]).expect("4 values")],
     ));
+}
+
+/// Batch norm in eval and train mode, one value per channel, an empty batch.
+fn batch_norm_cases(out: &mut Vec<OpCase>, salt: &mut Salt) {
     for x in [&[2, 3, 2, 2][..], &[4, 3], &[1, 3, 5]] {
         out.push(case(
             format!("batch_norm_{x:?}"),
@@ -482,11 +547,11 @@ pub fn op_cases() -> Vec<OpCase> {
                 eps: 1e-5,
             },
             vec![
-                uniform(x, next(), -2.0, 2.0),
-                uniform(&[3], next(), 0.5, 1.5),
-                uniform(&[3], next(), -0.5, 0.5),
-                uniform(&[3], next(), -0.5, 0.5),
-                uniform(&[3], next(), 0.5, 2.0),
+                uniform(x, salt.next(), -2.0, 2.0),
+                uniform(&[3], salt.next(), 0.5, 1.5),
+                uniform(&[3], salt.next(), -0.5, 0.5),
+                uniform(&[3], salt.next(), -0.5, 0.5),
+                uniform(&[3], salt.next(), 0.5, 2.0),
             ],
         ));
     }
@@ -503,13 +568,16 @@ pub fn op_cases() -> Vec<OpCase> {
             format!("batch_norm_train_{x:?}_eps{eps:?}"),
             Op::BatchNormTrain { channels: c, eps },
             vec![
-                uniform(x, next(), -2.0, 3.0),
-                uniform(&[c], next(), 0.5, 1.5),
-                uniform(&[c], next(), -0.5, 0.5),
+                uniform(x, salt.next(), -2.0, 3.0),
+                uniform(&[c], salt.next(), 0.5, 1.5),
+                uniform(&[c], salt.next(), -0.5, 0.5),
             ],
         ));
     }
+}
 
+/// Concatenation along each axis.
+fn concat_cases(out: &mut Vec<OpCase>) {
     for (shapes, axis) in [
         (vec![&[2, 1][..], &[2, 3], &[2, 2]], 1usize),
         (vec![&[1, 3][..], &[2, 3]], 0),
@@ -523,6 +591,10 @@ pub fn op_cases() -> Vec<OpCase> {
             shapes.iter().map(|s| uniform(s, 99, -1.0, 1.0)).collect(),
         ));
     }
+}
+
+/// The random ops.
+fn random_cases(out: &mut Vec<OpCase>) {
     out.push(case(
         "rand_uniform",
         Op::RandUniform {
@@ -541,6 +613,10 @@ pub fn op_cases() -> Vec<OpCase> {
         },
         vec![Tensor::scalar(0.6)],
     ));
+}
+
+/// Shape errors must be errors on every engine.
+fn shape_error_cases(out: &mut Vec<OpCase>) {
     // shape errors must be errors on every engine
     out.push(case(
         "matmul_shape_error",
@@ -555,5 +631,4 @@ pub fn op_cases() -> Vec<OpCase> {
         Op::Binary(BinaryOp::Add),
         vec![uniform(&[2], 1, -1.0, 1.0), uniform(&[3], 2, -1.0, 1.0)],
     ));
-    out
 }
