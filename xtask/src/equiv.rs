@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Instant;
-use torchlean_engine_cpu::{with_threads, CpuF32, CpuF64};
-use torchlean_engine_cuda::{CudaF32, EmuF32};
+use torchlean_engine_cpu::with_threads;
+use torchlean_engines::{with_engine, DType, Engine, EngineName};
 use torchlean_equiv::{
     check, replay, CheckConfig, Counterexample, EngineOf, EngineUnderTest, Fault, Faulty,
     UnknownFault, WithFault,
@@ -30,6 +30,19 @@ pub enum EngineSel {
     CudaEmu,
     /// The host engines: reference and cpu (the CUDA engines are asked for by name)
     All,
+}
+
+impl EngineSel {
+    /// The engines this selection names.
+    fn names(self) -> &'static [EngineName] {
+        match self {
+            Self::Reference => &[EngineName::Reference],
+            Self::Cpu => &[EngineName::Cpu],
+            Self::Cuda => &[EngineName::Cuda],
+            Self::CudaEmu => &[EngineName::CudaEmu],
+            Self::All => &[EngineName::Reference, EngineName::Cpu],
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -137,31 +150,40 @@ fn config(args: &EquivArgs, seed: u64, out_dir: Option<PathBuf>) -> CheckConfig 
     }
 }
 
-/// The engine labelled `name` (`Kernels::ENGINE`), compared as every run compares it: the one
-/// dispatch from a label to an engine, for the flags and for replays. The CUDA engine needs a
-/// device and its emulation a C++ compiler: an error says why one is missing.
-fn engine_named(name: &str) -> Result<Box<dyn EngineUnderTest>, String> {
-    Ok(match name {
-        "reference-f64" => Box::new(EngineOf::<Tensor<f64>>::bitwise()),
-        "reference-f32" => Box::new(EngineOf::<Tensor<f32>>::with_tolerance(F32_TOLERANCE)),
-        "cpu-f64" => Box::new(EngineOf::<CpuF64>::with_tolerance(F64_TOLERANCE)),
-        "cpu-f32" => Box::new(EngineOf::<CpuF32>::with_tolerance(F32_TOLERANCE)),
-        "cuda-emu-f32" => {
-            torchlean_engine_cuda::emulation_ready()
-                .map_err(|e| format!("--engine cuda-emu is not available: {e}"))?;
-            Box::new(EngineOf::<EmuF32>::with_tolerance(F32_TOLERANCE))
-        }
-        "cuda-f32" => {
-            let info = torchlean_engine_cuda::probe()
-                .map_err(|why| format!("there is no CUDA device: {why}"))?;
+/// The engine labelled `label` (`Kernels::ENGINE`, or a faulty engine's label), compared as
+/// every run compares it: the one dispatch from a label to an engine, for the flags and for
+/// replays.
+fn engine_named(label: &str) -> Result<Box<dyn EngineUnderTest>, String> {
+    match Engine::of_label(label) {
+        Ok(engine) => engine_under_test(engine),
+        Err(_) => faulty_engine(label),
+    }
+}
+
+/// `engine` as the checks compare it: the reference f64 engine bit for bit (it is the
+/// baseline), every other within its dtype's tolerance. The CUDA engine needs a device and its
+/// emulation a C++ compiler: the error says why one is missing.
+fn engine_under_test(engine: Engine) -> Result<Box<dyn EngineUnderTest>, String> {
+    engine.ready().map_err(|e| e.to_string())?;
+    if engine == Engine::CudaF32 {
+        if let Ok(info) = torchlean_engine_cuda::probe() {
             eprintln!(
                 "cuda: {} (compute capability {}.{})",
                 info.name, info.compute_capability.0, info.compute_capability.1
             );
-            Box::new(EngineOf::<CudaF32>::with_tolerance(F32_TOLERANCE))
         }
-        _ => return faulty_engine(name),
-    })
+    }
+    let tolerance = match engine.dtype() {
+        DType::F32 => F32_TOLERANCE,
+        DType::F64 => F64_TOLERANCE,
+    };
+    Ok(
+        with_engine!(engine, V => Box::new(if engine == Engine::ReferenceF64 {
+            EngineOf::<V>::bitwise()
+        } else {
+            EngineOf::<V>::with_tolerance(tolerance)
+        })),
+    )
 }
 
 /// The reference f64 engine with the fault its label `faulty-NAME-f64` names.
@@ -194,47 +216,36 @@ impl WithFault for FaultyReference {
 }
 
 /// The engines the flags select, the reference f64 engine first (the baseline of every other
-/// comparison, always checked).
+/// comparison, always checked). Without a device the CUDA engine is skipped with a line, unless
+/// `TORCHLEAN_REQUIRE_CUDA=1`: a GPU machine's check must not pass by skipping.
 fn selected_engines(args: &EquivArgs) -> Result<Vec<Box<dyn EngineUnderTest>>, String> {
-    let wants_dtype = |d: DTypeSel| args.dtype == DTypeSel::All || args.dtype == d;
-    let wants_engine = |e: EngineSel| args.engine == EngineSel::All || args.engine == e;
-    let mut labels = vec!["reference-f64".to_string()];
-    if wants_engine(EngineSel::Reference) && wants_dtype(DTypeSel::F32) {
-        labels.push("reference-f32".into());
-    }
-    if wants_engine(EngineSel::Cpu) {
-        if wants_dtype(DTypeSel::F64) {
-            labels.push("cpu-f64".into());
-        }
-        if wants_dtype(DTypeSel::F32) {
-            labels.push("cpu-f32".into());
-        }
-    }
-    if matches!(args.engine, EngineSel::Cuda | EngineSel::CudaEmu) && args.dtype == DTypeSel::F64 {
-        let name = if args.engine == EngineSel::CudaEmu {
-            "cuda-emu"
-        } else {
-            "cuda"
-        };
-        return Err(format!(
-            "--engine {name} computes in f32 only: use --dtype f32 (or all)"
-        ));
-    }
-    let mut engines: Vec<Box<dyn EngineUnderTest>> = labels
-        .iter()
-        .map(|l| engine_named(l))
-        .collect::<Result<_, _>>()?;
-    match args.engine {
-        EngineSel::CudaEmu => engines.push(engine_named("cuda-emu-f32")?),
-        EngineSel::Cuda => match engine_named("cuda-f32") {
-            Ok(e) => engines.push(e),
-            // a GPU machine's check must not pass by skipping
-            Err(why) if std::env::var("TORCHLEAN_REQUIRE_CUDA").is_ok_and(|v| v == "1") => {
-                return Err(format!("TORCHLEAN_REQUIRE_CUDA=1 but {why}"))
+    let dtypes: &[DType] = match args.dtype {
+        DTypeSel::F64 => &[DType::F64],
+        DTypeSel::F32 => &[DType::F32],
+        DTypeSel::All => &[DType::F64, DType::F32],
+    };
+    let mut engines = vec![engine_under_test(Engine::ReferenceF64)?];
+    for &name in args.engine.names() {
+        for &dtype in dtypes {
+            if name.f32_only() && dtype == DType::F64 && args.dtype == DTypeSel::All {
+                continue;
             }
-            Err(why) => eprintln!("cuda-f32: skipped: {why}"),
-        },
-        _ => {}
+            let engine = Engine::of(name, dtype).map_err(|e| e.to_string())?;
+            if engine == Engine::ReferenceF64 {
+                continue;
+            }
+            let require = std::env::var("TORCHLEAN_REQUIRE_CUDA").is_ok_and(|v| v == "1");
+            match engine_under_test(engine) {
+                Ok(e) => engines.push(e),
+                Err(why) if engine == Engine::CudaF32 && !require => {
+                    eprintln!("cuda-f32: skipped: {why}")
+                }
+                Err(why) if engine == Engine::CudaF32 => {
+                    return Err(format!("TORCHLEAN_REQUIRE_CUDA=1 but {why}"))
+                }
+                Err(why) => return Err(why),
+            }
+        }
     }
     if let Some(fault) = args.inject_fault {
         engines.push(fault.with(FaultyReference));
@@ -394,5 +405,10 @@ mod tests {
             engine_named("abacus-f32").err().unwrap(),
             "unknown engine `abacus-f32`"
         );
+        for engine in [Engine::CudaF32, Engine::CudaEmuF32] {
+            if let Ok(e) = engine_named(engine.label()) {
+                assert_eq!(e.name(), engine.label());
+            }
+        }
     }
 }

@@ -34,7 +34,7 @@ const LAYERS: &[&[&str]] = &[
         "engine-suite",
         "onnx",
     ],
-    &["nn"],
+    &["nn", "engines"],
     &["train", "equiv"],
     &["cli", "fuzz-targets"],
     &["xtask"],
@@ -43,7 +43,7 @@ const LAYERS: &[&[&str]] = &[
 /// The engines: picked by the front ends and the checker, never by a library that models or
 /// trains run on.
 const ENGINES: &[&str] = &["engine-cpu", "engine-cuda", "faults"];
-const MAY_PICK_AN_ENGINE: &[&str] = &["equiv", "cli", "xtask"];
+const MAY_PICK_AN_ENGINE: &[&str] = &["engines", "equiv", "cli", "xtask"];
 
 /// `(package, its workspace dependencies)` of the normal (not dev, not build) kind.
 fn workspace_dependencies(meta: &Value) -> Vec<(String, Vec<String>)> {

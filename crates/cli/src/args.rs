@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
+use torchlean_engines::EngineName;
 use torchlean_spec::Budget;
 
 #[derive(Parser, Debug)]
@@ -14,21 +15,6 @@ use torchlean_spec::Budget;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum EngineArg {
-    /// The fast CPU engine
-    Cpu,
-    /// The reference engine (the semantics; slow, obviously correct). `eval` with it is the IR
-    /// denotation itself, which enforces raw `log`'s domain
-    Reference,
-    /// The CUDA engine on the GPU (f32 only; exit 2 with `no CUDA device: <reason>` when
-    /// there is none)
-    Cuda,
-    /// The CUDA engine's host emulation: the same kernel sources compiled for the CPU, one
-    /// thread at a time (f32 only; a testing aid, slow, needs a C++ compiler)
-    CudaEmu,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -59,7 +45,7 @@ pub enum Command {
         #[arg(long)]
         input: Option<PathBuf>,
         #[arg(long, value_enum, default_value = "cpu")]
-        engine: EngineArg,
+        engine: EngineName,
         /// [default: f64; f32 on the CUDA engines, which run f32 only]
         #[arg(long, value_enum)]
         dtype: Option<DTypeArg>,
@@ -85,7 +71,7 @@ pub enum Command {
         #[arg(long, value_name = "SEED.json")]
         seed: Vec<PathBuf>,
         #[arg(long, value_enum, default_value = "cpu")]
-        engine: EngineArg,
+        engine: EngineName,
         /// [default: f64; f32 on the CUDA engines, which run f32 only]
         #[arg(long, value_enum)]
         dtype: Option<DTypeArg>,
@@ -170,7 +156,7 @@ pub struct ConformArgs {
     #[arg(required = true, value_name = "CASE.json|DIR")]
     pub files: Vec<PathBuf>,
     #[arg(long, value_enum, default_value = "cpu")]
-    pub engine: EngineArg,
+    pub engine: EngineName,
     /// The dtypes to run every case in, comma-separated (`--dtype f64,f32` runs both); f32
     /// runs of a case written for f64 compare at the f32 tolerance (rtol 1e-4, atol 1e-5), a
     /// case that declares `"dtype": "f32"` keeps its own [default: each case's dtype; f32 on
@@ -247,7 +233,7 @@ pub struct TrainArgs {
     pub seed: Option<u64>,
     /// cpu, reference, cuda or cuda-emu (the CUDA engines train in f32 only)
     #[arg(long, value_enum, default_value = "cpu")]
-    pub engine: EngineArg,
+    pub engine: EngineName,
     #[arg(long, value_enum, default_value = "eager")]
     pub backend: BackendArg,
     #[arg(long, value_enum, default_value = "f32")]

@@ -1,7 +1,7 @@
 //! The subcommands.
 
 use crate::args::{Cli, Command};
-use crate::engine::{dtype_or, select, with_engine, Selected};
+use crate::engine::{dtype_or, select, with_engine, Engine};
 use crate::load::{self, ir_lines};
 use crate::{out, BadInput, Outcome, Stop};
 use serde_json::json;
@@ -95,13 +95,13 @@ fn eval_command(
     graph: &Path,
     payload: Option<&Path>,
     input: Option<&Path>,
-    sel: Selected,
+    sel: Engine,
     mode: AnomalyMode,
 ) -> Result<Outcome, Stop> {
     let (g, _, p, x, _) = load_run_inputs(graph, payload, input, &[], Pass::Eval)?;
     let out = match sel {
-        Selected::ReferenceF64 => eval_reference::<f64>(graph, &g, &p, &x, mode)?,
-        Selected::ReferenceF32 => eval_reference::<f32>(graph, &g, &p, &x, mode)?,
+        Engine::ReferenceF64 => eval_reference::<f64>(graph, &g, &p, &x, mode)?,
+        Engine::ReferenceF32 => eval_reference::<f32>(graph, &g, &p, &x, mode)?,
         sel => {
             let exec = exec_graph_of_ir(&g, &p).map_err(|e| compiled_lines(graph, e))?;
             if mode.is_on() {
@@ -129,7 +129,7 @@ fn eval_command(
 fn grad_command(
     graph: &Path,
     (payload, input, seed): (Option<&Path>, Option<&Path>, &[PathBuf]),
-    sel: Selected,
+    sel: Engine,
     mode: AnomalyMode,
 ) -> Result<Outcome, Stop> {
     let (g, doc, p, x, seeds) = load_run_inputs(graph, payload, input, seed, Pass::Grad)?;

@@ -2,9 +2,9 @@
 //! (`--paths`) in every dtype asked for (`--dtype`), one line (or JSON object) per run and a
 //! summary that counts the runs per path, so a path that stops running shows.
 
-use crate::args::{ConformArgs, EngineArg, PathArg};
+use crate::args::{ConformArgs, PathArg};
 use crate::commands::within_budget;
-use crate::engine::{default_dtype, dtype, engine_name, select, with_engine};
+use crate::engine::{dtype, select, with_engine, EngineName};
 use crate::load::{self, ir_lines};
 use crate::{out, BadInput, Outcome, Stop};
 use serde_json::json;
@@ -63,7 +63,7 @@ pub fn run(args: &ConformArgs) -> Result<Outcome, Stop> {
 
 /// What every case runs through: the engine (or the faulty reference), the paths, the dtypes.
 struct Plan {
-    engine: EngineArg,
+    engine: EngineName,
     paths: Vec<GradPath>,
     /// Empty: each case in its own dtype (f32 on the CUDA engines).
     dtypes: Vec<DType>,
@@ -89,7 +89,7 @@ impl Plan {
                 }
             }
             None if plan.dtypes.is_empty() => {
-                select(plan.engine, default_dtype(plan.engine, DType::F64))?;
+                select(plan.engine, plan.engine.default_dtype(DType::F64))?;
             }
             None => {
                 for &d in &plan.dtypes {
@@ -104,7 +104,7 @@ impl Plan {
     fn dtypes_for(&self, case: &Case) -> Vec<DType> {
         match (self.fault, self.dtypes.is_empty()) {
             (Some(_), _) => vec![DType::F64],
-            (None, true) => vec![default_dtype(self.engine, case.dtype)],
+            (None, true) => vec![self.engine.default_dtype(case.dtype)],
             (None, false) => self.dtypes.clone(),
         }
     }
@@ -131,7 +131,7 @@ impl Plan {
     fn label(&self) -> &'static str {
         match self.fault {
             Some(_) => "faulty-reference",
-            None => engine_name(self.engine),
+            None => self.engine.as_str(),
         }
     }
 }
