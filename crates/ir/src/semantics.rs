@@ -271,9 +271,11 @@ fn eval_node<A: Scalar>(
             Ok(input.clone())
         }
         NodeSem::Const => weights.into_iter().next().ok_or_else(|| {
-            eval_err(SpecError::Json {
-                reason: "const without value".into(),
-            })
+            IrError::invalid(
+                Diagnostic::error("a const node has no `value` payload")
+                    .at(node.id, kind)
+                    .field("value"),
+            )
         }),
         NodeSem::Apply(op) => {
             if op == Op::Unary(UnaryOp::Log) {

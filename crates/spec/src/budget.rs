@@ -12,7 +12,7 @@
 //! the program (`torchlean --max-memory`), otherwise sized to the machine (a fraction of the
 //! smallest of physical memory, the cgroup limit and the address-space limit).
 
-use crate::error::{Result, SpecError};
+use crate::error::{ByteCountProblem, Result, SpecError};
 use std::sync::OnceLock;
 
 /// The budget when nothing about the machine can be read: 4 GiB.
@@ -67,28 +67,28 @@ impl Budget {
     /// A byte count as written on a command line: digits with an optional binary suffix
     /// `K`, `M`, `G`, `T` (also `KB`, `KiB`, …; case-insensitive), e.g. `512M`, `4G`.
     pub fn parse(text: &str) -> Result<Self> {
-        let bad = |reason: &str| SpecError::BadByteCount {
+        let bad = |problem: ByteCountProblem| SpecError::BadByteCount {
             text: text.to_string(),
-            reason: reason.to_string(),
+            problem,
         };
         let t = text.trim();
         let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
         let (num, suffix) = t.split_at(digits);
         if num.is_empty() {
-            return Err(bad("needs a whole number of bytes, e.g. 512M or 4G"));
+            return Err(bad(ByteCountProblem::NoNumber));
         }
-        let n: u64 = num.parse().map_err(|_| bad("does not fit in 64 bits"))?;
+        let n: u64 = num.parse().map_err(|_| bad(ByteCountProblem::TooLarge))?;
         let shift = match suffix.to_ascii_lowercase().as_str() {
             "" | "b" => 0,
             "k" | "kb" | "kib" => 10,
             "m" | "mb" | "mib" => 20,
             "g" | "gb" | "gib" => 30,
             "t" | "tb" | "tib" => 40,
-            _ => return Err(bad("has an unknown suffix (use K, M, G or T)")),
+            _ => return Err(bad(ByteCountProblem::UnknownSuffix)),
         };
         n.checked_mul(1u64 << shift)
             .map(Budget::bytes)
-            .ok_or_else(|| bad("does not fit in 64 bits"))
+            .ok_or_else(|| bad(ByteCountProblem::TooLarge))
     }
 }
 
@@ -260,18 +260,23 @@ mod tests {
         assert_eq!(Budget::parse("4gib").unwrap().max_bytes, 4 << 30);
         assert_eq!(Budget::parse("2K").unwrap().max_bytes, 2048);
         assert_eq!(Budget::parse("1T").unwrap().max_bytes, 1 << 40);
-        for bad in [
-            "",
-            "G",
-            "1.5G",
-            "-1",
-            "4X",
-            "99999999999999999999",
-            "16777216T",
+        use ByteCountProblem::*;
+        for (bad, why) in [
+            ("", NoNumber),
+            ("G", NoNumber),
+            ("-1", NoNumber),
+            ("1.5G", UnknownSuffix),
+            ("4X", UnknownSuffix),
+            ("99999999999999999999", TooLarge),
+            ("16777216T", TooLarge),
         ] {
-            assert!(
-                matches!(Budget::parse(bad), Err(SpecError::BadByteCount { .. })),
-                "{bad:?} was accepted"
+            assert_eq!(
+                Budget::parse(bad),
+                Err(SpecError::BadByteCount {
+                    text: bad.to_string(),
+                    problem: why
+                }),
+                "{bad:?}"
             );
         }
     }

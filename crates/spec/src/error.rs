@@ -134,8 +134,11 @@ pub enum SpecError {
     MissingSaved { op: &'static str, what: String },
 
     /// A byte count (`--max-memory`) that is not a whole number of bytes with a known suffix.
-    #[error("byte count `{text}` {reason}")]
-    BadByteCount { text: String, reason: String },
+    #[error("byte count `{text}` {problem}")]
+    BadByteCount {
+        text: String,
+        problem: ByteCountProblem,
+    },
 
     /// A JSON value that should list non-negative integers (a shape, parent ids) does not:
     /// `index` is the offending element's, `None` when the value is no array at all; `got` is
@@ -150,9 +153,9 @@ pub enum SpecError {
         placeholder: String,
     },
 
-    /// Malformed tensor JSON.
-    #[error("tensor JSON: {reason}")]
-    Json { reason: String },
+    /// Malformed tensor JSON (`{"shape": [...], "data": [...]}`).
+    #[error("tensor JSON: {problem}")]
+    TensorJson { problem: TensorJsonProblem },
 }
 
 impl SpecError {
@@ -181,6 +184,35 @@ fn id_problem(problem: IdProblem, what: &str, bound: usize) -> String {
         IdProblem::NotIntegral => format!("not an integral {what} in [0, {bound})"),
         IdProblem::OutOfRange => format!("outside [0, {bound})"),
     }
+}
+
+/// What is wrong with tensor JSON ([`SpecError::TensorJson`]), naming the member at fault.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum TensorJsonProblem {
+    #[error("expected an object")]
+    NotAnObject,
+    #[error("missing member `shape`")]
+    MissingShape,
+    /// `shape` is no list of extents (the [`SpecError::NotExtents`] it gave).
+    #[error("`shape`: {0}")]
+    BadShape(Box<SpecError>),
+    #[error("missing array member `data`")]
+    MissingData,
+    /// An element of `data` that is neither a number nor `"nan"`/`"inf"`/`"-inf"`; `got` is it
+    /// as JSON text.
+    #[error("`data[{index}]` is {got}, expected a number or \"nan\"/\"inf\"/\"-inf\"")]
+    NotANumber { index: usize, got: String },
+}
+
+/// What is wrong with a byte count ([`SpecError::BadByteCount`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum ByteCountProblem {
+    #[error("needs a whole number of bytes, e.g. 512M or 4G")]
+    NoNumber,
+    #[error("does not fit in 64 bits")]
+    TooLarge,
+    #[error("has an unknown suffix (use K, M, G or T)")]
+    UnknownSuffix,
 }
 
 /// `Result` with [`SpecError`].

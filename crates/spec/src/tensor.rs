@@ -1,7 +1,7 @@
 //! The reference tensor: a shape and its row-major data. Simple, owned, obviously correct; the
 //! fast engines keep their own storage and are checked against this one.
 
-use crate::error::{Result, SpecError};
+use crate::error::{Result, SpecError, TensorJsonProblem};
 use crate::scalar::Scalar;
 use crate::shape::Shape;
 use serde_json::Value;
@@ -219,16 +219,17 @@ impl<A: Scalar> Tensor<A> {
     pub fn from_json(value: &Value) -> Result<Self> {
         let obj = value
             .as_object()
-            .ok_or_else(|| json_err("expected an object"))?;
+            .ok_or(json_err(TensorJsonProblem::NotAnObject))?;
         let shape_v = obj
             .get("shape")
-            .ok_or_else(|| json_err("missing member `shape`"))?;
-        let shape = parse_shape(shape_v).map_err(|e| json_err(&format!("`shape`: {e}")))?;
+            .ok_or(json_err(TensorJsonProblem::MissingShape))?;
+        let shape =
+            parse_shape(shape_v).map_err(|e| json_err(TensorJsonProblem::BadShape(Box::new(e))))?;
         let n = shape.checked_size()?;
         let data_v = obj
             .get("data")
             .and_then(Value::as_array)
-            .ok_or_else(|| json_err("missing array member `data`"))?;
+            .ok_or(json_err(TensorJsonProblem::MissingData))?;
         if data_v.len() != n {
             return Err(SpecError::DataLength {
                 shape,
@@ -239,9 +240,10 @@ impl<A: Scalar> Tensor<A> {
         let mut data = Vec::with_capacity(n);
         for (i, v) in data_v.iter().enumerate() {
             let x = json_to_f64(v).ok_or_else(|| {
-                json_err(&format!(
-                    "`data[{i}]` is {v}, expected a number or \"nan\"/\"inf\"/\"-inf\""
-                ))
+                json_err(TensorJsonProblem::NotANumber {
+                    index: i,
+                    got: v.to_string(),
+                })
             })?;
             data.push(A::from_f64(x)?);
         }
@@ -249,10 +251,8 @@ impl<A: Scalar> Tensor<A> {
     }
 }
 
-fn json_err(reason: &str) -> SpecError {
-    SpecError::Json {
-        reason: reason.to_string(),
-    }
+fn json_err(problem: TensorJsonProblem) -> SpecError {
+    SpecError::TensorJson { problem }
 }
 
 /// A JSON number, or the strings used for non-finite values.
@@ -389,8 +389,28 @@ mod tests {
     #[test]
     fn json_errors_name_the_member() {
         let bad = serde_json::json!({"shape": [2], "data": [1, "x"]});
-        let e = Tensor::<f64>::from_json(&bad).unwrap_err().to_string();
-        assert!(e.contains("data[1]"), "{e}");
+        let e = Tensor::<f64>::from_json(&bad).unwrap_err();
+        assert!(
+            matches!(&e, SpecError::TensorJson { problem: TensorJsonProblem::NotANumber { index: 1, got } } if got == "\"x\""),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("data[1]"), "{e}");
+        for (bad, problem) in [
+            (serde_json::json!([1]), TensorJsonProblem::NotAnObject),
+            (
+                serde_json::json!({"data": []}),
+                TensorJsonProblem::MissingShape,
+            ),
+            (
+                serde_json::json!({"shape": [0]}),
+                TensorJsonProblem::MissingData,
+            ),
+        ] {
+            assert_eq!(
+                Tensor::<f64>::from_json(&bad).unwrap_err(),
+                SpecError::TensorJson { problem }
+            );
+        }
         let bad = serde_json::json!({"shape": [2, -1], "data": []});
         let e = Tensor::<f64>::from_json(&bad).unwrap_err().to_string();
         assert!(e.contains("shape"), "{e}");

@@ -251,7 +251,10 @@ fn equiv_throughput(threads: usize, reps: usize) -> Result<Vec<Row>> {
         if failed.is_empty() {
             Ok(())
         } else {
-            Err(format!("the equivalence check failed: {}", failed.join(", ")))
+            Err(format!(
+                "the equivalence check failed: {}",
+                failed.join(", ")
+            ))
         }
     })?;
     Ok(vec![Row::new(
