@@ -406,6 +406,29 @@ def cross_entropy_mean_over_no_rows():
               buffers={"t": torch.zeros(0, dtype=torch.long)}), randn(2, 3)
 
 
+# --- embedding ----------------------------------------------------------------------------
+
+
+@case()
+def embedding_repeated_ids_table_is_input():
+    # the input is the table: its gradient adds the rows of repeated ids, untouched rows get 0
+    return Fn(lambda m, x: F.embedding(m.ids, x) * 1.5,
+              buffers={"ids": torch.tensor([[1, 3, 1], [0, 1, 1]])}), randn(5, 3)
+
+
+@case()
+def embedding_module_plus_input():
+    # nn.Embedding's weight is a parameter: its gradient is the case's expectation
+    return Fn(lambda m, x: torch.tanh(m.emb(m.ids) + x), buffers={"ids": torch.tensor([2, 0, 2, 6])},
+              emb=nn.Embedding(7, 3)), randn(4, 3)
+
+
+@case(dtype="f32")
+def embedding_then_linear_f32():
+    return Fn(lambda m, x: m.lin(F.embedding(m.ids, x)), buffers={"ids": torch.tensor([4, 0, 4, 1, 4])},
+              lin=nn.Linear(3, 2)), randn(5, 3)
+
+
 # --- deterministic randomness -------------------------------------------------------------
 
 

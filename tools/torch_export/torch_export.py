@@ -710,6 +710,17 @@ def h_cross_entropy(b, a, node):
     return nid
 
 
+def h_embedding(b, a, node):
+    if a.get("padding_idx", -1) not in (-1, None):
+        raise Problem("embedding with padding_idx")
+    if a.get("scale_grad_by_freq") or a.get("sparse"):
+        raise Problem("embedding with scale_grad_by_freq or sparse gradients")
+    ids = a["indices"]
+    if not isinstance(ids, Leaf):
+        raise Problem("embedding whose ids are not a buffer or constant")
+    return b.add("embedding", [b.tensor(ids), b.tensor(a["weight"])], shape_of(node))
+
+
 def checked_key(b, key):
     if int(key) != len(b.nodes):
         raise Problem(f"key {key} is not the node's id {len(b.nodes)} (the IR keys a random "
@@ -787,6 +798,7 @@ HANDLERS = {
     aten.bmm.default: h_matmul,
     aten.mse_loss.default: h_mse,
     aten.cross_entropy_loss.default: h_cross_entropy,
+    aten.embedding.default: h_embedding,
     torch.ops.torchlean.rand_uniform.default: h_rand_uniform,
     torch.ops.torchlean.bernoulli_mask.default: h_bernoulli_mask,
 }

@@ -96,6 +96,12 @@ impl<D: Device> Layout for CudaTensor<D> {
     fn concat_vjp(dy: &Self, shapes: &[Shape], axis: usize) -> Result<Vec<Self>, CudaError> {
         ops::layout::concat_vjp(dy, shapes, axis)
     }
+    fn gather_rows(table: &Self, ids: &[usize], out: &Shape) -> Result<Self, CudaError> {
+        ops::layout::gather_rows(table, ids, out)
+    }
+    fn gather_rows_vjp(dy: &Self, ids: &[usize], table: &Shape) -> Result<Self, CudaError> {
+        ops::layout::gather_rows_vjp(dy, ids, table)
+    }
 }
 
 impl<D: Device> Reduce for CudaTensor<D> {

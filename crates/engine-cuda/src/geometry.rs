@@ -48,6 +48,11 @@ pub fn index(op: &'static str, what: &'static str, n: usize) -> Result<i64> {
     })
 }
 
+/// Validated ids (class ids, row ids) as the `long long` table a kernel reads.
+pub fn index_table(op: &'static str, what: &'static str, ids: &[usize]) -> Result<Vec<i64>> {
+    ids.iter().map(|&i| index(op, what, i)).collect()
+}
+
 /// `n` as a cuBLAS `int` dimension, or an error naming `op` and `what`.
 pub fn blas_dim(op: &'static str, what: &'static str, n: usize) -> Result<i32> {
     i32::try_from(n).map_err(|_| CudaError::TooLarge {

@@ -60,6 +60,7 @@ pub fn op_cases() -> Vec<OpCase> {
     conv_pool_cases(&mut out, salt);
     batch_norm_cases(&mut out, salt);
     concat_cases(&mut out);
+    embedding_cases(&mut out, salt);
     random_cases(&mut out);
     shape_error_cases(&mut out);
     out
@@ -589,6 +590,39 @@ fn concat_cases(out: &mut Vec<OpCase>) {
             format!("concat_axis{axis}_{count}"),
             Op::Concat { axis },
             shapes.iter().map(|s| uniform(s, 99, -1.0, 1.0)).collect(),
+        ));
+    }
+}
+
+/// Embedding lookups: repeated ids (the weight's gradient sums them in position order), ids of
+/// rank 2, no ids, a big table; and ids that are not integral or not in `[0, V)`.
+fn embedding_cases(out: &mut Vec<OpCase>, salt: &mut Salt) {
+    for (ids, rows, d) in [
+        (vec![1.0, 3.0, 1.0, 0.0, 1.0], 4usize, 3usize),
+        (vec![2.0, 0.0, 2.0, 1.0, 0.0, 2.0], 3, 2),
+        (vec![], 5, 4),
+        (vec![0.0], 1, 1),
+        ((0..300).map(|i| ((i * 37) % 65) as f64).collect(), 65, 128),
+    ] {
+        let n = ids.len();
+        let ids_shape: Vec<usize> = if n == 6 { vec![2, 3] } else { vec![n] };
+        out.push(case(
+            format!("embedding_{ids_shape:?}_of_{rows}x{d}"),
+            Op::Embedding,
+            vec![
+                Tensor::new(Shape::from(ids_shape), ids).expect("one id per position"),
+                uniform(&[rows, d], salt.next(), -2.0, 2.0),
+            ],
+        ));
+    }
+    for bad in [4.0, -1.0, 0.5, f64::NAN] {
+        out.push(case(
+            format!("embedding_bad_id_{bad}_error"),
+            Op::Embedding,
+            vec![
+                Tensor::new([3], vec![0.0, bad, 1.0]).expect("3 ids"),
+                uniform(&[4, 2], salt.next(), -1.0, 1.0),
+            ],
         ));
     }
 }

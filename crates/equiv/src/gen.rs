@@ -243,6 +243,7 @@ enum Step {
     Concat,
     MseLoss,
     CrossEntropy,
+    Embedding,
     RandUniform,
     Bernoulli,
 }
@@ -280,6 +281,7 @@ fn all_steps() -> Vec<Step> {
         Step::Concat,
         Step::MseLoss,
         Step::CrossEntropy,
+        Step::Embedding,
         Step::RandUniform,
         Step::Bernoulli,
     ]);
@@ -321,6 +323,7 @@ impl Step {
             Step::Concat => one(&desc::CONCAT),
             Step::MseLoss => one(&desc::MSE_LOSS),
             Step::CrossEntropy => one(&desc::CROSS_ENTROPY),
+            Step::Embedding => one(&desc::EMBEDDING),
             Step::RandUniform => one(&desc::RAND_UNIFORM),
             Step::Bernoulli => one(&desc::BERNOULLI_MASK),
         }
@@ -458,12 +461,18 @@ impl Builder {
                 *v = v.abs() + 0.5;
             }
         }
+        self.const_of(t)
+    }
+
+    /// A `const` node holding `t`.
+    fn const_of(&mut self, t: Tensor<f64>) -> usize {
+        let shape = t.shape().clone();
         let id = self.push(
             OpKind::Const {
                 value_shape: Some(shape.clone()),
             },
             vec![],
-            shape.clone(),
+            shape,
         );
         self.payload.insert(id, "value", t);
         id
@@ -552,6 +561,7 @@ impl Builder {
             }
             Step::Slice if rank > 0 => self.slice(c, x),
             Step::CrossEntropy => self.cross_entropy(c, x),
+            Step::Embedding => self.embedding(c, x),
             Step::MatMul => self.matmul(c, x),
             Step::Linear if rank > 0 => self.linear(c, x),
             Step::Conv2d => self.conv(c, x),
@@ -816,6 +826,35 @@ impl Builder {
             vec![logits],
             vec![("target", target)],
         );
+    }
+
+    /// `x` as an embedding table `[V, D]` (rows of its last axis) looked up by a `const` of
+    /// valid integral ids: `[n]` or `[2, n]`, more positions than rows when the regime asks
+    /// for repeated ids.
+    fn embedding(&mut self, c: &mut Choices<'_>, x: usize) {
+        let s = self.shape(x);
+        let d = s.dims().last().copied().unwrap_or(1);
+        if s.size() == 0 || d == 0 {
+            self.push_op(Op::Sum, vec![x], vec![]);
+            return;
+        }
+        let rows = s.size() / d;
+        let table = self.reshape(x, Shape::from([rows, d]));
+        let repeated = self.forcing(Regime::Row(CheckRegime::RepeatedIds));
+        let n = if repeated {
+            rows + 1 + c.pick(2)
+        } else {
+            1 + c.pick(rows + 2)
+        };
+        let ids_shape = if n % 2 == 0 && c.one_in(3) {
+            Shape::from([2, n / 2])
+        } else {
+            Shape::from([n])
+        };
+        let ids: Vec<f64> = (0..n).map(|_| c.pick(rows) as f64).collect();
+        let ids = Tensor::new(ids_shape, ids).expect("one id per position");
+        let ids = self.const_of(ids);
+        self.push_op(Op::Embedding, vec![ids, table], vec![]);
     }
 
     /// `x` as a left operand `[m, n]` (batched: `[1, m, n]`) with `n ≥ 2`, for a square right

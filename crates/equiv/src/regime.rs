@@ -41,6 +41,7 @@ impl Regime {
             Regime::Row(BatchedSquareRhs) => "batched square rhs",
             Regime::Row(BroadcastLastAxis) => "last axis",
             Regime::Row(BroadcastLeadingAxes) => "leading axes",
+            Regime::Row(RepeatedIds) => "repeated ids",
             Regime::Default => "default left out",
             Regime::Explicit => "explicit",
         }
@@ -80,6 +81,10 @@ impl Regime {
             (Regime::Row(BroadcastLeadingAxes), Op::BroadcastTo { from, to }) => {
                 to.rank() > from.rank()
             }
+            // more positions than rows: some id repeats, whatever the values
+            (Regime::Row(RepeatedIds), Op::Embedding) => shape_of(0)
+                .zip(shape_of(1))
+                .is_some_and(|(ids, table)| table.rank() == 2 && ids.size() > table.dims()[0]),
             (Regime::Default, op) => op.desc().has_defaults() && op.at_defaults(),
             (Regime::Explicit, op) => op.desc().has_defaults() && !op.at_defaults(),
             _ => false,

@@ -480,8 +480,8 @@ impl<D> Layer for Dropout<D> {
 }
 
 /// A lookup table of `V` rows of `D` features (`nn.Embedding(V, D)`; weight `U(±√3)`, the
-/// variance of PyTorch's `N(0, 1)` initialisation). Rows are gathered as a product with a
-/// one-hot constant, so the gradient is exact and the graph uses only IR kinds.
+/// variance of PyTorch's `N(0, 1)` initialisation): the `embedding` kind, a gather whose weight
+/// gradient adds the rows of repeated ids.
 #[derive(Clone, Debug)]
 pub struct Embedding<const V: usize, const D: usize> {
     weight: Tensor<f64>,
@@ -495,7 +495,7 @@ impl<const V: usize, const D: usize> Embedding<V, D> {
     }
 
     /// The rows of `ids` (shape `batch`, flattened row-major): `[batch.., D]`. An id `≥ V` is
-    /// an error naming it.
+    /// an error naming the layer, its position and its value.
     pub fn forward<O: Ops>(&self, ops: &mut O, ids: &[usize], batch: &[usize]) -> Result<Var> {
         let n: usize = batch.iter().product();
         if n != ids.len() {
@@ -505,23 +505,13 @@ impl<const V: usize, const D: usize> Embedding<V, D> {
                 reason: format!("{} ids for a batch of shape {batch:?}", ids.len()),
             });
         }
-        let mut one_hot = vec![0.0; n * V];
-        for (row, &id) in ids.iter().enumerate() {
-            if id >= V {
-                return Err(NnError::Invalid {
-                    what: "embedding",
-                    layer: ops.scope_path(),
-                    reason: format!("id {id} at position {row} is not below the vocabulary {V}"),
-                });
-            }
-            one_hot[row * V + id] = 1.0;
-        }
         let w = ops.param("weight", &self.weight)?;
-        let sel = ops.constant(&Tensor::new([n, V], one_hot)?)?;
-        let rows = ops.matmul(&sel, &w)?;
-        let mut out: Vec<usize> = batch.to_vec();
-        out.push(D);
-        ops.reshape(&rows, Shape::new(out))
+        let ids = Tensor::new(
+            Shape::new(batch.to_vec()),
+            ids.iter().map(|&i| i as f64).collect(),
+        )?;
+        let ids = ops.constant(&ids)?;
+        ops.embedding(&ids, &w)
     }
 }
 

@@ -283,4 +283,11 @@ pub trait Ops {
     fn concat(&mut self, parts: &[&Var], axis: usize) -> Result<Var> {
         self.apply(Op::Concat { axis }, parts)
     }
+
+    /// `F.embedding(ids, table)`: row `ids[p]` of `table [V, D]` per position, `ids' shape +
+    /// [D]`. The ids are data (a value holding integral row ids: no gradient); one outside
+    /// `[0, V)` or not integral is an error naming the op, the position and the value.
+    fn embedding(&mut self, ids: &Var, table: &Var) -> Result<Var> {
+        self.apply(Op::Embedding, &[ids, table])
+    }
 }

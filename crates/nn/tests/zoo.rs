@@ -299,6 +299,9 @@ fn embedding_layer_norm_and_dropout_agree_eagerly_and_compiled() {
         .scoped("embed", |s| emb.forward(s, &[1, 9], &[2]))
         .unwrap_err()
         .to_string();
-    assert!(e.contains("embed") && e.contains("id 9"), "{e}");
+    assert!(
+        e.contains("embed") && e.contains("element 1 is 9") && e.contains("[0, 7)"),
+        "{e}"
+    );
     assert!(layers::dropout::<layers::Features<3>>(1.0, 0).is_err());
 }

@@ -82,6 +82,12 @@ pub trait Layout: EngineValue {
     fn concat(args: &[&Self], axis: usize, out: &Shape) -> KernelResult<Self>;
     /// One piece per operand, of the given shapes.
     fn concat_vjp(dy: &Self, shapes: &[Shape], axis: usize) -> KernelResult<Self, Vec<Self>>;
+    /// Row `ids[p]` of `table` `[V, D]` for each position `p`, as `out` (`ids' shape + [D]`);
+    /// the ids are validated (each `< V`).
+    fn gather_rows(table: &Self, ids: &[usize], out: &Shape) -> KernelResult<Self>;
+    /// The VJP of [`Layout::gather_rows`]: row `p` of `dy` added into row `ids[p]` of zeros of
+    /// `table`'s shape, positions in order — the same bits whatever the thread count.
+    fn gather_rows_vjp(dy: &Self, ids: &[usize], table: &Shape) -> KernelResult<Self>;
 }
 
 /// The reduction family, losses included. `reduce_axis` and `spread` are the primitives (a
@@ -340,6 +346,12 @@ impl<A: Scalar> Layout for Tensor<A> {
     }
     fn concat_vjp(dy: &Self, shapes: &[Shape], axis: usize) -> Result<Vec<Self>, SpecError> {
         layout::concat_vjp(dy, shapes, axis)
+    }
+    fn gather_rows(table: &Self, ids: &[usize], out: &Shape) -> R<A> {
+        layout::gather_rows(table, ids, out)
+    }
+    fn gather_rows_vjp(dy: &Self, ids: &[usize], table: &Shape) -> R<A> {
+        layout::gather_rows_vjp(dy, ids, table)
     }
 }
 

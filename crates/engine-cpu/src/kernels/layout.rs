@@ -318,6 +318,51 @@ pub(crate) fn concat_vjp<T: CpuScalar>(
         .collect()
 }
 
+/// Row `ids[p]` of `table` `[V, D]` for each position `p` (ids validated), rows in parallel.
+pub(crate) fn gather_rows<T: CpuScalar>(
+    table: &CpuTensor<T>,
+    ids: &[usize],
+    out_shape: Shape,
+) -> CpuTensor<T> {
+    let d = table.shape().dims()[1];
+    let src = table.as_slice();
+    let mut out = CpuTensor::uninit(out_shape);
+    par_rows(out.data_mut(), d, d, |first, rows| {
+        for (g, orow) in rows.chunks_exact_mut(d).enumerate() {
+            let i = ids[first + g];
+            orow.copy_from_slice(&src[i * d..(i + 1) * d]);
+        }
+    });
+    out
+}
+
+/// The adjoint of [`gather_rows`]: row `p` of the cotangent added into row `ids[p]` of zeros.
+/// The table's rows are split between threads and each thread scans every position in order,
+/// so a row's sum is first position to last whatever the thread count (the reference's order).
+pub(crate) fn gather_rows_vjp<T: CpuScalar>(
+    cot: &CpuTensor<T>,
+    ids: &[usize],
+    table: &Shape,
+) -> CpuTensor<T> {
+    let d = table.dims()[1];
+    let dy = cot.as_slice();
+    let mut dt = CpuTensor::uninit(table.clone());
+    let per_row_cost = ids.len().div_ceil(table.dims()[0].max(1)) * d + d;
+    par_rows(dt.data_mut(), d, per_row_cost, |first, rows| {
+        rows.fill(T::ZERO);
+        let count = rows.len() / d.max(1);
+        for (p, &i) in ids.iter().enumerate() {
+            if (first..first + count).contains(&i) {
+                let to = &mut rows[(i - first) * d..(i - first + 1) * d];
+                for (slot, &v) in to.iter_mut().zip(&dy[p * d..(p + 1) * d]) {
+                    *slot += v;
+                }
+            }
+        }
+    });
+    dt
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

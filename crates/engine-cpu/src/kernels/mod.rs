@@ -99,6 +99,12 @@ impl<T: CpuScalar> Layout for CpuTensor<T> {
     fn concat_vjp(dy: &Self, shapes: &[Shape], axis: usize) -> KernelResult<Self, Vec<Self>> {
         Ok(layout::concat_vjp(dy, shapes, axis))
     }
+    fn gather_rows(table: &Self, ids: &[usize], out: &Shape) -> R<T> {
+        Ok(layout::gather_rows(table, ids, out.clone()))
+    }
+    fn gather_rows_vjp(dy: &Self, ids: &[usize], table: &Shape) -> R<T> {
+        Ok(layout::gather_rows_vjp(dy, ids, table))
+    }
 }
 
 impl<T: CpuScalar> Reduce for CpuTensor<T> {

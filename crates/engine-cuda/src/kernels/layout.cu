@@ -19,6 +19,32 @@ extern "C" __global__ void tl_layout_gather(float* __restrict__ y, const float* 
   }
 }
 
+// embedding: y[p, k] = table[ids[p], k] (ids validated on the host), one thread per element.
+extern "C" __global__ void tl_layout_gather_rows(float* __restrict__ y,
+                                                 const float* __restrict__ table,
+                                                 const long long* __restrict__ ids, tl_index d,
+                                                 tl_index n) {
+  for (tl_index i = tl_first(); i < n; i += tl_stride()) {
+    y[i] = table[ids[i / d] * d + i % d];
+  }
+}
+
+// Its adjoint: dt[v, k] = the sum of dy[p, k] over the positions p with ids[p] == v, in position
+// order and in float as the host adds (0 + first + ...), one thread per table element.
+extern "C" __global__ void tl_layout_gather_rows_vjp(float* __restrict__ dt,
+                                                     const float* __restrict__ dy,
+                                                     const long long* __restrict__ ids,
+                                                     tl_index positions, tl_index d, tl_index n) {
+  for (tl_index i = tl_first(); i < n; i += tl_stride()) {
+    tl_index v = i / d, k = i % d;
+    float acc = 0.0f;
+    for (tl_index p = 0; p < positions; ++p) {
+      if (ids[p] == v) acc += dy[p * d + k];
+    }
+    dt[i] = acc;
+  }
+}
+
 // The sum of dy over targets j0..j1 (row-major order of the summed axes: `sum_dims`,
 // `sum_strides`, n_sum of them) of the source element whose first target is `base`, in double.
 // The innermost summed axis is walked without index arithmetic.

@@ -16,7 +16,7 @@ use super::{launch_into, launch_new};
 use crate::buffer::Buffer;
 use crate::device::{Arg, Device};
 use crate::error::{CudaError, Result};
-use crate::geometry::{index, row_major_strides, Launch};
+use crate::geometry::{index, index_table, row_major_strides, Launch};
 use crate::kernels::LAYOUT;
 use crate::tensor::CudaTensor;
 use torchlean_spec::ops::desc;
@@ -446,6 +446,59 @@ pub fn concat_vjp<D: Device>(
             plan.run(desc::CONCAT.name, dy, s.clone())
         })
         .collect()
+}
+
+/// `embedding`: row `ids[p]` of `table` `[V, D]` per position (ids validated), one thread per
+/// output element.
+pub fn gather_rows<D: Device>(
+    table: &CudaTensor<D>,
+    ids: &[usize],
+    out: &Shape,
+) -> Result<CudaTensor<D>> {
+    const OP: &str = desc::EMBEDDING.name;
+    let d = table.shape().dims()[1];
+    let n = out.checked_size()?;
+    let ids = index_table(OP, "ids", ids)?;
+    // tl_layout_gather_rows(float* y, const float* table, const long long* ids, ll d, ll n)
+    launch_new(
+        LAYOUT.kernel("tl_layout_gather_rows"),
+        Launch::for_items(n),
+        out.clone(),
+        [
+            Arg::In(table.mem()),
+            Arg::Table(&ids),
+            Arg::Index(index(OP, "D", d)?),
+            Arg::Index(index(OP, "n", n)?),
+        ],
+    )
+}
+
+/// The adjoint of [`gather_rows`]: one thread per table element sums the cotangent's rows of
+/// the positions holding its row's id, first to last (the host's order, so the same bits).
+pub fn gather_rows_vjp<D: Device>(
+    dy: &CudaTensor<D>,
+    ids: &[usize],
+    table: &Shape,
+) -> Result<CudaTensor<D>> {
+    const OP: &str = "embedding_vjp";
+    let d = table.dims()[1];
+    let n = table.checked_size()?;
+    let positions = ids.len();
+    let ids = index_table(OP, "ids", ids)?;
+    // tl_layout_gather_rows_vjp(float* dt, const float* dy, const long long* ids,
+    //                           ll positions, ll d, ll n)
+    launch_new(
+        LAYOUT.kernel("tl_layout_gather_rows_vjp"),
+        Launch::for_items(n),
+        table.clone(),
+        [
+            Arg::In(dy.mem()),
+            Arg::Table(&ids),
+            Arg::Index(index(OP, "positions", positions)?),
+            Arg::Index(index(OP, "D", d)?),
+            Arg::Index(index(OP, "n", n)?),
+        ],
+    )
 }
 
 #[cfg(test)]

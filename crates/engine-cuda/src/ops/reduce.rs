@@ -13,7 +13,7 @@ use super::{launch_into, launch_new};
 use crate::buffer::Buffer;
 use crate::device::{Arg, Device};
 use crate::error::Result;
-use crate::geometry::{index, Launch};
+use crate::geometry::{index, index_table, Launch};
 use crate::kernels::REDUCE;
 use crate::tensor::CudaTensor;
 use torchlean_spec::Shape;
@@ -345,10 +345,6 @@ fn rows_classes<D: Device>(logits: &CudaTensor<D>) -> (usize, usize) {
 }
 
 /// The validated class ids as the kernels' `long long` table.
-fn id_table(op: &'static str, target: &[usize]) -> Result<Vec<i64>> {
-    target.iter().map(|&t| index(op, "target", t)).collect()
-}
-
 pub fn cross_entropy<D: Device>(
     logits: &CudaTensor<D>,
     target: &[usize],
@@ -356,7 +352,7 @@ pub fn cross_entropy<D: Device>(
 ) -> Result<CudaTensor<D>> {
     const OP: &str = "cross_entropy";
     let (n, c) = rows_classes(logits);
-    let ids = id_table(OP, target)?;
+    let ids = index_table(OP, "target", target)?;
     let mut rows = Buffer::<D>::uninit(n)?;
     // tl_red_ce_rows(float* loss, const float* x, const long long* ids, ll n, ll c)
     launch_into(
@@ -383,7 +379,7 @@ pub fn cross_entropy_vjp<D: Device>(
 ) -> Result<CudaTensor<D>> {
     const OP: &str = "cross_entropy_vjp";
     let (n, c) = rows_classes(logits);
-    let ids = id_table(OP, target)?;
+    let ids = index_table(OP, "target", target)?;
     let denom = if mean { denominator(n) } else { 1 };
     // tl_red_ce_vjp(float* dx, const float* x, const long long* ids, const float* cot, ll n,
     //   ll c, ll denom)

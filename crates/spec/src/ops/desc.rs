@@ -135,6 +135,8 @@ pub enum CheckRegime {
     BroadcastLastAxis,
     /// New leading axes (to a higher rank).
     BroadcastLeadingAxes,
+    /// An id at two or more positions (`embedding`): the weight's gradient sums their rows.
+    RepeatedIds,
 }
 
 /// An ONNX operator that means one op: its `op_type` and how its attributes are named here
@@ -651,6 +653,11 @@ row!(BATCH_NORM2D_NCHW_TRAIN, "batch_norm2d_nchw_train", Norm, true,
 row!(CONCAT, "concat", Layout, false, "parents agree on every other axis", "sum of extents along `axis`",
      operands: ["x"], payload: 0, arity: Arity::AtLeast(2), saves: Saves::NOTHING,
      Proto::Op(|| Op::Concat { axis: 0 }), torch: "torch.cat([{parents}], dim={axis})"; regimes: [ThriceRepeated]);
+row!(EMBEDDING, "embedding", Layout, true,
+     "`F.embedding(ids, weight)`: row `ids[p]` of `weight [V, D]` for each position; `ids` holds integral row ids in `[0, V)` (data: no gradient; anything else is an error naming the position); the weight's gradient adds each position's row into its id's, in position order",
+     "`ids' shape + [D]`",
+     operands: ["ids", "weight"], payload: 0, arity: Arity::Exact(2), saves: Saves::INPUT,
+     Proto::Op(|| Op::Embedding), torch: "F.embedding({ids}.long(), {weight})"; data: [0]; regimes: [RepeatedIds]);
 row!(SWAP_FIRST_TWO, "swap_first_two", Layout, false, "swap the two outermost axes (rank ≥ 2)", "`[n,m,…]`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::NOTHING,
      Proto::Op(|| Op::SwapFirstTwo), torch: "{x}.transpose(0, 1)");
@@ -733,6 +740,7 @@ pub static OPS: &[&OpDesc] = &[
     &BATCH_NORM2D_NCHW_EVAL,
     &BATCH_NORM2D_NCHW_TRAIN,
     &CONCAT,
+    &EMBEDDING,
     &SWAP_FIRST_TWO,
     &TRANSPOSE3D_LAST_TWO,
     &TRANSPOSE,
@@ -817,6 +825,7 @@ impl Op {
             Op::BatchNormEval { .. } => &BATCH_NORM2D_NCHW_EVAL,
             Op::BatchNormTrain { .. } => &BATCH_NORM2D_NCHW_TRAIN,
             Op::Concat { .. } => &CONCAT,
+            Op::Embedding => &EMBEDDING,
             Op::MseLoss => &MSE_LOSS,
             Op::CrossEntropy { .. } => &CROSS_ENTROPY,
             Op::RandUniform { .. } => &RAND_UNIFORM,
@@ -867,6 +876,7 @@ impl Op {
             | Op::Sum
             | Op::MatMul
             | Op::Linear
+            | Op::Embedding
             | Op::MseLoss => {}
             Op::Scale { c } | Op::AddScalar { c } => v.visit("c", AttrMut::Float(c)),
             Op::Clamp { min, max } => {

@@ -234,6 +234,52 @@ pub(crate) fn slice_vjp<A: Scalar>(
     Ok(dx)
 }
 
+/// `embedding`'s shape rule: ids of any shape and a table `[V, D]` give `ids' shape + [D]`.
+pub(crate) fn infer_embedding(ids: &Shape, table: &Shape) -> Result<Shape> {
+    if table.rank() != 2 {
+        return Err(SpecError::OpShape {
+            op: super::desc::EMBEDDING.name,
+            shapes: vec![ids.clone(), table.clone()],
+            reason: "the weight must be [V, D]".into(),
+        });
+    }
+    let mut dims = ids.dims().to_vec();
+    dims.push(table.dims()[1]);
+    Ok(Shape::new(dims))
+}
+
+/// Row `ids[p]` of `table` `[V, D]` for each position `p` (ids validated: each `< V`).
+pub(crate) fn gather_rows<A: Scalar>(
+    table: &Tensor<A>,
+    ids: &[usize],
+    out: &Shape,
+) -> Result<Tensor<A>> {
+    let d = table.shape().dims()[1];
+    let mut data = Vec::with_capacity(ids.len() * d);
+    for &i in ids {
+        data.extend_from_slice(&table.data()[i * d..(i + 1) * d]);
+    }
+    Tensor::new(out.clone(), data)
+}
+
+/// The adjoint of [`gather_rows`]: row `p` of the cotangent added into row `ids[p]` of zeros of
+/// the table's shape, positions in order (a repeated id sums its rows first to last).
+pub(crate) fn gather_rows_vjp<A: Scalar>(
+    cot: &Tensor<A>,
+    ids: &[usize],
+    table: &Shape,
+) -> Result<Tensor<A>> {
+    let d = table.dims()[1];
+    let mut dt = Tensor::<A>::zeros(table.clone())?;
+    for (p, &i) in ids.iter().enumerate() {
+        let from = &cot.data()[p * d..(p + 1) * d];
+        for (slot, v) in dt.data_mut()[i * d..(i + 1) * d].iter_mut().zip(from) {
+            *slot = slot.add(v);
+        }
+    }
+    Ok(dt)
+}
+
 pub(crate) fn infer_concat(axis: usize, inputs: &[Shape]) -> Result<Shape> {
     const OP: &str = super::desc::CONCAT.name;
     if inputs.len() < 2 {

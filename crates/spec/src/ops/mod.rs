@@ -118,6 +118,9 @@ pub enum Op {
     BatchNormTrain { channels: usize, eps: Option<f64> },
     /// Concatenation of two or more tensors along `axis`.
     Concat { axis: usize },
+    /// `F.embedding(ids, weight)`: row `ids[p]` of `weight [V, D]` per position, `ids' shape +
+    /// [D]`; ids are data (integral, in `[0, V)`; no gradient) (extension).
+    Embedding,
     /// Mean squared error `Σ(y − t)² / size` (size 0: NaN, as in PyTorch).
     MseLoss,
     /// `F.cross_entropy(logits [N, C], target [N])` with integral class ids (extension).
@@ -454,6 +457,7 @@ impl Op {
                 inputs,
             )?,
             Op::Concat { axis } => layout::infer_concat(*axis, inputs)?,
+            Op::Embedding => layout::infer_embedding(&inputs[0], &inputs[1])?,
             Op::MseLoss => {
                 elementwise::infer_same(name, &inputs[0], &inputs[1])?;
                 Shape::scalar()
@@ -496,6 +500,10 @@ impl Op {
             Op::CrossEntropy { .. } if i == 1 => {
                 let classes = shapes.first().and_then(|s| s.dims().get(1)).copied();
                 reduce::class_ids(values, classes.unwrap_or(0)).map(drop)
+            }
+            Op::Embedding if i == 0 => {
+                let rows = shapes.get(1).and_then(|s| s.dims().first()).copied();
+                embedding_ids(values, rows.unwrap_or(0)).map(drop)
             }
             _ => Ok(()),
         }
@@ -583,6 +591,10 @@ impl Op {
                 B::batch_norm_train(a[0], a[1], a[2], eps.unwrap_or(BATCH_NORM_DEFAULT_EPS))
             }
             Op::Concat { axis } => B::concat(a, *axis, &out),
+            Op::Embedding => {
+                let ids = embedding_ids(&B::values_f64(a[0])?, shapes[1].dims()[0])?;
+                B::gather_rows(a[1], &ids, &out)
+            }
             Op::MseLoss => B::mse_loss(a[0], a[1]),
             Op::CrossEntropy { reduction } => {
                 let ids = reduce::class_ids(&B::values_f64(a[1])?, shapes[0].dims()[1])?;
@@ -717,6 +729,11 @@ impl Op {
                 let (da, db) = B::mse_loss_vjp(s.input(self, 0)?, s.input(self, 1)?, cot)?;
                 Ok(smallvec![Some(da), Some(db)])
             }
+            Op::Embedding => {
+                let table = &s.input_shapes[1];
+                let ids = embedding_ids(&B::values_f64(s.input(self, 0)?)?, table.dims()[0])?;
+                Ok(smallvec![None, Some(B::gather_rows_vjp(cot, &ids, table)?)])
+            }
             Op::CrossEntropy { reduction } => {
                 let logits = s.input(self, 0)?;
                 let classes = logits.shape_of().dims()[1];
@@ -729,6 +746,11 @@ impl Op {
             Op::BernoulliMask { .. } => Ok(smallvec![None]),
         }
     }
+}
+
+/// `embedding`'s ids: integral and in `[0, rows)` ([`SpecError::BadId`] otherwise).
+pub fn embedding_ids(values: &[f64], rows: usize) -> Result<Vec<usize>> {
+    reduce::ids_below(desc::EMBEDDING.name, "ids", "row id", values, rows)
 }
 
 #[cfg(test)]

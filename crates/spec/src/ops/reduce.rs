@@ -66,12 +66,24 @@ pub(crate) fn cross_entropy_target_shape(logits: &Shape) -> Result<Shape> {
 /// an error naming the operand `target` and the first bad element. The one validation every
 /// engine's forward and VJP go through (the dispatch calls it), and the IR's payload check.
 pub fn class_ids(values: &[f64], classes: usize) -> Result<Vec<usize>> {
+    ids_below(CE, "target", "class id", values, classes)
+}
+
+/// Integral ids in `[0, bound)`: `values` as indices, or [`SpecError::BadId`] naming op, operand
+/// and the first bad element's position and value (`what` says what an id is).
+pub(crate) fn ids_below(
+    op: &'static str,
+    operand: &'static str,
+    what: &'static str,
+    values: &[f64],
+    bound: usize,
+) -> Result<Vec<usize>> {
     values
         .iter()
         .enumerate()
         .map(|(i, &v)| {
-            if v.is_finite() && v.fract() == 0.0 && v >= 0.0 && v < classes as f64 {
-                // invariant: an integral value in [0, classes) fits in usize
+            if v.is_finite() && v.fract() == 0.0 && v >= 0.0 && v < bound as f64 {
+                // invariant: an integral value in [0, bound) fits in usize
                 Ok(v as usize)
             } else {
                 let problem = if v.is_finite() && v.fract() == 0.0 {
@@ -80,12 +92,12 @@ pub fn class_ids(values: &[f64], classes: usize) -> Result<Vec<usize>> {
                     IdProblem::NotIntegral
                 };
                 Err(SpecError::BadId {
-                    op: CE,
-                    operand: "target",
-                    what: "class id",
+                    op,
+                    operand,
+                    what,
                     position: i,
                     value: v,
-                    bound: classes,
+                    bound,
                     problem,
                 })
             }

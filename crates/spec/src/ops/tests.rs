@@ -1821,3 +1821,67 @@ fn tensors_hand_back_their_data_and_rationals_compare_strictly() {
     assert!(crate::Scalar::greater(&r(1, 2), &r(1, 3)));
     assert!(!crate::Scalar::greater(&r(1, 2), &r(1, 2)));
 }
+
+#[test]
+fn embedding_gathers_rows_and_sums_repeated_ids_in_position_order() {
+    let table = Tensor::new([3, 2], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+    let ids = Tensor::new([2, 2], vec![2.0, 0.0, 2.0, 2.0]).unwrap();
+    let y = Op::Embedding.forward(&[&ids, &table]).unwrap();
+    assert_eq!(y.shape(), &Shape::new(vec![2, 2, 2]));
+    assert_eq!(y.data(), &[5.0, 6.0, 1.0, 2.0, 5.0, 6.0, 5.0, 6.0]);
+    // row 2 is read at positions 0, 2 and 3: its gradient is their sum, first to last; row 1
+    // is never read
+    let cot = Tensor::new([2, 2, 2], vec![0.5, 1.0, 2.0, 3.0, 1e16, 1.0, 1.0, 1.0]).unwrap();
+    let saved = Saved::for_op(&Op::Embedding, &[&ids, &table], &y);
+    let grads = Op::Embedding.vjp::<Tensor<f64>>(&saved, &cot).unwrap();
+    assert!(grads[0].is_none(), "the ids get no gradient");
+    let dt = grads[1].as_ref().unwrap();
+    assert_eq!(dt.shape(), table.shape());
+    // ((0 + 0.5) + 1e16) + 1 is 1e16 in f64; another order would give 1e16 + 2
+    assert_eq!(dt.data(), &[2.0, 3.0, 0.0, 0.0, (0.5 + 1e16) + 1.0, 3.0]);
+}
+
+#[test]
+fn an_embedding_id_that_is_not_a_row_is_an_error_naming_position_and_value() {
+    let table = Tensor::<f64>::zeros(Shape::new(vec![4, 2])).unwrap();
+    for (bad, problem) in [
+        (4.0, IdProblem::OutOfRange),
+        (-1.0, IdProblem::OutOfRange),
+        (0.5, IdProblem::NotIntegral),
+        (f64::NAN, IdProblem::NotIntegral),
+        (f64::INFINITY, IdProblem::NotIntegral),
+    ] {
+        let ids = Tensor::new([3], vec![0.0, 3.0, bad]).unwrap();
+        let e = Op::Embedding.forward(&[&ids, &table]).unwrap_err();
+        match e {
+            SpecError::BadId {
+                op: "embedding",
+                operand: "ids",
+                position: 2,
+                bound: 4,
+                problem: p,
+                value,
+                ..
+            } => {
+                assert_eq!(p, problem, "{bad}");
+                assert!(value.to_bits() == bad.to_bits(), "{value} vs {bad}");
+            }
+            other => panic!("{bad}: {other:?}"),
+        }
+        // the IR's payload check asks the same rule
+        let shapes = [Shape::new(vec![3]), Shape::new(vec![4, 2])];
+        assert!(Op::Embedding
+            .check_data(0, &shapes, &[0.0, 3.0, bad])
+            .is_err());
+    }
+    // the table is not [V, D]
+    let flat = Tensor::<f64>::zeros(Shape::new(vec![4])).unwrap();
+    let ids = Tensor::new([1], vec![0.0]).unwrap();
+    assert!(matches!(
+        Op::Embedding.forward(&[&ids, &flat]),
+        Err(SpecError::OpShape {
+            op: "embedding",
+            ..
+        })
+    ));
+}
