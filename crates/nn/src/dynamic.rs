@@ -11,7 +11,7 @@
 use crate::error::{NnError, Result};
 use crate::layers::{conv2d_init, linear_init, Layer, Mode};
 use crate::ops::{Ops, Var};
-use torchlean_spec::{Conv2dSpec, PoolKind, Shape, Tensor, UnaryOp};
+use torchlean_spec::{Conv2dSpec, Op, PoolKind, Shape, Tensor, UnaryOp};
 
 /// Values whose feature or channel counts are checked when the layer runs.
 #[derive(Debug)]
@@ -29,6 +29,22 @@ impl DynLinear {
     pub fn new(inputs: usize, outputs: usize, seed: u64) -> Result<Self> {
         let (weight, bias) = linear_init(inputs, outputs, seed)?;
         Ok(DynLinear { weight, bias })
+    }
+
+    /// The layer with these initial values: `weight [out, in]`, `bias [out]`.
+    pub fn from_tensors(weight: Tensor<f64>, bias: Tensor<f64>) -> Result<Self> {
+        match (weight.shape().dims(), bias.shape().dims()) {
+            (&[o, _], &[ob]) if o == ob => Ok(DynLinear { weight, bias }),
+            _ => Err(NnError::Invalid {
+                what: "linear layer",
+                layer: String::new(),
+                reason: format!(
+                    "a weight of shape {} and a bias of shape {} (want [out, in] and [out])",
+                    weight.shape(),
+                    bias.shape()
+                ),
+            }),
+        }
     }
 
     /// `(inputs, outputs)`.
@@ -106,6 +122,47 @@ impl Layer for DynConv2d {
         let w = ops.param("weight", &self.weight)?;
         let b = ops.param("bias", &self.bias)?;
         ops.conv2d(self.spec, x, &w, &b)
+    }
+}
+
+/// Layer normalisation over the last axis (`features` of them) with a learned elementwise
+/// affine: PyTorch's `nn.LayerNorm(features, eps)`, `weight` ones and `bias` zeros initially.
+#[derive(Clone, Copy, Debug)]
+pub struct DynLayerNorm {
+    features: usize,
+    eps: f64,
+}
+
+impl DynLayerNorm {
+    pub fn new(features: usize, eps: f64) -> Self {
+        DynLayerNorm { features, eps }
+    }
+}
+
+impl Layer for DynLayerNorm {
+    type In = Dyn;
+    type Out = Dyn;
+
+    fn describe(&self) -> String {
+        format!("LayerNorm({})", self.features)
+    }
+
+    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, _: Mode) -> Result<Var> {
+        let f = Shape::from([self.features]);
+        let axis = x.shape().rank().saturating_sub(1);
+        let w = ops.param("weight", &Tensor::full(f.clone(), 1.0)?)?;
+        let b = ops.param("bias", &Tensor::zeros(f)?)?;
+        let h = ops.apply(
+            Op::LayerNorm {
+                axis,
+                eps: Some(self.eps),
+            },
+            &[x],
+        )?;
+        let w = ops.broadcast_to(&w, x.shape().clone())?;
+        let b = ops.broadcast_to(&b, x.shape().clone())?;
+        let h = ops.mul(&h, &w)?;
+        ops.add(&h, &b)
     }
 }
 

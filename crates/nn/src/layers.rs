@@ -12,7 +12,7 @@
 //!   fan-in bias bound);
 //! - `Conv2d(inC, outC, k)`: the same with fan-in `inC·kH·kW`.
 
-use crate::dynamic::{flatten, DynConv2d, DynLinear};
+use crate::dynamic::{flatten, DynConv2d, DynLayerNorm, DynLinear};
 use crate::error::{NnError, Result};
 use crate::ops::{Ops, Var};
 use std::marker::PhantomData;
@@ -107,6 +107,24 @@ fn uniform(shape: Shape, bound: f64, seed: u64, key: u64) -> Result<Tensor<f64>>
     let n = shape.checked_size()?;
     let data = (0..n as u64)
         .map(|i| (2.0 * uniform_at(seed, key, i) - 1.0) * bound)
+        .collect();
+    Ok(Tensor::new(shape, data)?)
+}
+
+/// `shape` values `N(0, std²)` from the stream `(seed, key)` (Box–Muller on 53-bit uniforms):
+/// GPT's initialisation.
+pub fn normal(shape: Shape, std: f64, seed: u64, key: u64) -> Result<Tensor<f64>> {
+    use torchlean_spec::ops::splitmix64;
+    let n = shape.checked_size()?;
+    let stream = splitmix64(seed ^ splitmix64(key ^ 0x6e6f_726d_616c));
+    let unit = |i: u64| (splitmix64(stream.wrapping_add(i)) >> 11) as f64 / (1u64 << 53) as f64;
+    let data = (0..n as u64)
+        .map(|i| {
+            // u1 in (0, 1]: the logarithm is finite
+            let u1 = 1.0 - unit(2 * i);
+            let u2 = unit(2 * i + 1);
+            std * (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+        })
         .collect();
     Ok(Tensor::new(shape, data)?)
 }
@@ -407,21 +425,8 @@ impl<const F: usize> Layer for LayerNorm<F> {
         format!("LayerNorm({F})")
     }
 
-    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, _: Mode) -> Result<Var> {
-        let axis = x.shape().rank().saturating_sub(1);
-        let w = ops.param("weight", &Tensor::full(Shape::from([F]), 1.0)?)?;
-        let b = ops.param("bias", &Tensor::zeros(Shape::from([F]))?)?;
-        let h = ops.apply(
-            Op::LayerNorm {
-                axis,
-                eps: Some(self.eps),
-            },
-            &[x],
-        )?;
-        let w = ops.broadcast_to(&w, x.shape().clone())?;
-        let b = ops.broadcast_to(&b, x.shape().clone())?;
-        let h = ops.mul(&h, &w)?;
-        ops.add(&h, &b)
+    fn forward<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode) -> Result<Var> {
+        DynLayerNorm::new(F, self.eps).forward(ops, x, mode)
     }
 }
 

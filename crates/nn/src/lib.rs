@@ -47,6 +47,7 @@
 
 pub mod dynamic;
 pub mod error;
+pub mod gpt;
 pub mod layers;
 pub mod loss;
 pub mod ops;
@@ -56,8 +57,9 @@ pub mod session;
 pub mod state;
 pub mod zoo;
 
-pub use dynamic::{Dyn, DynConv2d, DynLayer, DynLinear, DynSequential};
+pub use dynamic::{Dyn, DynConv2d, DynLayer, DynLayerNorm, DynLinear, DynSequential};
 pub use error::{NnError, Result};
+pub use gpt::{Gpt, GptConfig};
 pub use layers::{Features, Image, Layer, Mode, Seq};
 pub use loss::{Loss, Target};
 pub use ops::{Ops, Var};

@@ -6,6 +6,7 @@
 mod anomaly;
 mod budget;
 mod dynamic;
+mod gpt;
 mod losses;
 mod programs;
 mod state_dict;
