@@ -12,6 +12,7 @@
 //! line and the column ([`CsvProblem`]).
 
 pub mod csv;
+pub mod text;
 
 use std::num::NonZeroUsize;
 use std::path::Path;
@@ -21,6 +22,7 @@ use torchlean_spec::ops::splitmix64;
 use torchlean_spec::Tensor;
 
 pub use self::csv::{Column, CsvProblem, MAX_INTEGER_CLASSES};
+pub use self::text::{batch_offsets, CharTokenizer, Draw, Split, TextCorpus, TokenBatch};
 use crate::error::{Result, TrainError};
 
 /// The embedded digits file (see `crates/train/data/README.md`): 1,797 lines of 64 pixels

@@ -102,6 +102,42 @@ pub enum TrainError {
         held: usize,
     },
 
+    /// A text corpus that is not UTF-8 (`position` is the byte offset of the first bad byte).
+    #[error("{origin}: not UTF-8 text (byte {position})")]
+    TextNotUtf8 { origin: String, position: usize },
+
+    /// A text corpus too short to train on: each of its splits needs more than `block`
+    /// characters (a context and its next character).
+    #[error(
+        "{origin}: {chars} characters are too few for a block of {block}: the {split} split \
+         has {split_chars}, it needs at least {}",
+        .block + 1
+    )]
+    TextTooShort {
+        origin: String,
+        chars: usize,
+        block: usize,
+        split: &'static str,
+        split_chars: usize,
+    },
+
+    /// A character outside the tokenizer's vocabulary (`position` counts characters).
+    #[error("{what}: character {ch:?} at position {position} is not in the vocabulary of {vocab} characters")]
+    UnknownChar {
+        what: &'static str,
+        ch: char,
+        position: usize,
+        vocab: usize,
+    },
+
+    /// A vocabulary that is not a sorted list of distinct characters (a checkpoint's).
+    #[error("the vocabulary is not sorted distinct characters: {got:?}")]
+    BadVocabulary { got: String },
+
+    /// A token id at or past the vocabulary's size.
+    #[error("token id {id} is not below the vocabulary size {vocab}")]
+    TokenOutOfRange { id: usize, vocab: usize },
+
     /// A standardizer applied to data with a different number of features.
     #[error("the standardizer was fitted on {fitted} features, the data has {features} features")]
     StandardizerFeatures { fitted: usize, features: usize },
