@@ -145,8 +145,36 @@ pub enum Command {
     },
     /// Train a model on the digits shipped in the repository (or on --csv data), with a
     /// progress bar, held-out accuracy per epoch and, with --verify-every, gradients re-checked
-    /// on the reference engine as it goes
+    /// on the reference engine as it goes; or `train gpt`, a character-level GPT on Shakespeare
     Train(Box<TrainArgs>),
+    /// Print text a `train gpt` checkpoint writes after a prompt, character by character
+    Sample(SampleArgs),
+}
+
+/// `torchlean sample`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct SampleArgs {
+    /// A checkpoint `train gpt --save` wrote
+    #[arg(value_name = "CHECKPOINT.safetensors")]
+    pub checkpoint: PathBuf,
+    /// The text to continue (every character must be in the model's vocabulary)
+    #[arg(long, default_value = "\n")]
+    pub prompt: String,
+    /// Characters to write
+    #[arg(long, default_value_t = 500)]
+    pub tokens: usize,
+    /// Divides the logits: below 1 more predictable, above 1 more varied
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f64,
+    /// Draw only from the K most likely characters (0: all)
+    #[arg(long, value_name = "K", default_value_t = 20)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub engine: EngineName,
+    #[arg(long, value_enum, default_value = "f32")]
+    pub dtype: DTypeArg,
 }
 
 /// `torchlean conform`'s arguments.
@@ -199,6 +227,9 @@ pub enum ModelArg {
     Mlp,
     /// Conv 1→16, ReLU, Conv 16→32, ReLU, MaxPool 2, Linear → C (3×3 kernels, padding 1)
     Cnn,
+    /// nanoGPT's character-level GPT on the embedded Shakespeare (or --text): 4 layers, 4
+    /// heads, 128 wide, block 64, AdamW; the flags under "GPT"
+    Gpt,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -290,6 +321,55 @@ pub struct TrainArgs {
     pub detect_anomaly: bool,
     #[command(flatten)]
     pub memory: MemoryArgs,
+    #[command(
+        flatten,
+        next_help_heading = "GPT (train gpt; --batch, --lr, --seed, --save, --resume, --plot, --json and --log-every apply too)"
+    )]
+    pub gpt: GptFlags,
+}
+
+/// The flags only `train gpt` takes (its defaults: nanoGPT's `shakespeare_char` on a CPU).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct GptFlags {
+    /// Train on this UTF-8 text file instead of the embedded Shakespeare
+    #[arg(long, value_name = "PATH")]
+    pub text: Option<PathBuf>,
+    /// Training steps [default: 2000]
+    #[arg(long)]
+    pub iters: Option<u64>,
+    /// Estimate the train and val loss every N steps (and after the last) [default: 250]
+    #[arg(long, value_name = "N")]
+    pub eval_interval: Option<u64>,
+    /// Batches per split in an estimate [default: 20]
+    #[arg(long, value_name = "N")]
+    pub eval_iters: Option<u64>,
+    /// Context length in characters [default: 64]
+    #[arg(long)]
+    pub block: Option<usize>,
+    /// Transformer blocks [default: 4]
+    #[arg(long)]
+    pub n_layer: Option<usize>,
+    /// Attention heads (a divisor of --n-embd) [default: 4]
+    #[arg(long)]
+    pub n_head: Option<usize>,
+    /// Embedding width [default: 128]
+    #[arg(long)]
+    pub n_embd: Option<usize>,
+    /// The learning rate at the last step (cosine decay from --lr) [default: 1e-4]
+    #[arg(long)]
+    pub min_lr: Option<f64>,
+    /// Steps of linear warm-up [default: 100]
+    #[arg(long)]
+    pub warmup: Option<u64>,
+    /// AdamW's decoupled weight decay, on weights of rank ≥ 2 only [default: 0.1]
+    #[arg(long)]
+    pub weight_decay: Option<f64>,
+    /// Clip the gradients' global norm to this (0: off) [default: 1.0]
+    #[arg(long)]
+    pub grad_clip: Option<f64>,
+    /// Dropout probability [default: 0]
+    #[arg(long)]
+    pub dropout: Option<f64>,
 }
 
 /// `--max-memory`, on every command that checks or runs a graph.
@@ -317,7 +397,10 @@ impl Command {
             | Command::ExportTorch { memory, .. } => memory.max_memory,
             Command::Conform(args) => args.memory.max_memory,
             Command::Train(args) => args.memory.max_memory,
-            Command::Dot { .. } | Command::Convert { .. } | Command::Import { .. } => None,
+            Command::Dot { .. }
+            | Command::Convert { .. }
+            | Command::Import { .. }
+            | Command::Sample(_) => None,
         }
     }
 }

@@ -61,6 +61,7 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
         Command::Conform(args) => crate::conform::run(&args),
         Command::Lower { graph, payload, .. } => lower(&graph, payload.as_deref()),
         Command::Train(args) => crate::train::run(&args),
+        Command::Sample(args) => crate::train_gpt::sample(&args),
         Command::Convert {
             graph,
             payload,

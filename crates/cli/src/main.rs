@@ -15,6 +15,7 @@ mod import;
 mod load;
 mod out;
 mod train;
+mod train_gpt;
 
 use clap::Parser;
 use std::process::ExitCode;

@@ -16,7 +16,7 @@ use torchlean_train::optim::OptimConfig;
 use torchlean_train::trainer::{Event, Observer, Summary, TrainConfig, Trainer};
 use torchlean_train::{TrainError, TrainValue};
 
-fn bad(e: TrainError) -> BadInput {
+pub(crate) fn bad(e: TrainError) -> BadInput {
     BadInput::one(chain(&e))
 }
 
@@ -36,11 +36,7 @@ fn optimizer(name: Option<&str>, lr: Option<f64>, arch: Arch) -> Result<OptimCon
     Ok(c)
 }
 
-fn config(a: &TrainArgs) -> Result<TrainConfig, BadInput> {
-    let arch = match a.model {
-        ModelArg::Mlp => Arch::Mlp,
-        ModelArg::Cnn => Arch::Cnn,
-    };
+fn config(a: &TrainArgs, arch: Arch) -> Result<TrainConfig, BadInput> {
     let mut c = TrainConfig::new(arch);
     if let Some(e) = a.epochs {
         c.epochs = e;
@@ -68,7 +64,12 @@ fn config(a: &TrainArgs) -> Result<TrainConfig, BadInput> {
 
 /// With `--resume`, the settings that decide what is computed come from the checkpoint; one
 /// given on the command line must agree with it.
-fn check_resume_flags(a: &TrainArgs, c: &TrainConfig, path: &Path) -> Result<(), BadInput> {
+fn check_resume_flags(
+    a: &TrainArgs,
+    arch: Arch,
+    c: &TrainConfig,
+    path: &Path,
+) -> Result<(), BadInput> {
     let mut conflicts = Vec::new();
     let mut check = |flag: &str, given: Option<String>, have: String| {
         if let Some(g) = given {
@@ -98,10 +99,6 @@ fn check_resume_flags(a: &TrainArgs, c: &TrainConfig, path: &Path) -> Result<(),
         a.optimizer.clone(),
         c.optimizer.name().to_string(),
     );
-    let arch = match a.model {
-        ModelArg::Mlp => Arch::Mlp,
-        ModelArg::Cnn => Arch::Cnn,
-    };
     check("model", Some(arch.to_string()), c.arch.to_string());
     if conflicts.is_empty() {
         Ok(())
@@ -119,18 +116,18 @@ fn check_resume_flags(a: &TrainArgs, c: &TrainConfig, path: &Path) -> Result<(),
 /// write nothing more is written, training goes on (and saves what it was asked to), and
 /// [`Printer::finish`] reports the failure at the end.
 #[derive(Default)]
-struct Printer {
+pub(crate) struct Printer {
     failed: Option<WriteError>,
 }
 
 impl Printer {
-    fn line(&mut self, text: impl std::fmt::Display) {
+    pub(crate) fn line(&mut self, text: impl std::fmt::Display) {
         if self.failed.is_none() {
             self.failed = out::line(text).err();
         }
     }
 
-    fn finish(self) -> Result<(), WriteError> {
+    pub(crate) fn finish(self) -> Result<(), WriteError> {
         self.failed.map_or(Ok(()), Err)
     }
 }
@@ -263,7 +260,7 @@ fn print_summary(out: &mut Printer, s: &Summary, json_out: bool) {
 
 /// Where a run interrupted by SIGINT saves its checkpoint: `--save`, else the `--resume`
 /// checkpoint it continues (replaced atomically), else [`INTERRUPTED_CHECKPOINT`].
-fn interrupt_path(a: &TrainArgs) -> PathBuf {
+pub(crate) fn interrupt_path(a: &TrainArgs) -> PathBuf {
     a.save
         .clone()
         .or_else(|| a.resume.clone())
@@ -279,7 +276,7 @@ const INTERRUPTED_CHECKPOINT: &str = "torchlean-interrupted.safetensors";
 /// process at once with [`EXIT_INTERRUPTED`] (a save under way is atomic: the old checkpoint
 /// survives). `None`, after a warning, when the handler cannot be installed (then Ctrl-C
 /// kills the run as it would without one).
-fn stop_on_sigint() -> Option<Arc<AtomicBool>> {
+pub(crate) fn stop_on_sigint() -> Option<Arc<AtomicBool>> {
     use signal_hook::consts::SIGINT;
     let flag = Arc::new(AtomicBool::new(false));
     // the conditional shutdown first: it sees the flag as the previous SIGINT left it
@@ -323,6 +320,7 @@ fn save_interrupted<V: TrainValue>(
 /// `train_on` the reference f64 engine with a fault injected.
 struct TrainFaulty<'a> {
     a: &'a TrainArgs,
+    arch: Arch,
     data: &'a Dataset,
     origin: &'a str,
 }
@@ -331,15 +329,20 @@ impl torchlean_faults::WithFault for TrainFaulty<'_> {
     type Output = Result<Outcome, Stop>;
     fn run<const F: u8>(self) -> Self::Output {
         type R = torchlean_spec::Tensor<f64>;
-        train_on::<torchlean_faults::Faulty<R, F>>(self.a, self.data, self.origin)
+        train_on::<torchlean_faults::Faulty<R, F>>(self.a, self.arch, self.data, self.origin)
     }
 }
 
-fn train_on<V: TrainValue>(a: &TrainArgs, data: &Dataset, origin: &str) -> Result<Outcome, Stop> {
+fn train_on<V: TrainValue>(
+    a: &TrainArgs,
+    arch: Arch,
+    data: &Dataset,
+    origin: &str,
+) -> Result<Outcome, Stop> {
     let mut t = match &a.resume {
         Some(path) => {
             let mut t = Trainer::<V>::resume(path, data).map_err(bad)?;
-            check_resume_flags(a, t.config(), path)?;
+            check_resume_flags(a, arch, t.config(), path)?;
             let epochs = a.epochs.unwrap_or(t.config().epochs);
             t.set_stop(epochs, a.steps);
             t.set_verify_every(a.verify_every);
@@ -347,7 +350,7 @@ fn train_on<V: TrainValue>(a: &TrainArgs, data: &Dataset, origin: &str) -> Resul
             t
         }
         None => {
-            let mut t = Trainer::<V>::new(config(a)?, data).map_err(bad)?;
+            let mut t = Trainer::<V>::new(config(a, arch)?, data).map_err(bad)?;
             if let Some(path) = &a.init_from {
                 t.init_from(path).map_err(|e| BadInput::at(path, &e))?;
             }
@@ -439,6 +442,12 @@ fn train_on<V: TrainValue>(a: &TrainArgs, data: &Dataset, origin: &str) -> Resul
 }
 
 pub fn run(a: &TrainArgs) -> Result<Outcome, Stop> {
+    let arch = match a.model {
+        ModelArg::Mlp => Arch::Mlp,
+        ModelArg::Cnn => Arch::Cnn,
+        ModelArg::Gpt => return crate::train_gpt::run(a),
+    };
+    crate::train_gpt::refuse_gpt_flags(a, arch)?;
     let (data, origin) = match &a.csv {
         Some(path) => (
             Dataset::from_csv(path, &a.label_column).map_err(bad)?,
@@ -452,10 +461,11 @@ pub fn run(a: &TrainArgs) -> Result<Outcome, Stop> {
     if let Some(fault) = a.inject_fault {
         return fault.with(TrainFaulty {
             a,
+            arch,
             data: &data,
             origin: &origin,
         });
     }
     let sel = crate::engine::select(a.engine, crate::engine::dtype(a.dtype))?;
-    crate::engine::with_engine!(sel, V => train_on::<V>(a, &data, &origin))
+    crate::engine::with_engine!(sel, V => train_on::<V>(a, arch, &data, &origin))
 }

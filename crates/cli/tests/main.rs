@@ -14,3 +14,4 @@ mod import;
 mod reliability;
 mod torch_export;
 mod train;
+mod train_gpt;

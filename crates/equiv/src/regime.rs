@@ -197,6 +197,8 @@ mod tests {
         for b in BinaryOp::ALL.iter().filter(|&&b| b != BinaryOp::Div) {
             want.insert((b.name(), Regime::Row(RepeatedParent)));
         }
+        // added since, with their kinds
+        want.insert((desc::EMBEDDING.name, Regime::Row(RepeatedIds)));
         for d in desc::OPS.iter().filter(|d| d.has_defaults()) {
             want.insert((d.name, Regime::Default));
             want.insert((d.name, Regime::Explicit));

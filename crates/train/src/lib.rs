@@ -9,12 +9,15 @@
 //! - [`plot`]: SVG loss curves;
 //! - [`model`]: the models `torchlean train` trains, sized by the data at run time;
 //! - [`exec`]: the eager and the compiled way to run a step;
-//! - [`trainer`]: the training loop behind `torchlean train`, with verified steps.
+//! - [`trainer`]: the training loop behind `torchlean train`, with verified steps;
+//! - [`gpt`]: nanoGPT's training loop for a [`torchlean_nn::Gpt`] on character-level text,
+//!   and sampling.
 
 pub mod checkpoint;
 pub mod data;
 pub mod error;
 pub mod exec;
+pub mod gpt;
 pub mod model;
 pub mod optim;
 pub mod plot;
@@ -24,6 +27,7 @@ pub mod trainer;
 pub use checkpoint::{Checkpoint, NamedTensor, TensorData};
 pub use data::{batches, epoch_order, Dataset, Standardizer};
 pub use error::{Result, TrainError};
+pub use gpt::{GptEval, GptEvent, GptTrainConfig, GptTrainer, Sampling};
 pub use optim::{clip_grad_norm, EngineOptimizer, OptimConfig, Optimizer, Param, ParamState};
 pub use plot::loss_svg;
 pub use sched::{Schedule, Scheduler};

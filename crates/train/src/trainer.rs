@@ -809,7 +809,7 @@ impl<V: TrainValue> Trainer<V> {
     }
 }
 
-fn named<T: Element>(shape: &[usize], data: &[T]) -> NamedTensor {
+pub(crate) fn named<T: Element>(shape: &[usize], data: &[T]) -> NamedTensor {
     let data = if T::NAME == "f64" {
         TensorData::F64(
             data.iter()
@@ -829,7 +829,7 @@ fn named<T: Element>(shape: &[usize], data: &[T]) -> NamedTensor {
     }
 }
 
-fn tensor_f64(t: &NamedTensor) -> Vec<f64> {
+pub(crate) fn tensor_f64(t: &NamedTensor) -> Vec<f64> {
     match &t.data {
         TensorData::F32(d) => d.iter().map(|&v| v as f64).collect(),
         TensorData::F64(d) => d.clone(),

@@ -8,6 +8,7 @@ mod common;
 mod checkpoint;
 mod cuda;
 mod data;
+mod gpt;
 mod optim;
 mod plot;
 mod trainer;

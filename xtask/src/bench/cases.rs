@@ -89,6 +89,12 @@ pub const CASES: &[Case] = &[
         cuda: true,
     },
     Case {
+        name: "gpt_train_step",
+        about: "one AdamW step of the default GPT (4 layers, 4 heads, 128 wide, block 64, batch 12) on Shakespeare, f32; eager and compiled",
+        run: super::train::gpt_train_step,
+        cuda: false,
+    },
+    Case {
         name: "mlp_train_b512_cuda",
         about: "mlp_train_b512 on the CUDA engine; eager and compiled",
         run: super::train::mlp_train_b512_cuda,

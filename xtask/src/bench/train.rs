@@ -247,3 +247,84 @@ pub fn conv_train(threads: usize, reps: usize) -> Result<Vec<Row>> {
         reps,
     )
 }
+
+/// The GPT issue's default configuration (nanoGPT's CPU `shakespeare_char` settings).
+fn gpt_default() -> torchlean_nn::GptConfig {
+    torchlean_nn::GptConfig {
+        vocab: 77,
+        block: 64,
+        n_layer: 4,
+        n_head: 4,
+        n_embd: 128,
+        dropout: 0.0,
+    }
+}
+
+/// `gpt_train_step`: one full training step of the default GPT on a fixed batch of 12
+/// Shakespeare contexts — forward, loss, releasing backward, AdamW update — on the CPU engine
+/// in f32, eager and compiled.
+pub fn gpt_train_step(threads: usize, reps: usize) -> Result<Vec<Row>> {
+    use torchlean_train::data::{Draw, Split, TextCorpus};
+    let cfg = gpt_default();
+    let batch = 12;
+    let corpus = TextCorpus::shakespeare(cfg.block).map_err(err)?;
+    let draw = Draw {
+        seed: 1337,
+        stream: 0,
+        step: 0,
+    };
+    let b = corpus.batch(Split::Train, batch, cfg.block, draw);
+    let gpt = torchlean_nn::Gpt::new(cfg, 1337).map_err(err)?;
+    let gflop = 3.0 * cfg.forward_matmul_flops(batch, cfg.block) / 1e9;
+    let adamw = || Optimizer::<f32>::new(OptimConfig::adamw(1e-3)).map_err(err);
+
+    let mut s = Session::<CpuF32>::new();
+    let mut opt = adamw()?;
+    let mut last = f32::NAN;
+    let eager = measure(2, reps, || {
+        s.reset();
+        let loss = gpt
+            .loss(&mut s, &b.ids, &b.targets, batch, Mode::Train)
+            .map_err(err)?;
+        last = s.value_f64(&loss).map_err(err)?.data()[0] as f32;
+        s.backward(&loss, Sweep::Releasing).map_err(err)?;
+        let grads: BTreeMap<String, CpuF32> = s.take_param_grads();
+        s.reset();
+        update(&mut opt, s.params_mut().map(|(n, p)| (n, p, grads.get(n))))?;
+        black_box(last);
+        Ok(())
+    })?;
+    let eager_loss = last;
+
+    let mut r = Recorder::new();
+    let out = gpt
+        .loss(&mut r, &b.ids, &b.targets, batch, Mode::Train)
+        .map_err(err)?;
+    let rec = r.finish(&out).map_err(err)?;
+    let mut leaf_values = rec.inputs::<CpuF32>().map_err(err)?;
+    let mut opt = adamw()?;
+    let compiled = measure(2, reps, || {
+        let leaves = &rec.leaves;
+        let (out, grads) = rec
+            .step::<CpuF32>(leaf_values.clone(), |i| leaves[i].kind == LeafKind::Param)
+            .map_err(err)?;
+        let named = leaves.iter().zip(leaf_values.iter_mut()).zip(&grads);
+        update(
+            &mut opt,
+            named.map(|((l, p), g)| (l.name.as_str(), p, g.as_ref())),
+        )?;
+        last = black_box(out.to_f64().map_err(err)?.data()[0] as f32);
+        Ok(())
+    })?;
+    let row = |backend: &str, stats, loss: f32| {
+        Row::new("gpt_train_step", CpuF32::ENGINE, threads, stats)
+            .with("backend", backend)
+            .with("batch", batch)
+            .with("matmul_gflop", (gflop * 1e3).round() / 1e3)
+            .with("loss", (loss as f64 * 1e4).round() / 1e4)
+    };
+    Ok(vec![
+        row("eager", eager, eager_loss),
+        row("compiled", compiled, last),
+    ])
+}

@@ -1,0 +1,435 @@
+//! `torchlean train gpt`: nanoGPT's character-level GPT on the embedded Shakespeare or a text
+//! file (`torchlean_train::gpt`), with a progress bar or plain or JSON lines, evaluations,
+//! checkpoints, a loss plot, and Ctrl-C saving the run.
+
+use crate::args::{ModelArg, SampleArgs, TrainArgs};
+use crate::train::{bad, interrupt_path, stop_on_sigint, Printer};
+use crate::{out, BadInput, Outcome, Stop};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+use std::io::IsTerminal;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+use torchlean_train::data::TextCorpus;
+use torchlean_train::gpt::GptEval;
+use torchlean_train::model::Arch;
+use torchlean_train::{GptEvent, GptTrainConfig, GptTrainer, TrainValue};
+
+/// The classifier flags `train gpt` does not take, and the GPT flags `train mlp|cnn` does not:
+/// each given one is a line of bad input.
+fn misplaced(a: &TrainArgs, gpt: bool) -> Vec<String> {
+    let g = &a.gpt;
+    let classifier_only: [(&str, bool); 10] = [
+        ("--epochs", a.epochs.is_some()),
+        ("--steps", a.steps.is_some()),
+        ("--optimizer", a.optimizer.is_some()),
+        ("--csv", a.csv.is_some()),
+        ("--held-out", a.held_out.is_some()),
+        ("--clip-grad-norm", a.clip_grad_norm.is_some()),
+        ("--init-from", a.init_from.is_some()),
+        ("--inject-fault", a.inject_fault.is_some()),
+        ("--detect-anomaly", a.detect_anomaly),
+        ("--verify-every", a.verify_every.is_some()),
+    ];
+    let gpt_only: [(&str, bool); 13] = [
+        ("--text", g.text.is_some()),
+        ("--iters", g.iters.is_some()),
+        ("--eval-interval", g.eval_interval.is_some()),
+        ("--eval-iters", g.eval_iters.is_some()),
+        ("--block", g.block.is_some()),
+        ("--n-layer", g.n_layer.is_some()),
+        ("--n-head", g.n_head.is_some()),
+        ("--n-embd", g.n_embd.is_some()),
+        ("--min-lr", g.min_lr.is_some()),
+        ("--warmup", g.warmup.is_some()),
+        ("--weight-decay", g.weight_decay.is_some()),
+        ("--grad-clip", g.grad_clip.is_some()),
+        ("--dropout", g.dropout.is_some()),
+    ];
+    let (flags, why): (&[(&str, bool)], &str) = if gpt {
+        (
+            &classifier_only,
+            "is a `train mlp|cnn` flag; `train gpt` takes the flags under \"GPT\" in `train --help`",
+        )
+    } else {
+        (&gpt_only, "is a `train gpt` flag")
+    };
+    flags
+        .iter()
+        .filter(|(_, given)| *given)
+        .map(|(flag, _)| format!("{flag} {why}"))
+        .collect()
+}
+
+/// `train mlp|cnn` given a GPT flag: one line per flag.
+pub fn refuse_gpt_flags(a: &TrainArgs, arch: Arch) -> Result<(), BadInput> {
+    let lines: Vec<String> = misplaced(a, false)
+        .into_iter()
+        .map(|l| format!("{l}, not a `train {arch}` one"))
+        .collect();
+    if lines.is_empty() {
+        Ok(())
+    } else {
+        Err(BadInput(lines))
+    }
+}
+
+/// The run's configuration: nanoGPT's defaults, each flag given replacing its value.
+fn config(a: &TrainArgs) -> GptTrainConfig {
+    let mut c = GptTrainConfig::shakespeare_char();
+    let g = &a.gpt;
+    let m = &mut c.model;
+    m.block = g.block.unwrap_or(m.block);
+    m.n_layer = g.n_layer.unwrap_or(m.n_layer);
+    m.n_head = g.n_head.unwrap_or(m.n_head);
+    m.n_embd = g.n_embd.unwrap_or(m.n_embd);
+    m.dropout = g.dropout.unwrap_or(m.dropout);
+    c.batch = a.batch.unwrap_or(c.batch);
+    c.lr = a.lr.unwrap_or(c.lr);
+    c.seed = a.seed.unwrap_or(c.seed);
+    c.iters = g.iters.unwrap_or(c.iters);
+    c.eval_interval = g.eval_interval.unwrap_or(c.eval_interval);
+    c.eval_iters = g.eval_iters.unwrap_or(c.eval_iters);
+    c.min_lr = g.min_lr.unwrap_or(c.min_lr);
+    c.warmup = g.warmup.unwrap_or(c.warmup);
+    c.weight_decay = g.weight_decay.unwrap_or(c.weight_decay);
+    c.grad_clip = g.grad_clip.unwrap_or(c.grad_clip);
+    c
+}
+
+/// With `--resume`, the run's settings come from the checkpoint; only `--iters` (the total to
+/// reach) may change. Any other setting given is bad input, one line each.
+fn check_resume_flags(a: &TrainArgs, saved: &GptTrainConfig) -> Result<(), BadInput> {
+    let given = config(a);
+    let mut lines = Vec::new();
+    let mut check = |flag: &str, given: bool, want: String, have: String| {
+        if given && want != have {
+            lines.push(format!(
+                "cannot resume with {flag} {want} (the checkpoint has {have})"
+            ));
+        }
+    };
+    let g = &a.gpt;
+    check(
+        "--batch",
+        a.batch.is_some(),
+        given.batch.to_string(),
+        saved.batch.to_string(),
+    );
+    check(
+        "--lr",
+        a.lr.is_some(),
+        given.lr.to_string(),
+        saved.lr.to_string(),
+    );
+    check(
+        "--seed",
+        a.seed.is_some(),
+        given.seed.to_string(),
+        saved.seed.to_string(),
+    );
+    check(
+        "--block",
+        g.block.is_some(),
+        given.model.block.to_string(),
+        saved.model.block.to_string(),
+    );
+    check(
+        "--n-layer",
+        g.n_layer.is_some(),
+        given.model.n_layer.to_string(),
+        saved.model.n_layer.to_string(),
+    );
+    check(
+        "--n-head",
+        g.n_head.is_some(),
+        given.model.n_head.to_string(),
+        saved.model.n_head.to_string(),
+    );
+    check(
+        "--n-embd",
+        g.n_embd.is_some(),
+        given.model.n_embd.to_string(),
+        saved.model.n_embd.to_string(),
+    );
+    check(
+        "--dropout",
+        g.dropout.is_some(),
+        given.model.dropout.to_string(),
+        saved.model.dropout.to_string(),
+    );
+    check(
+        "--weight-decay",
+        g.weight_decay.is_some(),
+        given.weight_decay.to_string(),
+        saved.weight_decay.to_string(),
+    );
+    check(
+        "--min-lr",
+        g.min_lr.is_some(),
+        given.min_lr.to_string(),
+        saved.min_lr.to_string(),
+    );
+    check(
+        "--warmup",
+        g.warmup.is_some(),
+        given.warmup.to_string(),
+        saved.warmup.to_string(),
+    );
+    check(
+        "--grad-clip",
+        g.grad_clip.is_some(),
+        given.grad_clip.to_string(),
+        saved.grad_clip.to_string(),
+    );
+    if lines.is_empty() {
+        Ok(())
+    } else {
+        Err(BadInput(lines))
+    }
+}
+
+pub fn run(a: &TrainArgs) -> Result<Outcome, Stop> {
+    debug_assert_eq!(a.model, ModelArg::Gpt);
+    let misplaced = misplaced(a, true);
+    if !misplaced.is_empty() {
+        return Err(BadInput(misplaced).into());
+    }
+    if a.backend != crate::args::BackendArg::Eager {
+        return Err(BadInput::one(
+            "--backend compiled is not available for `train gpt` yet (it trains eagerly)",
+        )
+        .into());
+    }
+    let sel = crate::engine::select(a.engine, crate::engine::dtype(a.dtype))?;
+    crate::engine::with_engine!(sel, V => train_gpt_on::<V>(a))
+}
+
+fn corpus(a: &TrainArgs, block: usize) -> Result<TextCorpus, BadInput> {
+    match &a.gpt.text {
+        Some(path) => TextCorpus::read(path, block).map_err(bad),
+        None => TextCorpus::shakespeare(block).map_err(bad),
+    }
+}
+
+/// The peak resident set of this process in MiB (`VmHWM`), where the system says.
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+fn train_gpt_on<V: TrainValue>(a: &TrainArgs) -> Result<Outcome, Stop> {
+    let mut t = match &a.resume {
+        Some(path) => {
+            let saved = torchlean_train::gpt::GptCheckpoint::load(path)
+                .map_err(|e| BadInput::at(path, &e))?;
+            check_resume_flags(a, &saved.config)?;
+            let corpus = corpus(a, saved.config.model.block)?;
+            let mut t = GptTrainer::<V>::resume(path, corpus).map_err(bad)?;
+            if let Some(iters) = a.gpt.iters {
+                t.set_iters(iters);
+            }
+            t
+        }
+        None => {
+            let c = config(a);
+            let corpus = corpus(a, c.model.block)?;
+            GptTrainer::<V>::new(c, corpus).map_err(bad)?
+        }
+    };
+    let c = t.config().clone();
+    let m = c.model;
+    let mut printer = Printer::default();
+    let params: usize = t.params().values().map(|v| v.shape_of().size()).sum();
+    let corpus = t.corpus();
+    let chars = corpus.split(torchlean_train::data::Split::Train).len()
+        + corpus.split(torchlean_train::data::Split::Val).len();
+    if !a.json {
+        printer.line(format_args!(
+            "training gpt on {}: {chars} characters ({} distinct), {} for training; {} layers, {} heads, {} wide, block {}: {params} parameters; {}; AdamW lr {} batch {}; steps {}..{}",
+            corpus.origin(),
+            m.vocab,
+            corpus.split(torchlean_train::data::Split::Train).len(),
+            m.n_layer,
+            m.n_head,
+            m.n_embd,
+            m.block,
+            V::ENGINE,
+            c.lr,
+            c.batch,
+            t.steps_done(),
+            c.iters
+        ));
+    }
+    let bar = (!a.json && std::io::stdout().is_terminal()).then(|| {
+        let b = ProgressBar::new(c.iters);
+        b.set_position(t.steps_done());
+        if let Ok(style) =
+            ProgressStyle::with_template("{bar:40} {pos}/{len} steps {msg} [{elapsed}<{eta}]")
+        {
+            b.set_style(style);
+        }
+        b
+    });
+    let stop = stop_on_sigint();
+    let first_step = t.steps_done();
+    let tokens_per_step = (c.batch * m.block) as f64;
+    let start = Instant::now();
+    let mut train_points = Vec::new();
+    let mut evals: Vec<GptEval> = Vec::new();
+    let mut interrupted = false;
+    let line = |printer: &mut Printer, bar: &Option<ProgressBar>, text: String| match bar {
+        Some(b) => b.println(text),
+        None => printer.line(text),
+    };
+    let result = t.run(|e| {
+        match *e {
+            GptEvent::Step {
+                step, loss, lr, ..
+            } => {
+                train_points.push((step as f64, loss));
+                let done = (step - first_step) as f64;
+                let rate = done * tokens_per_step / start.elapsed().as_secs_f64().max(1e-9);
+                if let Some(b) = &bar {
+                    b.set_position(step);
+                    b.set_message(format!("loss {loss:.4}, {rate:.0} tokens/s"));
+                }
+                if a.json {
+                    printer.line(json!({"step": step, "loss": loss, "lr": lr}));
+                } else if a.log_every > 0 && step % a.log_every == 0 {
+                    line(
+                        &mut printer,
+                        &bar,
+                        format!("step {step}: loss={loss:.4} lr={lr:.3e} ({rate:.0} tokens/s)"),
+                    );
+                }
+            }
+            GptEvent::Eval(ev) => {
+                evals.push(ev);
+                if a.json {
+                    printer.line(json!({"step": ev.step, "train_loss": ev.train_loss, "val_loss": ev.val_loss}));
+                } else {
+                    line(
+                        &mut printer,
+                        &bar,
+                        format!(
+                            "step {}: train loss {:.4}, val loss {:.4}",
+                            ev.step, ev.train_loss, ev.val_loss
+                        ),
+                    );
+                }
+            }
+        }
+        let stopped = stop.as_ref().is_some_and(|f| f.load(Ordering::Relaxed));
+        interrupted |= stopped;
+        !stopped
+    });
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    result.map_err(bad)?;
+    let seconds = start.elapsed().as_secs_f64();
+    if interrupted {
+        let path = interrupt_path(a);
+        t.save(&path).map_err(bad)?;
+        out::error_line(format_args!(
+            "interrupted after step {} of {}; saved the run to {}; continue with --resume {}",
+            t.steps_done(),
+            c.iters,
+            path.display(),
+            path.display()
+        ));
+        printer.finish()?;
+        return Ok(Outcome::Interrupted);
+    }
+    let steps = t.steps_done() - first_step;
+    let tokens_per_s = steps as f64 * tokens_per_step / seconds.max(1e-9);
+    let last = evals.last().copied();
+    let rss = peak_rss_mib();
+    if a.json {
+        printer.line(json!({
+            "summary": true,
+            "steps": steps,
+            "last_step": t.steps_done(),
+            "train_loss": last.map(|e| e.train_loss),
+            "val_loss": last.map(|e| e.val_loss),
+            "seconds": seconds,
+            "tokens_per_s": tokens_per_s,
+            "peak_rss_mib": rss,
+            "engine": V::ENGINE,
+        }));
+    } else {
+        let losses = last.map_or_else(
+            || "no evaluation".to_string(),
+            |e| format!("val loss {:.4}, train loss {:.4}", e.val_loss, e.train_loss),
+        );
+        printer.line(format_args!(
+            "{losses}; {steps} steps in {seconds:.1} s ({:.1} ms/step, {tokens_per_s:.0} tokens/s); peak RSS {}",
+            seconds * 1e3 / steps.max(1) as f64,
+            rss.map_or_else(|| "unknown".to_string(), |r| format!("{r:.0} MiB"))
+        ));
+    }
+    if let Some(path) = &a.plot {
+        let val: Vec<(f64, f64)> = evals.iter().map(|e| (e.step as f64, e.val_loss)).collect();
+        let title = format!("torchlean train gpt ({})", V::ENGINE);
+        torchlean_train::plot::loss_svg(path, &title, &train_points, &val).map_err(bad)?;
+        if !a.json {
+            printer.line(format_args!("wrote {}", path.display()));
+        }
+    }
+    if let Some(path) = &a.save {
+        t.save(path).map_err(bad)?;
+        if !a.json {
+            printer.line(format_args!(
+                "wrote {} (nanoGPT's state_dict, the optimizer state and the run)",
+                path.display()
+            ));
+        }
+    }
+    printer.finish()?;
+    Ok(Outcome::Ok)
+}
+
+/// `torchlean sample CHECKPOINT`: the model of a `train gpt` checkpoint continues `--prompt`,
+/// each character written as it is drawn.
+pub fn sample(a: &SampleArgs) -> Result<Outcome, Stop> {
+    let sel = crate::engine::select(a.engine, crate::engine::dtype(a.dtype))?;
+    crate::engine::with_engine!(sel, V => sample_on::<V>(a))
+}
+
+fn sample_on<V: TrainValue>(a: &SampleArgs) -> Result<Outcome, Stop> {
+    let saved = torchlean_train::gpt::GptCheckpoint::load(&a.checkpoint)
+        .map_err(|e| BadInput::at(&a.checkpoint, &e))?;
+    let (gpt, mut session, tokenizer) = saved.model::<V>().map_err(bad)?;
+    // a bad prompt is refused before anything is written
+    tokenizer.encode("the prompt", &a.prompt).map_err(bad)?;
+    let sampling = torchlean_train::Sampling {
+        tokens: a.tokens,
+        temperature: a.temperature,
+        top_k: (a.top_k > 0).then_some(a.top_k),
+        seed: a.seed,
+    };
+    let mut failed = None;
+    let mut write = |c: char| {
+        if failed.is_none() {
+            failed = out::text(c.encode_utf8(&mut [0; 4])).err();
+        }
+    };
+    a.prompt.chars().for_each(&mut write);
+    torchlean_train::gpt::sample(
+        &gpt,
+        &mut session,
+        &tokenizer,
+        &a.prompt,
+        sampling,
+        &mut write,
+    )
+    .map_err(bad)?;
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+    out::line("")?;
+    Ok(Outcome::Ok)
+}
