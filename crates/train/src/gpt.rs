@@ -22,7 +22,7 @@ use torchlean_runtime::{Element, Kernels, TrainValue};
 use torchlean_spec::{ops::splitmix64, Shape, Tensor};
 
 use crate::checkpoint::{Checkpoint, NamedTensor, OPTIMIZER_PREFIX};
-use crate::data::{CharTokenizer, Draw, Split, TextCorpus};
+use crate::data::{CharTokenizer, Draw, Split, TextCorpus, TokenBatch};
 use crate::error::{Result, TrainError};
 use crate::optim::{clip_grad_norm, EngineOptimizer, OptimConfig};
 use crate::trainer::{named, tensor_f64};
@@ -255,16 +255,22 @@ impl<V: TrainValue> GptTrainer<V> {
         self.session.params()
     }
 
-    /// One training step; returns its event.
-    pub fn step(&mut self) -> Result<GptEvent> {
-        let lr = self.cfg.lr_at(self.step);
-        let (batch, block) = (self.cfg.batch, self.cfg.model.block);
+    /// The batch of training step `step` (0-based): a pure function of the seed and the step.
+    pub fn batch_of(&self, step: u64) -> TokenBatch {
         let draw = Draw {
             seed: self.cfg.seed,
             stream: TRAIN_STREAM,
-            step: self.step,
+            step,
         };
-        let b = self.corpus.batch(Split::Train, batch, block, draw);
+        self.corpus
+            .batch(Split::Train, self.cfg.batch, self.cfg.model.block, draw)
+    }
+
+    /// One training step; returns its event.
+    pub fn step(&mut self) -> Result<GptEvent> {
+        let lr = self.cfg.lr_at(self.step);
+        let batch = self.cfg.batch;
+        let b = self.batch_of(self.step);
         let s = &mut self.session;
         let run = (|| {
             let loss = self.gpt.loss(s, &b.ids, &b.targets, batch, Mode::Train)?;

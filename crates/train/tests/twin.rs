@@ -134,3 +134,67 @@ fn pytorch_replays_our_training_in_f32_within_what_rounding_allows() {
         assert!(w <= 1e-4, "{arch} {opt}: {w:e}");
     }
 }
+
+/// The GPT twin (`bench/pytorch/gpt_twin.py`, nanoGPT's model and optimizer setup): a small GPT
+/// on Shakespeare, 50 steps, from our initial checkpoint and on our batches.
+fn gpt_both<V: TrainValue>(py: &PathBuf, dtype: &str) -> (Vec<f64>, Vec<f64>) {
+    use torchlean_train::data::TextCorpus;
+    use torchlean_train::{GptEvent, GptTrainConfig, GptTrainer};
+    const GPT_STEPS: u64 = 50;
+    let mut cfg = GptTrainConfig::shakespeare_char();
+    cfg.model.n_layer = 2;
+    cfg.model.n_head = 2;
+    cfg.model.n_embd = 32;
+    cfg.model.block = 16;
+    cfg.batch = 4;
+    cfg.iters = GPT_STEPS;
+    cfg.warmup = 10;
+    // clipping at 1.0 is active in the first steps (the gradients' norm starts above it)
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = TextCorpus::shakespeare(cfg.model.block).unwrap();
+    let mut t = GptTrainer::<V>::new(cfg, corpus).unwrap();
+    t.save(&dir.path().join("init.safetensors")).unwrap();
+    let c = t.config().clone();
+    let batches: Vec<_> = (0..GPT_STEPS)
+        .map(|k| {
+            let b = t.batch_of(k);
+            serde_json::json!({"ids": b.ids, "targets": b.targets})
+        })
+        .collect();
+    let plan = serde_json::json!({
+        "config": c,
+        "vocab": c.model.vocab,
+        "dtype": dtype,
+        "lrs": (0..GPT_STEPS).map(|k| c.lr_at(k)).collect::<Vec<_>>(),
+        "batches": batches,
+    });
+    std::fs::write(dir.path().join("plan.json"), plan.to_string()).unwrap();
+    let mut ours = Vec::new();
+    for _ in 0..GPT_STEPS {
+        if let GptEvent::Step { loss, .. } = t.step().unwrap() {
+            ours.push(loss);
+        }
+    }
+    let script = common::script("bench/pytorch/gpt_twin.py");
+    let v = common::run_json(py, &script, &[dir.path().as_os_str()]);
+    let theirs = v["losses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_f64().unwrap_or(f64::NAN))
+        .collect();
+    (ours, theirs)
+}
+
+#[test]
+fn nanogpt_replays_our_gpt_training_with_the_same_losses() {
+    let Some(py) = common::python() else { return };
+    let (ours, theirs) = gpt_both::<CpuF64>(&py, "f64");
+    let w = worst_relative(&ours, &theirs);
+    eprintln!("twin f64 gpt: worst relative loss difference over 50 steps {w:.2e}");
+    assert!(w <= 1e-10, "gpt f64: {w:e}");
+    let (ours, theirs) = gpt_both::<CpuF32>(&py, "f32");
+    let w = worst_relative(&ours, &theirs);
+    eprintln!("twin f32 gpt: worst relative loss difference over 50 steps {w:.2e}");
+    assert!(w <= 1e-4, "gpt f32: {w:e}");
+}
