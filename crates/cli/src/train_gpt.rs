@@ -19,7 +19,7 @@ use torchlean_train::{GptEvent, GptTrainConfig, GptTrainer, TrainValue};
 /// each given one is a line of bad input.
 fn misplaced(a: &TrainArgs, gpt: bool) -> Vec<String> {
     let g = &a.gpt;
-    let classifier_only: [(&str, bool); 10] = [
+    let classifier_only: [(&str, bool); 9] = [
         ("--epochs", a.epochs.is_some()),
         ("--steps", a.steps.is_some()),
         ("--optimizer", a.optimizer.is_some()),
@@ -29,7 +29,6 @@ fn misplaced(a: &TrainArgs, gpt: bool) -> Vec<String> {
         ("--init-from", a.init_from.is_some()),
         ("--inject-fault", a.inject_fault.is_some()),
         ("--detect-anomaly", a.detect_anomaly),
-        ("--verify-every", a.verify_every.is_some()),
     ];
     let gpt_only: [(&str, bool); 13] = [
         ("--text", g.text.is_some()),
@@ -239,6 +238,7 @@ fn train_gpt_on<V: TrainValue>(a: &TrainArgs) -> Result<Outcome, Stop> {
             GptTrainer::<V>::new(c, corpus).map_err(bad)?
         }
     };
+    t.set_verify_every(a.verify_every);
     let c = t.config().clone();
     let m = c.model;
     let mut printer = Printer::default();
@@ -306,6 +306,17 @@ fn train_gpt_on<V: TrainValue>(a: &TrainArgs) -> Result<Outcome, Stop> {
                     );
                 }
             }
+            GptEvent::Verified { step, worst } => {
+                if a.json {
+                    printer.line(json!({"step": step, "verified_worst": worst}));
+                } else {
+                    line(
+                        &mut printer,
+                        &bar,
+                        format!("step {step}: verified on reference-f64, worst relative deviation {worst:.2e}"),
+                    );
+                }
+            }
             GptEvent::Eval(ev) => {
                 evals.push(ev);
                 if a.json {
@@ -329,7 +340,15 @@ fn train_gpt_on<V: TrainValue>(a: &TrainArgs) -> Result<Outcome, Stop> {
     if let Some(b) = &bar {
         b.finish_and_clear();
     }
-    result.map_err(bad)?;
+    match result {
+        Ok(_) => {}
+        Err(e @ torchlean_train::TrainError::VerifyFailed { .. }) => {
+            out::error_line(crate::chain(&e));
+            printer.finish()?;
+            return Ok(Outcome::Failed);
+        }
+        Err(e) => return Err(bad(e).into()),
+    }
     let seconds = start.elapsed().as_secs_f64();
     if interrupted {
         let path = interrupt_path(a);
@@ -359,6 +378,7 @@ fn train_gpt_on<V: TrainValue>(a: &TrainArgs) -> Result<Outcome, Stop> {
             "tokens_per_s": tokens_per_s,
             "peak_rss_mib": rss,
             "engine": V::ENGINE,
+            "verify": t.verify_summary(),
         }));
     } else {
         let losses = last.map_or_else(
@@ -370,6 +390,17 @@ fn train_gpt_on<V: TrainValue>(a: &TrainArgs) -> Result<Outcome, Stop> {
             seconds * 1e3 / steps.max(1) as f64,
             rss.map_or_else(|| "unknown".to_string(), |r| format!("{r:.0} MiB"))
         ));
+        if let Some(v) = t.verify_summary() {
+            printer.line(format_args!(
+                "verified: {} steps on reference-f64, worst relative deviation {:.2e} ({}), tolerance {:.0e}; cost {:.2} s ({:.0}% of training time)",
+                v.checks,
+                v.worst,
+                v.worst_param,
+                v.tolerance,
+                v.seconds,
+                100.0 * v.seconds / seconds.max(1e-9)
+            ));
+        }
     }
     if let Some(path) = &a.plot {
         let val: Vec<(f64, f64)> = evals.iter().map(|e| (e.step as f64, e.val_loss)).collect();

@@ -25,7 +25,8 @@ use crate::checkpoint::{Checkpoint, NamedTensor, OPTIMIZER_PREFIX};
 use crate::data::{CharTokenizer, Draw, Split, TextCorpus, TokenBatch};
 use crate::error::{Result, TrainError};
 use crate::optim::{clip_grad_norm, EngineOptimizer, OptimConfig};
-use crate::trainer::{named, tensor_f64};
+use crate::trainer::{named, relative_deviation, tensor_f64, verify_tolerance, VerifySummary};
+use std::time::Instant;
 
 /// The `format` of a GPT checkpoint's `torchlean` metadata.
 pub const GPT_CHECKPOINT_FORMAT: &str = "torchlean.gpt-checkpoint.v1";
@@ -181,6 +182,9 @@ pub enum GptEvent {
     },
     /// An evaluation after step `step`.
     Eval(GptEval),
+    /// Step `step` was recomputed on the reference engine in f64: the worst relative deviation
+    /// of the loss and the gradients, and where it was (`--verify-every`).
+    Verified { step: u64, worst: f64 },
 }
 
 /// A GPT run on engine `V`.
@@ -194,6 +198,11 @@ pub struct GptTrainer<V: TrainValue> {
     plain: EngineOptimizer<V>,
     step: u64,
     evals: u64,
+    /// Recompute every this many steps on the reference engine (`None`: never).
+    verify_every: Option<u64>,
+    verify: Option<VerifySummary>,
+    /// The last step's verification, for [`GptTrainer::run`] to report.
+    verified: Option<f64>,
 }
 
 impl<V: TrainValue> std::fmt::Debug for GptTrainer<V> {
@@ -224,7 +233,22 @@ impl<V: TrainValue> GptTrainer<V> {
             session,
             step: 0,
             evals: 0,
+            verify_every: None,
+            verify: None,
+            verified: None,
         })
+    }
+
+    /// Recompute every `every`-th step's loss and gradients on the reference engine in f64
+    /// from the same parameters and batch; a deviation beyond the dtype's tolerance
+    /// ([`verify_tolerance`]) fails the step with [`TrainError::VerifyFailed`].
+    pub fn set_verify_every(&mut self, every: Option<u64>) {
+        self.verify_every = every.filter(|&n| n > 0);
+    }
+
+    /// What the verified steps found so far.
+    pub fn verify_summary(&self) -> Option<&VerifySummary> {
+        self.verify.as_ref()
     }
 
     pub fn config(&self) -> &GptTrainConfig {
@@ -280,6 +304,13 @@ impl<V: TrainValue> GptTrainer<V> {
         let mut grads = s.take_param_grads();
         s.reset();
         let loss = run?;
+        self.verified = None;
+        if self
+            .verify_every
+            .is_some_and(|n| (self.step + 1).is_multiple_of(n))
+        {
+            self.verify_step(&b, loss, &grads)?;
+        }
         let grad_norm = clip(&mut grads, self.cfg.grad_clip)?;
         let (mut decayed, mut plain) = (Vec::new(), Vec::new());
         for (name, p) in self.session.params_mut() {
@@ -300,6 +331,68 @@ impl<V: TrainValue> GptTrainer<V> {
             lr,
             grad_norm,
         })
+    }
+
+    /// Recomputes the step about to be taken (batch `b`, the current parameters) on the
+    /// reference engine in f64 and compares its loss and every gradient with ours.
+    fn verify_step(
+        &mut self,
+        b: &TokenBatch,
+        loss: f64,
+        grads: &BTreeMap<String, V>,
+    ) -> Result<()> {
+        let started = Instant::now();
+        let step = self.step + 1;
+        let mut params = BTreeMap::new();
+        for (name, v) in self.session.params() {
+            params.insert(name.clone(), v.to_f64()?);
+        }
+        let mut r = Session::<Tensor<f64>>::new();
+        r.load_params(&params)?;
+        let want = self
+            .gpt
+            .loss(&mut r, &b.ids, &b.targets, self.cfg.batch, Mode::Train)?;
+        r.backward(&want, Sweep::Releasing)?;
+        let want_loss = *r.value_f64(&want)?.item()?;
+        let want_grads = r.take_param_grads();
+        let mut worst = (
+            relative_deviation(&[loss], &[want_loss]),
+            "loss".to_string(),
+        );
+        for (name, g_ref) in &want_grads {
+            let dev = match grads.get(name) {
+                Some(g) => relative_deviation(g.to_f64()?.data(), g_ref.data()),
+                None => f64::INFINITY,
+            };
+            if dev.is_nan() || dev > worst.0 {
+                worst = (dev, name.clone());
+            }
+        }
+        let tol = verify_tolerance::<V::Elem>();
+        let v = self.verify.get_or_insert_with(|| VerifySummary {
+            checks: 0,
+            worst: 0.0,
+            worst_param: String::new(),
+            tolerance: tol,
+            seconds: 0.0,
+        });
+        v.checks += 1;
+        if worst.0 >= v.worst || worst.0.is_nan() {
+            v.worst = worst.0;
+            v.worst_param = worst.1.clone();
+        }
+        v.seconds += started.elapsed().as_secs_f64();
+        self.verified = Some(worst.0);
+        if worst.0.is_nan() || worst.0 > tol {
+            return Err(TrainError::VerifyFailed {
+                step,
+                param: worst.1,
+                deviation: worst.0,
+                tolerance: tol,
+                engine: V::ENGINE,
+            });
+        }
+        Ok(())
     }
 
     /// The mean loss of `eval_iters` fresh batches of each split, in evaluation mode, without
@@ -340,7 +433,13 @@ impl<V: TrainValue> GptTrainer<V> {
         let mut last = None;
         while self.step < self.cfg.iters {
             let event = self.step()?;
-            let go_on = on(&event);
+            let mut go_on = on(&event);
+            if let Some(worst) = self.verified {
+                go_on &= on(&GptEvent::Verified {
+                    step: self.step,
+                    worst,
+                });
+            }
             if self.step.is_multiple_of(self.cfg.eval_interval) || self.step == self.cfg.iters {
                 let e = self.evaluate()?;
                 last = Some(e);

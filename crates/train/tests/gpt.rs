@@ -39,7 +39,7 @@ fn losses(t: &mut GptTrainer<CpuF64>, steps: usize) -> Vec<f64> {
     (0..steps)
         .map(|_| match t.step().unwrap() {
             GptEvent::Step { loss, .. } => loss,
-            GptEvent::Eval(_) => unreachable!("step() reports its step"),
+            other => unreachable!("step() reports its step, not {other:?}"),
         })
         .collect()
 }

@@ -47,17 +47,46 @@ pub(crate) fn matmul<A: Scalar>(a: &Tensor<A>, b: &Tensor<A>, out: &Shape) -> Re
     let (ad, bd) = (a.data(), b.data());
     let mut data = Vec::with_capacity(bt * m * p);
     for t in 0..bt {
-        for i in 0..m {
-            for j in 0..p {
-                let mut acc = A::zero();
-                for k in 0..n {
-                    acc = acc.add(&ad[(t * m + i) * n + k].mul(&bd[(t * n + k) * p + j]));
+        let a_t = &ad[t * m * n..][..m * n];
+        data.extend(combine_rows(
+            a_t,
+            (m, n),
+            (n, 1),
+            &bd[t * n * p..][..n * p],
+            p,
+        ));
+    }
+    Tensor::new(out.clone(), data)
+}
+
+/// `out[r][·] = Σₖ c(r, k)·rows[k][·]` for `r < nr`, with `c(r, k) = coef[r·rs + k·ks]`
+/// (`rs, ks` its strides: `(nk, 1)` for a row-major `nr × nk` matrix, `(1, nr)` for the
+/// transpose of a row-major `nk × nr` one) and `rows` a row-major `nk × len` matrix: every
+/// element's sum over `k` in order from 0, each product `c·row`. The plain definition of every
+/// product here; the loops take 8 output rows at a time so that each row of `rows` is read once
+/// per 8, which changes no sum's order.
+fn combine_rows<A: Scalar>(
+    coef: &[A],
+    (nr, nk): (usize, usize),
+    (rs, ks): (usize, usize),
+    rows: &[A],
+    len: usize,
+) -> Vec<A> {
+    const GROUP: usize = 8;
+    let mut out = vec![A::zero(); nr * len];
+    for r0 in (0..nr).step_by(GROUP) {
+        let r1 = (r0 + GROUP).min(nr);
+        for k in 0..nk {
+            let src = &rows[k * len..][..len];
+            for r in r0..r1 {
+                let c = &coef[r * rs + k * ks];
+                for (acc, v) in out[r * len..][..len].iter_mut().zip(src) {
+                    *acc = acc.add(&c.mul(v));
                 }
-                data.push(acc);
             }
         }
     }
-    Tensor::new(out.clone(), data)
+    out
 }
 
 /// `dA = dY·Bᵀ`, `dB = Aᵀ·dY`.
@@ -68,29 +97,20 @@ pub(crate) fn matmul_vjp<A: Scalar>(
 ) -> Result<(Tensor<A>, Tensor<A>)> {
     let (bt, m, n, p) = matmul_dims(a.shape(), b.shape());
     let (ad, bd, dd) = (a.data(), b.data(), dy.data());
-    let mut da = Vec::with_capacity(bt * m * n);
+    let (mut da, mut db) = (
+        Vec::with_capacity(bt * m * n),
+        Vec::with_capacity(bt * n * p),
+    );
     for t in 0..bt {
-        for i in 0..m {
-            for k in 0..n {
-                let mut acc = A::zero();
-                for j in 0..p {
-                    acc = acc.add(&dd[(t * m + i) * p + j].mul(&bd[(t * n + k) * p + j]));
-                }
-                da.push(acc);
-            }
-        }
-    }
-    let mut db = Vec::with_capacity(bt * n * p);
-    for t in 0..bt {
-        for k in 0..n {
-            for j in 0..p {
-                let mut acc = A::zero();
-                for i in 0..m {
-                    acc = acc.add(&ad[(t * m + i) * n + k].mul(&dd[(t * m + i) * p + j]));
-                }
-                db.push(acc);
-            }
-        }
+        let (a_t, b_t, d_t) = (
+            &ad[t * m * n..][..m * n],
+            &bd[t * n * p..][..n * p],
+            &dd[t * m * p..][..m * p],
+        );
+        // dA[i][k] = Σⱼ dY[i][j]·B[k][j]: dY times Bᵀ
+        da.extend(combine_rows(d_t, (m, p), (p, 1), &transposed(b_t, n, p), n));
+        // dB[k][j] = Σᵢ A[i][k]·dY[i][j]: Aᵀ times dY
+        db.extend(combine_rows(a_t, (n, m), (1, n), d_t, p));
     }
     Ok((
         Tensor::new(a.shape().clone(), da)?,
@@ -156,18 +176,21 @@ pub(crate) fn linear<A: Scalar>(
     out: &Shape,
 ) -> Result<Tensor<A>> {
     let (rows, inp, outf) = linear_dims(x.shape(), w.shape());
-    let (xd, wd, bd) = (x.data(), w.data(), b.data());
-    let mut data = Vec::with_capacity(rows * outf);
-    for r in 0..rows {
-        for o in 0..outf {
-            let mut acc = A::zero();
-            for i in 0..inp {
-                acc = acc.add(&xd[r * inp + i].mul(&wd[o * inp + i]));
-            }
-            data.push(acc.add(&bd[o]));
-        }
-    }
+    // y[r][o] = (Σᵢ x[r][i]·W[o][i]) + b[o]: x times Wᵀ, then the bias
+    let wt = transposed(w.data(), outf, inp);
+    let xw = combine_rows(x.data(), (rows, inp), (inp, 1), &wt, outf);
+    let data = xw
+        .chunks(outf.max(1))
+        .flat_map(|row| row.iter().zip(b.data()).map(|(acc, bo)| acc.add(bo)))
+        .collect();
     Tensor::new(out.clone(), data)
+}
+
+/// The `cols × rows` transpose of a row-major `rows × cols` matrix.
+fn transposed<A: Scalar>(m: &[A], rows: usize, cols: usize) -> Vec<A> {
+    (0..cols * rows)
+        .map(|k| m[(k % rows) * cols + k / rows].clone())
+        .collect()
 }
 
 /// `dx = dy·W`, `dW = dyᵀ·x` (summed over rows in order), `db = Σ_rows dy`.
@@ -178,33 +201,14 @@ pub(crate) fn linear_vjp<A: Scalar>(
 ) -> Result<(Tensor<A>, Tensor<A>, Tensor<A>)> {
     let (rows, inp, outf) = linear_dims(x.shape(), w.shape());
     let (xd, wd, dd) = (x.data(), w.data(), dy.data());
-    let mut dx = Vec::with_capacity(rows * inp);
-    for r in 0..rows {
-        for i in 0..inp {
-            let mut acc = A::zero();
-            for o in 0..outf {
-                acc = acc.add(&dd[r * outf + o].mul(&wd[o * inp + i]));
-            }
-            dx.push(acc);
+    // dx = dY·W, dW = dYᵀ·x, db[o] = Σ_r dY[r][o] (r in order)
+    let dx = combine_rows(dd, (rows, outf), (outf, 1), wd, inp);
+    let dw = combine_rows(dd, (outf, rows), (1, outf), xd, inp);
+    let mut db = vec![A::zero(); outf];
+    for row in dd.chunks(outf.max(1)) {
+        for (acc, d) in db.iter_mut().zip(row) {
+            *acc = acc.add(d);
         }
-    }
-    let mut dw = Vec::with_capacity(outf * inp);
-    for o in 0..outf {
-        for i in 0..inp {
-            let mut acc = A::zero();
-            for r in 0..rows {
-                acc = acc.add(&dd[r * outf + o].mul(&xd[r * inp + i]));
-            }
-            dw.push(acc);
-        }
-    }
-    let mut db = Vec::with_capacity(outf);
-    for o in 0..outf {
-        let mut acc = A::zero();
-        for r in 0..rows {
-            acc = acc.add(&dd[r * outf + o]);
-        }
-        db.push(acc);
     }
     Ok((
         Tensor::new(x.shape().clone(), dx)?,

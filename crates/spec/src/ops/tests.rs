@@ -1885,3 +1885,84 @@ fn an_embedding_id_that_is_not_a_row_is_an_error_naming_position_and_value() {
         })
     ));
 }
+
+/// The products' definition, written out as the plain loops: each element's sum over the
+/// contracted index in order from 0. Values of very different magnitude make any other order
+/// (or a fused multiply-add) visible in the bits.
+#[test]
+fn products_sum_over_their_index_in_order() {
+    let vals = [1e16, 1.0, -1e16, 3.0, 0.5, -2.0, 7.0, -0.25, 1e-3];
+    let t = |shape: &[usize], salt: usize| {
+        let n: usize = shape.iter().product();
+        Tensor::new(
+            Shape::new(shape.to_vec()),
+            (0..n).map(|i| vals[(i * 7 + salt) % vals.len()]).collect(),
+        )
+        .unwrap()
+    };
+    let (m, n, p) = (5, 11, 9);
+    let (a, b, dy) = (t(&[2, m, n], 1), t(&[2, n, p], 2), t(&[2, m, p], 3));
+    let dot = |terms: &mut dyn Iterator<Item = f64>| terms.fold(0.0, |acc, x| acc + x);
+    let (ad, bd, dd) = (a.data(), b.data(), dy.data());
+    let y = Op::MatMul.forward(&[&a, &b]).unwrap();
+    let saved = Saved::for_op(&Op::MatMul, &[&a, &b], &y);
+    let g = Op::MatMul.vjp::<Tensor<f64>>(&saved, &dy).unwrap();
+    let (ga, gb) = (g[0].as_ref().unwrap(), g[1].as_ref().unwrap());
+    for s in 0..2 {
+        for i in 0..m {
+            for j in 0..p {
+                let want =
+                    dot(&mut (0..n).map(|k| ad[(s * m + i) * n + k] * bd[(s * n + k) * p + j]));
+                assert_eq!(y.data()[(s * m + i) * p + j].to_bits(), want.to_bits());
+            }
+            for k in 0..n {
+                let want =
+                    dot(&mut (0..p).map(|j| dd[(s * m + i) * p + j] * bd[(s * n + k) * p + j]));
+                assert_eq!(ga.data()[(s * m + i) * n + k].to_bits(), want.to_bits());
+            }
+        }
+        for k in 0..n {
+            for j in 0..p {
+                let want =
+                    dot(&mut (0..m).map(|i| ad[(s * m + i) * n + k] * dd[(s * m + i) * p + j]));
+                assert_eq!(gb.data()[(s * n + k) * p + j].to_bits(), want.to_bits());
+            }
+        }
+    }
+    // linear: y = x·Wᵀ + b, and its three gradients
+    let (rows, inp, outf) = (13, 10, 9);
+    let (x, w, bias, dy) = (
+        t(&[rows, inp], 4),
+        t(&[outf, inp], 5),
+        t(&[outf], 6),
+        t(&[rows, outf], 7),
+    );
+    let (xd, wd, dd) = (x.data(), w.data(), dy.data());
+    let y = Op::Linear.forward(&[&x, &w, &bias]).unwrap();
+    let saved = Saved::for_op(&Op::Linear, &[&x, &w, &bias], &y);
+    let g = Op::Linear.vjp::<Tensor<f64>>(&saved, &dy).unwrap();
+    let (gx, gw, gbias) = (
+        g[0].as_ref().unwrap(),
+        g[1].as_ref().unwrap(),
+        g[2].as_ref().unwrap(),
+    );
+    for r in 0..rows {
+        for o in 0..outf {
+            let want =
+                dot(&mut (0..inp).map(|i| xd[r * inp + i] * wd[o * inp + i])) + bias.data()[o];
+            assert_eq!(y.data()[r * outf + o].to_bits(), want.to_bits());
+        }
+        for i in 0..inp {
+            let want = dot(&mut (0..outf).map(|o| dd[r * outf + o] * wd[o * inp + i]));
+            assert_eq!(gx.data()[r * inp + i].to_bits(), want.to_bits());
+        }
+    }
+    for o in 0..outf {
+        for i in 0..inp {
+            let want = dot(&mut (0..rows).map(|r| dd[r * outf + o] * xd[r * inp + i]));
+            assert_eq!(gw.data()[o * inp + i].to_bits(), want.to_bits());
+        }
+        let want = dot(&mut (0..rows).map(|r| dd[r * outf + o]));
+        assert_eq!(gbias.data()[o].to_bits(), want.to_bits());
+    }
+}
