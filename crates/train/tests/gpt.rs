@@ -148,3 +148,55 @@ fn sampling_is_reproducible_and_refuses_a_stranger() {
     let e = t.sample("", sampling, |_| {}).unwrap_err();
     assert!(e.to_string().contains("prompt"), "{e}");
 }
+
+#[test]
+fn verified_steps_agree_on_a_correct_engine_and_stop_a_faulty_one() {
+    use torchlean_faults::{fault, Faulty};
+    use torchlean_spec::Tensor;
+    let mut t = GptTrainer::<CpuF64>::new(small(), corpus(16)).unwrap();
+    t.set_verify_every(Some(2));
+    losses(&mut t, 4);
+    let v = t.verify_summary().unwrap();
+    assert_eq!(v.checks, 2);
+    assert!(v.worst < 1e-12, "{v:?}");
+    // a fault the GPT's ops meet is caught at the first verified step, naming where
+    fn caught<const F: u8>() -> Option<String> {
+        let mut t = GptTrainer::<Faulty<Tensor<f64>, F>>::new(small(), corpus(16)).unwrap();
+        t.set_verify_every(Some(1));
+        match t.step() {
+            Err(TrainError::VerifyFailed { step: 1, param, .. }) => Some(param),
+            Err(e) => panic!("{e}"),
+            Ok(_) => None,
+        }
+    }
+    let found = [
+        ("flip-sign", caught::<{ fault::FLIP_SIGN }>()),
+        (
+            "drop-contribution",
+            caught::<{ fault::DROP_CONTRIBUTION }>(),
+        ),
+        (
+            "accumulation-order",
+            caught::<{ fault::ACCUMULATION_ORDER }>(),
+        ),
+        (
+            "broadcast-reduction",
+            caught::<{ fault::BROADCAST_REDUCTION }>(),
+        ),
+        ("pool-off-by-one", caught::<{ fault::POOL_OFF_BY_ONE }>()),
+    ];
+    // the GPT has no pools, and a changed summation order stays within f64's tolerance
+    let want = [
+        ("flip-sign", Some("transformer.h.0.attn.c_proj.weight")),
+        (
+            "drop-contribution",
+            Some("transformer.h.0.attn.c_attn.bias"),
+        ),
+        ("accumulation-order", None),
+        ("broadcast-reduction", Some("transformer.h.0.ln_1.bias")),
+        ("pool-off-by-one", None),
+    ];
+    for ((fault, got), (_, want)) in found.iter().zip(want) {
+        assert_eq!(got.as_deref(), want, "{fault}");
+    }
+}
