@@ -328,6 +328,33 @@ def train_case_cuda(name, make_model, x_shape):
     return case
 
 
+def gpt_train_step(threads, reps):
+    """One AdamW step of the default GPT (gpt_twin.py's nanoGPT model: 4 layers, 4 heads, 128
+    wide, block 64, vocabulary 77) on a fixed batch of 12: forward, loss, backward, clipping at
+    1.0, AdamW (betas 0.9/0.99, decay 0.1 on weights), as `torchlean train gpt` steps."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gpt_twin import GPT
+    torch.manual_seed(1337)
+    model = GPT(77, 64, 4, 4, 128, 0.0)
+    params = list(model.parameters())
+    opt = torch.optim.AdamW([
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ], lr=1e-3, betas=(0.9, 0.99))
+    ids = torch.randint(77, (12, 64))
+    targets = torch.randint(77, (12, 64))
+
+    def step():
+        loss = model(ids, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    s = measure(step, reps, warmup=3)
+    row("gpt_train_step", threads, s, backend="eager", batch=12)
+
+
 CASES = {
     "tape_overhead": tape_overhead,
     "relu_chain": relu_chain,
@@ -337,6 +364,7 @@ CASES = {
     "mlp_train_b64": train_case("mlp_train_b64", mlp_model, (64, 784), "mlp"),
     "mlp_train_b512": train_case("mlp_train_b512", mlp_model, (512, 784), "mlp"),
     "conv_train": train_case("conv_train", conv_model, (32, 1, 28, 28), "conv"),
+    "gpt_train_step": gpt_train_step,
     "matmul_8192_cuda": matmul_cuda(8192),
     "mlp_train_b512_cuda": train_case_cuda("mlp_train_b512_cuda", mlp_model, (512, 784)),
 }
