@@ -571,6 +571,14 @@ impl Builder {
         }
     }
 
+    /// A `const` node holding `t` (a value the import computed: not a parameter).
+    pub(crate) fn constant_tensor(&mut self, t: Tensor<f64>) -> Operand {
+        let shape = t.shape().clone();
+        let id = self.push_node(OpKind::Const { value_shape: None }, vec![], shape.clone());
+        self.payload.insert(id, desc::CONST.payload_names()[0], t);
+        Operand { id, shape }
+    }
+
     fn const_node(&mut self, i: usize) -> std::result::Result<Operand, Problem> {
         if let Some(o) = &self.consts[i].node {
             return Ok(o.clone());

@@ -20,6 +20,7 @@ type One<T> = std::result::Result<T, Problem>;
 /// that an op's row names (`spec::ops::desc::Onnx`) are mapped through that row
 /// ([`supported_op_types`] lists both).
 const MAPPED: &[&str] = &[
+    "Gather",
     "Gemm",
     "MatMul",
     "Add",
@@ -101,6 +102,7 @@ pub(crate) fn map_node(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
                 "Flatten" => flatten(b, ctx)?,
                 "Transpose" => transpose(b, ctx)?,
                 "Concat" => concat(b, ctx)?,
+                "Gather" => gather(b, ctx)?,
                 "Slice" => slice(b, ctx)?,
                 "ReduceSum" | "ReduceMean" => reduce(b, ctx)?,
                 "Clip" => clip(b, ctx)?,
@@ -986,6 +988,48 @@ fn concat(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     )?;
     let refs: Vec<&Operand> = xs.iter().collect();
     b.apply(ctx, Op::Concat { axis: a }, &refs)
+}
+
+/// `Gather` of whole rows (`axis` 0) of a 2-D tensor — an embedding lookup — with constant
+/// indices: the `embedding` kind. Negative indices count from the end, as ONNX says; one
+/// outside `[−V, V)` is refused naming its position.
+fn gather(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &["axis"])?;
+    let table = data(b, ctx, 0)?;
+    let rows = match (ctx.int("axis").unwrap_or(0), table.shape.dims()) {
+        (0, &[rows, _]) => rows,
+        _ => {
+            return Err(ctx.unsupported(
+                "axis",
+                "Gather is imported for rows (axis 0) of a 2-D tensor only: an embedding",
+            ))
+        }
+    };
+    let Some(ids) = const_ints(b, ctx, 1)? else {
+        return Err(ctx.unsupported("input[1]", "required input missing"));
+    };
+    let v = rows as i64;
+    if let Some((p, &id)) = ids.iter().enumerate().find(|(_, &i)| i < -v || i >= v) {
+        return Err(ctx.unsupported(
+            "input[1]",
+            format!("index {id} at position {p} is outside [-{v}, {v})"),
+        ));
+    }
+    let ids = if ids.iter().any(|&i| i < 0) {
+        let shape = b
+            .constant(input(ctx, 1)?)
+            .map(|c| c.shape.clone())
+            .unwrap_or_default();
+        let wrapped = ids.iter().map(|&i| i.rem_euclid(v) as f64).collect();
+        let t = torchlean_spec::Tensor::new(shape, wrapped).map_err(|e| {
+            ctx.unsupported("input[1]", "its shape and values disagree")
+                .because(e)
+        })?;
+        b.constant_tensor(t)
+    } else {
+        data(b, ctx, 1)?
+    };
+    b.apply(ctx, Op::Embedding, &[&ids, &table])
 }
 
 /// `Slice`: from opset 10 `starts`, `ends`, `axes`, `steps` are inputs (constants here);

@@ -63,7 +63,7 @@ fn every_problem_of_a_model_is_listed_at_once() {
         vec![
             node("erf", "Erf", &["x"], &["e"]),
             grouped,
-            node("gather", "Gather", &["e", "c"], &["g"]),
+            node("tile", "Tile", &["e", "c"], &["g"]),
             node("topk", "TopK", &["g"], &["y"]),
         ],
         vec![w.clone()],
@@ -75,7 +75,7 @@ fn every_problem_of_a_model_is_listed_at_once() {
         Some(&[
             (UnsupportedOp, "erf", "Erf", "op_type"),
             (UnsupportedAttribute, "conv", "Conv", "group"),
-            (UnsupportedOp, "gather", "Gather", "op_type"),
+            (UnsupportedOp, "tile", "Tile", "op_type"),
             (UnsupportedOp, "topk", "TopK", "op_type"),
         ]),
     );

@@ -84,3 +84,56 @@ fn a_choice_outside_the_options_and_an_unknown_attribute_are_refused() {
         );
     }
 }
+
+/// An int64 initializer.
+fn int64s(name: &str, dims: &[i64], v: &[i64]) -> torchlean_onnx::proto::TensorProto {
+    torchlean_onnx::proto::TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(torchlean_onnx::proto::tensor_proto::DataType::Int64 as i32),
+        int64_data: v.to_vec(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn gather_of_rows_imports_as_an_embedding_with_negative_indices_wrapped() {
+    let gather = |ids: &[i64], axis: Option<i64>| {
+        let mut n = node("g", "Gather", &["x", "ids"], &["y"]);
+        if let Some(a) = axis {
+            n.attribute.push(common::int_attr("axis", a));
+        }
+        let bytes = common::model_declaring(
+            value("x", &[Ok(4), Ok(3)]),
+            vec![n],
+            vec![int64s("ids", &[2, 2], ids)],
+            vec![value("y", &[Ok(2), Ok(2), Ok(3)])],
+        );
+        import_onnx(&bytes)
+    };
+    let imported = gather(&[1, -1, 0, 3], None).unwrap();
+    let g = &imported.graph;
+    let emb = g
+        .nodes
+        .iter()
+        .find(|n| n.kind == OpKind::Op(Op::Embedding))
+        .unwrap();
+    assert_eq!(emb.shape.dims(), [2, 2, 3]);
+    let ids_node = emb.parents[0];
+    let ids = imported
+        .payload
+        .entry(ids_node)
+        .unwrap()
+        .tensor("value")
+        .unwrap();
+    assert_eq!(ids.data(), [1.0, 3.0, 0.0, 3.0]);
+    assert_eq!(emb.parents[1], g.input_id);
+    // outside [-4, 4), or along another axis: refused, naming why
+    let e = gather(&[1, 4, 0, 0], None).unwrap_err().to_string();
+    assert!(
+        e.contains("index 4 at position 1 is outside [-4, 4)"),
+        "{e}"
+    );
+    let e = gather(&[0, 0, 0, 0], Some(1)).unwrap_err().to_string();
+    assert!(e.contains("rows (axis 0) of a 2-D tensor only"), "{e}");
+}

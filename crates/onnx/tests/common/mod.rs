@@ -87,6 +87,17 @@ pub fn model(
     inits: Vec<TensorProto>,
     outputs: &[&str],
 ) -> Vec<u8> {
+    let outputs = outputs.iter().map(|o| value(o, &[])).collect();
+    model_declaring(input, nodes, inits, outputs)
+}
+
+/// [`model`] with its outputs declared as given (shapes included).
+pub fn model_declaring(
+    input: ValueInfoProto,
+    nodes: Vec<NodeProto>,
+    inits: Vec<TensorProto>,
+    outputs: Vec<ValueInfoProto>,
+) -> Vec<u8> {
     ModelProto {
         ir_version: Some(8),
         opset_import: vec![OperatorSetIdProto {
@@ -97,7 +108,7 @@ pub fn model(
             node: nodes,
             initializer: inits,
             input: vec![input],
-            output: outputs.iter().map(|o| value(o, &[])).collect(),
+            output: outputs,
             ..Default::default()
         }),
         ..Default::default()
