@@ -73,9 +73,8 @@ pub fn refuse_gpt_flags(a: &TrainArgs, arch: Arch) -> Result<(), BadInput> {
     }
 }
 
-/// The run's configuration: nanoGPT's defaults, each flag given replacing its value.
-fn config(a: &TrainArgs) -> GptTrainConfig {
-    let mut c = GptTrainConfig::shakespeare_char();
+/// `c` with each flag given replacing its value.
+fn with_flags(a: &TrainArgs, mut c: GptTrainConfig) -> GptTrainConfig {
     let g = &a.gpt;
     let m = &mut c.model;
     m.block = g.block.unwrap_or(m.block);
@@ -96,91 +95,32 @@ fn config(a: &TrainArgs) -> GptTrainConfig {
     c
 }
 
-/// With `--resume`, the run's settings come from the checkpoint; only `--iters` (the total to
-/// reach) may change. Any other setting given is bad input, one line each.
+/// The settings a resumed run may change: the total it runs to and how it reports.
+const RESUMABLE: &[&str] = &["iters", "eval_interval", "eval_iters"];
+
+/// With `--resume`, the run's settings come from the checkpoint; a flag given that would change
+/// one of them (other than [`RESUMABLE`]) is bad input, one line each.
 fn check_resume_flags(a: &TrainArgs, saved: &GptTrainConfig) -> Result<(), BadInput> {
-    let given = config(a);
-    let mut lines = Vec::new();
-    let mut check = |flag: &str, given: bool, want: String, have: String| {
-        if given && want != have {
-            lines.push(format!(
-                "cannot resume with {flag} {want} (the checkpoint has {have})"
-            ));
+    let flat = |c: &GptTrainConfig| -> Vec<(String, serde_json::Value)> {
+        let v = serde_json::to_value(c).unwrap_or_default();
+        let mut out = Vec::new();
+        for (k, v) in v.as_object().into_iter().flatten() {
+            match v.as_object() {
+                Some(inner) => out.extend(inner.iter().map(|(k, v)| (k.clone(), v.clone()))),
+                None => out.push((k.clone(), v.clone())),
+            }
         }
+        out
     };
-    let g = &a.gpt;
-    check(
-        "--batch",
-        a.batch.is_some(),
-        given.batch.to_string(),
-        saved.batch.to_string(),
-    );
-    check(
-        "--lr",
-        a.lr.is_some(),
-        given.lr.to_string(),
-        saved.lr.to_string(),
-    );
-    check(
-        "--seed",
-        a.seed.is_some(),
-        given.seed.to_string(),
-        saved.seed.to_string(),
-    );
-    check(
-        "--block",
-        g.block.is_some(),
-        given.model.block.to_string(),
-        saved.model.block.to_string(),
-    );
-    check(
-        "--n-layer",
-        g.n_layer.is_some(),
-        given.model.n_layer.to_string(),
-        saved.model.n_layer.to_string(),
-    );
-    check(
-        "--n-head",
-        g.n_head.is_some(),
-        given.model.n_head.to_string(),
-        saved.model.n_head.to_string(),
-    );
-    check(
-        "--n-embd",
-        g.n_embd.is_some(),
-        given.model.n_embd.to_string(),
-        saved.model.n_embd.to_string(),
-    );
-    check(
-        "--dropout",
-        g.dropout.is_some(),
-        given.model.dropout.to_string(),
-        saved.model.dropout.to_string(),
-    );
-    check(
-        "--weight-decay",
-        g.weight_decay.is_some(),
-        given.weight_decay.to_string(),
-        saved.weight_decay.to_string(),
-    );
-    check(
-        "--min-lr",
-        g.min_lr.is_some(),
-        given.min_lr.to_string(),
-        saved.min_lr.to_string(),
-    );
-    check(
-        "--warmup",
-        g.warmup.is_some(),
-        given.warmup.to_string(),
-        saved.warmup.to_string(),
-    );
-    check(
-        "--grad-clip",
-        g.grad_clip.is_some(),
-        given.grad_clip.to_string(),
-        saved.grad_clip.to_string(),
-    );
+    let lines: Vec<String> = flat(&with_flags(a, saved.clone()))
+        .into_iter()
+        .zip(flat(saved))
+        .filter(|((k, given), (_, have))| given != have && !RESUMABLE.contains(&k.as_str()))
+        .map(|((k, given), (_, have))| {
+            let flag = k.replace('_', "-");
+            format!("cannot resume with --{flag} {given} (the checkpoint has {have})")
+        })
+        .collect();
     if lines.is_empty() {
         Ok(())
     } else {
@@ -227,13 +167,16 @@ fn train_gpt_on<V: TrainValue>(a: &TrainArgs) -> Result<Outcome, Stop> {
             check_resume_flags(a, &saved.config)?;
             let corpus = corpus(a, saved.config.model.block)?;
             let mut t = GptTrainer::<V>::resume(path, corpus).map_err(bad)?;
-            if let Some(iters) = a.gpt.iters {
-                t.set_iters(iters);
-            }
+            t.set_iters(a.gpt.iters.unwrap_or(saved.config.iters));
+            t.set_eval(
+                a.gpt.eval_interval.unwrap_or(saved.config.eval_interval),
+                a.gpt.eval_iters.unwrap_or(saved.config.eval_iters),
+            )
+            .map_err(bad)?;
             t
         }
         None => {
-            let c = config(a);
+            let c = with_flags(a, GptTrainConfig::shakespeare_char());
             let corpus = corpus(a, c.model.block)?;
             GptTrainer::<V>::new(c, corpus).map_err(bad)?
         }

@@ -25,7 +25,7 @@ use crate::checkpoint::{Checkpoint, NamedTensor, OPTIMIZER_PREFIX};
 use crate::data::{CharTokenizer, Draw, Split, TextCorpus, TokenBatch};
 use crate::error::{Result, TrainError};
 use crate::optim::{clip_grad_norm, EngineOptimizer, OptimConfig};
-use crate::trainer::{named, relative_deviation, tensor_f64, verify_tolerance, VerifySummary};
+use crate::trainer::{named, tensor_f64, verify_tolerance, worst_deviation, VerifySummary};
 use std::time::Instant;
 
 /// The `format` of a GPT checkpoint's `torchlean` metadata.
@@ -269,6 +269,17 @@ impl<V: TrainValue> GptTrainer<V> {
         self.cfg.iters = iters;
     }
 
+    /// How often to evaluate, and on how many batches per split (a resumed run may change
+    /// it); both must be positive.
+    pub fn set_eval(&mut self, interval: u64, iters: u64) -> Result<()> {
+        let mut c = self.cfg.clone();
+        c.eval_interval = interval;
+        c.eval_iters = iters;
+        c.check()?;
+        self.cfg = c;
+        Ok(())
+    }
+
     /// Steps done.
     pub fn steps_done(&self) -> u64 {
         self.step
@@ -355,33 +366,10 @@ impl<V: TrainValue> GptTrainer<V> {
         r.backward(&want, Sweep::Releasing)?;
         let want_loss = *r.value_f64(&want)?.item()?;
         let want_grads = r.take_param_grads();
-        let mut worst = (
-            relative_deviation(&[loss], &[want_loss]),
-            "loss".to_string(),
-        );
-        for (name, g_ref) in &want_grads {
-            let dev = match grads.get(name) {
-                Some(g) => relative_deviation(g.to_f64()?.data(), g_ref.data()),
-                None => f64::INFINITY,
-            };
-            if dev.is_nan() || dev > worst.0 {
-                worst = (dev, name.clone());
-            }
-        }
+        let worst = worst_deviation(loss, grads, want_loss, &want_grads)?;
         let tol = verify_tolerance::<V::Elem>();
-        let v = self.verify.get_or_insert_with(|| VerifySummary {
-            checks: 0,
-            worst: 0.0,
-            worst_param: String::new(),
-            tolerance: tol,
-            seconds: 0.0,
-        });
-        v.checks += 1;
-        if worst.0 >= v.worst || worst.0.is_nan() {
-            v.worst = worst.0;
-            v.worst_param = worst.1.clone();
-        }
-        v.seconds += started.elapsed().as_secs_f64();
+        let seconds = started.elapsed().as_secs_f64();
+        VerifySummary::record(&mut self.verify, worst.0, &worst.1, tol, seconds);
         self.verified = Some(worst.0);
         if worst.0.is_nan() || worst.0 > tol {
             return Err(TrainError::VerifyFailed {

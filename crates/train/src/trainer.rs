@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use torchlean_runtime::AnomalyMode;
-use torchlean_runtime::{Element, TrainValue};
+use torchlean_runtime::{Element, Kernels, TrainValue};
 use torchlean_spec::Tensor;
 
 /// The checkpoint's format tag.
@@ -186,6 +186,60 @@ pub struct VerifySummary {
     pub worst_param: String,
     pub tolerance: f64,
     pub seconds: f64,
+}
+
+impl VerifySummary {
+    /// Counts one verified step into `slot` (created on the first): its worst deviation, where,
+    /// and its cost.
+    pub(crate) fn record(
+        slot: &mut Option<VerifySummary>,
+        worst: f64,
+        param: &str,
+        tolerance: f64,
+        seconds: f64,
+    ) {
+        let v = slot.get_or_insert_with(|| VerifySummary {
+            checks: 0,
+            worst: 0.0,
+            worst_param: String::new(),
+            tolerance,
+            seconds: 0.0,
+        });
+        v.checks += 1;
+        if worst >= v.worst || worst.is_nan() {
+            v.worst = worst;
+            v.worst_param = param.to_string();
+        }
+        v.seconds += seconds;
+    }
+}
+
+/// The worst relative deviation of a step's `loss` and `grads` from the reference's
+/// (`want_loss`, `want`), and where: `"loss"` or a parameter's name (a gradient missing on
+/// either side counts as infinitely far).
+pub(crate) fn worst_deviation<V: Kernels>(
+    loss: f64,
+    grads: &BTreeMap<String, V>,
+    want_loss: f64,
+    want: &BTreeMap<String, Tensor<f64>>,
+) -> Result<(f64, String)> {
+    let mut worst = (
+        relative_deviation(&[loss], &[want_loss]),
+        "loss".to_string(),
+    );
+    for (name, g_ref) in want {
+        let dev = match grads.get(name) {
+            Some(g) => relative_deviation(g.to_f64()?.data(), g_ref.data()),
+            None => f64::INFINITY,
+        };
+        if dev.is_nan() || dev > worst.0 {
+            worst = (dev, name.clone());
+        }
+    }
+    for name in grads.keys().filter(|n| !want.contains_key(*n)) {
+        worst = (f64::INFINITY, name.clone());
+    }
+    Ok(worst)
 }
 
 /// The outcome of a run.
@@ -552,19 +606,7 @@ impl<V: TrainValue> Trainer<V> {
         let (worst, param) =
             self.verify_step(&self.params_f64()?, x, labels, out.loss, &out.grads)?;
         let tol = verify_tolerance::<V::Elem>();
-        let v = summary.get_or_insert_with(|| VerifySummary {
-            checks: 0,
-            worst: 0.0,
-            worst_param: String::new(),
-            tolerance: tol,
-            seconds: 0.0,
-        });
-        v.checks += 1;
-        if worst >= v.worst {
-            v.worst = worst;
-            v.worst_param = param.clone();
-        }
-        v.seconds += t.elapsed().as_secs_f64();
+        VerifySummary::record(summary, worst, &param, tol, t.elapsed().as_secs_f64());
         obs.event(&Event::Verified {
             step,
             worst,
@@ -594,23 +636,7 @@ impl<V: TrainValue> Trainer<V> {
     ) -> Result<(f64, String)> {
         let mut reference = EagerExec::<Tensor<f64>>::new(params)?;
         let want = reference.step(&self.model, x, labels)?;
-        let mut worst = (
-            relative_deviation(&[loss], &[want.loss]),
-            "loss".to_string(),
-        );
-        for (name, g_ref) in &want.grads {
-            let dev = match grads.get(name) {
-                Some(g) => relative_deviation(g.to_f64()?.data(), g_ref.data()),
-                None => f64::INFINITY,
-            };
-            if dev.is_nan() || dev > worst.0 {
-                worst = (dev, name.clone());
-            }
-        }
-        for name in grads.keys().filter(|n| !want.grads.contains_key(*n)) {
-            worst = (f64::INFINITY, name.clone());
-        }
-        Ok(worst)
+        worst_deviation(loss, grads, want.loss, &want.grads)
     }
 
     // ---- checkpoints ----

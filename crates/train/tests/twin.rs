@@ -75,13 +75,17 @@ fn both<V: TrainValue>(py: &PathBuf, cfg: TrainConfig, dtype: &str) -> (Vec<f64>
         .collect();
     let script = common::script("bench/pytorch/train_twin.py");
     let v = common::run_json(py, &script, &[dir.path().as_os_str()]);
-    let theirs = v["losses"]
+    (ours, losses_of(&v))
+}
+
+/// A twin's `{"losses": [...]}`.
+fn losses_of(v: &serde_json::Value) -> Vec<f64> {
+    v["losses"]
         .as_array()
         .unwrap()
         .iter()
         .map(|l| l.as_f64().unwrap_or(f64::NAN))
-        .collect();
-    (ours, theirs)
+        .collect()
 }
 
 fn worst_relative(a: &[f64], b: &[f64]) -> f64 {
@@ -177,13 +181,7 @@ fn gpt_both<V: TrainValue>(py: &PathBuf, dtype: &str) -> (Vec<f64>, Vec<f64>) {
     }
     let script = common::script("bench/pytorch/gpt_twin.py");
     let v = common::run_json(py, &script, &[dir.path().as_os_str()]);
-    let theirs = v["losses"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l.as_f64().unwrap_or(f64::NAN))
-        .collect();
-    (ours, theirs)
+    (ours, losses_of(&v))
 }
 
 #[test]
