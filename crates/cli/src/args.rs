@@ -269,6 +269,9 @@ pub struct TrainArgs {
     pub backend: BackendArg,
     #[arg(long, value_enum, default_value = "f32")]
     pub dtype: DTypeArg,
+    /// Threads the CPU engine's kernels use, at least 1 [default: one per core]
+    #[arg(long, value_name = "N", value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub threads: Option<usize>,
     /// Train on your own data: a CSV file with a header line
     #[arg(long)]
     pub csv: Option<PathBuf>,

@@ -442,6 +442,14 @@ fn train_on<V: TrainValue>(
 }
 
 pub fn run(a: &TrainArgs) -> Result<Outcome, Stop> {
+    match a.threads {
+        Some(n) => torchlean_engines::with_threads(n, || run_here(a)),
+        None => run_here(a),
+    }
+}
+
+/// [`run`] on the current thread pool.
+fn run_here(a: &TrainArgs) -> Result<Outcome, Stop> {
     let arch = match a.model {
         ModelArg::Mlp => Arch::Mlp,
         ModelArg::Cnn => Arch::Cnn,

@@ -174,6 +174,13 @@ fn a_users_text_trains() {
         "to be, or not to be: that is the question.\n".repeat(30),
     )
     .unwrap();
-    let lines = json_lines(&gpt(&["--iters", "3", "--text", text.to_str().unwrap()]));
+    let lines = json_lines(&gpt(&[
+        "--iters",
+        "3",
+        "--threads",
+        "1",
+        "--text",
+        text.to_str().unwrap(),
+    ]));
     assert_eq!(step_losses(&lines).len(), 3);
 }
