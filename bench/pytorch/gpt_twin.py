@@ -7,9 +7,14 @@ Input: a directory written by the Rust test `crates/train/tests/twin.rs`:
   init.safetensors   our checkpoint at step 0 (`optimizer.*` tensors are ignored)
   plan.json          {"config": GptTrainConfig, "vocab": V, "dtype": "f64"|"f32",
                       "lrs": [lr of each step], "batches": [{"ids": [...], "targets": [...]}]}
-Output (stdout): {"losses": [loss of step 1, ...], "val": loss of the `eval` batch if given}
+Output (stdout): {"losses": [loss of step 1, ...]}
+
+With `--eval`, the directory instead holds a trained checkpoint `model.safetensors` and
+`plan.json` with "batches" to score: the output is {"eval_loss": the mean loss over them} from
+the checkpoint loaded with `load_state_dict(strict=True)`, in evaluation mode.
 
     python bench/pytorch/gpt_twin.py DIR
+    python bench/pytorch/gpt_twin.py --eval DIR
 """
 import json
 import math
@@ -91,16 +96,39 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
+def load(d, plan, file):
+    """The twin with the parameters of `file` (our checkpoint), loaded strictly."""
+    m = plan["config"]["model"]
+    dtype = torch.float64 if plan["dtype"] == "f64" else torch.float32
+    model = GPT(plan["vocab"], m["block"], m["n_layer"], m["n_head"], m["n_embd"], m["dropout"])
+    model = model.to(dtype)
+    state = {k: v.to(dtype) for k, v in load_file(f"{d}/{file}").items()
+             if not k.startswith("optimizer.")}
+    model.load_state_dict(state, strict=True)
+    return model
+
+
+def batch_tensors(batch, block):
+    b = len(batch["ids"]) // block
+    return torch.tensor(batch["ids"]).view(b, -1), torch.tensor(batch["targets"]).view(b, -1)
+
+
+def evaluate(d):
+    plan = json.load(open(f"{d}/plan.json"))
+    torch.set_num_threads(1)
+    model = load(d, plan, "model.safetensors")
+    model.eval()
+    block = plan["config"]["model"]["block"]
+    with torch.no_grad():
+        losses = [model(*batch_tensors(b, block)).item() for b in plan["batches"]]
+    json.dump({"eval_loss": sum(losses) / len(losses)}, sys.stdout)
+
+
 def main(d):
     plan = json.load(open(f"{d}/plan.json"))
     cfg, m = plan["config"], plan["config"]["model"]
-    dtype = torch.float64 if plan["dtype"] == "f64" else torch.float32
     torch.set_num_threads(1)
-    model = GPT(plan["vocab"], m["block"], m["n_layer"], m["n_head"], m["n_embd"], m["dropout"])
-    model = model.to(dtype)
-    state = {k: v.to(dtype) for k, v in load_file(f"{d}/init.safetensors").items()
-             if not k.startswith("optimizer.")}
-    model.load_state_dict(state, strict=True)
+    model = load(d, plan, "init.safetensors")
     # nanoGPT's configure_optimizers: decay the parameters of rank >= 2 only
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
@@ -114,10 +142,7 @@ def main(d):
     for lr, batch in zip(plan["lrs"], plan["batches"]):
         for g in opt.param_groups:
             g["lr"] = lr
-        b = len(batch["ids"]) // m["block"]
-        ids = torch.tensor(batch["ids"]).view(b, -1)
-        targets = torch.tensor(batch["targets"]).view(b, -1)
-        loss = model(ids, targets)
+        loss = model(*batch_tensors(batch, m["block"]))
         loss.backward()
         if cfg["grad_clip"] > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
@@ -128,4 +153,7 @@ def main(d):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--eval":
+        evaluate(sys.argv[2])
+    else:
+        main(sys.argv[1])

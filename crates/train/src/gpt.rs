@@ -383,6 +383,18 @@ impl<V: TrainValue> GptTrainer<V> {
         Ok(())
     }
 
+    /// The loss of the current model on `b`, in evaluation mode, without gradients.
+    pub fn loss_on(&mut self, b: &TokenBatch) -> Result<f64> {
+        let rows = b.offsets.len();
+        let gpt = &self.gpt;
+        let out = self.session.no_grad(|s| {
+            let loss = gpt.loss(s, &b.ids, &b.targets, rows, Mode::Eval)?;
+            s.value_f64(&loss)
+        });
+        self.session.reset();
+        Ok(*out?.item()?)
+    }
+
     /// The mean loss of `eval_iters` fresh batches of each split, in evaluation mode, without
     /// gradients.
     pub fn evaluate(&mut self) -> Result<GptEval> {
@@ -397,13 +409,7 @@ impl<V: TrainValue> GptTrainer<V> {
                     step: self.evals * n + i,
                 };
                 let b = self.corpus.batch(split, batch, block, draw);
-                let gpt = &self.gpt;
-                let out = self.session.no_grad(|s| {
-                    let loss = gpt.loss(s, &b.ids, &b.targets, batch, Mode::Eval)?;
-                    s.value_f64(&loss)
-                });
-                self.session.reset();
-                sum += *out?.item()?;
+                sum += self.loss_on(&b)?;
             }
             means[k] = sum / n as f64;
         }

@@ -196,3 +196,51 @@ fn nanogpt_replays_our_gpt_training_with_the_same_losses() {
     eprintln!("twin f32 gpt: worst relative loss difference over 50 steps {w:.2e}");
     assert!(w <= 1e-4, "gpt f32: {w:e}");
 }
+
+#[test]
+fn nanogpt_scores_our_trained_checkpoint_as_we_do() {
+    use torchlean_train::data::{Draw, Split, TextCorpus};
+    use torchlean_train::{GptTrainConfig, GptTrainer};
+    let Some(py) = common::python() else { return };
+    let mut cfg = GptTrainConfig::shakespeare_char();
+    cfg.model.n_layer = 2;
+    cfg.model.n_head = 2;
+    cfg.model.n_embd = 32;
+    cfg.model.block = 16;
+    cfg.batch = 4;
+    let corpus = TextCorpus::shakespeare(cfg.model.block).unwrap();
+    let mut t = GptTrainer::<CpuF64>::new(cfg, corpus).unwrap();
+    for _ in 0..20 {
+        t.step().unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    t.save(&dir.path().join("model.safetensors")).unwrap();
+    let c = t.config().clone();
+    let batches: Vec<_> = (0..5)
+        .map(|step| {
+            let draw = Draw {
+                seed: 7,
+                stream: 99,
+                step,
+            };
+            t.corpus().batch(Split::Val, c.batch, c.model.block, draw)
+        })
+        .collect();
+    let ours = batches.iter().map(|b| t.loss_on(b).unwrap()).sum::<f64>() / 5.0;
+    let plan = serde_json::json!({
+        "config": c,
+        "vocab": c.model.vocab,
+        "dtype": "f64",
+        "batches": batches
+            .iter()
+            .map(|b| serde_json::json!({"ids": b.ids, "targets": b.targets}))
+            .collect::<Vec<_>>(),
+    });
+    std::fs::write(dir.path().join("plan.json"), plan.to_string()).unwrap();
+    let script = common::script("bench/pytorch/gpt_twin.py");
+    let v = common::run_json(&py, &script, &["--eval".as_ref(), dir.path().as_os_str()]);
+    let theirs = v["eval_loss"].as_f64().unwrap();
+    let w = worst_relative(&[ours], &[theirs]);
+    eprintln!("twin gpt: val loss ours {ours}, PyTorch's {theirs}, relative difference {w:.2e}");
+    assert!(w <= 1e-12, "{ours} vs {theirs}");
+}
