@@ -166,8 +166,19 @@ fn train_gpt_on<V: TrainValue>(a: &TrainArgs) -> Result<Outcome, Stop> {
                 .map_err(|e| BadInput::at(path, &e))?;
             check_resume_flags(a, &saved.config)?;
             let corpus = corpus(a, saved.config.model.block)?;
+            let iters = a.gpt.iters.unwrap_or(saved.config.iters);
+            if iters <= saved.step {
+                return Err(BadInput::one(format!(
+                    "{}: the run is at step {} already: --iters is the total to reach, give more \
+                     than {}",
+                    path.display(),
+                    saved.step,
+                    saved.step
+                ))
+                .into());
+            }
             let mut t = GptTrainer::<V>::resume(path, corpus).map_err(bad)?;
-            t.set_iters(a.gpt.iters.unwrap_or(saved.config.iters));
+            t.set_iters(iters);
             t.set_eval(
                 a.gpt.eval_interval.unwrap_or(saved.config.eval_interval),
                 a.gpt.eval_iters.unwrap_or(saved.config.eval_iters),

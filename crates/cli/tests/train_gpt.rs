@@ -116,6 +116,12 @@ fn a_resumed_run_continues_with_the_same_losses_and_samples_reproducibly() {
         &["character '€' at position 2 is not in the vocabulary"],
     );
     assert_eq!(stdout(&bad), "");
+    // a run at its --iters has nothing to do: resuming it names the total to give
+    let o = bin()
+        .args(["train", "gpt", "--resume", ck])
+        .output()
+        .unwrap();
+    assert_bad_input(&o, &["the run is at step 8 already", "give more than 8"]);
     // resuming with another model size is refused
     let o = bin()
         .args(["train", "gpt", "--resume", ck, "--n-embd", "32"])
