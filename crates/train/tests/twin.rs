@@ -139,21 +139,26 @@ fn pytorch_replays_our_training_in_f32_within_what_rounding_allows() {
     }
 }
 
-/// The GPT twin (`bench/pytorch/gpt_twin.py`, nanoGPT's model and optimizer setup): a small GPT
-/// on Shakespeare, 50 steps, from our initial checkpoint and on our batches.
-fn gpt_both<V: TrainValue>(py: &PathBuf, dtype: &str) -> (Vec<f64>, Vec<f64>) {
-    use torchlean_train::data::TextCorpus;
-    use torchlean_train::{GptEvent, GptTrainConfig, GptTrainer};
-    const GPT_STEPS: u64 = 50;
-    let mut cfg = GptTrainConfig::shakespeare_char();
+/// The twins' GPT: nanoGPT's settings at 2 layers, 2 heads, 32 wide, contexts of 16, batch 4.
+fn small_gpt() -> torchlean_train::GptTrainConfig {
+    let mut cfg = torchlean_train::GptTrainConfig::shakespeare_char();
     cfg.model.n_layer = 2;
     cfg.model.n_head = 2;
     cfg.model.n_embd = 32;
     cfg.model.block = 16;
     cfg.batch = 4;
+    cfg
+}
+
+/// The GPT twin (`bench/pytorch/gpt_twin.py`, nanoGPT's model and optimizer setup): a small GPT
+/// on Shakespeare, 50 steps, from our initial checkpoint and on our batches.
+fn gpt_both<V: TrainValue>(py: &PathBuf, dtype: &str) -> (Vec<f64>, Vec<f64>) {
+    use torchlean_train::data::TextCorpus;
+    use torchlean_train::{GptEvent, GptTrainer};
+    const GPT_STEPS: u64 = 50;
+    let mut cfg = small_gpt();
     cfg.iters = GPT_STEPS;
     cfg.warmup = 10;
-    // clipping at 1.0 is active in the first steps (the gradients' norm starts above it)
     let dir = tempfile::tempdir().unwrap();
     let corpus = TextCorpus::shakespeare(cfg.model.block).unwrap();
     let mut t = GptTrainer::<V>::new(cfg, corpus).unwrap();
@@ -200,14 +205,9 @@ fn nanogpt_replays_our_gpt_training_with_the_same_losses() {
 #[test]
 fn nanogpt_scores_our_trained_checkpoint_as_we_do() {
     use torchlean_train::data::{Draw, Split, TextCorpus};
-    use torchlean_train::{GptTrainConfig, GptTrainer};
+    use torchlean_train::GptTrainer;
     let Some(py) = common::python() else { return };
-    let mut cfg = GptTrainConfig::shakespeare_char();
-    cfg.model.n_layer = 2;
-    cfg.model.n_head = 2;
-    cfg.model.n_embd = 32;
-    cfg.model.block = 16;
-    cfg.batch = 4;
+    let cfg = small_gpt();
     let corpus = TextCorpus::shakespeare(cfg.model.block).unwrap();
     let mut t = GptTrainer::<CpuF64>::new(cfg, corpus).unwrap();
     for _ in 0..20 {
