@@ -442,10 +442,10 @@ fn train_on<V: TrainValue>(
 }
 
 pub fn run(a: &TrainArgs) -> Result<Outcome, Stop> {
-    match a.threads {
-        Some(n) => torchlean_engines::with_threads(n, || run_here(a)),
-        None => run_here(a),
-    }
+    // inside the pool, so that this thread is one of its threads (`torchlean_engine_cpu`'s
+    // crate documentation)
+    let n = a.threads.unwrap_or_else(torchlean_engines::default_threads);
+    torchlean_engines::with_threads(n, || run_here(a))
 }
 
 /// [`run`] on the current thread pool.

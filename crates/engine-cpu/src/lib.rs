@@ -24,7 +24,11 @@
 //! (`MAX_POOLED_BYTES`); see [`pooled_bytes`] and [`clear_pool`].
 //!
 //! **Parallelism.** Kernels run on the current rayon pool; [`with_threads`] installs a cached
-//! pool of `n` threads around a closure (benchmarks compare 1 and 2). A kernel splits its work
+//! pool of `n` threads around a closure (benchmarks compare 1 and 2). A long job runs inside
+//! one ([`default_threads`] when the user names no count), so that its own thread is one of the
+//! `n`: called from outside a pool, the caller sleeps through each split while the pool's idle
+//! threads spin beside its serial work (a GPT step at 2 threads on 2 cores: 49 ms from the
+//! main thread, 39 ms inside the pool). A kernel splits its work
 //! only above [`PAR_MIN_WORK`] (≈ 32k cheap elementwise operations, weighted per function), so
 //! per-op overhead on small tensors is a plain loop.
 //!
@@ -82,4 +86,4 @@ pub use buffers::{clear_pool, pooled_bytes, MAX_POOLED_BYTES};
 pub use error::CpuError;
 pub use scalar::CpuScalar;
 pub use tensor::{CpuF32, CpuF64, CpuTensor};
-pub use threads::{current_threads, with_threads, PAR_MIN_WORK};
+pub use threads::{current_threads, default_threads, with_threads, PAR_MIN_WORK};

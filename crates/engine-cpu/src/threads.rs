@@ -24,6 +24,17 @@ pub fn with_threads<R: Send>(n: usize, f: impl FnOnce() -> R + Send) -> R {
     }
 }
 
+/// The pool size when none is asked for, as rayon chooses its global pool's: `RAYON_NUM_THREADS`
+/// when it is a positive number, else one thread per core.
+pub fn default_threads() -> usize {
+    std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .unwrap_or(1)
+}
+
 /// Threads the kernels called from here would use.
 pub fn current_threads() -> usize {
     rayon::current_num_threads()

@@ -12,7 +12,7 @@ use std::fmt;
 use std::str::FromStr;
 use thiserror::Error;
 /// Runs a closure with the CPU engine's kernels on `n` threads (`--threads`).
-pub use torchlean_engine_cpu::with_threads;
+pub use torchlean_engine_cpu::{default_threads, with_threads};
 pub use torchlean_ir::DType;
 
 /// An engine as a user names it, whatever the dtype.

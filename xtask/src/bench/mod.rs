@@ -198,8 +198,7 @@ fn without_missing_devices(selected: Vec<&cases::Case>) -> Result<Vec<&cases::Ca
 }
 
 /// Runs one case in a fresh process of this program: its rayon global pool has exactly
-/// `threads` threads, the case runs on the main thread (as PyTorch's twin does), and its peak
-/// memory is its own.
+/// `threads` threads, the case runs on one of them, and its peak memory is its own.
 fn spawn_case(case: &str, threads: usize, reps: usize) -> Result<Vec<Row>> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let out = Command::new(exe)
@@ -231,11 +230,16 @@ pub fn run_child(case: &str, threads: usize, reps: usize) -> Result<bool> {
         .iter()
         .find(|c| c.name == case)
         .ok_or_else(|| format!("unknown case `{case}`"))?;
+    // Kernels that name no pool would use the global one: the same size.
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build_global()
         .map_err(|e| e.to_string())?;
-    for row in (c.run)(threads, reps)? {
+    // On a pool thread, not the main one: the case's own thread takes part in every split, so
+    // `threads` threads run in all (PyTorch's calling thread is one of its `threads` too).
+    // From the main thread, a split's caller sleeps while the pool's threads work, and the
+    // pool's idle threads spin beside the main thread's serial work: three threads on two cores.
+    for row in torchlean_engine_cpu::with_threads(threads, || (c.run)(threads, reps))? {
         println!("{}", row.to_json());
     }
     Ok(true)
