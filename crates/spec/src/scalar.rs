@@ -108,7 +108,38 @@ pub trait Scalar: Clone + fmt::Debug + PartialEq + Send + Sync + 'static {
 
     #[doc(hidden)]
     fn from_f64_exact_half() -> Self;
+
+    /// `acc[i] = acc[i] + c·src[i]` for each `i` (each product rounded, then added: no fused
+    /// multiply-add), the inner step of every reference product. Floats run it compiled for
+    /// the widest vector instructions the CPU has (the same IEEE operations on every path, so
+    /// the same bits).
+    fn add_scaled(acc: &mut [Self], c: &Self, src: &[Self]) {
+        for (a, v) in acc.iter_mut().zip(src) {
+            *a = a.add(&c.mul(v));
+        }
+    }
 }
+
+/// [`Scalar::add_scaled`] on a float type, dispatched by `pulp` to AVX-512, AVX2 or the
+/// baseline (Rust never contracts `a + c·v` into a fused multiply-add on its own).
+struct AddScaled<'a, T>(&'a mut [T], T, &'a [T]);
+
+macro_rules! add_scaled_simd {
+    ($t:ty) => {
+        impl pulp::WithSimd for AddScaled<'_, $t> {
+            type Output = ();
+            #[inline(always)]
+            fn with_simd<S: pulp::Simd>(self, _: S) {
+                let AddScaled(acc, c, src) = self;
+                for (a, v) in acc.iter_mut().zip(src) {
+                    *a += c * v;
+                }
+            }
+        }
+    };
+}
+add_scaled_simd!(f32);
+add_scaled_simd!(f64);
 
 macro_rules! float_scalar {
     ($t:ty, $name:literal, $erf:path) => {
@@ -221,6 +252,11 @@ macro_rules! float_scalar {
             #[inline]
             fn from_f64_exact_half() -> Self {
                 0.5
+            }
+
+            #[inline]
+            fn add_scaled(acc: &mut [Self], c: &Self, src: &[Self]) {
+                pulp::Arch::new().dispatch(AddScaled(acc, *c, src));
             }
         }
     };

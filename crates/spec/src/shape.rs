@@ -187,6 +187,24 @@ impl Shape {
         index
     }
 
+    /// Calls `f(offset, index)` for every element in row-major order: [`Shape::unravel`] of
+    /// each offset, without an allocation per element (an odometer over one index).
+    pub fn for_each_index(&self, mut f: impl FnMut(usize, &[usize])) {
+        let dims = self.dims();
+        let n = self.size();
+        let mut index = vec![0usize; dims.len()];
+        for offset in 0..n {
+            f(offset, &index);
+            for axis in (0..dims.len()).rev() {
+                index[axis] += 1;
+                if index[axis] < dims[axis] {
+                    break;
+                }
+                index[axis] = 0;
+            }
+        }
+    }
+
     /// The shape with `axis` removed.
     pub fn remove_axis(&self, axis: usize) -> Shape {
         let mut dims = self.dims().to_vec();
@@ -247,6 +265,25 @@ impl<const N: usize> From<[usize; N]> for Shape {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn for_each_index_visits_what_unravel_gives_in_order() {
+        for dims in [
+            vec![],
+            vec![0],
+            vec![3],
+            vec![2, 0, 4],
+            vec![2, 3, 4],
+            vec![1, 5, 1, 2],
+            vec![3, 1, 2, 2, 3],
+        ] {
+            let s = Shape::new(dims.clone());
+            let mut seen = Vec::new();
+            s.for_each_index(|off, idx| seen.push((off, idx.to_vec())));
+            let want: Vec<_> = (0..s.size()).map(|off| (off, s.unravel(off))).collect();
+            assert_eq!(seen, want, "{dims:?}");
+        }
+    }
 
     #[test]
     fn the_element_limit_is_inclusive() {

@@ -63,7 +63,8 @@ impl<A: Scalar> Tensor<A> {
     pub fn from_fn(shape: impl Into<Shape>, mut f: impl FnMut(&[usize]) -> A) -> Result<Self> {
         let shape = shape.into();
         let n = shape.checked_size()?;
-        let data = (0..n).map(|off| f(&shape.unravel(off))).collect();
+        let mut data = Vec::with_capacity(n);
+        shape.for_each_index(|_, idx| data.push(f(idx)));
         Ok(Tensor { shape, data })
     }
 

@@ -82,11 +82,11 @@ pub(crate) fn broadcast<A: Scalar>(x: &Tensor<A>, to: &Shape) -> Result<Tensor<A
 pub(crate) fn broadcast_vjp<A: Scalar>(cot: &Tensor<A>, from: &Shape) -> Result<Tensor<A>> {
     let to = cot.shape();
     let mut acc = Tensor::<A>::zeros(from.clone())?;
-    for (off, d) in cot.data().iter().enumerate() {
-        let src = broadcast_source_offset(from, to, &to.unravel(off));
-        let slot = &mut acc.data_mut()[src];
-        *slot = slot.add(d);
-    }
+    let (d, sums) = (cot.data(), acc.data_mut());
+    to.for_each_index(|off, idx| {
+        let slot = &mut sums[broadcast_source_offset(from, to, idx)];
+        *slot = slot.add(&d[off]);
+    });
     Ok(acc)
 }
 

@@ -1886,6 +1886,46 @@ fn an_embedding_id_that_is_not_a_row_is_an_error_naming_position_and_value() {
     ));
 }
 
+/// A product large enough to share its rows over a pool gives the plain loops' bits at one
+/// thread and at three (the split is over output rows; no sum changes order).
+#[test]
+fn large_products_give_the_same_bits_at_any_thread_count() {
+    let vals = [1e16, 1.0, -1e16, 3.0, 0.5, -2.0, 7.0, -0.25, 1e-3];
+    let (m, n, p) = (70, 64, 64); // 286,720 multiply-adds: above the split threshold
+    let t = |rows: usize, cols: usize, salt: usize| {
+        Tensor::new(
+            Shape::from([rows, cols]),
+            (0..rows * cols)
+                .map(|i| vals[(i * 7 + salt) % vals.len()])
+                .collect(),
+        )
+        .unwrap()
+    };
+    let (a, b) = (t(m, n, 1), t(n, p, 2));
+    let at = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| Op::MatMul.forward(&[&a, &b]).unwrap())
+    };
+    let (one, three) = (at(1), at(3));
+    let bits = |t: &Tensor<f64>| t.data().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&one), bits(&three));
+    for i in [0, 7, 8, 37, 69] {
+        for j in [0, 31, 63] {
+            let want = (0..n).fold(0.0, |acc, k| {
+                acc + a.data()[i * n + k] * b.data()[k * p + j]
+            });
+            assert_eq!(
+                three.data()[i * p + j].to_bits(),
+                want.to_bits(),
+                "({i}, {j})"
+            );
+        }
+    }
+}
+
 /// The products' definition, written out as the plain loops: each element's sum over the
 /// contracted index in order from 0. Values of very different magnitude make any other order
 /// (or a fused multiply-add) visible in the bits.
