@@ -9,16 +9,29 @@ Input: a directory written by the Rust test `crates/train/tests/twin.rs`:
                       "lrs": [lr of each step], "batches": [{"ids": [...], "targets": [...]}]}
 Output (stdout): {"losses": [loss of step 1, ...]}
 
+With `--train CHECKPOINT TEXT [THREADS]`, nanoGPT's own training run, for the figures our
+`train gpt` is compared on: the configuration and vocabulary are read from our checkpoint's
+metadata (any `torchlean train gpt --save` file; its weights are not used), the model starts
+from nanoGPT's initialisation (`torch.manual_seed(seed)`), batches are nanoGPT's `get_batch`
+(`torch.randint` offsets into the 90 % train split of TEXT), the learning rate nanoGPT's
+`get_lr` (linear warmup, cosine decay to `min_lr`), and the run ends with the loss on
+`eval_iters` batches of each split. Output: {"val_loss", "train_loss", "seconds", "ms_per_step",
+"peak_rss_mib", "threads"} (peak RSS of this whole process, PyTorch's import included).
+
 With `--eval`, the directory instead holds a trained checkpoint `model.safetensors` and
 `plan.json` with "batches" to score: the output is {"eval_loss": the mean loss over them} from
 the checkpoint loaded with `load_state_dict(strict=True)`, in evaluation mode.
 
     python bench/pytorch/gpt_twin.py DIR
     python bench/pytorch/gpt_twin.py --eval DIR
+    python bench/pytorch/gpt_twin.py --train gpt.safetensors crates/train/data/shakespeare/input.txt 2
 """
 import json
 import math
+import resource
+import struct
 import sys
+import time
 
 import torch
 import torch.nn as nn
@@ -152,8 +165,76 @@ def main(d):
     json.dump({"losses": losses}, sys.stdout)
 
 
+def train_from_scratch(checkpoint, text_path, threads):
+    with open(checkpoint, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        meta = json.loads(json.loads(f.read(n))["__metadata__"]["torchlean"])
+    cfg, m, vocab = meta["config"], meta["config"]["model"], meta["vocabulary"]
+    torch.set_num_threads(threads)
+    torch.manual_seed(cfg["seed"])
+    index = {ch: i for i, ch in enumerate(vocab)}
+    text = open(text_path, encoding="utf-8").read()
+    data = torch.tensor([index[ch] for ch in text], dtype=torch.long)
+    cut = int(0.9 * len(data))
+    splits = {"train": data[:cut], "val": data[cut:]}
+    block, batch = m["block"], cfg["batch"]
+
+    def get_batch(split):
+        d = splits[split]
+        ix = torch.randint(len(d) - block, (batch,))
+        x = torch.stack([d[i:i + block] for i in ix])
+        y = torch.stack([d[i + 1:i + 1 + block] for i in ix])
+        return x, y
+
+    def get_lr(it):
+        if it < cfg["warmup"]:
+            return cfg["lr"] * (it + 1) / (cfg["warmup"] + 1)
+        if it > cfg["iters"]:
+            return cfg["min_lr"]
+        ratio = (it - cfg["warmup"]) / (cfg["iters"] - cfg["warmup"])
+        return cfg["min_lr"] + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (cfg["lr"] - cfg["min_lr"])
+
+    model = GPT(len(vocab), block, m["n_layer"], m["n_head"], m["n_embd"], m["dropout"])
+    # nanoGPT's _init_weights and its scaled c_proj initialisation
+    for name, p in model.named_parameters():
+        if name.endswith("c_proj.weight"):
+            torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * m["n_layer"]))
+        elif p.dim() >= 2:
+            torch.nn.init.normal_(p, mean=0.0, std=0.02)
+        elif name.endswith("bias"):
+            torch.nn.init.zeros_(p)
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg["weight_decay"]},
+        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+    ]
+    opt = torch.optim.AdamW(groups, lr=cfg["lr"], betas=(cfg["beta1"], cfg["beta2"]))
+    model.train()
+    start = time.perf_counter()
+    for it in range(cfg["iters"]):
+        for g in opt.param_groups:
+            g["lr"] = get_lr(it)
+        loss = model(*get_batch("train"))
+        loss.backward()
+        if cfg["grad_clip"] > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    seconds = time.perf_counter() - start
+    model.eval()
+    with torch.no_grad():
+        final = {s: sum(model(*get_batch(s)).item() for _ in range(cfg["eval_iters"]))
+                 / cfg["eval_iters"] for s in ("train", "val")}
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    json.dump({"val_loss": final["val"], "train_loss": final["train"], "seconds": seconds,
+               "ms_per_step": 1e3 * seconds / cfg["iters"], "peak_rss_mib": peak_kb / 1024,
+               "threads": threads}, sys.stdout)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "--eval":
         evaluate(sys.argv[2])
+    elif sys.argv[1] == "--train":
+        train_from_scratch(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 2)
     else:
         main(sys.argv[1])
