@@ -18,11 +18,17 @@
 //!   [--oracle lib|own|checkers] [--timeout S] [--jobs N] [--report] [--keep]` — mutation testing (cargo-mutants, installed if absent) of spec, runtime,
 //!   compiled and engine-cpu; the score per crate less the accepted equivalent mutants of
 //!   `xtask/mutants-equivalent.json`, the missed mutants, the run time; exit 1 under target.
+//! - `cargo xtask onnx-conformance [--dir DIR] [--filter S]… [--verbose]` — ONNX's node test
+//!   suite (generated from the installed `onnx` package unless `--dir` names a folder of it)
+//!   through the importer and the reference semantics: an outcome per test, tallies overall,
+//!   for the tests whose ops we claim, and per op; exit 1 on any wrong value, failed evaluation
+//!   or crash.
 
 mod bench;
 mod equiv;
 mod fuzz;
 mod mutants;
+mod onnx_conformance;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -44,6 +50,9 @@ enum Cmd {
     Fuzz(fuzz::FuzzArgs),
     /// Mutation testing with cargo-mutants: the score per crate (not in CI; docs/mutants.md)
     Mutants(mutants::MutantsArgs),
+    /// ONNX's node test suite through the importer: pass / wrong / error / refused / crash per
+    /// test and per op (docs/onnx.md)
+    OnnxConformance(onnx_conformance::OnnxConformanceArgs),
     /// Internal: run one benchmark case in this fresh process
     #[command(hide = true)]
     BenchChild {
@@ -62,6 +71,7 @@ fn main() -> ExitCode {
         Cmd::CheckEquivalence(args) => equiv::run(&args),
         Cmd::Fuzz(args) => fuzz::run(&args),
         Cmd::Mutants(args) => mutants::run(&args),
+        Cmd::OnnxConformance(args) => onnx_conformance::run(&args),
         Cmd::BenchChild {
             case,
             threads,

@@ -102,6 +102,12 @@ pub enum OnnxError {
         #[source]
         source: prost::DecodeError,
     },
+    /// The bytes are not a protobuf `TensorProto` (an ONNX test's `input_0.pb`).
+    #[error("not an ONNX tensor: {source}")]
+    DecodeTensor {
+        #[source]
+        source: prost::DecodeError,
+    },
     /// Every unsupported op, attribute value, dynamic dimension and bad tensor of the model.
     #[error("{} problem(s) in the ONNX model, first: {}", .0.len(), first(.0))]
     Problems(Vec<Problem>),
@@ -134,7 +140,9 @@ impl OnnxError {
                 IrError::Invalid(ds) => ds.iter().map(|d| format!("imported graph: {d}")).collect(),
                 other => vec![format!("imported graph: {other}")],
             },
-            OnnxError::Decode { .. } | OnnxError::Io { .. } => vec![self.to_string()],
+            OnnxError::Decode { .. } | OnnxError::DecodeTensor { .. } | OnnxError::Io { .. } => {
+                vec![self.to_string()]
+            }
         }
     }
 }

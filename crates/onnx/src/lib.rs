@@ -28,3 +28,4 @@ pub mod proto {
 pub use error::{OnnxError, Problem, ProblemKind, Result};
 pub use import::{import_model, import_onnx, ElemType, Imported, Param};
 pub use ops::supported_op_types;
+pub use tensor::{read_tensor, TensorFile};

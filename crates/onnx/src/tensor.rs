@@ -141,6 +141,52 @@ pub(crate) fn decode(t: &TensorProto) -> Result<Constant, String> {
     Ok(Constant { shape, values })
 }
 
+/// A serialized `TensorProto`, as ONNX's test data files hold them (`input_0.pb`), decoded.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorFile {
+    /// The tensor's name (the graph input or output it is for).
+    pub name: String,
+    /// Its ONNX data type's name (`FLOAT`, `INT64`, …).
+    pub dtype: String,
+    /// Its values: floats widened, integers converted (exactly up to 2^53 in magnitude).
+    pub tensor: torchlean_spec::Tensor<f64>,
+}
+
+/// Decodes a serialized `TensorProto`: FLOAT, DOUBLE, INT64 and INT32 (as [`decode`] reads an
+/// initializer); any other data type, or data that disagrees with the dims, is a
+/// [`ProblemKind::BadTensor`](crate::ProblemKind::BadTensor) problem naming the tensor.
+pub fn read_tensor(bytes: &[u8]) -> crate::Result<TensorFile> {
+    use prost::Message;
+    let t =
+        TensorProto::decode(bytes).map_err(|source| crate::OnnxError::DecodeTensor { source })?;
+    let name = t.name().to_string();
+    let bad = |message: String| {
+        crate::OnnxError::Problems(vec![crate::Problem::new(
+            crate::ProblemKind::BadTensor,
+            name.as_str(),
+            "tensor",
+            "",
+            message,
+        )])
+    };
+    let c = decode(&t).map_err(bad)?;
+    let tensor = torchlean_spec::Tensor::new(c.shape.clone(), c.floats()).map_err(|e| {
+        crate::OnnxError::Problems(vec![crate::Problem::new(
+            crate::ProblemKind::BadTensor,
+            name.as_str(),
+            "tensor",
+            "",
+            "",
+        )
+        .because(e)])
+    })?;
+    Ok(TensorFile {
+        name,
+        dtype: dtype_name(t.data_type()),
+        tensor,
+    })
+}
+
 fn eight(c: &[u8]) -> [u8; 8] {
     let mut b = [0u8; 8];
     b.copy_from_slice(c);
@@ -158,6 +204,29 @@ mod tests {
             raw_data: Some(raw),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_serialized_tensor_reads_with_its_name_and_type() {
+        use prost::Message;
+        let mut t = float_tensor(
+            vec![2],
+            [0.25f32, 3.0]
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect(),
+        );
+        t.name = Some("x".into());
+        let f = read_tensor(&t.encode_to_vec()).expect("a FLOAT tensor");
+        assert_eq!((f.name.as_str(), f.dtype.as_str()), ("x", "FLOAT"));
+        assert_eq!(f.tensor.data(), &[0.25, 3.0]);
+        assert!(matches!(
+            read_tensor(&[0xff, 0xff, 0xff]),
+            Err(crate::OnnxError::DecodeTensor { .. })
+        ));
+        t.dims = vec![3];
+        let e = read_tensor(&t.encode_to_vec()).expect_err("two values for dims [3]");
+        assert!(e.to_string().contains("node `x` (tensor)"), "{e}");
     }
 
     #[test]
