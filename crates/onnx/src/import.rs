@@ -525,6 +525,16 @@ impl Builder {
         matches!(self.values.get(name), Some(Val::Poisoned))
     }
 
+    /// The static shape of an ONNX value (every value's shape is known at import), `None`
+    /// for an unknown or poisoned one.
+    pub(crate) fn shape_of(&self, name: &str) -> Option<Shape> {
+        match self.values.get(name)? {
+            Val::Node(o) => Some(o.shape.clone()),
+            Val::Const(i) => Some(self.consts[*i].c.shape.clone()),
+            Val::Poisoned => None,
+        }
+    }
+
     /// The constant an ONNX value is, if it is one (initializer or `Constant` output).
     pub(crate) fn constant(&self, name: &str) -> Option<&Constant> {
         match self.values.get(name) {

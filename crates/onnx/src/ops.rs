@@ -44,6 +44,7 @@ const MAPPED: &[&str] = &[
     "ReduceMean",
     "Clip",
     "Constant",
+    "Shape",
     "Identity",
     "Dropout",
     "Cast",
@@ -79,6 +80,7 @@ pub(crate) fn map_node(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
         }
         "Dropout" => dropout(b, ctx, &out),
         "Constant" => constant(b, ctx, &out),
+        "Shape" => shape(b, ctx, &out),
         "Cast" => cast(b, ctx, &out),
         _ => {
             extra_outputs(ctx)?;
@@ -360,6 +362,43 @@ fn dropout(b: &mut Builder, ctx: &Ctx<'_>, out: &str) -> Mapped {
         return Err(ps);
     }
     alias(b, ctx, out)
+}
+
+/// `Shape`: every shape is static at import, so the dims (from `start` to `end`, negative
+/// values counted from the end, both clamped to the rank, as ONNX says) are an INT64 constant,
+/// folded into whatever computes with it.
+fn shape(b: &mut Builder, ctx: &Ctx<'_>, out: &str) -> Mapped {
+    only(ctx, &["start", "end"])?;
+    let x = input(ctx, 0).map_err(|p| vec![p])?;
+    if b.poisoned(x) {
+        return Err(vec![upstream(ctx, x)]);
+    }
+    let Some(dims) = b.shape_of(x) else {
+        return Err(vec![ctx.problem(
+            crate::error::ProblemKind::Model,
+            "input",
+            format!(
+                "`{}` is not produced by any earlier node",
+                torchlean_ir::shorten(x)
+            ),
+        )]);
+    };
+    let rank = dims.rank() as i64;
+    let at = |v: i64| (if v < 0 { v + rank } else { v }).clamp(0, rank) as usize;
+    let (start, end) = (
+        at(ctx.int("start").unwrap_or(0)),
+        at(ctx.int("end").unwrap_or(rank)),
+    );
+    let kept: Vec<i64> = dims.dims()[start..end.max(start)]
+        .iter()
+        .map(|&d| d as i64)
+        .collect();
+    let c = Constant {
+        shape: Shape::from([kept.len()]),
+        values: Values::Int(kept),
+    };
+    b.define_const(out, c, None);
+    Ok(())
 }
 
 fn constant(b: &mut Builder, ctx: &Ctx<'_>, out: &str) -> Mapped {

@@ -137,3 +137,28 @@ fn gather_of_rows_imports_as_an_embedding_with_negative_indices_wrapped() {
     let e = gather(&[0, 0, 0, 0], Some(1)).unwrap_err().to_string();
     assert!(e.contains("rows (axis 0) of a 2-D tensor only"), "{e}");
 }
+
+#[test]
+fn shape_folds_to_the_static_dims_between_start_and_end() {
+    let dims_of = |start: Option<i64>, end: Option<i64>| {
+        let mut n = node("s", "Shape", &["x"], &["y"]);
+        if let Some(s) = start {
+            n.attribute.push(common::int_attr("start", s));
+        }
+        if let Some(e) = end {
+            n.attribute.push(common::int_attr("end", e));
+        }
+        let bytes = common::model(value("x", &[Ok(2), Ok(3), Ok(4)]), vec![n], vec![], &["y"]);
+        let imported = import_onnx(&bytes).unwrap();
+        let x =
+            torchlean_spec::Tensor::<f64>::zeros(torchlean_spec::Shape::from([2, 3, 4])).unwrap();
+        let out = torchlean_ir::denote_outputs(&imported.graph, &imported.payload, &x).unwrap();
+        out[0].data().to_vec()
+    };
+    assert_eq!(dims_of(None, None), [2.0, 3.0, 4.0]);
+    assert_eq!(dims_of(Some(1), None), [3.0, 4.0]);
+    assert_eq!(dims_of(Some(-2), Some(-1)), [3.0]);
+    // clamped to the rank, and empty when start passes end
+    assert_eq!(dims_of(Some(-10), Some(10)), [2.0, 3.0, 4.0]);
+    assert_eq!(dims_of(Some(2), Some(1)), Vec::<f64>::new());
+}
