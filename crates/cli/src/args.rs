@@ -129,6 +129,11 @@ pub enum Command {
         /// The dialect to write the graph in: 2026-08 (default) or 2026-09
         #[arg(long, default_value_t = torchlean_ir::Dialect::August2026)]
         dialect: torchlean_ir::Dialect,
+        /// Bind graph input NAME to the tensor in FILE (a serialized ONNX TensorProto, as
+        /// ONNX's test data holds): for the inputs that fix shapes, axes, indices or pads; the
+        /// one input left is the graph's. Repeatable
+        #[arg(long = "bind", value_name = "NAME=FILE", value_parser = parse_binding)]
+        bind: Vec<(String, PathBuf)>,
     },
     /// Write the graph as a standalone PyTorch module (torch and safetensors only) whose
     /// forward follows it node by node, and its weights as NAME.safetensors beside it
@@ -383,6 +388,15 @@ pub struct MemoryArgs {
     /// 3/4 of the smallest of physical memory, the cgroup limit and the address-space limit]
     #[arg(long, value_name = "BYTES", value_parser = parse_max_memory)]
     pub max_memory: Option<Budget>,
+}
+
+fn parse_binding(text: &str) -> Result<(String, PathBuf), String> {
+    match text.split_once('=') {
+        Some((name, file)) if !name.is_empty() && !file.is_empty() => {
+            Ok((name.to_string(), PathBuf::from(file)))
+        }
+        _ => Err(format!("`{text}` is not NAME=FILE")),
+    }
 }
 
 fn parse_max_memory(text: &str) -> Result<Budget, String> {

@@ -80,7 +80,8 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             output,
             payload,
             dialect,
-        } => crate::import::run(&model, &output, &payload, dialect),
+            bind,
+        } => crate::import::run(&model, &output, &payload, dialect, &bind),
         Command::ExportTorch {
             graph,
             payload,

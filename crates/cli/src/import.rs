@@ -1,14 +1,27 @@
-//! `torchlean import model.onnx -o graph.json --payload weights.safetensors`.
+//! `torchlean import model.onnx -o graph.json --payload weights.safetensors [--bind NAME=FILE]…`.
 
 use crate::{out, BadInput, Outcome, Stop};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use torchlean_ir::Dialect;
-use torchlean_onnx::{import_onnx, OnnxError};
+use torchlean_onnx::{import_onnx_bound, tensor_proto, OnnxError};
 
-/// Imports `model`, writes the graph and payload, and prints where each initializer went.
-pub fn run(model: &Path, graph: &Path, payload: &Path, dialect: Dialect) -> Result<Outcome, Stop> {
+/// Imports `model` with the inputs of `bind` bound to the tensors in their files, writes the
+/// graph and payload, and prints where each initializer went.
+pub fn run(
+    model: &Path,
+    graph: &Path,
+    payload: &Path,
+    dialect: Dialect,
+    bind: &[(String, PathBuf)],
+) -> Result<Outcome, Stop> {
     let bytes = std::fs::read(model).map_err(|e| BadInput::at_doing(model, "cannot read", &e))?;
-    let imported = import_onnx(&bytes).map_err(|e| lines(model, &e))?;
+    let mut bound = Vec::new();
+    for (name, file) in bind {
+        let t = std::fs::read(file).map_err(|e| BadInput::at_doing(file, "cannot read", &e))?;
+        let t = tensor_proto(&t).map_err(|e| lines(file, &e))?;
+        bound.push((name.clone(), t));
+    }
+    let imported = import_onnx_bound(&bytes, &bound).map_err(|e| lines(model, &e))?;
     let wrote_payload = imported
         .save(dialect, graph, payload)
         .map_err(|e| lines(model, &e))?;

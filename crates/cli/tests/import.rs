@@ -185,3 +185,122 @@ fn import_refuses_the_september_dialect_for_kinds_it_lacks() {
     );
     assert!(!g.exists() && !p.exists(), "nothing is written");
 }
+
+/// `Reshape(x [2, 3] FLOAT, shape [2] INT64)` as ONNX bytes, and `shape = [3, 2]` as a
+/// serialized `TensorProto`.
+fn reshape_with_a_shape_input() -> (Vec<u8>, Vec<u8>) {
+    use prost::Message;
+    use torchlean_onnx::proto::{
+        tensor_proto::DataType, tensor_shape_proto::dimension, tensor_shape_proto::Dimension,
+        type_proto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
+        TensorShapeProto, TypeProto, ValueInfoProto,
+    };
+    let value = |name: &str, elem: DataType, dims: &[i64]| ValueInfoProto {
+        name: Some(name.into()),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(elem as i32),
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&d| Dimension {
+                            value: Some(dimension::Value::DimValue(d)),
+                            ..Default::default()
+                        })
+                        .collect(),
+                }),
+            })),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let model = ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(17),
+        }],
+        graph: Some(GraphProto {
+            node: vec![NodeProto {
+                name: Some("r".into()),
+                op_type: Some("Reshape".into()),
+                input: vec!["x".into(), "shape".into()],
+                output: vec!["y".into()],
+                ..Default::default()
+            }],
+            input: vec![
+                value("x", DataType::Float, &[2, 3]),
+                value("shape", DataType::Int64, &[2]),
+            ],
+            output: vec![value("y", DataType::Float, &[3, 2])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let shape = TensorProto {
+        name: Some("shape".into()),
+        dims: vec![2],
+        data_type: Some(DataType::Int64 as i32),
+        int64_data: vec![3, 2],
+        ..Default::default()
+    };
+    (model.encode_to_vec(), shape.encode_to_vec())
+}
+
+#[test]
+fn bind_fixes_an_int64_input_and_leaves_one_graph_input() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (model, shape) = reshape_with_a_shape_input();
+    let m = dir.path().join("reshape.onnx");
+    std::fs::write(&m, model).expect("write the model");
+    let s = dir.path().join("shape.pb");
+    std::fs::write(&s, shape).expect("write the tensor");
+    let g = dir.path().join("graph.json");
+    let p = dir.path().join("weights.json");
+    let import = |bind: &str| {
+        run(&[
+            "import",
+            m.to_str().expect("utf-8"),
+            "-o",
+            g.to_str().expect("utf-8"),
+            "--payload",
+            p.to_str().expect("utf-8"),
+            "--bind",
+            bind,
+        ])
+    };
+    // without the binding: two inputs, refused
+    let o = run(&[
+        "import",
+        m.to_str().expect("utf-8"),
+        "-o",
+        g.to_str().expect("utf-8"),
+        "--payload",
+        p.to_str().expect("utf-8"),
+    ]);
+    assert_bad_input(&o, &["2 inputs besides its initializers"]);
+    let o = import(&format!("shape={}", s.display()));
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let x = common::write(
+        dir.path(),
+        "x.json",
+        &serde_json::json!({"shape": [2, 3], "data": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]}),
+    );
+    let o = run(&[
+        "eval",
+        g.to_str().expect("utf-8"),
+        "--payload",
+        p.to_str().expect("utf-8"),
+        "--input",
+        x.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let out: Value = serde_json::from_str(&stdout(&o)).expect("eval prints JSON");
+    assert_eq!(out["shape"], serde_json::json!([3, 2]));
+    assert_eq!(floats(&out), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    // a name that is no input, and a malformed flag
+    let o = import(&format!("nope={}", s.display()));
+    assert_bad_input(&o, &["nope", "no graph input of this name to bind"]);
+    let o = import("shape");
+    assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
+}

@@ -7,7 +7,7 @@ use crate::error::{OnnxError, Problem, ProblemKind, Result};
 use crate::ops;
 use crate::proto::{
     tensor_proto::DataType, tensor_shape_proto::dimension, type_proto, GraphProto, ModelProto,
-    ValueInfoProto,
+    TensorProto, ValueInfoProto,
 };
 use crate::tensor::{decode, dtype_name, Constant};
 use prost::Message;
@@ -96,6 +96,21 @@ pub fn import_onnx(bytes: &[u8]) -> Result<Imported> {
 
 /// Imports a decoded model.
 pub fn import_model(model: &ModelProto) -> Result<Imported> {
+    import_model_bound(model, &[])
+}
+
+/// [`import_onnx`] with some graph inputs bound to constants (`torchlean import --bind`): the
+/// inputs that fix shapes, axes, indices or pads (INT64 mostly), given as `(input name,
+/// tensor)`. A bound input is a constant of the graph, never a parameter; the one input left
+/// is the IR's `input` node. A name that is no graph input, or a tensor whose dims disagree
+/// with the input's declared ones, is a problem like any other.
+pub fn import_onnx_bound(bytes: &[u8], bound: &[(String, TensorProto)]) -> Result<Imported> {
+    let model = ModelProto::decode(bytes).map_err(|source| OnnxError::Decode { source })?;
+    import_model_bound(&model, bound)
+}
+
+/// [`import_model`] with some graph inputs bound to constants ([`import_onnx_bound`]).
+pub fn import_model_bound(model: &ModelProto, bound: &[(String, TensorProto)]) -> Result<Imported> {
     let mut problems = Vec::new();
     let opset = model
         .opset_import
@@ -115,7 +130,7 @@ pub fn import_model(model: &ModelProto) -> Result<Imported> {
     };
     let mut b = Builder::new(graph, opset);
     b.problems = problems;
-    b.run(graph);
+    b.run(graph, bound);
     b.finish(graph)
 }
 
@@ -213,8 +228,9 @@ impl Builder {
         }
     }
 
-    fn run(&mut self, graph: &GraphProto) {
+    fn run(&mut self, graph: &GraphProto, bound: &[(String, TensorProto)]) {
         self.initializers(graph);
+        self.bind(graph, bound);
         self.input(graph);
         for (i, node) in graph.node.iter().enumerate() {
             let ctx = Ctx::new(node, i);
@@ -269,6 +285,49 @@ impl Builder {
                 "sparse initializers are not supported",
             ));
             self.values.insert(name.to_string(), Val::Poisoned);
+        }
+    }
+
+    /// Graph inputs bound to constants ([`import_onnx_bound`]).
+    fn bind(&mut self, graph: &GraphProto, bound: &[(String, TensorProto)]) {
+        for (name, t) in bound {
+            let problem =
+                |msg: String| Problem::new(ProblemKind::Model, name, "input", "bind", msg);
+            let Some(v) = graph.input.iter().find(|v| v.name() == name) else {
+                self.problems
+                    .push(problem("no graph input of this name to bind".into()));
+                continue;
+            };
+            if self.values.contains_key(name) {
+                self.problems.push(problem(
+                    "an initializer, or bound twice: not an input to bind".into(),
+                ));
+                continue;
+            }
+            let c = match decode(t) {
+                Ok(c) => c,
+                Err(msg) => {
+                    self.problems.push(Problem::new(
+                        ProblemKind::BadTensor,
+                        name,
+                        "input",
+                        "bind",
+                        msg,
+                    ));
+                    self.values.insert(name.clone(), Val::Poisoned);
+                    continue;
+                }
+            };
+            let fixed = declared_dims(v).and_then(|d| d.into_iter().collect::<Option<Vec<_>>>());
+            if let Some(declared) = fixed.filter(|d| d[..] != *c.shape.dims()) {
+                self.problems.push(problem(format!(
+                    "the bound tensor has shape {}, the input declares {declared:?}",
+                    c.shape
+                )));
+                self.values.insert(name.clone(), Val::Poisoned);
+                continue;
+            }
+            self.define_const(name, c, None);
         }
     }
 

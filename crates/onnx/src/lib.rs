@@ -26,6 +26,8 @@ pub mod proto {
 }
 
 pub use error::{OnnxError, Problem, ProblemKind, Result};
-pub use import::{import_model, import_onnx, ElemType, Imported, Param};
+pub use import::{
+    import_model, import_model_bound, import_onnx, import_onnx_bound, ElemType, Imported, Param,
+};
 pub use ops::supported_op_types;
-pub use tensor::{read_tensor, TensorFile};
+pub use tensor::{read_tensor, tensor_proto, TensorFile};

@@ -141,6 +141,13 @@ pub(crate) fn decode(t: &TensorProto) -> Result<Constant, String> {
     Ok(Constant { shape, values })
 }
 
+/// A serialized `TensorProto` (a `.pb` file of ONNX's test data), undecoded: what
+/// [`crate::import_onnx_bound`] binds an input to.
+pub fn tensor_proto(bytes: &[u8]) -> crate::Result<TensorProto> {
+    use prost::Message;
+    TensorProto::decode(bytes).map_err(|source| crate::OnnxError::DecodeTensor { source })
+}
+
 /// A serialized `TensorProto`, as ONNX's test data files hold them (`input_0.pb`), decoded.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TensorFile {
@@ -156,9 +163,7 @@ pub struct TensorFile {
 /// initializer); any other data type, or data that disagrees with the dims, is a
 /// [`ProblemKind::BadTensor`](crate::ProblemKind::BadTensor) problem naming the tensor.
 pub fn read_tensor(bytes: &[u8]) -> crate::Result<TensorFile> {
-    use prost::Message;
-    let t =
-        TensorProto::decode(bytes).map_err(|source| crate::OnnxError::DecodeTensor { source })?;
+    let t = tensor_proto(bytes)?;
     let name = t.name().to_string();
     let bad = |message: String| {
         crate::OnnxError::Problems(vec![crate::Problem::new(
