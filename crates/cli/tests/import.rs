@@ -256,8 +256,8 @@ fn bind_fixes_an_int64_input_and_leaves_one_graph_input() {
     let s = dir.path().join("shape.pb");
     std::fs::write(&s, shape).expect("write the tensor");
     let g = dir.path().join("graph.json");
-    let p = dir.path().join("weights.json");
-    let import = |bind: &str| {
+    let p = dir.path().join("weights.safetensors");
+    let import_binding = |bind: &str| {
         run(&[
             "import",
             m.to_str().expect("utf-8"),
@@ -270,16 +270,11 @@ fn bind_fixes_an_int64_input_and_leaves_one_graph_input() {
         ])
     };
     // without the binding: two inputs, refused
-    let o = run(&[
-        "import",
-        m.to_str().expect("utf-8"),
-        "-o",
-        g.to_str().expect("utf-8"),
-        "--payload",
-        p.to_str().expect("utf-8"),
-    ]);
-    assert_bad_input(&o, &["2 inputs besides its initializers"]);
-    let o = import(&format!("shape={}", s.display()));
+    assert_bad_input(
+        &import(dir.path(), &m),
+        &["2 inputs besides its initializers"],
+    );
+    let o = import_binding(&format!("shape={}", s.display()));
     assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
     let x = common::write(
         dir.path(),
@@ -299,8 +294,8 @@ fn bind_fixes_an_int64_input_and_leaves_one_graph_input() {
     assert_eq!(out["shape"], serde_json::json!([3, 2]));
     assert_eq!(floats(&out), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
     // a name that is no input, and a malformed flag
-    let o = import(&format!("nope={}", s.display()));
+    let o = import_binding(&format!("nope={}", s.display()));
     assert_bad_input(&o, &["nope", "no graph input of this name to bind"]);
-    let o = import("shape");
+    let o = import_binding("shape");
     assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
 }
