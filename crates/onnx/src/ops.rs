@@ -36,6 +36,9 @@ const MAPPED: &[&str] = &[
     "BatchNormalization",
     "LayerNormalization",
     "Reshape",
+    "Squeeze",
+    "Unsqueeze",
+    "Expand",
     "Flatten",
     "Transpose",
     "Concat",
@@ -101,6 +104,8 @@ pub(crate) fn map_node(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
                 "BatchNormalization" => batch_norm(b, ctx)?,
                 "LayerNormalization" => layer_norm(b, ctx)?,
                 "Reshape" => reshape_op(b, ctx)?,
+                "Squeeze" | "Unsqueeze" => squeeze(b, ctx)?,
+                "Expand" => expand(b, ctx)?,
                 "Flatten" => flatten(b, ctx)?,
                 "Transpose" => transpose(b, ctx)?,
                 "Concat" => concat(b, ctx)?,
@@ -972,6 +977,83 @@ fn reshape_op(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
         dims[i] = x.shape.size() / known;
     }
     reshape(b, ctx, &x, Shape::new(dims))
+}
+
+/// `Squeeze` and `Unsqueeze`: a `reshape` that removes or inserts size-1 dims. The axes are an
+/// attribute before opset 13 and a constant input from it; Squeeze without axes removes every
+/// size-1 dim, and an axis whose dim is not 1 is refused.
+fn squeeze(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    let axes = if b.opset >= 13 {
+        one(ctx, &[])?;
+        const_ints(b, ctx, 1)?
+    } else {
+        one(ctx, &["axes"])?;
+        ctx.ints("axes").map(<[i64]>::to_vec)
+    };
+    let x = data(b, ctx, 0)?;
+    let dims = x.shape.dims();
+    let out: Vec<usize> = if ctx.op == "Unsqueeze" {
+        let axes = axes.ok_or_else(|| ctx.unsupported("axes", "Unsqueeze needs its axes"))?;
+        let rank = dims.len() + axes.len();
+        let mut at = axes
+            .iter()
+            .map(|&a| axis(ctx, "axes", a, rank))
+            .collect::<One<Vec<_>>>()?;
+        at.sort_unstable();
+        if at.windows(2).any(|w| w[0] == w[1]) {
+            return Err(ctx.unsupported("axes", format!("{axes:?} repeats an axis")));
+        }
+        let mut rest = dims.iter();
+        (0..rank)
+            .map(|i| {
+                if at.contains(&i) {
+                    1
+                } else {
+                    rest.next().copied().unwrap_or(1)
+                }
+            })
+            .collect()
+    } else {
+        let drop: Vec<usize> = match axes {
+            Some(a) => a
+                .iter()
+                .map(|&v| axis(ctx, "axes", v, dims.len()))
+                .collect::<One<_>>()?,
+            None => (0..dims.len()).filter(|&i| dims[i] == 1).collect(),
+        };
+        if let Some(&a) = drop.iter().find(|&&a| dims[a] != 1) {
+            return Err(ctx.unsupported(
+                "axes",
+                format!("axis {a} has extent {} (only 1 can be squeezed)", dims[a]),
+            ));
+        }
+        (0..dims.len())
+            .filter(|i| !drop.contains(i))
+            .map(|i| dims[i])
+            .collect()
+    };
+    reshape(b, ctx, &x, Shape::new(out))
+}
+
+/// `Expand`: `broadcast_to` the numpy broadcast of the input's shape and the constant shape
+/// input (both ways: a 1 in either side takes the other's extent).
+fn expand(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &[])?;
+    let spec = const_ints(b, ctx, 1)?
+        .ok_or_else(|| ctx.unsupported("input[1]", "the shape input is required"))?;
+    let to = spec
+        .iter()
+        .map(|&d| usize::try_from(d).ok())
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| ctx.unsupported("input[1]", format!("{spec:?}: a negative extent")))?;
+    let x = data(b, ctx, 0)?;
+    let out = broadcast_shape(&x.shape, &Shape::new(to)).ok_or_else(|| {
+        ctx.unsupported(
+            "input[1]",
+            format!("{spec:?} does not broadcast with the input's {}", x.shape),
+        )
+    })?;
+    broadcast(b, ctx, &x, &out)
 }
 
 fn flatten(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {

@@ -162,3 +162,52 @@ fn shape_folds_to_the_static_dims_between_start_and_end() {
     assert_eq!(dims_of(Some(-10), Some(10)), [2.0, 3.0, 4.0]);
     assert_eq!(dims_of(Some(2), Some(1)), Vec::<f64>::new());
 }
+
+/// The output of a one-node model `op(x, [k])` (x `[2, 1, 3]`, k an INT64 initializer), run on
+/// `0, 1, …, 5`.
+fn run_with_ints(op: &str, k: &[i64]) -> Result<torchlean_spec::Tensor<f64>, OnnxError> {
+    let n = node("n", op, &["x", "k"], &["y"]);
+    // the output declared without a type: its shape is the importer's to infer
+    let y = torchlean_onnx::proto::ValueInfoProto {
+        name: Some("y".into()),
+        ..Default::default()
+    };
+    let bytes = common::model_declaring(
+        value("x", &[Ok(2), Ok(1), Ok(3)]),
+        vec![n],
+        vec![int64s("k", &[k.len() as i64], k)],
+        vec![y],
+    );
+    let imported = import_onnx(&bytes)?;
+    let x = torchlean_spec::Tensor::new(
+        torchlean_spec::Shape::from([2, 1, 3]),
+        (0..6).map(f64::from).collect(),
+    )
+    .unwrap();
+    let out = torchlean_ir::denote_outputs(&imported.graph, &imported.payload, &x).unwrap();
+    Ok(out[0].clone())
+}
+
+#[test]
+fn squeeze_unsqueeze_and_expand_import_as_reshapes_and_broadcasts() {
+    let dims = |op: &str, k: &[i64]| run_with_ints(op, k).unwrap().shape().dims().to_vec();
+    assert_eq!(dims("Squeeze", &[1]), [2, 3]);
+    assert_eq!(dims("Squeeze", &[-2]), [2, 3]);
+    assert_eq!(dims("Unsqueeze", &[0, 4]), [1, 2, 1, 3, 1]);
+    assert_eq!(dims("Unsqueeze", &[-1]), [2, 1, 3, 1]);
+    assert_eq!(dims("Expand", &[4, 1, 1, 1]), [4, 2, 1, 3]);
+    assert_eq!(dims("Expand", &[5, 1]), [2, 5, 3]);
+    let expanded = run_with_ints("Expand", &[2, 2, 3]).unwrap();
+    assert_eq!(
+        expanded.data(),
+        [0., 1., 2., 0., 1., 2., 3., 4., 5., 3., 4., 5.]
+    );
+    // refused: squeezing an axis of extent 3, a repeated axis, a shape that does not broadcast
+    let refused = |op: &str, k: &[i64], what: &str| {
+        let e = run_with_ints(op, k).expect_err(what);
+        assert!(e.to_string().contains(what), "{e}");
+    };
+    refused("Squeeze", &[2], "only 1 can be squeezed");
+    refused("Unsqueeze", &[1, 1], "repeats an axis");
+    refused("Expand", &[4], "does not broadcast");
+}
