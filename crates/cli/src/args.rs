@@ -31,8 +31,9 @@ pub enum Command {
         graph: PathBuf,
         #[arg(long)]
         payload: Option<PathBuf>,
-        #[arg(long)]
-        input: Option<PathBuf>,
+        /// Input tensor JSON, as for `eval` (repeatable, `NAME=FILE` per input)
+        #[arg(long, value_name = "[NAME=]FILE")]
+        input: Vec<PathBuf>,
         #[command(flatten)]
         memory: MemoryArgs,
     },
@@ -41,9 +42,11 @@ pub enum Command {
         graph: PathBuf,
         #[arg(long)]
         payload: Option<PathBuf>,
-        /// Input tensor JSON (default: the case's input, for a case file)
-        #[arg(long)]
-        input: Option<PathBuf>,
+        /// Input tensor JSON (default: the case's input, for a case file). A graph with
+        /// several inputs takes one per input: `--input NAME=FILE`, NAME an input's name
+        /// (`input_names`) or node id, or plain `--input FILE`s in input order
+        #[arg(long, value_name = "[NAME=]FILE")]
+        input: Vec<PathBuf>,
         #[arg(long, value_enum, default_value = "cpu")]
         engine: EngineName,
         /// [default: f64; f32 on the CUDA engines, which run f32 only]
@@ -58,13 +61,16 @@ pub enum Command {
         detect_anomaly: bool,
     },
     /// Evaluate a graph and its gradients; prints {"output", "grad_input", "grad_payload"}
+    /// ("outputs" for several outputs, "grad_inputs" by input name for several inputs)
     Grad {
         graph: PathBuf,
         #[arg(long)]
         payload: Option<PathBuf>,
-        /// Input tensor JSON (default: the case's input, for a case file)
-        #[arg(long)]
-        input: Option<PathBuf>,
+        /// Input tensor JSON (default: the case's input, for a case file). A graph with
+        /// several inputs takes one per input: `--input NAME=FILE`, NAME an input's name
+        /// (`input_names`) or node id, or plain `--input FILE`s in input order
+        #[arg(long, value_name = "[NAME=]FILE")]
+        input: Vec<PathBuf>,
         /// Cotangent of the output (default: ones). A graph with several outputs (September
         /// dialect's `output_ids`) takes one `--seed` per output, repeated in output order, or
         /// none (ones for each); the gradients are the sum of each output's pullback

@@ -4,7 +4,6 @@ use crate::args::{Cli, Command};
 use crate::engine::{dtype_or, select, with_engine, Engine};
 use crate::load::{self, ir_lines};
 use crate::{out, BadInput, Outcome, Stop};
-use serde_json::json;
 use std::path::{Path, PathBuf};
 use torchlean_compiled::{
     check_denotation, exec_graph_of_ir, lower_text, run_grad_seeds_lowered, run_grad_seeds_with,
@@ -27,7 +26,7 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             payload,
             input,
             ..
-        } => check(&graph, payload.as_deref(), input.as_deref()),
+        } => check(&graph, payload.as_deref(), &input),
         Command::Eval {
             graph,
             payload,
@@ -39,7 +38,7 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
         } => eval_command(
             &graph,
             payload.as_deref(),
-            input.as_deref(),
+            &input,
             select(engine, dtype_or(engine, dtype, DType::F64))?,
             AnomalyMode::detect_if(detect_anomaly),
         ),
@@ -54,7 +53,7 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             ..
         } => grad_command(
             &graph,
-            (payload.as_deref(), input.as_deref(), &seed),
+            (payload.as_deref(), &input, &seed),
             select(engine, dtype_or(engine, dtype, DType::F64))?,
             AnomalyMode::detect_if(detect_anomaly),
         ),
@@ -96,7 +95,7 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
 fn eval_command(
     graph: &Path,
     payload: Option<&Path>,
-    input: Option<&Path>,
+    input: &[PathBuf],
     sel: Engine,
     mode: AnomalyMode,
 ) -> Result<Outcome, Stop> {
@@ -126,15 +125,16 @@ fn eval_command(
     Ok(Outcome::Ok)
 }
 
-/// `torchlean grad`: the output and the gradients of the input and the payload, one JSON line
+/// `torchlean grad`: the output and the gradients of the inputs and the payload, one JSON line
 /// (or the anomaly found), from the payload, input and seed files given.
 fn grad_command(
     graph: &Path,
-    (payload, input, seed): (Option<&Path>, Option<&Path>, &[PathBuf]),
+    (payload, input, seed): (Option<&Path>, &[PathBuf], &[PathBuf]),
     sel: Engine,
     mode: AnomalyMode,
 ) -> Result<Outcome, Stop> {
     let (g, doc, p, x, seeds) = load_run_inputs(graph, payload, input, seed, Pass::Grad)?;
+    let input_names: Vec<String> = (0..g.input_count()).map(|k| g.input_name(k)).collect();
     let r = if mode.is_on() {
         with_engine!(sel, V => run_grad_seeds_with::<V>(&g, &p, &x, &seeds, mode))
     } else {
@@ -149,21 +149,26 @@ fn grad_command(
     };
     // payload gradients keyed as the file keys its nodes (September dialect: its ids)
     let grad_payload = doc.to_file_payload(&r.grad_payload).to_json();
-    let grad_input = r.grad_input.to_json();
+    let mut line = serde_json::Map::new();
     if r.extra_outputs.is_empty() {
-        out::line(json!({
-            "output": r.output.to_json(),
-            "grad_input": grad_input,
-            "grad_payload": grad_payload,
-        }))?;
+        line.insert("output".into(), r.output.to_json());
     } else {
         let outputs: Vec<serde_json::Value> = r.outputs().map(Tensor::to_json).collect();
-        out::line(json!({
-            "outputs": outputs,
-            "grad_input": grad_input,
-            "grad_payload": grad_payload,
-        }))?;
+        line.insert("outputs".into(), outputs.into());
     }
+    if let [only] = r.grad_inputs.as_slice() {
+        line.insert("grad_input".into(), only.to_json());
+    } else {
+        // several inputs: each gradient under its input's name
+        let by_name: serde_json::Map<String, serde_json::Value> = input_names
+            .into_iter()
+            .zip(&r.grad_inputs)
+            .map(|(name, g)| (name, g.to_json()))
+            .collect();
+        line.insert("grad_inputs".into(), by_name.into());
+    }
+    line.insert("grad_payload".into(), grad_payload);
+    out::line(serde_json::Value::Object(line))?;
     Ok(Outcome::Ok)
 }
 
@@ -232,7 +237,8 @@ struct Loaded<'a> {
     /// The payload, and its file (`None`: no payload was given, and none is checked). A
     /// September-dialect file's inline weights are part of it.
     payload: Option<(Payload, &'a Path)>,
-    input: Option<(Tensor<f64>, &'a Path)>,
+    /// One per graph input, in input order (empty: none given).
+    inputs: Vec<(Tensor<f64>, PathBuf)>,
     /// One per output, in output order (none: ones).
     seeds: Vec<(Tensor<f64>, &'a Path)>,
 }
@@ -251,7 +257,7 @@ fn with_inline(doc: &GraphDoc, given: Payload) -> Payload {
 fn load<'a>(
     graph: &'a Path,
     payload: Option<&'a Path>,
-    input: Option<&'a Path>,
+    input: &[PathBuf],
     seeds: &'a [PathBuf],
 ) -> Result<Loaded<'a>, BadInput> {
     let (doc, case) = load::graph_doc_or_case(graph)?;
@@ -261,10 +267,12 @@ fn load<'a>(
         (None, None) if !doc.payload.entries.is_empty() => Some((doc.payload.clone(), graph)),
         (None, None) => None,
     };
-    let input = match (input, &case) {
-        (Some(ip), _) => Some((load::tensor(ip)?, ip)),
-        (None, Some(c)) => Some((c.input.clone(), graph)),
-        (None, None) => None,
+    let inputs = match (input, &case) {
+        ([], Some(c)) => vec![(c.input.clone(), graph.to_path_buf())],
+        (given, _) => input_files(graph, &doc.graph, given)?
+            .into_iter()
+            .map(|file| Ok((load::tensor(&file)?, file)))
+            .collect::<Result<Vec<_>, BadInput>>()?,
     };
     let seeds = match (seeds, &case) {
         ([], Some(c)) => c.seed.clone().map(|s| (s, graph)).into_iter().collect(),
@@ -277,9 +285,88 @@ fn load<'a>(
         doc,
         graph_file: graph,
         payload,
-        input,
+        inputs,
         seeds,
     })
+}
+
+/// The file of each graph input, in input order, from the `--input` values given: all
+/// `NAME=FILE` (NAME an input's name or node id), or all plain files in input order. Every
+/// input missing, named twice or unknown is listed at once.
+fn input_files(graph: &Path, g: &Graph, given: &[PathBuf]) -> Result<Vec<PathBuf>, BadInput> {
+    if given.is_empty() {
+        return Ok(Vec::new());
+    }
+    let names: Vec<String> = (0..g.input_count()).map(|k| g.input_name(k)).collect();
+    let mut errors = Vec::new();
+    let mut files: Vec<Option<PathBuf>> = vec![None; g.input_count()];
+    let mut plain = Vec::new();
+    for arg in given {
+        match named_input(g, arg) {
+            Some((k, _)) if files[k].is_some() => errors.push(format!(
+                "{}: input `{}` is given twice (--input {})",
+                graph.display(),
+                names[k],
+                arg.display()
+            )),
+            Some((k, file)) => files[k] = Some(file),
+            None => {
+                let text = arg.to_string_lossy();
+                match text.split_once('=') {
+                    Some((name, _)) if !arg.exists() => errors.push(format!(
+                        "{}: --input {text}: the graph has no input `{name}` (its inputs: {})",
+                        graph.display(),
+                        names.join(", ")
+                    )),
+                    _ => plain.push(arg.clone()),
+                }
+            }
+        }
+    }
+    let named = files.iter().any(Option::is_some);
+    if named && !plain.is_empty() {
+        errors.push(format!(
+            "{}: give every --input as NAME=FILE or none (its inputs: {})",
+            graph.display(),
+            names.join(", ")
+        ));
+    } else if !named && errors.is_empty() {
+        if plain.len() != g.input_count() {
+            errors.push(format!(
+                "{}: the graph has {} input(s) ({}), {} --input given",
+                graph.display(),
+                g.input_count(),
+                names.join(", "),
+                plain.len()
+            ));
+        }
+        files = plain.into_iter().map(Some).collect();
+    }
+    let missing: Vec<&str> = files
+        .iter()
+        .zip(&names)
+        .filter(|(f, _)| f.is_none())
+        .map(|(_, n)| n.as_str())
+        .collect();
+    if errors.is_empty() && !missing.is_empty() {
+        errors.push(format!(
+            "{}: no --input for {} (one --input NAME=FILE per input)",
+            graph.display(),
+            missing.join(", ")
+        ));
+    }
+    if errors.is_empty() {
+        Ok(files.into_iter().flatten().collect())
+    } else {
+        Err(BadInput(errors))
+    }
+}
+
+/// `NAME=FILE` naming an input of `g`: its position and the file.
+fn named_input(g: &Graph, arg: &Path) -> Option<(usize, PathBuf)> {
+    let text = arg.to_str()?;
+    let (name, file) = text.split_once('=')?;
+    g.find_input(name).map(|k| (k, PathBuf::from(file)))
 }
 
 /// The one validation of `check`, `eval` and `grad`: the graph's shapes, the payload against
@@ -320,8 +407,8 @@ fn validate(l: &Loaded<'_>, pass: Pass) -> (Vec<String>, Vec<String>) {
             }
         }
     };
-    if let Some((x, ip)) = &l.input {
-        against("input", x, ip, "input", g.input_id);
+    for ((x, ip), id) in l.inputs.iter().zip(g.inputs()) {
+        against("input", x, ip, "input", id);
     }
     if !l.seeds.is_empty() && l.seeds.len() != g.output_count() {
         errors.push(format!(
@@ -339,7 +426,7 @@ fn validate(l: &Loaded<'_>, pass: Pass) -> (Vec<String>, Vec<String>) {
     (errors, warnings)
 }
 
-fn check(graph: &Path, payload: Option<&Path>, input: Option<&Path>) -> Result<Outcome, Stop> {
+fn check(graph: &Path, payload: Option<&Path>, input: &[PathBuf]) -> Result<Outcome, Stop> {
     let loaded = load(graph, payload, input, &[])?;
     // `check` answers for every command: the estimate with gradients
     let (errors, warnings) = validate(&loaded, Pass::Grad);
@@ -375,7 +462,7 @@ fn check(graph: &Path, payload: Option<&Path>, input: Option<&Path>) -> Result<O
 /// `export-torch`: the graph validated as `eval` validates it, the module and its weights
 /// (`NAME.safetensors` beside `output`) written atomically, the weights first.
 fn export_torch(graph: &Path, payload: Option<&Path>, output: &Path) -> Result<Outcome, Stop> {
-    let mut loaded = load(graph, payload, None, &[])?;
+    let mut loaded = load(graph, payload, &[], &[])?;
     loaded
         .payload
         .get_or_insert_with(|| (Payload::new(), graph));
@@ -417,8 +504,8 @@ fn export_torch(graph: &Path, payload: Option<&Path>, output: &Path) -> Result<O
     Ok(Outcome::Ok)
 }
 
-/// Graph, the file's terms for it, payload, input and seeds.
-type RunInputs = (Graph, GraphDoc, Payload, Tensor<f64>, Vec<Tensor<f64>>);
+/// Graph, the file's terms for it, payload, inputs (in input order) and seeds.
+type RunInputs = (Graph, GraphDoc, Payload, Vec<Tensor<f64>>, Vec<Tensor<f64>>);
 
 /// The graph, payload, input and seeds of `eval`/`grad`, from the files given, falling back to
 /// a case file's own members, validated by [`validate`] (so a problem in the payload, input or
@@ -426,7 +513,7 @@ type RunInputs = (Graph, GraphDoc, Payload, Tensor<f64>, Vec<Tensor<f64>>);
 fn load_run_inputs(
     graph: &Path,
     payload: Option<&Path>,
-    input: Option<&Path>,
+    input: &[PathBuf],
     seeds: &[PathBuf],
     pass: Pass,
 ) -> Result<RunInputs, BadInput> {
@@ -436,13 +523,14 @@ fn load_run_inputs(
         .payload
         .get_or_insert_with(|| (Payload::new(), graph));
     let (mut errors, _) = validate(&loaded, pass);
-    let Some((x, _)) = loaded.input else {
+    if loaded.inputs.is_empty() {
         errors.push(format!(
             "{}: --input is required for a graph file",
             graph.display()
         ));
         return Err(BadInput(errors));
-    };
+    }
+    let x = loaded.inputs.into_iter().map(|(x, _)| x).collect();
     if !errors.is_empty() {
         return Err(BadInput(errors));
     }
@@ -477,7 +565,7 @@ fn eval_reference<A: torchlean_spec::Scalar>(
     path: &Path,
     g: &Graph,
     p: &Payload,
-    x: &Tensor<f64>,
+    x: &[Tensor<f64>],
     mode: AnomalyMode,
 ) -> Result<Evaluated, BadInput> {
     let problems = errors_of(check_shapes(g));
@@ -485,7 +573,9 @@ fn eval_reference<A: torchlean_spec::Scalar>(
         return Err(diag_lines(path, &problems));
     }
     let x = x
-        .convert::<A>()
+        .iter()
+        .map(|x| x.convert::<A>())
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| BadInput::at_doing(path, "input", &e))?;
     let out = if mode.is_on() {
         // every value kept, to find where a NaN or an infinity originates
@@ -523,7 +613,7 @@ fn eval<V: Kernels>(
     path: &Path,
     exec: &ExecGraph,
     p: &Payload,
-    x: &Tensor<f64>,
+    x: &[Tensor<f64>],
 ) -> Result<Evaluated, BadInput> {
     let inputs: Vec<V> = exec.inputs(x, p).map_err(|e| compiled_lines(path, e))?;
     let outs = if exec.extra_outputs.is_empty() {
@@ -561,7 +651,7 @@ fn eval_detecting<V: Kernels>(
     g: &Graph,
     exec: &ExecGraph,
     p: &Payload,
-    x: &Tensor<f64>,
+    x: &[Tensor<f64>],
 ) -> Result<Evaluated, BadInput> {
     let inputs: Vec<V> = exec.inputs(x, p).map_err(|e| compiled_lines(path, e))?;
     let values = match exec.graph.eval_with(inputs, AnomalyMode::Detect) {
@@ -585,7 +675,7 @@ fn convert(
     output: Option<&Path>,
     payload_out: Option<&Path>,
 ) -> Result<Outcome, Stop> {
-    let loaded = load(graph, payload, None, &[])?;
+    let loaded = load(graph, payload, &[], &[])?;
     let (errors, warnings) = validate(&loaded, Pass::Eval);
     for w in &warnings {
         out::error_line(w);

@@ -112,7 +112,7 @@ pub fn emit(
             refs.push(format!("self.{attr}"));
         }
         let expr = match node_sem(node, Some(payload)) {
-            NodeSem::Input => Ok("x".to_string()),
+            NodeSem::Input => Ok(input_param(g, g.input_position(node.id))),
             NodeSem::Const => Ok(refs.first().cloned().unwrap_or_default()),
             NodeSem::Apply(op) => {
                 if let Some(draws) = draws(&op) {
@@ -176,6 +176,10 @@ WEIGHTS = pathlib.Path(__file__).with_name("{weights_name}")
         .map(|id| format!("v{id}"))
         .collect::<Vec<_>>()
         .join(", ");
+    let params = (0..g.input_count())
+        .map(|k| input_param(g, k))
+        .collect::<Vec<_>>()
+        .join(", ");
     let _ = write!(
         source,
         r#"
@@ -185,11 +189,21 @@ class Model(torch.nn.Module):
         super().__init__()
         w = load_file(str(weights))
 {init}
-    def forward(self, x):
+    def forward(self, {params}):
 {forward}        return {returned}
 "#,
     );
     Ok(TorchModule { source, weights })
+}
+
+/// The Python parameter of graph input `k`: `x` for a single-input graph, else `x0`, `x1`, …
+/// in input order.
+fn input_param(g: &Graph, k: usize) -> String {
+    if g.input_count() == 1 {
+        "x".to_string()
+    } else {
+        format!("x{k}")
+    }
 }
 
 /// The draws of a random op (its uniform values, row-major), `None` for other ops.

@@ -269,10 +269,10 @@ fn bind_fixes_an_int64_input_and_leaves_one_graph_input() {
             bind,
         ])
     };
-    // without the binding: two inputs, refused
+    // without the binding: the INT64 input is refused, and the flag that fixes it named
     assert_bad_input(
         &import(dir.path(), &m),
-        &["2 inputs besides its initializers"],
+        &["INT64 input; FLOAT or DOUBLE is supported", "--bind NAME=FILE"],
     );
     let o = import_binding(&format!("shape={}", s.display()));
     assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));

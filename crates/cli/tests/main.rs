@@ -11,6 +11,7 @@ mod cuda;
 mod dialects;
 mod export_torch;
 mod import;
+mod inputs;
 mod reliability;
 mod torch_export;
 mod train;

@@ -181,7 +181,7 @@ fn grad_of_a_million_node_chain_needs_under_half_a_kilobyte_per_node_beyond_its_
         drop(g);
         let x = Tensor::new([4], X.to_vec()).unwrap();
         let r = run_grad_lowered::<torchlean_engine_cpu::CpuF64>(exec, &p, &x, None).unwrap();
-        assert_eq!(r.grad_input.shape().dims(), &[4]);
+        assert_eq!(r.grad_input().shape().dims(), &[4]);
         println!("peak-bytes {}", peak_rss() - before);
         return;
     }
@@ -246,7 +246,7 @@ fn every_command(text: &str) -> u128 {
     assert!(!lower_text(&exec).is_empty());
     assert_eq!(denote(&g, &p, &x).unwrap().shape().dims()[0], g.len() - 2);
     let r = run_grad::<Tensor<f64>>(&g, &p, &x, None).unwrap();
-    assert_eq!(r.grad_input.shape().dims(), &[1]);
+    assert_eq!(r.grad_input().shape().dims(), &[1]);
     cpu_ns(start) - t0
 }
 

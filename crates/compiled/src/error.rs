@@ -73,6 +73,12 @@ pub enum CompiledError {
     #[error("the graph has {outputs} outputs, but {seeds} seeds were given (one per output, in output order, or none for ones)")]
     SeedCount { outputs: usize, seeds: usize },
 
+    /// A graph takes one input tensor per graph input, in input order.
+    #[error(
+        "the graph takes {expected} input(s), but {got} were given (one per input, in input order)"
+    )]
+    InputCount { expected: usize, got: usize },
+
     /// A differentiation path that sweeps from one output was given a graph with several.
     #[error("the {path} path differentiates from one output; this graph has {outputs}")]
     SingleOutputPath { path: &'static str, outputs: usize },

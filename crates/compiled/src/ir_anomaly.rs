@@ -113,7 +113,15 @@ impl ExecGraph {
             };
         }
         match self.slots.get(pos) {
-            Some(InputSlot::GraphInput) | None => IrRef {
+            Some(InputSlot::GraphInput { index }) => {
+                let node = g.inputs().nth(*index).unwrap_or(g.input_id);
+                IrRef {
+                    node,
+                    kind: kind(node),
+                    tensor: None,
+                }
+            }
+            None => IrRef {
                 node: g.input_id,
                 kind: kind(g.input_id),
                 tensor: None,

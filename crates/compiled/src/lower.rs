@@ -4,8 +4,8 @@
 use crate::error::{CompiledError, Result};
 use crate::graph::{GraphData, Origin, Pos};
 use torchlean_ir::{
-    check_payload, check_shapes, node_sem, payload_names, Diagnostic, Graph, IrError, NodeSem,
-    Payload,
+    check_payload, check_shapes, node_sem, payload_names, Diagnostic, Graph, InputValues, IrError,
+    NodeSem, Payload,
 };
 use torchlean_runtime::Kernels;
 use torchlean_spec::Tensor;
@@ -13,8 +13,8 @@ use torchlean_spec::Tensor;
 /// Where an input of the lowered graph comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InputSlot {
-    /// The graph's input tensor.
-    GraphInput,
+    /// Graph input `index` (its position in [`torchlean_ir::Graph::inputs`]).
+    GraphInput { index: usize },
     /// Payload tensor `name` of IR node `node`.
     Payload { node: usize, name: &'static str },
 }
@@ -23,8 +23,8 @@ pub enum InputSlot {
 #[derive(Clone, Debug)]
 pub struct ExecGraph {
     pub graph: GraphData,
-    /// One per GraphData input: position 0 is the graph input, then payload tensors in IR node
-    /// order.
+    /// One per GraphData input: positions `0..k` are the graph's `k` inputs in order, then
+    /// payload tensors in IR node order.
     pub slots: Vec<InputSlot>,
     /// The context position holding each IR node's value.
     pub ir_positions: Vec<Pos>,
@@ -57,8 +57,10 @@ pub fn exec_graph_of_ir(g: &Graph, payload: &Payload) -> Result<ExecGraph> {
     if !problems.is_empty() {
         return Err(IrError::Invalid(problems).into());
     }
-    let mut inputs = vec![g.nodes[g.input_id].shape.clone()];
-    let mut slots = vec![InputSlot::GraphInput];
+    let mut inputs: Vec<_> = g.inputs().map(|i| g.nodes[i].shape.clone()).collect();
+    let mut slots: Vec<InputSlot> = (0..inputs.len())
+        .map(|index| InputSlot::GraphInput { index })
+        .collect();
     // payload positions per IR node, in the order of `payload_names`
     let mut payload_pos: Vec<Vec<Pos>> = vec![Vec::new(); g.len()];
     for n in &g.nodes {
@@ -76,7 +78,7 @@ pub fn exec_graph_of_ir(g: &Graph, payload: &Payload) -> Result<ExecGraph> {
     let mut ir_positions: Vec<Pos> = Vec::with_capacity(g.len());
     for n in &g.nodes {
         let pos = match node_sem(n, Some(payload)) {
-            NodeSem::Input => 0,
+            NodeSem::Input => g.input_position(n.id),
             NodeSem::Const => payload_pos[n.id][0],
             NodeSem::Apply(op) => {
                 let mut args: Vec<Pos> = n.parents.iter().map(|&p| ir_positions[p]).collect();
@@ -126,12 +128,32 @@ impl ExecGraph {
             .collect()
     }
 
-    /// The GraphData inputs for an input tensor and a payload, in engine values.
-    pub fn inputs<V: Kernels>(&self, x: &Tensor<f64>, payload: &Payload) -> Result<Vec<V>> {
+    /// How many graph inputs the lowered graph takes (its first GraphData inputs).
+    pub fn graph_input_count(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| matches!(s, InputSlot::GraphInput { .. }))
+            .count()
+    }
+
+    /// The GraphData inputs for the graph's input tensors (one per graph input, in order) and
+    /// a payload, in engine values.
+    pub fn inputs<V: Kernels>(
+        &self,
+        xs: &(impl InputValues<f64> + ?Sized),
+        payload: &Payload,
+    ) -> Result<Vec<V>> {
+        let xs = xs.tensors();
+        if xs.len() != self.graph_input_count() {
+            return Err(CompiledError::InputCount {
+                expected: self.graph_input_count(),
+                got: xs.len(),
+            });
+        }
         self.slots
             .iter()
             .map(|slot| match slot {
-                InputSlot::GraphInput => Ok(V::from_f64(x)?),
+                InputSlot::GraphInput { index } => Ok(V::from_f64(&xs[*index])?),
                 InputSlot::Payload { node, name } => {
                     let t = payload
                         .entry(*node)
@@ -148,8 +170,17 @@ impl ExecGraph {
     }
 }
 
-/// Gradients of the payload inputs (positions `1..`, by `slots`), keyed back by IR node and
-/// name.
+/// Gradients of the graph inputs (by `slots`), in input order.
+pub(crate) fn grad_inputs(slots: &[InputSlot], input_grads: &[Tensor<f64>]) -> Vec<Tensor<f64>> {
+    slots
+        .iter()
+        .zip(input_grads)
+        .filter(|(slot, _)| matches!(slot, InputSlot::GraphInput { .. }))
+        .map(|(_, g)| g.clone())
+        .collect()
+}
+
+/// Gradients of the payload inputs (by `slots`), keyed back by IR node and name.
 pub(crate) fn grad_payload(slots: &[InputSlot], input_grads: &[Tensor<f64>]) -> Payload {
     let mut p = Payload::new();
     for (slot, g) in slots.iter().zip(input_grads) {

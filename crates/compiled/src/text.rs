@@ -38,7 +38,10 @@ pub fn graph_text(g: &GraphData, slots: Option<&[InputSlot]>, output: Option<usi
         what.clear();
         match g.node_at(p) {
             None => match slots.and_then(|s| s.get(p)) {
-                Some(InputSlot::GraphInput) => what.push_str("graph input"),
+                Some(InputSlot::GraphInput { index: 0 }) => what.push_str("graph input"),
+                Some(InputSlot::GraphInput { index }) => {
+                    let _ = write!(what, "graph input {index}");
+                }
                 None => {
                     let _ = write!(what, "input {p}");
                 }

@@ -93,7 +93,7 @@ fn the_eager_path_adds_a_repeated_parents_contributions_one_by_one_the_others_fo
     let grad = |path| {
         run_grad_on::<Tensor<f64>>(path, &case.graph, &case.payload, &case.input, None)
             .unwrap()
-            .grad_input
+            .grad_input()
             .data()[0]
     };
     assert_eq!(grad(GradPath::Compiled), 1e16 + 2.0);

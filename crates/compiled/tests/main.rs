@@ -9,4 +9,5 @@ mod anomaly;
 mod conformance;
 mod dialects;
 mod equivalence;
+mod inputs;
 mod snapshots;

@@ -12,7 +12,7 @@ use torchlean_spec::{Op, Shape};
 
 /// TorchLean's `checkWellFormed`, reporting all violations: per index `i`, `nodes[i].id == i`,
 /// the parent count is within the kind's arity, and every parent id is `< i`; plus the graph's
-/// `input_id` (an `input` node) and `output_id` exist.
+/// inputs (`input` nodes, each listed once) and outputs exist.
 pub fn check_well_formed(g: &Graph) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     if g.nodes.is_empty() {
@@ -46,25 +46,48 @@ pub fn check_well_formed(g: &Graph) -> Vec<Diagnostic> {
             }
         }
     }
-    match g.nodes.get(g.input_id) {
-        None => out.push(
-            Diagnostic::error(format!("input_id {} is not a node", g.input_id)).field("input_id"),
-        ),
-        Some(n) if n.kind != OpKind::Input => out.push(
+    let field = input_field(g);
+    for (k, id) in g.inputs().enumerate() {
+        match g.nodes.get(id) {
+            None => out.push(Diagnostic::error(format!("{field} {id} is not a node")).field(field)),
+            Some(n) if n.kind != OpKind::Input => out.push(
+                Diagnostic::error(format!(
+                    "{field} {id} names a `{}` node, not an `input` node",
+                    n.kind.name()
+                ))
+                .field(field),
+            ),
+            Some(_) if g.inputs().take(k).any(|earlier| earlier == id) => {
+                out.push(Diagnostic::error(format!("{field} names node {id} twice")).field(field))
+            }
+            Some(_) => {}
+        }
+    }
+    if !g.input_names.is_empty() && g.input_names.len() != g.input_count() {
+        out.push(
             Diagnostic::error(format!(
-                "input_id {} names a `{}` node, not an `input` node",
-                g.input_id,
-                n.kind.name()
+                "{} names for {} inputs",
+                g.input_names.len(),
+                g.input_count()
             ))
-            .field("input_id"),
-        ),
-        Some(_) => {}
+            .field("input_names"),
+        );
     }
     for o in g.outputs().filter(|&o| o >= g.nodes.len()) {
         let field = crate::semantics::output_field(g);
         out.push(Diagnostic::error(format!("{field} {o} is not a node")).field(field));
     }
     out
+}
+
+/// The wire key naming a graph's inputs: `input_id`, or `input_ids` for a graph with more
+/// than one.
+pub(crate) fn input_field(g: &Graph) -> &'static str {
+    if g.extra_inputs.is_empty() {
+        crate::format::august::INPUT_ID
+    } else {
+        crate::format::august::INPUT_IDS
+    }
 }
 
 /// The field of [`broadcast_warning`]'s diagnostics (`broadcast_to`'s target).
@@ -149,6 +172,9 @@ fn infer_node(
     let at = |d: Diagnostic| d.at(i, n.kind.name());
     let payload_shapes = expected_payload_shapes(n, parent_shapes)?;
     match node_sem(n, None) {
+        // an input node the graph lists declares its input's shape; any other denotes the
+        // first input and must have its shape
+        NodeSem::Input if g.inputs().any(|id| id == i) => Ok(n.shape.clone()),
         NodeSem::Input => match input_shape {
             Some(s) if s != &n.shape => Err(at(Diagnostic::error(format!(
                 "every input node must have the graph input's shape {s}, this one declares {}",

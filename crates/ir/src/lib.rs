@@ -42,5 +42,5 @@ pub use payload::{Payload, PayloadEntry};
 pub use pretty::{dot, pretty};
 pub use semantics::{
     denote, denote_all, denote_all_within, denote_outputs, expected_payload_shapes, node_sem,
-    payload_names, payload_tensor, DVal, NodeSem,
+    payload_names, payload_tensor, DVal, InputValues, NodeSem,
 };

@@ -9,16 +9,29 @@ use torchlean_spec::Shape;
 /// column aligned so a reviewer can scan shapes and ops separately.
 pub fn pretty(g: &Graph) -> String {
     let mut out = String::new();
-    let in_shape = g.node(g.input_id).map(|n| n.shape.to_string());
-    let out_shape = g.node(g.output_id).map(|n| n.shape.to_string());
+    let shape_of = |id: usize| {
+        g.node(id)
+            .map_or_else(|| "?".into(), |n| n.shape.to_string())
+    };
+    let inputs = if g.extra_inputs.is_empty() {
+        format!("input %{} {}", g.input_id, shape_of(g.input_id))
+    } else {
+        let each: Vec<String> = g
+            .inputs()
+            .enumerate()
+            .map(|(k, id)| match g.input_names.get(k) {
+                Some(name) => format!("%{id} {name} {}", shape_of(id)),
+                None => format!("%{id} {}", shape_of(id)),
+            })
+            .collect();
+        format!("inputs {}", each.join(", "))
+    };
     let _ = writeln!(
         out,
-        "graph: {} nodes, input %{} {}, output %{} {}",
+        "graph: {} nodes, {inputs}, output %{} {}",
         g.len(),
-        g.input_id,
-        in_shape.unwrap_or_else(|| "?".into()),
         g.output_id,
-        out_shape.unwrap_or_else(|| "?".into()),
+        shape_of(g.output_id),
     );
     let heads: Vec<String> = g
         .nodes
@@ -86,7 +99,7 @@ pub fn dot(g: &Graph) -> String {
         let _ = write!(label, "\\n{}", n.shape);
         let style = if g.outputs().any(|o| o == n.id) {
             ", style=bold"
-        } else if n.id == g.input_id {
+        } else if g.inputs().any(|i| i == n.id) {
             ", style=rounded"
         } else {
             ""

@@ -78,6 +78,50 @@ pub fn expected_payload_shapes(
     Ok(names.iter().copied().zip(shapes).collect())
 }
 
+/// The values of a graph's inputs, in input order ([`Graph::inputs`]): one tensor for a
+/// single-input graph, or a slice or `Vec` of them.
+pub trait InputValues<A> {
+    fn tensors(&self) -> &[Tensor<A>];
+}
+
+impl<A> InputValues<A> for Tensor<A> {
+    fn tensors(&self) -> &[Tensor<A>] {
+        std::slice::from_ref(self)
+    }
+}
+
+impl<A> InputValues<A> for [Tensor<A>] {
+    fn tensors(&self) -> &[Tensor<A>] {
+        self
+    }
+}
+
+impl<A> InputValues<A> for Vec<Tensor<A>> {
+    fn tensors(&self) -> &[Tensor<A>] {
+        self
+    }
+}
+
+/// `inputs`, if there is one per graph input.
+fn one_per_input<'a, A>(
+    g: &Graph,
+    inputs: &'a (impl InputValues<A> + ?Sized),
+) -> Result<&'a [Tensor<A>]> {
+    let xs = inputs.tensors();
+    if xs.len() == g.input_count() {
+        Ok(xs)
+    } else {
+        Err(IrError::invalid(
+            Diagnostic::error(format!(
+                "the graph takes {} input(s), {} given",
+                g.input_count(),
+                xs.len()
+            ))
+            .field(crate::check::input_field(g)),
+        ))
+    }
+}
+
 /// Evaluates every node (TorchLean's `denoteAll`): one value per node id, in id order.
 ///
 /// Fails on a graph that is not well formed, on missing or ill-shaped payload, on an input of
@@ -88,9 +132,9 @@ pub fn expected_payload_shapes(
 pub fn denote_all<A: Scalar>(
     g: &Graph,
     payload: &Payload,
-    input: &Tensor<A>,
+    inputs: &(impl InputValues<A> + ?Sized),
 ) -> Result<Vec<DVal<A>>> {
-    denote_all_within(g, payload, input, Budget::process_default())
+    denote_all_within(g, payload, inputs, Budget::process_default())
 }
 
 /// [`denote_all`] within `budget`: a graph whose values and workspaces
@@ -99,13 +143,15 @@ pub fn denote_all<A: Scalar>(
 pub fn denote_all_within<A: Scalar>(
     g: &Graph,
     payload: &Payload,
-    input: &Tensor<A>,
+    inputs: &(impl InputValues<A> + ?Sized),
     budget: Budget,
 ) -> Result<Vec<DVal<A>>> {
     well_formed_for_eval::<A>(g, budget)?;
+    let inputs = one_per_input(g, inputs)?;
     let mut vals: Vec<Tensor<A>> = Vec::with_capacity(g.len());
     for node in &g.nodes {
         let parents = node.parents.iter().map(|&p| &vals[p]).collect();
+        let input = &inputs[g.input_position(node.id)];
         let v = declared(node, eval_node(node, payload, input, parents)?)?;
         vals.push(v);
     }
@@ -115,8 +161,12 @@ pub fn denote_all_within<A: Scalar>(
 /// The value of the (first) output node: [`denote_all`]'s, computed holding only live values
 /// (each is dropped after the last node that reads it), so memory follows the graph's width,
 /// not its length.
-pub fn denote<A: Scalar>(g: &Graph, payload: &Payload, input: &Tensor<A>) -> Result<DVal<A>> {
-    let mut outs = denote_outputs(g, payload, input)?;
+pub fn denote<A: Scalar>(
+    g: &Graph,
+    payload: &Payload,
+    inputs: &(impl InputValues<A> + ?Sized),
+) -> Result<DVal<A>> {
+    let mut outs = denote_outputs(g, payload, inputs)?;
     outs.truncate(1);
     Ok(outs
         .pop()
@@ -128,12 +178,12 @@ pub fn denote<A: Scalar>(g: &Graph, payload: &Payload, input: &Tensor<A>) -> Res
 pub fn denote_outputs<A: Scalar>(
     g: &Graph,
     payload: &Payload,
-    input: &Tensor<A>,
+    inputs: &(impl InputValues<A> + ?Sized),
 ) -> Result<Vec<DVal<A>>> {
     well_formed_for_eval::<A>(g, Budget::process_default())?;
     if let Some(bad) = g.outputs().find(|&o| o >= g.len()) {
         // every node's own error comes first, as in `denote_all`
-        denote_all(g, payload, input)?;
+        denote_all(g, payload, inputs)?;
         return Err(IrError::invalid(
             Diagnostic::error(format!("output {bad} is not a node")).field(output_field(g)),
         ));
@@ -148,6 +198,7 @@ pub fn denote_outputs<A: Scalar>(
     for o in g.outputs() {
         last_use[o] = usize::MAX;
     }
+    let inputs = one_per_input(g, inputs)?;
     let mut vals: Vec<Option<Tensor<A>>> = Vec::with_capacity(g.len());
     for node in &g.nodes {
         let parents = node
@@ -155,6 +206,7 @@ pub fn denote_outputs<A: Scalar>(
             .iter()
             .map(|&p| vals[p].as_ref().expect("a value lives until its last use"))
             .collect();
+        let input = &inputs[g.input_position(node.id)];
         let v = declared(node, eval_node(node, payload, input, parents)?)?;
         for &p in &node.parents {
             if last_use[p] == node.id {
@@ -237,6 +289,8 @@ pub fn payload_tensor<A: Scalar>(
     Ok(t)
 }
 
+/// Evaluates one node; `input` is the value of the graph input it denotes if it is an
+/// `input` node.
 fn eval_node<A: Scalar>(
     node: &Node,
     payload: &Payload,

@@ -5,5 +5,6 @@
 
 mod case_coverage;
 mod dialects;
+mod inputs;
 mod ir;
 mod stream;

@@ -342,7 +342,7 @@ fn the_recorded_and_exported_program_gives_the_eager_value_and_gradient_bitwise(
         let (s, x, loss) = eager::<Tensor<f64>>(&c, Sweep::Releasing);
         assert!(want.output.bit_eq(s.value(&loss).unwrap()), "{}", c.name);
         assert!(
-            want.grad_input.bit_eq(s.grad(&x).unwrap().unwrap()),
+            want.grad_input().bit_eq(s.grad(&x).unwrap().unwrap()),
             "{}: exported gradient",
             c.name
         );

@@ -1,4 +1,4 @@
-//! The import: the model's one input becomes the `input` node, its nodes become IR nodes in
+//! The import: the model's inputs become `input` nodes (in its order), its nodes IR nodes in
 //! their (topological) order, each through the op's shape rule (`Op::infer_shape`), and every
 //! problem of every node is collected before failing.
 
@@ -17,11 +17,21 @@ use torchlean_ir::{
 };
 use torchlean_spec::{ops::desc, Op, Shape, Tensor};
 
-/// The element type of the model's input (and so of its computation).
+/// The element type of the model's inputs (and so of its computation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ElemType {
     F32,
     F64,
+}
+
+impl ElemType {
+    /// ONNX's name of the type.
+    pub fn onnx_name(self) -> &'static str {
+        match self {
+            ElemType::F32 => "FLOAT",
+            ElemType::F64 => "DOUBLE",
+        }
+    }
 }
 
 /// Where an ONNX initializer went: payload tensor `tensor` of IR node `node` (so
@@ -186,8 +196,10 @@ pub(crate) struct Builder {
     declared: HashMap<String, Vec<Option<usize>>>,
     pub problems: Vec<Problem>,
     pub opset: i64,
-    input_id: Option<usize>,
-    elem_type: ElemType,
+    /// The IR `input` node of each graph input, in the model's order, and its ONNX name.
+    inputs: Vec<(usize, String)>,
+    /// The element type of the first graph input, which every other must share.
+    elem_type: Option<ElemType>,
 }
 
 impl std::fmt::Debug for Builder {
@@ -223,15 +235,15 @@ impl Builder {
             declared,
             problems: Vec::new(),
             opset,
-            input_id: None,
-            elem_type: ElemType::F32,
+            inputs: Vec::new(),
+            elem_type: None,
         }
     }
 
     fn run(&mut self, graph: &GraphProto, bound: &[(String, TensorProto)]) {
         self.initializers(graph);
         self.bind(graph, bound);
-        self.input(graph);
+        self.inputs(graph);
         for (i, node) in graph.node.iter().enumerate() {
             let ctx = Ctx::new(node, i);
             if !ops::supported(&ctx) {
@@ -331,28 +343,27 @@ impl Builder {
         }
     }
 
-    /// The one graph input that is not an initializer: the IR's `input` node.
-    fn input(&mut self, graph: &GraphProto) {
+    /// The graph inputs that are neither initializers nor bound: the IR's `input` nodes, in
+    /// the model's order.
+    fn inputs(&mut self, graph: &GraphProto) {
         let inputs: Vec<&ValueInfoProto> = graph
             .input
             .iter()
             .filter(|v| !self.values.contains_key(v.name()))
             .collect();
-        if inputs.len() != 1 {
-            let names: Vec<&str> = inputs.iter().map(|v| v.name()).collect();
+        if inputs.is_empty() {
             self.problems.push(model_problem(
                 "input",
-                format!(
-                    "the graph has {} inputs besides its initializers ({names:?}); the IR takes exactly one",
-                    inputs.len()
-                ),
+                "the graph has no input besides its initializers and bound inputs; the IR takes at least one",
             ));
-            for v in inputs {
-                self.values.insert(v.name().to_string(), Val::Poisoned);
-            }
-            return;
         }
-        let v = inputs[0];
+        for v in inputs {
+            self.input(v);
+        }
+    }
+
+    /// One graph input: an `input` node of its fixed shape, FLOAT or DOUBLE like the first.
+    fn input(&mut self, v: &ValueInfoProto) {
         let problem =
             |kind, field: &str, msg: String| Problem::new(kind, v.name(), "input", field, msg);
         let tensor = match v.r#type.as_ref().and_then(|t| t.value.as_ref()) {
@@ -367,20 +378,40 @@ impl Builder {
                 return;
             }
         };
-        match DataType::try_from(tensor.elem_type()) {
-            Ok(DataType::Float) => self.elem_type = ElemType::F32,
-            Ok(DataType::Double) => self.elem_type = ElemType::F64,
-            _ => self.problems.push(problem(
-                ProblemKind::UnsupportedAttribute,
-                "elem_type",
-                format!(
-                    "{} input; FLOAT or DOUBLE is supported",
-                    dtype_name(tensor.elem_type())
-                ),
-            )),
+        let mut ok = true;
+        let elem_type = match DataType::try_from(tensor.elem_type()) {
+            Ok(DataType::Float) => Some(ElemType::F32),
+            Ok(DataType::Double) => Some(ElemType::F64),
+            _ => None,
+        };
+        match (elem_type, self.elem_type) {
+            (None, _) => {
+                self.problems.push(problem(
+                    ProblemKind::UnsupportedAttribute,
+                    "elem_type",
+                    format!(
+                        "{} input; FLOAT or DOUBLE is supported (an input that fixes shapes, axes or indices can be bound: --bind NAME=FILE)",
+                        dtype_name(tensor.elem_type())
+                    ),
+                ));
+                ok = false;
+            }
+            (Some(t), None) => self.elem_type = Some(t),
+            (Some(t), Some(first)) if t != first => {
+                self.problems.push(problem(
+                    ProblemKind::UnsupportedAttribute,
+                    "elem_type",
+                    format!(
+                        "{} input beside a {} one; every input has the one element type",
+                        dtype_name(tensor.elem_type()),
+                        first.onnx_name()
+                    ),
+                ));
+                ok = false;
+            }
+            (Some(_), Some(_)) => {}
         }
         let mut dims = Vec::new();
-        let mut ok = true;
         match &tensor.shape {
             None => {
                 self.problems.push(problem(
@@ -426,7 +457,7 @@ impl Builder {
             return;
         }
         let id = self.push_node(OpKind::Input, vec![], shape.clone());
-        self.input_id = Some(id);
+        self.inputs.push((id, v.name().to_string()));
         self.values
             .insert(v.name().to_string(), Val::Node(Operand { id, shape }));
     }
@@ -470,54 +501,45 @@ impl Builder {
     }
 
     fn finish(mut self, graph: &GraphProto) -> Result<Imported> {
-        let output = match graph.output.as_slice() {
-            [one] => Some(one.name().to_string()),
-            outs => {
-                let names: Vec<&str> = outs.iter().map(|o| o.name()).collect();
-                self.problems.push(model_problem(
-                    "output",
-                    format!(
-                        "the graph has {} outputs ({names:?}); the importer supports exactly one for now",
-                        outs.len()
-                    ),
-                ));
-                None
-            }
-        };
-        let output_id = match output {
-            Some(name) => match self.values.get(&name).cloned() {
-                Some(Val::Node(o)) => Some(o.id),
+        if graph.output.is_empty() {
+            self.problems
+                .push(model_problem("output", "the graph has no output"));
+        }
+        let mut outputs = Vec::with_capacity(graph.output.len());
+        for name in graph.output.iter().map(|o| o.name().to_string()) {
+            match self.values.get(&name).cloned() {
+                Some(Val::Node(o)) => outputs.push(o.id),
                 Some(Val::Const(i)) => match self.const_node(i) {
-                    Ok(o) => Some(o.id),
-                    Err(p) => {
-                        self.problems.push(p);
-                        None
-                    }
+                    Ok(o) => outputs.push(o.id),
+                    Err(p) => self.problems.push(p),
                 },
-                Some(Val::Poisoned) => None,
-                None => {
-                    self.problems.push(Problem::new(
-                        ProblemKind::Model,
-                        name,
-                        "output",
-                        "name",
-                        "no node produces the graph output",
-                    ));
-                    None
-                }
-            },
-            None => None,
-        };
+                Some(Val::Poisoned) => {}
+                None => self.problems.push(Problem::new(
+                    ProblemKind::Model,
+                    name,
+                    "output",
+                    "name",
+                    "no node produces the graph output",
+                )),
+            }
+        }
         if !self.problems.is_empty() {
             return Err(OnnxError::Problems(self.problems));
         }
-        let (Some(input_id), Some(output_id)) = (self.input_id, output_id) else {
+        let (Some(&(input_id, _)), Some(&output_id)) = (self.inputs.first(), outputs.first())
+        else {
             return Err(OnnxError::Problems(vec![model_problem(
                 "graph",
                 "no input or output node",
             )]));
         };
-        let g = Graph::new(input_id, output_id, self.nodes);
+        let mut g = Graph::new(input_id, output_id, self.nodes);
+        g.extra_outputs = outputs[1..].to_vec();
+        if self.inputs.len() > 1 {
+            // names travel with the graph only beside `input_ids` (several inputs)
+            g.extra_inputs = self.inputs[1..].iter().map(|&(id, _)| id).collect();
+            g.input_names = self.inputs.into_iter().map(|(_, name)| name).collect();
+        }
         let mut diags: Vec<Diagnostic> = check_shapes(&g)
             .into_iter()
             .filter(Diagnostic::is_error)
@@ -538,7 +560,7 @@ impl Builder {
             graph: g,
             payload: self.payload,
             params: self.params,
-            elem_type: self.elem_type,
+            elem_type: self.elem_type.unwrap_or(ElemType::F32),
             opset: self.opset,
         })
     }

@@ -54,10 +54,11 @@ impl Graph {
     pub(crate) fn assemble(obj: &Map<String, Value>, nodes: Option<ParsedNodes>) -> Result<Graph> {
         let mut errors = Vec::new();
         check_format(obj, "missing", &mut errors);
-        let mut id_field = |key: &str| id_field(obj, key, &mut errors);
-        let input_id = id_field("input_id");
+        let inputs = GraphInputs::read(obj, &mut errors);
         let output_id = match crate::format::dialect::detect(obj) {
-            Ok(crate::Dialect::August2026) => id_field(crate::format::dialect::OUTPUT_ID),
+            Ok(crate::Dialect::August2026) => {
+                id_field(obj, crate::format::dialect::OUTPUT_ID, &mut errors)
+            }
             Ok(crate::Dialect::September2026) => {
                 errors.push(
                     Diagnostic::error(
@@ -84,7 +85,9 @@ impl Graph {
             }
         };
         if errors.is_empty() {
-            Ok(Graph::new(input_id, output_id, nodes))
+            let mut g = Graph::new(inputs.first, output_id, nodes);
+            inputs.fill(&mut g);
+            Ok(g)
         } else {
             Err(IrError::Invalid(errors))
         }
@@ -105,12 +108,117 @@ impl Graph {
                 Value::Object(obj)
             })
             .collect();
-        serde_json::json!({
-            "format": FORMAT,
-            "input_id": self.input_id,
-            "output_id": self.output_id,
-            "nodes": nodes,
-        })
+        let mut obj = Map::new();
+        obj.insert("format".into(), Value::from(FORMAT));
+        GraphInputs::write(self, &mut obj);
+        obj.insert("output_id".into(), Value::from(self.output_id));
+        obj.insert("nodes".into(), Value::from(nodes));
+        Value::Object(obj)
+    }
+}
+
+/// The wire key of a single-input graph's input (TorchLean's).
+pub(crate) const INPUT_ID: &str = "input_id";
+/// The wire key of a multi-input graph's inputs (our extension; never written for one input,
+/// so single-input files are TorchLean's, byte for byte).
+pub(crate) const INPUT_IDS: &str = "input_ids";
+/// The wire key of the inputs' names (our extension, written only beside `input_ids`).
+pub(crate) const INPUT_NAMES: &str = "input_names";
+
+/// A graph's inputs as the wire has them (`input_id`, or `input_ids` plus `input_names`): the
+/// one reading and writing of them, for both dialects.
+pub(crate) struct GraphInputs {
+    pub first: usize,
+    pub extra: Vec<usize>,
+    pub names: Vec<String>,
+}
+
+impl GraphInputs {
+    /// Reads the input members; a problem is a diagnostic and the inputs read as `[0]`.
+    pub fn read(obj: &Map<String, Value>, errors: &mut Vec<Diagnostic>) -> GraphInputs {
+        let mut inputs = GraphInputs {
+            first: 0,
+            extra: Vec::new(),
+            names: Vec::new(),
+        };
+        let Some(ids) = obj.get(INPUT_IDS) else {
+            inputs.first = id_field(obj, INPUT_ID, errors);
+            if obj.contains_key(INPUT_NAMES) {
+                errors.push(
+                    Diagnostic::error(format!("is given only beside `{INPUT_IDS}`"))
+                        .field(INPUT_NAMES),
+                );
+            }
+            return inputs;
+        };
+        if obj.contains_key(INPUT_ID) {
+            errors.push(
+                Diagnostic::error(format!(
+                    "both `{INPUT_ID}` and `{INPUT_IDS}`: a graph names its inputs once"
+                ))
+                .field(INPUT_IDS),
+            );
+        }
+        match parse_shape(ids) {
+            Ok(s) if s.rank() >= 2 => {
+                inputs.first = s.dims()[0];
+                inputs.extra = s.dims()[1..].to_vec();
+            }
+            Ok(_) => errors.push(
+                Diagnostic::error(format!(
+                    "has fewer than two ids; a single-input graph uses `{INPUT_ID}`"
+                ))
+                .field(INPUT_IDS),
+            ),
+            Err(e) => errors.push(Diagnostic::spec(e).field(INPUT_IDS)),
+        }
+        match obj.get(INPUT_NAMES) {
+            None => {}
+            Some(Value::Array(names)) => {
+                let count = 1 + inputs.extra.len();
+                match names
+                    .iter()
+                    .map(|v| v.as_str().map(str::to_string))
+                    .collect::<Option<Vec<_>>>()
+                {
+                    Some(names) if names.len() == count => inputs.names = names,
+                    Some(names) => errors.push(
+                        Diagnostic::error(format!("has {} names for {count} inputs", names.len()))
+                            .field(INPUT_NAMES),
+                    ),
+                    None => errors
+                        .push(Diagnostic::error("expected an array of strings").field(INPUT_NAMES)),
+                }
+            }
+            Some(other) => errors.push(
+                Diagnostic::error(format!("is {}, expected an array of strings", shown(other)))
+                    .field(INPUT_NAMES),
+            ),
+        }
+        inputs
+    }
+
+    /// Sets `g`'s inputs after the first and the names.
+    pub fn fill(self, g: &mut Graph) {
+        g.input_id = self.first;
+        g.extra_inputs = self.extra;
+        g.input_names = self.names;
+    }
+
+    /// Writes `g`'s inputs: `input_id` for one, `input_ids` (and `input_names` when named) for
+    /// several.
+    pub fn write(g: &Graph, obj: &mut Map<String, Value>) {
+        if g.extra_inputs.is_empty() {
+            obj.insert(INPUT_ID.into(), Value::from(g.input_id));
+            return;
+        }
+        obj.insert(
+            INPUT_IDS.into(),
+            Value::from(g.inputs().collect::<Vec<_>>()),
+        );
+        if !g.input_names.is_empty() {
+            obj.insert(INPUT_NAMES.into(), Value::from(g.input_names.clone()));
+        }
     }
 }
 

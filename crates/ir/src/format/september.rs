@@ -13,7 +13,7 @@
 //! `safe_log`: `log(softplus(x) + ε)`). Anything else is an error naming the node and field.
 
 use crate::error::{shown, Diagnostic, IrError, Result};
-use crate::format::august::{check_format, id_field, FORMAT};
+use crate::format::august::{check_format, GraphInputs, FORMAT, INPUT_ID, INPUT_IDS};
 use crate::format::dialect::{fields, tags, Dialect, FileNode, GraphDoc, OUTPUT_IDS};
 use crate::graph::{Graph, Node};
 use crate::kind::OpKind;
@@ -53,7 +53,10 @@ pub(crate) fn read(obj: &Map<String, Value>) -> Result<GraphDoc> {
         "missing (required in the September dialect)",
         &mut errors,
     );
-    let input_id = id_field(obj, "input_id", &mut errors);
+    let file_inputs = GraphInputs::read(obj, &mut errors);
+    let listed: Vec<usize> = std::iter::once(file_inputs.first)
+        .chain(file_inputs.extra.iter().copied())
+        .collect();
     let outputs = match obj.get(OUTPUT_IDS).map(parse_shape) {
         Some(Ok(s)) if s.rank() > 0 => s.dims().to_vec(),
         Some(Ok(_)) => {
@@ -85,18 +88,29 @@ pub(crate) fn read(obj: &Map<String, Value>) -> Result<GraphDoc> {
             }
         }
     }
-    let inputs: Vec<usize> = raws
+    let mut inputs: Vec<usize> = raws
         .iter()
         .flatten()
         .filter(|r| desc::lookup(r.kind).is_some_and(|d| d.is_input()))
         .map(|r| r.id)
         .collect();
-    if inputs != [input_id] {
+    let mut sorted = listed.clone();
+    sorted.sort_unstable();
+    inputs.sort_unstable();
+    if inputs != sorted {
+        let (field, what) = if listed.len() == 1 {
+            (
+                INPUT_ID,
+                format!("{} must name the only `input` node", listed[0]),
+            )
+        } else {
+            (
+                INPUT_IDS,
+                format!("{listed:?} must name every `input` node once"),
+            )
+        };
         errors.push(
-            Diagnostic::error(format!(
-                "{input_id} must name the only `input` node (the file's input nodes: {inputs:?})"
-            ))
-            .field("input_id"),
+            Diagnostic::error(format!("{what} (the file's input nodes: {inputs:?})")).field(field),
         );
     }
     for &o in outputs.iter().filter(|&&o| o >= raws.len()) {
@@ -136,12 +150,15 @@ pub(crate) fn read(obj: &Map<String, Value>) -> Result<GraphDoc> {
         return Err(IrError::Invalid(errors));
     }
     let at = |id: usize| l.map[id].expect("every node lowered (no error was reported)");
-    let graph = Graph {
-        input_id: at(input_id),
+    let mut graph = Graph {
+        input_id: at(file_inputs.first),
+        extra_inputs: file_inputs.extra.iter().map(|&i| at(i)).collect(),
+        input_names: Vec::new(),
         output_id: at(outputs[0]),
         extra_outputs: outputs[1..].iter().map(|&o| at(o)).collect(),
         nodes: l.nodes,
     };
+    graph.input_names = file_inputs.names;
     let doc = GraphDoc {
         graph,
         payload: l.payload,
@@ -1077,12 +1094,15 @@ pub(crate) fn write(g: &Graph, payload: &Payload) -> Result<Value> {
     if !errors.is_empty() {
         return Err(IrError::Invalid(errors));
     }
-    Ok(serde_json::json!({
-        "format": FORMAT,
-        "input_id": g.input_id,
-        OUTPUT_IDS: g.outputs().collect::<Vec<_>>(),
-        "nodes": nodes,
-    }))
+    let mut obj = Map::new();
+    obj.insert("format".into(), Value::from(FORMAT));
+    GraphInputs::write(g, &mut obj);
+    obj.insert(
+        OUTPUT_IDS.into(),
+        Value::from(g.outputs().collect::<Vec<_>>()),
+    );
+    obj.insert("nodes".into(), Value::from(nodes));
+    Ok(Value::Object(obj))
 }
 
 fn nats(v: &[usize]) -> Value {
