@@ -424,11 +424,8 @@ fn evaluate(dir: &Path, model: &ModelProto) -> Outcome {
     };
     // the importer makes one `input` node per unbound graph input, in the model's order
     let inputs: Vec<torchlean_spec::Tensor<f64>> = inputs.into_iter().map(|t| t.tensor).collect();
-    let got = match torchlean_ir::denote_outputs::<f64>(
-        &imported.graph,
-        &imported.payload,
-        &inputs,
-    ) {
+    let got = match torchlean_ir::denote_outputs::<f64>(&imported.graph, &imported.payload, &inputs)
+    {
         Ok(v) => v,
         Err(e) => return Outcome::Error(format!("evaluation: {e}")),
     };
@@ -669,7 +666,12 @@ mod tests {
             model("Add", &["x", "z"]),
             Some((&[x, &[1.0, 1.0, 1.0]], &[0.0, 1.5, 3.0])),
         );
-        assert_eq!(two_inputs.outcome, Outcome::Pass, "{:?}", two_inputs.outcome);
+        assert_eq!(
+            two_inputs.outcome,
+            Outcome::Pass,
+            "{:?}",
+            two_inputs.outcome
+        );
 
         let unknown = check(
             "acos",

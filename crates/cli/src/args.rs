@@ -137,7 +137,7 @@ pub enum Command {
         dialect: torchlean_ir::Dialect,
         /// Bind graph input NAME to the tensor in FILE (a serialized ONNX TensorProto, as
         /// ONNX's test data holds): for the inputs that fix shapes, axes, indices or pads; the
-        /// one input left is the graph's. Repeatable
+        /// inputs left are the graph's. Repeatable
         #[arg(long = "bind", value_name = "NAME=FILE", value_parser = parse_binding)]
         bind: Vec<(String, PathBuf)>,
     },

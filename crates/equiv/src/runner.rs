@@ -612,9 +612,7 @@ fn graph_level_differs(e: &dyn EngineUnderTest, case: &GenCase) -> bool {
             })
         })
     });
-    cmp(&got.output, &expect.output)
-        || cmp(got.grad_input(), &expect.grad_input)
-        || payload_differs
+    cmp(&got.output, &expect.output) || cmp(got.grad_input(), &expect.grad_input) || payload_differs
 }
 
 /// Writes the minimized counterexample as a `torchlean.case.v1` file whose expectations are the

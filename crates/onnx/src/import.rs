@@ -111,8 +111,8 @@ pub fn import_model(model: &ModelProto) -> Result<Imported> {
 
 /// [`import_onnx`] with some graph inputs bound to constants (`torchlean import --bind`): the
 /// inputs that fix shapes, axes, indices or pads (INT64 mostly), given as `(input name,
-/// tensor)`. A bound input is a constant of the graph, never a parameter; the one input left
-/// is the IR's `input` node. A name that is no graph input, or a tensor whose dims disagree
+/// tensor)`. A bound input is a constant of the graph, never a parameter; the inputs left
+/// are the IR's `input` nodes. A name that is no graph input, or a tensor whose dims disagree
 /// with the input's declared ones, is a problem like any other.
 pub fn import_onnx_bound(bytes: &[u8], bound: &[(String, TensorProto)]) -> Result<Imported> {
     let model = ModelProto::decode(bytes).map_err(|source| OnnxError::Decode { source })?;

@@ -45,6 +45,22 @@ const MAPPED: &[&str] = &[
     "Slice",
     "ReduceSum",
     "ReduceMean",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceL2",
+    "ReduceSumSquare",
+    "ReduceLogSumExp",
+    "Sum",
+    "Mean",
+    "Max",
+    "Min",
+    "HardSigmoid",
+    "Selu",
+    "Softsign",
+    "PRelu",
+    "Pow",
+    "GlobalMaxPool",
+    "Split",
     "Clip",
     "Constant",
     "Shape",
@@ -85,6 +101,8 @@ pub(crate) fn map_node(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
         "Constant" => constant(b, ctx, &out),
         "Shape" => shape(b, ctx, &out),
         "Cast" => cast(b, ctx, &out),
+        "Split" => split(b, ctx),
+        "LayerNormalization" => layer_norm(b, ctx),
         _ => {
             extra_outputs(ctx)?;
             let o = match ctx.op {
@@ -102,7 +120,6 @@ pub(crate) fn map_node(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
                 "MaxPool" | "AveragePool" => pool(b, ctx)?,
                 "GlobalAveragePool" => global_average_pool(b, ctx)?,
                 "BatchNormalization" => batch_norm(b, ctx)?,
-                "LayerNormalization" => layer_norm(b, ctx)?,
                 "Reshape" => reshape_op(b, ctx)?,
                 "Squeeze" | "Unsqueeze" => squeeze(b, ctx)?,
                 "Expand" => expand(b, ctx)?,
@@ -111,7 +128,15 @@ pub(crate) fn map_node(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
                 "Concat" => concat(b, ctx)?,
                 "Gather" => gather(b, ctx)?,
                 "Slice" => slice(b, ctx)?,
-                "ReduceSum" | "ReduceMean" => reduce(b, ctx)?,
+                "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceL2"
+                | "ReduceSumSquare" | "ReduceLogSumExp" => reduce(b, ctx)?,
+                "Sum" | "Mean" | "Max" | "Min" => variadic(b, ctx)?,
+                "HardSigmoid" => hard_sigmoid(b, ctx)?,
+                "Selu" => selu(b, ctx)?,
+                "Softsign" => softsign(b, ctx)?,
+                "PRelu" => prelu(b, ctx)?,
+                "Pow" => pow(b, ctx)?,
+                "GlobalMaxPool" => global_max_pool(b, ctx)?,
                 "Clip" => clip(b, ctx)?,
                 other => match row_of(other) {
                     Some((d, onnx)) => by_row(b, ctx, d, onnx)?,
@@ -920,27 +945,59 @@ fn batch_norm(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
 }
 
 /// `LayerNormalization`: the IR's `layernorm` (no affine), then `Scale` and `B` broadcast,
-/// multiplied and added (their gradients come out as the `const` nodes' payload).
-fn layer_norm(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
-    one(ctx, &["axis", "epsilon", "stash_type"])?;
-    let x = data(b, ctx, 0)?;
-    let a = axis(ctx, "axis", ctx.int_or("axis", -1), x.shape.rank())?;
-    let eps = finite(ctx, "epsilon", ctx.float("epsilon"), 1e-5)?;
-    let mut y = b.apply(
-        ctx,
-        Op::LayerNorm {
-            axis: a,
-            eps: Some(eps),
-        },
-        &[&x],
-    )?;
-    let scale = data(b, ctx, 1)?;
-    y = binary_of(b, ctx, BinaryOp::Mul, &y, &scale)?;
-    if ctx.input(2).is_some() {
-        let bias = data(b, ctx, 2)?;
-        y = binary_of(b, ctx, BinaryOp::Add, &y, &bias)?;
-    }
-    Ok(y)
+/// multiplied and added (their gradients come out as the `const` nodes' payload). The optional
+/// `Mean` and `InvStdDev` outputs are computed beside it from reductions (`reduce_mean`, `sqrt`,
+/// `inv`) when the model uses them.
+fn layer_norm(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
+    only(ctx, &["axis", "epsilon", "stash_type"])?;
+    let go = |b: &mut Builder| -> One<()> {
+        let x = data(b, ctx, 0)?;
+        let rank = x.shape.rank();
+        let a = axis(ctx, "axis", ctx.int_or("axis", -1), rank)?;
+        let eps = finite(ctx, "epsilon", ctx.float("epsilon"), 1e-5)?;
+        let mut y = b.apply(
+            ctx,
+            Op::LayerNorm {
+                axis: a,
+                eps: Some(eps),
+            },
+            &[&x],
+        )?;
+        let scale = data(b, ctx, 1)?;
+        y = binary_of(b, ctx, BinaryOp::Mul, &y, &scale)?;
+        if ctx.input(2).is_some() {
+            let bias = data(b, ctx, 2)?;
+            y = binary_of(b, ctx, BinaryOp::Add, &y, &bias)?;
+        }
+        let out = |k: usize| ctx.node.output.get(k).filter(|o| !o.is_empty());
+        if let Some(name) = out(0) {
+            b.define(name, y);
+        }
+        if out(1).is_none() && out(2).is_none() {
+            return Ok(());
+        }
+        // the statistics outputs: the mean and 1/sqrt(var + eps) over axes `a..`, kept as 1s
+        let axes: Vec<usize> = (a..rank).collect();
+        let kept = kept_dims(&x.shape, &axes);
+        let mean = reduce_each(b, ctx, &x, &axes, Reduction::Mean)?;
+        let mean = reshape(b, ctx, &mean, kept.clone())?;
+        let wide = broadcast(b, ctx, &mean, &x.shape)?;
+        let centred = b.apply(ctx, Op::Binary(BinaryOp::Sub), &[&x, &wide])?;
+        let sq = b.apply(ctx, Op::Binary(BinaryOp::Mul), &[&centred, &centred])?;
+        let var = reduce_each(b, ctx, &sq, &axes, Reduction::Mean)?;
+        let var = reshape(b, ctx, &var, kept)?;
+        let shifted = b.apply(ctx, Op::AddScalar { c: eps }, &[&var])?;
+        let sd = b.apply(ctx, Op::Unary(torchlean_spec::UnaryOp::Sqrt), &[&shifted])?;
+        let inv_sd = b.apply(ctx, Op::Unary(torchlean_spec::UnaryOp::Inv), &[&sd])?;
+        if let Some(name) = out(1) {
+            b.define(name, mean);
+        }
+        if let Some(name) = out(2) {
+            b.define(name, inv_sd);
+        }
+        Ok(())
+    };
+    go(b).map_err(|p| vec![p])
 }
 
 fn reshape_op(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
@@ -1213,12 +1270,22 @@ fn slice(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     Ok(y)
 }
 
-/// `ReduceSum`/`ReduceMean`: axes from the attribute, or (ReduceSum from opset 13, ReduceMean
-/// from 18) a constant input; one IR reduction per axis, innermost first, then `keepdims`
-/// restores the reduced axes as 1s.
+/// The longest axis `ReduceMax`/`ReduceMin` unroll into pairwise `max_elem`/`min_elem` of
+/// one-element slices (the IR has no max reduction); a longer one is refused.
+const MAX_UNROLLED_AXIS: usize = 256;
+
+/// The `Reduce*` ops: axes from the attribute, or (ReduceSum from opset 13, the others from 18)
+/// a constant input; one IR reduction per axis, innermost first, then `keepdims` restores the
+/// reduced axes as 1s. `ReduceSum`/`ReduceMean` are the IR's reductions; `ReduceSumSquare` and
+/// `ReduceL2` square first (and take the root after); `ReduceMax`/`ReduceMin` are pairwise
+/// `max_elem`/`min_elem` over the axis's one-element slices (exact; a tie splits the cotangent
+/// as `torch.maximum` does); `ReduceLogSumExp` is `m + log(Σ exp(x − m))` with `m` the max.
 fn reduce(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
-    let sum = ctx.op == "ReduceSum";
-    let from_input = if sum { b.opset >= 13 } else { b.opset >= 18 };
+    let from_input = if ctx.op == "ReduceSum" {
+        b.opset >= 13
+    } else {
+        b.opset >= 18
+    };
     let axes = if from_input {
         one(ctx, &["keepdims", "noop_with_empty_axes"])?;
         const_ints(b, ctx, 1)?
@@ -1239,43 +1306,371 @@ fn reduce(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     };
     axes.sort_unstable();
     axes.dedup();
-    let mut y = x.clone();
-    for &a in axes.iter().rev() {
-        let op = if sum {
-            Op::ReduceSum { axis: a }
-        } else {
-            Op::ReduceMean { axis: a }
-        };
-        y = b.apply(ctx, op, &[&y])?;
-    }
+    let y = match ctx.op {
+        "ReduceSum" => reduce_each(b, ctx, &x, &axes, Reduction::Sum)?,
+        "ReduceMean" => reduce_each(b, ctx, &x, &axes, Reduction::Mean)?,
+        "ReduceMax" => reduce_each(b, ctx, &x, &axes, Reduction::Extreme(BinaryOp::Max))?,
+        "ReduceMin" => reduce_each(b, ctx, &x, &axes, Reduction::Extreme(BinaryOp::Min))?,
+        "ReduceSumSquare" | "ReduceL2" => {
+            let sq = b.apply(ctx, Op::Binary(BinaryOp::Mul), &[&x, &x])?;
+            let sum = reduce_each(b, ctx, &sq, &axes, Reduction::Sum)?;
+            if ctx.op == "ReduceL2" {
+                b.apply(ctx, Op::Unary(torchlean_spec::UnaryOp::Sqrt), &[&sum])?
+            } else {
+                sum
+            }
+        }
+        _ => log_sum_exp(b, ctx, &x, &axes)?,
+    };
     if keep {
-        let dims: Vec<usize> = x
-            .shape
-            .dims()
+        reshape(b, ctx, &y, kept_dims(&x.shape, &axes))
+    } else {
+        Ok(y)
+    }
+}
+
+/// `x`'s shape with each of `axes` made 1 (a reduction's `keepdims` shape).
+fn kept_dims(x: &Shape, axes: &[usize]) -> Shape {
+    Shape::new(
+        x.dims()
             .iter()
             .enumerate()
             .map(|(i, &d)| if axes.contains(&i) { 1 } else { d })
-            .collect();
-        y = reshape(b, ctx, &y, Shape::new(dims))?;
+            .collect::<Vec<usize>>(),
+    )
+}
+
+/// One reduction over a single axis, which it removes.
+#[derive(Clone, Copy)]
+enum Reduction {
+    Sum,
+    Mean,
+    /// Pairwise `max_elem` (Max) or `min_elem` (Min) of the axis's slices.
+    Extreme(BinaryOp),
+}
+
+/// `x` reduced over every one of `axes` (sorted), the largest first so the others keep their
+/// index.
+fn reduce_each(
+    b: &mut Builder,
+    ctx: &Ctx<'_>,
+    x: &Operand,
+    axes: &[usize],
+    how: Reduction,
+) -> One<Operand> {
+    let mut y = x.clone();
+    for &a in axes.iter().rev() {
+        y = match how {
+            Reduction::Sum => b.apply(ctx, Op::ReduceSum { axis: a }, &[&y])?,
+            Reduction::Mean => b.apply(ctx, Op::ReduceMean { axis: a }, &[&y])?,
+            Reduction::Extreme(op) => extreme(b, ctx, &y, a, op)?,
+        };
     }
     Ok(y)
 }
 
-/// `Clip` → `clamp`: bounds are attributes before opset 11, constant inputs from it.
-fn clip(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
-    let (min, max) = if b.opset >= 11 {
-        one(ctx, &[])?;
-        (const_scalar(b, ctx, 1)?, const_scalar(b, ctx, 2)?)
-    } else {
-        one(ctx, &["min", "max"])?;
-        (ctx.float("min"), ctx.float("max"))
+/// The max (or min) of `x` over axis `a`, which is removed: `op` folded over its one-element
+/// slices.
+fn extreme(b: &mut Builder, ctx: &Ctx<'_>, x: &Operand, a: usize, op: BinaryOp) -> One<Operand> {
+    let n = x.shape.dims()[a];
+    if n == 0 || n > MAX_UNROLLED_AXIS {
+        return Err(ctx.unsupported(
+            "axes",
+            format!(
+                "axis {a} has {n} elements: a max/min reduction is unrolled over 1 to {MAX_UNROLLED_AXIS}"
+            ),
+        ));
+    }
+    let mut y: Option<Operand> = None;
+    for start in 0..n {
+        let part = if n == 1 {
+            x.clone()
+        } else {
+            b.apply(
+                ctx,
+                Op::Slice {
+                    axis: a,
+                    start,
+                    len: 1,
+                },
+                &[x],
+            )?
+        };
+        y = Some(match y {
+            None => part,
+            Some(acc) => b.apply(ctx, Op::Binary(op), &[&acc, &part])?,
+        });
+    }
+    let y = y.expect("n >= 1 slices");
+    let mut dims = x.shape.dims().to_vec();
+    dims.remove(a);
+    reshape(b, ctx, &y, Shape::new(dims))
+}
+
+/// `log Σ exp(x)` over `axes` without overflow: `m + log(Σ exp(x − m))`, `m` the max.
+fn log_sum_exp(b: &mut Builder, ctx: &Ctx<'_>, x: &Operand, axes: &[usize]) -> One<Operand> {
+    let m = reduce_each(b, ctx, x, axes, Reduction::Extreme(BinaryOp::Max))?;
+    let m_kept = reshape(b, ctx, &m, kept_dims(&x.shape, axes))?;
+    let m_wide = broadcast(b, ctx, &m_kept, &x.shape)?;
+    let centred = b.apply(ctx, Op::Binary(BinaryOp::Sub), &[x, &m_wide])?;
+    let e = b.apply(ctx, Op::Unary(torchlean_spec::UnaryOp::Exp), &[&centred])?;
+    let s = reduce_each(b, ctx, &e, axes, Reduction::Sum)?;
+    let l = b.apply(ctx, Op::Unary(torchlean_spec::UnaryOp::Log), &[&s])?;
+    b.apply(ctx, Op::Binary(BinaryOp::Add), &[&l, &m])
+}
+
+/// Variadic `Sum`, `Mean`, `Max`, `Min`: the inputs folded pairwise with ONNX broadcasting
+/// (`add`, `max_elem`, `min_elem`), `Mean` then scaled by `1/n`.
+fn variadic(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &[])?;
+    let op = match ctx.op {
+        "Max" => BinaryOp::Max,
+        "Min" => BinaryOp::Min,
+        _ => BinaryOp::Add,
     };
+    let n = ctx.node.input.len();
+    let mut acc = data(b, ctx, 0)?;
+    for i in 1..n {
+        let next = data(b, ctx, i)?;
+        acc = binary_of(b, ctx, op, &acc, &next)?;
+    }
+    if ctx.op == "Mean" && n > 1 {
+        acc = b.apply(ctx, Op::Scale { c: 1.0 / n as f64 }, &[&acc])?;
+    }
+    Ok(acc)
+}
+
+/// `HardSigmoid` → `clamp(alpha·x + beta, 0, 1)` (`scale`, `add_scalar`, `clamp`).
+fn hard_sigmoid(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &["alpha", "beta"])?;
+    let alpha = finite(ctx, "alpha", ctx.float("alpha"), 0.2)?;
+    let beta = finite(ctx, "beta", ctx.float("beta"), 0.5)?;
+    let x = data(b, ctx, 0)?;
+    let ax = b.apply(ctx, Op::Scale { c: alpha }, &[&x])?;
+    let axb = b.apply(ctx, Op::AddScalar { c: beta }, &[&ax])?;
+    b.apply(
+        ctx,
+        Op::Clamp {
+            min: Some(0.0),
+            max: Some(1.0),
+        },
+        &[&axb],
+    )
+}
+
+/// ONNX's `Selu` defaults (its operator schema's, as f32 values).
+const SELU_ALPHA: f64 = 1.673_263_192_176_818_847_656_25;
+const SELU_GAMMA: f64 = 1.050_701_022_148_132_324_218_75;
+
+/// `Selu` → `gamma · elu(x, alpha)`.
+fn selu(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &["alpha", "gamma"])?;
+    let alpha = finite(ctx, "alpha", ctx.float("alpha"), SELU_ALPHA)?;
+    let gamma = finite(ctx, "gamma", ctx.float("gamma"), SELU_GAMMA)?;
+    let x = data(b, ctx, 0)?;
+    let e = b.apply(
+        ctx,
+        Op::Unary(torchlean_spec::UnaryOp::Elu { alpha }),
+        &[&x],
+    )?;
+    b.apply(ctx, Op::Scale { c: gamma }, &[&e])
+}
+
+/// `Split` → one `slice` per output along `axis`: the sizes from `split` (an attribute before
+/// opset 13, a constant input from it), else `num_outputs` (opset 18) or the output count,
+/// equal parts with a smaller last one.
+fn split(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
+    let sizes = if b.opset >= 13 {
+        only(ctx, &["axis", "num_outputs"])?;
+        const_ints(b, ctx, 1).map_err(|p| vec![p])?
+    } else {
+        only(ctx, &["axis", "split"])?;
+        ctx.ints("split").map(<[i64]>::to_vec)
+    };
+    let x = data(b, ctx, 0).map_err(|p| vec![p])?;
+    let rank = x.shape.rank();
+    let a = axis(ctx, "axis", ctx.int_or("axis", 0), rank).map_err(|p| vec![p])?;
+    let dim = x.shape.dims()[a];
+    let outputs = ctx.node.output.len();
+    let sizes: Vec<usize> = match sizes {
+        Some(s) => s
+            .iter()
+            .map(|&v| {
+                usize::try_from(v).map_err(|_| ctx.unsupported("split", format!("{v}: negative")))
+            })
+            .collect::<One<_>>()
+            .map_err(|p| vec![p])?,
+        None => {
+            let parts = usize::try_from(ctx.int_or("num_outputs", outputs as i64))
+                .unwrap_or(0)
+                .max(1);
+            let each = dim.div_ceil(parts);
+            (0..parts)
+                .map(|k| each.min(dim.saturating_sub(k * each)))
+                .collect()
+        }
+    };
+    if sizes.len() != outputs || sizes.iter().sum::<usize>() != dim {
+        return Err(vec![ctx.unsupported(
+            "split",
+            format!(
+                "sizes {sizes:?} for {outputs} outputs of an axis of {dim}: one size per output, summing to the axis"
+            ),
+        )]);
+    }
+    let mut start = 0;
+    for (name, &len) in ctx.node.output.iter().zip(&sizes) {
+        let part = b
+            .apply(
+                ctx,
+                Op::Slice {
+                    axis: a,
+                    start,
+                    len,
+                },
+                &[&x],
+            )
+            .map_err(|p| vec![p])?;
+        start += len;
+        if !name.is_empty() {
+            b.define(name, part);
+        }
+    }
+    Ok(())
+}
+
+/// `Clip` → `clamp` when its bounds are constants (attributes before opset 11, constant inputs
+/// from it); a bound that is a computed value is `max_elem`/`min_elem` with it, broadcast.
+fn clip(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    if b.opset < 11 {
+        one(ctx, &["min", "max"])?;
+        let bounds = finite_bounds(ctx, ctx.float("min"), ctx.float("max"))?;
+        let x = data(b, ctx, 0)?;
+        return b.apply(
+            ctx,
+            Op::Clamp {
+                min: bounds.0,
+                max: bounds.1,
+            },
+            &[&x],
+        );
+    }
+    one(ctx, &[])?;
+    let computed = |b: &Builder, i: usize| {
+        ctx.input(i)
+            .is_some_and(|name| !b.poisoned(name) && b.constant(name).is_none())
+    };
+    if !computed(b, 1) && !computed(b, 2) {
+        let (min, max) = (const_scalar(b, ctx, 1)?, const_scalar(b, ctx, 2)?);
+        let bounds = finite_bounds(ctx, min, max)?;
+        let x = data(b, ctx, 0)?;
+        return b.apply(
+            ctx,
+            Op::Clamp {
+                min: bounds.0,
+                max: bounds.1,
+            },
+            &[&x],
+        );
+    }
+    let mut y = data(b, ctx, 0)?;
+    for (i, op) in [(1, BinaryOp::Max), (2, BinaryOp::Min)] {
+        if ctx.input(i).is_some() {
+            let bound = data(b, ctx, i)?;
+            y = binary_of(b, ctx, op, &y, &bound)?;
+        }
+    }
+    Ok(y)
+}
+
+/// A `clamp`'s constant bounds, each finite when given.
+fn finite_bounds(
+    ctx: &Ctx<'_>,
+    min: Option<f64>,
+    max: Option<f64>,
+) -> One<(Option<f64>, Option<f64>)> {
     let bound = |field: &str, v: Option<f64>| -> One<Option<f64>> {
         v.map(|v| finite(ctx, field, Some(v), v)).transpose()
     };
-    let (min, max) = (bound("min", min)?, bound("max", max)?);
+    Ok((bound("min", min)?, bound("max", max)?))
+}
+
+/// `Softsign` → `x / (1 + |x|)` (`abs`, `add_scalar`, `div`).
+fn softsign(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &[])?;
     let x = data(b, ctx, 0)?;
-    b.apply(ctx, Op::Clamp { min, max }, &[&x])
+    let a = b.apply(ctx, Op::Unary(torchlean_spec::UnaryOp::Abs), &[&x])?;
+    let d = b.apply(ctx, Op::AddScalar { c: 1.0 }, &[&a])?;
+    b.apply(ctx, Op::Binary(BinaryOp::Div), &[&x, &d])
+}
+
+/// `PRelu` → `relu(x) + slope · (−relu(−x))`, the slope broadcast as ONNX broadcasts it.
+fn prelu(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &[])?;
+    let x = data(b, ctx, 0)?;
+    let slope = data(b, ctx, 1)?;
+    let pos = b.apply(ctx, Op::Unary(torchlean_spec::UnaryOp::Relu), &[&x])?;
+    let neg_x = b.apply(ctx, Op::Unary(torchlean_spec::UnaryOp::Neg), &[&x])?;
+    let r = b.apply(ctx, Op::Unary(torchlean_spec::UnaryOp::Relu), &[&neg_x])?;
+    let neg = b.apply(ctx, Op::Unary(torchlean_spec::UnaryOp::Neg), &[&r])?;
+    let scaled = binary_of(b, ctx, BinaryOp::Mul, &slope, &neg)?;
+    // `x`'s shape wins: PRelu's output has the data's shape
+    binary_of(b, ctx, BinaryOp::Add, &pos, &scaled)
+}
+
+/// `Pow` with a constant scalar exponent the IR's kinds compute exactly: 1, 2, 3, 4 (products),
+/// 0.5 (`sqrt`), −1 (`inv`), −0.5 (`inv` of `sqrt`). Any other exponent, or one that is a
+/// computed value, is refused (there is no `pow` kind).
+fn pow(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &[])?;
+    let e = match ctx.input(1) {
+        Some(name) if b.constant(name).is_some() => const_scalar(b, ctx, 1)?,
+        _ => None,
+    };
+    let x = data(b, ctx, 0)?;
+    let unary =
+        |b: &mut Builder, u: torchlean_spec::UnaryOp, v: &Operand| b.apply(ctx, Op::Unary(u), &[v]);
+    let mul = |b: &mut Builder, l: &Operand, r: &Operand| {
+        b.apply(ctx, Op::Binary(BinaryOp::Mul), &[l, r])
+    };
+    match e {
+        Some(1.0) => Ok(x),
+        Some(2.0) => mul(b, &x, &x),
+        Some(3.0) => {
+            let sq = mul(b, &x, &x)?;
+            mul(b, &sq, &x)
+        }
+        Some(4.0) => {
+            let sq = mul(b, &x, &x)?;
+            mul(b, &sq, &sq)
+        }
+        Some(0.5) => unary(b, torchlean_spec::UnaryOp::Sqrt, &x),
+        Some(-1.0) => unary(b, torchlean_spec::UnaryOp::Inv, &x),
+        Some(-0.5) => {
+            let r = unary(b, torchlean_spec::UnaryOp::Sqrt, &x)?;
+            unary(b, torchlean_spec::UnaryOp::Inv, &r)
+        }
+        Some(other) => Err(ctx.unsupported(
+            "input[1]",
+            format!("exponent {other}: only 1, 2, 3, 4, 0.5, -1 and -0.5 (there is no `pow` kind)"),
+        )),
+        None => Err(ctx.unsupported(
+            "input[1]",
+            "the exponent must be a constant scalar (there is no `pow` kind)",
+        )),
+    }
+}
+
+/// `GlobalMaxPool` → the max over every spatial axis (`reduce`'s unrolled max), kept as 1s.
+fn global_max_pool(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &[])?;
+    let x = data(b, ctx, 0)?;
+    let axes: Vec<usize> = (2..x.shape.rank()).collect();
+    if axes.is_empty() {
+        return Err(ctx.unsupported("input[0]", format!("{}: no spatial axis", x.shape)));
+    }
+    let m = reduce_each(b, ctx, &x, &axes, Reduction::Extreme(BinaryOp::Max))?;
+    reshape(b, ctx, &m, kept_dims(&x.shape, &axes))
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{float_attr, model, node, str_attr, value};
+use common::{float_attr, int64s, model, node, str_attr, value};
 use torchlean_ir::OpKind;
 use torchlean_onnx::proto::NodeProto;
 use torchlean_onnx::{import_onnx, supported_op_types, OnnxError, ProblemKind};
@@ -82,17 +82,6 @@ fn a_choice_outside_the_options_and_an_unknown_attribute_are_refused() {
             (p[0].kind, p[0].field.as_str()),
             (ProblemKind::UnsupportedAttribute, field)
         );
-    }
-}
-
-/// An int64 initializer.
-fn int64s(name: &str, dims: &[i64], v: &[i64]) -> torchlean_onnx::proto::TensorProto {
-    torchlean_onnx::proto::TensorProto {
-        name: Some(name.into()),
-        dims: dims.to_vec(),
-        data_type: Some(torchlean_onnx::proto::tensor_proto::DataType::Int64 as i32),
-        int64_data: v.to_vec(),
-        ..Default::default()
     }
 }
 

@@ -123,3 +123,50 @@ pub fn str_attr(name: &str, s: &str) -> AttributeProto {
         ..Default::default()
     }
 }
+
+/// A model of several graph inputs (each `(name, dims)`, FLOAT) at default-domain `opset`.
+pub fn model_with_inputs(
+    inputs: &[(&str, &[i64])],
+    nodes: Vec<NodeProto>,
+    inits: Vec<TensorProto>,
+    outputs: &[&str],
+    opset: i64,
+) -> Vec<u8> {
+    let shaped = |(name, d): &(&str, &[i64])| {
+        let ds: Vec<Result<i64, &str>> = d.iter().map(|&n| Ok(n)).collect();
+        value(name, &ds)
+    };
+    ModelProto {
+        ir_version: Some(8),
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(opset),
+        }],
+        graph: Some(GraphProto {
+            node: nodes,
+            initializer: inits,
+            input: inputs.iter().map(shaped).collect(),
+            output: outputs
+                .iter()
+                .map(|o| ValueInfoProto {
+                    name: Some(o.to_string()),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+/// An INT64 initializer.
+pub fn int64s(name: &str, dims: &[i64], v: &[i64]) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(DataType::Int64 as i32),
+        int64_data: v.to_vec(),
+        ..Default::default()
+    }
+}

@@ -1,0 +1,360 @@
+//! The ONNX operators the importer lowers into several IR kinds (variadic ops, reductions,
+//! activations, `Split`, `Pow`, `Clip` with computed bounds, layer norm's statistics outputs),
+//! and models of several inputs and outputs: each checked by the one [`check`] helper against
+//! values worked out by hand.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{float_attr, int_attr, ints_attr, model_with_inputs, node};
+use torchlean_onnx::proto::{NodeProto, TensorProto};
+use torchlean_onnx::{import_onnx, OnnxError};
+use torchlean_spec::{Shape, Tensor};
+
+/// One lowering case: a one-node model over the named inputs (FLOAT, their dims) and
+/// initializers, at `opset`, run on the given values.
+struct Case<'a> {
+    inputs: &'a [(&'a str, &'a [i64], &'a [f64])],
+    node: NodeProto,
+    inits: Vec<TensorProto>,
+    outputs: &'a [&'a str],
+    opset: i64,
+}
+
+impl Case<'_> {
+    fn run(self) -> Result<Vec<Tensor<f64>>, OnnxError> {
+        let shapes: Vec<(&str, &[i64])> = self.inputs.iter().map(|(n, d, _)| (*n, *d)).collect();
+        let bytes = model_with_inputs(
+            &shapes,
+            vec![self.node],
+            self.inits,
+            self.outputs,
+            self.opset,
+        );
+        let imported = import_onnx(&bytes)?;
+        let xs: Vec<Tensor<f64>> = self
+            .inputs
+            .iter()
+            .map(|(_, d, v)| {
+                let dims: Vec<usize> = d.iter().map(|&n| n as usize).collect();
+                Tensor::new(Shape::new(dims), v.to_vec()).unwrap()
+            })
+            .collect();
+        Ok(torchlean_ir::denote_outputs(&imported.graph, &imported.payload, &xs).unwrap())
+    }
+}
+
+/// Runs `case` and compares every output with `want` (`(dims, values)` each, within 1e-12 of
+/// the value, relative).
+#[track_caller]
+fn check(case: Case<'_>, want: &[(&[usize], &[f64])]) {
+    let what = case.node.op_type().to_string();
+    let got = case.run().unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(got.len(), want.len(), "{what}: output count");
+    for (k, (g, (dims, values))) in got.iter().zip(want).enumerate() {
+        assert_eq!(g.shape().dims(), *dims, "{what}: output {k} shape");
+        for (i, (a, b)) in g.data().iter().zip(values.iter()).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-12 * b.abs().max(1.0),
+                "{what}: output {k} element {i}: {a} vs {b} ({:?})",
+                g.data()
+            );
+        }
+    }
+}
+
+fn with_attrs(mut n: NodeProto, attrs: Vec<torchlean_onnx::proto::AttributeProto>) -> NodeProto {
+    n.attribute = attrs;
+    n
+}
+
+fn unary(op: &str, x: &[f64], attrs: Vec<torchlean_onnx::proto::AttributeProto>, want: &[f64]) {
+    let dims = [x.len() as i64];
+    check(
+        Case {
+            inputs: &[("x", &dims, x)],
+            node: with_attrs(node("n", op, &["x"], &["y"]), attrs),
+            inits: vec![],
+            outputs: &["y"],
+            opset: 17,
+        },
+        &[(&[x.len()], want)],
+    );
+}
+
+#[test]
+fn variadic_ops_fold_pairwise_with_broadcasting() {
+    // x [2, 2], y [2] (broadcast over rows), z [2, 2]
+    let inputs: &[(&str, &[i64], &[f64])] = &[
+        ("x", &[2, 2], &[1.0, -2.0, 3.0, 4.0]),
+        ("y", &[2], &[0.5, 5.0]),
+        ("z", &[2, 2], &[-1.0, 0.0, 6.0, 1.0]),
+    ];
+    let run = |op: &str, want: &[f64]| {
+        check(
+            Case {
+                inputs,
+                node: node("n", op, &["x", "y", "z"], &["s"]),
+                inits: vec![],
+                outputs: &["s"],
+                opset: 17,
+            },
+            &[(&[2, 2], want)],
+        )
+    };
+    run("Sum", &[0.5, 3.0, 9.5, 10.0]);
+    run("Mean", &[0.5 / 3.0, 1.0, 9.5 / 3.0, 10.0 / 3.0]);
+    run("Max", &[1.0, 5.0, 6.0, 5.0]);
+    run("Min", &[-1.0, -2.0, 0.5, 1.0]);
+}
+
+#[test]
+fn activations_lower_to_existing_kinds() {
+    unary("HardSigmoid", &[-5.0, 0.0, 1.0], vec![], &[0.0, 0.5, 0.7]);
+    unary(
+        "HardSigmoid",
+        &[1.0],
+        vec![float_attr("alpha", 0.5), float_attr("beta", 0.25)],
+        &[0.75],
+    );
+    let (alpha, gamma) = (
+        1.673_263_192_176_818_847_656_25,
+        1.050_701_022_148_132_324_218_75,
+    );
+    unary(
+        "Selu",
+        &[-1.0, 0.0, 2.0],
+        vec![],
+        &[gamma * alpha * ((-1.0f64).exp() - 1.0), 0.0, 2.0 * gamma],
+    );
+    unary("Softsign", &[-1.0, 0.0, 3.0], vec![], &[-0.5, 0.0, 0.75]);
+}
+
+#[test]
+fn prelu_takes_a_broadcast_slope() {
+    check(
+        Case {
+            inputs: &[
+                ("x", &[2, 2], &[-2.0, 3.0, -4.0, 0.0]),
+                ("slope", &[2], &[0.5, 0.25]),
+            ],
+            node: node("n", "PRelu", &["x", "slope"], &["y"]),
+            inits: vec![],
+            outputs: &["y"],
+            opset: 17,
+        },
+        &[(&[2, 2], &[-1.0, 3.0, -2.0, 0.0])],
+    );
+}
+
+#[test]
+fn pow_with_a_constant_exponent_is_exact_and_others_are_refused() {
+    let run = |e: f32| {
+        Case {
+            inputs: &[("x", &[3], &[4.0, 0.25, 9.0])],
+            node: node("n", "Pow", &["x", "e"], &["y"]),
+            inits: vec![common::floats("e", &[], &[e])],
+            outputs: &["y"],
+            opset: 17,
+        }
+        .run()
+        .map(|o| o[0].data().to_vec())
+    };
+    assert_eq!(run(2.0).unwrap(), [16.0, 0.0625, 81.0]);
+    assert_eq!(run(3.0).unwrap(), [64.0, 0.015625, 729.0]);
+    assert_eq!(run(0.5).unwrap(), [2.0, 0.5, 3.0]);
+    assert_eq!(run(-1.0).unwrap(), [0.25, 4.0, 1.0 / 9.0]);
+    assert_eq!(run(-0.5).unwrap(), [0.5, 2.0, 1.0 / 3.0]);
+    let e = run(2.5).expect_err("no pow kind");
+    assert!(e.to_string().contains("exponent 2.5"), "{e}");
+    // an exponent that is a graph input
+    let computed = Case {
+        inputs: &[("x", &[1], &[2.0]), ("e", &[1], &[2.0])],
+        node: node("n", "Pow", &["x", "e"], &["y"]),
+        inits: vec![],
+        outputs: &["y"],
+        opset: 17,
+    }
+    .run()
+    .expect_err("a computed exponent");
+    assert!(
+        computed.to_string().contains("must be a constant scalar"),
+        "{computed}"
+    );
+}
+
+#[test]
+fn clip_with_computed_bounds_is_max_then_min() {
+    check(
+        Case {
+            inputs: &[
+                ("x", &[4], &[-3.0, -0.5, 0.5, 3.0]),
+                ("lo", &[], &[-1.0]),
+                ("hi", &[], &[1.0]),
+            ],
+            node: node("n", "Clip", &["x", "lo", "hi"], &["y"]),
+            inits: vec![],
+            outputs: &["y"],
+            opset: 13,
+        },
+        &[(&[4], &[-1.0, -0.5, 0.5, 1.0])],
+    );
+}
+
+/// `x [2, 3] = [[1, 5, -2], [4, 0, 3]]` reduced by `op` over axis 1, keeping it.
+fn reduced(op: &str) -> Vec<f64> {
+    Case {
+        inputs: &[("x", &[2, 3], &[1.0, 5.0, -2.0, 4.0, 0.0, 3.0])],
+        node: with_attrs(
+            node("n", op, &["x"], &["y"]),
+            vec![ints_attr("axes", &[1]), int_attr("keepdims", 1)],
+        ),
+        inits: vec![],
+        outputs: &["y"],
+        opset: 17,
+    }
+    .run()
+    .map(|o| {
+        assert_eq!(o[0].shape().dims(), [2, 1], "{op}");
+        o[0].data().to_vec()
+    })
+    .unwrap()
+}
+
+#[test]
+fn reductions_the_ir_lacks_are_lowered() {
+    assert_eq!(reduced("ReduceMax"), [5.0, 4.0]);
+    assert_eq!(reduced("ReduceMin"), [-2.0, 0.0]);
+    assert_eq!(reduced("ReduceSumSquare"), [30.0, 25.0]);
+    assert_eq!(reduced("ReduceL2"), [30f64.sqrt(), 5.0]);
+    let lse = reduced("ReduceLogSumExp");
+    let want = [
+        (1f64.exp() + 5f64.exp() + (-2f64).exp()).ln(),
+        (4f64.exp() + 1.0 + 3f64.exp()).ln(),
+    ];
+    for (g, w) in lse.iter().zip(want) {
+        assert!((g - w).abs() < 1e-14, "{lse:?} vs {want:?}");
+    }
+    // without keepdims, over every axis
+    let all = Case {
+        inputs: &[("x", &[2, 2], &[1.0, 7.0, -3.0, 2.0])],
+        node: with_attrs(
+            node("n", "ReduceMax", &["x"], &["y"]),
+            vec![int_attr("keepdims", 0)],
+        ),
+        inits: vec![],
+        outputs: &["y"],
+        opset: 17,
+    }
+    .run()
+    .unwrap();
+    assert_eq!(all[0].shape().dims(), &[] as &[usize]);
+    assert_eq!(all[0].data(), [7.0]);
+}
+
+#[test]
+fn split_defines_every_output() {
+    let x: &[f64] = &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0];
+    // sizes from the `split` input (opset 13 on)
+    check(
+        Case {
+            inputs: &[("x", &[2, 5], x)],
+            node: with_attrs(
+                node("n", "Split", &["x", "sizes"], &["a", "b"]),
+                vec![int_attr("axis", 1)],
+            ),
+            inits: vec![common::int64s("sizes", &[2], &[2, 3])],
+            outputs: &["a", "b"],
+            opset: 17,
+        },
+        &[
+            (&[2, 2], &[0.0, 1.0, 5.0, 6.0]),
+            (&[2, 3], &[2.0, 3.0, 4.0, 7.0, 8.0, 9.0]),
+        ],
+    );
+    // equal parts from the output count
+    check(
+        Case {
+            inputs: &[("x", &[2, 5], x)],
+            node: node("n", "Split", &["x"], &["a", "b"]),
+            inits: vec![],
+            outputs: &["b", "a"],
+            opset: 17,
+        },
+        &[(&[1, 5], &x[5..]), (&[1, 5], &x[..5])],
+    );
+}
+
+#[test]
+fn layer_norm_gives_its_mean_and_inverse_deviation_when_asked() {
+    let x: &[f64] = &[1.0, 3.0, -2.0, 2.0];
+    let eps = 1e-5f32;
+    let inv = |var: f64| 1.0 / (var + f64::from(eps)).sqrt();
+    let (inv0, inv1) = (inv(1.0), inv(4.0));
+    check(
+        Case {
+            inputs: &[("x", &[2, 2], x)],
+            node: with_attrs(
+                node(
+                    "n",
+                    "LayerNormalization",
+                    &["x", "s"],
+                    &["y", "mean", "isd"],
+                ),
+                vec![float_attr("epsilon", eps)],
+            ),
+            inits: vec![common::floats("s", &[2], &[1.0, 1.0])],
+            outputs: &["y", "mean", "isd"],
+            opset: 17,
+        },
+        &[
+            (&[2, 2], &[-inv0, inv0, -2.0 * inv1, 2.0 * inv1]),
+            (&[2, 1], &[2.0, 0.0]),
+            (&[2, 1], &[inv0, inv1]),
+        ],
+    );
+}
+
+#[test]
+fn global_max_pool_keeps_the_spatial_axes_as_ones() {
+    check(
+        Case {
+            inputs: &[(
+                "x",
+                &[1, 2, 2, 2],
+                &[1.0, 4.0, -1.0, 2.0, 0.0, -3.0, 7.0, 5.0],
+            )],
+            node: node("n", "GlobalMaxPool", &["x"], &["y"]),
+            inits: vec![],
+            outputs: &["y"],
+            opset: 17,
+        },
+        &[(&[1, 2, 1, 1], &[4.0, 7.0])],
+    );
+}
+
+#[test]
+fn every_input_and_output_of_a_model_is_kept_by_name() {
+    let bytes = model_with_inputs(
+        &[("ids", &[2]), ("mask", &[2])],
+        vec![
+            node("a", "Mul", &["ids", "mask"], &["m"]),
+            node("b", "Add", &["ids", "mask"], &["s"]),
+        ],
+        vec![],
+        &["m", "s"],
+        17,
+    );
+    let imported = import_onnx(&bytes).unwrap();
+    let g = &imported.graph;
+    assert_eq!(g.input_count(), 2);
+    assert_eq!(g.input_names, ["ids", "mask"]);
+    assert_eq!(g.output_count(), 2);
+    let xs = vec![
+        Tensor::new([2], vec![2.0, 3.0]).unwrap(),
+        Tensor::new([2], vec![0.5, -1.0]).unwrap(),
+    ];
+    let out = torchlean_ir::denote_outputs(g, &imported.payload, &xs).unwrap();
+    assert_eq!(out[0].data(), [1.0, -3.0]);
+    assert_eq!(out[1].data(), [2.5, 2.0]);
+}
