@@ -1458,15 +1458,15 @@ fn hard_sigmoid(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     )
 }
 
-/// ONNX's `Selu` defaults (its operator schema's, as f32 values).
-const SELU_ALPHA: f64 = 1.673_263_192_176_818_847_656_25;
-const SELU_GAMMA: f64 = 1.050_701_022_148_132_324_218_75;
+/// ONNX's `Selu` defaults (its operator schema's f32 values).
+const SELU_ALPHA: f32 = 1.673_263_2;
+const SELU_GAMMA: f32 = 1.050_701;
 
 /// `Selu` → `gamma · elu(x, alpha)`.
 fn selu(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     one(ctx, &["alpha", "gamma"])?;
-    let alpha = finite(ctx, "alpha", ctx.float("alpha"), SELU_ALPHA)?;
-    let gamma = finite(ctx, "gamma", ctx.float("gamma"), SELU_GAMMA)?;
+    let alpha = finite(ctx, "alpha", ctx.float("alpha"), f64::from(SELU_ALPHA))?;
+    let gamma = finite(ctx, "gamma", ctx.float("gamma"), f64::from(SELU_GAMMA))?;
     let x = data(b, ctx, 0)?;
     let e = b.apply(
         ctx,

@@ -117,10 +117,10 @@ fn activations_lower_to_existing_kinds() {
         vec![float_attr("alpha", 0.5), float_attr("beta", 0.25)],
         &[0.75],
     );
-    let (alpha, gamma) = (
-        1.673_263_192_176_818_847_656_25,
-        1.050_701_022_148_132_324_218_75,
-    );
+    // ONNX's defaults, f32 values: 1.67326319217681884765625 and 1.05070102214813232421875
+    let (alpha, gamma) = (f64::from(1.673_263_2_f32), f64::from(1.050_701_f32));
+    assert_eq!(alpha, 1.673_263_192_176_818_8);
+    assert_eq!(gamma, 1.050_701_022_148_132_3);
     unary(
         "Selu",
         &[-1.0, 0.0, 2.0],
