@@ -268,7 +268,11 @@ fn load<'a>(
         (None, None) => None,
     };
     let inputs = match (input, &case) {
-        ([], Some(c)) => vec![(c.input.clone(), graph.to_path_buf())],
+        ([], Some(c)) => c
+            .inputs
+            .iter()
+            .map(|x| (x.clone(), graph.to_path_buf()))
+            .collect(),
         (given, _) => input_files(graph, &doc.graph, given)?
             .into_iter()
             .map(|file| Ok((load::tensor(&file)?, file)))

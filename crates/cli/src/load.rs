@@ -23,7 +23,8 @@ pub fn ir_lines(path: &Path, e: &IrError) -> BadInput {
 #[derive(Debug)]
 pub struct CaseDefaults {
     pub payload: Payload,
-    pub input: Tensor<f64>,
+    /// One per graph input, in input order.
+    pub inputs: Vec<Tensor<f64>>,
     pub seed: Option<Tensor<f64>>,
 }
 
@@ -43,7 +44,7 @@ pub fn graph_doc_or_case(path: &Path) -> Result<(GraphDoc, Option<CaseDefaults>)
                 GraphDoc::august(c.graph),
                 Some(CaseDefaults {
                     payload: c.payload,
-                    input: c.input,
+                    inputs: c.inputs,
                     seed: c.seed,
                 }),
             ))

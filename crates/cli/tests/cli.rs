@@ -692,7 +692,7 @@ fn a_safetensors_payload_gives_the_same_gradients_as_payload_json() {
     std::fs::write(&g, case.graph.to_json().to_string()).unwrap();
     std::fs::write(&pj, case.payload.to_json().to_string()).unwrap();
     std::fs::write(&ps, case.payload.to_safetensors().unwrap()).unwrap();
-    std::fs::write(&x, case.input.to_json().to_string()).unwrap();
+    std::fs::write(&x, case.inputs[0].to_json().to_string()).unwrap();
     let grad = |p: &std::path::Path| {
         let o = run(&[
             "grad",

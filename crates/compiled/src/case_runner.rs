@@ -344,7 +344,7 @@ impl Sweep {
 /// One compared quantity of a case.
 #[derive(Clone, Debug)]
 pub struct Check {
-    /// `output`, `grad_input` or `grad_payload.<node>.<name>`.
+    /// `output`, `grad_input` (`grad_inputs[k]`) or `grad_payload.<node>.<name>`.
     pub what: String,
     pub comparison: Comparison,
     /// Where the worst error is (`None` when nothing differs or nothing could be compared).
@@ -424,20 +424,22 @@ pub fn run_case_on<V: Kernels>(
         path,
         &case.graph,
         &case.payload,
-        &case.input,
+        &case.inputs,
         case.seed.as_ref(),
     )?;
     let mut checks = Vec::new();
     if let Some(want) = &case.expect.output {
         checks.push(Check::of("output".into(), tol, Some(&r.output), want));
     }
-    if let Some(want) = &case.expect.grad_input {
-        checks.push(Check::of(
-            "grad_input".into(),
-            tol,
-            Some(r.grad_input()),
-            want,
-        ));
+    if let Some(want) = &case.expect.grad_inputs {
+        for (k, w) in want.iter().enumerate() {
+            let what = if want.len() == 1 {
+                "grad_input".to_string()
+            } else {
+                format!("grad_inputs[{k}]")
+            };
+            checks.push(Check::of(what, tol, r.grad_inputs.get(k), w));
+        }
     }
     if let Some(want) = &case.expect.grad_payload {
         for (node, entry) in &want.entries {

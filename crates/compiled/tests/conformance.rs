@@ -91,7 +91,7 @@ fn repeated_parent_after_a_large_contribution() -> Case {
 fn the_eager_path_adds_a_repeated_parents_contributions_one_by_one_the_others_fold_them() {
     let case = repeated_parent_after_a_large_contribution();
     let grad = |path| {
-        run_grad_on::<Tensor<f64>>(path, &case.graph, &case.payload, &case.input, None)
+        run_grad_on::<Tensor<f64>>(path, &case.graph, &case.payload, &case.inputs, None)
             .unwrap()
             .grad_input()
             .data()[0]
@@ -115,9 +115,9 @@ fn the_eager_path_adds_a_repeated_parents_contributions_one_by_one_the_others_fo
 #[test]
 fn a_wrong_expectation_fails() {
     let mut case = common::case("residual_block");
-    let mut g = case.expect.grad_input.take().unwrap();
-    g.data_mut()[0] += 1e-3;
-    case.expect.grad_input = Some(g);
+    let mut g = case.expect.grad_inputs.take().unwrap();
+    g[0].data_mut()[0] += 1e-3;
+    case.expect.grad_inputs = Some(g);
     let out = run_case::<Tensor<f64>>(&case, None).unwrap();
     assert!(!out.pass());
 }
@@ -139,7 +139,7 @@ fn a_seed_of_the_wrong_shape_names_the_ir_output_node() {
     let e = torchlean_compiled::run_grad::<Tensor<f64>>(
         &case.graph,
         &case.payload,
-        &case.input,
+        &case.inputs,
         Some(&bad),
     )
     .unwrap_err();

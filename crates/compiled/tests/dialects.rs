@@ -234,7 +234,7 @@ fn conformance_cases() -> Vec<(PathBuf, Case)> {
     out
 }
 
-fn run(g: &Graph, p: &Payload, x: &Tensor<f64>, seed: Option<&Tensor<f64>>) -> GradResult {
+fn run(g: &Graph, p: &Payload, x: &[Tensor<f64>], seed: Option<&Tensor<f64>>) -> GradResult {
     torchlean_compiled::run_grad::<CpuF64>(g, p, x, seed).unwrap()
 }
 
@@ -291,8 +291,8 @@ fn every_conformance_case_both_dialects_know_round_trips_through_the_september_d
         let back = Dialect::August2026.write(&doc.graph, &doc.payload).unwrap();
         let g2 = Graph::from_json(&back.graph).unwrap();
         let p2 = back.payload;
-        let a = run(&case.graph, &case.payload, &case.input, case.seed.as_ref());
-        let b = run(&g2, &p2, &case.input, case.seed.as_ref());
+        let a = run(&case.graph, &case.payload, &case.inputs, case.seed.as_ref());
+        let b = run(&g2, &p2, &case.inputs, case.seed.as_ref());
         assert!(a.output.bit_eq(&b.output), "{here}: output");
         assert!(a.grad_input().bit_eq(b.grad_input()), "{here}: grad_input");
         assert_eq!(

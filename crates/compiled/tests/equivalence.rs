@@ -51,7 +51,7 @@ fn full_seed<V: Kernels>(values: &[V], salt: u64, with_neg_zero: bool) -> Vec<V>
 
 fn inputs<V: Kernels>(case: &Case) -> (ExecGraph, Vec<V>) {
     let exec = exec_graph_of_ir(&case.graph, &case.payload).unwrap();
-    let x = exec.inputs::<V>(&case.input, &case.payload).unwrap();
+    let x = exec.inputs::<V>(&case.inputs, &case.payload).unwrap();
     (exec, x)
 }
 
@@ -91,7 +91,7 @@ fn extra_cases() -> Vec<Case> {
         name: "algebraic_kinds".into(),
         graph: Graph::from_json(&g).unwrap(),
         payload,
-        input: x,
+        inputs: vec![x],
         seed: None,
         expect: Default::default(),
         tolerance: Default::default(),
@@ -114,7 +114,7 @@ fn all_cases() -> Vec<Case> {
 #[test]
 fn lowering_agrees_with_denote_all_on_every_node() {
     for case in all_cases() {
-        let denoted = denote_all::<f64>(&case.graph, &case.payload, &case.input).unwrap();
+        let denoted = denote_all::<f64>(&case.graph, &case.payload, &case.inputs).unwrap();
         let (exec, x) = inputs::<Tensor<f64>>(&case);
         let ctx = exec.graph.eval(x).unwrap();
         for (id, d) in denoted.iter().enumerate() {
@@ -126,7 +126,7 @@ fn lowering_agrees_with_denote_all_on_every_node() {
         }
     }
     for case in algebraic_cases() {
-        let x = case.input.convert::<Rational>().unwrap();
+        let x = case.inputs[0].convert::<Rational>().unwrap();
         let denoted = denote_all::<Rational>(&case.graph, &case.payload, &x).unwrap();
         let (exec, xs) = inputs::<Tensor<Rational>>(&case);
         let ctx = exec.graph.eval(xs).unwrap();
@@ -394,7 +394,7 @@ fn bad_input_names_the_node() {
     assert!(e.contains("input at %0"), "{e}");
     // a bad seed length
     let x = exec
-        .inputs::<Tensor<f64>>(&case.input, &case.payload)
+        .inputs::<Tensor<f64>>(&case.inputs, &case.payload)
         .unwrap();
     let saved = SavedGraph::of_graph(&exec.graph, x).unwrap();
     assert!(saved.backprop_dense(vec![]).is_err());

@@ -9,7 +9,7 @@ use torchlean_compiled::{
     exec_graph_of_ir, CompileMode, ExecGraph, GraphData, PreparedNode, SavedGraph,
 };
 use torchlean_ir::denote_all;
-use torchlean_nn::{IrProgram, LeafKind, Ops, Program, Recorded, Recorder, Session, Sweep};
+use torchlean_nn::{IrProgram, LeafKind, Ops, Recorded, Recorder, Session, Sweep};
 use torchlean_runtime::{record, GradZero, Kernels, Saved, Tape};
 use torchlean_spec::{ops::splitmix64, Op, Scalar, Shape, Tensor};
 
@@ -175,7 +175,7 @@ pub fn semantic_claims<V: Kernels>(case: &GenCase) -> Vec<Observation> {
             return out;
         }
     };
-    let inputs: Vec<V> = match exec.inputs(&case.input, &case.payload) {
+    let inputs: Vec<V> = match exec.inputs(&case.inputs, &case.payload) {
         Ok(i) => i,
         Err(e) => {
             out.push(fail(Claim::TapeValuesVsEval, EquivError::Inputs(e)));
@@ -267,9 +267,14 @@ pub fn lowering_vs_denote<A: Scalar>(case: &GenCase) -> Observation {
     let kinds = case.kinds();
     let result = (|| -> ClaimResult {
         let exec = exec_graph_of_ir(&case.graph, &case.payload)?;
-        let inputs: Vec<Tensor<A>> = exec.inputs(&case.input, &case.payload)?;
+        let inputs: Vec<Tensor<A>> = exec.inputs(&case.inputs, &case.payload)?;
         let ctx = exec.graph.eval(inputs.clone())?;
-        let denoted = denote_all(&case.graph, &case.payload, &inputs[0])?;
+        // the lowered graph's first inputs are the graph's, in input order
+        let denoted = denote_all(
+            &case.graph,
+            &case.payload,
+            &inputs[..case.graph.input_count()],
+        )?;
         let got: Vec<Tensor<A>> = exec.ir_positions.iter().map(|&p| ctx[p].clone()).collect();
         Ok(compare_all_detail(
             "lowered value vs denote_all",
@@ -463,17 +468,32 @@ fn saved_vs_dense<V: Kernels>(exec: &ExecGraph, inputs: &[V], mode: Mode) -> Cla
 ///   ([`local_sums_reassociate`] is false). Where they do not, the two round differently by
 ///   design: `(g + c₁) + c₂` against `g + (c₁ + c₂)`, as in TorchLean, whose regression suite
 ///   tells them apart (docs/checker.md).
+/// The session name of graph input `k` in [`eager_vs_compiled`].
+fn input_name(k: usize) -> String {
+    format!("x{k}")
+}
+
 fn eager_vs_compiled<V: Kernels>(case: &GenCase, mode: Mode) -> ClaimResult {
     let program = IrProgram {
         graph: &case.graph,
         payload: &case.payload,
     };
     let mut session = Session::<V>::new();
-    let x = session.input("x", &case.input, true)?;
-    let out = program.run(&mut session, &x)?;
+    let xs = case
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(k, x)| session.input(&input_name(k), x, true))
+        .collect::<Result<Vec<_>, _>>()?;
+    let out = program.run_inputs(&mut session, &xs)?;
     let mut recorder = Recorder::new();
-    let rx = recorder.input("x", &case.input, true)?;
-    let rout = program.run(&mut recorder, &rx)?;
+    let rxs = case
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(k, x)| recorder.input(&input_name(k), x, true))
+        .collect::<Result<Vec<_>, _>>()?;
+    let rout = program.run_inputs(&mut recorder, &rxs)?;
     let rec = recorder.finish(&rout)?;
     let seed = seed_values(out.shape(), 67, false);
     session.backward_with_seed(&out, &seed, Sweep::DenseAll)?;
@@ -497,7 +517,13 @@ fn eager_vs_compiled<V: Kernels>(case: &GenCase, mode: Mode) -> ClaimResult {
     for (leaf, g) in rec.leaves.iter().zip(run.grads) {
         let s = scattered.as_mut().and_then(Iterator::next);
         let e = match leaf.kind {
-            LeafKind::Input { .. } => session.grad(&x)?,
+            LeafKind::Input { .. } => {
+                let k = (0..xs.len()).find(|&k| input_name(k) == leaf.name);
+                match k {
+                    Some(k) => session.grad(&xs[k])?,
+                    None => None,
+                }
+            }
             LeafKind::Param => session.param_grad(&leaf.name),
             LeafKind::Const | LeafKind::Buffer => continue,
         };

@@ -142,7 +142,7 @@ impl Counterexample {
             case: GenCase {
                 graph: case.graph,
                 payload: case.payload,
-                input: case.input,
+                inputs: case.inputs,
             },
             provenance,
         })

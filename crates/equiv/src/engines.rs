@@ -30,12 +30,12 @@ pub trait EngineUnderTest: Send + Sync {
     fn zoo(&self) -> Vec<Observation>;
     /// The fixed cases' claims on this engine (local sums on every path; SPEC's defaults).
     fn fixed(&self) -> Vec<Observation>;
-    /// Output and gradients of a whole graph, in f64.
+    /// Output and gradients of a whole graph (one tensor per graph input), in f64.
     fn run_grad(
         &self,
         g: &Graph,
         p: &Payload,
-        x: &Tensor<f64>,
+        x: &[Tensor<f64>],
         seed: Option<&Tensor<f64>>,
     ) -> Result<GradResult, EquivError>;
 }
@@ -97,7 +97,7 @@ pub type NodeCases = Vec<(&'static str, OpCase)>;
 /// `(IR kind, op case)` for every lowered node, with operand values from the reference engine in f64.
 pub fn reference_nodes(case: &GenCase) -> Result<NodeCases, EquivError> {
     let exec = exec_graph_of_ir(&case.graph, &case.payload)?;
-    let inputs: Vec<Tensor<f64>> = exec.inputs(&case.input, &case.payload)?;
+    let inputs: Vec<Tensor<f64>> = exec.inputs(&case.inputs, &case.payload)?;
     let ctx = exec.graph.eval(inputs)?;
     let mut kind_at = vec!["input"; exec.graph.len()];
     for (id, &pos) in exec.ir_positions.iter().enumerate() {
@@ -212,7 +212,7 @@ impl<V: Kernels> EngineUnderTest for EngineOf<V> {
         &self,
         g: &Graph,
         p: &Payload,
-        x: &Tensor<f64>,
+        x: &[Tensor<f64>],
         seed: Option<&Tensor<f64>>,
     ) -> Result<GradResult, EquivError> {
         Ok(run_grad::<V>(g, p, x, seed)?)

@@ -435,8 +435,8 @@ fn default_agrees(
     let omitted = with_attr(&g, d.attr, None)?;
     let literal = with_attr(&g, d.attr, Some(d.literal.json()))?;
     let seed = crate::claims::seed_values(&g.nodes[1].shape, 71, false);
-    let a = engine.run_grad(&omitted, &p, &x, Some(&seed))?;
-    let b = engine.run_grad(&literal, &p, &x, Some(&seed))?;
+    let a = engine.run_grad(&omitted, &p, std::slice::from_ref(&x), Some(&seed))?;
+    let b = engine.run_grad(&literal, &p, std::slice::from_ref(&x), Some(&seed))?;
     let same = compare_f64(&a.output, &b.output, Mode::Bitwise).pass
         && compare_f64(a.grad_input(), b.grad_input(), Mode::Bitwise).pass
         && a.grad_payload.to_json() == b.grad_payload.to_json();

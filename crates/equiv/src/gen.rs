@@ -6,7 +6,8 @@
 //! to a small one for free, and every prefix of choices still builds a valid graph.
 //!
 //! Graphs are DAGs with fan-out, repeated parents, `detach`, broadcasting, reshapes, reductions,
-//! matmul/linear/conv chains, pools, batch norm, concat and the random kinds. Values lie on the
+//! matmul/linear/conv chains, pools, batch norm, concat and the random kinds; a binary op's
+//! second operand is sometimes a new graph input, so graphs take one input or several. Values lie on the
 //! grid `k/96` (not dyadic, so float sums round and accumulation order is observable; exact in
 //! the rationals after conversion). Inputs of `log`, `sqrt`, `inv` and divisors are made positive
 //! by construction (`abs(x) + c` with `c ≥ 1/2`). [`GenConfig::algebraic`] restricts the kinds to
@@ -47,7 +48,8 @@ impl GenConfig {
 pub struct GenCase {
     pub graph: Graph,
     pub payload: Payload,
-    pub input: Tensor<f64>,
+    /// One tensor per graph input, in input order.
+    pub inputs: Vec<Tensor<f64>>,
 }
 
 impl GenCase {
@@ -153,10 +155,12 @@ pub fn build_targeted(cfg: GenConfig, targets: &[Target], choices: &[u32]) -> Ge
     }
     let output_id = b.graph.nodes.len() - 1;
     b.graph.output_id = output_id;
+    let mut inputs = vec![input];
+    inputs.append(&mut b.extra_inputs);
     GenCase {
         graph: b.graph,
         payload: b.payload,
-        input,
+        inputs,
     }
 }
 
@@ -369,6 +373,8 @@ const MAX_ELEMS: usize = 96;
 struct Builder {
     graph: Graph,
     payload: Payload,
+    /// The values of the graph inputs after the first ([`Graph::extra_inputs`]), in order.
+    extra_inputs: Vec<Tensor<f64>>,
     /// The target of the step being forced, if any.
     target: Option<Target>,
 }
@@ -378,6 +384,7 @@ impl Builder {
         Builder {
             graph: Graph::new(0, 0, Vec::new()),
             payload: Payload::new(),
+            extra_inputs: Vec::new(),
             target: None,
         }
     }
@@ -485,7 +492,8 @@ impl Builder {
         self.push_op(Op::Binary(BinaryOp::Add), vec![a, k], vec![])
     }
 
-    /// An existing node with shape `s` other than `not`, or a new constant.
+    /// An existing node with shape `s` other than `not`, or a new graph input, or a new
+    /// constant.
     fn partner(&mut self, c: &mut Choices<'_>, s: &Shape, not: usize) -> usize {
         let same: Vec<usize> = self
             .graph
@@ -496,9 +504,20 @@ impl Builder {
             .collect();
         if !same.is_empty() && !c.one_in(3) {
             same[c.pick(same.len())]
+        } else if c.one_in(3) {
+            self.new_input(c, s)
         } else {
             self.constant(c, s, false)
         }
+    }
+
+    /// A new graph input of shape `s` (listed in `extra_inputs`), its value from the choices.
+    fn new_input(&mut self, c: &mut Choices<'_>, s: &Shape) -> usize {
+        let value = tensor_of(c, s);
+        let id = self.push(OpKind::Input, vec![], s.clone());
+        self.graph.extra_inputs.push(id);
+        self.extra_inputs.push(value);
+        id
     }
 
     fn reshape(&mut self, x: usize, to: Shape) -> usize {
@@ -1132,10 +1151,32 @@ mod tests {
                 for cfg in [GenConfig::FLOAT, GenConfig::ALGEBRAIC] {
                     let case = build(cfg, &v);
                     check_valid(&case);
-                    denote_all::<f64>(&case.graph, &case.payload, &case.input).unwrap();
+                    denote_all::<f64>(&case.graph, &case.payload, &case.inputs).unwrap();
                 }
             }
         }
+    }
+
+    #[test]
+    fn graphs_of_several_inputs_are_built_and_each_input_has_its_value() {
+        let mut s = 11u64;
+        let mut several = 0;
+        for _ in 0..400 {
+            let v: Vec<u32> = (0..120)
+                .map(|_| {
+                    s = torchlean_spec::ops::splitmix64(s);
+                    s as u32
+                })
+                .collect();
+            let case = build(GenConfig::FLOAT, &v);
+            assert_eq!(case.inputs.len(), case.graph.input_count());
+            for (x, id) in case.inputs.iter().zip(case.graph.inputs()) {
+                assert_eq!(x.shape(), &case.graph.nodes[id].shape);
+            }
+            several += usize::from(case.graph.input_count() > 1);
+        }
+        // a binary op's partner is a new input about one time in nine it is not a node
+        assert!(several >= 40, "{several} of 400 graphs have several inputs");
     }
 
     #[test]
@@ -1153,7 +1194,7 @@ mod tests {
                             .collect();
                         let case = build_targeted(cfg, &targets, &v);
                         check_valid(&case);
-                        denote_all::<f64>(&case.graph, &case.payload, &case.input).unwrap();
+                        denote_all::<f64>(&case.graph, &case.payload, &case.inputs).unwrap();
                         let seen = crate::regime::covered(&case.graph);
                         for t in &targets {
                             assert!(
@@ -1218,8 +1259,9 @@ mod tests {
                 })
                 .collect();
             let case = build(GenConfig::ALGEBRAIC, &v);
-            let x = case.input.convert::<torchlean_spec::Rational>().unwrap();
-            denote_all(&case.graph, &case.payload, &x).unwrap();
+            let xs: Vec<Tensor<torchlean_spec::Rational>> =
+                case.inputs.iter().map(|x| x.convert().unwrap()).collect();
+            denote_all(&case.graph, &case.payload, &xs).unwrap();
         }
     }
 }

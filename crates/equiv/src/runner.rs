@@ -567,12 +567,12 @@ fn shrink(
 fn reference_expect(case: &GenCase) -> Result<(Tensor<f64>, Expect), EquivError> {
     let out_shape = case.graph.nodes[case.graph.output_id].shape.clone();
     let seed = seed_values(&out_shape, 0x5eed, false);
-    let r = run_grad::<Tensor<f64>>(&case.graph, &case.payload, &case.input, Some(&seed))?;
+    let r = run_grad::<Tensor<f64>>(&case.graph, &case.payload, &case.inputs, Some(&seed))?;
     Ok((
         seed,
         Expect {
             output: Some(r.output),
-            grad_input: r.grad_inputs.into_iter().next(),
+            grad_inputs: Some(r.grad_inputs),
             grad_payload: Some(r.grad_payload),
         },
     ))
@@ -595,13 +595,20 @@ fn graph_level_differs(e: &dyn EngineUnderTest, case: &GenCase) -> bool {
     let Ok((seed, expect)) = reference_expect(case) else {
         return false;
     };
-    let Ok(got) = e.run_grad(&case.graph, &case.payload, &case.input, Some(&seed)) else {
+    let Ok(got) = e.run_grad(&case.graph, &case.payload, &case.inputs, Some(&seed)) else {
         return true;
     };
     let tol = case_tolerance(e.mode());
     let cmp = |g: &Tensor<f64>, w: &Option<Tensor<f64>>| {
         w.as_ref().is_some_and(|w| !tol.compare(g, w).pass)
     };
+    let inputs_differ = expect.grad_inputs.as_ref().is_some_and(|want| {
+        want.len() != got.grad_inputs.len()
+            || want
+                .iter()
+                .zip(&got.grad_inputs)
+                .any(|(w, g)| !tol.compare(g, w).pass)
+    });
     let payload_differs = expect.grad_payload.as_ref().is_some_and(|want| {
         want.entries.iter().any(|(node, entry)| {
             entry.tensors.iter().any(|(name, w)| {
@@ -612,7 +619,7 @@ fn graph_level_differs(e: &dyn EngineUnderTest, case: &GenCase) -> bool {
             })
         })
     });
-    cmp(&got.output, &expect.output) || cmp(got.grad_input(), &expect.grad_input) || payload_differs
+    cmp(&got.output, &expect.output) || inputs_differ || payload_differs
 }
 
 /// Writes the minimized counterexample as a `torchlean.case.v1` file whose expectations are the
@@ -641,7 +648,7 @@ pub fn write_counterexample(
         name: name.clone(),
         graph: case.graph.clone(),
         payload: case.payload.clone(),
-        input: case.input.clone(),
+        inputs: case.inputs.clone(),
         seed: Some(seed),
         expect,
         tolerance,
@@ -729,8 +736,12 @@ mod tests {
         let cx = crate::Counterexample::read(&path).unwrap();
         assert_eq!(cx.provenance, provenance());
         assert_eq!(cx.case.graph, case.graph);
-        let bits = |t: &Tensor<f64>| t.data().iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&cx.case.input), bits(&case.input));
+        let bits = |ts: &[Tensor<f64>]| {
+            ts.iter()
+                .flat_map(|t| t.data().iter().map(|v| v.to_bits()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(bits(&cx.case.inputs), bits(&case.inputs));
         // writing again replaces the file, still without a temporary file left behind
         write_counterexample(dir.path(), &provenance(), &case, &engines).unwrap();
         assert_eq!(

@@ -55,10 +55,10 @@ fn denote_reproduces_every_expected_output_in_f64_and_f32() {
     for (name, v) in load_cases() {
         let case = Case::from_json(&v).unwrap();
         let want = case.expect.output.as_ref().unwrap();
-        let got = denote::<f64>(&case.graph, &case.payload, &case.input).unwrap();
+        let got = denote::<f64>(&case.graph, &case.payload, &case.inputs).unwrap();
         let c = case.tolerance.compare(&got, want);
         assert!(c.pass, "{name} (f64): {c:?}");
-        let x32 = case.input.convert::<f32>().unwrap();
+        let x32 = case.inputs[0].convert::<f32>().unwrap();
         let got32 = denote::<f32>(&case.graph, &case.payload, &x32).unwrap();
         let tol32 = Tolerance {
             rtol: 1e-4,
@@ -512,9 +512,9 @@ fn rational_evaluation_is_exact_on_the_algebraic_kinds() {
         .unwrap(),
     )
     .unwrap();
-    let x = case.input.convert::<Rational>().unwrap();
+    let x = case.inputs[0].convert::<Rational>().unwrap();
     let exact = denote::<Rational>(&case.graph, &case.payload, &x).unwrap();
-    let float = denote::<f64>(&case.graph, &case.payload, &case.input).unwrap();
+    let float = denote::<f64>(&case.graph, &case.payload, &case.inputs).unwrap();
     // the exact value rounds to (nearly) the float one, but is not equal to it as a rational
     let exact_f = exact.item().unwrap().to_f64();
     assert!((exact_f - float.item().unwrap()).abs() < 1e-12);
@@ -549,7 +549,7 @@ fn rational_evaluation_of_a_transcendental_op_fails_cleanly() {
         .unwrap(),
     )
     .unwrap();
-    let x = case.input.convert::<Rational>().unwrap();
+    let x = case.inputs[0].convert::<Rational>().unwrap();
     let e = denote::<Rational>(&case.graph, &case.payload, &x).unwrap_err();
     assert!(
         e.to_string().contains("node 1 (sin)") && e.to_string().contains("rational"),

@@ -34,8 +34,24 @@ impl IrProgram<'_> {
 
 impl Program for IrProgram<'_> {
     /// Fails (naming every problem) on a graph that does not pass `check_shapes`, before any
-    /// op runs.
+    /// op runs, and on a graph of several inputs ([`IrProgram::run_inputs`] takes them).
     fn run<O: Ops>(&self, ops: &mut O, x: &Var) -> Result<Var> {
+        self.run_inputs(ops, std::slice::from_ref(x))
+    }
+}
+
+impl IrProgram<'_> {
+    /// [`Program::run`] with one value per graph input, in input order.
+    pub fn run_inputs<O: Ops>(&self, ops: &mut O, xs: &[Var]) -> Result<Var> {
+        if xs.len() != self.graph.input_count() {
+            return Err(NnError::Export {
+                reason: format!(
+                    "the graph takes {} input(s), {} given",
+                    self.graph.input_count(),
+                    xs.len()
+                ),
+            });
+        }
         let problems: Vec<Diagnostic> = check_shapes(self.graph)
             .into_iter()
             .filter(Diagnostic::is_error)
@@ -61,7 +77,7 @@ impl Program for IrProgram<'_> {
         let mut vals: Vec<Var> = Vec::with_capacity(self.graph.len());
         for n in &self.graph.nodes {
             let v = match node_sem(n, Some(self.payload)) {
-                NodeSem::Input => x.clone(),
+                NodeSem::Input => xs[self.graph.input_position(n.id)].clone(),
                 NodeSem::Const => params[n.id][0].clone(),
                 NodeSem::Apply(op) => {
                     let mut args: Vec<&Var> = n.parents.iter().map(|&p| &vals[p]).collect();

@@ -136,8 +136,8 @@ fn every_conformance_graph_runs_as_a_program_with_torchlean_grads_gradients() {
             payload: &case.payload,
         };
         let (s, input, out) =
-            eager::<Tensor<f64>, _>(&case.input, Sweep::Releasing, |s, x| program.run(s, x));
-        let want = run_grad::<Tensor<f64>>(&case.graph, &case.payload, &case.input, None).unwrap();
+            eager::<Tensor<f64>, _>(&case.inputs[0], Sweep::Releasing, |s, x| program.run(s, x));
+        let want = run_grad::<Tensor<f64>>(&case.graph, &case.payload, &case.inputs, None).unwrap();
         let close = |a: &Tensor<f64>, b: &Tensor<f64>, what: &str| {
             assert_eq!(a.shape(), b.shape(), "{}: {what}", case.name);
             for (x, y) in a.data().iter().zip(b.data()) {

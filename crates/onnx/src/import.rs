@@ -167,6 +167,9 @@ pub(crate) struct Operand {
 enum Val {
     /// Computed by an IR node.
     Node(Operand),
+    /// An integer graph input (INT64 or INT32): an `input` node of float ids, usable only as
+    /// `Gather`'s indices (token ids into an embedding), whose range `embedding` checks.
+    Ids(Operand),
     /// A constant (initializer or `Constant` node output), materialised as a `const` node on
     /// its first use as data.
     Const(usize),
@@ -362,7 +365,8 @@ impl Builder {
         }
     }
 
-    /// One graph input: an `input` node of its fixed shape, FLOAT or DOUBLE like the first.
+    /// One graph input: an `input` node of its fixed shape, FLOAT or DOUBLE like the first, or
+    /// INT64/INT32 token ids (used by `Gather` only, checked where used).
     fn input(&mut self, v: &ValueInfoProto) {
         let problem =
             |kind, field: &str, msg: String| Problem::new(kind, v.name(), "input", field, msg);
@@ -379,18 +383,23 @@ impl Builder {
             }
         };
         let mut ok = true;
+        let ids = matches!(
+            DataType::try_from(tensor.elem_type()),
+            Ok(DataType::Int64 | DataType::Int32)
+        );
         let elem_type = match DataType::try_from(tensor.elem_type()) {
             Ok(DataType::Float) => Some(ElemType::F32),
             Ok(DataType::Double) => Some(ElemType::F64),
             _ => None,
         };
         match (elem_type, self.elem_type) {
+            (None, _) if ids => {}
             (None, _) => {
                 self.problems.push(problem(
                     ProblemKind::UnsupportedAttribute,
                     "elem_type",
                     format!(
-                        "{} input; FLOAT or DOUBLE is supported (an input that fixes shapes, axes or indices can be bound: --bind NAME=FILE)",
+                        "{} input; FLOAT or DOUBLE is supported, or INT64/INT32 token ids for Gather (an input that fixes shapes, axes or indices can be bound: --bind NAME=FILE)",
                         dtype_name(tensor.elem_type())
                     ),
                 ));
@@ -458,8 +467,9 @@ impl Builder {
         }
         let id = self.push_node(OpKind::Input, vec![], shape.clone());
         self.inputs.push((id, v.name().to_string()));
-        self.values
-            .insert(v.name().to_string(), Val::Node(Operand { id, shape }));
+        let o = Operand { id, shape };
+        let val = if ids { Val::Ids(o) } else { Val::Node(o) };
+        self.values.insert(v.name().to_string(), val);
     }
 
     fn poison(&mut self, ctx: &Ctx<'_>) {
@@ -508,7 +518,7 @@ impl Builder {
         let mut outputs = Vec::with_capacity(graph.output.len());
         for name in graph.output.iter().map(|o| o.name().to_string()) {
             match self.values.get(&name).cloned() {
-                Some(Val::Node(o)) => outputs.push(o.id),
+                Some(Val::Node(o) | Val::Ids(o)) => outputs.push(o.id),
                 Some(Val::Const(i)) => match self.const_node(i) {
                     Ok(o) => outputs.push(o.id),
                     Err(p) => self.problems.push(p),
@@ -610,7 +620,7 @@ impl Builder {
     /// for an unknown or poisoned one.
     pub(crate) fn shape_of(&self, name: &str) -> Option<Shape> {
         match self.values.get(name)? {
-            Val::Node(o) => Some(o.shape.clone()),
+            Val::Node(o) | Val::Ids(o) => Some(o.shape.clone()),
             Val::Const(i) => Some(self.consts[*i].c.shape.clone()),
             Val::Poisoned => None,
         }
@@ -645,6 +655,13 @@ impl Builder {
     ) -> std::result::Result<Operand, Problem> {
         match self.values.get(name).cloned() {
             Some(Val::Node(o)) => Ok(o),
+            Some(Val::Ids(_)) => Err(ctx.unsupported(
+                "input",
+                format!(
+                    "`{}` is an integer graph input: those are imported as token ids for Gather (an embedding) only; bind it (--bind NAME=FILE) to use it as a constant",
+                    torchlean_ir::shorten(name)
+                ),
+            )),
             Some(Val::Const(i)) => self.const_node(i),
             Some(Val::Poisoned) => Err(ctx.problem(
                 ProblemKind::Upstream,
@@ -659,6 +676,14 @@ impl Builder {
                     torchlean_ir::shorten(name)
                 ),
             )),
+        }
+    }
+
+    /// The float ids node of an integer graph input ([`Val::Ids`]), if `name` is one.
+    pub(crate) fn ids(&self, name: &str) -> Option<Operand> {
+        match self.values.get(name) {
+            Some(Val::Ids(o)) => Some(o.clone()),
+            _ => None,
         }
     }
 

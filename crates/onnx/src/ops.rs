@@ -1183,6 +1183,10 @@ fn gather(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
             ))
         }
     };
+    if let Some(ids) = ctx.input(1).and_then(|name| b.ids(name)) {
+        // token ids from an integer graph input: `embedding` checks each is a row
+        return b.apply(ctx, Op::Embedding, &[&ids, &table]);
+    }
     let Some(ids) = const_ints(b, ctx, 1)? else {
         return Err(ctx.unsupported("input[1]", "required input missing"));
     };

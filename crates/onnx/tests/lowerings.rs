@@ -358,3 +358,63 @@ fn every_input_and_output_of_a_model_is_kept_by_name() {
     assert_eq!(out[0].data(), [1.0, -3.0]);
     assert_eq!(out[1].data(), [2.5, 2.0]);
 }
+
+/// A model whose input `ids` is INT64 (the others FLOAT).
+fn with_int64_ids(bytes: Vec<u8>) -> Vec<u8> {
+    use prost::Message;
+    use torchlean_onnx::proto::{tensor_proto::DataType, type_proto, ModelProto};
+    let mut m = ModelProto::decode(bytes.as_slice()).unwrap();
+    for v in &mut m.graph.as_mut().unwrap().input {
+        if v.name() == "ids" {
+            if let Some(type_proto::Value::TensorType(t)) =
+                v.r#type.as_mut().and_then(|t| t.value.as_mut())
+            {
+                t.elem_type = Some(DataType::Int64 as i32);
+            }
+        }
+    }
+    m.encode_to_vec()
+}
+
+#[test]
+fn an_int64_input_of_token_ids_feeds_an_embedding_and_nothing_else() {
+    // Gather(table [3, 2], ids [2, 2]): a GPT's token embedding
+    let bytes = with_int64_ids(model_with_inputs(
+        &[("ids", &[2, 2])],
+        vec![node("wte", "Gather", &["table", "ids"], &["e"])],
+        vec![common::floats(
+            "table",
+            &[3, 2],
+            &[0.0, 1.0, 10.0, 11.0, 20.0, 21.0],
+        )],
+        &["e"],
+        17,
+    ));
+    let imported = import_onnx(&bytes).unwrap();
+    assert_eq!(imported.graph.input_count(), 1);
+    let ids = Tensor::new([2, 2], vec![2.0, 0.0, 1.0, 1.0]).unwrap();
+    let out = torchlean_ir::denote_outputs(&imported.graph, &imported.payload, &ids).unwrap();
+    assert_eq!(out[0].shape().dims(), [2, 2, 2]);
+    assert_eq!(
+        out[0].data(),
+        [20.0, 21.0, 0.0, 1.0, 10.0, 11.0, 10.0, 11.0]
+    );
+    // an id outside the table is the embedding's error, naming the position
+    let bad = Tensor::new([2, 2], vec![0.0, 3.0, 0.0, 0.0]).unwrap();
+    let e = torchlean_ir::denote_outputs(&imported.graph, &imported.payload, &bad)
+        .expect_err("row 3 of 3");
+    assert!(e.to_string().contains("embedding"), "{e}");
+    // used as data by another op: refused, naming the way to bind it
+    let added = with_int64_ids(model_with_inputs(
+        &[("ids", &[2]), ("x", &[2])],
+        vec![node("add", "Add", &["x", "ids"], &["y"])],
+        vec![],
+        &["y"],
+        17,
+    ));
+    let e = import_onnx(&added).expect_err("ids used by Add");
+    assert!(
+        e.to_string().contains("token ids for Gather") && e.to_string().contains("--bind"),
+        "{e}"
+    );
+}

@@ -243,7 +243,7 @@ fn equiv_throughput(threads: usize, reps: usize) -> Result<Vec<Row>> {
     for c in all() {
         set.write(c.graph.to_json().to_string().as_bytes());
         set.write(c.payload.to_json().to_string().as_bytes());
-        for v in c.input.data() {
+        for v in c.inputs.iter().flat_map(|x| x.data()) {
             set.write(&v.to_bits().to_le_bytes());
         }
     }

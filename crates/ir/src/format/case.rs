@@ -146,14 +146,16 @@ impl Default for Tolerance {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Expect {
     pub output: Option<Tensor<f64>>,
-    pub grad_input: Option<Tensor<f64>>,
+    /// One gradient per graph input, in input order (`grad_input` on the wire for one input,
+    /// `grad_inputs` for several).
+    pub grad_inputs: Option<Vec<Tensor<f64>>>,
     pub grad_payload: Option<Payload>,
 }
 
 impl Expect {
     /// Whether nothing is expected (such a case checks nothing, so it is refused).
     pub fn is_empty(&self) -> bool {
-        self.output.is_none() && self.grad_input.is_none() && self.grad_payload.is_none()
+        self.output.is_none() && self.grad_inputs.is_none() && self.grad_payload.is_none()
     }
 }
 
@@ -163,7 +165,9 @@ pub struct Case {
     pub name: String,
     pub graph: Graph,
     pub payload: Payload,
-    pub input: Tensor<f64>,
+    /// One tensor per graph input, in input order (`input` on the wire for one input, `inputs`
+    /// for several).
+    pub inputs: Vec<Tensor<f64>>,
     /// Cotangent of the output (absent: ones of the output's shape).
     pub seed: Option<Tensor<f64>>,
     pub expect: Expect,
@@ -177,10 +181,10 @@ fn field_err(field: &str, msg: impl std::fmt::Display) -> Diagnostic {
 
 /// Why a case without expectations is refused: it would "pass" with nothing checked.
 const NOTHING_CHECKED: &str =
-    "checks nothing: give at least one of `output`, `grad_input`, `grad_payload`";
+    "checks nothing: give at least one of `output`, `grad_input` (`grad_inputs`), `grad_payload`";
 
 /// The members of `expect`.
-const EXPECT_MEMBERS: [&str; 3] = ["output", "grad_input", "grad_payload"];
+const EXPECT_MEMBERS: [&str; 4] = ["output", "grad_input", "grad_inputs", "grad_payload"];
 
 /// `{"rtol": r, "atol": a}`, each a finite non-negative number, absent ones the default; any
 /// other value of a member is an error naming it (never silently the default).
@@ -225,6 +229,64 @@ fn tensor_member(
         Err(e) => {
             errors.push(field_err(key, e));
             None
+        }
+    }
+}
+
+/// One tensor (`one` on the wire) or an array of at least two (`many`): never both, one of them
+/// required.
+fn tensors_member(
+    obj: &Map<String, Value>,
+    (one, many): (&str, &str),
+    errors: &mut Vec<Diagnostic>,
+) -> Option<Vec<Tensor<f64>>> {
+    match (obj.get(one), obj.get(many)) {
+        (Some(_), Some(_)) => {
+            errors.push(field_err(
+                many,
+                format!("given beside `{one}`: give one of them"),
+            ));
+            None
+        }
+        (Some(_), None) => tensor_member(obj, one, errors).map(|t| vec![t]),
+        (None, Some(Value::Array(items))) if items.len() >= 2 => {
+            let mut out = Vec::with_capacity(items.len());
+            for (k, v) in items.iter().enumerate() {
+                match Tensor::<f64>::from_json(v) {
+                    Ok(t) => out.push(t),
+                    Err(e) => errors.push(field_err(&format!("{many}[{k}]"), e)),
+                }
+            }
+            (out.len() == items.len()).then_some(out)
+        }
+        (None, Some(other)) => {
+            errors.push(field_err(
+                many,
+                format!(
+                    "is {}, expected an array of at least two tensors (one input: `{one}`)",
+                    shown(other)
+                ),
+            ));
+            None
+        }
+        (None, None) => {
+            errors.push(field_err(one, "missing"));
+            None
+        }
+    }
+}
+
+/// Writes `ts` as `one` (a single tensor) or `many` (an array).
+fn put_tensors(obj: &mut Map<String, Value>, (one, many): (&str, &str), ts: &[Tensor<f64>]) {
+    match ts {
+        [t] => {
+            obj.insert(one.into(), t.to_json());
+        }
+        ts => {
+            obj.insert(
+                many.into(),
+                Value::Array(ts.iter().map(Tensor::to_json).collect()),
+            );
         }
     }
 }
@@ -296,10 +358,7 @@ impl Case {
             },
             None => Payload::default(),
         };
-        let input = tensor_member(obj, "input", &mut errors);
-        if obj.get("input").is_none() {
-            errors.push(field_err("input", "missing"));
-        }
+        let inputs = tensors_member(obj, ("input", "inputs"), &mut errors);
         let seed = tensor_member(obj, "seed", &mut errors);
         let mut expect = Expect::default();
         match obj.get("expect") {
@@ -310,7 +369,10 @@ impl Case {
                         errors.push(field_err("expect", NOTHING_CHECKED));
                     }
                     expect.output = tensor_member(eo, "output", &mut errors);
-                    expect.grad_input = tensor_member(eo, "grad_input", &mut errors);
+                    if eo.contains_key("grad_input") || eo.contains_key("grad_inputs") {
+                        expect.grad_inputs =
+                            tensors_member(eo, ("grad_input", "grad_inputs"), &mut errors);
+                    }
                     if let Some(gp) = eo.get("grad_payload") {
                         match Payload::from_json(gp) {
                             Ok(p) => expect.grad_payload = Some(p),
@@ -347,12 +409,24 @@ impl Case {
                 }
             },
         };
-        match (graph, input) {
-            (Some(graph), Some(input)) if errors.is_empty() => Ok(Case {
+        if let (Some(g), Some(xs)) = (&graph, &inputs) {
+            if xs.len() != g.input_count() {
+                errors.push(field_err(
+                    if xs.len() == 1 { "input" } else { "inputs" },
+                    format!(
+                        "{} tensor(s) for a graph of {} input(s)",
+                        xs.len(),
+                        g.input_count()
+                    ),
+                ));
+            }
+        }
+        match (graph, inputs) {
+            (Some(graph), Some(inputs)) if errors.is_empty() => Ok(Case {
                 name,
                 graph,
                 payload,
-                input,
+                inputs,
                 seed,
                 expect,
                 tolerance,
@@ -368,7 +442,7 @@ impl Case {
         obj.insert("name".into(), Value::from(self.name.clone()));
         obj.insert("graph".into(), self.graph.to_json());
         obj.insert("payload".into(), self.payload.to_json());
-        obj.insert("input".into(), self.input.to_json());
+        put_tensors(&mut obj, ("input", "inputs"), &self.inputs);
         if let Some(s) = &self.seed {
             obj.insert("seed".into(), s.to_json());
         }
@@ -376,8 +450,8 @@ impl Case {
         if let Some(t) = &self.expect.output {
             ex.insert("output".into(), t.to_json());
         }
-        if let Some(t) = &self.expect.grad_input {
-            ex.insert("grad_input".into(), t.to_json());
+        if let Some(ts) = &self.expect.grad_inputs {
+            put_tensors(&mut ex, ("grad_input", "grad_inputs"), ts);
         }
         if let Some(p) = &self.expect.grad_payload {
             ex.insert("grad_payload".into(), p.to_json());
