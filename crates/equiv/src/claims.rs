@@ -455,6 +455,11 @@ fn saved_vs_dense<V: Kernels>(exec: &ExecGraph, inputs: &[V], mode: Mode) -> Cla
     Ok(found.finish())
 }
 
+/// The session name of graph input `k` in [`eager_vs_compiled`].
+fn input_name(k: usize) -> String {
+    format!("x{k}")
+}
+
 /// One program, two interpreters (SPEC 2.3's last row): the graph run as a program
 /// (`torchlean_nn::IrProgram`) by the eager `Session` on engine `V` (each op recorded as it
 /// runs) and by the `Recorder`, whose graph is compiled and differentiated (`compile` +
@@ -468,11 +473,6 @@ fn saved_vs_dense<V: Kernels>(exec: &ExecGraph, inputs: &[V], mode: Mode) -> Cla
 ///   ([`local_sums_reassociate`] is false). Where they do not, the two round differently by
 ///   design: `(g + c₁) + c₂` against `g + (c₁ + c₂)`, as in TorchLean, whose regression suite
 ///   tells them apart (docs/checker.md).
-/// The session name of graph input `k` in [`eager_vs_compiled`].
-fn input_name(k: usize) -> String {
-    format!("x{k}")
-}
-
 fn eager_vs_compiled<V: Kernels>(case: &GenCase, mode: Mode) -> ClaimResult {
     let program = IrProgram {
         graph: &case.graph,
