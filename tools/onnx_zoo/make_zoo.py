@@ -11,6 +11,8 @@ NAME the script writes:
   "f32"). An f32 model also has `output_torch_f64`, `grad_input_f64` and
   `grad_f64.<parameter name>`: the same model and input (exactly) run by PyTorch in float64.
 
+A model over token ids (`gpt`) takes an INT64 `input` and has no `grad_input`.
+
 A model is exported in float64 when onnxruntime runs it in float64, else in float32 (ORT has no
 float64 `Erf`, which its `Gelu` expands to). Every parameter must appear as an ONNX initializer
 under its PyTorch name (the test maps gradients by name; the script fails otherwise).
@@ -19,6 +21,7 @@ Run from the repository root:
 
     pip install torch onnx onnxruntime safetensors numpy
     python tools/onnx_zoo/make_zoo.py            # writes crates/onnx/tests/zoo/
+    python tools/onnx_zoo/make_zoo.py gpt        # only the models named
 
 Made with torch 2.15, onnx 1.23.2, onnxruntime 1.32.0.
 """
@@ -108,6 +111,55 @@ class Encoder(torch.nn.Module):
         return x + self.ff2(torch.nn.functional.gelu(self.ff1(self.ln2(x))))
 
 
+class Gpt(torch.nn.Module):
+    """A nanoGPT-style decoder (two blocks, four heads of 4, tied embeddings, a causal mask
+    filled with -inf, exact GELU) over INT64 token ids: what `torch.onnx.export` makes of a GPT.
+    The head size is 4 so that the exported f32 scale 1/sqrt(4) is exact (the float64 PyTorch
+    run it is compared with at 1e-9 uses the exact value)."""
+
+    def __init__(self, vocab=11, block=8, d=16, heads=4, layers=2):
+        super().__init__()
+        self.heads = heads
+        self.wte = torch.nn.Embedding(vocab, d)
+        self.wpe = torch.nn.Embedding(block, d)
+        self.blocks = torch.nn.ModuleList([GptBlock(d, heads, block) for _ in range(layers)])
+        self.ln_f = torch.nn.LayerNorm(d)
+        self.lm_head = torch.nn.Linear(d, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied, as nanoGPT
+
+    def forward(self, idx):
+        t = idx.size(1)
+        pos = torch.arange(0, t, dtype=torch.long)
+        x = self.wte(idx) + self.wpe(pos)
+        for b in self.blocks:
+            x = b(x)
+        return self.lm_head(self.ln_f(x))
+
+
+class GptBlock(torch.nn.Module):
+    def __init__(self, d, heads, block):
+        super().__init__()
+        self.heads = heads
+        self.ln_1 = torch.nn.LayerNorm(d)
+        self.c_attn = torch.nn.Linear(d, 3 * d)
+        self.c_proj = torch.nn.Linear(d, d)
+        self.ln_2 = torch.nn.LayerNorm(d)
+        self.c_fc = torch.nn.Linear(d, 4 * d)
+        self.c_fc_proj = torch.nn.Linear(4 * d, d)
+        self.register_buffer("mask", torch.tril(torch.ones(block, block)), persistent=False)
+
+    def forward(self, x):
+        b, t, c = x.size()
+        q, k, v = self.c_attn(self.ln_1(x)).split(c, dim=2)
+        hd = c // self.heads
+        q, k, v = (z.view(b, t, self.heads, hd).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+        att = att.masked_fill(self.mask[:t, :t] == 0, float("-inf"))
+        y = (torch.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(b, t, c)
+        x = x + self.c_proj(y)
+        return x + self.c_fc_proj(torch.nn.functional.gelu(self.c_fc(self.ln_2(x))))
+
+
 def export(model, x):
     f = io.BytesIO()
     torch.onnx.export(
@@ -123,18 +175,20 @@ def ort_run(data, x):
 
 
 def torch_grads(m, x, seed):
-    """Output, input gradient and parameter gradients under cotangent `seed` (None: output only)."""
-    xg = x.clone().requires_grad_(True)
+    """Output, input gradient and parameter gradients under cotangent `seed` (None: output
+    only). Integer input (token ids) has no gradient: `None`."""
+    xg = x.clone().requires_grad_(True) if x.is_floating_point() else x
     m.zero_grad()
     out = m(xg)
     if seed is None:
         return out, None, None
     out.backward(seed)
     grads = {n: p.grad.numpy().copy() for n, p in m.named_parameters()}
-    return out.detach().numpy(), xg.grad.numpy(), grads
+    grad_x = xg.grad.numpy() if x.is_floating_point() else None
+    return out.detach().numpy(), grad_x, grads
 
 
-def build(name, make, input_shape):
+def build(name, make, input_shape, vocab=None):
     torch.manual_seed(15)
     model = make()
     for mod in model.modules():  # non-trivial running statistics for batch norm in eval mode
@@ -147,10 +201,13 @@ def build(name, make, input_shape):
             torch.nn.init.uniform_(mod.weight, 0.5, 1.5)
             torch.nn.init.uniform_(mod.bias, -0.5, 0.5)
     model.eval()
-    x64 = torch.randn(*input_shape, dtype=torch.float64)
+    if vocab is None:
+        x64 = torch.randn(*input_shape, dtype=torch.float64)
+    else:  # token ids in [0, vocab)
+        x64 = torch.randint(0, vocab, input_shape, dtype=torch.long)
     for dtype, tag in ((torch.float64, "f64"), (torch.float32, "f32")):
         m = model.to(dtype)
-        x = x64.to(dtype)
+        x = x64.to(dtype) if vocab is None else x64
         data = export(m, x)
         try:
             out_ort = ort_run(data, x)
@@ -173,14 +230,18 @@ def build(name, make, input_shape):
         "seed": seed.numpy(),
         "output_ort": np.ascontiguousarray(out_ort),
         "output_torch": out,
-        "grad_input": grad_x,
     }
+    if grad_x is not None:
+        tensors["grad_input"] = grad_x
     tensors.update({"grad." + n: g for n, g in grads.items()})
     if dtype == torch.float32:
         # the same model (its f32 weights, exactly) in float64: what our f64 engines must match
         m64 = copy.deepcopy(m).double()
-        out, grad_x, grads = torch_grads(m64, x.double(), seed.double())
-        tensors.update({"output_torch_f64": out, "grad_input_f64": grad_x})
+        x64 = x.double() if vocab is None else x
+        out, grad_x, grads = torch_grads(m64, x64, seed.double())
+        tensors["output_torch_f64"] = out
+        if grad_x is not None:
+            tensors["grad_input_f64"] = grad_x
         tensors.update({"grad_f64." + n: g for n, g in grads.items()})
     os.makedirs(OUT, exist_ok=True)
     with open(os.path.join(OUT, name + ".onnx"), "wb") as fh:
@@ -192,11 +253,19 @@ def build(name, make, input_shape):
     print(f"{name}: {tag}, {len(data)} + {size} bytes, ops {ops}, |ort - torch| = {err:.3g}")
 
 
+MODELS = {
+    "mlp": lambda: build("mlp", Mlp, (4, 6)),
+    "cnn": lambda: build("cnn", Cnn, (2, 2, 8, 8)),
+    "residual": lambda: build("residual", Residual, (2, 3, 5, 5)),
+    "encoder": lambda: build("encoder", Encoder, (2, 4, 8)),
+    "gpt": lambda: build("gpt", Gpt, (2, 8), vocab=11),
+}
+
+
 def main():
-    build("mlp", Mlp, (4, 6))
-    build("cnn", Cnn, (2, 2, 8, 8))
-    build("residual", Residual, (2, 3, 5, 5))
-    build("encoder", Encoder, (2, 4, 8))
+    # `make_zoo.py [NAME ...]`: the models named (default: all)
+    for name in sys.argv[1:] or MODELS:
+        MODELS[name]()
 
 
 if __name__ == "__main__":

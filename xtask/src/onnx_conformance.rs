@@ -6,7 +6,7 @@
 //! the generators the installed `onnx` package carries (1,884 tests with onnx 1.23, ten seconds)
 //! and writes `OUT/<test>/model.onnx` with `test_data_set_0/{input,output}_N.pb`. Each test is
 //! imported with `torchlean_onnx::import_model_bound`, its INT64 inputs (shapes, axes, indices)
-//! bound to their test values as `torchlean import --bind` binds them, evaluated on its
+//! and BOOL ones (conditions) bound to their test values as `torchlean import --bind` binds them, evaluated on its
 //! remaining inputs with `torchlean_ir::denote_outputs` in `f64`, and every output compared with ONNX's
 //! tolerances (rtol 1e-3, atol 1e-7; NaN matches NaN).
 //!
@@ -365,9 +365,10 @@ fn read_all(files: &[Vec<u8>], prefix: &str) -> Result<Vec<torchlean_onnx::Tenso
         .collect()
 }
 
-/// The graph inputs declared INT64 (shapes, axes, indices, pads), bound at import to their test
-/// values as `torchlean import --bind` binds them; the others stay inputs.
-fn int64_inputs(model: &ModelProto) -> Vec<bool> {
+/// The graph inputs declared INT64 (shapes, axes, indices, pads) or BOOL (conditions, masks),
+/// bound at import to their test values as `torchlean import --bind` binds them; the others
+/// stay inputs.
+fn bound_inputs(model: &ModelProto) -> Vec<bool> {
     let Some(graph) = &model.graph else {
         return vec![];
     };
@@ -379,6 +380,7 @@ fn int64_inputs(model: &ModelProto) -> Vec<bool> {
                 v.r#type.as_ref().and_then(|t| t.value.as_ref()),
                 Some(torchlean_onnx::proto::type_proto::Value::TensorType(t))
                     if t.elem_type == Some(DataType::Int64 as i32)
+                        || t.elem_type == Some(DataType::Bool as i32)
             )
         })
         .collect()
@@ -393,11 +395,11 @@ fn evaluate(dir: &Path, model: &ModelProto) -> Outcome {
         (Ok(i), Ok(o)) => (i, o),
         (Err(e), _) | (_, Err(e)) => return Outcome::Refused(format!("test data: {e}")),
     };
-    let int64 = int64_inputs(model);
+    let bindable = bound_inputs(model);
     let mut bound = Vec::new();
     let mut free = Vec::new();
     for (i, bytes) in input_files.iter().enumerate() {
-        if int64.get(i).copied().unwrap_or(false) && input_files.len() > 1 {
+        if bindable.get(i).copied().unwrap_or(false) && input_files.len() > 1 {
             match torchlean_onnx::tensor_proto(bytes) {
                 Ok(t) => bound.push((t.name().to_string(), t)),
                 Err(e) => return Outcome::Refused(format!("input_{i}.pb: {e}")),

@@ -634,6 +634,20 @@ impl Builder {
         }
     }
 
+    /// The constant `name` is, if it may be folded at import: an integer or BOOL constant, or
+    /// a float one that is no initializer (a `Constant` node's, or one the import computed).
+    /// A float initializer is a parameter: it stays a `const` node, so it gets its gradient.
+    pub(crate) fn folded(&self, name: &str) -> Option<&Constant> {
+        match self.values.get(name) {
+            Some(Val::Const(i)) => {
+                let e = &self.consts[*i];
+                (e.initializer.is_none() || e.c.ints().is_some() || e.c.bools().is_some())
+                    .then_some(&e.c)
+            }
+            _ => None,
+        }
+    }
+
     /// The initializer named `name`, if it is one used by exactly one node input and not yet
     /// placed anywhere: the form a weight must have to become an op's payload tensor.
     pub(crate) fn weight(&self, name: &str) -> Option<&Constant> {

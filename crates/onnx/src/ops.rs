@@ -60,6 +60,7 @@ const MAPPED: &[&str] = &[
     "PRelu",
     "Pow",
     "GlobalMaxPool",
+    "Where",
     "Split",
     "Clip",
     "Constant",
@@ -102,7 +103,10 @@ pub(crate) fn map_node(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
         "Shape" => shape(b, ctx, &out),
         "Cast" => cast(b, ctx, &out),
         "Split" => split(b, ctx),
+        "Squeeze" | "Unsqueeze" => squeeze(b, ctx, &out),
+        "Concat" => concat(b, ctx, &out),
         "LayerNormalization" => layer_norm(b, ctx),
+        "Where" => where_op(b, ctx, &out),
         _ => {
             extra_outputs(ctx)?;
             let o = match ctx.op {
@@ -121,11 +125,9 @@ pub(crate) fn map_node(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
                 "GlobalAveragePool" => global_average_pool(b, ctx)?,
                 "BatchNormalization" => batch_norm(b, ctx)?,
                 "Reshape" => reshape_op(b, ctx)?,
-                "Squeeze" | "Unsqueeze" => squeeze(b, ctx)?,
                 "Expand" => expand(b, ctx)?,
                 "Flatten" => flatten(b, ctx)?,
                 "Transpose" => transpose(b, ctx)?,
-                "Concat" => concat(b, ctx)?,
                 "Gather" => gather(b, ctx)?,
                 "Slice" => slice(b, ctx)?,
                 "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceL2"
@@ -490,6 +492,18 @@ fn cast(b: &mut Builder, ctx: &Ctx<'_>, out: &str) -> Mapped {
         }
         (Some(DataType::Int64 | DataType::Int32), Some(c)) if c.ints().is_some() => {
             b.define_const(out, c, None);
+            Ok(())
+        }
+        (Some(DataType::Int64 | DataType::Int32), Some(c)) if c.bools().is_some() => {
+            let shape = c.shape.clone();
+            let values = Values::Int(c.floats().iter().map(|&v| v as i64).collect());
+            b.define_const(out, Constant { shape, values }, None);
+            Ok(())
+        }
+        (Some(DataType::Bool), Some(c)) => {
+            let shape = c.shape.clone();
+            let values = Values::Bool(c.floats().iter().map(|&v| v != 0.0).collect());
+            b.define_const(out, Constant { shape, values }, None);
             Ok(())
         }
         (Some(DataType::Float | DataType::Double), None) => {
@@ -1036,20 +1050,40 @@ fn reshape_op(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     reshape(b, ctx, &x, Shape::new(dims))
 }
 
-/// `Squeeze` and `Unsqueeze`: a `reshape` that removes or inserts size-1 dims. The axes are an
+/// `Squeeze` and `Unsqueeze`: a `reshape` that removes or inserts size-1 dims (a constant
+/// that is not a parameter folds: the same values, the new shape). The axes are an
 /// attribute before opset 13 and a constant input from it; Squeeze without axes removes every
 /// size-1 dim, and an axis whose dim is not 1 is refused.
-fn squeeze(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
-    let axes = if b.opset >= 13 {
-        one(ctx, &[])?;
-        const_ints(b, ctx, 1)?
-    } else {
-        one(ctx, &["axes"])?;
-        ctx.ints("axes").map(<[i64]>::to_vec)
+fn squeeze(b: &mut Builder, ctx: &Ctx<'_>, out: &str) -> Mapped {
+    let go = |b: &mut Builder| -> One<()> {
+        let axes = if b.opset >= 13 {
+            one(ctx, &[])?;
+            const_ints(b, ctx, 1)?
+        } else {
+            one(ctx, &["axes"])?;
+            ctx.ints("axes").map(<[i64]>::to_vec)
+        };
+        if let Some(c) = b.folded(input(ctx, 0)?).cloned() {
+            let dims = squeezed_dims(ctx, c.shape.dims(), axes.as_deref())?;
+            let folded = Constant {
+                shape: Shape::new(dims),
+                values: c.values,
+            };
+            b.define_const(out, folded, None);
+            return Ok(());
+        }
+        let x = data(b, ctx, 0)?;
+        let dims = squeezed_dims(ctx, x.shape.dims(), axes.as_deref())?;
+        let y = reshape(b, ctx, &x, Shape::new(dims))?;
+        b.define(out, y);
+        Ok(())
     };
-    let x = data(b, ctx, 0)?;
-    let dims = x.shape.dims();
-    let out: Vec<usize> = if ctx.op == "Unsqueeze" {
+    go(b).map_err(|p| vec![p])
+}
+
+/// The dims `Squeeze` or `Unsqueeze` (`ctx.op`) makes of `dims` with `axes`.
+fn squeezed_dims(ctx: &Ctx<'_>, dims: &[usize], axes: Option<&[i64]>) -> One<Vec<usize>> {
+    if ctx.op == "Unsqueeze" {
         let axes = axes.ok_or_else(|| ctx.unsupported("axes", "Unsqueeze needs its axes"))?;
         let rank = dims.len() + axes.len();
         let mut at = axes
@@ -1061,7 +1095,7 @@ fn squeeze(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
             return Err(ctx.unsupported("axes", format!("{axes:?} repeats an axis")));
         }
         let mut rest = dims.iter();
-        (0..rank)
+        return Ok((0..rank)
             .map(|i| {
                 if at.contains(&i) {
                     1
@@ -1069,27 +1103,25 @@ fn squeeze(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
                     rest.next().copied().unwrap_or(1)
                 }
             })
-            .collect()
-    } else {
-        let drop: Vec<usize> = match axes {
-            Some(a) => a
-                .iter()
-                .map(|&v| axis(ctx, "axes", v, dims.len()))
-                .collect::<One<_>>()?,
-            None => (0..dims.len()).filter(|&i| dims[i] == 1).collect(),
-        };
-        if let Some(&a) = drop.iter().find(|&&a| dims[a] != 1) {
-            return Err(ctx.unsupported(
-                "axes",
-                format!("axis {a} has extent {} (only 1 can be squeezed)", dims[a]),
-            ));
-        }
-        (0..dims.len())
-            .filter(|i| !drop.contains(i))
-            .map(|i| dims[i])
-            .collect()
+            .collect());
+    }
+    let drop: Vec<usize> = match axes {
+        Some(a) => a
+            .iter()
+            .map(|&v| axis(ctx, "axes", v, dims.len()))
+            .collect::<One<_>>()?,
+        None => (0..dims.len()).filter(|&i| dims[i] == 1).collect(),
     };
-    reshape(b, ctx, &x, Shape::new(out))
+    if let Some(&a) = drop.iter().find(|&&a| dims[a] != 1) {
+        return Err(ctx.unsupported(
+            "axes",
+            format!("axis {a} has extent {} (only 1 can be squeezed)", dims[a]),
+        ));
+    }
+    Ok((0..dims.len())
+        .filter(|i| !drop.contains(i))
+        .map(|i| dims[i])
+        .collect())
 }
 
 /// `Expand`: `broadcast_to` the numpy broadcast of the input's shape and the constant shape
@@ -1146,26 +1178,69 @@ fn transpose(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     b.apply(ctx, Op::Permute { perm }, &[&x])
 }
 
-fn concat(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
-    one(ctx, &["axis"])?;
-    let xs = (0..ctx.node.input.len())
-        .map(|i| data(b, ctx, i))
-        .collect::<One<Vec<_>>>()?;
-    let Some(first) = xs.first() else {
-        return Err(ctx.unsupported("input", "no inputs"));
+/// `Concat` → `concat`; constants that are not parameters (shape arithmetic, masks) fold into
+/// one constant of their kind.
+fn concat(b: &mut Builder, ctx: &Ctx<'_>, out: &str) -> Mapped {
+    let go = |b: &mut Builder| -> One<()> {
+        one(ctx, &["axis"])?;
+        let names = (0..ctx.node.input.len())
+            .map(|i| input(ctx, i))
+            .collect::<One<Vec<_>>>()?;
+        let raw_axis = ctx
+            .int("axis")
+            .ok_or_else(|| ctx.unsupported("axis", "required"))?;
+        let folded: Option<Vec<Constant>> = names.iter().map(|n| b.folded(n).cloned()).collect();
+        if let Some(cs) = folded.filter(|cs| !cs.is_empty()) {
+            let a = axis(ctx, "axis", raw_axis, cs[0].shape.rank())?;
+            let tensors = cs
+                .iter()
+                .map(|c| Tensor::new(c.shape.clone(), c.floats()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| ctx.unsupported("input", "").because(e))?;
+            let refs: Vec<&Tensor<f64>> = tensors.iter().collect();
+            let joined = Op::Concat { axis: a }
+                .forward(&refs)
+                .map_err(|e| ctx.unsupported("axis", "").because(e))?;
+            let values = same_kind(&cs, joined.data());
+            b.define_const(
+                out,
+                Constant {
+                    shape: joined.shape().clone(),
+                    values,
+                },
+                None,
+            );
+            return Ok(());
+        }
+        let xs = (0..names.len())
+            .map(|i| data(b, ctx, i))
+            .collect::<One<Vec<_>>>()?;
+        let Some(first) = xs.first() else {
+            return Err(ctx.unsupported("input", "no inputs"));
+        };
+        let y = if xs.len() == 1 {
+            first.clone()
+        } else {
+            let a = axis(ctx, "axis", raw_axis, first.shape.rank())?;
+            let refs: Vec<&Operand> = xs.iter().collect();
+            b.apply(ctx, Op::Concat { axis: a }, &refs)?
+        };
+        b.define(out, y);
+        Ok(())
     };
-    if xs.len() == 1 {
-        return Ok(first.clone());
+    go(b).map_err(|p| vec![p])
+}
+
+/// `values` (computed in `f64` from `cs`) in the kind of `cs`: integers when every one is an
+/// integer tensor, bools when every one is BOOL, floats otherwise.
+fn same_kind(cs: &[Constant], values: &[f64]) -> Values {
+    if cs.iter().all(|c| c.ints().is_some()) {
+        Values::Int(values.iter().map(|&v| v as i64).collect())
+    } else if cs.iter().all(|c| c.bools().is_some()) {
+        Values::Bool(values.iter().map(|&v| v != 0.0).collect())
+    } else {
+        Values::Float(values.to_vec())
     }
-    let a = axis(
-        ctx,
-        "axis",
-        ctx.int("axis")
-            .ok_or_else(|| ctx.unsupported("axis", "required"))?,
-        first.shape.rank(),
-    )?;
-    let refs: Vec<&Operand> = xs.iter().collect();
-    b.apply(ctx, Op::Concat { axis: a }, &refs)
 }
 
 /// `Gather` of whole rows (`axis` 0) of a 2-D tensor — an embedding lookup — with constant
@@ -1663,6 +1738,121 @@ fn pow(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
             "the exponent must be a constant scalar (there is no `pow` kind)",
         )),
     }
+}
+
+/// The values of `c` (shape `from`) broadcast to `to`, numpy's way (`to` is their broadcast).
+fn broadcast_values(c: &[f64], from: &Shape, to: &Shape) -> Tensor<f64> {
+    let lead = to.rank() - from.rank();
+    let src_dims = from.dims();
+    Tensor::from_fn(to.clone(), |idx| {
+        let mut flat = 0;
+        for (axis, &d) in src_dims.iter().enumerate() {
+            let i = if d == 1 { 0 } else { idx[lead + axis] };
+            flat = flat * d + i;
+        }
+        c[flat]
+    })
+    .expect("a broadcast shape has a checked size")
+}
+
+/// `Where(c, a, b)` with a constant BOOL condition: a constant when `a` and `b` are too,
+/// otherwise `a ⊙ c + b ⊙ ¬c` with each constant side folded into a constant term (`c ? a : 0`),
+/// so an infinite constant (a `masked_fill` with −∞) stays exact: `b ⊙ 1 + 0 = b`,
+/// `b ⊙ 0 + (−∞) = −∞`. Every operand is broadcast to the three's numpy broadcast.
+fn where_op(b: &mut Builder, ctx: &Ctx<'_>, out: &str) -> Mapped {
+    only(ctx, &[])?;
+    let go = |b: &mut Builder| -> One<()> {
+        let cond = const_input(b, ctx, 0)?
+            .ok_or_else(|| ctx.unsupported("input[0]", "required input missing"))?;
+        let mask = cond
+            .bools()
+            .ok_or_else(|| ctx.unsupported("input[0]", "the condition must be a BOOL constant"))?;
+        let mask: Vec<f64> = mask.iter().map(|&m| f64::from(u8::from(m))).collect();
+        let cond_shape = cond.shape.clone();
+        let side = |b: &Builder, i: usize| -> One<(Shape, Option<Vec<f64>>)> {
+            let name = input(ctx, i)?;
+            if b.poisoned(name) {
+                return Err(upstream(ctx, name));
+            }
+            let shape = b.shape_of(name).ok_or_else(|| {
+                ctx.problem(
+                    crate::error::ProblemKind::Model,
+                    "input",
+                    format!(
+                        "`{}` is not produced by any earlier node",
+                        torchlean_ir::shorten(name)
+                    ),
+                )
+            })?;
+            Ok((shape, b.constant(name).map(Constant::floats)))
+        };
+        let (a_shape, a_const) = side(b, 1)?;
+        let (b_shape, b_const) = side(b, 2)?;
+        let to = broadcast_shape(&cond_shape, &a_shape)
+            .and_then(|s| broadcast_shape(&s, &b_shape))
+            .ok_or_else(|| {
+                ctx.problem(
+                    crate::error::ProblemKind::Shape,
+                    "",
+                    format!("{cond_shape}, {a_shape} and {b_shape} do not broadcast"),
+                )
+            })?;
+        let pick = broadcast_values(&mask, &cond_shape, &to);
+        let keep_b = pick.map(|m| Ok(1.0 - m)).expect("same shape");
+        let masked = |values: &[f64], from: &Shape, on: &Tensor<f64>| -> Tensor<f64> {
+            let wide = broadcast_values(values, from, &to);
+            let data = wide
+                .data()
+                .iter()
+                .zip(on.data())
+                .map(|(&v, &m)| if m == 1.0 { v } else { 0.0 })
+                .collect();
+            Tensor::new(to.clone(), data).expect("same shape")
+        };
+        // each side: its data times its mask, or its constant values where it is picked
+        let mut terms: Vec<Operand> = Vec::new();
+        let mut constant =
+            Tensor::zeros(to.clone()).map_err(|e| ctx.unsupported("", "").because(e))?;
+        for (i, shape, values, on) in [
+            (1, &a_shape, &a_const, &pick),
+            (2, &b_shape, &b_const, &keep_b),
+        ] {
+            match values {
+                Some(v) => {
+                    let part = masked(v, shape, on);
+                    constant = constant
+                        .add(&part)
+                        .map_err(|e| ctx.unsupported("", "").because(e))?;
+                }
+                None => {
+                    let x = data(b, ctx, i)?;
+                    let m = b.constant_tensor(on.clone());
+                    terms.push(binary_of(b, ctx, BinaryOp::Mul, &x, &m)?);
+                }
+            }
+        }
+        let y = match terms.len() {
+            0 => {
+                let o = b.constant_tensor(constant);
+                b.define(out, o);
+                return Ok(());
+            }
+            1 => terms.remove(0),
+            _ => {
+                let (l, r) = (terms.remove(0), terms.remove(0));
+                b.apply(ctx, Op::Binary(BinaryOp::Add), &[&l, &r])?
+            }
+        };
+        let y = if a_const.is_some() || b_const.is_some() {
+            let k = b.constant_tensor(constant);
+            b.apply(ctx, Op::Binary(BinaryOp::Add), &[&y, &k])?
+        } else {
+            y
+        };
+        b.define(out, y);
+        Ok(())
+    };
+    go(b).map_err(|p| vec![p])
 }
 
 /// `GlobalMaxPool` → the max over every spatial axis (`reduce`'s unrolled max), kept as 1s.

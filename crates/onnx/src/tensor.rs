@@ -16,6 +16,8 @@ pub(crate) struct Constant {
 pub(crate) enum Values {
     Float(Vec<f64>),
     Int(Vec<i64>),
+    /// BOOL (conditions, masks): only `Where` reads them as such.
+    Bool(Vec<bool>),
 }
 
 impl Constant {
@@ -23,7 +25,7 @@ impl Constant {
     pub fn ints(&self) -> Option<&[i64]> {
         match &self.values {
             Values::Int(v) => Some(v),
-            Values::Float(_) => None,
+            Values::Float(_) | Values::Bool(_) => None,
         }
     }
 
@@ -32,6 +34,15 @@ impl Constant {
         match &self.values {
             Values::Float(v) => v.clone(),
             Values::Int(v) => v.iter().map(|&i| i as f64).collect(),
+            Values::Bool(v) => v.iter().map(|&b| f64::from(u8::from(b))).collect(),
+        }
+    }
+
+    /// The values of a BOOL tensor.
+    pub fn bools(&self) -> Option<&[bool]> {
+        match &self.values {
+            Values::Bool(v) => Some(v),
+            _ => None,
         }
     }
 
@@ -62,7 +73,8 @@ pub(crate) fn shape_of_dims(dims: &[i64]) -> Result<Shape, String> {
     Ok(shape)
 }
 
-/// Decodes a tensor: FLOAT and DOUBLE to floats, INT64 and INT32 to integers, from `raw_data`
+/// Decodes a tensor: FLOAT and DOUBLE to floats, INT64 and INT32 to integers, BOOL to bools,
+/// from `raw_data`
 /// (little-endian) or the typed field; any disagreement between dims and data is an error.
 pub(crate) fn decode(t: &TensorProto) -> Result<Constant, String> {
     use tensor_proto::{DataLocation, DataType};
@@ -82,9 +94,10 @@ pub(crate) fn decode(t: &TensorProto) -> Result<Constant, String> {
         Some(DataType::Double) => (8, t.double_data.len()),
         Some(DataType::Int64) => (8, t.int64_data.len()),
         Some(DataType::Int32) => (4, t.int32_data.len()),
+        Some(DataType::Bool) => (1, t.int32_data.len()),
         _ => {
             return Err(format!(
-                "{} tensors are not supported (FLOAT, DOUBLE, INT64, INT32 are)",
+                "{} tensors are not supported (FLOAT, DOUBLE, INT64, INT32, BOOL are)",
                 dtype_name(t.data_type())
             ))
         }
@@ -116,6 +129,7 @@ pub(crate) fn decode(t: &TensorProto) -> Result<Constant, String> {
                     .map(|c| i64::from_le_bytes(eight(c)))
                     .collect(),
             ),
+            Some(DataType::Bool) => Values::Bool(raw.iter().map(|&b| b != 0).collect()),
             _ => Values::Int(
                 raw.chunks_exact(4)
                     .map(|c| i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])))
@@ -136,6 +150,7 @@ pub(crate) fn decode(t: &TensorProto) -> Result<Constant, String> {
         }
         Some(DataType::Double) => Values::Float(t.double_data.clone()),
         Some(DataType::Int64) => Values::Int(t.int64_data.clone()),
+        Some(DataType::Bool) => Values::Bool(t.int32_data.iter().map(|&x| x != 0).collect()),
         _ => Values::Int(t.int32_data.iter().map(|&x| i64::from(x)).collect()),
     };
     Ok(Constant { shape, values })

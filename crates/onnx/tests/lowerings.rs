@@ -418,3 +418,115 @@ fn an_int64_input_of_token_ids_feeds_an_embedding_and_nothing_else() {
         "{e}"
     );
 }
+
+/// A BOOL initializer.
+fn bools(name: &str, dims: &[i64], v: &[bool]) -> TensorProto {
+    TensorProto {
+        name: Some(name.into()),
+        dims: dims.to_vec(),
+        data_type: Some(torchlean_onnx::proto::tensor_proto::DataType::Bool as i32),
+        raw_data: Some(v.iter().map(|&b| u8::from(b)).collect()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn where_with_a_constant_condition_selects_exactly_even_an_infinite_fill() {
+    // masked_fill(x, mask, -inf): Where(mask [2, 2], -inf, x), the condition broadcast
+    let got = Case {
+        inputs: &[("x", &[2, 2], &[1.5, -2.0, 3.0, -0.0])],
+        node: node("n", "Where", &["c", "fill", "x"], &["y"]),
+        inits: vec![
+            bools("c", &[2, 2], &[false, true, true, false]),
+            common::floats("fill", &[], &[f32::NEG_INFINITY]),
+        ],
+        outputs: &["y"],
+        opset: 17,
+    }
+    .run()
+    .unwrap();
+    assert_eq!(got[0].data()[0], 1.5);
+    assert_eq!(got[0].data()[1], f64::NEG_INFINITY);
+    assert_eq!(got[0].data()[2], f64::NEG_INFINITY);
+    assert_eq!(got[0].data()[3], 0.0);
+    // both sides data, the condition a broadcast row
+    check(
+        Case {
+            inputs: &[
+                ("a", &[2, 2], &[1.0, 2.0, 3.0, 4.0]),
+                ("b", &[2], &[-1.0, -2.0]),
+            ],
+            node: node("n", "Where", &["c", "a", "b"], &["y"]),
+            inits: vec![bools("c", &[2], &[true, false])],
+            outputs: &["y"],
+            opset: 17,
+        },
+        &[(&[2, 2], &[1.0, -2.0, 3.0, -2.0])],
+    );
+    // a condition that is data is refused
+    let e = Case {
+        inputs: &[("c", &[2], &[1.0, 0.0]), ("a", &[2], &[1.0, 2.0])],
+        node: node("n", "Where", &["c", "a", "a"], &["y"]),
+        inits: vec![],
+        outputs: &["y"],
+        opset: 17,
+    }
+    .run()
+    .expect_err("a computed condition");
+    assert!(e.to_string().contains("must be a constant"), "{e}");
+}
+
+#[test]
+fn shape_arithmetic_on_constants_folds_into_a_reshape_target() {
+    // Reshape(x [2, 3], Concat(Unsqueeze(3), Unsqueeze(2))): what exporters emit for `view`
+    let scalar = |name: &str, v: i64| common::int64s(name, &[], &[v]);
+    let nodes = vec![
+        node("u0", "Unsqueeze", &["d0", "axes"], &["s0"]),
+        node("u1", "Unsqueeze", &["d1", "axes"], &["s1"]),
+        with_attrs(
+            node("cat", "Concat", &["s0", "s1"], &["shape"]),
+            vec![int_attr("axis", 0)],
+        ),
+        node("r", "Reshape", &["x", "shape"], &["y"]),
+    ];
+    let bytes = model_with_inputs(
+        &[("x", &[2, 3])],
+        nodes,
+        vec![
+            scalar("d0", 3),
+            scalar("d1", 2),
+            common::int64s("axes", &[1], &[0]),
+        ],
+        &["y"],
+        17,
+    );
+    let imported = import_onnx(&bytes).unwrap();
+    // nothing of the shape arithmetic is left in the graph: input, reshape
+    assert_eq!(
+        imported.graph.len(),
+        2,
+        "{}",
+        torchlean_ir::pretty(&imported.graph)
+    );
+    let x = Tensor::new([2, 3], (0..6).map(f64::from).collect()).unwrap();
+    let out = torchlean_ir::denote_outputs(&imported.graph, &imported.payload, &x).unwrap();
+    assert_eq!(out[0].shape().dims(), [3, 2]);
+    // a float initializer stays a parameter: Unsqueeze of a weight is a node, not a fold
+    let w = Case {
+        inputs: &[("x", &[1, 2], &[1.0, 2.0])],
+        node: node("u", "Unsqueeze", &["w", "axes"], &["y"]),
+        inits: vec![
+            common::floats("w", &[2], &[0.5, 0.25]),
+            common::int64s("axes", &[1], &[0]),
+        ],
+        outputs: &["y"],
+        opset: 17,
+    };
+    let shapes: Vec<(&str, &[i64])> = w.inputs.iter().map(|(n, d, _)| (*n, *d)).collect();
+    let bytes = model_with_inputs(&shapes, vec![w.node], w.inits, w.outputs, w.opset);
+    let imported = import_onnx(&bytes).unwrap();
+    assert!(
+        imported.param("w").is_some(),
+        "the weight is a payload tensor"
+    );
+}
