@@ -9,7 +9,7 @@ use torchlean_compiled::{
     exec_graph_of_ir, CompileMode, ExecGraph, GraphData, PreparedNode, SavedGraph,
 };
 use torchlean_ir::denote_all;
-use torchlean_nn::{IrProgram, LeafKind, Ops, Recorded, Recorder, Session, Sweep};
+use torchlean_nn::{IrProgram, LeafKind, Ops, Recorded, Recorder, Session, Sweep, Var};
 use torchlean_runtime::{record, GradZero, Kernels, Saved, Tape};
 use torchlean_spec::{ops::splitmix64, Op, Scalar, Shape, Tensor};
 
@@ -460,6 +460,15 @@ fn input_name(k: usize) -> String {
     format!("x{k}")
 }
 
+/// The case's inputs as `ops`'s input leaves (each asking for its gradient), in input order.
+fn graph_inputs<O: Ops>(ops: &mut O, case: &GenCase) -> Result<Vec<Var>, torchlean_nn::NnError> {
+    case.inputs
+        .iter()
+        .enumerate()
+        .map(|(k, x)| ops.input(&input_name(k), x, true))
+        .collect()
+}
+
 /// One program, two interpreters (SPEC 2.3's last row): the graph run as a program
 /// (`torchlean_nn::IrProgram`) by the eager `Session` on engine `V` (each op recorded as it
 /// runs) and by the `Recorder`, whose graph is compiled and differentiated (`compile` +
@@ -479,20 +488,10 @@ fn eager_vs_compiled<V: Kernels>(case: &GenCase, mode: Mode) -> ClaimResult {
         payload: &case.payload,
     };
     let mut session = Session::<V>::new();
-    let xs = case
-        .inputs
-        .iter()
-        .enumerate()
-        .map(|(k, x)| session.input(&input_name(k), x, true))
-        .collect::<Result<Vec<_>, _>>()?;
+    let xs = graph_inputs(&mut session, case)?;
     let out = program.run_inputs(&mut session, &xs)?;
     let mut recorder = Recorder::new();
-    let rxs = case
-        .inputs
-        .iter()
-        .enumerate()
-        .map(|(k, x)| recorder.input(&input_name(k), x, true))
-        .collect::<Result<Vec<_>, _>>()?;
+    let rxs = graph_inputs(&mut recorder, case)?;
     let rout = program.run_inputs(&mut recorder, &rxs)?;
     let rec = recorder.finish(&rout)?;
     let seed = seed_values(out.shape(), 67, false);

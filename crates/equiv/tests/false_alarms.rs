@@ -43,6 +43,17 @@ fn chain(n: usize, nodes: &[(&str, &[usize])]) -> GenCase {
     }
 }
 
+#[track_caller]
+fn assert_passes(o: &torchlean_equiv::Observation) {
+    assert!(
+        o.measure.pass,
+        "{} [{}]: {:?}",
+        o.claim.name(),
+        o.engine,
+        o.detail
+    );
+}
+
 fn reassociates(case: &GenCase) -> bool {
     let exec = exec_graph_of_ir(&case.graph, &case.payload).unwrap();
     local_sums_reassociate(&exec.graph, exec.output)
@@ -64,13 +75,7 @@ fn a_repeated_parent_with_an_earlier_gradient_is_eager_bitwise_under_the_eager_r
         .into_iter()
         .chain(semantic_claims::<Tensor<f64>>(&case))
     {
-        assert!(
-            o.measure.pass,
-            "{} [{}]: {:?}",
-            o.claim.name(),
-            o.engine,
-            o.detail
-        );
+        assert_passes(&o);
         if o.claim == Claim::EagerVsCompiled {
             assert_eq!(o.mode, Mode::Bitwise);
         }
@@ -222,12 +227,6 @@ fn every_semantic_claim_holds_on_a_graph_of_two_inputs() {
         .chain(semantic_claims::<Tensor<f64>>(&case))
         .chain(lowering)
     {
-        assert!(
-            o.measure.pass,
-            "{} [{}]: {:?}",
-            o.claim.name(),
-            o.engine,
-            o.detail
-        );
+        assert_passes(&o);
     }
 }

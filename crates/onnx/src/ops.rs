@@ -1621,36 +1621,27 @@ fn split(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
 /// `Clip` → `clamp` when its bounds are constants (attributes before opset 11, constant inputs
 /// from it); a bound that is a computed value is `max_elem`/`min_elem` with it, broadcast.
 fn clip(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
-    if b.opset < 11 {
+    let constant_bounds = if b.opset < 11 {
         one(ctx, &["min", "max"])?;
-        let bounds = finite_bounds(ctx, ctx.float("min"), ctx.float("max"))?;
-        let x = data(b, ctx, 0)?;
-        return b.apply(
-            ctx,
-            Op::Clamp {
-                min: bounds.0,
-                max: bounds.1,
-            },
-            &[&x],
-        );
-    }
-    one(ctx, &[])?;
-    let computed = |b: &Builder, i: usize| {
-        ctx.input(i)
-            .is_some_and(|name| !b.poisoned(name) && b.constant(name).is_none())
+        Some((ctx.float("min"), ctx.float("max")))
+    } else {
+        one(ctx, &[])?;
+        let computed = |b: &Builder, i: usize| {
+            ctx.input(i)
+                .is_some_and(|name| !b.poisoned(name) && b.constant(name).is_none())
+        };
+        if computed(b, 1) || computed(b, 2) {
+            None
+        } else {
+            Some((const_scalar(b, ctx, 1)?, const_scalar(b, ctx, 2)?))
+        }
     };
-    if !computed(b, 1) && !computed(b, 2) {
-        let (min, max) = (const_scalar(b, ctx, 1)?, const_scalar(b, ctx, 2)?);
-        let bounds = finite_bounds(ctx, min, max)?;
+    if let Some((min, max)) = constant_bounds {
+        // the bounds are checked before the data, so a bad bound is reported after a failed
+        // parent too
+        let (min, max) = finite_bounds(ctx, min, max)?;
         let x = data(b, ctx, 0)?;
-        return b.apply(
-            ctx,
-            Op::Clamp {
-                min: bounds.0,
-                max: bounds.1,
-            },
-            &[&x],
-        );
+        return b.apply(ctx, Op::Clamp { min, max }, &[&x]);
     }
     let mut y = data(b, ctx, 0)?;
     for (i, op) in [(1, BinaryOp::Max), (2, BinaryOp::Min)] {
