@@ -10,6 +10,7 @@
 
 mod attrs;
 pub mod error;
+mod fold;
 mod import;
 mod ops;
 mod tensor;

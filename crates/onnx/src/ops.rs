@@ -73,7 +73,12 @@ const MAPPED: &[&str] = &[
 /// Every op type the importer maps (default domain only), sorted.
 pub fn supported_op_types() -> Vec<&'static str> {
     let rows = desc::OPS.iter().filter_map(|d| d.onnx.map(|o| o.op));
-    let mut all: Vec<&'static str> = MAPPED.iter().copied().chain(rows).collect();
+    let mut all: Vec<&'static str> = MAPPED
+        .iter()
+        .chain(crate::fold::ONLY_FOLDED)
+        .copied()
+        .chain(rows)
+        .collect();
     all.sort_unstable();
     all
 }
@@ -87,11 +92,16 @@ fn row_of(op_type: &str) -> Option<(&'static OpDesc, Onnx)> {
 
 pub(crate) fn supported(ctx: &Ctx<'_>) -> bool {
     matches!(ctx.node.domain(), "" | "ai.onnx")
-        && (MAPPED.contains(&ctx.op) || row_of(ctx.op).is_some())
+        && (MAPPED.contains(&ctx.op)
+            || crate::fold::ONLY_FOLDED.contains(&ctx.op)
+            || row_of(ctx.op).is_some())
 }
 
 /// Maps one node: its outputs are defined in `b`, or every problem found is returned.
 pub(crate) fn map_node(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
+    if let Some(folded) = crate::fold::try_fold(b, ctx) {
+        return folded.map_err(|p| vec![p]);
+    }
     let out = ctx.node.output.first().cloned().unwrap_or_default();
     let result: Mapped = match ctx.op {
         "Identity" => {
@@ -261,7 +271,7 @@ fn finite(ctx: &Ctx<'_>, field: &str, v: Option<f64>, default: f64) -> One<f64> 
 }
 
 /// An ONNX axis (negative counts from the end) as an index below `rank`.
-fn axis(ctx: &Ctx<'_>, field: &str, a: i64, rank: usize) -> One<usize> {
+pub(crate) fn axis(ctx: &Ctx<'_>, field: &str, a: i64, rank: usize) -> One<usize> {
     let r = i64::try_from(rank).unwrap_or(i64::MAX);
     let a2 = if a < 0 { a + r } else { a };
     if (0..r).contains(&a2) {
@@ -320,7 +330,7 @@ fn broadcast(b: &mut Builder, ctx: &Ctx<'_>, x: &Operand, to: &Shape) -> One<Ope
 }
 
 /// ONNX's (numpy's) multidirectional broadcast of two shapes.
-fn broadcast_shape(a: &Shape, b: &Shape) -> Option<Shape> {
+pub(crate) fn broadcast_shape(a: &Shape, b: &Shape) -> Option<Shape> {
     let r = a.rank().max(b.rank());
     let dim = |s: &Shape, i: usize| -> usize {
         let lead = r - s.rank();
@@ -1732,7 +1742,7 @@ fn pow(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
 }
 
 /// The values of `c` (shape `from`) broadcast to `to`, numpy's way (`to` is their broadcast).
-fn broadcast_values(c: &[f64], from: &Shape, to: &Shape) -> Tensor<f64> {
+pub(crate) fn broadcast_values(c: &[f64], from: &Shape, to: &Shape) -> Tensor<f64> {
     let lead = to.rank() - from.rank();
     let src_dims = from.dims();
     Tensor::from_fn(to.clone(), |idx| {
