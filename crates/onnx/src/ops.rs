@@ -61,6 +61,12 @@ const MAPPED: &[&str] = &[
     "Pow",
     "GlobalMaxPool",
     "Where",
+    "Celu",
+    "Trilu",
+    "Tile",
+    "Pad",
+    "InstanceNormalization",
+    "GroupNormalization",
     "Split",
     "Clip",
     "Constant",
@@ -149,6 +155,11 @@ pub(crate) fn map_node(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
                 "PRelu" => prelu(b, ctx)?,
                 "Pow" => pow(b, ctx)?,
                 "GlobalMaxPool" => global_max_pool(b, ctx)?,
+                "Celu" => celu(b, ctx)?,
+                "Trilu" => trilu(b, ctx)?,
+                "Tile" => tile(b, ctx)?,
+                "Pad" => pad(b, ctx)?,
+                "InstanceNormalization" | "GroupNormalization" => group_norm(b, ctx)?,
                 "Clip" => clip(b, ctx)?,
                 other => match row_of(other) {
                     Some((d, onnx)) => by_row(b, ctx, d, onnx)?,
@@ -1261,12 +1272,7 @@ fn gather(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     let table = data(b, ctx, 0)?;
     let rows = match (ctx.int("axis").unwrap_or(0), table.shape.dims()) {
         (0, &[rows, _]) => rows,
-        _ => {
-            return Err(ctx.unsupported(
-                "axis",
-                "Gather is imported for rows (axis 0) of a 2-D tensor only: an embedding",
-            ))
-        }
+        _ => return gather_slices(b, ctx, &table),
     };
     if let Some(ids) = ctx.input(1).and_then(|name| b.ids(name)) {
         // token ids from an integer graph input: `embedding` checks each is a row
@@ -1297,6 +1303,50 @@ fn gather(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
         data(b, ctx, 1)?
     };
     b.apply(ctx, Op::Embedding, &[&ids, &table])
+}
+
+/// `Gather` along any axis with constant indices (negative from the end): one one-element
+/// `slice` per index, `concat`, `reshape` to `dims[..axis] + indices' shape + dims[axis+1..]`.
+fn gather_slices(b: &mut Builder, ctx: &Ctx<'_>, x: &Operand) -> One<Operand> {
+    let rank = x.shape.rank();
+    let a = axis(ctx, "axis", ctx.int_or("axis", 0), rank)?;
+    let name = input(ctx, 1)?;
+    let idx_shape = b.shape_of(name).unwrap_or_default();
+    let ids = const_ints(b, ctx, 1)?
+        .ok_or_else(|| ctx.unsupported("input[1]", "required input missing"))?;
+    let extent = x.shape.dims()[a] as i64;
+    let mut parts = Vec::with_capacity(ids.len());
+    for (p, &i) in ids.iter().enumerate() {
+        let j = if i < 0 { i + extent } else { i };
+        if j < 0 || j >= extent {
+            return Err(ctx.unsupported(
+                "input[1]",
+                format!("index {i} at position {p} is outside an axis of {extent}"),
+            ));
+        }
+        parts.push(b.apply(
+            ctx,
+            Op::Slice {
+                axis: a,
+                start: j as usize,
+                len: 1,
+            },
+            &[x],
+        )?);
+    }
+    let mut dims = x.shape.dims()[..a].to_vec();
+    dims.extend_from_slice(idx_shape.dims());
+    dims.extend_from_slice(&x.shape.dims()[a + 1..]);
+    if parts.is_empty() {
+        return Err(ctx.unsupported("input[1]", "no indices"));
+    }
+    let joined = if parts.len() == 1 {
+        parts.remove(0)
+    } else {
+        let refs: Vec<&Operand> = parts.iter().collect();
+        b.apply(ctx, Op::Concat { axis: a }, &refs)?
+    };
+    reshape(b, ctx, &joined, Shape::new(dims))
 }
 
 /// `Slice`: from opset 10 `starts`, `ends`, `axes`, `steps` are inputs (constants here);
@@ -1854,6 +1904,319 @@ fn where_op(b: &mut Builder, ctx: &Ctx<'_>, out: &str) -> Mapped {
         Ok(())
     };
     go(b).map_err(|p| vec![p])
+}
+
+/// `Celu` → `alpha · elu(x / alpha)` (`scale`, `elu` with alpha 1, `scale`).
+fn celu(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &["alpha"])?;
+    let alpha = finite(ctx, "alpha", ctx.float("alpha"), 1.0)?;
+    if alpha == 0.0 {
+        return Err(ctx.unsupported("alpha", "0 (Celu divides by it)"));
+    }
+    let x = data(b, ctx, 0)?;
+    let scaled = b.apply(ctx, Op::Scale { c: 1.0 / alpha }, &[&x])?;
+    let e = b.apply(
+        ctx,
+        Op::Unary(torchlean_spec::UnaryOp::Elu { alpha: 1.0 }),
+        &[&scaled],
+    )?;
+    b.apply(ctx, Op::Scale { c: alpha }, &[&e])
+}
+
+/// `Trilu` → `mul_elem` by a constant 0/1 mask over the last two axes (`upper`: keep
+/// `j − i ≥ k`, else `j − i ≤ k`; `k` a constant input, default 0).
+fn trilu(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &["upper"])?;
+    let upper = ctx.int_or("upper", 1) != 0;
+    let k = const_ints(b, ctx, 1)?
+        .map(|v| v.first().copied().unwrap_or(0))
+        .unwrap_or(0);
+    let x = data(b, ctx, 0)?;
+    let dims = x.shape.dims();
+    if dims.len() < 2 {
+        return Err(ctx.unsupported("input[0]", format!("{}: rank 2 at least", x.shape)));
+    }
+    let (rows, cols) = (dims[dims.len() - 2], dims[dims.len() - 1]);
+    let mask = Tensor::from_fn([rows, cols], |ix| {
+        let d = ix[1] as i64 - ix[0] as i64;
+        let keep = if upper { d >= k } else { d <= k };
+        f64::from(u8::from(keep))
+    })
+    .map_err(|e| ctx.unsupported("input[0]", "").because(e))?;
+    let m = b.constant_tensor(mask);
+    binary_of(b, ctx, BinaryOp::Mul, &x, &m)
+}
+
+/// `Tile` → per axis, `concat` of `repeats` copies (constant repeats).
+fn tile(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &[])?;
+    let repeats = const_ints(b, ctx, 1)?
+        .ok_or_else(|| ctx.unsupported("input[1]", "the repeats input is required"))?;
+    let mut y = data(b, ctx, 0)?;
+    if repeats.len() != y.shape.rank() {
+        return Err(ctx.unsupported(
+            "input[1]",
+            format!("{repeats:?}: one repeat per axis of {}", y.shape),
+        ));
+    }
+    for (a, &r) in repeats.iter().enumerate() {
+        let r = usize::try_from(r)
+            .ok()
+            .filter(|&r| r >= 1)
+            .ok_or_else(|| ctx.unsupported("input[1]", format!("repeat {r}: at least 1")))?;
+        if r > 1 {
+            let copies: Vec<&Operand> = std::iter::repeat_n(&y, r).collect();
+            y = b.apply(ctx, Op::Concat { axis: a }, &copies)?;
+        }
+    }
+    Ok(y)
+}
+
+/// `Pad` → per axis, `concat` of the padding around the data (`slice` for negative pads):
+/// `constant` blocks of the constant value, `edge` copies of the border slice, `reflect` the
+/// slices mirrored about it. Pads, the constant value and `axes` must be constants.
+fn pad(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    let mode = ctx.string("mode").unwrap_or_else(|| "constant".into());
+    let (pads, value, axes) = if b.opset >= 11 {
+        one(ctx, &["mode"])?;
+        let pads = const_ints(b, ctx, 1)?
+            .ok_or_else(|| ctx.unsupported("input[1]", "the pads input is required"))?;
+        let value = match ctx.input(2) {
+            // a computed constant value: its blocks are broadcasts of it
+            Some(name) if !b.poisoned(name) && b.constant(name).is_none() => {
+                PadValue::Computed(data(b, ctx, 2)?)
+            }
+            _ => PadValue::Constant(const_scalar(b, ctx, 2)?.unwrap_or(0.0)),
+        };
+        (pads, value, const_ints(b, ctx, 3)?)
+    } else {
+        one(ctx, &["mode", "pads", "value"])?;
+        let pads = ctx
+            .ints("pads")
+            .map(<[i64]>::to_vec)
+            .ok_or_else(|| ctx.unsupported("pads", "required"))?;
+        (
+            pads,
+            PadValue::Constant(ctx.float("value").unwrap_or(0.0)),
+            None,
+        )
+    };
+    if !matches!(mode.as_str(), "constant" | "edge" | "reflect") {
+        return Err(ctx.unsupported("mode", format!("`{mode}`: constant, edge or reflect")));
+    }
+    let mut y = data(b, ctx, 0)?;
+    let rank = y.shape.rank();
+    let axes: Vec<usize> = match axes {
+        Some(a) => a
+            .iter()
+            .map(|&v| axis(ctx, "axes", v, rank))
+            .collect::<One<_>>()?,
+        None => (0..rank).collect(),
+    };
+    if pads.len() != 2 * axes.len() {
+        return Err(ctx.unsupported(
+            "pads",
+            format!(
+                "{pads:?}: a begin and an end per padded axis ({})",
+                axes.len()
+            ),
+        ));
+    }
+    for (k, &a) in axes.iter().enumerate() {
+        let (before, after) = (pads[k], pads[k + axes.len()]);
+        y = pad_axis(b, ctx, &y, a, (before, after), (&mode, &value))?;
+    }
+    Ok(y)
+}
+
+/// What `constant` padding fills with.
+enum PadValue {
+    Constant(f64),
+    /// A scalar the graph computes (a graph input, say).
+    Computed(Operand),
+}
+
+/// One axis of [`pad`]: `before` and `after` elements (cropping when negative).
+fn pad_axis(
+    b: &mut Builder,
+    ctx: &Ctx<'_>,
+    x: &Operand,
+    a: usize,
+    (before, after): (i64, i64),
+    (mode, value): (&str, &PadValue),
+) -> One<Operand> {
+    let n = x.shape.dims()[a] as i64;
+    // cropping first
+    let (lo, hi) = ((-before).max(0), (-after).max(0));
+    let mut y = x.clone();
+    if lo + hi > 0 {
+        let len = usize::try_from(n - lo - hi)
+            .map_err(|_| ctx.unsupported("pads", format!("crops {lo} + {hi} of an axis of {n}")))?;
+        y = b.apply(
+            ctx,
+            Op::Slice {
+                axis: a,
+                start: lo as usize,
+                len,
+            },
+            &[&y],
+        )?;
+    }
+    let (before, after) = (before.max(0) as usize, after.max(0) as usize);
+    if before + after == 0 {
+        return Ok(y);
+    }
+    let extent = y.shape.dims()[a];
+    if mode != "constant" && extent == 0 {
+        return Err(ctx.unsupported("mode", format!("`{mode}` padding of an empty axis")));
+    }
+    if mode == "reflect" && (before >= extent || after >= extent) {
+        return Err(ctx.unsupported(
+            "pads",
+            format!(
+                "reflect padding of {before}/{after} needs an axis longer than both ({extent})"
+            ),
+        ));
+    }
+    let mut parts: Vec<Operand> = Vec::new();
+    let slice_at = |b: &mut Builder, i: usize| {
+        b.apply(
+            ctx,
+            Op::Slice {
+                axis: a,
+                start: i,
+                len: 1,
+            },
+            &[&y],
+        )
+    };
+    let block = |b: &mut Builder, len: usize| -> One<Operand> {
+        let mut dims = y.shape.dims().to_vec();
+        dims[a] = len;
+        match value {
+            PadValue::Constant(v) => {
+                let t = Tensor::full(Shape::new(dims), *v)
+                    .map_err(|e| ctx.unsupported("pads", "").because(e))?;
+                Ok(b.constant_tensor(t))
+            }
+            PadValue::Computed(v) => broadcast(b, ctx, v, &Shape::new(dims)),
+        }
+    };
+    // the indices each side copies, nearest the data last (before) or first (after)
+    let side = |count: usize, first: bool| -> Vec<usize> {
+        (0..count)
+            .map(|j| match (mode, first) {
+                ("edge", true) => 0,
+                ("edge", false) => extent - 1,
+                (_, true) => count - j,
+                (_, false) => extent - 2 - j,
+            })
+            .collect()
+    };
+    if before > 0 {
+        if mode == "constant" {
+            parts.push(block(b, before)?);
+        } else {
+            for i in side(before, true) {
+                parts.push(slice_at(b, i)?);
+            }
+        }
+    }
+    parts.push(y.clone());
+    if after > 0 {
+        if mode == "constant" {
+            parts.push(block(b, after)?);
+        } else {
+            for i in side(after, false) {
+                parts.push(slice_at(b, i)?);
+            }
+        }
+    }
+    let refs: Vec<&Operand> = parts.iter().collect();
+    b.apply(ctx, Op::Concat { axis: a }, &refs)
+}
+
+/// `InstanceNormalization` → `layernorm` from axis 2 (each image and channel over its spatial
+/// axes); `GroupNormalization` → `reshape` to `[N, G, C/G, …]`, `layernorm` from axis 2,
+/// `reshape` back. Then the scale and bias, per channel (`[C]`) or, for GroupNormalization's
+/// opset-18 form, per group (`[G]`), broadcast.
+fn group_norm(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    let instance = ctx.op == "InstanceNormalization";
+    if instance {
+        one(ctx, &["epsilon"])?;
+    } else {
+        one(ctx, &["epsilon", "num_groups", "stash_type"])?;
+    }
+    let eps = finite(ctx, "epsilon", ctx.float("epsilon"), 1e-5)?;
+    let x = data(b, ctx, 0)?;
+    let dims = x.shape.dims().to_vec();
+    if dims.len() < 3 {
+        return Err(ctx.unsupported(
+            "input[0]",
+            format!("{}: [N, C, …] with a spatial axis", x.shape),
+        ));
+    }
+    let c = dims[1];
+    let groups = if instance {
+        c
+    } else {
+        usize::try_from(
+            ctx.int("num_groups")
+                .ok_or_else(|| ctx.unsupported("num_groups", "required"))?,
+        )
+        .ok()
+        .filter(|&g| g > 0 && c % g == 0)
+        .ok_or_else(|| ctx.unsupported("num_groups", format!("must divide the {c} channels")))?
+    };
+    let norm = Op::LayerNorm {
+        axis: 2,
+        eps: Some(eps),
+    };
+    let y = if instance {
+        b.apply(ctx, norm, &[&x])?
+    } else {
+        let mut grouped = vec![dims[0], groups, c / groups];
+        grouped.extend_from_slice(&dims[2..]);
+        let g = reshape(b, ctx, &x, Shape::new(grouped))?;
+        let n = b.apply(ctx, norm, &[&g])?;
+        reshape(b, ctx, &n, x.shape.clone())?
+    };
+    let spatial = dims.len() - 2;
+    let mut y = y;
+    for (i, op) in [(1, BinaryOp::Mul), (2, BinaryOp::Add)] {
+        let p = data(b, ctx, i)?;
+        let len = p.shape.size();
+        let per = if len == c {
+            c
+        } else if len == groups {
+            groups
+        } else {
+            return Err(ctx.unsupported(
+                &format!("input[{i}]"),
+                format!(
+                    "{}: one value per channel ({c}) or per group ({groups})",
+                    p.shape
+                ),
+            ));
+        };
+        if per == c {
+            let mut shape = vec![c];
+            shape.extend(std::iter::repeat_n(1, spatial));
+            let p = reshape(b, ctx, &p, Shape::new(shape))?;
+            y = binary_of(b, ctx, op, &y, &p)?;
+        } else {
+            // per group: applied in the grouped view
+            let mut grouped = vec![dims[0], groups, c / groups];
+            grouped.extend_from_slice(&dims[2..]);
+            let g = reshape(b, ctx, &y, Shape::new(grouped))?;
+            let mut shape = vec![groups];
+            shape.extend(std::iter::repeat_n(1, spatial + 1));
+            let p = reshape(b, ctx, &p, Shape::new(shape))?;
+            let gy = binary_of(b, ctx, op, &g, &p)?;
+            y = reshape(b, ctx, &gy, x.shape.clone())?;
+        }
+    }
+    Ok(y)
 }
 
 /// `GlobalMaxPool` → the max over every spatial axis (`reduce`'s unrolled max), kept as 1s.

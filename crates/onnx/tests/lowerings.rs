@@ -530,3 +530,119 @@ fn shape_arithmetic_on_constants_folds_into_a_reshape_target() {
         "the weight is a payload tensor"
     );
 }
+
+/// `x [2, 3] = [[0, 1, 2], [3, 4, 5]]` through a one-node model of `op` with `attrs` and
+/// initializers, at opset 17.
+fn on_2x3(
+    op: &str,
+    extra: &[&str],
+    attrs: Vec<torchlean_onnx::proto::AttributeProto>,
+    inits: Vec<TensorProto>,
+) -> Tensor<f64> {
+    let mut names = vec!["x"];
+    names.extend_from_slice(extra);
+    Case {
+        inputs: &[("x", &[2, 3], &[0.0, 1.0, 2.0, 3.0, 4.0, 5.0])],
+        node: with_attrs(node("n", op, &names, &["y"]), attrs),
+        inits,
+        outputs: &["y"],
+        opset: 17,
+    }
+    .run()
+    .unwrap()
+    .remove(0)
+}
+
+#[test]
+fn layout_ops_lower_to_slices_and_concats() {
+    let t = on_2x3(
+        "Tile",
+        &["r"],
+        vec![],
+        vec![common::int64s("r", &[2], &[1, 2])],
+    );
+    assert_eq!(t.shape().dims(), [2, 6]);
+    assert_eq!(t.data(), [0., 1., 2., 0., 1., 2., 3., 4., 5., 3., 4., 5.]);
+    // pads [begin axis 0, begin axis 1, end axis 0, end axis 1]
+    let pad = |mode: &str, pads: &[i64]| {
+        on_2x3(
+            "Pad",
+            &["p"],
+            vec![common::str_attr("mode", mode)],
+            vec![common::int64s("p", &[4], pads)],
+        )
+    };
+    let c = pad("constant", &[0, 1, 0, 2]);
+    assert_eq!(c.shape().dims(), [2, 6]);
+    assert_eq!(c.data(), [0., 0., 1., 2., 0., 0., 0., 3., 4., 5., 0., 0.]);
+    let e = pad("edge", &[1, 0, 0, 1]);
+    assert_eq!(e.data(), [0., 1., 2., 2., 0., 1., 2., 2., 3., 4., 5., 5.]);
+    let r = pad("reflect", &[0, 2, 0, 1]);
+    assert_eq!(r.data(), [2., 1., 0., 1., 2., 1., 5., 4., 3., 4., 5., 4.]);
+    // negative pads crop
+    let crop = pad("constant", &[0, -1, 0, 0]);
+    assert_eq!(crop.data(), [1., 2., 4., 5.]);
+    // Gather along axis 1, indices [2] with a negative one
+    let g = on_2x3(
+        "Gather",
+        &["i"],
+        vec![int_attr("axis", 1)],
+        vec![common::int64s("i", &[2], &[-1, 0])],
+    );
+    assert_eq!(g.shape().dims(), [2, 2]);
+    assert_eq!(g.data(), [2., 0., 5., 3.]);
+    let upper = on_2x3("Trilu", &[], vec![], vec![]);
+    assert_eq!(upper.data(), [0., 1., 2., 0., 4., 5.]);
+    let lower = on_2x3(
+        "Trilu",
+        &["k"],
+        vec![int_attr("upper", 0)],
+        vec![common::int64s("k", &[], &[-1])],
+    );
+    assert_eq!(lower.data(), [0., 0., 0., 3., 0., 0.]);
+}
+
+#[test]
+fn celu_and_the_normalizations_lower_exactly_enough() {
+    let celu = on_2x3("Celu", &[], vec![float_attr("alpha", 2.0)], vec![]);
+    assert_eq!(celu.data(), [0., 1., 2., 3., 4., 5.]);
+    unary(
+        "Celu",
+        &[-2.0],
+        vec![float_attr("alpha", 2.0)],
+        &[2.0 * ((-1f64).exp() - 1.0)],
+    );
+    // x [1, 2, 2] (N, C, L): each channel normalised over L, then scale and bias per channel
+    let eps = 1e-5f32;
+    let inv = 1.0 / (1.0 + f64::from(eps)).sqrt();
+    let norm = |op: &str, attrs| {
+        Case {
+            inputs: &[("x", &[1, 2, 2], &[1.0, 3.0, -1.0, 1.0])],
+            node: with_attrs(node("n", op, &["x", "s", "b"], &["y"]), attrs),
+            inits: vec![
+                common::floats("s", &[2], &[2.0, 1.0]),
+                common::floats("b", &[2], &[0.5, -0.5]),
+            ],
+            outputs: &["y"],
+            opset: 21,
+        }
+        .run()
+        .unwrap()
+        .remove(0)
+    };
+    let want = [0.5 - 2.0 * inv, 0.5 + 2.0 * inv, -0.5 - inv, -0.5 + inv];
+    let close = |got: &Tensor<f64>| {
+        for (g, w) in got.data().iter().zip(want) {
+            assert!((g - w).abs() < 1e-12, "{:?} vs {want:?}", got.data());
+        }
+    };
+    close(&norm(
+        "InstanceNormalization",
+        vec![float_attr("epsilon", eps)],
+    ));
+    // two groups of one channel each: the same as the instance norm
+    close(&norm(
+        "GroupNormalization",
+        vec![float_attr("epsilon", eps), int_attr("num_groups", 2)],
+    ));
+}
