@@ -269,13 +269,10 @@ fn bind_fixes_an_int64_input_and_leaves_one_graph_input() {
             bind,
         ])
     };
-    // without the binding: the INT64 input is refused, and the flag that fixes it named
+    // without the binding: the INT64 input cannot be Reshape's shape; the flag that fixes it is named
     assert_bad_input(
         &import(dir.path(), &m),
-        &[
-            "INT64 input; FLOAT or DOUBLE is supported",
-            "--bind NAME=FILE",
-        ],
+        &["`shape` is an integer graph input", "--bind NAME=FILE"],
     );
     let o = import_binding(&format!("shape={}", s.display()));
     assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));

@@ -242,6 +242,13 @@ fn const_input<'b>(b: &'b Builder, ctx: &Ctx<'_>, i: usize) -> One<Option<&'b Co
     match ctx.input(i) {
         None => Ok(None),
         Some(name) if b.poisoned(name) => Err(upstream(ctx, name)),
+        Some(name) if b.ids(name).is_some() => Err(ctx.unsupported(
+            &format!("input[{i}]"),
+            format!(
+                "`{}` is an integer graph input; this operand must be known at import: bind it (--bind NAME=FILE)",
+                torchlean_ir::shorten(name)
+            ),
+        )),
         Some(name) => b.constant(name).map(Some).ok_or_else(|| {
             ctx.unsupported(
                 &format!("input[{i}]"),
@@ -888,9 +895,10 @@ fn pool(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
         ]
     };
     let mut ps = ctx.only(known);
-    ps.extend(no_dilation_auto_pad(ctx));
-    if ctx.int_or("ceil_mode", 0) != 0 {
-        ps.push(ctx.unsupported("ceil_mode", "only 0 (floor)"));
+    if let Some(d) = ctx.ints("dilations") {
+        if d.iter().any(|&x| x != 1) {
+            ps.push(ctx.unsupported("dilations", format!("{d:?}: only 1")));
+        }
     }
     if ctx.int_or("storage_order", 0) != 0 {
         ps.push(ctx.unsupported("storage_order", "only 0 (row major)"));
@@ -901,35 +909,182 @@ fn pool(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
         ps.push(ctx.unsupported("kernel_shape", format!("{k:?}: a 2-D kernel is required")));
     }
     let stride = uniform(ctx, "strides", ctx.ints("strides").unwrap_or(&[]), 1);
-    let padding = uniform(ctx, "pads", ctx.ints("pads").unwrap_or(&[]), 0);
-    if let (false, Ok(p)) = (max, &padding) {
-        // PyTorch's default (count_include_pad=True) exports as 1; ONNX's default is 0
-        if *p > 0 && ctx.int_or("count_include_pad", 0) == 0 {
-            ps.push(ctx.unsupported(
-                "count_include_pad",
-                "0 with padding: the IR's padded average counts padded zeros (PyTorch's default)",
-            ));
-        }
-    }
-    let (stride, padding) = match (stride, padding) {
-        (Ok(s), Ok(p)) if ps.is_empty() => (s, p),
-        (s, p) => {
+    let stride = match stride {
+        Ok(s) if ps.is_empty() => s,
+        s => {
             ps.extend(s.err());
-            ps.extend(p.err());
             return Err(ps);
         }
     };
     let x = data(b, ctx, 0)?;
     rank4(ctx, &x)?;
+    let dims = x.shape.dims();
+    let window = PoolWindow::of(ctx, [dims[2], dims[3]], [kernel[0], kernel[1]], stride)?;
+    let count_pads = !max && ctx.int_or("count_include_pad", 0) != 0;
+    let kind = if max { PoolKind::Max } else { PoolKind::Avg };
+    if let Some(padding) = window.symmetric() {
+        // the IR's own padded pools (padding at most half the kernel): max pads with −∞, the
+        // average counts padded zeros
+        let within = 2 * padding <= kernel[0].min(kernel[1]);
+        if within && (max || padding == 0 || count_pads) {
+            let spec = PoolSpec {
+                kind,
+                kernel_h: kernel[0],
+                kernel_w: kernel[1],
+                stride,
+                padding,
+                padded: padding > 0,
+            };
+            return Ok(b.apply(ctx, Op::Pool(spec), &[&x])?);
+        }
+    }
+    // otherwise: pad explicitly (−∞ for max, 0 for the average), pool unpadded, and rescale
+    // each average from the full window to the elements it counts
+    let fill = if max { f64::NEG_INFINITY } else { 0.0 };
+    let mut y = x.clone();
+    for (axis, (before, after)) in [(2, window.pads[0]), (3, window.pads[1])] {
+        let pads = (before as i64, after as i64);
+        y = pad_axis(
+            b,
+            ctx,
+            &y,
+            axis,
+            pads,
+            ("constant", &PadValue::Constant(fill)),
+        )?;
+    }
     let spec = PoolSpec {
-        kind: if max { PoolKind::Max } else { PoolKind::Avg },
+        kind,
         kernel_h: kernel[0],
         kernel_w: kernel[1],
         stride,
-        padding,
-        padded: padding > 0,
+        padding: 0,
+        padded: false,
     };
-    Ok(b.apply(ctx, Op::Pool(spec), &[&x])?)
+    let pooled = b.apply(ctx, Op::Pool(spec), &[&y])?;
+    if max {
+        return Ok(pooled);
+    }
+    let scale = window.average_scale(count_pads);
+    let s = b.constant_tensor(scale);
+    Ok(binary_of(b, ctx, BinaryOp::Mul, &pooled, &s)?)
+}
+
+/// A pool's windows over H and W: the padding before and after each axis (from `pads`,
+/// `auto_pad` and, with `ceil_mode`, the extra end padding that makes a partial last window),
+/// the declared padding alone, and the output extents.
+struct PoolWindow {
+    input: [usize; 2],
+    kernel: [usize; 2],
+    stride: usize,
+    /// All padding (declared and `ceil_mode`'s), `(before, after)` per axis.
+    pads: [(usize, usize); 2],
+    /// The declared padding (what `count_include_pad` counts).
+    declared: [(usize, usize); 2],
+    out: [usize; 2],
+}
+
+impl PoolWindow {
+    fn of(ctx: &Ctx<'_>, input: [usize; 2], kernel: [usize; 2], stride: usize) -> One<PoolWindow> {
+        if stride == 0 || kernel.contains(&0) {
+            return Err(ctx.unsupported("strides", "a zero stride or kernel extent"));
+        }
+        let auto = ctx.string("auto_pad").unwrap_or_else(|| "NOTSET".into());
+        let declared: [(usize, usize); 2] = match auto.as_str() {
+            "VALID" => [(0, 0); 2],
+            "NOTSET" => {
+                let p = ctx.ints("pads").unwrap_or(&[]);
+                let get = |i: usize| -> One<usize> {
+                    usize::try_from(p.get(i).copied().unwrap_or(0))
+                        .map_err(|_| ctx.unsupported("pads", format!("{p:?}: negative")))
+                };
+                if !p.is_empty() && p.len() != 4 {
+                    return Err(ctx.unsupported("pads", format!("{p:?}: four values")));
+                }
+                [(get(0)?, get(2)?), (get(1)?, get(3)?)]
+            }
+            "SAME_UPPER" | "SAME_LOWER" => {
+                let same = |n: usize, k: usize| {
+                    let out = n.div_ceil(stride);
+                    let total = ((out.saturating_sub(1)) * stride + k).saturating_sub(n);
+                    let small = total / 2;
+                    if auto == "SAME_UPPER" {
+                        (small, total - small)
+                    } else {
+                        (total - small, small)
+                    }
+                };
+                [same(input[0], kernel[0]), same(input[1], kernel[1])]
+            }
+            other => {
+                return Err(
+                    ctx.unsupported("auto_pad", format!("`{}`", torchlean_ir::shorten(other)))
+                )
+            }
+        };
+        let ceil = ctx.int_or("ceil_mode", 0) != 0;
+        let mut pads = declared;
+        let mut out = [0; 2];
+        for a in 0..2 {
+            let span = input[a] + declared[a].0 + declared[a].1;
+            if span < kernel[a] {
+                return Err(ctx.unsupported(
+                    "kernel_shape",
+                    format!("{kernel:?} is larger than the padded input"),
+                ));
+            }
+            let steps = span - kernel[a];
+            let mut n = if ceil {
+                steps.div_ceil(stride)
+            } else {
+                steps / stride
+            } + 1;
+            // a last window that starts in the end padding is dropped (ONNX's and PyTorch's rule)
+            if ceil && (n - 1) * stride >= input[a] + declared[a].0 {
+                n -= 1;
+            }
+            out[a] = n;
+            let needed = (n - 1) * stride + kernel[a];
+            pads[a].1 += needed.saturating_sub(span);
+        }
+        Ok(PoolWindow {
+            input,
+            kernel,
+            stride,
+            pads,
+            declared,
+            out,
+        })
+    }
+
+    /// The one padding of every side, when the windows are the IR's padded pool's.
+    fn symmetric(&self) -> Option<usize> {
+        let p = self.pads[0].0;
+        (self.pads.iter().all(|&(a, b)| a == p && b == p)).then_some(p)
+    }
+
+    /// Per output position, `k_h·k_w / count`: what turns the unpadded average over the
+    /// explicitly padded input into the average over the window's counted elements (the input's
+    /// alone, or with the declared padding when `count_pads`), as `[1, 1, OH, OW]`.
+    fn average_scale(&self, count_pads: bool) -> Tensor<f64> {
+        let counted = |a: usize, o: usize| -> usize {
+            // the window in padded coordinates, against the counted region
+            let (lo, hi) = if count_pads {
+                (0, self.declared[a].0 + self.input[a] + self.declared[a].1)
+            } else {
+                (self.pads[a].0, self.pads[a].0 + self.input[a])
+            };
+            let start = o * self.stride;
+            let end = start + self.kernel[a];
+            end.min(hi).saturating_sub(start.max(lo))
+        };
+        let full = (self.kernel[0] * self.kernel[1]) as f64;
+        Tensor::from_fn([1, 1, self.out[0], self.out[1]], |ix| {
+            let count = counted(0, ix[2]) * counted(1, ix[3]);
+            full / count.max(1) as f64
+        })
+        .expect("the output extents are checked sizes")
+    }
 }
 
 /// `GlobalAveragePool` is an average pool whose window is the whole image.

@@ -646,3 +646,75 @@ fn celu_and_the_normalizations_lower_exactly_enough() {
         vec![float_attr("epsilon", eps), int_attr("num_groups", 2)],
     ));
 }
+
+/// A pool of `op` over `x [1, 1, h, w]` (values 0, 1, …) with `attrs`.
+fn pooled(
+    op: &str,
+    hw: [usize; 2],
+    attrs: Vec<torchlean_onnx::proto::AttributeProto>,
+) -> Tensor<f64> {
+    let values: Vec<f64> = (0..hw[0] * hw[1]).map(|v| v as f64).collect();
+    let dims = [1, 1, hw[0] as i64, hw[1] as i64];
+    Case {
+        inputs: &[("x", &dims, &values)],
+        node: with_attrs(node("n", op, &["x"], &["y"]), attrs),
+        inits: vec![],
+        outputs: &["y"],
+        opset: 17,
+    }
+    .run()
+    .unwrap()
+    .remove(0)
+}
+
+#[test]
+fn pools_the_ir_lacks_pad_explicitly_and_rescale_their_averages() {
+    // ceil_mode: a partial last window (kernel 3, stride 2 over 4: windows at 0 and 2)
+    let ceil = pooled(
+        "MaxPool",
+        [4, 4],
+        vec![
+            ints_attr("kernel_shape", &[3, 3]),
+            ints_attr("strides", &[2, 2]),
+            int_attr("ceil_mode", 1),
+        ],
+    );
+    assert_eq!(ceil.shape().dims(), [1, 1, 2, 2]);
+    assert_eq!(ceil.data(), [10.0, 11.0, 14.0, 15.0]);
+    // count_include_pad=0 with padding: each average over the real elements only
+    let avg = pooled(
+        "AveragePool",
+        [2, 2],
+        vec![
+            ints_attr("kernel_shape", &[2, 2]),
+            ints_attr("pads", &[1, 1, 1, 1]),
+        ],
+    );
+    assert_eq!(avg.shape().dims(), [1, 1, 3, 3]);
+    let want = [0.0, 0.5, 1.0, 1.0, 1.5, 2.0, 2.0, 2.5, 3.0];
+    for (g, w) in avg.data().iter().zip(want) {
+        assert!((g - w).abs() < 1e-15, "{:?}", avg.data());
+    }
+    // SAME_UPPER, stride 1, kernel 2 over 3: one padded column and row at the end
+    let same = pooled(
+        "MaxPool",
+        [3, 3],
+        vec![
+            ints_attr("kernel_shape", &[2, 2]),
+            common::str_attr("auto_pad", "SAME_UPPER"),
+        ],
+    );
+    assert_eq!(same.shape().dims(), [1, 1, 3, 3]);
+    assert_eq!(same.data(), [4.0, 5.0, 5.0, 7.0, 8.0, 8.0, 7.0, 8.0, 8.0]);
+    // asymmetric pads on a max pool: −∞ never wins
+    let asym = pooled(
+        "MaxPool",
+        [2, 2],
+        vec![
+            ints_attr("kernel_shape", &[2, 2]),
+            ints_attr("pads", &[1, 0, 0, 0]),
+        ],
+    );
+    assert_eq!(asym.shape().dims(), [1, 1, 2, 1]);
+    assert_eq!(asym.data(), [1.0, 3.0]);
+}
