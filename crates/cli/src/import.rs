@@ -3,7 +3,7 @@
 use crate::{out, BadInput, Outcome, Stop};
 use std::path::{Path, PathBuf};
 use torchlean_ir::Dialect;
-use torchlean_onnx::{import_onnx_bound, tensor_proto, OnnxError};
+use torchlean_onnx::{import_file, tensor_proto, OnnxError};
 
 /// Imports `model` with the inputs of `bind` bound to the tensors in their files, writes the
 /// graph and payload, and prints where each initializer went.
@@ -14,14 +14,13 @@ pub fn run(
     dialect: Dialect,
     bind: &[(String, PathBuf)],
 ) -> Result<Outcome, Stop> {
-    let bytes = std::fs::read(model).map_err(|e| BadInput::at_doing(model, "cannot read", &e))?;
     let mut bound = Vec::new();
     for (name, file) in bind {
         let t = std::fs::read(file).map_err(|e| BadInput::at_doing(file, "cannot read", &e))?;
         let t = tensor_proto(&t).map_err(|e| lines(file, &e))?;
         bound.push((name.clone(), t));
     }
-    let imported = import_onnx_bound(&bytes, &bound).map_err(|e| lines(model, &e))?;
+    let imported = import_file(model, &bound).map_err(|e| lines(model, &e))?;
     let wrote_payload = imported
         .save(dialect, graph, payload)
         .map_err(|e| lines(model, &e))?;

@@ -111,6 +111,13 @@ pub enum OnnxError {
     /// Every unsupported op, attribute value, dynamic dimension and bad tensor of the model.
     #[error("{} problem(s) in the ONNX model, first: {}", .0.len(), first(.0))]
     Problems(Vec<Problem>),
+    /// Reading the model file failed.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// Writing the graph or payload file failed.
     #[error("cannot write {}: {source}", path.display())]
     Io {
@@ -140,7 +147,10 @@ impl OnnxError {
                 IrError::Invalid(ds) => ds.iter().map(|d| format!("imported graph: {d}")).collect(),
                 other => vec![format!("imported graph: {other}")],
             },
-            OnnxError::Decode { .. } | OnnxError::DecodeTensor { .. } | OnnxError::Io { .. } => {
+            OnnxError::Decode { .. }
+            | OnnxError::DecodeTensor { .. }
+            | OnnxError::Read { .. }
+            | OnnxError::Io { .. } => {
                 vec![self.to_string()]
             }
         }

@@ -119,6 +119,25 @@ pub fn import_onnx_bound(bytes: &[u8], bound: &[(String, TensorProto)]) -> Resul
     import_model_bound(&model, bound)
 }
 
+/// Imports the model file at `path` with some graph inputs bound ([`import_onnx_bound`]); its
+/// initializers stored as external data (beside the model, as `torch.onnx.export` writes a
+/// large model) are read from the model's directory first. A model file that cannot be read is
+/// [`OnnxError::Read`]; an external tensor that cannot be, a problem naming it.
+pub fn import_file(path: &std::path::Path, bound: &[(String, TensorProto)]) -> Result<Imported> {
+    let bytes = std::fs::read(path).map_err(|source| OnnxError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut model =
+        ModelProto::decode(bytes.as_slice()).map_err(|source| OnnxError::Decode { source })?;
+    let dir = path.parent().unwrap_or_else(|| std::path::Path::new("."));
+    let problems = crate::external::resolve(&mut model, dir);
+    if !problems.is_empty() {
+        return Err(OnnxError::Problems(problems));
+    }
+    import_model_bound(&model, bound)
+}
+
 /// [`import_model`] with some graph inputs bound to constants ([`import_onnx_bound`]).
 pub fn import_model_bound(model: &ModelProto, bound: &[(String, TensorProto)]) -> Result<Imported> {
     let mut problems = Vec::new();

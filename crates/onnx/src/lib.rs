@@ -10,6 +10,7 @@
 
 mod attrs;
 pub mod error;
+mod external;
 mod fold;
 mod import;
 mod ops;
@@ -28,7 +29,8 @@ pub mod proto {
 
 pub use error::{OnnxError, Problem, ProblemKind, Result};
 pub use import::{
-    import_model, import_model_bound, import_onnx, import_onnx_bound, ElemType, Imported, Param,
+    import_file, import_model, import_model_bound, import_onnx, import_onnx_bound, ElemType,
+    Imported, Param,
 };
 pub use ops::supported_op_types;
 pub use tensor::{read_tensor, tensor_proto, TensorFile};

@@ -80,7 +80,7 @@ pub(crate) fn decode(t: &TensorProto) -> Result<Constant, String> {
     use tensor_proto::{DataLocation, DataType};
     if t.data_location() == DataLocation::External || !t.external_data.is_empty() {
         return Err(
-            "external data (a tensor stored outside the model file) is not supported".into(),
+            "external data (a tensor stored outside the model file): import the model from its file (`import_file`, `torchlean import`), which reads it from the model's directory".into(),
         );
     }
     if t.segment.is_some() {
