@@ -90,6 +90,23 @@ def conv_rect_kernel_stride2_unbatched():
     return nn.Conv2d(1, 2, (2, 3), stride=2), randn(1, 4, 7)
 
 
+@case()
+def conv_depthwise_pad1_batched():
+    # groups = channels (MobileNet's depthwise convolution)
+    return nn.Conv2d(3, 3, 3, padding=1, groups=3), randn(2, 3, 5, 5)
+
+
+@case()
+def conv_grouped_dilated_stride2():
+    # two groups of two channels, taps two apart, windows two apart
+    return nn.Conv2d(4, 6, 3, stride=2, padding=2, dilation=2, groups=2), randn(1, 4, 6, 5)
+
+
+@case()
+def conv_dilated_rect_kernel_unbatched():
+    return nn.Conv2d(2, 3, (2, 3), dilation=3, padding=1), randn(2, 7, 8)
+
+
 @case(dtype="f32")
 def cnn_pool_linear_f32():
     return nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),

@@ -416,16 +416,16 @@ def h_conv2d(b, a, node):
         raise Problem("conv2d with a computed weight or bias (only parameters)")
     if isinstance(a["padding"], str):
         raise Problem(f"conv2d with padding={a['padding']!r} (only numbers)")
-    if a["groups"] != 1:
-        raise Problem(f"conv2d with groups={a['groups']} (only 1)")
-    if any(int(d) != 1 for d in a["dilation"]):
-        raise Problem(f"conv2d with dilation={list(a['dilation'])} (only 1)")
     stride = same_pair(a["stride"], "stride")
     padding = same_pair(a["padding"], "padding")
-    out_c, in_c, kh, kw = (int(d) for d in w.tensor.shape)
+    dilation = same_pair(a["dilation"], "dilation")
+    groups = int(a["groups"])
+    out_c, group_in_c, kh, kw = (int(d) for d in w.tensor.shape)
     x = b.tensor(a["input"])
-    nid = b.add("conv2d", [x], shape_of(node), inC=in_c, outC=out_c, kH=kh, kW=kw,
-                stride=stride, padding=padding)
+    # groups and dilation are written only off their defaults (TorchLean's conv2d has neither)
+    extra = {k: v for k, v in (("groups", groups), ("dilation", dilation)) if v != 1}
+    nid = b.add("conv2d", [x], shape_of(node), inC=group_in_c * groups, outC=out_c, kH=kh,
+                kW=kw, stride=stride, padding=padding, **extra)
     b.put(nid, "weight", w.tensor, w)
     if bias is None:
         b.put(nid, "bias", torch.zeros(out_c, dtype=torch.float64))

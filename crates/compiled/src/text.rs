@@ -91,6 +91,9 @@ fn op_attrs(op: &torchlean_spec::Op) -> String {
         fn visit(&mut self, key: &'static str, value: AttrMut<'_>) {
             self.0.push(match value {
                 AttrMut::Int(v) => format!("{key}={v}"),
+                // left out at its default, as the wire format leaves it out
+                AttrMut::IntOr { value, default } if *value == default => return,
+                AttrMut::IntOr { value: v, .. } => format!("{key}={v}"),
                 AttrMut::Seed(v) => format!("{key}={v}"),
                 AttrMut::Float(v) | AttrMut::FloatOr { value: v, .. } => format!("{key}={v}"),
                 AttrMut::OptFloat { value: Some(v), .. } => format!("{key}={v:e}"),

@@ -64,6 +64,8 @@ fn big_cases() -> Vec<(Op, Vec<Tensor<f64>>)> {
         kernel_w: 3,
         stride: 1,
         padding: 1,
+        groups: 1,
+        dilation: 1,
     };
     vec![
         (

@@ -19,6 +19,8 @@ fn non_finite_values_reach_what_the_reference_engines_reach() {
             kernel_w: k,
             stride: s,
             padding: pad,
+            groups: 1,
+            dilation: 1,
         };
         let op = Op::Conv2d(spec);
         let (x, w, b) = (
@@ -54,6 +56,8 @@ fn non_finite_values_in_every_lane_of_the_finiteness_scan_still_avoid_the_wide_l
         kernel_w: 3,
         stride: 1,
         padding: 0,
+        groups: 1,
+        dilation: 1,
     };
     let mut x = values(&[1, 1, 9, 9], 10);
     for r in 0..9 {
@@ -85,6 +89,8 @@ fn tap_chunks_that_start_mid_channel_rebuild_every_patch_row() {
         kernel_w: k,
         stride: 2,
         padding: 1,
+        groups: 1,
+        dilation: 1,
     };
     let g = spec.geometry(&Shape::from([c, hw, hw])).unwrap();
     let chunks = BackwardChunks::new(g.kk(), g.p(), PATCH_CHUNK_ELEMENTS);
@@ -122,6 +128,8 @@ fn a_direct_convolution_keeps_its_patch_matrix_whole_past_the_chunk_cap() {
         kernel_w: 1,
         stride: 1,
         padding: 0,
+        groups: 1,
+        dilation: 1,
     };
     let g = spec.geometry(&Shape::from([c, hw, hw])).unwrap();
     let chunks = BackwardChunks::new(g.kk(), g.p(), PATCH_CHUNK_ELEMENTS);
@@ -147,6 +155,8 @@ fn no_output_channels_give_empty_results() {
         kernel_w: 3,
         stride: 1,
         padding: 1,
+        groups: 1,
+        dilation: 1,
     };
     let op = Op::Conv2d(spec);
     agrees(
@@ -172,6 +182,8 @@ fn no_input_channels_give_the_bias() {
         kernel_w: 3,
         stride: 1,
         padding: 1,
+        groups: 1,
+        dilation: 1,
     };
     let op = Op::Conv2d(spec);
     for n in [1, 3] {
@@ -199,6 +211,8 @@ fn a_batch_whose_last_group_of_images_is_short() {
         kernel_w: 3,
         stride: 1,
         padding: 1,
+        groups: 1,
+        dilation: 1,
     };
     let inputs = [
         values(&[17, 2, 5, 5], 7),

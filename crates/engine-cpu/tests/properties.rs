@@ -90,6 +90,8 @@ proptest! {
     ) {
         let spec = Conv2dSpec {
             in_channels: c, out_channels: oc, kernel_h: kh, kernel_w: kw, stride, padding,
+            groups: 1,
+            dilation: 1,
         };
         let x: Vec<usize> = match batch { Some(n) => vec![n, c, h, w], None => vec![c, h, w] };
         let inputs = [values(&x, salt), values(&[oc, c, kh, kw], salt ^ 1), values(&[oc], salt ^ 2)];

@@ -214,6 +214,8 @@ fn the_releasing_sweep_never_forms_the_gradient_of_an_input_nobody_keeps() {
         kernel_w: 3,
         stride: 1,
         padding: 0,
+        groups: 1,
+        dilation: 1,
     };
     // the output (and so the frontier) is 8× smaller than the input
     check(&[4, 8, 30, 30], &[1, 8, 3, 3], 1, Op::Conv2d(spec));

@@ -8,6 +8,7 @@ use crate::ops;
 use crate::tensor::CudaTensor;
 use std::borrow::Cow;
 use torchlean_runtime::{RuntimeError, TrainValue, UpdateRule};
+use torchlean_spec::backend::compose;
 use torchlean_spec::{
     BinaryOp, Conv2dSpec, ConvPool, Elementwise, EngineValue, Layout, Linalg, Norm, PoolSpec,
     Random, Reduce, Shape, UnaryOp,
@@ -197,6 +198,10 @@ impl<D: Device> ConvPool for CudaTensor<D> {
         b: &Self,
         out: &Shape,
     ) -> Result<Self, CudaError> {
+        // the patch kernels take one group without dilation; other convolutions are composed
+        if !spec.is_ungrouped_undilated() {
+            return compose::grouped_conv2d(spec, x, w, b, out);
+        }
         ops::conv::conv2d(spec, x, w, b, out)
     }
     fn conv2d_vjp(
@@ -205,6 +210,10 @@ impl<D: Device> ConvPool for CudaTensor<D> {
         w: &Self,
         dy: &Self,
     ) -> Result<(Self, Self, Self), CudaError> {
+        if !spec.is_ungrouped_undilated() {
+            let (dx, dw, db) = compose::grouped_conv2d_vjp(spec, x, w, dy, true)?;
+            return Ok((dx.expect("dx is computed when asked for"), dw, db));
+        }
         ops::conv::conv2d_vjp(spec, x, w, dy)
     }
     #[allow(clippy::type_complexity)]
@@ -215,6 +224,9 @@ impl<D: Device> ConvPool for CudaTensor<D> {
         dy: &Self,
         need_dx: bool,
     ) -> Result<(Option<Self>, Self, Self), CudaError> {
+        if !spec.is_ungrouped_undilated() {
+            return compose::grouped_conv2d_vjp(spec, x, w, dy, need_dx);
+        }
         ops::conv::conv2d_vjp_for(spec, x, w, dy, need_dx)
     }
     fn pool(spec: &PoolSpec, x: &Self, out: &Shape) -> Result<Self, CudaError> {

@@ -52,8 +52,8 @@ fn the_products_pass_their_suite_cases() {
         .into_iter()
         .filter(|r| matches!(r.op, "matmul" | "linear" | "conv2d"))
         .collect();
-    // 6 matmul shapes and the shape error, 6 linear, 6 conv2d
-    assert_eq!(reports.len(), 19);
+    // 6 matmul shapes and the shape error, 6 linear, 10 conv2d (4 grouped or dilated: composed)
+    assert_eq!(reports.len(), 23);
     let failures: Vec<String> = reports
         .iter()
         .filter(|r| !r.pass())
@@ -119,6 +119,8 @@ fn conv_spec(c: usize, oc: usize, k: usize, stride: usize, padding: usize) -> Co
         kernel_w: k,
         stride,
         padding,
+        groups: 1,
+        dilation: 1,
     }
 }
 

@@ -473,13 +473,28 @@ fn linalg_cases(out: &mut Vec<OpCase>, salt: &mut Salt) {
 
 /// Convolutions and pools, padded and strided, with a max-pool tie.
 fn conv_pool_cases(out: &mut Vec<OpCase>, salt: &mut Salt) {
-    for (x, oc, kh, kw, stride, padding) in [
-        (&[2, 6, 5][..], 3usize, 3usize, 2usize, 2usize, 1usize),
-        (&[2, 3, 5, 5], 2, 3, 3, 1, 0),
-        (&[1, 1, 4, 4], 1, 1, 1, 1, 0),
-        (&[3, 8, 8], 4, 3, 3, 1, 1),
-        (&[4, 3, 12, 12], 8, 3, 3, 2, 1),
-        (&[2, 16, 9, 9], 16, 3, 3, 1, 1),
+    // (input, outC, kH, kW, stride, padding, groups, dilation): the last four grouped or
+    // dilated (depthwise, dilated and strided, both, groups of two channels)
+    for (x, oc, kh, kw, stride, padding, groups, dilation) in [
+        (
+            &[2, 6, 5][..],
+            3usize,
+            3usize,
+            2usize,
+            2usize,
+            1usize,
+            1usize,
+            1usize,
+        ),
+        (&[2, 3, 5, 5], 2, 3, 3, 1, 0, 1, 1),
+        (&[1, 1, 4, 4], 1, 1, 1, 1, 0, 1, 1),
+        (&[3, 8, 8], 4, 3, 3, 1, 1, 1, 1),
+        (&[4, 3, 12, 12], 8, 3, 3, 2, 1, 1, 1),
+        (&[2, 16, 9, 9], 16, 3, 3, 1, 1, 1, 1),
+        (&[2, 4, 7, 7], 4, 3, 3, 1, 1, 4, 1),
+        (&[5, 9, 8], 2, 3, 2, 2, 2, 1, 2),
+        (&[2, 6, 9, 9], 6, 3, 3, 2, 2, 3, 2),
+        (&[3, 4, 6, 5], 6, 2, 3, 1, 0, 2, 1),
     ] {
         let c = x[x.len() - 3];
         let spec = Conv2dSpec {
@@ -489,13 +504,19 @@ fn conv_pool_cases(out: &mut Vec<OpCase>, salt: &mut Salt) {
             kernel_w: kw,
             stride,
             padding,
+            groups,
+            dilation,
+        };
+        let grouped = match (groups, dilation) {
+            (1, 1) => String::new(),
+            _ => format!("_g{groups}_d{dilation}"),
         };
         out.push(case(
-            format!("conv2d_{x:?}_o{oc}_k{kh}x{kw}_s{stride}_p{padding}"),
+            format!("conv2d_{x:?}_o{oc}_k{kh}x{kw}_s{stride}_p{padding}{grouped}"),
             Op::Conv2d(spec),
             vec![
                 uniform(x, salt.next(), -1.0, 1.0),
-                uniform(&[oc, c, kh, kw], salt.next(), -1.0, 1.0),
+                uniform(&[oc, c / groups, kh, kw], salt.next(), -1.0, 1.0),
                 uniform(&[oc], salt.next(), -1.0, 1.0),
             ],
         ));

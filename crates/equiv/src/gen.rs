@@ -948,7 +948,21 @@ impl Builder {
     }
 
     fn conv(&mut self, c: &mut Choices<'_>, x: usize) {
-        let ch = 1 + c.pick(2);
+        // groups and dilation off their defaults (as the regime being forced asks, else one
+        // time in three): a grouped conv has 2 or 4 channels, at least one of the two is off
+        let off = match self.target.map(|t| t.regime) {
+            Some(Regime::Default) => false,
+            Some(Regime::Explicit) => true,
+            _ => c.one_in(3),
+        };
+        let (groups, dilation) = match off {
+            false => (1, 1),
+            true => match (1 + c.pick(2), 1 + c.pick(2)) {
+                (1, 1) => (1, 2),
+                pair => pair,
+            },
+        };
+        let ch = groups * (1 + c.pick(2));
         let batched = c.one_in(2);
         let img = self.image(c, x, batched, ch);
         let d = self.shape(img).dims().to_vec();
@@ -963,13 +977,17 @@ impl Builder {
         } else {
             1 + c.pick(2)
         };
+        // the most taps whose dilated extent fits the padded input, at most 3
+        let taps = |extent: usize| ((extent + 2 * padding - 1) / dilation + 1).min(3);
         let spec = Conv2dSpec {
             in_channels: ch,
-            kernel_h: 1 + c.pick((h + 2 * padding).min(3)),
-            kernel_w: 1 + c.pick((w + 2 * padding).min(3)),
+            kernel_h: 1 + c.pick(taps(h)),
+            kernel_w: 1 + c.pick(taps(w)),
             stride,
             padding,
-            out_channels: 1 + c.pick(2),
+            out_channels: groups * (1 + c.pick(2)),
+            groups,
+            dilation,
         };
         let op = Op::Conv2d(spec);
         // the payload shapes are the op's own rule

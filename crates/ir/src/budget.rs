@@ -134,6 +134,8 @@ mod tests {
             kernel_w: 3,
             stride: 1,
             padding: 1,
+            groups: 1,
+            dilation: 1,
         };
         let (x, y) = (Shape::from([1, 1, 4, 4]), Shape::from([1, 2, 4, 4]));
         let ws = spec.workspace_elements(&x, &y, Pass::Grad) as u64;

@@ -138,6 +138,12 @@ impl AttrVisitor for AttrReader<'_> {
     fn visit(&mut self, key: &'static str, value: AttrMut<'_>) {
         match value {
             AttrMut::Int(v) => *v = self.int(key),
+            AttrMut::IntOr { value, default } => {
+                *value = match self.obj.contains_key(key) {
+                    true => self.int(key),
+                    false => default,
+                }
+            }
             AttrMut::Seed(v) => *v = self.u64(key),
             AttrMut::Float(v) => *v = self.float(key),
             AttrMut::FloatOr { value, default } => *value = self.opt_float(key).unwrap_or(default),

@@ -97,6 +97,8 @@ impl DynConv2d {
             kernel_w: kernel,
             stride,
             padding,
+            groups: 1,
+            dilation: 1,
         };
         Ok(DynConv2d { spec, weight, bias })
     }

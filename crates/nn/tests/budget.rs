@@ -100,6 +100,8 @@ fn a_convolution_counts_its_engine_workspace() {
         kernel_w: 3,
         stride: 1,
         padding: 60,
+        groups: 1,
+        dilation: 1,
     };
     let mut s = Session::<CpuF64>::with_budget(Budget::bytes(1 << 20));
     let x = s

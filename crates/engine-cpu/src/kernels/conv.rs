@@ -791,6 +791,8 @@ mod tests {
             kernel_w: 2,
             stride: 1,
             padding: 1,
+            groups: 1,
+            dilation: 1,
         };
         let op = Op::Conv2d(spec);
         let x = CpuF32::zeros([1, 1, 0, 0]).unwrap();
@@ -862,6 +864,8 @@ mod tests {
                 kernel_w: k,
                 stride: st,
                 padding: pad,
+                groups: 1,
+                dilation: 1,
             }
             .geometry(&Shape::from([c, h, w]))
             .unwrap();
@@ -885,6 +889,8 @@ mod tests {
                         kernel_w: k,
                         stride: st,
                         padding: pad,
+                        groups: 1,
+                        dilation: 1,
                     };
                     let seed = (gi * 100 + n) as u64;
                     let x = tensor::<T>(vec![n, c, h, w], seed, bad);
@@ -951,6 +957,8 @@ mod tests {
                 kernel_w: k,
                 stride: st,
                 padding: pad,
+                groups: 1,
+                dilation: 1,
             }
             .geometry(&Shape::from([c, h, w]))
             .unwrap();
@@ -968,6 +976,8 @@ mod tests {
                         kernel_w: k,
                         stride: st,
                         padding: pad,
+                        groups: 1,
+                        dilation: 1,
                     };
                     let seed = (gi * 100 + n) as u64 + 7;
                     let x = tensor::<T>(vec![n, c, h, w], seed, bad);
@@ -1059,6 +1069,8 @@ mod tests {
             kernel_w: 3,
             stride: 1,
             padding: 1,
+            groups: 1,
+            dilation: 1,
         };
         let g = spec.geometry(&Shape::from([1, 4, 4])).unwrap();
         let x = vec![1.0f64; 16];

@@ -17,6 +17,7 @@ use crate::scalar::CpuScalar;
 use crate::tensor::CpuTensor;
 use std::borrow::Cow;
 use torchlean_runtime::{Kernels, Result, RuntimeError, TrainValue};
+use torchlean_spec::backend::compose;
 use torchlean_spec::{
     BinaryOp, Conv2dSpec, ConvPool, Elementwise, EngineValue, KernelResult, Layout, Linalg, Norm,
     PoolSpec, Random, Reduce, Shape, Tensor, UnaryOp,
@@ -193,14 +194,21 @@ impl<T: CpuScalar> Linalg for CpuTensor<T> {
 }
 
 impl<T: CpuScalar> ConvPool for CpuTensor<T> {
+    // the patch kernels take one group without dilation; other convolutions are composed
     fn conv2d(spec: &Conv2dSpec, x: &Self, w: &Self, b: &Self, out: &Shape) -> R<T> {
+        if !spec.is_ungrouped_undilated() {
+            return compose::grouped_conv2d(spec, x, w, b, out);
+        }
         conv::forward(spec, x, w, b, out.clone())
     }
     fn conv2d_vjp(spec: &Conv2dSpec, x: &Self, w: &Self, dy: &Self) -> R3<T> {
-        let (dx, dw, db) = conv::vjp(spec, x, w, dy, true)?;
+        let (dx, dw, db) = Self::conv2d_vjp_for(spec, x, w, dy, true)?;
         Ok((dx.expect("dx is computed when asked for"), dw, db))
     }
     fn conv2d_vjp_for(spec: &Conv2dSpec, x: &Self, w: &Self, dy: &Self, need_dx: bool) -> R3o<T> {
+        if !spec.is_ungrouped_undilated() {
+            return compose::grouped_conv2d_vjp(spec, x, w, dy, need_dx);
+        }
         conv::vjp(spec, x, w, dy, need_dx)
     }
     fn pool(spec: &PoolSpec, x: &Self, out: &Shape) -> R<T> {

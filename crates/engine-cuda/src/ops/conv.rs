@@ -543,6 +543,8 @@ mod tests {
             kernel_w: 2,
             stride: 1,
             padding: 1,
+            groups: 1,
+            dilation: 1,
         };
         // kk = 12, P = 25·24 = 600 per image: caps of one image group (two images), whole
         // images one by one, and column ranges (600 positions over a cap of 12·260)
@@ -596,6 +598,8 @@ mod tests {
                 kernel_w: k,
                 stride: 1,
                 padding: pad,
+                groups: 1,
+                dilation: 1,
             };
             let g = spec.geometry(&Shape::from([5, 2, 3, 3])).unwrap();
             let wg = WeightGrad::<Emu>::new(&g, 5, cap).unwrap();

@@ -3,7 +3,8 @@
 //! difference from the August dialect; `docs/ir-format.md` says how each is handled).
 //!
 //! Reading lowers each file node into one IR node where a kind corresponds (`conv` with two
-//! spatial axes, no dilation, symmetric padding and equal strides → `conv2d`; `max_pool`/
+//! spatial axes, equal dilations, symmetric padding and equal strides → `conv2d` (its dense
+//! kernel as one group; a grouped `conv2d` is not written); `max_pool`/
 //! `avg_pool` → the `*_pool2d` kinds; `batch_norm_eval` with `channel_axis` 1;
 //! `transpose` `axis1`/`axis2`), or into several with identical meaning (`reduce_*` with
 //! `axes`/`keepdim`: one single-axis reduction per axis, largest first, each followed by a
@@ -509,8 +510,8 @@ impl Lowering {
         if rank != 2 {
             no("spatial_rank", format!("{rank} spatial axes"));
         }
-        if dilation.iter().any(|&d| d != 1) {
-            no("dilation", format!("dilation {dilation:?}"));
+        if dilation.windows(2).any(|w| w[0] != w[1]) {
+            no("dilation", format!("unequal dilations {dilation:?}"));
         }
         if padding_after != padding {
             no(
@@ -552,6 +553,8 @@ impl Lowering {
             kernel_w: kernel[1],
             stride: stride[0],
             padding: padding[0],
+            groups: 1,
+            dilation: dilation[0],
         };
         let id = self.one(raw, OpKind::Op(Op::Conv2d(spec)), parents);
         self.inline(raw, id)?;
@@ -1176,13 +1179,25 @@ fn write_node(
         }
         OpKind::Op(op) => match op {
             Op::Conv2d(s) => {
+                if s.groups != 1 {
+                    // its kernels are dense (`groups` is read as one group): a grouped weight
+                    // would have to be written with zero blocks, a different parameter
+                    errors.push(
+                        Diagnostic::error(format!(
+                            "groups = {}: the September dialect writes kernels dense, so a \
+                             grouped weight has no counterpart",
+                            s.groups
+                        ))
+                        .field("groups"),
+                    );
+                }
                 let p = [s.padding; 2];
                 put(obj, "kind", Value::from(tags::CONV));
                 put(obj, "spatial_rank", Value::from(2));
                 put(obj, "kernel", nats(&[s.kernel_h, s.kernel_w]));
                 put(obj, "stride", nats(&[s.stride; 2]));
                 put(obj, "padding", nats(&p));
-                put(obj, "dilation", nats(&[1, 1]));
+                put(obj, "dilation", nats(&[s.dilation; 2]));
                 put(obj, "padding_after", nats(&p));
                 put(obj, "groups", Value::from(1));
                 put(obj, "channel_axis", Value::from(x.rank().saturating_sub(3)));

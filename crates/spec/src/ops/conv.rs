@@ -1,5 +1,9 @@
-//! 2-D convolution over `[C,H,W]` or `[N,C,H,W]`: zero padding on both sides, no dilation,
-//! one group, weight `[O,C,kH,kW]`, bias `[O]`.
+//! 2-D convolution over `[C,H,W]` or `[N,C,H,W]`: zero padding on both sides, weight
+//! `[O,C/groups,kH,kW]`, bias `[O]`; `groups` splits the channels into groups convolved
+//! separately (output channel `o` reads input channels of group `o / (O/groups)`), `dilation`
+//! spaces the kernel's taps (PyTorch's `F.conv2d` and ONNX's `Conv` attributes of those names).
+//! TorchLean's `conv2d` is the case of one group and no dilation, which the engines' patch
+//! kernels compute; other cases the engines compose ([`crate::backend::compose`]).
 
 use crate::budget::Pass;
 use crate::error::{Result, SpecError};
@@ -16,7 +20,16 @@ pub struct Conv2dSpec {
     pub kernel_w: usize,
     pub stride: usize,
     pub padding: usize,
+    /// Channel groups (≥ 1, dividing `in_channels` and `out_channels`); 1 when the node leaves
+    /// it out (TorchLean's kind).
+    pub groups: usize,
+    /// Spacing of the kernel's taps (≥ 1); 1 when the node leaves it out.
+    pub dilation: usize,
 }
+
+/// `groups` and `dilation` when a node leaves them out: TorchLean's `conv2d`.
+pub const CONV_DEFAULT_GROUPS: usize = 1;
+pub const CONV_DEFAULT_DILATION: usize = 1;
 
 /// Most elements of one chunk of the CPU engine's patch matrix (im2col), 2^22 (32 MiB of f64):
 /// the forward builds it a range of output columns at a time, the backward a range of weight
@@ -150,6 +163,15 @@ pub fn window_out(input: usize, kernel: usize, stride: usize, padding: usize) ->
     Some((padded - kernel) / stride + 1)
 }
 
+/// The extent a kernel of `kernel` taps spaced `dilation` apart covers: `dilation·(kernel − 1)
+/// + 1` (`None` past `usize`, or for an empty kernel or a dilation of 0).
+pub fn dilated_extent(kernel: usize, dilation: usize) -> Option<usize> {
+    if kernel == 0 || dilation == 0 {
+        return None;
+    }
+    dilation.checked_mul(kernel - 1)?.checked_add(1)
+}
+
 /// Splits `[C,H,W]` / `[N,C,H,W]` into `(N, C, H, W)`.
 pub(crate) fn nchw(op: &'static str, x: &Shape) -> Result<(usize, usize, usize, usize)> {
     match x.dims() {
@@ -233,39 +255,76 @@ impl Conv2dSpec {
         }
     }
 
-    /// Output `(Ho, Wo)` for an input of spatial size `(h, w)`.
+    /// Output `(Ho, Wo)` for an input of spatial size `(h, w)`: the window of the dilated
+    /// kernel ([`dilated_extent`]) slid over the padded input.
     fn out_hw(&self, h: usize, w: usize) -> Result<(usize, usize)> {
         for (attr, v) in [
             ("kH", self.kernel_h),
             ("kW", self.kernel_w),
             ("stride", self.stride),
+            ("groups", self.groups),
+            ("dilation", self.dilation),
         ] {
             if v == 0 {
                 return Err(Self::attr_err(attr, "must be positive".into()));
             }
         }
-        let ho = window_out(h, self.kernel_h, self.stride, self.padding).ok_or_else(|| {
-            Self::attr_err(
-                "kH",
-                format!(
-                    "= {} does not fit the input height {h} padded by {}",
-                    self.kernel_h, self.padding
-                ),
-            )
-        })?;
-        let wo = window_out(w, self.kernel_w, self.stride, self.padding).ok_or_else(|| {
-            Self::attr_err(
-                "kW",
-                format!(
-                    "= {} does not fit the input width {w} padded by {}",
-                    self.kernel_w, self.padding
-                ),
-            )
-        })?;
-        Ok((ho, wo))
+        let fit = |attr: &'static str, k: usize, extent: usize, what: &str| {
+            dilated_extent(k, self.dilation)
+                .and_then(|span| window_out(extent, span, self.stride, self.padding))
+                .ok_or_else(|| {
+                    let dilated = match self.dilation {
+                        1 => String::new(),
+                        d => format!(" dilated by {d}"),
+                    };
+                    Self::attr_err(
+                        attr,
+                        format!(
+                            "= {k}{dilated} does not fit the input {what} {extent} padded by {}",
+                            self.padding
+                        ),
+                    )
+                })
+        };
+        Ok((
+            fit("kH", self.kernel_h, h, "height")?,
+            fit("kW", self.kernel_w, w, "width")?,
+        ))
     }
 
-    /// Weight `[outC, inC, kH, kW]` and bias `[outC]`: the one rule for a conv's payload.
+    /// One group and no dilation: TorchLean's kind, which the engines' patch kernels
+    /// ([`Conv2dSpec::geometry`]) compute; the others they compose.
+    pub fn is_ungrouped_undilated(&self) -> bool {
+        self.groups == 1 && self.dilation == 1
+    }
+
+    /// Input channels per group.
+    pub fn group_in_channels(&self) -> usize {
+        self.in_channels / self.groups.max(1)
+    }
+
+    /// Output channels per group.
+    pub fn group_out_channels(&self) -> usize {
+        self.out_channels / self.groups.max(1)
+    }
+
+    /// `groups` divides both channel counts.
+    fn check_groups(&self) -> Result<()> {
+        if self.groups == 0 {
+            return Err(Self::attr_err("groups", "must be positive".into()));
+        }
+        for (what, n) in [("inC", self.in_channels), ("outC", self.out_channels)] {
+            if n % self.groups != 0 {
+                return Err(Self::attr_err(
+                    "groups",
+                    format!("= {} does not divide {what} = {n}", self.groups),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Weight `[outC, inC/groups, kH, kW]` and bias `[outC]`: the one rule for a conv's payload.
     pub(crate) fn payload_shapes(&self) -> Vec<Shape> {
         self.payload_shapes_array().to_vec()
     }
@@ -274,7 +333,7 @@ impl Conv2dSpec {
         [
             Shape::from([
                 self.out_channels,
-                self.in_channels,
+                self.group_in_channels(),
                 self.kernel_h,
                 self.kernel_w,
             ]),
@@ -297,6 +356,26 @@ impl Conv2dSpec {
             return 0;
         };
         let (m, a) = (usize::saturating_mul, usize::saturating_add);
+        if !self.is_ungrouped_undilated() {
+            // the composition ([`GroupedConv`]): the padded input, the whole patch matrix, the
+            // weight repeated per image and the product; the VJP also their gradients
+            let pad2 = m(self.padding, 2);
+            let padded = m(m(n, c), m(a(h, pad2), a(w, pad2)));
+            let patches = m(m(m(n, c), m(self.kernel_h, self.kernel_w)), m(ho, wo));
+            let weights = m(
+                n,
+                m(
+                    m(oc, self.group_in_channels()),
+                    m(self.kernel_h, self.kernel_w),
+                ),
+            );
+            let forward = a(a(padded, patches), a(weights, m(m(n, oc), m(ho, wo))));
+            return if pass == Pass::Eval {
+                forward
+            } else {
+                m(forward, 2)
+            };
+        }
         let pad2 = m(self.padding, 2);
         let (hp, wp) = (a(h, pad2), a(w, pad2));
         let kk = m(m(c, self.kernel_h), self.kernel_w);
@@ -330,7 +409,17 @@ impl Conv2dSpec {
     /// The sizes every engine's kernels index by, for input `x` (`[C,H,W]` or `[N,C,H,W]`;
     /// output extents from [`Conv2dSpec::output_hw`]): the one place they are read off the
     /// spec and the shape.
+    /// One group and no dilation only ([`Conv2dSpec::is_ungrouped_undilated`]; others are
+    /// refused, naming the attribute): the patch kernels know neither.
     pub fn geometry(&self, x: &Shape) -> Result<ConvGeometry> {
+        for (attr, v) in [("groups", self.groups), ("dilation", self.dilation)] {
+            if v != 1 {
+                return Err(Self::attr_err(
+                    attr,
+                    format!("= {v}: the patch kernels take one group without dilation"),
+                ));
+            }
+        }
         let (n, c, h, w) = nchw(Self::OP, x)?;
         let (ho, wo) = self.out_hw(h, w)?;
         Ok(ConvGeometry {
@@ -349,6 +438,7 @@ impl Conv2dSpec {
     }
 
     pub(crate) fn infer(&self, x: &Shape, w: &Shape, b: &Shape) -> Result<Shape> {
+        self.check_groups()?;
         let (_, c, h, wd) = nchw(Self::OP, x)?;
         if c != self.in_channels {
             return Err(SpecError::OpShape {
@@ -362,7 +452,7 @@ impl Conv2dSpec {
             return Err(SpecError::OpShape {
                 op: Self::OP,
                 shapes: vec![x.clone(), w.clone(), b.clone()],
-                reason: format!("the weight must be {want_w} (outC, inC, kH, kW)"),
+                reason: format!("the weight must be {want_w} (outC, inC/groups, kH, kW)"),
             });
         }
         if b != &want_b {
@@ -376,10 +466,10 @@ impl Conv2dSpec {
         Ok(with_batch(x, self.out_channels, ho, wo))
     }
 
-    /// Input row/column read by output position `o` and kernel offset `k`, if not padding.
+    /// Input row/column read by output position `o` and kernel tap `k`, if not padding.
     #[inline]
     fn src(&self, o: usize, k: usize, extent: usize) -> Option<usize> {
-        (o * self.stride + k)
+        (o * self.stride + k * self.dilation)
             .checked_sub(self.padding)
             .filter(|&v| v < extent)
     }
@@ -395,10 +485,13 @@ impl Conv2dSpec {
         let (ho, wo) = self.out_hw(h, wd)?;
         let (kh, kw, oc) = (self.kernel_h, self.kernel_w, self.out_channels);
         let (xd, wt, bd) = (x.data(), w.data(), b.data());
-        let taps = c * kh * kw;
+        // output channel `o` reads the `cg` input channels of its group from `c0`
+        let (cg, og) = (self.group_in_channels(), self.group_out_channels());
+        let taps = cg * kh * kw;
         let mut data = Vec::with_capacity(out.size());
         for bn in 0..n {
             for o in 0..oc {
+                let c0 = o / og * cg;
                 // a padded cell's term 0 · w is ±0 for a finite w, and adding ±0 leaves the
                 // sum as it is (it starts at +0 and so is never −0): only a non-finite weight
                 // makes the padding count, as NaN
@@ -406,17 +499,17 @@ impl Conv2dSpec {
                 for i in 0..ho {
                     for j in 0..wo {
                         let mut acc = A::zero();
-                        for ci in 0..c {
+                        for ci in 0..cg {
                             for u in 0..kh {
                                 let r = self.src(i, u, h);
                                 if r.is_none() && skip_padding {
                                     continue;
                                 }
                                 for v in 0..kw {
-                                    let wv = &wt[((o * c + ci) * kh + u) * kw + v];
+                                    let wv = &wt[((o * cg + ci) * kh + u) * kw + v];
                                     let term = match (r, self.src(j, v, wd)) {
                                         (Some(r), Some(s)) => {
-                                            xd[((bn * c + ci) * h + r) * wd + s].mul(wv)
+                                            xd[((bn * c + c0 + ci) * h + r) * wd + s].mul(wv)
                                         }
                                         _ if skip_padding => continue,
                                         // a padded cell is a zero, multiplied like any other
@@ -449,8 +542,10 @@ impl Conv2dSpec {
         let mut dw = Tensor::<A>::zeros(w.shape().clone())?;
         let mut db = Tensor::<A>::zeros(Shape::from([oc]))?;
         let (xd, wt, dd) = (x.data(), w.data(), dy.data());
+        let (cg, og) = (self.group_in_channels(), self.group_out_channels());
         for bn in 0..n {
             for o in 0..oc {
+                let c0 = o / og * cg;
                 for i in 0..ho {
                     for j in 0..wo {
                         let d = &dd[((bn * oc + o) * ho + i) * wo + j];
@@ -459,14 +554,14 @@ impl Conv2dSpec {
                         // as in the forward: d · 0 adds ±0 to a weight gradient (never −0)
                         // unless the cotangent is not finite
                         let skip_padding = d.is_finite();
-                        for ci in 0..c {
+                        for ci in 0..cg {
                             for u in 0..kh {
                                 let r = self.src(i, u, h);
                                 if r.is_none() && skip_padding {
                                     continue;
                                 }
                                 for v in 0..kw {
-                                    let wi = ((o * c + ci) * kh + u) * kw + v;
+                                    let wi = ((o * cg + ci) * kh + u) * kw + v;
                                     let gw = &mut dw.data_mut()[wi];
                                     let (Some(r), Some(s)) = (r, self.src(j, v, wd)) else {
                                         // a padded cell: a zero input, and no input gradient
@@ -475,7 +570,7 @@ impl Conv2dSpec {
                                         }
                                         continue;
                                     };
-                                    let xi = ((bn * c + ci) * h + r) * wd + s;
+                                    let xi = ((bn * c + c0 + ci) * h + r) * wd + s;
                                     *gw = gw.add(&d.mul(&xd[xi]));
                                     let gx = &mut dx.data_mut()[xi];
                                     *gx = gx.add(&d.mul(&wt[wi]));
@@ -487,6 +582,145 @@ impl Conv2dSpec {
             }
         }
         Ok((dx, dw, db))
+    }
+}
+
+/// A grouped or dilated convolution as the engines compose it
+/// ([`crate::backend::compose::grouped_conv2d`]): the input zero-padded, its patch matrix
+/// gathered, one batched product per image and group, the bias broadcast. Every size the
+/// composition reads, from [`GroupedConv::new`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupedConv {
+    spec: Conv2dSpec,
+    /// Images, channels, input extents, output extents.
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub ho: usize,
+    pub wo: usize,
+}
+
+impl GroupedConv {
+    /// The sizes of `spec` on input `x` (`[C,H,W]` or `[N,C,H,W]`), its shape rule applied.
+    pub fn new(spec: &Conv2dSpec, x: &Shape) -> Result<Self> {
+        spec.check_groups()?;
+        let (n, c, h, w) = nchw(Conv2dSpec::OP, x)?;
+        let (ho, wo) = spec.out_hw(h, w)?;
+        Ok(GroupedConv {
+            spec: *spec,
+            n,
+            c,
+            h,
+            w,
+            ho,
+            wo,
+        })
+    }
+
+    fn g(&self) -> usize {
+        self.spec.groups
+    }
+
+    /// Taps per output of one group: `C/groups · kH · kW`.
+    fn k(&self) -> usize {
+        self.spec.group_in_channels() * self.spec.kernel_h * self.spec.kernel_w
+    }
+
+    fn p(&self) -> usize {
+        self.ho * self.wo
+    }
+
+    /// The input as `[N,C,H,W]`.
+    pub fn input4(&self) -> Shape {
+        Shape::from([self.n, self.c, self.h, self.w])
+    }
+
+    /// The input padded by `padding` on both sides of its last two axes: after the height
+    /// (`axis` 2), then after the width too.
+    pub fn padded(&self, axes: usize) -> Shape {
+        let p2 = 2 * self.spec.padding;
+        match axes {
+            1 => Shape::from([self.n, self.c, self.h + p2, self.w]),
+            _ => Shape::from([self.n, self.c, self.h + p2, self.w + p2]),
+        }
+    }
+
+    /// The padded input as the one-column table the patch matrix gathers from.
+    pub fn table(&self) -> Shape {
+        Shape::from([self.padded(2).size(), 1])
+    }
+
+    /// Row of [`GroupedConv::table`] of every patch element, in the order `[image, group,
+    /// (channel in group, tap row, tap column), (output row, output column)]`.
+    pub fn patch_ids(&self) -> Vec<usize> {
+        let s = &self.spec;
+        let (hp, wp) = (self.h + 2 * s.padding, self.w + 2 * s.padding);
+        let mut ids = Vec::with_capacity(self.n * self.c * s.kernel_h * s.kernel_w * self.p());
+        for img in 0..self.n {
+            for ch in 0..self.c {
+                let base = (img * self.c + ch) * hp;
+                for u in 0..s.kernel_h {
+                    for v in 0..s.kernel_w {
+                        for i in 0..self.ho {
+                            let row = (base + i * s.stride + u * s.dilation) * wp;
+                            for j in 0..self.wo {
+                                ids.push(row + j * s.stride + v * s.dilation);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        ids
+    }
+
+    /// The gathered patch elements as one column.
+    pub fn patch_column(&self) -> Shape {
+        Shape::from([
+            self.n * self.c * self.spec.kernel_h * self.spec.kernel_w * self.p(),
+            1,
+        ])
+    }
+
+    /// The patch matrices, one per image and group: `[N·groups, K, P]`.
+    pub fn patches(&self) -> Shape {
+        Shape::from([self.n * self.g(), self.k(), self.p()])
+    }
+
+    /// The weight as one matrix per group: `[groups, O/groups, K]`.
+    pub fn weights(&self) -> Shape {
+        Shape::from([self.g(), self.spec.group_out_channels(), self.k()])
+    }
+
+    /// The weight repeated per image: `[N, groups, O/groups, K]`.
+    pub fn weights_per_image(&self) -> Shape {
+        Shape::from([self.n, self.g(), self.spec.group_out_channels(), self.k()])
+    }
+
+    /// The products' operand: `[N·groups, O/groups, K]`.
+    pub fn weights_batched(&self) -> Shape {
+        Shape::from([self.n * self.g(), self.spec.group_out_channels(), self.k()])
+    }
+
+    /// The products: `[N·groups, O/groups, P]` (in memory, `[N, O, Ho, Wo]`).
+    pub fn products(&self) -> Shape {
+        Shape::from([self.n * self.g(), self.spec.group_out_channels(), self.p()])
+    }
+
+    /// The output as `[N, O, Ho, Wo]`.
+    pub fn output4(&self) -> Shape {
+        Shape::from([self.n, self.spec.out_channels, self.ho, self.wo])
+    }
+
+    /// The bias as a `[O, 1, 1]` column that broadcasts onto [`GroupedConv::output4`].
+    pub fn bias_column(&self) -> Shape {
+        Shape::from([self.spec.out_channels, 1, 1])
+    }
+
+    /// Padding on each side of the last two axes.
+    pub fn padding(&self) -> usize {
+        self.spec.padding
     }
 }
 
@@ -538,6 +772,8 @@ mod tests {
             kernel_w: 2,
             stride: 2,
             padding: 1,
+            groups: 1,
+            dilation: 1,
         };
         let w = Shape::from([8, 3, 3, 2]);
         for (x, n) in [(Shape::from([5, 3, 9, 7]), 5), (Shape::from([3, 9, 7]), 1)] {
@@ -572,6 +808,8 @@ mod tests {
             kernel_w: 100,
             stride: 1,
             padding: 999,
+            groups: 1,
+            dilation: 1,
         };
         let (x, out) = (Shape::from([1, 1, 1, 1]), Shape::from([1, 1, 1900, 1900]));
         assert_eq!(
@@ -647,6 +885,8 @@ mod tests {
             kernel_w: 3,
             stride: 1,
             padding: usize::MAX / 4,
+            groups: 1,
+            dilation: 1,
         };
         let x = Shape::from([5, usize::MAX / 2, 1, 1]);
         assert_eq!(

@@ -9,6 +9,7 @@
 //! row here, one arm in each of `visit_attrs`, the shape rule, forward and VJP (the compiler
 //! lists every match that needs one), and one kernel per engine.
 
+use super::conv::{CONV_DEFAULT_DILATION, CONV_DEFAULT_GROUPS};
 use super::elementwise::{ELU_DEFAULT_ALPHA, LEAKY_RELU_DEFAULT_SLOPE};
 use super::{Arity, BinaryOp, Conv2dSpec, GeluApprox, Op, PoolKind, PoolSpec, Reduction, UnaryOp};
 use crate::shape::Shape;
@@ -208,6 +209,13 @@ impl std::fmt::Display for AttrType {
 #[derive(Debug)]
 pub enum AttrMut<'a> {
     Int(&'a mut usize),
+    /// An integer that may be absent, meaning `default`; writers leave it out at its default
+    /// (`conv2d`'s `groups` and `dilation`: TorchLean's files never carry them, and ours stay
+    /// theirs byte for byte where they are 1).
+    IntOr {
+        value: &'a mut usize,
+        default: usize,
+    },
     Seed(&'a mut u64),
     Float(&'a mut f64),
     /// A number that may be absent, meaning `default`: the op holds the value it computes
@@ -238,7 +246,7 @@ pub enum AttrMut<'a> {
 impl AttrMut<'_> {
     pub fn ty(&self) -> AttrType {
         match self {
-            AttrMut::Int(_) => AttrType::Int,
+            AttrMut::Int(_) | AttrMut::IntOr { .. } => AttrType::Int,
             AttrMut::Seed(_) => AttrType::Seed,
             AttrMut::Float(_)
             | AttrMut::FloatOr { .. }
@@ -332,6 +340,7 @@ impl AttrVisitor for Describe {
                 Some(format!("{default:e}"))
             }
             AttrMut::Choice { default, .. } => Some(format!("\"{default}\"")),
+            AttrMut::IntOr { default, .. } => Some(default.to_string()),
             _ => None,
         };
         let optional = default.is_some() || matches!(value, AttrMut::MaybeFloat(_));
@@ -619,12 +628,13 @@ row!(LINEAR, "linear", Linalg, false,
      operands: ["x", "weight", "bias"], payload: 2, arity: Arity::Exact(3),
      saves: Saves::BOTH_OPERANDS, Proto::Op(|| Op::Linear), torch: "F.linear({x}, {weight}, {bias})");
 row!(CONV2D, "conv2d", Conv, false,
-"2-D convolution of `[C,H,W]` or `[N,C,H,W]`, zero padding on both sides (padded cells are zeros in every product, so a NaN or infinite weight reaches the border outputs, as in PyTorch), no dilation, one group; `H' = (H + 2p − kH)/stride + 1`", "`[outC,H',W']` / `[N,outC,H',W']`",
+"2-D convolution of `[C,H,W]` or `[N,C,H,W]`, zero padding on both sides (padded cells are zeros in every product, so a NaN or infinite weight reaches the border outputs, as in PyTorch); `groups` (ours) convolves channel groups separately (weight `[outC, inC/groups, kH, kW]`), `dilation` (ours) spaces the taps; `H' = (H + 2p − dilation·(kH − 1) − 1)/stride + 1`", "`[outC,H',W']` / `[N,outC,H',W']`",
 operands: ["x", "weight", "bias"], payload: 2, arity: Arity::Exact(3),
 saves: Saves::BOTH_OPERANDS,
 Proto::Op(|| Op::Conv2d(Conv2dSpec {
     in_channels: 0, out_channels: 0, kernel_h: 0, kernel_w: 0, stride: 0, padding: 0,
-})), torch: "F.conv2d({x}, {weight}, {bias}, stride={stride}, padding={padding})"; regimes: [Padded, Strided]);
+    groups: CONV_DEFAULT_GROUPS, dilation: CONV_DEFAULT_DILATION,
+})), torch: "F.conv2d({x}, {weight}, {bias}, stride={stride}, padding={padding}, dilation={dilation}, groups={groups})"; regimes: [Padded, Strided]);
 row!(MAX_POOL2D, "max_pool2d", Pool, false, "max pooling over the last two axes", "`[C,H',W']` / `[N,C,H',W']`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
      Proto::Op(|| pool(PoolKind::Max, false)), torch: "F.max_pool2d({x}, ({kH}, {kW}), stride={stride}, padding=0)"; regimes: [Strided]);
@@ -939,6 +949,20 @@ impl Op {
                 v.visit("kW", AttrMut::Int(&mut c.kernel_w));
                 v.visit("stride", AttrMut::Int(&mut c.stride));
                 v.visit("padding", AttrMut::Int(&mut c.padding));
+                v.visit(
+                    "groups",
+                    AttrMut::IntOr {
+                        value: &mut c.groups,
+                        default: CONV_DEFAULT_GROUPS,
+                    },
+                );
+                v.visit(
+                    "dilation",
+                    AttrMut::IntOr {
+                        value: &mut c.dilation,
+                        default: CONV_DEFAULT_DILATION,
+                    },
+                );
             }
             Op::Pool(p) => {
                 v.visit("kH", AttrMut::Int(&mut p.kernel_h));
@@ -975,6 +999,7 @@ impl Op {
                     AttrMut::OptFloat { value, .. } => value.is_none(),
                     AttrMut::FloatOr { value, default } => value.to_bits() == default.to_bits(),
                     AttrMut::Choice { value, default, .. } => *value == default,
+                    AttrMut::IntOr { value, default } => *value == default,
                     _ => true,
                 };
             }
@@ -1004,6 +1029,8 @@ impl Op {
             fn visit(&mut self, key: &'static str, value: AttrMut<'_>) {
                 let v = match value {
                     AttrMut::Int(v) => AttrValue::Int(*v as u64),
+                    AttrMut::IntOr { value, default } if *value == default => return,
+                    AttrMut::IntOr { value, .. } => AttrValue::Int(*value as u64),
                     AttrMut::Seed(v) => AttrValue::Int(*v),
                     AttrMut::Float(v) | AttrMut::FloatOr { value: v, .. } => AttrValue::Float(*v),
                     AttrMut::OptFloat { value: None, .. } | AttrMut::MaybeFloat(None) => return,
@@ -1193,7 +1220,7 @@ mod tests {
             fn visit(&mut self, _: &'static str, value: AttrMut<'_>) {
                 self.0 += 1;
                 match value {
-                    AttrMut::Int(v) => *v = self.0 as usize,
+                    AttrMut::Int(v) | AttrMut::IntOr { value: v, .. } => *v = self.0 as usize,
                     AttrMut::Seed(v) => *v = self.0,
                     AttrMut::Float(v) | AttrMut::FloatOr { value: v, .. } => {
                         *v = self.0 as f64 / 4.0

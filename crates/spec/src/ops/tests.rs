@@ -55,6 +55,8 @@ fn conv(
         kernel_w,
         stride,
         padding,
+        groups: 1,
+        dilation: 1,
     }
 }
 

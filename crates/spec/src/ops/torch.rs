@@ -143,7 +143,7 @@ fn python_attrs(op: &Op) -> Vec<(&'static str, String)> {
     impl AttrVisitor for Python {
         fn visit(&mut self, key: &'static str, value: AttrMut<'_>) {
             let text = match value {
-                AttrMut::Int(v) => v.to_string(),
+                AttrMut::Int(v) | AttrMut::IntOr { value: v, .. } => v.to_string(),
                 AttrMut::Seed(v) => v.to_string(),
                 AttrMut::Float(v) | AttrMut::FloatOr { value: v, .. } => py_float(*v),
                 AttrMut::OptFloat { value, default } => py_float(value.unwrap_or(default)),
