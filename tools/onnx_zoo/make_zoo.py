@@ -38,7 +38,7 @@ import onnxruntime as ort
 import torch
 from safetensors.numpy import save_file
 
-OUT = os.path.join(os.path.dirname(__file__), "..", "..", "crates", "onnx", "tests", "zoo")
+OUT = os.environ.get("ZOO_OUT") or os.path.join(os.path.dirname(__file__), "..", "..", "crates", "onnx", "tests", "zoo")
 OPSET = 20
 
 
@@ -160,6 +160,158 @@ class GptBlock(torch.nn.Module):
         return x + self.c_fc_proj(torch.nn.functional.gelu(self.c_fc(self.ln_2(x))))
 
 
+def conv_bn(cin, cout, k, stride=1, groups=1, act=None):
+    """Conv (no bias), batch norm, and an activation (torchvision's `Conv2dNormActivation`)."""
+    layers = [
+        torch.nn.Conv2d(cin, cout, k, stride, (k - 1) // 2, groups=groups, bias=False),
+        torch.nn.BatchNorm2d(cout),
+    ]
+    if act is not None:
+        layers.append(act())
+    return torch.nn.Sequential(*layers)
+
+
+class InvertedResidual(torch.nn.Module):
+    """MobileNet-V2's block: 1x1 expansion (ReLU6), 3x3 depthwise (ReLU6), linear 1x1
+    projection, the identity added when the shapes allow."""
+
+    def __init__(self, cin, cout, stride, expand):
+        super().__init__()
+        hidden = cin * expand
+        layers = [] if expand == 1 else [conv_bn(cin, hidden, 1, act=torch.nn.ReLU6)]
+        layers += [
+            conv_bn(hidden, hidden, 3, stride, groups=hidden, act=torch.nn.ReLU6),
+            conv_bn(hidden, cout, 1),
+        ]
+        self.conv = torch.nn.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        return x + self.conv(x) if self.residual else self.conv(x)
+
+
+class MobileNetV2(torch.nn.Module):
+    """torchvision's MobileNet-V2 at reduced width and depth: the same ops (stem, inverted
+    residuals with and without the identity, 1x1 head, global pool, dropout, linear)."""
+
+    def __init__(self, classes=5):
+        super().__init__()
+        self.features = torch.nn.Sequential(
+            conv_bn(3, 8, 3, 2, act=torch.nn.ReLU6),
+            InvertedResidual(8, 8, 1, 1),
+            InvertedResidual(8, 12, 2, 4),
+            InvertedResidual(12, 12, 1, 4),
+            conv_bn(12, 16, 1, act=torch.nn.ReLU6),
+        )
+        self.classifier = torch.nn.Sequential(torch.nn.Dropout(0.2), torch.nn.Linear(16, classes))
+
+    def forward(self, x):
+        h = torch.nn.functional.adaptive_avg_pool2d(self.features(x), 1)
+        return self.classifier(torch.flatten(h, 1))
+
+
+class SqueezeExcitation(torch.nn.Module):
+    def __init__(self, c, squeezed):
+        super().__init__()
+        self.fc1 = torch.nn.Conv2d(c, squeezed, 1)
+        self.fc2 = torch.nn.Conv2d(squeezed, c, 1)
+
+    def forward(self, x):
+        s = torch.nn.functional.adaptive_avg_pool2d(x, 1)
+        s = torch.sigmoid(self.fc2(torch.nn.functional.silu(self.fc1(s))))
+        return x * s
+
+
+class MbConv(torch.nn.Module):
+    """EfficientNet's MBConv: expansion (SiLU), depthwise (SiLU), squeeze-and-excitation,
+    projection; the identity added when the shapes allow (stochastic depth is the identity in
+    inference)."""
+
+    def __init__(self, cin, cout, k, stride, expand):
+        super().__init__()
+        hidden = cin * expand
+        layers = [] if expand == 1 else [conv_bn(cin, hidden, 1, act=torch.nn.SiLU)]
+        layers += [
+            conv_bn(hidden, hidden, k, stride, groups=hidden, act=torch.nn.SiLU),
+            SqueezeExcitation(hidden, max(1, cin // 4)),
+            conv_bn(hidden, cout, 1),
+        ]
+        self.block = torch.nn.Sequential(*layers)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        return x + self.block(x) if self.residual else self.block(x)
+
+
+class EfficientNetB0(torch.nn.Module):
+    """torchvision's EfficientNet-B0 at reduced width and depth: the same ops."""
+
+    def __init__(self, classes=5):
+        super().__init__()
+        self.features = torch.nn.Sequential(
+            conv_bn(3, 8, 3, 2, act=torch.nn.SiLU),
+            MbConv(8, 8, 3, 1, 1),
+            MbConv(8, 12, 5, 2, 4),
+            MbConv(12, 12, 3, 1, 4),
+            conv_bn(12, 20, 1, act=torch.nn.SiLU),
+        )
+        self.classifier = torch.nn.Sequential(torch.nn.Dropout(0.2), torch.nn.Linear(20, classes))
+
+    def forward(self, x):
+        h = torch.nn.functional.adaptive_avg_pool2d(self.features(x), 1)
+        return self.classifier(torch.flatten(h, 1))
+
+
+class LayerNorm2d(torch.nn.LayerNorm):
+    """torchvision's channels-first layer norm: permute, normalise, permute back."""
+
+    def forward(self, x):
+        x = x.permute(0, 2, 3, 1)
+        x = torch.nn.functional.layer_norm(x, self.normalized_shape, self.weight, self.bias,
+                                           self.eps)
+        return x.permute(0, 3, 1, 2)
+
+
+class CnBlock(torch.nn.Module):
+    """ConvNeXt's block: 7x7 depthwise, channels-last layer norm, MLP (GELU), layer scale,
+    the identity added."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.dwconv = torch.nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.norm = torch.nn.LayerNorm(c, eps=1e-6)
+        self.pw1 = torch.nn.Linear(c, 4 * c)
+        self.pw2 = torch.nn.Linear(4 * c, c)
+        self.layer_scale = torch.nn.Parameter(torch.rand(c, 1, 1) * 0.5 + 0.25)
+
+    def forward(self, x):
+        h = self.dwconv(x).permute(0, 2, 3, 1)
+        h = self.pw2(torch.nn.functional.gelu(self.pw1(self.norm(h))))
+        return x + self.layer_scale * h.permute(0, 3, 1, 2)
+
+
+class ConvNeXtTiny(torch.nn.Module):
+    """torchvision's ConvNeXt-Tiny at reduced width and depth: patchify stem, blocks,
+    downsampling (layer norm, 2x2 stride-2 conv), global pool, layer norm, linear."""
+
+    def __init__(self, classes=5):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 4, stride=4)
+        self.stem_norm = LayerNorm2d(8, eps=1e-6)
+        self.stage1 = CnBlock(8)
+        self.down_norm = LayerNorm2d(8, eps=1e-6)
+        self.down = torch.nn.Conv2d(8, 16, 2, stride=2)
+        self.stage2 = CnBlock(16)
+        self.head_norm = torch.nn.LayerNorm(16, eps=1e-6)
+        self.head = torch.nn.Linear(16, classes)
+
+    def forward(self, x):
+        h = self.stage1(self.stem_norm(self.stem(x)))
+        h = self.stage2(self.down(self.down_norm(h)))
+        h = torch.flatten(torch.nn.functional.adaptive_avg_pool2d(h, 1), 1)
+        return self.head(self.head_norm(h))
+
+
 def export(model, x):
     f = io.BytesIO()
     torch.onnx.export(
@@ -259,6 +411,9 @@ MODELS = {
     "residual": lambda: build("residual", Residual, (2, 3, 5, 5)),
     "encoder": lambda: build("encoder", Encoder, (2, 4, 8)),
     "gpt": lambda: build("gpt", Gpt, (2, 8), vocab=11),
+    "mobilenet_v2": lambda: build("mobilenet_v2", MobileNetV2, (2, 3, 16, 16)),
+    "efficientnet_b0": lambda: build("efficientnet_b0", EfficientNetB0, (2, 3, 16, 16)),
+    "convnext_tiny": lambda: build("convnext_tiny", ConvNeXtTiny, (2, 3, 32, 32)),
 }
 
 

@@ -395,30 +395,30 @@ fn evaluate(dir: &Path, model: &ModelProto) -> Outcome {
         (Ok(i), Ok(o)) => (i, o),
         (Err(e), _) | (_, Err(e)) => return Outcome::Refused(format!("test data: {e}")),
     };
-    let bindable = bound_inputs(model);
-    let mut bound = Vec::new();
-    let mut free = Vec::new();
-    for (i, bytes) in input_files.iter().enumerate() {
-        if bindable.get(i).copied().unwrap_or(false) && input_files.len() > 1 {
-            match torchlean_onnx::tensor_proto(bytes) {
-                Ok(t) => bound.push((t.name().to_string(), t)),
-                Err(e) => return Outcome::Refused(format!("input_{i}.pb: {e}")),
+    let mut bind = bound_inputs(model);
+    bind.resize(input_files.len(), false);
+    if input_files.len() < 2 {
+        // a graph of one input keeps it, whatever its type
+        bind.fill(false);
+    }
+    let mut imported = import_binding(model, &input_files, &bind);
+    // a weight the test feeds as a graph input (`Conv`'s `W`): bound, as `--bind` does for a
+    // user whose model takes its weights as inputs, and imported again
+    if let Err(Outcome::Refused(_)) = &imported.result {
+        let weights = weight_inputs(model, &imported.not_weights);
+        if !weights.is_empty() {
+            for i in weights {
+                bind[i] = true;
             }
-        } else {
-            free.push(bytes.clone());
+            if bind.iter().any(|b| !b) {
+                imported = import_binding(model, &input_files, &bind);
+            }
         }
     }
-    let imported = match torchlean_onnx::import_model_bound(model, &bound) {
+    let free = imported.free;
+    let imported = match imported.result {
         Ok(i) => i,
-        Err(e) => {
-            let lines = e.lines();
-            let more = if lines.len() > 1 {
-                format!(" (+{} more)", lines.len() - 1)
-            } else {
-                String::new()
-            };
-            return Outcome::Refused(format!("{}{more}", lines.join("; ")));
-        }
+        Err(outcome) => return outcome,
     };
     let (inputs, expected) = match (read_all(&free, "input"), read_all(&output_files, "output")) {
         (Ok(i), Ok(o)) => (i, o),
@@ -444,6 +444,91 @@ fn evaluate(dir: &Path, model: &ModelProto) -> Outcome {
         }
     }
     Outcome::Pass
+}
+
+/// One import of a test's model with the inputs marked in `bind` bound to their test values.
+struct Import {
+    result: Result<torchlean_onnx::Imported, Outcome>,
+    /// The inputs left free, in the model's order.
+    free: Vec<Vec<u8>>,
+    /// Where the importer found no weight it could lift: `(node, field)`.
+    not_weights: Vec<(String, String)>,
+}
+
+fn import_binding(model: &ModelProto, input_files: &[Vec<u8>], bind: &[bool]) -> Import {
+    let mut bound = Vec::new();
+    let mut free = Vec::new();
+    for (i, bytes) in input_files.iter().enumerate() {
+        if bind[i] {
+            match torchlean_onnx::tensor_proto(bytes) {
+                Ok(t) => bound.push((t.name().to_string(), t)),
+                Err(e) => {
+                    return Import {
+                        result: Err(Outcome::Refused(format!("input_{i}.pb: {e}"))),
+                        free,
+                        not_weights: vec![],
+                    }
+                }
+            }
+        } else {
+            free.push(bytes.clone());
+        }
+    }
+    match torchlean_onnx::import_model_bound(model, &bound) {
+        Ok(i) => Import {
+            result: Ok(i),
+            free,
+            not_weights: vec![],
+        },
+        Err(e) => {
+            let not_weights = match &e {
+                torchlean_onnx::OnnxError::Problems(ps) => ps
+                    .iter()
+                    .filter(|p| p.kind == torchlean_onnx::ProblemKind::NotAWeight)
+                    .map(|p| (p.node.clone(), p.field.clone()))
+                    .collect(),
+                _ => vec![],
+            };
+            let lines = e.lines();
+            let more = if lines.len() > 1 {
+                format!(" (+{} more)", lines.len() - 1)
+            } else {
+                String::new()
+            };
+            Import {
+                result: Err(Outcome::Refused(format!("{}{more}", lines.join("; ")))),
+                free,
+                not_weights,
+            }
+        }
+    }
+}
+
+/// The graph inputs (positions) that the importer's `NotAWeight` problems name: the operand
+/// `input[k]` of the named node, where that operand is a graph input.
+fn weight_inputs(model: &ModelProto, not_weights: &[(String, String)]) -> Vec<usize> {
+    let Some(graph) = &model.graph else {
+        return vec![];
+    };
+    let mut out = Vec::new();
+    for (node, field) in not_weights {
+        let k = field
+            .strip_prefix("input[")
+            .and_then(|r| r.strip_suffix(']'))
+            .and_then(|k| k.parse::<usize>().ok());
+        // a node is named by its name, or by its first output when it has none
+        let found = graph
+            .node
+            .iter()
+            .find(|n| n.name() == node || (n.name().is_empty() && n.output.first() == Some(node)));
+        let value = found.zip(k).and_then(|(n, k)| n.input.get(k));
+        if let Some(pos) = value.and_then(|v| graph.input.iter().position(|i| i.name() == v)) {
+            if !out.contains(&pos) {
+                out.push(pos);
+            }
+        }
+    }
+    out
 }
 
 /// Why `got` is not `want` within ONNX's tolerances, if it is not.

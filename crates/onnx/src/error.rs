@@ -23,6 +23,10 @@ pub enum ProblemKind {
     Upstream,
     /// Something about the model as a whole (inputs, outputs, references to unknown values).
     Model,
+    /// A weight operand (it becomes an IR payload tensor) that is no initializer used by this
+    /// node only: computed, shared, or a graph input (which `--bind NAME=FILE` makes a
+    /// constant). `field` names the operand (`input[1]`).
+    NotAWeight,
 }
 
 /// One problem, naming the ONNX node (or value) and op type it is about.

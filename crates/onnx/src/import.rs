@@ -199,8 +199,10 @@ enum Val {
 #[derive(Debug)]
 struct ConstEntry {
     c: Constant,
-    /// The initializer's name (`None` for a `Constant` node's output).
+    /// The initializer's name (`None` for a `Constant` node's output or a bound input).
     initializer: Option<String>,
+    /// A graph input bound to a constant (`--bind`).
+    bound: bool,
     /// The `const` node made for it, once used as data.
     node: Option<Operand>,
 }
@@ -362,6 +364,9 @@ impl Builder {
                 continue;
             }
             self.define_const(name, c, None);
+            if let Some(e) = self.consts.last_mut() {
+                e.bound = true;
+            }
         }
     }
 
@@ -612,6 +617,7 @@ impl Builder {
         self.consts.push(ConstEntry {
             c,
             initializer,
+            bound: false,
             node: None,
         });
         self.values
@@ -667,14 +673,18 @@ impl Builder {
         }
     }
 
-    /// The initializer named `name`, if it is one used by exactly one node input and not yet
-    /// placed anywhere: the form a weight must have to become an op's payload tensor.
-    pub(crate) fn weight(&self, name: &str) -> Option<&Constant> {
+    /// The initializer named `name` (its name), or the graph input bound to a constant under
+    /// it (`None`), if it is used by exactly one node input and not yet placed anywhere: the
+    /// form a weight must have to become an op's payload tensor. A bound weight is payload
+    /// like an initializer (an IR weight always is) but no parameter of the model: no
+    /// gradient is reported under its name.
+    pub(crate) fn weight(&self, name: &str) -> Option<(Option<&str>, &Constant)> {
         match self.values.get(name) {
             Some(Val::Const(i)) => {
                 let e = &self.consts[*i];
-                (e.initializer.is_some() && e.node.is_none() && self.uses.get(name) == Some(&1))
-                    .then_some(&e.c)
+                let placeable = e.node.is_none() && self.uses.get(name) == Some(&1);
+                (placeable && (e.initializer.is_some() || e.bound))
+                    .then_some((e.initializer.as_deref(), &e.c))
             }
             _ => None,
         }

@@ -4,11 +4,11 @@
 //! and `-1`, Flatten's two factors, Slice's clamping).
 
 use crate::attrs::Ctx;
-use crate::error::Problem;
+use crate::error::{Problem, ProblemKind};
 use crate::import::{Builder, Operand};
 use crate::tensor::{decode, Constant, Values};
 use torchlean_spec::ops::desc::{self, Onnx, OpDesc};
-use torchlean_spec::ops::BATCH_NORM_DEFAULT_EPS;
+use torchlean_spec::ops::{dilated_extent, BATCH_NORM_DEFAULT_EPS};
 use torchlean_spec::ops::{AttrMut, AttrVisitor};
 use torchlean_spec::{Arity, BinaryOp, Conv2dSpec, Op, PoolKind, PoolSpec, Shape, Tensor};
 
@@ -303,20 +303,25 @@ fn weight_tensor(c: &Constant, ctx: &Ctx<'_>, field: &str) -> One<Tensor<f64>> {
     Tensor::new(c.shape.clone(), c.floats()).map_err(|e| ctx.unsupported(field, "").because(e))
 }
 
-/// A weight operand: an initializer used only here, lifted to a payload tensor.
+/// A weight operand: an initializer (or a bound input) used only here, lifted to a payload
+/// tensor; an initializer's gradient is reported under its name.
 fn weight(b: &Builder, ctx: &Ctx<'_>, i: usize) -> One<(Option<String>, Tensor<f64>)> {
     let name = input(ctx, i)?;
     if b.poisoned(name) {
         return Err(upstream(ctx, name));
     }
     let field = format!("input[{i}]");
-    let c = b.weight(name).ok_or_else(|| {
-        ctx.unsupported(
+    let (initializer, c) = b.weight(name).ok_or_else(|| {
+        ctx.problem(
+            ProblemKind::NotAWeight,
             &field,
-            format!("`{name}` must be an initializer used by this node only (it becomes the node's payload)"),
+            format!("`{name}` must be an initializer (or an input bound with --bind NAME=FILE) used by this node only (it becomes the node's payload)"),
         )
     })?;
-    Ok((Some(name.to_string()), weight_tensor(c, ctx, &field)?))
+    Ok((
+        initializer.map(str::to_string),
+        weight_tensor(c, ctx, &field)?,
+    ))
 }
 
 fn reshape(b: &mut Builder, ctx: &Ctx<'_>, x: &Operand, to: Shape) -> One<Operand> {
@@ -435,7 +440,7 @@ fn shape(b: &mut Builder, ctx: &Ctx<'_>, out: &str) -> Mapped {
     }
     let Some(dims) = b.shape_of(x) else {
         return Err(vec![ctx.problem(
-            crate::error::ProblemKind::Model,
+            ProblemKind::Model,
             "input",
             format!(
                 "`{}` is not produced by any earlier node",
@@ -645,7 +650,7 @@ fn gemm(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
         let a = data(b, ctx, 0)?;
         let bias_ok = match ctx.input(2) {
             None => true,
-            Some(c) => b.weight(c).is_some_and(|c| c.shape.rank() == 1),
+            Some(c) => b.weight(c).is_some_and(|(_, c)| c.shape.rank() == 1),
         };
         let linear = !trans_a
             && trans_b
@@ -785,24 +790,6 @@ fn uniform(ctx: &Ctx<'_>, field: &str, values: &[i64], default: i64) -> One<usiz
     usize::try_from(v).map_err(|_| ctx.unsupported(field, format!("{values:?}: negative")))
 }
 
-fn no_dilation_auto_pad(ctx: &Ctx<'_>) -> Vec<Problem> {
-    let mut ps = Vec::new();
-    if let Some(d) = ctx.ints("dilations") {
-        if d.iter().any(|&x| x != 1) {
-            ps.push(ctx.unsupported("dilations", format!("{d:?}: only 1")));
-        }
-    }
-    if let Some(p) = ctx.string("auto_pad") {
-        if p != "NOTSET" {
-            ps.push(ctx.unsupported(
-                "auto_pad",
-                format!("`{}`: only NOTSET", torchlean_ir::shorten(&p)),
-            ));
-        }
-    }
-    ps
-}
-
 fn rank4(ctx: &Ctx<'_>, x: &Operand) -> One<()> {
     if x.shape.rank() == 4 {
         Ok(())
@@ -811,23 +798,21 @@ fn rank4(ctx: &Ctx<'_>, x: &Operand) -> One<()> {
     }
 }
 
+/// `Conv` on `[N, C, H, W]`: the IR's `conv2d` with `group` and one `dilations` value; `pads`
+/// that differ by side or axis, and `auto_pad`'s, are applied by an explicit zero pad first.
 fn conv(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
-    let ps = {
-        let mut ps = ctx.only(&[
+    if let Some(p) = ctx
+        .only(&[
             "auto_pad",
             "dilations",
             "group",
             "kernel_shape",
             "pads",
             "strides",
-        ]);
-        ps.extend(no_dilation_auto_pad(ctx));
-        if ctx.int_or("group", 1) != 1 {
-            ps.push(ctx.unsupported("group", format!("{}: only 1", ctx.int_or("group", 1))));
-        }
-        ps
-    };
-    if let Some(p) = ps.into_iter().next() {
+        ])
+        .into_iter()
+        .next()
+    {
         return Err(p);
     }
     let x = data(b, ctx, 0)?;
@@ -851,8 +836,23 @@ fn conv(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
             ));
         }
     }
+    let groups = usize::try_from(ctx.int_or("group", 1))
+        .ok()
+        .filter(|&g| g > 0)
+        .ok_or_else(|| ctx.unsupported("group", format!("{}", ctx.int_or("group", 1))))?;
     let stride = uniform(ctx, "strides", ctx.ints("strides").unwrap_or(&[]), 1)?;
-    let padding = uniform(ctx, "pads", ctx.ints("pads").unwrap_or(&[]), 0)?;
+    let dilation = uniform(ctx, "dilations", ctx.ints("dilations").unwrap_or(&[]), 1)?;
+    // the windows are the dilated kernel's extents; `PoolWindow` reads `pads` and `auto_pad`
+    let span = |k: usize| {
+        dilated_extent(k, dilation).ok_or_else(|| ctx.unsupported("dilations", "a zero dilation"))
+    };
+    let dims = x.shape.dims();
+    let window = PoolWindow::of(
+        ctx,
+        [dims[2], dims[3]],
+        [span(wd[2])?, span(wd[3])?],
+        stride,
+    )?;
     let bias = match ctx.input(2) {
         Some(_) => weight(b, ctx, 2)?,
         None => (
@@ -860,13 +860,27 @@ fn conv(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
             Tensor::zeros([wd[0]]).map_err(|e| ctx.unsupported("input[1]", "").because(e))?,
         ),
     };
+    let (x, padding) = match window.symmetric() {
+        Some(p) => (x, p),
+        None => {
+            let mut y = x;
+            for (axis, (before, after)) in [(2, window.pads[0]), (3, window.pads[1])] {
+                let pads = (before as i64, after as i64);
+                let zero = ("constant", &PadValue::Constant(0.0));
+                y = pad_axis(b, ctx, &y, axis, pads, zero)?;
+            }
+            (y, 0)
+        }
+    };
     let spec = Conv2dSpec {
-        in_channels: wd[1],
+        in_channels: wd[1] * groups,
         out_channels: wd[0],
         kernel_h: wd[2],
         kernel_w: wd[3],
         stride,
         padding,
+        groups,
+        dilation,
     };
     b.apply_with(ctx, Op::Conv2d(spec), &[&x], vec![w, bias], None)
 }
@@ -1982,7 +1996,7 @@ fn where_op(b: &mut Builder, ctx: &Ctx<'_>, out: &str) -> Mapped {
             }
             let shape = b.shape_of(name).ok_or_else(|| {
                 ctx.problem(
-                    crate::error::ProblemKind::Model,
+                    ProblemKind::Model,
                     "input",
                     format!(
                         "`{}` is not produced by any earlier node",

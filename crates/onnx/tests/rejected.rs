@@ -58,12 +58,13 @@ fn every_problem_of_a_model_is_listed_at_once() {
     // three unsupported ops and an unsupported attribute value, all in one error
     let mut grouped = node("conv", "Conv", &["x", "w"], &["c"]);
     grouped.attribute.push(int_attr("group", 2));
+    grouped.attribute.push(ints_attr("dilations", &[1, 2]));
     let many = model(
         x(),
         vec![
             node("erf", "Erf", &["x"], &["e"]),
             grouped,
-            node("tile", "Tile", &["e", "c"], &["g"]),
+            node("det", "Det", &["e", "c"], &["g"]),
             node("topk", "TopK", &["g"], &["y"]),
         ],
         vec![w.clone()],
@@ -74,8 +75,8 @@ fn every_problem_of_a_model_is_listed_at_once() {
         &many,
         Some(&[
             (UnsupportedOp, "erf", "Erf", "op_type"),
-            (UnsupportedAttribute, "conv", "Conv", "group"),
-            (UnsupportedOp, "tile", "Tile", "op_type"),
+            (UnsupportedAttribute, "conv", "Conv", "dilations"),
+            (UnsupportedOp, "det", "Det", "op_type"),
             (UnsupportedOp, "topk", "TopK", "op_type"),
         ]),
     );
@@ -113,13 +114,13 @@ fn every_problem_of_a_model_is_listed_at_once() {
     let mut pool = node("pool", "AveragePool", &["x"], &["p"]);
     pool.attribute.extend([
         ints_attr("kernel_shape", &[2, 2]),
-        ints_attr("pads", &[1, 1, 1, 1]),
+        ints_attr("dilations", &[2, 2]),
     ]);
     let mut strided = node("maxpool", "MaxPool", &["p"], &["q"]);
     strided.attribute.extend([
         ints_attr("kernel_shape", &[2, 2]),
         ints_attr("strides", &[1, 2]),
-        int_attr("ceil_mode", 1),
+        int_attr("storage_order", 1),
     ]);
     let attrs = model(
         x(),
@@ -135,13 +136,8 @@ fn every_problem_of_a_model_is_listed_at_once() {
         "attribute values",
         &attrs,
         Some(&[
-            (
-                UnsupportedAttribute,
-                "pool",
-                "AveragePool",
-                "count_include_pad",
-            ),
-            (UnsupportedAttribute, "maxpool", "MaxPool", "ceil_mode"),
+            (UnsupportedAttribute, "pool", "AveragePool", "dilations"),
+            (UnsupportedAttribute, "maxpool", "MaxPool", "storage_order"),
             (UnsupportedAttribute, "maxpool", "MaxPool", "strides"),
             // the shape operand of a Reshape must be a constant
             (UnsupportedAttribute, "reshape", "Reshape", "input[1]"),

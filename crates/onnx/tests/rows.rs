@@ -117,14 +117,19 @@ fn gather_of_rows_imports_as_an_embedding_with_negative_indices_wrapped() {
         .unwrap();
     assert_eq!(ids.data(), [1.0, 3.0, 0.0, 3.0]);
     assert_eq!(emb.parents[1], g.input_id);
-    // outside [-4, 4), or along another axis: refused, naming why
+    // outside [-4, 4): refused, naming why
     let e = gather(&[1, 4, 0, 0], None).unwrap_err().to_string();
     assert!(
         e.contains("index 4 at position 1 is outside [-4, 4)"),
         "{e}"
     );
+    // along axis 1 the rows are no embedding (a gather of columns, [4, 2, 2]): the declared
+    // [2, 2, 3] is refused, naming both shapes
     let e = gather(&[0, 0, 0, 0], Some(1)).unwrap_err().to_string();
-    assert!(e.contains("rows (axis 0) of a 2-D tensor only"), "{e}");
+    assert!(
+        e.contains("declares `y` as [2, 2, 3]; its inferred shape is [4, 2, 2]"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -201,3 +201,22 @@ fn transformer_encoder_block_matches_onnxruntime_and_pytorch() {
 fn gpt_over_token_ids_matches_onnxruntime_and_pytorch() {
     check_model("gpt", ElemType::F32);
 }
+
+/// Depthwise convolutions (`group` = channels), ReLU6 as `Clip`, inverted residuals.
+#[test]
+fn mobilenet_v2_matches_onnxruntime_and_pytorch() {
+    check_model("mobilenet_v2", ElemType::F32);
+}
+
+/// Depthwise 3×3 and 5×5 convolutions, SiLU as `x·Sigmoid(x)`, squeeze-and-excitation.
+#[test]
+fn efficientnet_b0_matches_onnxruntime_and_pytorch() {
+    check_model("efficientnet_b0", ElemType::F32);
+}
+
+/// A patchify stem, 7×7 depthwise convolutions, channels-last layer norms through
+/// `Transpose`, layer scale.
+#[test]
+fn convnext_tiny_matches_onnxruntime_and_pytorch() {
+    check_model("convnext_tiny", ElemType::F32);
+}
