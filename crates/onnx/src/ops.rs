@@ -10,7 +10,7 @@ use crate::tensor::{decode, Constant, Values};
 use torchlean_spec::ops::desc::{self, Onnx, OpDesc};
 use torchlean_spec::ops::{dilated_extent, BATCH_NORM_DEFAULT_EPS};
 use torchlean_spec::ops::{AttrMut, AttrVisitor};
-use torchlean_spec::{Arity, BinaryOp, Conv2dSpec, Op, PoolKind, PoolSpec, Shape, Tensor};
+use torchlean_spec::{Arity, BinaryOp, Conv2dSpec, Op, PoolKind, PoolSpec, Shape, Tensor, UnaryOp};
 
 type Many<T> = std::result::Result<T, Vec<Problem>>;
 type Mapped = Many<()>;
@@ -55,6 +55,8 @@ const MAPPED: &[&str] = &[
     "Max",
     "Min",
     "HardSigmoid",
+    "HardSwish",
+    "Mish",
     "Selu",
     "Softsign",
     "PRelu",
@@ -150,6 +152,8 @@ pub(crate) fn map_node(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
                 | "ReduceSumSquare" | "ReduceLogSumExp" => reduce(b, ctx)?,
                 "Sum" | "Mean" | "Max" | "Min" => variadic(b, ctx)?,
                 "HardSigmoid" => hard_sigmoid(b, ctx)?,
+                "HardSwish" => hard_swish(b, ctx)?,
+                "Mish" => mish(b, ctx)?,
                 "Selu" => selu(b, ctx)?,
                 "Softsign" => softsign(b, ctx)?,
                 "PRelu" => prelu(b, ctx)?,
@@ -700,16 +704,44 @@ fn gemm(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
 /// `MatMul` (numpy semantics) through the IR's `matmul` (`[m,n]·[n,p]`, `[b,m,n]·[b,n,p]`):
 /// a matrix right operand multiplies the left one's rows flattened; otherwise the batch axes
 /// are broadcast and flattened into one.
+/// A rank-1 operand is promoted as numpy does (`[n]` to `[1, n]` on the left, `[n, 1]` on
+/// the right) and the promoted axis removed from the product.
 fn matmul(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     let x = data(b, ctx, 0)?;
     let y = data(b, ctx, 1)?;
     let (rx, ry) = (x.shape.rank(), y.shape.rank());
-    if rx < 2 || ry < 2 {
+    if rx == 0 || ry == 0 {
         return Err(ctx.unsupported(
             "input",
-            format!("a rank-1 operand ({} · {})", x.shape, y.shape),
+            format!("a scalar operand ({} · {})", x.shape, y.shape),
         ));
     }
+    if rx > 1 && ry > 1 {
+        return matmul_of(b, ctx, &x, &y);
+    }
+    let xp = match rx {
+        1 => reshape(b, ctx, &x, Shape::from([1, x.shape.dims()[0]]))?,
+        _ => x.clone(),
+    };
+    let yp = match ry {
+        1 => reshape(b, ctx, &y, Shape::from([y.shape.dims()[0], 1]))?,
+        _ => y.clone(),
+    };
+    let z = matmul_of(b, ctx, &xp, &yp)?;
+    let mut dims = z.shape.dims().to_vec();
+    if ry == 1 {
+        dims.pop();
+    }
+    if rx == 1 {
+        dims.remove(dims.len() - 1 - usize::from(ry != 1));
+    }
+    reshape(b, ctx, &z, Shape::new(dims))
+}
+
+/// [`matmul`] of two operands of rank 2 or more.
+fn matmul_of(b: &mut Builder, ctx: &Ctx<'_>, x: &Operand, y: &Operand) -> One<Operand> {
+    let (x, y) = (x.clone(), y.clone());
+    let (rx, ry) = (x.shape.rank(), y.shape.rank());
     let (m, n) = (x.shape.dims()[rx - 2], x.shape.dims()[rx - 1]);
     let p = y.shape.dims()[ry - 1];
     if rx == 2 && ry == 2 {
@@ -918,9 +950,12 @@ fn pool(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
         ps.push(ctx.unsupported("storage_order", "only 0 (row major)"));
     }
     let k = ctx.ints("kernel_shape").unwrap_or(&[]);
-    let kernel: Vec<usize> = k.iter().filter_map(|&v| usize::try_from(v).ok()).collect();
-    if kernel.len() != 2 || k.len() != 2 {
-        ps.push(ctx.unsupported("kernel_shape", format!("{k:?}: a 2-D kernel is required")));
+    let mut kernel: Vec<usize> = k.iter().filter_map(|&v| usize::try_from(v).ok()).collect();
+    if !matches!(kernel.len(), 1 | 2) || k.len() != kernel.len() {
+        ps.push(ctx.unsupported(
+            "kernel_shape",
+            format!("{k:?}: a 1-D or 2-D kernel is required"),
+        ));
     }
     let stride = uniform(ctx, "strides", ctx.ints("strides").unwrap_or(&[]), 1);
     let stride = match stride {
@@ -930,10 +965,41 @@ fn pool(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
             return Err(ps);
         }
     };
-    let x = data(b, ctx, 0)?;
+    let mut x = data(b, ctx, 0)?;
+    // a 1-D pool over `[N, C, L]` is a 2-D one over `[N, C, 1, L]` with a `1 × k` window
+    let one_d = kernel.len() == 1;
+    if one_d {
+        if x.shape.rank() != 3 {
+            return Err(vec![ctx.unsupported(
+                "input[0]",
+                format!("{}: a 1-D pool takes [N, C, L]", x.shape),
+            )]);
+        }
+        let d = x.shape.dims().to_vec();
+        x = reshape(b, ctx, &x, Shape::from([d[0], d[1], 1, d[2]]))?;
+        kernel.insert(0, 1);
+    }
     rank4(ctx, &x)?;
     let dims = x.shape.dims();
     let window = PoolWindow::of(ctx, [dims[2], dims[3]], [kernel[0], kernel[1]], stride)?;
+    let y = pool_window(b, ctx, &x, &window, stride)?;
+    if one_d {
+        let d = y.shape.dims().to_vec();
+        return Ok(reshape(b, ctx, &y, Shape::from([d[0], d[1], d[3]]))?);
+    }
+    Ok(y)
+}
+
+/// A 2-D pool (`MaxPool` or `AveragePool`, by `ctx.op`) of `x` over `window`.
+fn pool_window(
+    b: &mut Builder,
+    ctx: &Ctx<'_>,
+    x: &Operand,
+    window: &PoolWindow,
+    stride: usize,
+) -> One<Operand> {
+    let max = ctx.op == "MaxPool";
+    let kernel = window.kernel;
     let count_pads = !max && ctx.int_or("count_include_pad", 0) != 0;
     let kind = if max { PoolKind::Max } else { PoolKind::Avg };
     if let Some(padding) = window.symmetric() {
@@ -949,7 +1015,7 @@ fn pool(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
                 padding,
                 padded: padding > 0,
             };
-            return Ok(b.apply(ctx, Op::Pool(spec), &[&x])?);
+            return b.apply(ctx, Op::Pool(spec), &[x]);
         }
     }
     // otherwise: pad explicitly (−∞ for max, 0 for the average), pool unpadded, and rescale
@@ -981,7 +1047,7 @@ fn pool(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
     }
     let scale = window.average_scale(count_pads);
     let s = b.constant_tensor(scale);
-    Ok(binary_of(b, ctx, BinaryOp::Mul, &pooled, &s)?)
+    binary_of(b, ctx, BinaryOp::Mul, &pooled, &s)
 }
 
 /// A pool's windows over H and W: the padding before and after each axis (from `pads`,
@@ -1012,10 +1078,14 @@ impl PoolWindow {
                     usize::try_from(p.get(i).copied().unwrap_or(0))
                         .map_err(|_| ctx.unsupported("pads", format!("{p:?}: negative")))
                 };
-                if !p.is_empty() && p.len() != 4 {
-                    return Err(ctx.unsupported("pads", format!("{p:?}: four values")));
+                // a 1-D window (embedded as `1 × k` over a height of 1) has two
+                let one_d = input[0] == 1 && kernel[0] == 1;
+                match p.len() {
+                    0 => [(0, 0); 2],
+                    2 if one_d => [(0, 0), (get(0)?, get(1)?)],
+                    4 => [(get(0)?, get(2)?), (get(1)?, get(3)?)],
+                    _ => return Err(ctx.unsupported("pads", format!("{p:?}: two or four values"))),
                 }
-                [(get(0)?, get(2)?), (get(1)?, get(3)?)]
             }
             "SAME_UPPER" | "SAME_LOWER" => {
                 let same = |n: usize, k: usize| {
@@ -1117,17 +1187,23 @@ fn global_average_pool(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     b.apply(ctx, Op::Pool(spec), &[&x])
 }
 
-fn batch_norm(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+fn batch_norm(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
     one(ctx, &["epsilon", "momentum", "training_mode", "spatial"])?;
     if ctx.int_or("training_mode", 0) != 0 {
-        return Err(ctx.unsupported("training_mode", "only inference (0)"));
+        return Err(vec![ctx.unsupported("training_mode", "only inference (0)")]);
     }
     if ctx.int_or("spatial", 1) != 1 {
-        return Err(ctx.unsupported("spatial", "only 1"));
+        return Err(vec![ctx.unsupported("spatial", "only 1")]);
     }
     let eps = finite(ctx, "epsilon", ctx.float("epsilon"), 1e-5)?;
     let x = data(b, ctx, 0)?;
-    let weights = (1..5).map(|i| weight(b, ctx, i)).collect::<One<Vec<_>>>()?;
+    // every operand that is no weight, at once
+    let (weights, problems): (Vec<_>, Vec<_>) =
+        (1..5).map(|i| weight(b, ctx, i)).partition(Result::is_ok);
+    if !problems.is_empty() {
+        return Err(problems.into_iter().filter_map(Result::err).collect());
+    }
+    let weights: Vec<_> = weights.into_iter().filter_map(Result::ok).collect();
     let channels = weights[0].1.len();
     let o = b.apply_with(
         ctx,
@@ -1484,7 +1560,7 @@ fn gather_slices(b: &mut Builder, ctx: &Ctx<'_>, x: &Operand) -> One<Operand> {
     let ids = const_ints(b, ctx, 1)?
         .ok_or_else(|| ctx.unsupported("input[1]", "required input missing"))?;
     let extent = x.shape.dims()[a] as i64;
-    let mut parts = Vec::with_capacity(ids.len());
+    let mut picked = Vec::with_capacity(ids.len());
     for (p, &i) in ids.iter().enumerate() {
         let j = if i < 0 { i + extent } else { i };
         if j < 0 || j >= extent {
@@ -1493,29 +1569,45 @@ fn gather_slices(b: &mut Builder, ctx: &Ctx<'_>, x: &Operand) -> One<Operand> {
                 format!("index {i} at position {p} is outside an axis of {extent}"),
             ));
         }
+        picked.push(j as usize);
+    }
+    if picked.is_empty() {
+        return Err(ctx.unsupported("input[1]", "no indices"));
+    }
+    let joined = take(b, ctx, x, a, &picked)?;
+    let mut dims = x.shape.dims()[..a].to_vec();
+    dims.extend_from_slice(idx_shape.dims());
+    dims.extend_from_slice(&x.shape.dims()[a + 1..]);
+    reshape(b, ctx, &joined, Shape::new(dims))
+}
+
+/// The positions `at` (valid, at least one) of axis `a` of `x`, in order: one one-element
+/// `slice` each, then `concat` (runs of consecutive positions as one slice).
+fn take(b: &mut Builder, ctx: &Ctx<'_>, x: &Operand, a: usize, at: &[usize]) -> One<Operand> {
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for &j in at {
+        match runs.last_mut() {
+            Some((start, len)) if *start + *len == j => *len += 1,
+            _ => runs.push((j, 1)),
+        }
+    }
+    let mut parts = Vec::with_capacity(runs.len());
+    for (start, len) in runs {
         parts.push(b.apply(
             ctx,
             Op::Slice {
                 axis: a,
-                start: j as usize,
-                len: 1,
+                start,
+                len,
             },
             &[x],
         )?);
     }
-    let mut dims = x.shape.dims()[..a].to_vec();
-    dims.extend_from_slice(idx_shape.dims());
-    dims.extend_from_slice(&x.shape.dims()[a + 1..]);
-    if parts.is_empty() {
-        return Err(ctx.unsupported("input[1]", "no indices"));
+    if parts.len() == 1 {
+        return Ok(parts.remove(0));
     }
-    let joined = if parts.len() == 1 {
-        parts.remove(0)
-    } else {
-        let refs: Vec<&Operand> = parts.iter().collect();
-        b.apply(ctx, Op::Concat { axis: a }, &refs)?
-    };
-    reshape(b, ctx, &joined, Shape::new(dims))
+    let refs: Vec<&Operand> = parts.iter().collect();
+    b.apply(ctx, Op::Concat { axis: a }, &refs)
 }
 
 /// `Slice`: from opset 10 `starts`, `ends`, `axes`, `steps` are inputs (constants here);
@@ -1548,12 +1640,17 @@ fn slice(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     if starts.len() != ends.len() || axes.len() != starts.len() {
         return Err(ctx.unsupported("starts", "starts, ends and axes differ in length"));
     }
-    if let Some(s) = steps.iter().flatten().find(|&&s| s != 1) {
-        return Err(ctx.unsupported("steps", format!("step {s}: only 1")));
+    let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
+    if steps.len() != starts.len() {
+        return Err(ctx.unsupported("steps", "starts and steps differ in length"));
     }
     let mut y = x;
-    for ((&s, &e), &a) in starts.iter().zip(&ends).zip(&axes) {
+    for (((&s, &e), &a), &step) in starts.iter().zip(&ends).zip(&axes).zip(&steps) {
         let a = axis(ctx, "axes", a, rank)?;
+        if step != 1 {
+            y = slice_stepped(b, ctx, &y, a, (s, e, step))?;
+            continue;
+        }
         let dim = y.shape.dims()[a];
         let clampi = |v: i64| -> usize {
             let d = i64::try_from(dim).unwrap_or(i64::MAX);
@@ -1576,6 +1673,37 @@ fn slice(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
         )?;
     }
     Ok(y)
+}
+
+/// One axis of `Slice` with a step other than 1 (ONNX's clamping: `start` into `[0, dim]`
+/// for a positive step, `[0, dim − 1]` for a negative one, `end` into `[0, dim]` or
+/// `[−1, dim − 1]`), as the positions it visits ([`take`]).
+fn slice_stepped(
+    b: &mut Builder,
+    ctx: &Ctx<'_>,
+    x: &Operand,
+    a: usize,
+    (start, end, step): (i64, i64, i64),
+) -> One<Operand> {
+    if step == 0 {
+        return Err(ctx.unsupported("steps", "step 0"));
+    }
+    let dim = i64::try_from(x.shape.dims()[a]).unwrap_or(i64::MAX);
+    let wrap = |v: i64| if v < 0 { v.saturating_add(dim) } else { v };
+    let (lo, hi) = if step > 0 { (0, dim) } else { (-1, dim - 1) };
+    let (mut i, end) = (wrap(start).clamp(lo.max(0), hi), wrap(end).clamp(lo, hi));
+    let mut at = Vec::new();
+    while (step > 0 && i < end) || (step < 0 && i > end) {
+        at.push(i as usize);
+        i = i.saturating_add(step);
+    }
+    if at.is_empty() {
+        return Err(ctx.unsupported(
+            "steps",
+            "the slice is empty (the IR has no empty tensors here)",
+        ));
+    }
+    take(b, ctx, x, a, &at)
 }
 
 /// The longest axis `ReduceMax`/`ReduceMin` unroll into pairwise `max_elem`/`min_elem` of
@@ -1764,6 +1892,32 @@ fn hard_sigmoid(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
         },
         &[&axb],
     )
+}
+
+/// `HardSwish` → `x · clamp(x/6 + 1/2, 0, 1)`.
+fn hard_swish(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &[])?;
+    let x = data(b, ctx, 0)?;
+    let ax = b.apply(ctx, Op::Scale { c: 1.0 / 6.0 }, &[&x])?;
+    let axb = b.apply(ctx, Op::AddScalar { c: 0.5 }, &[&ax])?;
+    let gate = b.apply(
+        ctx,
+        Op::Clamp {
+            min: Some(0.0),
+            max: Some(1.0),
+        },
+        &[&axb],
+    )?;
+    binary_of(b, ctx, BinaryOp::Mul, &x, &gate)
+}
+
+/// `Mish` → `x · tanh(softplus(x))`.
+fn mish(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &[])?;
+    let x = data(b, ctx, 0)?;
+    let sp = b.apply(ctx, Op::Unary(UnaryOp::Softplus), &[&x])?;
+    let t = b.apply(ctx, Op::Unary(UnaryOp::Tanh), &[&sp])?;
+    binary_of(b, ctx, BinaryOp::Mul, &x, &t)
 }
 
 /// ONNX's `Selu` defaults (its operator schema's f32 values).

@@ -718,3 +718,116 @@ fn pools_the_ir_lacks_pad_explicitly_and_rescale_their_averages() {
     assert_eq!(asym.shape().dims(), [1, 1, 2, 1]);
     assert_eq!(asym.data(), [1.0, 3.0]);
 }
+
+#[test]
+fn hard_swish_and_mish_are_their_formulas() {
+    // x · clamp(x/6 + 1/2, 0, 1): 0 below −3, x above 3
+    unary(
+        "HardSwish",
+        &[-4.0, 0.0, 1.5, 4.0],
+        vec![],
+        &[0.0, 0.0, 1.125, 4.0],
+    );
+    let mish = |x: f64| x * (x.exp().ln_1p()).tanh();
+    unary(
+        "Mish",
+        &[-1.0, 0.0, 2.0],
+        vec![],
+        &[mish(-1.0), 0.0, mish(2.0)],
+    );
+}
+
+#[test]
+fn matmul_promotes_rank_1_operands_as_numpy() {
+    let mm = |a: (&[i64], &[f64]), b: (&[i64], &[f64])| {
+        Case {
+            inputs: &[("a", a.0, a.1), ("b", b.0, b.1)],
+            node: node("n", "MatMul", &["a", "b"], &["y"]),
+            inits: vec![],
+            outputs: &["y"],
+            opset: 17,
+        }
+        .run()
+        .unwrap()
+        .remove(0)
+    };
+    // [3]·[3]: a scalar
+    let dot = mm((&[3], &[1.0, 2.0, 3.0]), (&[3], &[4.0, 5.0, 6.0]));
+    assert_eq!((dot.shape().dims(), dot.data()), (&[][..], &[32.0][..]));
+    // [2]·[2, 2, 3]: [2, 3], the vector times each matrix
+    let left = mm(
+        (&[2], &[1.0, -1.0]),
+        (
+            &[2, 2, 3],
+            &[1., 2., 3., 4., 5., 6., 7., 8., 9., 10., 11., 12.],
+        ),
+    );
+    assert_eq!(left.shape().dims(), [2, 3]);
+    assert_eq!(left.data(), [-3., -3., -3., -3., -3., -3.]);
+    // [2, 3]·[3]: [2], each row times the vector
+    let right = mm(
+        (&[2, 3], &[1., 2., 3., 4., 5., 6.]),
+        (&[3], &[1.0, 0.0, -1.0]),
+    );
+    assert_eq!(
+        (right.shape().dims(), right.data()),
+        (&[2][..], &[-2.0, -2.0][..])
+    );
+}
+
+#[test]
+fn slices_with_steps_take_every_visited_position() {
+    // axis 1 of [[0 1 2] [3 4 5]]: step 2 from 0, step −1 from the end, step −2 from 2 to 0
+    let stepped = |starts: i64, ends: i64, step: i64| {
+        on_2x3(
+            "Slice",
+            &["s", "e", "a", "t"],
+            vec![],
+            vec![
+                common::int64s("s", &[1], &[starts]),
+                common::int64s("e", &[1], &[ends]),
+                common::int64s("a", &[1], &[1]),
+                common::int64s("t", &[1], &[step]),
+            ],
+        )
+    };
+    assert_eq!(stepped(0, 3, 2).data(), [0., 2., 3., 5.]);
+    assert_eq!(stepped(-1, i64::MIN, -1).data(), [2., 1., 0., 5., 4., 3.]);
+    let back = stepped(2, 0, -2);
+    assert_eq!(
+        (back.shape().dims(), back.data()),
+        (&[2, 1][..], &[2., 5.][..])
+    );
+}
+
+#[test]
+fn a_1d_pool_is_a_2d_pool_over_one_row() {
+    // [1, 1, 5], kernel 2, stride 2, pads [1, 0]: windows over (pad, 0), (1, 2), (3, 4)
+    let x = [1.0, 2.0, 3.0, 4.0, 5.0];
+    let run = |op: &str| {
+        Case {
+            inputs: &[("x", &[1, 1, 5], &x)],
+            node: with_attrs(
+                node("n", op, &["x"], &["y"]),
+                vec![
+                    ints_attr("kernel_shape", &[2]),
+                    ints_attr("strides", &[2]),
+                    ints_attr("pads", &[1, 0]),
+                ],
+            ),
+            inits: vec![],
+            outputs: &["y"],
+            opset: 17,
+        }
+        .run()
+        .unwrap()
+        .remove(0)
+    };
+    let max = run("MaxPool");
+    assert_eq!(
+        (max.shape().dims(), max.data()),
+        (&[1, 1, 3][..], &[1., 3., 5.][..])
+    );
+    // count_include_pad = 0: the first window averages its one real element
+    assert_eq!(run("AveragePool").data(), [1.0, 2.5, 4.5]);
+}

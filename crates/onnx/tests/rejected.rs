@@ -97,6 +97,30 @@ fn every_problem_of_a_model_is_listed_at_once() {
         ]),
     );
 
+    // batch norm whose scale and mean are no initializers: both operands named at once
+    let bn = model(
+        x(),
+        vec![node(
+            "bn",
+            "BatchNormalization",
+            &["x", "scale", "bias", "mean", "var"],
+            &["y"],
+        )],
+        vec![
+            floats("bias", &[2], &[0.0; 2]),
+            floats("var", &[2], &[1.0; 2]),
+        ],
+        &["y"],
+    );
+    check_rejected(
+        "batch norm operands",
+        &bn,
+        Some(&[
+            (NotAWeight, "bn", "BatchNormalization", "input[1]"),
+            (NotAWeight, "bn", "BatchNormalization", "input[3]"),
+        ]),
+    );
+
     // an initializer whose raw data is one float short of its dims
     let short = model(
         x(),
