@@ -172,22 +172,24 @@ def conv_bn(cin, cout, k, stride=1, groups=1, act=None):
 
 
 class InvertedResidual(torch.nn.Module):
-    """MobileNet-V2's block: 1x1 expansion (ReLU6), 3x3 depthwise (ReLU6), linear 1x1
-    projection, the identity added when the shapes allow."""
+    """MobileNet-V2's block (ReLU6, no squeeze-and-excitation) and EfficientNet's MBConv
+    (SiLU, squeeze-and-excitation): a 1x1 expansion (none when `expand` is 1), a depthwise
+    `k`x`k` convolution, the optional squeeze-and-excitation, a linear 1x1 projection, the
+    identity added when the shapes allow (stochastic depth is the identity in inference)."""
 
-    def __init__(self, cin, cout, stride, expand):
+    def __init__(self, cin, cout, stride, expand, k=3, act=torch.nn.ReLU6, se=False):
         super().__init__()
         hidden = cin * expand
-        layers = [] if expand == 1 else [conv_bn(cin, hidden, 1, act=torch.nn.ReLU6)]
-        layers += [
-            conv_bn(hidden, hidden, 3, stride, groups=hidden, act=torch.nn.ReLU6),
-            conv_bn(hidden, cout, 1),
-        ]
-        self.conv = torch.nn.Sequential(*layers)
+        layers = [] if expand == 1 else [conv_bn(cin, hidden, 1, act=act)]
+        layers.append(conv_bn(hidden, hidden, k, stride, groups=hidden, act=act))
+        if se:
+            layers.append(SqueezeExcitation(hidden, max(1, cin // 4)))
+        layers.append(conv_bn(hidden, cout, 1))
+        self.block = torch.nn.Sequential(*layers)
         self.residual = stride == 1 and cin == cout
 
     def forward(self, x):
-        return x + self.conv(x) if self.residual else self.conv(x)
+        return x + self.block(x) if self.residual else self.block(x)
 
 
 class MobileNetV2(torch.nn.Module):
@@ -222,25 +224,9 @@ class SqueezeExcitation(torch.nn.Module):
         return x * s
 
 
-class MbConv(torch.nn.Module):
-    """EfficientNet's MBConv: expansion (SiLU), depthwise (SiLU), squeeze-and-excitation,
-    projection; the identity added when the shapes allow (stochastic depth is the identity in
-    inference)."""
-
-    def __init__(self, cin, cout, k, stride, expand):
-        super().__init__()
-        hidden = cin * expand
-        layers = [] if expand == 1 else [conv_bn(cin, hidden, 1, act=torch.nn.SiLU)]
-        layers += [
-            conv_bn(hidden, hidden, k, stride, groups=hidden, act=torch.nn.SiLU),
-            SqueezeExcitation(hidden, max(1, cin // 4)),
-            conv_bn(hidden, cout, 1),
-        ]
-        self.block = torch.nn.Sequential(*layers)
-        self.residual = stride == 1 and cin == cout
-
-    def forward(self, x):
-        return x + self.block(x) if self.residual else self.block(x)
+def mb_conv(cin, cout, k, stride, expand):
+    """EfficientNet's MBConv."""
+    return InvertedResidual(cin, cout, stride, expand, k, act=torch.nn.SiLU, se=True)
 
 
 class EfficientNetB0(torch.nn.Module):
@@ -250,9 +236,9 @@ class EfficientNetB0(torch.nn.Module):
         super().__init__()
         self.features = torch.nn.Sequential(
             conv_bn(3, 8, 3, 2, act=torch.nn.SiLU),
-            MbConv(8, 8, 3, 1, 1),
-            MbConv(8, 12, 5, 2, 4),
-            MbConv(12, 12, 3, 1, 4),
+            mb_conv(8, 8, 3, 1, 1),
+            mb_conv(8, 12, 5, 2, 4),
+            mb_conv(12, 12, 3, 1, 4),
             conv_bn(12, 20, 1, act=torch.nn.SiLU),
         )
         self.classifier = torch.nn.Sequential(torch.nn.Dropout(0.2), torch.nn.Linear(20, classes))

@@ -42,6 +42,11 @@ impl Case<'_> {
             .collect();
         Ok(torchlean_ir::denote_outputs(&imported.graph, &imported.payload, &xs).unwrap())
     }
+
+    /// The first output of a case that imports.
+    fn first(self) -> Tensor<f64> {
+        self.run().unwrap().remove(0)
+    }
 }
 
 /// Runs `case` and compares every output with `want` (`(dims, values)` each, within 1e-12 of
@@ -548,9 +553,7 @@ fn on_2x3(
         outputs: &["y"],
         opset: 17,
     }
-    .run()
-    .unwrap()
-    .remove(0)
+    .first()
 }
 
 #[test]
@@ -626,9 +629,7 @@ fn celu_and_the_normalizations_lower_exactly_enough() {
             outputs: &["y"],
             opset: 21,
         }
-        .run()
-        .unwrap()
-        .remove(0)
+        .first()
     };
     let want = [0.5 - 2.0 * inv, 0.5 + 2.0 * inv, -0.5 - inv, -0.5 + inv];
     let close = |got: &Tensor<f64>| {
@@ -662,9 +663,7 @@ fn pooled(
         outputs: &["y"],
         opset: 17,
     }
-    .run()
-    .unwrap()
-    .remove(0)
+    .first()
 }
 
 #[test]
@@ -747,9 +746,7 @@ fn matmul_promotes_rank_1_operands_as_numpy() {
             outputs: &["y"],
             opset: 17,
         }
-        .run()
-        .unwrap()
-        .remove(0)
+        .first()
     };
     // [3]·[3]: a scalar
     let dot = mm((&[3], &[1.0, 2.0, 3.0]), (&[3], &[4.0, 5.0, 6.0]));
@@ -819,9 +816,7 @@ fn a_1d_pool_is_a_2d_pool_over_one_row() {
             outputs: &["y"],
             opset: 17,
         }
-        .run()
-        .unwrap()
-        .remove(0)
+        .first()
     };
     let max = run("MaxPool");
     assert_eq!(
