@@ -822,4 +822,26 @@ mod tests {
             .unwrap()
             .contains("shape"));
     }
+
+    #[test]
+    fn a_weight_the_importer_names_is_found_among_the_graph_inputs() {
+        let m = ModelProto::decode(&model("Conv", &["x", "w", "b"])[..]).unwrap();
+        let named =
+            |node: &str, field: &str| weight_inputs(&m, &[(node.to_string(), field.to_string())]);
+        assert_eq!(named("n", "input[1]"), [1]);
+        assert_eq!(named("n", "input[2]"), [2]);
+        // the same input twice is listed once; an unknown node, a field that is no operand
+        // or an operand past the node's inputs: nothing
+        let twice = weight_inputs(
+            &m,
+            &[
+                ("n".into(), "input[1]".into()),
+                ("n".into(), "input[1]".into()),
+            ],
+        );
+        assert_eq!(twice, [1]);
+        assert!(named("other", "input[1]").is_empty());
+        assert!(named("n", "kernel_shape").is_empty());
+        assert!(named("n", "input[7]").is_empty());
+    }
 }

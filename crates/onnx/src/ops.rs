@@ -885,12 +885,13 @@ fn conv(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
         [span(wd[2])?, span(wd[3])?],
         stride,
     )?;
-    let bias = match ctx.input(2) {
-        Some(_) => weight(b, ctx, 2)?,
-        None => (
-            None,
-            Tensor::zeros([wd[0]]).map_err(|e| ctx.unsupported("input[1]", "").because(e))?,
-        ),
+    // a bias the node cannot own (an initializer other nodes use too, as exporters make of
+    // equal folded biases, or a computed value) is added after a zero bias, as data
+    let zeros = || Tensor::zeros([wd[0]]).map_err(|e| ctx.unsupported("input[1]", "").because(e));
+    let (bias, late_bias) = match ctx.input(2) {
+        None => ((None, zeros()?), None),
+        Some(name) if b.weight(name).is_some() => (weight(b, ctx, 2)?, None),
+        Some(_) => ((None, zeros()?), Some(data(b, ctx, 2)?)),
     };
     let (x, padding) = match window.symmetric() {
         Some(p) => (x, p),
@@ -914,7 +915,14 @@ fn conv(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
         groups,
         dilation,
     };
-    b.apply_with(ctx, Op::Conv2d(spec), &[&x], vec![w, bias], None)
+    let y = b.apply_with(ctx, Op::Conv2d(spec), &[&x], vec![w, bias], None)?;
+    match late_bias {
+        None => Ok(y),
+        Some(bias) => {
+            let column = reshape(b, ctx, &bias, Shape::from([wd[0], 1, 1]))?;
+            binary_of(b, ctx, BinaryOp::Add, &y, &column)
+        }
+    }
 }
 
 fn pool(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {

@@ -826,3 +826,31 @@ fn a_1d_pool_is_a_2d_pool_over_one_row() {
     // count_include_pad = 0: the first window averages its one real element
     assert_eq!(run("AveragePool").data(), [1.0, 2.5, 4.5]);
 }
+
+/// Exporters merge equal initializers: two convolutions sharing one bias (BN-folded zeros in a
+/// fresh torchvision model). Each conv gets a zero bias and the shared one is added as data, so
+/// its gradient is the sum over both uses.
+#[test]
+fn convolutions_sharing_a_bias_initializer_add_it_as_data() {
+    let bytes = model_with_inputs(
+        &[("x", &[1, 1, 2, 2])],
+        vec![
+            node("c1", "Conv", &["x", "w1", "b"], &["h"]),
+            node("c2", "Conv", &["h", "w2", "b"], &["y"]),
+        ],
+        vec![
+            common::floats("w1", &[1, 1, 1, 1], &[2.0]),
+            common::floats("w2", &[1, 1, 1, 1], &[3.0]),
+            common::floats("b", &[1], &[1.0]),
+        ],
+        &["y"],
+        17,
+    );
+    let imported = import_onnx(&bytes).unwrap();
+    let x = Tensor::new(Shape::from([1, 1, 2, 2]), vec![0.0, 1.0, -1.0, 0.5]).unwrap();
+    let y = torchlean_ir::denote_outputs(&imported.graph, &imported.payload, &x).unwrap();
+    // 3·(2x + 1) + 1
+    assert_eq!(y[0].data(), [4.0, 10.0, -2.0, 7.0]);
+    // the shared bias is one tensor of the graph, under its name
+    assert!(imported.param("b").is_some());
+}
