@@ -192,24 +192,29 @@ class InvertedResidual(torch.nn.Module):
         return x + self.block(x) if self.residual else self.block(x)
 
 
-class MobileNetV2(torch.nn.Module):
-    """torchvision's MobileNet-V2 at reduced width and depth: the same ops (stem, inverted
-    residuals with and without the identity, 1x1 head, global pool, dropout, linear)."""
+class Classifier(torch.nn.Module):
+    """torchvision's classifier layout: a feature stack, global average pool, dropout, linear."""
 
-    def __init__(self, classes=5):
+    def __init__(self, features, width, classes=5):
         super().__init__()
-        self.features = torch.nn.Sequential(
-            conv_bn(3, 8, 3, 2, act=torch.nn.ReLU6),
-            InvertedResidual(8, 8, 1, 1),
-            InvertedResidual(8, 12, 2, 4),
-            InvertedResidual(12, 12, 1, 4),
-            conv_bn(12, 16, 1, act=torch.nn.ReLU6),
-        )
-        self.classifier = torch.nn.Sequential(torch.nn.Dropout(0.2), torch.nn.Linear(16, classes))
+        self.features = torch.nn.Sequential(*features)
+        self.classifier = torch.nn.Sequential(torch.nn.Dropout(0.2), torch.nn.Linear(width, classes))
 
     def forward(self, x):
         h = torch.nn.functional.adaptive_avg_pool2d(self.features(x), 1)
         return self.classifier(torch.flatten(h, 1))
+
+
+def mobilenet_v2():
+    """torchvision's MobileNet-V2 at reduced width and depth: the same ops (stem, inverted
+    residuals with and without the identity, 1x1 head, global pool, dropout, linear)."""
+    return Classifier([
+        conv_bn(3, 8, 3, 2, act=torch.nn.ReLU6),
+        InvertedResidual(8, 8, 1, 1),
+        InvertedResidual(8, 12, 2, 4),
+        InvertedResidual(12, 12, 1, 4),
+        conv_bn(12, 16, 1, act=torch.nn.ReLU6),
+    ], 16)
 
 
 class SqueezeExcitation(torch.nn.Module):
@@ -229,23 +234,15 @@ def mb_conv(cin, cout, k, stride, expand):
     return InvertedResidual(cin, cout, stride, expand, k, act=torch.nn.SiLU, se=True)
 
 
-class EfficientNetB0(torch.nn.Module):
+def efficientnet_b0():
     """torchvision's EfficientNet-B0 at reduced width and depth: the same ops."""
-
-    def __init__(self, classes=5):
-        super().__init__()
-        self.features = torch.nn.Sequential(
-            conv_bn(3, 8, 3, 2, act=torch.nn.SiLU),
-            mb_conv(8, 8, 3, 1, 1),
-            mb_conv(8, 12, 5, 2, 4),
-            mb_conv(12, 12, 3, 1, 4),
-            conv_bn(12, 20, 1, act=torch.nn.SiLU),
-        )
-        self.classifier = torch.nn.Sequential(torch.nn.Dropout(0.2), torch.nn.Linear(20, classes))
-
-    def forward(self, x):
-        h = torch.nn.functional.adaptive_avg_pool2d(self.features(x), 1)
-        return self.classifier(torch.flatten(h, 1))
+    return Classifier([
+        conv_bn(3, 8, 3, 2, act=torch.nn.SiLU),
+        mb_conv(8, 8, 3, 1, 1),
+        mb_conv(8, 12, 5, 2, 4),
+        mb_conv(12, 12, 3, 1, 4),
+        conv_bn(12, 20, 1, act=torch.nn.SiLU),
+    ], 20)
 
 
 class LayerNorm2d(torch.nn.LayerNorm):
@@ -397,8 +394,8 @@ MODELS = {
     "residual": lambda: build("residual", Residual, (2, 3, 5, 5)),
     "encoder": lambda: build("encoder", Encoder, (2, 4, 8)),
     "gpt": lambda: build("gpt", Gpt, (2, 8), vocab=11),
-    "mobilenet_v2": lambda: build("mobilenet_v2", MobileNetV2, (2, 3, 16, 16)),
-    "efficientnet_b0": lambda: build("efficientnet_b0", EfficientNetB0, (2, 3, 16, 16)),
+    "mobilenet_v2": lambda: build("mobilenet_v2", mobilenet_v2, (2, 3, 16, 16)),
+    "efficientnet_b0": lambda: build("efficientnet_b0", efficientnet_b0, (2, 3, 16, 16)),
     "convnext_tiny": lambda: build("convnext_tiny", ConvNeXtTiny, (2, 3, 32, 32)),
 }
 
