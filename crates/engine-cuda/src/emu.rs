@@ -20,7 +20,7 @@ use crate::kernels::{Kernel, MODULES};
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// The host emulation of a CUDA device (see the module docs).
 #[derive(Debug)]
@@ -35,11 +35,30 @@ pub const POISON: u32 = 0x7fc0_dead;
 /// The loaded library, or why it could not be built (kept to answer every later call alike).
 static LIBRARY: OnceLock<std::result::Result<libloading::Library, BuildFailure>> = OnceLock::new();
 
+/// Why the library could not be built or loaded, kept for every later call: the compiler's
+/// log, or the I/O or loader error as the source (shared, since the answer is cached).
 #[derive(Debug, Clone)]
 struct BuildFailure {
     what: &'static str,
     path: Option<PathBuf>,
     log: String,
+    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl BuildFailure {
+    /// A step that failed with `source` (no compiler log).
+    fn because(
+        what: &'static str,
+        path: Option<PathBuf>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        BuildFailure {
+            what,
+            path,
+            log: String::new(),
+            source: Some(Arc::new(source)),
+        }
+    }
 }
 
 impl From<&BuildFailure> for CudaError {
@@ -48,7 +67,10 @@ impl From<&BuildFailure> for CudaError {
             what: f.what,
             path: f.path.clone(),
             log: f.log.clone(),
-            source: None,
+            source: f
+                .source
+                .clone()
+                .map(|s| Box::new(s) as Box<dyn std::error::Error + Send + Sync>),
         }
     }
 }
@@ -94,16 +116,14 @@ fn build(dir: &Path, src: &str) -> std::result::Result<PathBuf, BuildFailure> {
     if lib.exists() {
         return Ok(lib);
     }
-    let fail =
-        |what: &'static str, path: Option<PathBuf>, log: String| BuildFailure { what, path, log };
+    let fail = BuildFailure::because;
     std::fs::create_dir_all(dir)
-        .map_err(|e| fail("creating its directory", Some(dir.into()), e.to_string()))?;
+        .map_err(|e| fail("creating its directory", Some(dir.into()), e))?;
     let unique = format!("{}-{:?}", std::process::id(), std::thread::current().id())
         .replace(|c: char| !c.is_ascii_alphanumeric(), "_");
     let cpp = dir.join(format!("kernels-{unique}.cpp"));
     let tmp = dir.join(format!("kernels-{unique}.so"));
-    std::fs::write(&cpp, src)
-        .map_err(|e| fail("writing its source", Some(cpp.clone()), e.to_string()))?;
+    std::fs::write(&cpp, src).map_err(|e| fail("writing its source", Some(cpp.clone()), e))?;
     let cxx = compiler();
     let out = Command::new(&cxx)
         .args([
@@ -124,19 +144,20 @@ fn build(dir: &Path, src: &str) -> std::result::Result<PathBuf, BuildFailure> {
             fail(
                 "running the C++ compiler (set CXX, or install g++)",
                 Some(PathBuf::from(&cxx)),
-                e.to_string(),
+                e,
             )
         })?;
     if !out.status.success() {
-        return Err(fail(
-            "compiling the kernel sources",
-            Some(cpp),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        ));
+        return Err(BuildFailure {
+            what: "compiling the kernel sources",
+            path: Some(cpp),
+            log: String::from_utf8_lossy(&out.stderr).into_owned(),
+            source: None,
+        });
     }
     let _ = std::fs::remove_file(&cpp);
     std::fs::rename(&tmp, &lib)
-        .map_err(|e| fail("installing the library", Some(lib.clone()), e.to_string()))?;
+        .map_err(|e| fail("installing the library", Some(lib.clone()), e))?;
     Ok(lib)
 }
 
@@ -149,11 +170,8 @@ fn library() -> Result<&'static libloading::Library> {
             let path = build(&dir, &src)?;
             // SAFETY: the library is ours, just built from our sources; its initialisers only
             // set up the C++ runtime.
-            unsafe { libloading::Library::new(&path) }.map_err(|e| BuildFailure {
-                what: "loading the library",
-                path: Some(path),
-                log: e.to_string(),
-            })
+            unsafe { libloading::Library::new(&path) }
+                .map_err(|e| BuildFailure::because("loading the library", Some(path), e))
         })
         .as_ref()
         .map_err(CudaError::from)
@@ -261,6 +279,20 @@ mod tests {
         let m = Emu::alloc(3).unwrap_or_default();
         assert!(m.iter().all(|v| v.to_bits() == POISON));
         assert!(Emu::alloc_zeros(3).unwrap_or_default() == vec![0.0; 3]);
+    }
+
+    #[test]
+    fn a_failed_build_step_keeps_the_io_error_as_its_source() {
+        // a directory that cannot be created: its parent is a file
+        let file = std::env::temp_dir().join(format!("torchlean-emu-file-{}", std::process::id()));
+        std::fs::write(&file, b"x").unwrap_or_default();
+        let dir = file.join("sub");
+        let io = std::fs::create_dir_all(&dir).map(|_| ()).unwrap_err();
+        let e = CudaError::from(&build(&dir, "").map(|_| ()).unwrap_err());
+        let _ = std::fs::remove_file(&file);
+        assert!(e.to_string().contains("creating its directory"), "{e}");
+        let source = std::error::Error::source(&e).map(|s| s.to_string());
+        assert_eq!(source, Some(io.to_string()));
     }
 
     #[test]

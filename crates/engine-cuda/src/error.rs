@@ -18,8 +18,19 @@ pub enum NoDevice {
         tried: String,
     },
     /// The driver loaded but a call failed (no GPU, a driver/toolkit mismatch).
-    #[error("{call} failed: {reason}")]
-    Driver { call: &'static str, reason: String },
+    #[error("{call} failed: {source}")]
+    Driver {
+        call: &'static str,
+        #[source]
+        source: cudarc::driver::DriverError,
+    },
+    /// The device opened but cuBLAS could not create its handle.
+    #[error("{call} failed: {source}")]
+    Blas {
+        call: &'static str,
+        #[source]
+        source: cudarc::cublas::result::CublasError,
+    },
     /// The driver reports no device.
     #[error("the driver reports no CUDA device")]
     NoGpu,

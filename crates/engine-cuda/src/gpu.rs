@@ -77,10 +77,7 @@ fn open() -> std::result::Result<GpuContext, NoDevice> {
     library_present("libcublas", "cublas", cudarc::cublas::sys::is_culib_present)?;
     nvrtc::nvrtc_available()?;
     let driver = |call: &'static str| {
-        move |e: cudarc::driver::DriverError| NoDevice::Driver {
-            call,
-            reason: e.to_string(),
-        }
+        move |source: cudarc::driver::DriverError| NoDevice::Driver { call, source }
     };
     if CudaContext::device_count().map_err(driver("cuDeviceGetCount"))? < 1 {
         return Err(NoDevice::NoGpu);
@@ -95,9 +92,9 @@ fn open() -> std::result::Result<GpuContext, NoDevice> {
         total_memory: ctx.total_mem().map_err(driver("cuDeviceTotalMem"))?,
     };
     let stream = ctx.default_stream();
-    let blas = CudaBlas::new(stream.clone()).map_err(|e| NoDevice::Driver {
+    let blas = CudaBlas::new(stream.clone()).map_err(|source| NoDevice::Blas {
         call: "cublasCreate",
-        reason: e.to_string(),
+        source,
     })?;
     Ok(GpuContext {
         info,

@@ -146,6 +146,14 @@ pub enum IrError {
     #[error("{}", join(.0))]
     Invalid(Vec<Diagnostic>),
 
+    /// A payload's safetensors bytes could not be written or read (corrupt, truncated, a header
+    /// that is no safetensors header).
+    #[error("safetensors: {source}")]
+    Safetensors {
+        #[source]
+        source: safetensors::SafeTensorError,
+    },
+
     /// Evaluation failed at a node (domain error, a transcendental over rationals, …).
     #[error("node {node} ({kind}): {source}")]
     Eval {
@@ -166,7 +174,9 @@ impl IrError {
     pub fn diagnostics(&self) -> Vec<Diagnostic> {
         match self {
             IrError::Invalid(d) => d.clone(),
-            IrError::Json { .. } => vec![Diagnostic::error(self.to_string())],
+            IrError::Json { .. } | IrError::Safetensors { .. } => {
+                vec![Diagnostic::error(self.to_string())]
+            }
             IrError::Eval { node, kind, source } => {
                 let d = Diagnostic::spec(source.clone()).at(*node, kind.clone());
                 vec![match source.field() {

@@ -222,6 +222,6 @@ impl Payload {
     }
 }
 
-fn safetensors_error(e: safetensors::SafeTensorError) -> IrError {
-    IrError::invalid(Diagnostic::error(format!("safetensors: {e}")))
+fn safetensors_error(source: safetensors::SafeTensorError) -> IrError {
+    IrError::Safetensors { source }
 }

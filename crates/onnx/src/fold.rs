@@ -101,7 +101,7 @@ fn fold(ctx: &Ctx<'_>, xs: &[Constant]) -> One<Constant> {
                     shape: Shape::scalar(),
                     values: Values::Float(vec![0.0]),
                 },
-                Some(t) => decode(t).map_err(|m| ctx.unsupported("value", m))?,
+                Some(t) => decode(t).map_err(|i| i.onto(ctx.unsupported("value", "")))?,
             };
             let values = match fill.values {
                 Values::Float(v) => Values::Float(vec![v.first().copied().unwrap_or(0.0); n]),

@@ -299,14 +299,14 @@ impl Builder {
             let name = t.name().to_string();
             match decode(t) {
                 Ok(c) => self.define_const(&name, c, Some(name.clone())),
-                Err(msg) => {
-                    self.problems.push(Problem::new(
+                Err(issue) => {
+                    self.problems.push(issue.onto(Problem::new(
                         ProblemKind::BadTensor,
                         name.clone(),
                         "initializer",
                         "data",
-                        msg,
-                    ));
+                        "",
+                    )));
                     self.values.insert(name, Val::Poisoned);
                 }
             }
@@ -342,14 +342,14 @@ impl Builder {
             }
             let c = match decode(t) {
                 Ok(c) => c,
-                Err(msg) => {
-                    self.problems.push(Problem::new(
+                Err(issue) => {
+                    self.problems.push(issue.onto(Problem::new(
                         ProblemKind::BadTensor,
                         name,
                         "input",
                         "bind",
-                        msg,
-                    ));
+                        "",
+                    )));
                     self.values.insert(name.clone(), Val::Poisoned);
                     continue;
                 }

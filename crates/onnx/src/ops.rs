@@ -490,8 +490,9 @@ fn constant(b: &mut Builder, ctx: &Ctx<'_>, out: &str) -> Mapped {
         values: v,
     };
     let c = if let Some(t) = ctx.tensor("value") {
-        decode(t)
-            .map_err(|m| vec![ctx.problem(crate::error::ProblemKind::BadTensor, "value", m)])?
+        decode(t).map_err(|i| {
+            vec![i.onto(ctx.problem(crate::error::ProblemKind::BadTensor, "value", ""))]
+        })?
     } else if let Some(f) = ctx.float("value_float") {
         scalar(Values::Float(vec![f]))
     } else if let Some(i) = ctx.int("value_int") {

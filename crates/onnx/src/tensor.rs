@@ -1,8 +1,9 @@
 //! ONNX `TensorProto` → a checked constant: dims, data type and data length agree, or a message
 //! saying how they disagree (never a panic, never an allocation the input's size does not bound).
 
+use crate::error::Problem;
 use crate::proto::{tensor_proto, TensorProto};
-use torchlean_spec::Shape;
+use torchlean_spec::{Shape, SpecError};
 
 /// A decoded constant: floating values as `f64` (the payload's precision), integer values
 /// exactly.
@@ -59,24 +60,57 @@ pub(crate) fn dtype_name(code: i32) -> String {
         .unwrap_or_else(|_| format!("data type {code}"))
 }
 
+/// Why a tensor could not be decoded: the importer's words, and the `spec` rule it broke where
+/// one did (a size past the limit). [`TensorIssue::onto`] makes it a [`Problem`].
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct TensorIssue {
+    pub message: String,
+    pub cause: Option<SpecError>,
+}
+
+impl TensorIssue {
+    /// `problem` (which says where) with this issue's message and cause.
+    pub fn onto(self, mut problem: Problem) -> Problem {
+        problem.message = self.message;
+        problem.cause = self.cause;
+        problem
+    }
+}
+
+impl From<String> for TensorIssue {
+    fn from(message: String) -> Self {
+        TensorIssue {
+            message,
+            cause: None,
+        }
+    }
+}
+
+impl From<&str> for TensorIssue {
+    fn from(message: &str) -> Self {
+        message.to_string().into()
+    }
+}
+
 /// Dims as a shape: every dim a non-negative number, the element count within the limit.
-pub(crate) fn shape_of_dims(dims: &[i64]) -> Result<Shape, String> {
+pub(crate) fn shape_of_dims(dims: &[i64]) -> Result<Shape, TensorIssue> {
     let mut out = Vec::with_capacity(dims.len().min(8));
     for &d in dims {
         let d = usize::try_from(d).map_err(|_| format!("dims {dims:?}: a negative dim"))?;
         out.push(d);
     }
     let shape = Shape::new(out);
-    shape
-        .checked_size()
-        .map_err(|e| format!("dims {dims:?}: {e}"))?;
+    shape.checked_size().map_err(|e| TensorIssue {
+        message: format!("dims {dims:?}"),
+        cause: Some(e),
+    })?;
     Ok(shape)
 }
 
 /// Decodes a tensor: FLOAT and DOUBLE to floats, INT64 and INT32 to integers, BOOL to bools,
 /// from `raw_data`
 /// (little-endian) or the typed field; any disagreement between dims and data is an error.
-pub(crate) fn decode(t: &TensorProto) -> Result<Constant, String> {
+pub(crate) fn decode(t: &TensorProto) -> Result<Constant, TensorIssue> {
     use tensor_proto::{DataLocation, DataType};
     if t.data_location() == DataLocation::External || !t.external_data.is_empty() {
         return Err(
@@ -99,7 +133,8 @@ pub(crate) fn decode(t: &TensorProto) -> Result<Constant, String> {
             return Err(format!(
                 "{} tensors are not supported (FLOAT, DOUBLE, INT64, INT32, BOOL are)",
                 dtype_name(t.data_type())
-            ))
+            )
+            .into())
         }
     };
     if let Some(raw) = &t.raw_data {
@@ -111,7 +146,8 @@ pub(crate) fn decode(t: &TensorProto) -> Result<Constant, String> {
                 t.dims,
                 dtype_name(t.data_type()),
                 n.saturating_mul(elem_bytes)
-            ));
+            )
+            .into());
         }
         let values = match dtype {
             Some(DataType::Float) => Values::Float(
@@ -139,10 +175,7 @@ pub(crate) fn decode(t: &TensorProto) -> Result<Constant, String> {
         return Ok(Constant { shape, values });
     }
     if typed_len != n {
-        return Err(format!(
-            "holds {typed_len} values, dims {:?} need {n}",
-            t.dims
-        ));
+        return Err(format!("holds {typed_len} values, dims {:?} need {n}", t.dims).into());
     }
     let values = match dtype {
         Some(DataType::Float) => {
@@ -180,26 +213,18 @@ pub struct TensorFile {
 pub fn read_tensor(bytes: &[u8]) -> crate::Result<TensorFile> {
     let t = tensor_proto(bytes)?;
     let name = t.name().to_string();
-    let bad = |message: String| {
-        crate::OnnxError::Problems(vec![crate::Problem::new(
-            crate::ProblemKind::BadTensor,
-            name.as_str(),
-            "tensor",
-            "",
-            message,
-        )])
-    };
-    let c = decode(&t).map_err(bad)?;
-    let tensor = torchlean_spec::Tensor::new(c.shape.clone(), c.floats()).map_err(|e| {
-        crate::OnnxError::Problems(vec![crate::Problem::new(
+    let problem = || {
+        Problem::new(
             crate::ProblemKind::BadTensor,
             name.as_str(),
             "tensor",
             "",
             "",
         )
-        .because(e)])
-    })?;
+    };
+    let c = decode(&t).map_err(|i| crate::OnnxError::Problems(vec![i.onto(problem())]))?;
+    let tensor = torchlean_spec::Tensor::new(c.shape.clone(), c.floats())
+        .map_err(|e| crate::OnnxError::Problems(vec![problem().because(e)]))?;
     Ok(TensorFile {
         name,
         dtype: dtype_name(t.data_type()),
@@ -263,7 +288,8 @@ mod tests {
     #[test]
     fn raw_data_shorter_than_dims_is_an_error() {
         let e = decode(&float_tensor(vec![2, 3], vec![0; 20])).expect_err("20 bytes for 6 floats");
-        assert!(e.contains("20 bytes") && e.contains("need 24"), "{e}");
+        let m = &e.message;
+        assert!(m.contains("20 bytes") && m.contains("need 24"), "{m}");
     }
 
     #[test]
@@ -275,14 +301,19 @@ mod tests {
             ..Default::default()
         };
         let e = decode(&t).expect_err("2 values for dims [3]");
-        assert!(e.contains("holds 2 values"), "{e}");
+        assert!(e.message.contains("holds 2 values"), "{e:?}");
     }
 
     #[test]
     fn negative_and_huge_dims_are_errors_not_allocations() {
         assert!(decode(&float_tensor(vec![-1], vec![])).is_err());
         let e = decode(&float_tensor(vec![1 << 40, 1 << 40], vec![])).expect_err("2^80 elements");
-        assert!(e.contains("dims"), "{e}");
+        assert!(e.message.contains("dims"), "{e:?}");
+        // the size rule's own error is kept, for a caller to match on
+        assert!(
+            matches!(e.cause, Some(SpecError::ShapeOverflow { .. })),
+            "{e:?}"
+        );
     }
 
     #[test]
@@ -293,6 +324,6 @@ mod tests {
             raw_data: Some(vec![0, 0]),
             ..Default::default()
         };
-        assert!(decode(&t).expect_err("float16").contains("FLOAT16"));
+        assert!(decode(&t).expect_err("float16").message.contains("FLOAT16"));
     }
 }

@@ -384,6 +384,16 @@ pub enum TrainError {
         engine: &'static str,
     },
 
+    /// A checkpoint whose `torchlean` metadata (or one of its members) is not the JSON it should
+    /// be: the parser's error, whole.
+    #[error("checkpoint {}: its `{field}` metadata: {source}", .path.display())]
+    CheckpointMetadata {
+        path: std::path::PathBuf,
+        field: &'static str,
+        #[source]
+        source: serde_json::Error,
+    },
+
     /// A checkpoint that is readable but cannot be resumed here.
     #[error("checkpoint {}: {reason}", .path.display())]
     Checkpoint {

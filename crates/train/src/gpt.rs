@@ -675,8 +675,14 @@ impl GptCheckpoint {
             .metadata
             .get("torchlean")
             .ok_or_else(|| bad("no `torchlean` metadata: not a torchlean GPT checkpoint".into()))?;
-        let meta: serde_json::Value =
-            serde_json::from_str(meta).map_err(|e| bad(format!("its metadata: {e}")))?;
+        let json = |field: &'static str| {
+            move |source| TrainError::CheckpointMetadata {
+                path: path.to_path_buf(),
+                field,
+                source,
+            }
+        };
+        let meta: serde_json::Value = serde_json::from_str(meta).map_err(json("torchlean"))?;
         if meta["format"] != GPT_CHECKPOINT_FORMAT {
             return Err(bad(format!(
                 "its format is {}, not {GPT_CHECKPOINT_FORMAT}",
@@ -688,8 +694,8 @@ impl GptCheckpoint {
                 .cloned()
                 .ok_or_else(|| bad(format!("its metadata has no `{k}`")))
         };
-        let config: GptTrainConfig = serde_json::from_value(field("config")?)
-            .map_err(|e| bad(format!("its `config`: {e}")))?;
+        let config: GptTrainConfig =
+            serde_json::from_value(field("config")?).map_err(json("config"))?;
         let number = |k: &str| -> Result<u64> {
             field(k)?
                 .as_u64()
@@ -702,8 +708,7 @@ impl GptCheckpoint {
             .to_string();
         CharTokenizer::from_vocabulary(&vocabulary)?;
         let optimizer_steps: BTreeMap<String, u64> =
-            serde_json::from_value(field("optimizer_steps")?)
-                .map_err(|e| bad(format!("its `optimizer_steps`: {e}")))?;
+            serde_json::from_value(field("optimizer_steps")?).map_err(json("optimizer_steps"))?;
         let mut model_cfg = config.model;
         model_cfg.vocab = vocabulary.chars().count();
         let mut session = Session::<Tensor<f64>>::new();

@@ -744,8 +744,14 @@ impl<V: TrainValue> Trainer<V> {
         let meta = ck.metadata.get("torchlean").ok_or_else(|| {
             bad("no `torchlean` metadata: not a torchlean train checkpoint".into())
         })?;
-        let meta: serde_json::Value =
-            serde_json::from_str(meta).map_err(|e| bad(format!("metadata is not JSON: {e}")))?;
+        let json = |field: &'static str| {
+            move |source| TrainError::CheckpointMetadata {
+                path: path.to_path_buf(),
+                field,
+                source,
+            }
+        };
+        let meta: serde_json::Value = serde_json::from_str(meta).map_err(json("torchlean"))?;
         if meta["format"] != CHECKPOINT_FORMAT {
             return Err(bad(format!(
                 "format {}, expected {CHECKPOINT_FORMAT}",
@@ -759,8 +765,8 @@ impl<V: TrainValue> Trainer<V> {
                 meta["dtype"].as_str().unwrap_or("?")
             )));
         }
-        let cfg: TrainConfig = serde_json::from_value(meta["config"].clone())
-            .map_err(|e| bad(format!("config: {e}")))?;
+        let cfg: TrainConfig =
+            serde_json::from_value(meta["config"].clone()).map_err(json("config"))?;
         let (features, classes) = (&meta["model"]["features"], &meta["model"]["classes"]);
         if features.as_u64() != Some(data.features() as u64)
             || classes.as_u64() != Some(data.classes() as u64)

@@ -115,6 +115,25 @@ fn the_checkpoint_is_nanogpts_state_dict_and_the_run() {
             .collect::<String>()
     );
     assert_eq!(back.params.len(), t.params().len());
+
+    // a configuration of the wrong type is refused with the JSON parser's error as the source
+    let mut ck = torchlean_train::Checkpoint::load(&path).unwrap();
+    let mut meta: serde_json::Value = serde_json::from_str(&ck.metadata["torchlean"]).unwrap();
+    meta["config"] = serde_json::json!(5);
+    ck.metadata.insert("torchlean".into(), meta.to_string());
+    ck.save(&path).unwrap();
+    let e = GptCheckpoint::load(&path).map(|_| ()).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            TrainError::CheckpointMetadata {
+                field: "config",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(std::error::Error::source(&e).is_some(), "{e}");
 }
 
 #[test]

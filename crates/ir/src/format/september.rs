@@ -438,7 +438,7 @@ impl Lowering {
             match raw.obj.get(name).map(nested) {
                 None => {}
                 Some(Ok(t)) => self.payload.insert(id, name, t),
-                Some(Err(e)) => errors.push(Diagnostic::error(e).field(name)),
+                Some(Err(e)) => errors.push(e.field(name)),
             }
         }
         if errors.is_empty() {
@@ -781,7 +781,7 @@ impl Lowering {
             Some(Ok(t)) if t.data().iter().all(|&v| v == trivial) => None,
             Some(Ok(t)) => Some(t),
             Some(Err(e)) => {
-                errors.push(Diagnostic::error(e).field(key));
+                errors.push(e.field(key));
                 None
             }
         };
@@ -911,7 +911,7 @@ fn broadcast_dims(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 
 /// A nested-array tensor (`[[1, 2], [3, 4]]`; a number is a scalar): rectangular, numbers
 /// only.
-pub(crate) fn nested(v: &Value) -> std::result::Result<Tensor<f64>, String> {
+pub(crate) fn nested(v: &Value) -> std::result::Result<Tensor<f64>, Diagnostic> {
     fn flat(v: &Value, dims: &[usize], data: &mut Vec<f64>) -> std::result::Result<(), String> {
         match (dims.split_first(), v) {
             (None, v) if v.is_number() => {
@@ -938,8 +938,8 @@ pub(crate) fn nested(v: &Value) -> std::result::Result<Tensor<f64>, String> {
         }
     }
     let mut data = Vec::new();
-    flat(v, &dims, &mut data)?;
-    Tensor::new(Shape::from(dims), data).map_err(|e| e.to_string())
+    flat(v, &dims, &mut data).map_err(Diagnostic::error)?;
+    Tensor::new(Shape::from(dims), data).map_err(Diagnostic::spec)
 }
 
 /// A tensor as nested arrays (the September dialect's inline form); a non-finite value is an
@@ -1237,11 +1237,11 @@ fn write_node(
                 let suffix = Shape::from(x.dims().get(*axis..).unwrap_or(&[]));
                 for (key, v) in [(GAMMA, 1.0), (BETA, 0.0)] {
                     match Tensor::full(suffix.clone(), v)
-                        .map_err(|e| e.to_string())
-                        .and_then(|t| nested_json(&t))
+                        .map_err(Diagnostic::spec)
+                        .and_then(|t| nested_json(&t).map_err(Diagnostic::error))
                     {
                         Ok(j) => put(obj, key, j),
-                        Err(e) => errors.push(Diagnostic::error(e).field(key)),
+                        Err(e) => errors.push(e.field(key)),
                     }
                 }
                 let eps = eps.unwrap_or(LAYER_NORM_DEFAULT_EPS);
