@@ -62,36 +62,42 @@ pub fn emit(
     payload: &Payload,
     weights_name: &str,
 ) -> Result<TorchModule, Vec<Diagnostic>> {
-    let mut problems = Vec::new();
-    let mut init = String::new();
-    let mut forward = String::new();
-    let mut weights = Vec::new();
-    let mut helpers: Vec<&'static str> = Vec::new();
+    let mut m = ModuleParts::default();
     for node in &g.nodes {
+        m.node(g, payload, node);
+    }
+    if !m.problems.is_empty() {
+        return Err(m.problems);
+    }
+    let source = m.source(g, weights_name);
+    Ok(TorchModule {
+        source,
+        weights: m.weights,
+    })
+}
+
+/// The pieces of the module as the nodes are emitted: `__init__`'s lines, `forward`'s lines,
+/// the weights file's tensors, the helper functions used, and the nodes PyTorch cannot run.
+#[derive(Default)]
+struct ModuleParts {
+    init: String,
+    forward: String,
+    weights: Vec<WeightTensor>,
+    helpers: Vec<&'static str>,
+    problems: Vec<Diagnostic>,
+}
+
+impl ModuleParts {
+    /// Node `node`'s held tensors and its `forward` line (or its diagnostics).
+    fn node(&mut self, g: &Graph, payload: &Payload, node: &torchlean_ir::Node) {
         let kind = node.kind.name();
-        let held_line = |init: &mut String, key: &str, attr: &str, held: Held| {
-            let line = match held {
-                Held::Parameter => {
-                    format!("self.{attr} = torch.nn.Parameter(w[\"{key}\"].to(dtype))")
-                }
-                Held::Ids => format!(
-                    "self.register_buffer(\"{attr}\", w[\"{key}\"].to(torch.int64))  # class ids (data)"
-                ),
-                Held::Draws => format!(
-                    "self.register_buffer(\"{attr}\", w[\"{key}\"].to(dtype))  # torchlean's SplitMix64 draws"
-                ),
-            };
-            let _ = writeln!(init, "        {line}");
-        };
         let args: Vec<String> = node.parents.iter().map(|p| format!("v{p}")).collect();
         let desc = node.kind.desc();
         let mut refs = Vec::new();
         let parents = node.parents.len();
         for (i, name) in desc.payload_names().iter().enumerate() {
-            let key = format!("{}.{name}", node.id);
-            let attr = format!("n{}_{name}", node.id);
             let Some(t) = payload.entry(node.id).and_then(|e| e.tensor(name)) else {
-                problems.push(
+                self.problems.push(
                     Diagnostic::error("missing from the payload")
                         .at(node.id, kind)
                         .field(*name),
@@ -103,32 +109,18 @@ pub fn emit(
             } else {
                 Held::Parameter
             };
-            held_line(&mut init, &key, &attr, held);
-            weights.push(WeightTensor {
-                key,
-                shape: t.shape().dims().to_vec(),
-                data: TensorData::F64(t.data().to_vec()),
-            });
-            refs.push(format!("self.{attr}"));
+            refs.push(self.hold(node.id, name, held, t.shape().dims(), t.data().to_vec()));
         }
         let expr = match node_sem(node, Some(payload)) {
             NodeSem::Input => Ok(input_param(g, g.input_position(node.id))),
             NodeSem::Const => Ok(refs.first().cloned().unwrap_or_default()),
             NodeSem::Apply(op) => {
                 if let Some(draws) = draws(&op) {
-                    let key = format!("{}.{DRAWS}", node.id);
-                    let attr = format!("n{}_{DRAWS}", node.id);
-                    held_line(&mut init, &key, &attr, Held::Draws);
-                    weights.push(WeightTensor {
-                        key,
-                        shape: node.shape.dims().to_vec(),
-                        data: TensorData::F64(draws),
-                    });
-                    refs.push(format!("self.{attr}"));
+                    refs.push(self.hold(node.id, DRAWS, Held::Draws, node.shape.dims(), draws));
                 }
                 for h in torch::helpers_of(op.desc()) {
-                    if !helpers.contains(&h) {
-                        helpers.push(h);
+                    if !self.helpers.contains(&h) {
+                        self.helpers.push(h);
                     }
                 }
                 op_expr(&op, &args, &refs)
@@ -136,18 +128,54 @@ pub fn emit(
         };
         match expr {
             Ok(e) => {
-                let _ = writeln!(forward, "        v{} = {e}  # {} {kind}", node.id, node.id);
+                let _ = writeln!(
+                    self.forward,
+                    "        v{} = {e}  # {} {kind}",
+                    node.id, node.id
+                );
             }
-            Err(d) => problems.push(d.at(node.id, kind)),
+            Err(d) => self.problems.push(d.at(node.id, kind)),
         }
     }
-    if !problems.is_empty() {
-        return Err(problems);
+
+    /// Holds tensor `name` of node `id` (key `"<id>.<name>"` in the weights file) as `held`;
+    /// returns the expression `forward` reads it by.
+    fn hold(
+        &mut self,
+        id: usize,
+        name: &str,
+        held: Held,
+        dims: &[usize],
+        data: Vec<f64>,
+    ) -> String {
+        let key = format!("{id}.{name}");
+        let attr = format!("n{id}_{name}");
+        let line = match held {
+            Held::Parameter => {
+                format!("self.{attr} = torch.nn.Parameter(w[\"{key}\"].to(dtype))")
+            }
+            Held::Ids => format!(
+                "self.register_buffer(\"{attr}\", w[\"{key}\"].to(torch.int64))  # class ids (data)"
+            ),
+            Held::Draws => format!(
+                "self.register_buffer(\"{attr}\", w[\"{key}\"].to(dtype))  # torchlean's SplitMix64 draws"
+            ),
+        };
+        let _ = writeln!(self.init, "        {line}");
+        self.weights.push(WeightTensor {
+            key,
+            shape: dims.to_vec(),
+            data: TensorData::F64(data),
+        });
+        format!("self.{attr}")
     }
-    let mut source = String::new();
-    let _ = write!(
-        source,
-        r#""""A torchlean.ir.v1 graph as a PyTorch module (generated by `torchlean export-torch`).
+
+    /// The Python source: the module docstring and imports, the helpers, and `Model`.
+    fn source(&self, g: &Graph, weights_name: &str) -> String {
+        let mut source = String::new();
+        let _ = write!(
+            source,
+            r#""""A torchlean.ir.v1 graph as a PyTorch module (generated by `torchlean export-torch`).
 
 `forward` follows the graph node by node: one line per node, commented with its id and kind.
 The weights are read from WEIGHTS, the safetensors file beside this one (keys "<node id>.<name>",
@@ -165,24 +193,25 @@ from safetensors.torch import load_file
 
 WEIGHTS = pathlib.Path(__file__).with_name("{weights_name}")
 "#
-    );
-    for h in helpers {
-        source.push('\n');
-        source.push_str(h);
-    }
-    // several outputs: a tuple, in output order (as a PyTorch module returns them)
-    let returned = g
-        .outputs()
-        .map(|id| format!("v{id}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let params = (0..g.input_count())
-        .map(|k| input_param(g, k))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let _ = write!(
-        source,
-        r#"
+        );
+        for h in &self.helpers {
+            source.push('\n');
+            source.push_str(h);
+        }
+        // several outputs: a tuple, in output order (as a PyTorch module returns them)
+        let returned = g
+            .outputs()
+            .map(|id| format!("v{id}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let params = (0..g.input_count())
+            .map(|k| input_param(g, k))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let (init, forward) = (&self.init, &self.forward);
+        let _ = write!(
+            source,
+            r#"
 
 class Model(torch.nn.Module):
     def __init__(self, weights=WEIGHTS, dtype=torch.float64):
@@ -192,8 +221,9 @@ class Model(torch.nn.Module):
     def forward(self, {params}):
 {forward}        return {returned}
 "#,
-    );
-    Ok(TorchModule { source, weights })
+        );
+        source
+    }
 }
 
 /// The Python parameter of graph input `k`: `x` for a single-input graph, else `x0`, `x1`, …

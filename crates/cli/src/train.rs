@@ -376,17 +376,8 @@ fn train_on<V: TrainValue>(
             t.last_step()
         ));
     }
-    let bar = (!a.json && std::io::stdout().is_terminal()).then(|| {
-        let b = ProgressBar::new(t.last_step());
-        if let Ok(style) =
-            ProgressStyle::with_template("{bar:40} {pos}/{len} steps {msg} [{elapsed}<{eta}]")
-        {
-            b.set_style(style);
-        }
-        b
-    });
     let mut progress = Progress {
-        bar,
+        bar: progress_bar(a, t.last_step(), t.steps_done()),
         json: a.json,
         log_every: a.log_every,
         out: printer,
@@ -409,36 +400,77 @@ fn train_on<V: TrainValue>(
     };
     let mut printer = progress.out;
     print_summary(&mut printer, &summary, a.json);
-    if let Some(path) = &a.plot {
-        let held: Vec<(f64, f64)> = summary
-            .held_out
-            .iter()
-            .map(|&(s, l, _)| (s as f64, l))
-            .collect();
-        let train: Vec<(f64, f64)> = summary.losses.iter().map(|&(s, l)| (s as f64, l)).collect();
-        let title = format!(
+    let held: Vec<(f64, f64)> = summary
+        .held_out
+        .iter()
+        .map(|&(s, l, _)| (s as f64, l))
+        .collect();
+    let train: Vec<(f64, f64)> = summary.losses.iter().map(|&(s, l)| (s as f64, l)).collect();
+    let curves = Curves {
+        title: format!(
             "torchlean train {} ({}, {})",
             c.arch,
             V::ENGINE,
             c.backend.name()
-        );
-        torchlean_train::plot::loss_svg(path, &title, &train, &held).map_err(bad)?;
+        ),
+        train,
+        held_out: held,
+    };
+    write_outputs(a, &mut printer, &curves, |path| {
+        t.save(path)?;
+        Ok(format!(
+            "wrote {} (the state_dict) and {} (the optimizer state)",
+            path.display(),
+            torchlean_train::trainer::optimizer_path(path).display()
+        ))
+    })?;
+    printer.finish()?;
+    Ok(Outcome::Ok)
+}
+
+/// A terminal progress bar over `len` steps at `position` (none with `--json` or off a terminal).
+pub(crate) fn progress_bar(a: &TrainArgs, len: u64, position: u64) -> Option<ProgressBar> {
+    (!a.json && std::io::stdout().is_terminal()).then(|| {
+        let b = ProgressBar::new(len);
+        b.set_position(position);
+        if let Ok(style) =
+            ProgressStyle::with_template("{bar:40} {pos}/{len} steps {msg} [{elapsed}<{eta}]")
+        {
+            b.set_style(style);
+        }
+        b
+    })
+}
+
+/// A finished run's loss curves, `(step, loss)`, for `--plot`.
+pub(crate) struct Curves {
+    pub title: String,
+    pub train: Vec<(f64, f64)>,
+    pub held_out: Vec<(f64, f64)>,
+}
+
+/// The end of a finished run, either trainer: `--plot` writes the curves, then `--save` calls
+/// `save` (which returns the line saying what it wrote); each prints its line unless `--json`.
+pub(crate) fn write_outputs(
+    a: &TrainArgs,
+    printer: &mut Printer,
+    curves: &Curves,
+    save: impl FnOnce(&std::path::Path) -> Result<String, TrainError>,
+) -> Result<(), Stop> {
+    if let Some(path) = &a.plot {
+        torchlean_train::plot::loss_svg(path, &curves.title, &curves.train, &curves.held_out)
+            .map_err(bad)?;
         if !a.json {
             printer.line(format_args!("wrote {}", path.display()));
         }
     }
     if let Some(path) = &a.save {
-        t.save(path).map_err(bad)?;
+        let wrote = save(path).map_err(bad)?;
         if !a.json {
-            printer.line(format_args!(
-                "wrote {} (the state_dict) and {} (the optimizer state)",
-                path.display(),
-                torchlean_train::trainer::optimizer_path(path).display()
-            ));
+            printer.line(wrote);
         }
     }
-    printer.finish()?;
-    Ok(Outcome::Ok)
+    Ok(())
 }
 
 pub fn run(a: &TrainArgs) -> Result<Outcome, Stop> {

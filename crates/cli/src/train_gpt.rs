@@ -3,11 +3,12 @@
 //! checkpoints, a loss plot, and Ctrl-C saving the run.
 
 use crate::args::{ModelArg, SampleArgs, TrainArgs};
-use crate::train::{bad, interrupt_path, stop_on_sigint, Printer};
+use crate::train::{
+    bad, interrupt_path, progress_bar, stop_on_sigint, write_outputs, Curves, Printer,
+};
 use crate::{out, BadInput, Outcome, Stop};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use serde_json::json;
-use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 use torchlean_train::data::TextCorpus;
@@ -159,193 +160,158 @@ fn peak_rss_mib() -> Option<f64> {
     Some(kib / 1024.0)
 }
 
-fn train_gpt_on<V: TrainValue>(a: &TrainArgs) -> Result<Outcome, Stop> {
-    let mut t = match &a.resume {
-        Some(path) => {
-            let saved = torchlean_train::gpt::GptCheckpoint::load(path)
-                .map_err(|e| BadInput::at(path, &e))?;
-            check_resume_flags(a, &saved.config)?;
-            let corpus = corpus(a, saved.config.model.block)?;
-            let iters = a.gpt.iters.unwrap_or(saved.config.iters);
-            if iters <= saved.step {
-                return Err(BadInput::one(format!(
-                    "{}: the run is at step {} already: --iters is the total to reach, give more \
-                     than {}",
-                    path.display(),
-                    saved.step,
-                    saved.step
-                ))
-                .into());
-            }
-            let mut t = GptTrainer::<V>::resume(path, corpus).map_err(bad)?;
-            t.set_iters(iters);
-            t.set_eval(
-                a.gpt.eval_interval.unwrap_or(saved.config.eval_interval),
-                a.gpt.eval_iters.unwrap_or(saved.config.eval_iters),
-            )
-            .map_err(bad)?;
-            t
-        }
-        None => {
-            let c = with_flags(a, GptTrainConfig::shakespeare_char());
-            let corpus = corpus(a, c.model.block)?;
-            GptTrainer::<V>::new(c, corpus).map_err(bad)?
-        }
+/// The trainer of this run: the checkpoint's with `--resume` (the flags it allows applied),
+/// else a fresh one from the flags.
+fn trainer<V: TrainValue>(a: &TrainArgs) -> Result<GptTrainer<V>, Stop> {
+    let Some(path) = &a.resume else {
+        let c = with_flags(a, GptTrainConfig::shakespeare_char());
+        let corpus = corpus(a, c.model.block)?;
+        return Ok(GptTrainer::<V>::new(c, corpus).map_err(bad)?);
     };
-    t.set_verify_every(a.verify_every);
-    let c = t.config().clone();
-    let m = c.model;
-    let mut printer = Printer::default();
-    let params: usize = t.params().values().map(|v| v.shape_of().size()).sum();
-    let corpus = t.corpus();
-    let chars = corpus.split(torchlean_train::data::Split::Train).len()
-        + corpus.split(torchlean_train::data::Split::Val).len();
-    if !a.json {
-        printer.line(format_args!(
-            "training gpt on {}: {chars} characters ({} distinct), {} for training; {} layers, {} heads, {} wide, block {}: {params} parameters; {}; AdamW lr {} batch {}; steps {}..{}",
-            corpus.origin(),
-            m.vocab,
-            corpus.split(torchlean_train::data::Split::Train).len(),
-            m.n_layer,
-            m.n_head,
-            m.n_embd,
-            m.block,
-            V::ENGINE,
-            c.lr,
-            c.batch,
-            t.steps_done(),
-            c.iters
-        ));
+    let saved =
+        torchlean_train::gpt::GptCheckpoint::load(path).map_err(|e| BadInput::at(path, &e))?;
+    check_resume_flags(a, &saved.config)?;
+    let corpus = corpus(a, saved.config.model.block)?;
+    let iters = a.gpt.iters.unwrap_or(saved.config.iters);
+    if iters <= saved.step {
+        return Err(BadInput::one(format!(
+            "{}: the run is at step {} already: --iters is the total to reach, give more than {}",
+            path.display(),
+            saved.step,
+            saved.step
+        ))
+        .into());
     }
-    let bar = (!a.json && std::io::stdout().is_terminal()).then(|| {
-        let b = ProgressBar::new(c.iters);
-        b.set_position(t.steps_done());
-        if let Ok(style) =
-            ProgressStyle::with_template("{bar:40} {pos}/{len} steps {msg} [{elapsed}<{eta}]")
-        {
-            b.set_style(style);
+    let mut t = GptTrainer::<V>::resume(path, corpus).map_err(bad)?;
+    t.set_iters(iters);
+    t.set_eval(
+        a.gpt.eval_interval.unwrap_or(saved.config.eval_interval),
+        a.gpt.eval_iters.unwrap_or(saved.config.eval_iters),
+    )
+    .map_err(bad)?;
+    Ok(t)
+}
+
+/// The run's first line: the data, the model, the engine and the optimizer.
+fn header<V: TrainValue>(t: &GptTrainer<V>) -> String {
+    let (c, corpus) = (t.config(), t.corpus());
+    let m = &c.model;
+    let params: usize = t.params().values().map(|v| v.shape_of().size()).sum();
+    let train = corpus.split(torchlean_train::data::Split::Train).len();
+    let chars = train + corpus.split(torchlean_train::data::Split::Val).len();
+    format!(
+        "training gpt on {}: {chars} characters ({} distinct), {train} for training; {} layers, {} heads, {} wide, block {}: {params} parameters; {}; AdamW lr {} batch {}; steps {}..{}",
+        corpus.origin(),
+        m.vocab,
+        m.n_layer,
+        m.n_head,
+        m.n_embd,
+        m.block,
+        V::ENGINE,
+        c.lr,
+        c.batch,
+        t.steps_done(),
+        c.iters
+    )
+}
+
+/// What a running `train gpt` shows and keeps: the bar or log lines (JSON lines with
+/// `--json`), the loss curve, the evaluations, and whether Ctrl-C stopped it.
+struct GptProgress<'a> {
+    a: &'a TrainArgs,
+    printer: Printer,
+    bar: Option<ProgressBar>,
+    first_step: u64,
+    tokens_per_step: f64,
+    start: Instant,
+    train_points: Vec<(f64, f64)>,
+    evals: Vec<GptEval>,
+}
+
+impl GptProgress<'_> {
+    /// A line above the bar (or on standard output without one).
+    fn line(&mut self, text: String) {
+        match &self.bar {
+            Some(b) => b.println(text),
+            None => self.printer.line(text),
         }
-        b
-    });
-    let stop = stop_on_sigint();
-    let first_step = t.steps_done();
-    let tokens_per_step = (c.batch * m.block) as f64;
-    let start = Instant::now();
-    let mut train_points = Vec::new();
-    let mut evals: Vec<GptEval> = Vec::new();
-    let mut interrupted = false;
-    let line = |printer: &mut Printer, bar: &Option<ProgressBar>, text: String| match bar {
-        Some(b) => b.println(text),
-        None => printer.line(text),
-    };
-    let result = t.run(|e| {
+    }
+
+    fn event(&mut self, e: &GptEvent) {
+        let json = self.a.json;
         match *e {
-            GptEvent::Step {
-                step, loss, lr, ..
-            } => {
-                train_points.push((step as f64, loss));
-                let done = (step - first_step) as f64;
-                let rate = done * tokens_per_step / start.elapsed().as_secs_f64().max(1e-9);
-                if let Some(b) = &bar {
+            GptEvent::Step { step, loss, lr, .. } => {
+                self.train_points.push((step as f64, loss));
+                let done = (step - self.first_step) as f64;
+                let rate =
+                    done * self.tokens_per_step / self.start.elapsed().as_secs_f64().max(1e-9);
+                if let Some(b) = &self.bar {
                     b.set_position(step);
                     b.set_message(format!("loss {loss:.4}, {rate:.0} tokens/s"));
                 }
-                if a.json {
-                    printer.line(json!({"step": step, "loss": loss, "lr": lr}));
-                } else if a.log_every > 0 && step % a.log_every == 0 {
-                    line(
-                        &mut printer,
-                        &bar,
-                        format!("step {step}: loss={loss:.4} lr={lr:.3e} ({rate:.0} tokens/s)"),
-                    );
+                if json {
+                    self.printer
+                        .line(json!({"step": step, "loss": loss, "lr": lr}));
+                } else if self.a.log_every > 0 && step % self.a.log_every == 0 {
+                    self.line(format!(
+                        "step {step}: loss={loss:.4} lr={lr:.3e} ({rate:.0} tokens/s)"
+                    ));
                 }
             }
-            GptEvent::Verified { step, worst } => {
-                if a.json {
-                    printer.line(json!({"step": step, "verified_worst": worst}));
-                } else {
-                    line(
-                        &mut printer,
-                        &bar,
-                        format!("step {step}: verified on reference-f64, worst relative deviation {worst:.2e}"),
-                    );
-                }
+            GptEvent::Verified { step, worst } if json => {
+                self.printer
+                    .line(json!({"step": step, "verified_worst": worst}));
             }
+            GptEvent::Verified { step, worst } => self.line(format!(
+                "step {step}: verified on reference-f64, worst relative deviation {worst:.2e}"
+            )),
             GptEvent::Eval(ev) => {
-                evals.push(ev);
-                if a.json {
-                    printer.line(json!({"step": ev.step, "train_loss": ev.train_loss, "val_loss": ev.val_loss}));
+                self.evals.push(ev);
+                if json {
+                    self.printer.line(json!({"step": ev.step, "train_loss": ev.train_loss, "val_loss": ev.val_loss}));
                 } else {
-                    line(
-                        &mut printer,
-                        &bar,
-                        format!(
-                            "step {}: train loss {:.4}, val loss {:.4}",
-                            ev.step, ev.train_loss, ev.val_loss
-                        ),
-                    );
+                    self.line(format!(
+                        "step {}: train loss {:.4}, val loss {:.4}",
+                        ev.step, ev.train_loss, ev.val_loss
+                    ));
                 }
             }
         }
-        let stopped = stop.as_ref().is_some_and(|f| f.load(Ordering::Relaxed));
-        interrupted |= stopped;
-        !stopped
-    });
-    if let Some(b) = &bar {
-        b.finish_and_clear();
     }
-    match result {
-        Ok(_) => {}
-        Err(e @ torchlean_train::TrainError::VerifyFailed { .. }) => {
-            out::error_line(crate::chain(&e));
-            printer.finish()?;
-            return Ok(Outcome::Failed);
+
+    /// The finished run's summary: a JSON object, or the losses, speed and verification lines.
+    fn summary<V: TrainValue>(&mut self, t: &GptTrainer<V>) {
+        let seconds = self.start.elapsed().as_secs_f64();
+        let steps = t.steps_done() - self.first_step;
+        let tokens_per_s = steps as f64 * self.tokens_per_step / seconds.max(1e-9);
+        let last = self.evals.last().copied();
+        let rss = peak_rss_mib();
+        if self.a.json {
+            self.printer.line(json!({
+                "summary": true,
+                "steps": steps,
+                "last_step": t.steps_done(),
+                "train_loss": last.map(|e| e.train_loss),
+                "val_loss": last.map(|e| e.val_loss),
+                "seconds": seconds,
+                "tokens_per_s": tokens_per_s,
+                "peak_rss_mib": rss,
+                "engine": V::ENGINE,
+                "verify": t.verify_summary(),
+            }));
+            return;
         }
-        Err(e) => return Err(bad(e).into()),
-    }
-    let seconds = start.elapsed().as_secs_f64();
-    if interrupted {
-        let path = interrupt_path(a);
-        t.save(&path).map_err(bad)?;
-        out::error_line(format_args!(
-            "interrupted after step {} of {}; saved the run to {}; continue with --resume {}",
-            t.steps_done(),
-            c.iters,
-            path.display(),
-            path.display()
-        ));
-        printer.finish()?;
-        return Ok(Outcome::Interrupted);
-    }
-    let steps = t.steps_done() - first_step;
-    let tokens_per_s = steps as f64 * tokens_per_step / seconds.max(1e-9);
-    let last = evals.last().copied();
-    let rss = peak_rss_mib();
-    if a.json {
-        printer.line(json!({
-            "summary": true,
-            "steps": steps,
-            "last_step": t.steps_done(),
-            "train_loss": last.map(|e| e.train_loss),
-            "val_loss": last.map(|e| e.val_loss),
-            "seconds": seconds,
-            "tokens_per_s": tokens_per_s,
-            "peak_rss_mib": rss,
-            "engine": V::ENGINE,
-            "verify": t.verify_summary(),
-        }));
-    } else {
         let losses = last.map_or_else(
             || "no evaluation".to_string(),
             |e| format!("val loss {:.4}, train loss {:.4}", e.val_loss, e.train_loss),
         );
-        printer.line(format_args!(
+        self.printer.line(format_args!(
             "{losses}; {steps} steps in {seconds:.1} s ({:.1} ms/step, {tokens_per_s:.0} tokens/s); peak RSS {}",
             seconds * 1e3 / steps.max(1) as f64,
             rss.map_or_else(|| "unknown".to_string(), |r| format!("{r:.0} MiB"))
         ));
         if let Some(v) = t.verify_summary() {
-            printer.line(format_args!(
+            self.printer.line(format_args!(
                 "verified: {} steps on reference-f64, worst relative deviation {:.2e} ({}), tolerance {:.0e}; cost {:.2} s ({:.0}% of training time)",
                 v.checks,
                 v.worst,
@@ -356,24 +322,76 @@ fn train_gpt_on<V: TrainValue>(a: &TrainArgs) -> Result<Outcome, Stop> {
             ));
         }
     }
-    if let Some(path) = &a.plot {
-        let val: Vec<(f64, f64)> = evals.iter().map(|e| (e.step as f64, e.val_loss)).collect();
-        let title = format!("torchlean train gpt ({})", V::ENGINE);
-        torchlean_train::plot::loss_svg(path, &title, &train_points, &val).map_err(bad)?;
-        if !a.json {
-            printer.line(format_args!("wrote {}", path.display()));
-        }
+}
+
+fn train_gpt_on<V: TrainValue>(a: &TrainArgs) -> Result<Outcome, Stop> {
+    let mut t = trainer::<V>(a)?;
+    t.set_verify_every(a.verify_every);
+    let c = t.config().clone();
+    let mut printer = Printer::default();
+    if !a.json {
+        printer.line(header(&t));
     }
-    if let Some(path) = &a.save {
-        t.save(path).map_err(bad)?;
-        if !a.json {
-            printer.line(format_args!(
-                "wrote {} (nanoGPT's state_dict, the optimizer state and the run)",
-                path.display()
-            ));
-        }
+    let mut progress = GptProgress {
+        a,
+        printer,
+        bar: progress_bar(a, c.iters, t.steps_done()),
+        first_step: t.steps_done(),
+        tokens_per_step: (c.batch * c.model.block) as f64,
+        start: Instant::now(),
+        train_points: Vec::new(),
+        evals: Vec::new(),
+    };
+    let stop = stop_on_sigint();
+    let mut interrupted = false;
+    let result = t.run(|e| {
+        progress.event(e);
+        interrupted = stop.as_ref().is_some_and(|f| f.load(Ordering::Relaxed));
+        !interrupted
+    });
+    if let Some(b) = &progress.bar {
+        b.finish_and_clear();
     }
-    printer.finish()?;
+    match result {
+        Ok(_) => {}
+        Err(e @ torchlean_train::TrainError::VerifyFailed { .. }) => {
+            out::error_line(crate::chain(&e));
+            progress.printer.finish()?;
+            return Ok(Outcome::Failed);
+        }
+        Err(e) => return Err(bad(e).into()),
+    }
+    if interrupted {
+        let path = interrupt_path(a);
+        t.save(&path).map_err(bad)?;
+        out::error_line(format_args!(
+            "interrupted after step {} of {}; saved the run to {}; continue with --resume {}",
+            t.steps_done(),
+            c.iters,
+            path.display(),
+            path.display()
+        ));
+        progress.printer.finish()?;
+        return Ok(Outcome::Interrupted);
+    }
+    progress.summary(&t);
+    let curves = Curves {
+        title: format!("torchlean train gpt ({})", V::ENGINE),
+        train: std::mem::take(&mut progress.train_points),
+        held_out: progress
+            .evals
+            .iter()
+            .map(|e| (e.step as f64, e.val_loss))
+            .collect(),
+    };
+    write_outputs(a, &mut progress.printer, &curves, |path| {
+        t.save(path)?;
+        Ok(format!(
+            "wrote {} (nanoGPT's state_dict, the optimizer state and the run)",
+            path.display()
+        ))
+    })?;
+    progress.printer.finish()?;
     Ok(Outcome::Ok)
 }
 
