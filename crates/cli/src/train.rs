@@ -267,6 +267,63 @@ pub(crate) fn interrupt_path(a: &TrainArgs) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(INTERRUPTED_CHECKPOINT))
 }
 
+/// Every file the run will write at its end (`--save`, the classifier's optimizer file beside
+/// it, `--plot`), checked before it trains, so that a bad path costs no training: a missing
+/// directory is created, and one that cannot be, a directory in the file's place, a directory
+/// that cannot be written, or a `--plot` not named `.svg` is bad input, one line each.
+pub(crate) fn check_outputs(a: &TrainArgs) -> Result<(), BadInput> {
+    let mut files: Vec<(&str, PathBuf)> = Vec::new();
+    if let Some(p) = &a.save {
+        files.push(("--save", p.clone()));
+        if a.model != ModelArg::Gpt {
+            files.push(("--save", torchlean_train::trainer::optimizer_path(p)));
+        }
+    }
+    if let Some(p) = &a.plot {
+        files.push(("--plot", p.clone()));
+    }
+    let mut lines: Vec<String> = Vec::new();
+    for (flag, path) in &files {
+        // the optimizer file is beside --save: one line for the two
+        let said = lines.iter().any(|l| l.starts_with(flag));
+        if let (false, Err(why)) = (said, writable(path)) {
+            lines.push(format!("{flag} {}: {why}", path.display()));
+        }
+    }
+    if let Some(p) = &a.plot {
+        let svg = p.extension().is_some_and(|e| e.eq_ignore_ascii_case("svg"));
+        if !svg {
+            lines.push(format!(
+                "--plot {}: the plot is an SVG file; name it .svg",
+                p.display()
+            ));
+        }
+    }
+    if lines.is_empty() {
+        Ok(())
+    } else {
+        Err(BadInput(lines))
+    }
+}
+
+/// Whether a file can be written at `path`: its directory exists (created if missing) and takes
+/// a new file, and `path` is no directory. The probe file is removed again.
+fn writable(path: &std::path::Path) -> Result<(), String> {
+    if path.is_dir() {
+        return Err("is a directory".into());
+    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("cannot create its directory {}: {e}", dir.display()))?;
+    let probe = dir.join(format!(".torchlean-write-check-{}", std::process::id()));
+    std::fs::File::create(&probe).map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
 /// The checkpoint of an interrupted run given neither `--save` nor `--resume`, in the current
 /// directory.
 const INTERRUPTED_CHECKPOINT: &str = "torchlean-interrupted.safetensors";
@@ -345,6 +402,17 @@ fn train_on<V: TrainValue>(
             check_resume_flags(a, arch, t.config(), path)?;
             let epochs = a.epochs.unwrap_or(t.config().epochs);
             t.set_stop(epochs, a.steps);
+            if t.last_step() <= t.steps_done() {
+                return Err(BadInput::one(format!(
+                    "{}: the run is at step {} already, and --epochs {epochs}{} ends at step {}: \
+                     --epochs and --steps are totals to reach, give more",
+                    path.display(),
+                    t.steps_done(),
+                    a.steps.map(|s| format!(" --steps {s}")).unwrap_or_default(),
+                    t.last_step()
+                ))
+                .into());
+            }
             t.set_verify_every(a.verify_every);
             t.set_detect_anomaly(a.detect_anomaly);
             t
@@ -449,8 +517,9 @@ pub(crate) struct Curves {
     pub held_out: Vec<(f64, f64)>,
 }
 
-/// The end of a finished run, either trainer: `--plot` writes the curves, then `--save` calls
-/// `save` (which returns the line saying what it wrote); each prints its line unless `--json`.
+/// The end of a finished run, either trainer: `--plot` writes the curves, then `--save` (or,
+/// without it, the `--resume` file) is passed to `save`, which returns the line saying what it
+/// wrote; each prints its line unless `--json`.
 pub(crate) fn write_outputs(
     a: &TrainArgs,
     printer: &mut Printer,
@@ -464,10 +533,17 @@ pub(crate) fn write_outputs(
             printer.line(format_args!("wrote {}", path.display()));
         }
     }
-    if let Some(path) = &a.save {
+    // a resumed run without --save goes back to its checkpoint, and says so
+    let back = a.save.is_none() && a.resume.is_some();
+    if let Some(path) = a.save.as_ref().or(a.resume.as_ref()) {
         let wrote = save(path).map_err(bad)?;
         if !a.json {
-            printer.line(wrote);
+            let back = if back {
+                "; the --resume file, as no --save was given"
+            } else {
+                ""
+            };
+            printer.line(format_args!("{wrote}{back}"));
         }
     }
     Ok(())
@@ -482,6 +558,7 @@ pub fn run(a: &TrainArgs) -> Result<Outcome, Stop> {
 
 /// [`run`] on the current thread pool.
 fn run_here(a: &TrainArgs) -> Result<Outcome, Stop> {
+    check_outputs(a)?;
     let arch = match a.model {
         ModelArg::Mlp => Arch::Mlp,
         ModelArg::Cnn => Arch::Cnn,

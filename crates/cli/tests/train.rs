@@ -386,6 +386,83 @@ fn a_save_that_fails_exits_2_naming_the_file_and_keeps_the_old_checkpoint() {
     assert_exit(&train(&["mlp", "--resume", ck_s, "--steps", "4"]), 0, &[]);
 }
 
+/// Output paths are checked before training: a directory that cannot be made, or a plot not
+/// named `.svg`, stops the run at once (exit 2, nothing trained, every bad path named); a
+/// missing directory is created.
+#[test]
+fn bad_output_paths_are_refused_before_training_and_missing_directories_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let under_file = file.join("x.safetensors");
+    let png = dir.path().join("loss.png");
+    let o = train(&[
+        "mlp",
+        "--epochs",
+        "3",
+        "--save",
+        under_file.to_str().unwrap(),
+        "--plot",
+        png.to_str().unwrap(),
+    ]);
+    assert_exit(
+        &o,
+        2,
+        &[
+            "--save",
+            "a-file/x.safetensors",
+            "cannot create its directory",
+            "--plot",
+            "name it .svg",
+        ],
+    );
+    assert!(stdout(&o).is_empty(), "trained: {}", stdout(&o));
+    assert!(!png.exists());
+    // a directory in the file's place
+    let o = train(&[
+        "gpt",
+        "--iters",
+        "1",
+        "--save",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_exit(&o, 2, &["is a directory"]);
+    // a missing directory is made, and the run saves into it
+    let nested = dir.path().join("new/sub/ck.safetensors");
+    let o = train(&["mlp", "--steps", "2", "--save", nested.to_str().unwrap()]);
+    assert_exit(&o, 0, &[]);
+    assert!(nested.exists() && dir.path().join("new/sub/ck.optim.safetensors").exists());
+}
+
+/// A resumed run without `--save` writes back to its checkpoint and says so on its last line;
+/// one with nothing left to do (`--epochs` and `--steps` are totals) is refused, not a silent
+/// no-op.
+#[test]
+fn a_resumed_run_saves_back_and_one_already_done_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ck.safetensors");
+    let ck_s = ck.to_str().unwrap();
+    assert_exit(&train(&["mlp", "--steps", "3", "--save", ck_s]), 0, &[]);
+    let before = std::fs::read(&ck).unwrap();
+    let o = train(&["mlp", "--resume", ck_s, "--steps", "5"]);
+    assert_exit(&o, 0, &[]);
+    let out = stdout(&o);
+    let last = out.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("the --resume file, as no --save was given"),
+        "{out}"
+    );
+    assert_ne!(
+        std::fs::read(&ck).unwrap(),
+        before,
+        "the checkpoint moved on"
+    );
+    // at step 5 now: --steps 5 has nothing left to do
+    let o = train(&["mlp", "--resume", ck_s, "--steps", "5"]);
+    assert_exit(&o, 2, &["at step 5 already", "totals"]);
+    assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+}
+
 /// `--init-from` starts from a state_dict's parameters: from a run's saved parameters, the
 /// held-out loss before the first step is that run's after its last; a file whose names are not
 /// the model's is refused with every missing, unexpected and mis-shaped name (exit 2).
