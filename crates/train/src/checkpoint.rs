@@ -59,7 +59,44 @@ pub struct Checkpoint {
 /// compares a `state_dict` with a model the same way).
 pub use torchlean_nn::state::ShapeMismatch;
 
+/// The error for metadata member `field` of the checkpoint at `path` that does not parse as it
+/// should: the JSON error, whole.
+pub fn metadata_error<'a>(
+    path: &'a Path,
+    field: &'static str,
+) -> impl Fn(serde_json::Error) -> TrainError + 'a {
+    move |source| TrainError::CheckpointMetadata {
+        path: path.to_path_buf(),
+        field,
+        source,
+    }
+}
+
 impl Checkpoint {
+    /// The `torchlean` metadata of this checkpoint, read from `path`: parsed JSON whose `format`
+    /// is `format` (`what` names the kind of file an error says it is not).
+    pub fn torchlean_metadata(
+        &self,
+        path: &Path,
+        format: &str,
+        what: &str,
+    ) -> Result<serde_json::Value> {
+        let bad = |reason: String| TrainError::Checkpoint {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let meta = self
+            .metadata
+            .get("torchlean")
+            .ok_or_else(|| bad(format!("no `torchlean` metadata: not a torchlean {what}")))?;
+        let meta: serde_json::Value =
+            serde_json::from_str(meta).map_err(metadata_error(path, "torchlean"))?;
+        if meta["format"] != format {
+            return Err(bad(format!("format {}, expected {format}", meta["format"])));
+        }
+        Ok(meta)
+    }
+
     /// Writes the checkpoint to `path` as safetensors, atomically: a temporary file in the same
     /// directory, written, synced, renamed over `path`, the directory synced. On any failure
     /// before the rename the old file is intact and the temporary file removed. Errors: a

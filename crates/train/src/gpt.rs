@@ -671,24 +671,8 @@ impl GptCheckpoint {
             path: path.to_path_buf(),
             reason,
         };
-        let meta = ck
-            .metadata
-            .get("torchlean")
-            .ok_or_else(|| bad("no `torchlean` metadata: not a torchlean GPT checkpoint".into()))?;
-        let json = |field: &'static str| {
-            move |source| TrainError::CheckpointMetadata {
-                path: path.to_path_buf(),
-                field,
-                source,
-            }
-        };
-        let meta: serde_json::Value = serde_json::from_str(meta).map_err(json("torchlean"))?;
-        if meta["format"] != GPT_CHECKPOINT_FORMAT {
-            return Err(bad(format!(
-                "its format is {}, not {GPT_CHECKPOINT_FORMAT}",
-                meta["format"]
-            )));
-        }
+        let meta = ck.torchlean_metadata(path, GPT_CHECKPOINT_FORMAT, "GPT checkpoint")?;
+        let json = |field| crate::checkpoint::metadata_error(path, field);
         let field = |k: &str| {
             meta.get(k)
                 .cloned()

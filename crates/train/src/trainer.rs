@@ -741,23 +741,8 @@ impl<V: TrainValue> Trainer<V> {
             path: path.to_path_buf(),
             reason,
         };
-        let meta = ck.metadata.get("torchlean").ok_or_else(|| {
-            bad("no `torchlean` metadata: not a torchlean train checkpoint".into())
-        })?;
-        let json = |field: &'static str| {
-            move |source| TrainError::CheckpointMetadata {
-                path: path.to_path_buf(),
-                field,
-                source,
-            }
-        };
-        let meta: serde_json::Value = serde_json::from_str(meta).map_err(json("torchlean"))?;
-        if meta["format"] != CHECKPOINT_FORMAT {
-            return Err(bad(format!(
-                "format {}, expected {CHECKPOINT_FORMAT}",
-                meta["format"]
-            )));
-        }
+        let meta = ck.torchlean_metadata(path, CHECKPOINT_FORMAT, "train checkpoint")?;
+        let json = |field| crate::checkpoint::metadata_error(path, field);
         if meta["dtype"] != V::Elem::NAME {
             return Err(bad(format!(
                 "it holds {} values; resume it with --dtype {}",
@@ -793,19 +778,7 @@ impl<V: TrainValue> Trainer<V> {
             path: opath.clone(),
             reason,
         };
-        let ometa: serde_json::Value = oc
-            .metadata
-            .get("torchlean")
-            .and_then(|m| serde_json::from_str(m).ok())
-            .ok_or_else(|| {
-                obad("no `torchlean` metadata: not a torchlean optimizer file".into())
-            })?;
-        if ometa["format"] != OPTIMIZER_FORMAT {
-            return Err(obad(format!(
-                "format {}, expected {OPTIMIZER_FORMAT}",
-                ometa["format"]
-            )));
-        }
+        let ometa = oc.torchlean_metadata(&opath, OPTIMIZER_FORMAT, "optimizer file")?;
         if ometa["save_id"] != meta["save_id"] {
             return Err(obad(format!(
                 "written by another save than {} (save {} against {}); save again",
