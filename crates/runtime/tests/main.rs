@@ -7,3 +7,4 @@ mod anomaly;
 mod properties;
 mod resources;
 mod sweeps;
+mod update;
