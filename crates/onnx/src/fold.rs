@@ -31,7 +31,8 @@ pub(crate) const ONLY_FOLDED: &[&str] = &[
 
 /// Whether `ctx`'s node is shape arithmetic this module evaluates.
 fn foldable(op: &str) -> bool {
-    ONLY_FOLDED.contains(&op) || matches!(op, "Add" | "Sub" | "Mul" | "Div" | "Gather")
+    ONLY_FOLDED.contains(&op)
+        || matches!(op, "Add" | "Sub" | "Mul" | "Div" | "Max" | "Min" | "Gather")
 }
 
 /// Folds the node when it is shape arithmetic on constants that may fold: `Some` with the
@@ -61,7 +62,9 @@ pub(crate) fn try_fold(b: &mut Builder, ctx: &Ctx<'_>) -> Option<One<()>> {
     };
     // float arithmetic on constants stays in the graph (its rounding is the model's dtype's)
     let int_or_bool = |c: &Constant| c.ints().is_some() || c.bools().is_some();
-    if matches!(ctx.op, "Add" | "Sub" | "Mul" | "Div") && !inputs.iter().all(int_or_bool) {
+    let arithmetic = matches!(ctx.op, "Add" | "Sub" | "Mul" | "Div" | "Max" | "Min");
+    // variadic Max/Min of other than two inputs maps as usual
+    if arithmetic && (!inputs.iter().all(int_or_bool) || inputs.len() != 2) {
         return None;
     }
     if ctx.op == "Gather" && inputs.len() == 2 && inputs[0].ints().is_none() {
@@ -176,6 +179,8 @@ fn fold(ctx: &Ctx<'_>, xs: &[Constant]) -> One<Constant> {
                                 "Add" => x.saturating_add(y),
                                 "Sub" => x.saturating_sub(y),
                                 "Mul" => x.saturating_mul(y),
+                                "Max" => x.max(y),
+                                "Min" => x.min(y),
                                 // ONNX's integer Div truncates
                                 "Div" => x / y,
                                 // Mod: C's fmod (the dividend's sign) with `fmod=1`, else the
@@ -213,29 +218,40 @@ fn gather(ctx: &Ctx<'_>, xs: &[Constant]) -> One<Constant> {
                 })
         })
         .collect::<One<_>>()?;
+    Ok(take_along(data, a, &ids, idx.shape.dims()))
+}
+
+/// The positions `at` of `data` along axis `a`, in order, as an axis of dims `index_dims` in
+/// its place (`[at.len()]` for a slice; the indices' own shape for a gather).
+pub(crate) fn take_along(
+    data: &Constant,
+    a: usize,
+    at: &[usize],
+    index_dims: &[usize],
+) -> Constant {
     let dims = data.shape.dims();
     let outer: usize = dims[..a].iter().product();
     let inner: usize = dims[a + 1..].iter().product();
     let values = data.floats();
-    let mut out = Vec::with_capacity(outer * ids.len() * inner);
+    let mut out = Vec::with_capacity(outer * at.len() * inner);
     for o in 0..outer {
-        for &i in &ids {
+        for &i in at {
             let start = (o * dims[a] + i) * inner;
             out.extend_from_slice(&values[start..start + inner]);
         }
     }
     let mut shape: Vec<usize> = dims[..a].to_vec();
-    shape.extend_from_slice(idx.shape.dims());
+    shape.extend_from_slice(index_dims);
     shape.extend_from_slice(&dims[a + 1..]);
     let values = match &data.values {
         Values::Int(_) => Values::Int(out.iter().map(|&v| v as i64).collect()),
         Values::Bool(_) => Values::Bool(out.iter().map(|&v| v != 0.0).collect()),
         Values::Float(_) => Values::Float(out),
     };
-    Ok(Constant {
+    Constant {
         shape: Shape::new(shape),
         values,
-    })
+    }
 }
 
 #[cfg(test)]

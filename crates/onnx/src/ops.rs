@@ -111,6 +111,12 @@ pub(crate) fn map_node(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
         return folded.map_err(|p| vec![p]);
     }
     let out = ctx.node.output.first().cloned().unwrap_or_default();
+    let sliced_constant = (ctx.op == "Slice")
+        .then(|| ctx.node.input.first().and_then(|x| b.folded(x)).cloned())
+        .flatten();
+    if let Some(c) = sliced_constant {
+        return slice_folded(b, ctx, &out, c);
+    }
     let result: Mapped = match ctx.op {
         "Identity" => {
             only(ctx, &[])?;
@@ -1619,9 +1625,10 @@ fn take(b: &mut Builder, ctx: &Ctx<'_>, x: &Operand, a: usize, at: &[usize]) -> 
     b.apply(ctx, Op::Concat { axis: a }, &refs)
 }
 
-/// `Slice`: from opset 10 `starts`, `ends`, `axes`, `steps` are inputs (constants here);
-/// before, attributes. Each axis becomes one IR `slice` (step 1 only).
-fn slice(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+/// `Slice`'s ranges, one per sliced axis: `(axis, start, end, step)` as given, the axis
+/// resolved against `rank`. From opset 10 `starts`, `ends`, `axes`, `steps` are inputs
+/// (constants here); before, attributes.
+fn slice_ranges(b: &Builder, ctx: &Ctx<'_>, rank: usize) -> One<Vec<(usize, i64, i64, i64)>> {
     let (starts, ends, axes, steps) = if b.opset >= 10 {
         one(ctx, &[])?;
         let req = |i: usize, name: &str| -> One<Vec<i64>> {
@@ -1643,8 +1650,6 @@ fn slice(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
             None,
         )
     };
-    let x = data(b, ctx, 0)?;
-    let rank = x.shape.rank();
     let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
     if starts.len() != ends.len() || axes.len() != starts.len() {
         return Err(ctx.unsupported("starts", "starts, ends and axes differ in length"));
@@ -1653,9 +1658,20 @@ fn slice(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     if steps.len() != starts.len() {
         return Err(ctx.unsupported("steps", "starts and steps differ in length"));
     }
+    starts
+        .iter()
+        .zip(&ends)
+        .zip(&axes)
+        .zip(&steps)
+        .map(|(((&s, &e), &a), &step)| Ok((axis(ctx, "axes", a, rank)?, s, e, step)))
+        .collect()
+}
+
+/// `Slice`: each axis becomes one IR `slice` (step 1), or the pieces of its steps ([`take`]).
+fn slice(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    let x = data(b, ctx, 0)?;
     let mut y = x;
-    for (((&s, &e), &a), &step) in starts.iter().zip(&ends).zip(&axes).zip(&steps) {
-        let a = axis(ctx, "axes", a, rank)?;
+    for (a, s, e, step) in slice_ranges(b, ctx, y.shape.rank())? {
         if step != 1 {
             y = slice_stepped(b, ctx, &y, a, (s, e, step))?;
             continue;
@@ -1684,20 +1700,30 @@ fn slice(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     Ok(y)
 }
 
-/// One axis of `Slice` with a step other than 1 (ONNX's clamping: `start` into `[0, dim]`
-/// for a positive step, `[0, dim − 1]` for a negative one, `end` into `[0, dim]` or
-/// `[−1, dim − 1]`), as the positions it visits ([`take`]).
-fn slice_stepped(
-    b: &mut Builder,
+/// `Slice` of a constant that may fold (shape arithmetic: `Shape` → `Slice` → …): the sliced
+/// constant, any step.
+fn slice_folded(b: &mut Builder, ctx: &Ctx<'_>, out: &str, c: Constant) -> Mapped {
+    let mut c = c;
+    for (a, s, e, step) in slice_ranges(b, ctx, c.shape.rank())? {
+        let at = slice_positions(ctx, c.shape.dims()[a], (s, e, step))?;
+        c = crate::fold::take_along(&c, a, &at, &[at.len()]);
+    }
+    b.define_const(out, c, None);
+    Ok(())
+}
+
+/// The positions `Slice` visits along an axis of extent `dim` (ONNX's clamping: `start` into
+/// `[0, dim]` for a positive step, `[0, dim − 1]` for a negative one, `end` into `[0, dim]`
+/// or `[−1, dim − 1]`); an empty slice or step 0 is refused.
+fn slice_positions(
     ctx: &Ctx<'_>,
-    x: &Operand,
-    a: usize,
+    dim: usize,
     (start, end, step): (i64, i64, i64),
-) -> One<Operand> {
+) -> One<Vec<usize>> {
     if step == 0 {
         return Err(ctx.unsupported("steps", "step 0"));
     }
-    let dim = i64::try_from(x.shape.dims()[a]).unwrap_or(i64::MAX);
+    let dim = i64::try_from(dim).unwrap_or(i64::MAX);
     let wrap = |v: i64| if v < 0 { v.saturating_add(dim) } else { v };
     let (lo, hi) = if step > 0 { (0, dim) } else { (-1, dim - 1) };
     let (mut i, end) = (wrap(start).clamp(lo.max(0), hi), wrap(end).clamp(lo, hi));
@@ -1712,6 +1738,18 @@ fn slice_stepped(
             "the slice is empty (the IR has no empty tensors here)",
         ));
     }
+    Ok(at)
+}
+
+/// One axis of `Slice` with a step other than 1, as the positions it visits ([`take`]).
+fn slice_stepped(
+    b: &mut Builder,
+    ctx: &Ctx<'_>,
+    x: &Operand,
+    a: usize,
+    range: (i64, i64, i64),
+) -> One<Operand> {
+    let at = slice_positions(ctx, x.shape.dims()[a], range)?;
     take(b, ctx, x, a, &at)
 }
 

@@ -854,3 +854,57 @@ fn convolutions_sharing_a_bias_initializer_add_it_as_data() {
     // the shared bias is one tensor of the graph, under its name
     assert!(imported.param("b").is_some());
 }
+
+/// Shape arithmetic as DepthToSpace's and CenterCropPad's expansions write it: `Shape`, then
+/// `Slice` (a negative step too), integer `Min`/`Max` and `Concat` of the pieces fold at
+/// import into the constant target `Reshape` needs.
+#[test]
+fn sliced_shapes_and_integer_min_max_fold_into_a_reshape_target() {
+    let x: Vec<f64> = (0..24).map(f64::from).collect();
+    let slice = |name: &str, out: &str| {
+        node(
+            name,
+            "Slice",
+            &[
+                "s",
+                &format!("{name}_b"),
+                &format!("{name}_e"),
+                "ax",
+                &format!("{name}_st"),
+            ],
+            &[out],
+        )
+    };
+    let nodes = vec![
+        node("shape", "Shape", &["x"], &["s"]),
+        slice("n", "n"),
+        slice("c", "c"),
+        node("cmin", "Min", &["c", "seven"], &["c7"]),
+        node("cmax", "Max", &["c7", "one"], &["c1"]),
+        slice("hw", "wh"),
+        with_attrs(
+            node("cat", "Concat", &["n", "c1", "wh"], &["target"]),
+            vec![int_attr("axis", 0)],
+        ),
+        node("r", "Reshape", &["x", "target"], &["y"]),
+    ];
+    let mut inits = vec![
+        common::int64s("ax", &[1], &[0]),
+        common::int64s("seven", &[1], &[7]),
+        common::int64s("one", &[1], &[1]),
+    ];
+    // n = s[0..1], c = s[1..2], wh = s[3], s[2] (step -1)
+    for (name, b, e, st) in [("n", 0, 1, 1), ("c", 1, 2, 1), ("hw", 3, 1, -1)] {
+        inits.push(common::int64s(&format!("{name}_b"), &[1], &[b]));
+        inits.push(common::int64s(&format!("{name}_e"), &[1], &[e]));
+        inits.push(common::int64s(&format!("{name}_st"), &[1], &[st]));
+    }
+    let bytes = model_with_inputs(&[("x", &[1, 4, 2, 3])], nodes, inits, &["y"], 17);
+    let imported = import_onnx(&bytes).unwrap_or_else(|e| panic!("{e}"));
+    let input = Tensor::new([1, 4, 2, 3], x.clone()).unwrap();
+    let y = torchlean_ir::denote_outputs(&imported.graph, &imported.payload, &input)
+        .unwrap()
+        .remove(0);
+    assert_eq!(y.shape().dims(), [1, 4, 3, 2]);
+    assert_eq!(y.data(), x.as_slice());
+}
