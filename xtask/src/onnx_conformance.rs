@@ -415,6 +415,13 @@ fn evaluate(dir: &Path, model: &ModelProto) -> Outcome {
             }
         }
     }
+    // integer data: bind only the integer inputs the import must know (shapes, axes, counts),
+    // and keep the others as data, where the first policy left no input or refused them
+    if let Err(Outcome::Refused(_)) = &imported.result {
+        if let Some(second) = import_integer_data(model, &input_files) {
+            imported = second;
+        }
+    }
     let free = imported.free;
     let imported = match imported.result {
         Ok(i) => i,
@@ -451,7 +458,8 @@ struct Import {
     result: Result<torchlean_onnx::Imported, Outcome>,
     /// The inputs left free, in the model's order.
     free: Vec<Vec<u8>>,
-    /// Where the importer found no weight it could lift: `(node, field)`.
+    /// Where the importer found no weight it could lift, or an integer input it must know at
+    /// import: `(node, field)`.
     not_weights: Vec<(String, String)>,
 }
 
@@ -484,7 +492,13 @@ fn import_binding(model: &ModelProto, input_files: &[Vec<u8>], bind: &[bool]) ->
             let not_weights = match &e {
                 torchlean_onnx::OnnxError::Problems(ps) => ps
                     .iter()
-                    .filter(|p| p.kind == torchlean_onnx::ProblemKind::NotAWeight)
+                    .filter(|p| {
+                        matches!(
+                            p.kind,
+                            torchlean_onnx::ProblemKind::NotAWeight
+                                | torchlean_onnx::ProblemKind::MustBeBound
+                        )
+                    })
                     .map(|p| (p.node.clone(), p.field.clone()))
                     .collect(),
                 _ => vec![],
@@ -504,7 +518,42 @@ fn import_binding(model: &ModelProto, input_files: &[Vec<u8>], bind: &[bool]) ->
     }
 }
 
-/// The graph inputs (positions) that the importer's `NotAWeight` problems name: the operand
+/// The second binding policy: BOOL inputs bound, integer ones kept as data, then bound where
+/// the importer says it must know them (`MustBeBound`) or wants them as weights
+/// (`NotAWeight`), once. `None` when the model has no integer input (nothing changes).
+fn import_integer_data(model: &ModelProto, input_files: &[Vec<u8>]) -> Option<Import> {
+    let graph = model.graph.as_ref()?;
+    let elem = |v: &torchlean_onnx::proto::ValueInfoProto| match v
+        .r#type
+        .as_ref()
+        .and_then(|t| t.value.as_ref())
+    {
+        Some(torchlean_onnx::proto::type_proto::Value::TensorType(t)) => t.elem_type,
+        _ => None,
+    };
+    let integer = |v: &torchlean_onnx::proto::ValueInfoProto| {
+        elem(v) == Some(DataType::Int64 as i32) || elem(v) == Some(DataType::Int32 as i32)
+    };
+    if !graph.input.iter().any(integer) {
+        return None;
+    }
+    let mut bind: Vec<bool> = graph
+        .input
+        .iter()
+        .map(|v| elem(v) == Some(DataType::Bool as i32))
+        .collect();
+    bind.resize(input_files.len(), false);
+    let first = import_binding(model, input_files, &bind);
+    if first.result.is_ok() || first.not_weights.is_empty() {
+        return Some(first);
+    }
+    for i in weight_inputs(model, &first.not_weights) {
+        bind[i] = true;
+    }
+    Some(import_binding(model, input_files, &bind))
+}
+
+/// The graph inputs (positions) that the importer's `NotAWeight` and `MustBeBound` problems name: the operand
 /// `input[k]` of the named node, where that operand is a graph input.
 fn weight_inputs(model: &ModelProto, not_weights: &[(String, String)]) -> Vec<usize> {
     let Some(graph) = &model.graph else {

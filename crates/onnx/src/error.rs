@@ -27,6 +27,9 @@ pub enum ProblemKind {
     /// node only: computed, shared, or a graph input (which `--bind NAME=FILE` makes a
     /// constant). `field` names the operand (`input[1]`).
     NotAWeight,
+    /// An integer graph input in an operand the import must know (a shape, axes, a count, an
+    /// exponent): `--bind NAME=FILE` makes it a constant. `field` names the operand.
+    MustBeBound,
 }
 
 /// One problem, naming the ONNX node (or value) and op type it is about.

@@ -57,6 +57,7 @@ const MAPPED: &[&str] = &[
     "HardSigmoid",
     "HardSwish",
     "Mish",
+    "LRN",
     "Selu",
     "Softsign",
     "PRelu",
@@ -105,8 +106,60 @@ pub(crate) fn supported(ctx: &Ctx<'_>) -> bool {
             || row_of(ctx.op).is_some())
 }
 
-/// Maps one node: its outputs are defined in `b`, or every problem found is returned.
+/// The ops whose lowering computes an integer result exactly on integer-valued floats (while
+/// they stay below 2^53 in magnitude): moves, selections, comparisons by value, sums and
+/// products. An integer graph input flows through them as data; any other op refuses it.
+const INTEGER_EXACT: &[&str] = &[
+    "Identity",
+    "Reshape",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Transpose",
+    "Concat",
+    "Slice",
+    "Expand",
+    "Tile",
+    "Pad",
+    "Trilu",
+    "Where",
+    "Max",
+    "Min",
+    "Sum",
+    "Add",
+    "Sub",
+    "Mul",
+    "Neg",
+    "Abs",
+    "Relu",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceSum",
+];
+
+/// Maps one node: its outputs are defined in `b`, or every problem found is returned. A node
+/// of [`INTEGER_EXACT`] over integer values maps with them as data, and its outputs are
+/// integer values.
 pub(crate) fn map_node(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
+    // every operand integer: an integer value, or an integer or BOOL constant (axes, shapes,
+    // a condition); a float beside an integer value is no ONNX model, and stays refused
+    let integer_operand = |x: &String| {
+        x.is_empty()
+            || b.ids(x).is_some()
+            || b.constant(x)
+                .is_some_and(|c| c.ints().is_some() || c.bools().is_some())
+    };
+    let integer = INTEGER_EXACT.contains(&ctx.op)
+        && ctx.node.input.iter().any(|x| b.ids(x).is_some())
+        && ctx.node.input.iter().all(integer_operand);
+    if integer {
+        return b.integer_data(ctx, |b| map_node_as_given(b, ctx));
+    }
+    map_node_as_given(b, ctx)
+}
+
+/// [`map_node`] with every operand as the model gives it.
+fn map_node_as_given(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
     if let Some(folded) = crate::fold::try_fold(b, ctx) {
         return folded.map_err(|p| vec![p]);
     }
@@ -160,6 +213,7 @@ pub(crate) fn map_node(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
                 "HardSigmoid" => hard_sigmoid(b, ctx)?,
                 "HardSwish" => hard_swish(b, ctx)?,
                 "Mish" => mish(b, ctx)?,
+                "LRN" => lrn(b, ctx)?,
                 "Selu" => selu(b, ctx)?,
                 "Softsign" => softsign(b, ctx)?,
                 "PRelu" => prelu(b, ctx)?,
@@ -252,7 +306,8 @@ fn const_input<'b>(b: &'b Builder, ctx: &Ctx<'_>, i: usize) -> One<Option<&'b Co
     match ctx.input(i) {
         None => Ok(None),
         Some(name) if b.poisoned(name) => Err(upstream(ctx, name)),
-        Some(name) if b.ids(name).is_some() => Err(ctx.unsupported(
+        Some(name) if b.ids(name).is_some() => Err(ctx.problem(
+            crate::error::ProblemKind::MustBeBound,
             &format!("input[{i}]"),
             format!(
                 "`{}` is an integer graph input; this operand must be known at import: bind it (--bind NAME=FILE)",
@@ -1965,6 +2020,76 @@ fn mish(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     let sp = b.apply(ctx, Op::Unary(UnaryOp::Softplus), &[&x])?;
     let t = b.apply(ctx, Op::Unary(UnaryOp::Tanh), &[&sp])?;
     binary_of(b, ctx, BinaryOp::Mul, &x, &t)
+}
+
+/// ONNX's `LRN` defaults (its operator schema's f32 values).
+const LRN_ALPHA: f32 = 1e-4;
+const LRN_BETA: f32 = 0.75;
+
+/// `LRN` (local response normalisation across channels, axis 1) →
+/// `x · exp(−beta · log(bias + alpha/size · Σ x²))`: the sum over `size` channels, ⌊(size−1)/2⌋
+/// before and ⌈(size−1)/2⌉ after each (zeros past the edges), as `size` shifted slices of the
+/// zero-padded square. `bias` must be positive (the power's base is then positive).
+fn lrn(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    one(ctx, &["alpha", "beta", "bias", "size"])?;
+    let alpha = finite(ctx, "alpha", ctx.float("alpha"), f64::from(LRN_ALPHA))?;
+    let beta = finite(ctx, "beta", ctx.float("beta"), f64::from(LRN_BETA))?;
+    let bias = finite(ctx, "bias", ctx.float("bias"), 1.0)?;
+    if bias <= 0.0 {
+        return Err(ctx.unsupported(
+            "bias",
+            format!("{bias}: only positive (a zero base has no power)"),
+        ));
+    }
+    let size = ctx
+        .int("size")
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| ctx.unsupported("size", "required, at least 1"))?;
+    let x = data(b, ctx, 0)?;
+    let channels = *x
+        .shape
+        .dims()
+        .get(1)
+        .ok_or_else(|| ctx.unsupported("input[0]", format!("{}: no channel axis", x.shape)))?;
+    let sq = b.apply(ctx, Op::Binary(BinaryOp::Mul), &[&x, &x])?;
+    let (before, after) = ((size - 1) / 2, size - 1 - (size - 1) / 2);
+    let padded = pad_axis(
+        b,
+        ctx,
+        &sq,
+        1,
+        (before, after),
+        ("constant", &PadValue::Constant(0.0)),
+    )?;
+    let mut sum: Option<Operand> = None;
+    for k in 0..size as usize {
+        let window = b.apply(
+            ctx,
+            Op::Slice {
+                axis: 1,
+                start: k,
+                len: channels,
+            },
+            &[&padded],
+        )?;
+        sum = Some(match sum {
+            None => window,
+            Some(acc) => b.apply(ctx, Op::Binary(BinaryOp::Add), &[&acc, &window])?,
+        });
+    }
+    let sum = sum.unwrap_or(sq);
+    let scaled = b.apply(
+        ctx,
+        Op::Scale {
+            c: alpha / size as f64,
+        },
+        &[&sum],
+    )?;
+    let base = b.apply(ctx, Op::AddScalar { c: bias }, &[&scaled])?;
+    let log = b.apply(ctx, Op::Unary(UnaryOp::Log), &[&base])?;
+    let power = b.apply(ctx, Op::Scale { c: -beta }, &[&log])?;
+    let factor = b.apply(ctx, Op::Unary(UnaryOp::Exp), &[&power])?;
+    binary_of(b, ctx, BinaryOp::Mul, &x, &factor)
 }
 
 /// ONNX's `Selu` defaults (its operator schema's f32 values).

@@ -424,6 +424,39 @@ fn an_int64_input_of_token_ids_feeds_an_embedding_and_nothing_else() {
     );
 }
 
+/// An integer graph input that no `Gather` reads is integer data: it flows through the ops
+/// that are exact on integers (here `Trilu`, `Max` with an INT64 constant, `Mul`), and the
+/// output is its integer values; an op that is not exact on integers (`Div` truncates) still
+/// refuses it.
+#[test]
+fn integer_data_flows_through_exact_ops_and_division_refuses_it() {
+    let bytes = with_int64_ids(model_with_inputs(
+        &[("ids", &[2, 3])],
+        vec![
+            node("tri", "Trilu", &["ids"], &["t"]),
+            node("max", "Max", &["t", "floor"], &["m"]),
+            node("mul", "Mul", &["m", "m"], &["y"]),
+        ],
+        vec![common::int64s("floor", &[1], &[-2])],
+        &["y"],
+        17,
+    ));
+    let imported = import_onnx(&bytes).unwrap_or_else(|e| panic!("{e}"));
+    let x = Tensor::new([2, 3], vec![-5.0, 3.0, 4.0, 7.0, -1.0, 9.0]).unwrap();
+    let out = torchlean_ir::denote_outputs(&imported.graph, &imported.payload, &x).unwrap();
+    // triu: [[-5, 3, 4], [0, -1, 9]]; max with -2: [[-2, 3, 4], [0, -1, 9]]; squared
+    assert_eq!(out[0].data(), [4.0, 9.0, 16.0, 0.0, 1.0, 81.0]);
+    let divided = with_int64_ids(model_with_inputs(
+        &[("ids", &[2])],
+        vec![node("div", "Div", &["ids", "two"], &["y"])],
+        vec![common::int64s("two", &[1], &[2])],
+        &["y"],
+        17,
+    ));
+    let e = import_onnx(&divided).expect_err("integer Div");
+    assert!(e.to_string().contains("integer graph input"), "{e}");
+}
+
 /// A BOOL initializer.
 fn bools(name: &str, dims: &[i64], v: &[bool]) -> TensorProto {
     TensorProto {
@@ -907,4 +940,34 @@ fn sliced_shapes_and_integer_min_max_fold_into_a_reshape_target() {
         .remove(0);
     assert_eq!(y.shape().dims(), [1, 4, 3, 2]);
     assert_eq!(y.data(), x.as_slice());
+}
+
+/// `LRN` over 3 channels, window 3: `x / (bias + alpha/size · Σ x²)^beta`, the window's sum
+/// reaching past the first and last channel into zeros.
+#[test]
+fn lrn_normalises_by_the_channel_window_sum_of_squares() {
+    let x = [1.0, 2.0, 3.0];
+    // sums 0+1+4, 1+4+9, 4+9+0; bias 1 + alpha/3·sum (alpha the f32 0.3 ONNX stores); beta 0.5
+    let per_channel = f64::from(0.3f32) / 3.0;
+    let want: Vec<f64> = [(1.0, 5.0), (2.0, 14.0), (3.0, 13.0)]
+        .iter()
+        .map(|&(v, s): &(f64, f64)| v / (1.0 + per_channel * s).sqrt())
+        .collect();
+    check(
+        Case {
+            inputs: &[("x", &[1, 3, 1, 1], &x)],
+            node: with_attrs(
+                node("n", "LRN", &["x"], &["y"]),
+                vec![
+                    int_attr("size", 3),
+                    float_attr("alpha", 0.3),
+                    float_attr("beta", 0.5),
+                ],
+            ),
+            inits: vec![],
+            outputs: &["y"],
+            opset: 17,
+        },
+        &[(&[1, 3, 1, 1], &want)],
+    );
 }
