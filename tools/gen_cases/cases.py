@@ -203,6 +203,13 @@ def gelu_tanh_f32():
 
 
 @case()
+def erf_tails_and_signed_zeros():
+    # the tails saturate at ±1 and the gradient 2/√π·exp(−x²) underflows there
+    x = torch.cat([randn(2, 4) * 2, torch.tensor([[-6.0, -0.0, 0.0, 6.0]], dtype=torch.float64)])
+    return Fn(lambda m, x: torch.erf(x) * x), x
+
+
+@case()
 def softmax_axis0_log_softmax_last():
     return Fn(lambda m, x: torch.softmax(x, 0) * torch.log_softmax(x, -1)), randn(3, 4)
 

@@ -128,6 +128,7 @@ pub(crate) fn unary<T: CpuScalar>(u: UnaryOp, x: &CpuTensor<T>) -> CpuTensor<T> 
         UnaryOp::Sin => map(x, LIBM, T::sin),
         UnaryOp::Cos => map(x, LIBM, T::cos),
         UnaryOp::Neg => map(x, CHEAP, |v| -v),
+        UnaryOp::Erf => map(x, POLY, T::erf),
         // max(x, 0) + log1p(exp(−|x|)): no overflow for large |x|
         UnaryOp::Softplus => map(
             x,
@@ -256,6 +257,17 @@ pub(crate) fn unary_vjp<T: CpuScalar>(
             #[inline(always)]
             |x, d| d * sigmoid(x),
         ),
+        // 2/√π·exp(−x²)·dy, PyTorch's order (the reference's)
+        UnaryOp::Erf => {
+            let c = T::from_f64(torchlean_spec::ops::ERF_VJP_SCALE);
+            zip(
+                x()?,
+                dy,
+                POLY,
+                #[inline(always)]
+                move |x, d| c * (-(x * x)).vexp() * d,
+            )
+        }
         // σ(x)·(1 + x·(1 − σ(x))), the reference's formula
         UnaryOp::Silu => zip(
             x()?,

@@ -21,6 +21,7 @@ pub const UNARY: &[(UnaryOp, &str)] = &[
     (UnaryOp::Cos, "COS"),
     (UnaryOp::Neg, "NEG"),
     (UnaryOp::Softplus, "SOFTPLUS"),
+    (UnaryOp::Erf, "ERF"),
     (UnaryOp::Silu, "SILU"),
     (UnaryOp::Gelu(GeluApprox::None), "GELU_ERF"),
     (UnaryOp::Gelu(GeluApprox::Tanh), "GELU_TANH"),

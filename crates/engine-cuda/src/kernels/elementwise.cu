@@ -51,6 +51,7 @@ __device__ __forceinline__ float tl_unary_at(tl_index op, float v, float c0, flo
     case TL_UNARY_NEG: return -v;
     // max(x, 0) + log1p(exp(-|x|)): no overflow for large |x|
     case TL_UNARY_SOFTPLUS: return tl_relu(v) + log1pf(expf(-fabsf(v)));
+    case TL_UNARY_ERF: return erff(v);
     case TL_UNARY_SILU: return v * tl_sigmoid(v);
     // x * 0.5 * (1 + erf(x * sqrt(1/2))), PyTorch's order
     case TL_UNARY_GELU_ERF: return v * 0.5f * (1.0f + erff(v * c0));
@@ -100,6 +101,7 @@ __device__ __forceinline__ float tl_unary_vjp_at(tl_index op, float s, float d, 
     case TL_UNARY_COS: return d * -sinf(s);                                 // s = x
     case TL_UNARY_NEG: return -d;                                           // nothing saved
     case TL_UNARY_SOFTPLUS: return d * tl_sigmoid(s);                       // s = x
+    case TL_UNARY_ERF: return 1.12837916709551257f * expf(-(s * s)) * d;    // s = x; 2/sqrt(pi)
     case TL_UNARY_SILU: {                                                   // s = x
       // sigma(x) * (1 + x * (1 - sigma(x)))
       float sg = tl_sigmoid(s);

@@ -554,6 +554,10 @@ unary!(
     Softplus,
     torch: "torch.logaddexp({x}, torch.zeros_like({x}))", onnx: Onnx::named("Softplus")
 );
+unary!(ERF, "erf", true,
+    "`torch.erf(x)`; the gradient is `2/√π · exp(−x²)` (PyTorch's formula and order)",
+    "`s`", Saves::INPUT, Erf,
+    torch: "torch.erf({x})", onnx: Onnx::named("Erf"));
 unary!(
     SILU,
     "silu",
@@ -724,6 +728,7 @@ pub static OPS: &[&OpDesc] = &[
     &COS,
     &NEG,
     &SOFTPLUS,
+    &ERF,
     &SILU,
     &GELU,
     &LEAKY_RELU,
@@ -777,6 +782,7 @@ impl UnaryOp {
             UnaryOp::Cos => &COS,
             UnaryOp::Neg => &NEG,
             UnaryOp::Softplus => &SOFTPLUS,
+            UnaryOp::Erf => &ERF,
             UnaryOp::Silu => &SILU,
             UnaryOp::Gelu(_) => &GELU,
             UnaryOp::LeakyRelu { .. } => &LEAKY_RELU,

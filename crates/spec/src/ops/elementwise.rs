@@ -71,6 +71,9 @@ use gelu_consts::{SQRT1_2 as GELU_SQRT1_2, THREE_KAPPA as GELU_THREE_KAPPA};
 /// `leaky_relu`'s `negative_slope` when the node carries none (PyTorch's default).
 pub const LEAKY_RELU_DEFAULT_SLOPE: f64 = 0.01;
 
+/// `2/√π`, the scale of `erf`'s derivative (PyTorch's `2.0 / sqrt(M_PI)`, in f64).
+pub const ERF_VJP_SCALE: f64 = std::f64::consts::FRAC_2_SQRT_PI;
+
 /// `elu`'s `alpha` when the node carries none (PyTorch's default).
 pub const ELU_DEFAULT_ALPHA: f64 = 1.0;
 
@@ -92,6 +95,8 @@ pub enum UnaryOp {
     Neg,
     /// Extension: `log(1 + exp(x))`, computed stably.
     Softplus,
+    /// Extension: `torch.erf(x)`.
+    Erf,
     /// Extension: `x · σ(x)`.
     Silu,
     /// Extension: `F.gelu(x, approximate=…)`.
@@ -108,7 +113,7 @@ pub enum UnaryOp {
 
 impl UnaryOp {
     /// Every function, each `gelu` form once.
-    pub const ALL: [UnaryOp; 17] = [
+    pub const ALL: [UnaryOp; 18] = [
         UnaryOp::Abs,
         UnaryOp::Sqrt,
         UnaryOp::Inv,
@@ -121,6 +126,7 @@ impl UnaryOp {
         UnaryOp::Cos,
         UnaryOp::Neg,
         UnaryOp::Softplus,
+        UnaryOp::Erf,
         UnaryOp::Silu,
         UnaryOp::Gelu(GeluApprox::None),
         UnaryOp::Gelu(GeluApprox::Tanh),
@@ -175,6 +181,7 @@ impl UnaryOp {
                 };
                 pos.add(&x.abs().neg().exp()?.log1p()?)
             }
+            UnaryOp::Erf => x.erf()?,
             UnaryOp::Silu => x.mul(&UnaryOp::Sigmoid.apply(x)?),
             UnaryOp::Gelu(GeluApprox::None) => {
                 // x·0.5·(1 + erf(x·√½)), PyTorch's order
@@ -262,6 +269,13 @@ impl UnaryOp {
             UnaryOp::Cos => dy.mul(&need(x, "input")?.sin()?.neg()),
             UnaryOp::Neg => dy.neg(),
             UnaryOp::Softplus => dy.mul(&UnaryOp::Sigmoid.apply(&need(x, "input")?)?),
+            // PyTorch's `2.0 / sqrt(M_PI) * exp(-(self.pow(2))) * grad`
+            UnaryOp::Erf => {
+                let x = need(x, "input")?;
+                A::from_f64(ERF_VJP_SCALE)?
+                    .mul(&x.mul(&x).neg().exp()?)
+                    .mul(dy)
+            }
             UnaryOp::Silu => {
                 // d/dx x·σ(x) = σ(x)·(1 + x·(1 − σ(x)))
                 let x = need(x, "input")?;

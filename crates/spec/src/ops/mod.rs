@@ -40,7 +40,7 @@ pub use conv::{
 pub use desc::{
     AttrMut, AttrValue, AttrVisitor, Onnx, OpDesc, BATCH_NORM_DEFAULT_EPS, LAYER_NORM_DEFAULT_EPS,
 };
-pub use elementwise::{gelu_consts, BinaryOp, GeluApprox, UnaryOp};
+pub use elementwise::{gelu_consts, BinaryOp, GeluApprox, UnaryOp, ERF_VJP_SCALE};
 pub use linalg::{linear_dims, matmul_dims};
 pub use pool::{PoolKind, PoolSpec};
 pub use random::{splitmix64, uniform_at};
