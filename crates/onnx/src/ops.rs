@@ -30,6 +30,7 @@ const MAPPED: &[&str] = &[
     "Softmax",
     "LogSoftmax",
     "Conv",
+    "ConvTranspose",
     "MaxPool",
     "AveragePool",
     "GlobalAveragePool",
@@ -198,6 +199,7 @@ fn map_node_as_given(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
                 }
                 "Softmax" | "LogSoftmax" => softmax(b, ctx)?,
                 "Conv" => conv(b, ctx)?,
+                "ConvTranspose" => conv_transpose(b, ctx)?,
                 "MaxPool" | "AveragePool" => pool(b, ctx)?,
                 "GlobalAveragePool" => global_average_pool(b, ctx)?,
                 "BatchNormalization" => batch_norm(b, ctx)?,
@@ -892,7 +894,7 @@ fn rank4(ctx: &Ctx<'_>, x: &Operand) -> One<()> {
     }
 }
 
-/// `Conv` on `[N, C, H, W]`: the IR's `conv2d` with `group` and one `dilations` value; `pads`
+/// `Conv` on `[N, C, H, W]` (or `[N, C, L]`, as `1 × L`): the IR's `conv2d` with `group` and one `dilations` value; `pads`
 /// that differ by side or axis, and `auto_pad`'s, are applied by an explicit zero pad first.
 fn conv(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     if let Some(p) = ctx
@@ -909,26 +911,38 @@ fn conv(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     {
         return Err(p);
     }
-    let x = data(b, ctx, 0)?;
-    rank4(ctx, &x)?;
-    let w = weight(b, ctx, 1)?;
-    let wd = w.1.shape().dims().to_vec();
-    if wd.len() != 4 {
-        return Err(ctx.unsupported(
-            "input[1]",
-            format!("weight {}: only 2-D kernels", w.1.shape()),
-        ));
-    }
+    let mut x = data(b, ctx, 0)?;
+    let mut w = weight(b, ctx, 1)?;
     if let Some(k) = ctx.ints("kernel_shape") {
+        let wd = w.1.shape().dims();
         if k.iter()
             .map(|&v| usize::try_from(v).ok())
-            .ne(wd[2..].iter().map(|&v| Some(v)))
+            .ne(wd.iter().skip(2).map(|&v| Some(v)))
         {
             return Err(ctx.unsupported(
                 "kernel_shape",
                 format!("{k:?} disagrees with the weight {}", w.1.shape()),
             ));
         }
+    }
+    // a 1-D convolution over `[N, C, L]` is a 2-D one over `[N, C, 1, L]` with a `1 × k`
+    // kernel (the payload holds the weight as `[O, C/group, 1, k]`)
+    let one_d = x.shape.rank() == 3 && w.1.shape().rank() == 3;
+    if one_d {
+        let (d, k) = (x.shape.dims().to_vec(), w.1.shape().dims().to_vec());
+        x = reshape(b, ctx, &x, Shape::from([d[0], d[1], 1, d[2]]))?;
+        let flat = Shape::from([k[0], k[1], 1, k[2]]);
+        w.1 =
+            w.1.reshaped(flat)
+                .map_err(|e| ctx.unsupported("input[1]", "").because(e))?;
+    }
+    rank4(ctx, &x)?;
+    let wd = w.1.shape().dims().to_vec();
+    if wd.len() != 4 {
+        return Err(ctx.unsupported(
+            "input[1]",
+            format!("weight {}: only 1-D and 2-D kernels", w.1.shape()),
+        ));
     }
     let groups = usize::try_from(ctx.int_or("group", 1))
         .ok()
@@ -977,14 +991,266 @@ fn conv(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
         groups,
         dilation,
     };
-    let y = b.apply_with(ctx, Op::Conv2d(spec), &[&x], vec![w, bias], None)?;
-    match late_bias {
-        None => Ok(y),
-        Some(bias) => {
-            let column = reshape(b, ctx, &bias, Shape::from([wd[0], 1, 1]))?;
-            binary_of(b, ctx, BinaryOp::Add, &y, &column)
+    let mut y = b.apply_with(ctx, Op::Conv2d(spec), &[&x], vec![w, bias], None)?;
+    if let Some(bias) = late_bias {
+        let column = reshape(b, ctx, &bias, Shape::from([wd[0], 1, 1]))?;
+        y = binary_of(b, ctx, BinaryOp::Add, &y, &column)?;
+    }
+    if one_d {
+        let d = y.shape.dims().to_vec();
+        y = reshape(b, ctx, &y, Shape::from([d[0], d[1], d[3]]))?;
+    }
+    Ok(y)
+}
+
+/// `ConvTranspose` (2-D, or 1-D as `1 × L`) as a convolution: `stride − 1` zeros inserted
+/// between the input's elements along each axis, the result padded by `dilation·(k − 1) −
+/// pad_begin` before and `dilation·(k − 1) − pad_end + output_padding` after (a negative amount
+/// crops), then `conv2d` at stride 1 with the kernel flipped and its channel axes swapped per
+/// group. The weight is transformed at import, so it is held as the convolution's payload and
+/// no gradient is reported under the initializer's name.
+fn conv_transpose(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
+    if let Some(p) = ctx
+        .only(&[
+            "auto_pad",
+            "dilations",
+            "group",
+            "kernel_shape",
+            "output_padding",
+            "output_shape",
+            "pads",
+            "strides",
+        ])
+        .into_iter()
+        .next()
+    {
+        return Err(p);
+    }
+    let mut x = data(b, ctx, 0)?;
+    let (_, w) = weight(b, ctx, 1)?;
+    let one_d = x.shape.rank() == 3 && w.shape().rank() == 3;
+    // per-axis attribute values over (H, W): a 1-D node's one value is W's, H's the default
+    // (the identity: stride 1, no output padding)
+    let per_axis = |field: &str, default: i64| -> One<[i64; 2]> {
+        let v = ctx.ints(field).unwrap_or(&[]);
+        match (v.len(), one_d) {
+            (0, _) => Ok([default, default]),
+            (1, true) => Ok([default, v[0]]),
+            (2, false) => Ok([v[0], v[1]]),
+            _ => Err(ctx.unsupported(field, format!("{v:?}: one value per spatial axis"))),
+        }
+    };
+    let w = if one_d {
+        let (d, k) = (x.shape.dims().to_vec(), w.shape().dims().to_vec());
+        x = reshape(b, ctx, &x, Shape::from([d[0], d[1], 1, d[2]]))?;
+        w.reshaped(Shape::from([k[0], k[1], 1, k[2]]))
+            .map_err(|e| ctx.unsupported("input[1]", "").because(e))?
+    } else {
+        w
+    };
+    rank4(ctx, &x)?;
+    let wd = w.shape().dims().to_vec();
+    let xd = x.shape.dims().to_vec();
+    let groups = usize::try_from(ctx.int_or("group", 1))
+        .ok()
+        .filter(|&g| g > 0 && xd[1] % g == 0)
+        .ok_or_else(|| ctx.unsupported("group", format!("{}", ctx.int_or("group", 1))))?;
+    if wd.len() != 4 || wd[0] != xd[1] {
+        return Err(ctx.unsupported(
+            "input[1]",
+            format!(
+                "weight {} for {} input channels: [C_in, C_out/group, kH, kW] expected",
+                w.shape(),
+                xd[1]
+            ),
+        ));
+    }
+    if let Some(k) = ctx.ints("kernel_shape") {
+        let want: Vec<i64> = wd[2..]
+            .iter()
+            .skip(usize::from(one_d))
+            .map(|&v| v as i64)
+            .collect();
+        if k != want.as_slice() {
+            return Err(ctx.unsupported(
+                "kernel_shape",
+                format!("{k:?} disagrees with the weight {}", w.shape()),
+            ));
         }
     }
+    let dilation = uniform(ctx, "dilations", ctx.ints("dilations").unwrap_or(&[]), 1)?;
+    let strides = per_axis("strides", 1)?;
+    let out_pad = per_axis("output_padding", 0)?;
+    if strides.iter().any(|&s| s < 1)
+        || out_pad
+            .iter()
+            .zip(&strides)
+            .any(|(&o, &s)| o < 0 || o >= s.max(dilation as i64))
+    {
+        return Err(ctx.unsupported(
+            "output_padding",
+            format!("{out_pad:?} with strides {strides:?}"),
+        ));
+    }
+    let kernel = [wd[2] as i64, wd[3] as i64];
+    let span = |a: usize| (kernel[a] - 1) * dilation as i64 + 1;
+    let full = |a: usize| strides[a] * (xd[2 + a] as i64 - 1) + out_pad[a] + span(a);
+    let auto = ctx.string("auto_pad").unwrap_or_else(|| "NOTSET".into());
+    // (begin, end) per axis from the padding the output drops in total (Python's floor
+    // division, as ONNX's reference computes it)
+    let split = |total: i64| {
+        let half = total.div_euclid(2);
+        if auto == "SAME_UPPER" {
+            (half, total - half)
+        } else {
+            (total - half, half)
+        }
+    };
+    // `output_shape` (its spatial extents) fixes the output; the padding then follows from
+    // it: split as `auto_pad` says, or, without, the given begin and whatever end makes it
+    let target: Option<[i64; 2]> = ctx.ints("output_shape").map(|out| {
+        let spatial: Vec<i64> = out
+            .iter()
+            .rev()
+            .take(2 - usize::from(one_d))
+            .rev()
+            .copied()
+            .collect();
+        if one_d {
+            [1, spatial.first().copied().unwrap_or(0)]
+        } else {
+            [
+                spatial.first().copied().unwrap_or(0),
+                spatial.get(1).copied().unwrap_or(0),
+            ]
+        }
+    });
+    let mut pads: [(i64, i64); 2] = match auto.as_str() {
+        "NOTSET" | "VALID" => {
+            let p = if auto == "VALID" {
+                &[][..]
+            } else {
+                ctx.ints("pads").unwrap_or(&[])
+            };
+            match (p.len(), one_d) {
+                (0, _) => [(0, 0); 2],
+                (2, true) => [(0, 0), (p[0], p[1])],
+                (4, false) => [(p[0], p[2]), (p[1], p[3])],
+                _ => {
+                    return Err(
+                        ctx.unsupported("pads", format!("{p:?}: begin and end per spatial axis"))
+                    )
+                }
+            }
+        }
+        "SAME_UPPER" | "SAME_LOWER" => {
+            let out = target.unwrap_or([xd[2] as i64 * strides[0], xd[3] as i64 * strides[1]]);
+            [split(full(0) - out[0]), split(full(1) - out[1])]
+        }
+        other => {
+            return Err(ctx.unsupported("auto_pad", format!("`{}`", torchlean_ir::shorten(other))))
+        }
+    };
+    if let Some(out) = target {
+        if out.iter().any(|&n| n < 1) {
+            return Err(ctx.unsupported("output_shape", format!("{out:?}")));
+        }
+        for a in 0..2 {
+            pads[a].1 = full(a) - pads[a].0 - out[a];
+        }
+    }
+    let mut y = x;
+    for a in 0..2 {
+        y = insert_zeros(b, ctx, &y, 2 + a, strides[a] as usize)?;
+        let grow = span(a) - 1;
+        let (begin, end) = pads[a];
+        let zero = ("constant", &PadValue::Constant(0.0));
+        y = pad_axis(
+            b,
+            ctx,
+            &y,
+            2 + a,
+            (grow - begin, grow - end + out_pad[a]),
+            zero,
+        )?;
+    }
+    // the convolution's kernel: [C_out, C_in/group, kH, kW], flipped, per group
+    let (cin_g, cout_g) = (xd[1] / groups, wd[1]);
+    let (kh, kw) = (wd[2], wd[3]);
+    let wt = w.data();
+    let flipped = Tensor::from_fn([cout_g * groups, cin_g, kh, kw], |i| {
+        let (g, co) = (i[0] / cout_g, i[0] % cout_g);
+        let ci = g * cin_g + i[1];
+        wt[((ci * cout_g + co) * kh + (kh - 1 - i[2])) * kw + (kw - 1 - i[3])]
+    })
+    .map_err(|e| ctx.unsupported("input[1]", "").because(e))?;
+    let bias = match ctx.input(2) {
+        None => (
+            None,
+            Tensor::zeros([cout_g * groups])
+                .map_err(|e| ctx.unsupported("input[1]", "").because(e))?,
+        ),
+        Some(_) => weight(b, ctx, 2)?,
+    };
+    let spec = Conv2dSpec {
+        in_channels: xd[1],
+        out_channels: cout_g * groups,
+        kernel_h: kh,
+        kernel_w: kw,
+        stride: 1,
+        padding: 0,
+        groups,
+        dilation,
+    };
+    let mut y = b.apply_with(
+        ctx,
+        Op::Conv2d(spec),
+        &[&y],
+        vec![(None, flipped), bias],
+        None,
+    )?;
+    if one_d {
+        let d = y.shape.dims().to_vec();
+        y = reshape(b, ctx, &y, Shape::from([d[0], d[1], d[3]]))?;
+    }
+    Ok(y)
+}
+
+/// `x` with `s − 1` zeros after each element along `axis` but the last (a transposed
+/// convolution's input at stride `s`): a unit axis beside `axis`, zeros concatenated on it,
+/// the two axes merged, the trailing zeros sliced off.
+fn insert_zeros(
+    b: &mut Builder,
+    ctx: &Ctx<'_>,
+    x: &Operand,
+    axis: usize,
+    s: usize,
+) -> One<Operand> {
+    if s <= 1 {
+        return Ok(x.clone());
+    }
+    let dims = x.shape.dims().to_vec();
+    let n = dims[axis];
+    let mut split = dims.clone();
+    split.insert(axis + 1, 1);
+    let column = reshape(b, ctx, x, Shape::new(split.clone()))?;
+    split[axis + 1] = s - 1;
+    let zeros =
+        Tensor::zeros(Shape::new(split)).map_err(|e| ctx.unsupported("strides", "").because(e))?;
+    let zeros = b.constant_tensor(zeros);
+    let spread = b.apply(ctx, Op::Concat { axis: axis + 1 }, &[&column, &zeros])?;
+    let mut merged = dims;
+    merged[axis] = n * s;
+    let flat = reshape(b, ctx, &spread, Shape::new(merged))?;
+    b.apply(
+        ctx,
+        Op::Slice {
+            axis,
+            start: 0,
+            len: s * (n - 1) + 1,
+        },
+        &[&flat],
+    )
 }
 
 fn pool(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {

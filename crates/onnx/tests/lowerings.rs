@@ -971,3 +971,53 @@ fn lrn_normalises_by_the_channel_window_sum_of_squares() {
         &[(&[1, 3, 1, 1], &want)],
     );
 }
+
+/// A 1-D `Conv` (`[N, C, L]`, kernel `[O, C, k]`) with a dilation, asymmetric pads and a bias:
+/// a 2-D convolution over a height of 1.
+#[test]
+fn a_1d_conv_is_a_2d_one_over_a_height_of_one() {
+    // padded [0, 1, 2, 3, 4, 5]; taps 2·x[i] − x[i + 2]; + 0.5
+    check(
+        Case {
+            inputs: &[("x", &[1, 1, 5], &[1.0, 2.0, 3.0, 4.0, 5.0])],
+            node: with_attrs(
+                node("n", "Conv", &["x", "w", "b"], &["y"]),
+                vec![ints_attr("pads", &[1, 0]), ints_attr("dilations", &[2])],
+            ),
+            inits: vec![
+                common::floats("w", &[1, 1, 2], &[2.0, -1.0]),
+                common::floats("b", &[1], &[0.5]),
+            ],
+            outputs: &["y"],
+            opset: 17,
+        },
+        &[(&[1, 1, 4], &[-1.5, -0.5, 0.5, 1.5])],
+    );
+}
+
+/// `ConvTranspose` (1-D, stride 2, one pad at the start, an output padding): each input element
+/// scatters the kernel times itself at `stride` apart; the pad crops the first output.
+#[test]
+fn conv_transpose_scatters_the_kernel_at_stride_apart() {
+    // x = [1, 2], w = [1, 10]: [1, 10, 2, 20] + one output-padding zero, first cropped; + 0.5
+    check(
+        Case {
+            inputs: &[("x", &[1, 1, 2], &[1.0, 2.0])],
+            node: with_attrs(
+                node("n", "ConvTranspose", &["x", "w", "b"], &["y"]),
+                vec![
+                    ints_attr("strides", &[2]),
+                    ints_attr("pads", &[1, 0]),
+                    ints_attr("output_padding", &[1]),
+                ],
+            ),
+            inits: vec![
+                common::floats("w", &[1, 1, 2], &[1.0, 10.0]),
+                common::floats("b", &[1], &[0.5]),
+            ],
+            outputs: &["y"],
+            opset: 17,
+        },
+        &[(&[1, 1, 4], &[10.5, 2.5, 20.5, 0.5])],
+    );
+}

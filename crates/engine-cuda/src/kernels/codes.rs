@@ -21,7 +21,6 @@ pub const UNARY: &[(UnaryOp, &str)] = &[
     (UnaryOp::Cos, "COS"),
     (UnaryOp::Neg, "NEG"),
     (UnaryOp::Softplus, "SOFTPLUS"),
-    (UnaryOp::Erf, "ERF"),
     (UnaryOp::Silu, "SILU"),
     (UnaryOp::Gelu(GeluApprox::None), "GELU_ERF"),
     (UnaryOp::Gelu(GeluApprox::Tanh), "GELU_TANH"),
@@ -32,6 +31,7 @@ pub const UNARY: &[(UnaryOp, &str)] = &[
         "LEAKY_RELU",
     ),
     (UnaryOp::Elu { alpha: 0.0 }, "ELU"),
+    (UnaryOp::Erf, "ERF"),
 ];
 
 /// Every binary function and the name of its code in the kernel source.
