@@ -796,6 +796,29 @@ mod tests {
         assert!(one.geometry(&Shape::from([3, 4, 4])).unwrap().direct());
     }
 
+    /// Only one group and no dilation is TorchLean's kind (what the patch kernels compute):
+    /// a grouped or a dilated convolution alone is not.
+    #[test]
+    fn the_patch_kernels_take_only_ungrouped_undilated_convolutions() {
+        let basic = Conv2dSpec {
+            in_channels: 4,
+            out_channels: 4,
+            kernel_h: 3,
+            kernel_w: 3,
+            stride: 1,
+            padding: 1,
+            groups: 1,
+            dilation: 1,
+        };
+        assert!(basic.is_ungrouped_undilated());
+        assert!(!Conv2dSpec { groups: 2, ..basic }.is_ungrouped_undilated());
+        assert!(!Conv2dSpec {
+            dilation: 2,
+            ..basic
+        }
+        .is_ungrouped_undilated());
+    }
+
     /// The reviewers' convolution: a 1×1 input, a 100×100 kernel, padding 999, output
     /// 1900×1900 (3.6M elements). The unchunked wide patch matrix was 10^4 × 1900·1999 elements
     /// (304 GB of f64); the forward's chunks stay near the cap.

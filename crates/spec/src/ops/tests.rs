@@ -2008,3 +2008,29 @@ fn products_sum_over_their_index_in_order() {
         assert_eq!(gbias.data()[o].to_bits(), want.to_bits());
     }
 }
+
+/// `at_defaults` is true exactly when every attribute with a default holds it: a float by its
+/// bits, an integer, a choice; an optional one left out.
+#[test]
+fn at_defaults_compares_every_defaulted_attribute() {
+    let slope = |s: f64| Op::Unary(UnaryOp::LeakyRelu { negative_slope: s });
+    assert!(slope(elementwise::LEAKY_RELU_DEFAULT_SLOPE).at_defaults());
+    assert!(!slope(0.2).at_defaults());
+    let conv = |groups: usize, dilation: usize| {
+        Op::Conv2d(Conv2dSpec {
+            in_channels: 2,
+            out_channels: 2,
+            kernel_h: 1,
+            kernel_w: 1,
+            stride: 1,
+            padding: 0,
+            groups,
+            dilation,
+        })
+    };
+    assert!(conv(1, 1).at_defaults());
+    assert!(!conv(2, 1).at_defaults());
+    assert!(!conv(1, 2).at_defaults());
+    assert!(Op::Unary(UnaryOp::Gelu(GeluApprox::None)).at_defaults());
+    assert!(!Op::Unary(UnaryOp::Gelu(GeluApprox::Tanh)).at_defaults());
+}
