@@ -706,8 +706,9 @@ impl Builder {
             Some(Val::Ids(_)) => Err(ctx.unsupported(
                 "input",
                 format!(
-                    "`{}` is an integer graph input: those are imported as token ids for Gather (an embedding) only; bind it (--bind NAME=FILE) to use it as a constant",
-                    torchlean_ir::shorten(name)
+                    "`{}` is an integer graph input: it is token ids for Gather (an embedding), or data for the ops exact on integers, which {} is not here (a float operand beside it, or an op the IR computes in floats); bind it (--bind NAME=FILE) to use it as a constant",
+                    torchlean_ir::shorten(name),
+                    ctx.op
                 ),
             )),
             Some(Val::Const(i)) => self.const_node(i),

@@ -419,7 +419,9 @@ fn an_int64_input_of_token_ids_feeds_an_embedding_and_nothing_else() {
     ));
     let e = import_onnx(&added).expect_err("ids used by Add");
     assert!(
-        e.to_string().contains("token ids for Gather") && e.to_string().contains("--bind"),
+        e.to_string().contains("token ids for Gather")
+            && e.to_string().contains("Add is not here")
+            && e.to_string().contains("--bind"),
         "{e}"
     );
 }
