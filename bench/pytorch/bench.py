@@ -355,6 +355,39 @@ def gpt_train_step(threads, reps):
     row("gpt_train_step", threads, s, backend="eager", batch=12)
 
 
+RESNET18 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../target/bench/resnet18.onnx")
+
+
+def resnet18_forward(threads, reps):
+    """torchvision's ResNet-18 forward at batch 1, 224×224, f32: onnxruntime on the ONNX file the
+    Rust side imports (export_resnet18.py writes it when absent), and PyTorch eager on the same
+    model under no_grad."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import numpy as np
+    from export_resnet18 import export
+    if not os.path.exists(RESNET18):
+        export(RESNET18)
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    try:
+        import onnxruntime as ort
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        sess = ort.InferenceSession(RESNET18, so, providers=["CPUExecutionProvider"])
+        s = measure(lambda: sess.run(None, {"input": x}), reps, warmup=3)
+        print(json.dumps({"case": "resnet18_forward", "engine": "onnxruntime", "threads": threads, **s}),
+              flush=True)
+    except ImportError:
+        print("resnet18_forward: onnxruntime is not installed; skipped its row", file=sys.stderr)
+    import torchvision
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(weights=None).eval()
+    xt = torch.from_numpy(x)
+    with torch.no_grad():
+        s = measure(lambda: model(xt), reps, warmup=3)
+    row("resnet18_forward", threads, s, backend="eager")
+
+
 CASES = {
     "tape_overhead": tape_overhead,
     "relu_chain": relu_chain,
@@ -365,6 +398,7 @@ CASES = {
     "mlp_train_b512": train_case("mlp_train_b512", mlp_model, (512, 784), "mlp"),
     "conv_train": train_case("conv_train", conv_model, (32, 1, 28, 28), "conv"),
     "gpt_train_step": gpt_train_step,
+    "resnet18_forward": resnet18_forward,
     "matmul_8192_cuda": matmul_cuda(8192),
     "mlp_train_b512_cuda": train_case_cuda("mlp_train_b512_cuda", mlp_model, (512, 784)),
 }

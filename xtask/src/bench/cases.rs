@@ -59,6 +59,12 @@ pub const CASES: &[Case] = &[
         cuda: false,
     },
     Case {
+        name: "resnet18_forward",
+        about: "torchvision ResNet-18 (random weights) imported from ONNX, f32 forward at batch 1, 224×224, CPU engine; import_ms",
+        run: resnet18_forward,
+        cuda: false,
+    },
+    Case {
         name: "relu_chain",
         about: "IR chain of relu over [4] at 1k/4k/16k nodes: lowering, compile, backward",
         run: relu_chain_all,
@@ -499,4 +505,57 @@ fn deep_backward_memory(threads: usize, reps: usize) -> Result<Vec<Row>> {
         "peak_live_grad_mb",
         ((peak * 4) as f64 / 1048576.0 * 10.0).round() / 10.0,
     )])
+}
+
+/// Where `bench/pytorch/export_resnet18.py` writes the model both sides run.
+const RESNET18: &str = "target/bench/resnet18.onnx";
+
+/// ResNet-18's forward as a user runs an imported model: `import_onnx_bound` (timed once, as
+/// `import_ms`), lowering, the payload converted to the engine once, then the lowered graph's
+/// forward per repetition (only live values kept). The ONNX file is exported with
+/// `$TORCHLEAN_PYTHON` (torch, torchvision, onnx) when absent; without one the case is
+/// skipped with a line.
+fn resnet18_forward(threads: usize, reps: usize) -> Result<Vec<Row>> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let path = root.join(RESNET18);
+    if !path.exists() {
+        let python = std::env::var("TORCHLEAN_PYTHON").unwrap_or_else(|_| "python3".into());
+        let script = root.join("bench/pytorch/export_resnet18.py");
+        let made = std::process::Command::new(&python)
+            .arg(&script)
+            .arg(&path)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !made {
+            eprintln!(
+                "resnet18_forward: skipped: no {RESNET18}, and {python} could not export it (set TORCHLEAN_PYTHON to a Python with torch, torchvision and onnx)"
+            );
+            return Ok(vec![]);
+        }
+    }
+    let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let t = std::time::Instant::now();
+    let imported = torchlean_onnx::import_onnx_bound(&bytes, &[]).map_err(err)?;
+    let import_ms = t.elapsed().as_secs_f64() * 1e3;
+    let exec = exec_graph_of_ir(&imported.graph, &imported.payload).map_err(err)?;
+    let x = Tensor::from_fn([1, 3, 224, 224], |i| {
+        ((i[1] * 224 + i[2]) * 224 + i[3]) as f64 % 7.0 / 7.0 - 0.5
+    })
+    .map_err(err)?;
+    type V = torchlean_engine_cpu::CpuF32;
+    let inputs: Vec<V> = exec
+        .inputs(std::slice::from_ref(&x), &imported.payload)
+        .map_err(err)?;
+    let stats = measure(2, reps, || {
+        let y = exec
+            .graph
+            .eval_output(inputs.clone(), exec.output)
+            .map_err(err)?;
+        black_box(y.shape().size());
+        Ok(())
+    })?;
+    Ok(vec![Row::new("resnet18_forward", V::ENGINE, threads, stats)
+        .with("import_ms", (import_ms * 10.0).round() / 10.0)
+        .with("batch", 1)])
 }
