@@ -115,6 +115,17 @@ pub(crate) fn par_map<R: Send>(
 mod tests {
     use super::*;
 
+    /// As rayon sizes its global pool: `RAYON_NUM_THREADS` when it is a positive number, else
+    /// one thread per core (on a machine of several cores, not 1).
+    #[test]
+    fn the_default_is_rayon_num_threads_or_one_per_core() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        match std::env::var("RAYON_NUM_THREADS").map(|v| v.parse::<usize>()) {
+            Ok(Ok(n)) if n > 0 => assert_eq!(default_threads(), n),
+            _ => assert_eq!(default_threads(), cores),
+        }
+    }
+
     #[test]
     fn with_threads_sets_the_thread_count() {
         assert_eq!(with_threads(1, current_threads), 1);

@@ -555,7 +555,12 @@ fn resnet18_forward(threads: usize, reps: usize) -> Result<Vec<Row>> {
         black_box(y.shape().size());
         Ok(())
     })?;
-    Ok(vec![Row::new("resnet18_forward", V::ENGINE, threads, stats)
-        .with("import_ms", (import_ms * 10.0).round() / 10.0)
-        .with("batch", 1)])
+    Ok(vec![Row::new(
+        "resnet18_forward",
+        V::ENGINE,
+        threads,
+        stats,
+    )
+    .with("import_ms", (import_ms * 10.0).round() / 10.0)
+    .with("batch", 1)])
 }
