@@ -2033,4 +2033,8 @@ fn at_defaults_compares_every_defaulted_attribute() {
     assert!(!conv(1, 2).at_defaults());
     assert!(Op::Unary(UnaryOp::Gelu(GeluApprox::None)).at_defaults());
     assert!(!Op::Unary(UnaryOp::Gelu(GeluApprox::Tanh)).at_defaults());
+    // an optional attribute: at its default only when left out
+    let layer_norm = |eps: Option<f64>| Op::LayerNorm { axis: 1, eps };
+    assert!(layer_norm(None).at_defaults());
+    assert!(!layer_norm(Some(1e-3)).at_defaults());
 }
