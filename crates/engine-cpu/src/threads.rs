@@ -27,11 +27,18 @@ pub fn with_threads<R: Send>(n: usize, f: impl FnOnce() -> R + Send) -> R {
 /// The pool size when none is asked for, as rayon chooses its global pool's: `RAYON_NUM_THREADS`
 /// when it is a positive number, else one thread per core.
 pub fn default_threads() -> usize {
-    std::env::var("RAYON_NUM_THREADS")
-        .ok()
+    threads_for(
+        std::env::var("RAYON_NUM_THREADS").ok().as_deref(),
+        std::thread::available_parallelism().ok().map(|n| n.get()),
+    )
+}
+
+/// [`default_threads`] given the variable's value and the core count.
+fn threads_for(rayon_num_threads: Option<&str>, cores: Option<usize>) -> usize {
+    rayon_num_threads
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|&n| n > 0)
-        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .or(cores)
         .unwrap_or(1)
 }
 
@@ -116,13 +123,17 @@ mod tests {
     use super::*;
 
     /// As rayon sizes its global pool: `RAYON_NUM_THREADS` when it is a positive number, else
-    /// one thread per core (on a machine of several cores, not 1).
+    /// one thread per core, else one.
     #[test]
     fn the_default_is_rayon_num_threads_or_one_per_core() {
+        assert_eq!(threads_for(Some("3"), Some(8)), 3);
+        assert_eq!(threads_for(Some("0"), Some(8)), 8);
+        assert_eq!(threads_for(Some("many"), Some(8)), 8);
+        assert_eq!(threads_for(None, Some(8)), 8);
+        assert_eq!(threads_for(None, None), 1);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        match std::env::var("RAYON_NUM_THREADS").map(|v| v.parse::<usize>()) {
-            Ok(Ok(n)) if n > 0 => assert_eq!(default_threads(), n),
-            _ => assert_eq!(default_threads(), cores),
+        if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+            assert_eq!(default_threads(), cores);
         }
     }
 
