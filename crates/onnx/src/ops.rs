@@ -925,17 +925,8 @@ fn conv(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
             ));
         }
     }
-    // a 1-D convolution over `[N, C, L]` is a 2-D one over `[N, C, 1, L]` with a `1 × k`
-    // kernel (the payload holds the weight as `[O, C/group, 1, k]`)
-    let one_d = x.shape.rank() == 3 && w.1.shape().rank() == 3;
-    if one_d {
-        let (d, k) = (x.shape.dims().to_vec(), w.1.shape().dims().to_vec());
-        x = reshape(b, ctx, &x, Shape::from([d[0], d[1], 1, d[2]]))?;
-        let flat = Shape::from([k[0], k[1], 1, k[2]]);
-        w.1 =
-            w.1.reshaped(flat)
-                .map_err(|e| ctx.unsupported("input[1]", "").because(e))?;
-    }
+    let one_d;
+    (x, w.1, one_d) = conv_as_2d(b, ctx, x, w.1)?;
     rank4(ctx, &x)?;
     let wd = w.1.shape().dims().to_vec();
     if wd.len() != 4 {
@@ -1003,6 +994,26 @@ fn conv(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     Ok(y)
 }
 
+/// A 1-D convolution's input `[N, C, L]` and kernel `[A, B, k]` as a 2-D one's over a height
+/// of 1 (`[N, C, 1, L]`, `[A, B, 1, k]`: the payload holds the weight so); anything else as
+/// given. The flag says which.
+fn conv_as_2d(
+    b: &mut Builder,
+    ctx: &Ctx<'_>,
+    x: Operand,
+    w: Tensor<f64>,
+) -> One<(Operand, Tensor<f64>, bool)> {
+    if x.shape.rank() != 3 || w.shape().rank() != 3 {
+        return Ok((x, w, false));
+    }
+    let (d, k) = (x.shape.dims().to_vec(), w.shape().dims().to_vec());
+    let x = reshape(b, ctx, &x, Shape::from([d[0], d[1], 1, d[2]]))?;
+    let w = w
+        .reshaped(Shape::from([k[0], k[1], 1, k[2]]))
+        .map_err(|e| ctx.unsupported("input[1]", "").because(e))?;
+    Ok((x, w, true))
+}
+
 /// `ConvTranspose` (2-D, or 1-D as `1 × L`) as a convolution: `stride − 1` zeros inserted
 /// between the input's elements along each axis, the result padded by `dilation·(k − 1) −
 /// pad_begin` before and `dilation·(k − 1) − pad_end + output_padding` after (a negative amount
@@ -1026,9 +1037,9 @@ fn conv_transpose(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     {
         return Err(p);
     }
-    let mut x = data(b, ctx, 0)?;
+    let x = data(b, ctx, 0)?;
     let (_, w) = weight(b, ctx, 1)?;
-    let one_d = x.shape.rank() == 3 && w.shape().rank() == 3;
+    let (x, w, one_d) = conv_as_2d(b, ctx, x, w)?;
     // per-axis attribute values over (H, W): a 1-D node's one value is W's, H's the default
     // (the identity: stride 1, no output padding)
     let per_axis = |field: &str, default: i64| -> One<[i64; 2]> {
@@ -1039,14 +1050,6 @@ fn conv_transpose(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
             (2, false) => Ok([v[0], v[1]]),
             _ => Err(ctx.unsupported(field, format!("{v:?}: one value per spatial axis"))),
         }
-    };
-    let w = if one_d {
-        let (d, k) = (x.shape.dims().to_vec(), w.shape().dims().to_vec());
-        x = reshape(b, ctx, &x, Shape::from([d[0], d[1], 1, d[2]]))?;
-        w.reshaped(Shape::from([k[0], k[1], 1, k[2]]))
-            .map_err(|e| ctx.unsupported("input[1]", "").because(e))?
-    } else {
-        w
     };
     rank4(ctx, &x)?;
     let wd = w.shape().dims().to_vec();
