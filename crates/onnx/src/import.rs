@@ -224,9 +224,9 @@ pub(crate) struct Builder {
     inputs: Vec<(usize, String)>,
     /// The element type of the first graph input, which every other must share.
     elem_type: Option<ElemType>,
-    /// Mapping a node whose integer operands are data ([`Builder::integer_data`]): an integer
+    /// Mapping a node whose integer operands are data ([`Builder::map_with_integer_data`]): an integer
     /// graph input reads as its float node.
-    integer_data: bool,
+    ids_as_data: bool,
 }
 
 impl std::fmt::Debug for Builder {
@@ -264,7 +264,7 @@ impl Builder {
             opset,
             inputs: Vec::new(),
             elem_type: None,
-            integer_data: false,
+            ids_as_data: false,
         }
     }
 
@@ -702,7 +702,7 @@ impl Builder {
     ) -> std::result::Result<Operand, Problem> {
         match self.values.get(name).cloned() {
             Some(Val::Node(o)) => Ok(o),
-            Some(Val::Ids(o)) if self.integer_data => Ok(o),
+            Some(Val::Ids(o)) if self.ids_as_data => Ok(o),
             Some(Val::Ids(_)) => Err(ctx.unsupported(
                 "input",
                 format!(
@@ -731,10 +731,14 @@ impl Builder {
     /// Maps a node whose integer operands are data, as `map` does: integer values read as
     /// their float nodes, and the node's outputs are integer values in turn (exact while they
     /// stay below 2^53 in magnitude, as ONNX's int64 arithmetic is there).
-    pub(crate) fn integer_data<R>(&mut self, ctx: &Ctx<'_>, map: impl FnOnce(&mut Self) -> R) -> R {
-        self.integer_data = true;
+    pub(crate) fn map_with_integer_data<R>(
+        &mut self,
+        ctx: &Ctx<'_>,
+        map: impl FnOnce(&mut Self) -> R,
+    ) -> R {
+        self.ids_as_data = true;
         let r = map(self);
-        self.integer_data = false;
+        self.ids_as_data = false;
         for out in &ctx.node.output {
             if let Some(Val::Node(o)) = self.values.get(out).cloned() {
                 self.values.insert(out.clone(), Val::Ids(o));

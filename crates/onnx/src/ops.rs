@@ -154,7 +154,7 @@ pub(crate) fn map_node(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
         && ctx.node.input.iter().any(|x| b.ids(x).is_some())
         && ctx.node.input.iter().all(integer_operand);
     if integer {
-        return b.integer_data(ctx, |b| map_node_as_given(b, ctx));
+        return b.map_with_integer_data(ctx, |b| map_node_as_given(b, ctx));
     }
     map_node_as_given(b, ctx)
 }
