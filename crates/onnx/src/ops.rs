@@ -988,10 +988,15 @@ fn conv(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
         y = binary_of(b, ctx, BinaryOp::Add, &y, &column)?;
     }
     if one_d {
-        let d = y.shape.dims().to_vec();
-        y = reshape(b, ctx, &y, Shape::from([d[0], d[1], d[3]]))?;
+        y = drop_unit_height(b, ctx, &y)?;
     }
     Ok(y)
+}
+
+/// A 2-D result `[N, C, 1, L]` of a 1-D convolution or pool, as the 1-D `[N, C, L]`.
+fn drop_unit_height(b: &mut Builder, ctx: &Ctx<'_>, y: &Operand) -> One<Operand> {
+    let d = y.shape.dims().to_vec();
+    reshape(b, ctx, y, Shape::from([d[0], d[1], d[3]]))
 }
 
 /// A 1-D convolution's input `[N, C, L]` and kernel `[A, B, k]` as a 2-D one's over a height
@@ -1213,8 +1218,7 @@ fn conv_transpose(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
         None,
     )?;
     if one_d {
-        let d = y.shape.dims().to_vec();
-        y = reshape(b, ctx, &y, Shape::from([d[0], d[1], d[3]]))?;
+        y = drop_unit_height(b, ctx, &y)?;
     }
     Ok(y)
 }
@@ -1323,8 +1327,7 @@ fn pool(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
     let window = PoolWindow::of(ctx, [dims[2], dims[3]], [kernel[0], kernel[1]], stride)?;
     let y = pool_window(b, ctx, &x, &window, stride)?;
     if one_d {
-        let d = y.shape.dims().to_vec();
-        return Ok(reshape(b, ctx, &y, Shape::from([d[0], d[1], d[3]]))?);
+        return Ok(drop_unit_height(b, ctx, &y)?);
     }
     Ok(y)
 }
