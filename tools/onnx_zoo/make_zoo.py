@@ -71,6 +71,21 @@ class Cnn(torch.nn.Module):
         return torch.softmax(self.fc(h), dim=-1)
 
 
+class DigitsCnn(torch.nn.Module):
+    """A classifier of the embedded 8x8 digits as a user would export it (batch 1, fixed):
+    the model `torchlean train --from` fine-tunes in the README and its tests."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.fc = torch.nn.Linear(8 * 4 * 4, 10)
+
+    def forward(self, x):
+        h = torch.nn.functional.max_pool2d(torch.relu(self.conv(x)), 2)
+        return self.fc(torch.flatten(self.bn(h), 1))
+
+
 class Residual(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -392,6 +407,7 @@ MODELS = {
     "mlp": lambda: build("mlp", Mlp, (4, 6)),
     "cnn": lambda: build("cnn", Cnn, (2, 2, 8, 8)),
     "residual": lambda: build("residual", Residual, (2, 3, 5, 5)),
+    "digits_cnn": lambda: build("digits_cnn", DigitsCnn, (1, 1, 8, 8)),
     "encoder": lambda: build("encoder", Encoder, (2, 4, 8)),
     "gpt": lambda: build("gpt", Gpt, (2, 8), vocab=11),
     "mobilenet_v2": lambda: build("mobilenet_v2", mobilenet_v2, (2, 3, 16, 16)),

@@ -140,6 +140,11 @@ pub enum Command {
         /// inputs left are the graph's. Repeatable
         #[arg(long = "bind", value_name = "NAME=FILE", value_parser = parse_binding)]
         bind: Vec<(String, PathBuf)>,
+        /// Give graph input NAME these dims instead of its declared ones: a symbolic
+        /// dimension (an export's dynamic_axes) fixed, or a batch size changed (e.g.
+        /// `x=8x3x224x224`). Repeatable
+        #[arg(long = "input-shape", value_name = "NAME=D0xD1x…", value_parser = parse_input_shape)]
+        input_shape: Vec<(String, Vec<usize>)>,
     },
     /// Write the graph as a standalone PyTorch module (torch and safetensors only) whose
     /// forward follows it node by node, and its weights as NAME.safetensors beside it
@@ -253,12 +258,22 @@ pub enum BackendArg {
 
 #[derive(clap::Args, Debug)]
 pub struct TrainArgs {
-    #[arg(value_enum)]
-    pub model: ModelArg,
+    /// The built-in model to train (leave it out with --from)
+    #[arg(value_enum, required_unless_present = "from", conflicts_with = "from")]
+    pub model: Option<ModelArg>,
+    /// Fine-tune a classifier imported from ONNX instead: one input [N, …] whose dims after the
+    /// batch one hold the data's features, one output [N, classes]; its initializers are the
+    /// parameters, saved under their ONNX names [default: --epochs 10, --lr 0.01]
+    #[arg(long, value_name = "MODEL.onnx")]
+    pub from: Option<PathBuf>,
+    /// The --from model's head: its last linear layer's weight initializer (or NAME.weight),
+    /// replaced by a freshly initialised layer when the data has another class count
+    #[arg(long, value_name = "NAME", requires = "from")]
+    pub head: Option<String>,
     /// Stop after this many steps in all (default: --epochs full passes)
     #[arg(long)]
     pub steps: Option<u64>,
-    /// Passes over the training split [default: 30 for mlp, 20 for cnn]
+    /// Passes over the training split [default: 30 for mlp, 20 for cnn, 10 with --from]
     #[arg(long)]
     pub epochs: Option<u64>,
     /// Learning rate [default: 0.05 for sgd, 1e-3 for adam/adamw, 1e-2 for rmsprop/adagrad]
@@ -403,6 +418,21 @@ fn parse_binding(text: &str) -> Result<(String, PathBuf), String> {
         }
         _ => Err(format!("`{text}` is not NAME=FILE")),
     }
+}
+
+/// `NAME=D0xD1x…` (or `NAME=D0,D1,…`): positive dims.
+fn parse_input_shape(text: &str) -> Result<(String, Vec<usize>), String> {
+    let bad = || format!("`{text}` is not NAME=D0xD1x… (positive dims, e.g. x=1x3x224x224)");
+    let (name, dims) = text.split_once('=').ok_or_else(bad)?;
+    let dims: Vec<usize> = dims
+        .split(['x', ','])
+        .map(|d| d.trim().parse::<usize>().ok().filter(|&d| d > 0))
+        .collect::<Option<_>>()
+        .ok_or_else(bad)?;
+    if name.is_empty() {
+        return Err(bad());
+    }
+    Ok((name.to_string(), dims))
 }
 
 fn parse_max_memory(text: &str) -> Result<Budget, String> {

@@ -80,7 +80,8 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             payload,
             dialect,
             bind,
-        } => crate::import::run(&model, &output, &payload, dialect, &bind),
+            input_shape,
+        } => crate::import::run(&model, &output, &payload, dialect, &bind, &input_shape),
         Command::ExportTorch {
             graph,
             payload,

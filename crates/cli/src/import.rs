@@ -1,9 +1,10 @@
-//! `torchlean import model.onnx -o graph.json --payload weights.safetensors [--bind NAME=FILE]…`.
+//! `torchlean import model.onnx -o graph.json --payload weights.safetensors [--bind NAME=FILE]…
+//! [--input-shape NAME=D0xD1x…]…`.
 
 use crate::{out, BadInput, Outcome, Stop};
 use std::path::{Path, PathBuf};
 use torchlean_ir::Dialect;
-use torchlean_onnx::{import_file, tensor_proto, OnnxError};
+use torchlean_onnx::{import_file_with, tensor_proto, ImportOptions, OnnxError};
 
 /// Imports `model` with the inputs of `bind` bound to the tensors in their files, writes the
 /// graph and payload, and prints where each initializer went.
@@ -13,6 +14,7 @@ pub fn run(
     payload: &Path,
     dialect: Dialect,
     bind: &[(String, PathBuf)],
+    input_shapes: &[(String, Vec<usize>)],
 ) -> Result<Outcome, Stop> {
     let mut bound = Vec::new();
     for (name, file) in bind {
@@ -20,7 +22,11 @@ pub fn run(
         let t = tensor_proto(&t).map_err(|e| lines(file, &e))?;
         bound.push((name.clone(), t));
     }
-    let imported = import_file(model, &bound).map_err(|e| lines(model, &e))?;
+    let options = ImportOptions {
+        bound,
+        input_shapes: input_shapes.to_vec(),
+    };
+    let imported = import_file_with(model, &options).map_err(|e| lines(model, &e))?;
     let wrote_payload = imported
         .save(dialect, graph, payload)
         .map_err(|e| lines(model, &e))?;

@@ -11,13 +11,25 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use torchlean_train::data::Dataset;
 use torchlean_train::exec::Interpreter;
+use torchlean_train::imported::OnnxSource;
 use torchlean_train::model::Arch;
 use torchlean_train::optim::OptimConfig;
 use torchlean_train::trainer::{Event, Observer, Summary, TrainConfig, Trainer};
 use torchlean_train::{TrainError, TrainValue};
 
 pub(crate) fn bad(e: TrainError) -> BadInput {
-    BadInput::one(chain(&e))
+    match &e {
+        // every problem of the model, one line each
+        TrainError::Import {
+            source: source @ torchlean_onnx::OnnxError::Problems(_),
+            ..
+        } => BadInput(
+            std::iter::once(e.to_string())
+                .chain(source.lines().into_iter().map(|l| format!("  {l}")))
+                .collect(),
+        ),
+        _ => BadInput::one(chain(&e)),
+    }
 }
 
 /// The optimizer from `--optimizer` and `--lr`: `sgd` (and no `--optimizer`) is the
@@ -37,7 +49,13 @@ fn optimizer(name: Option<&str>, lr: Option<f64>, arch: Arch) -> Result<OptimCon
 }
 
 fn config(a: &TrainArgs, arch: Arch) -> Result<TrainConfig, BadInput> {
-    let mut c = TrainConfig::new(arch);
+    let mut c = match &a.from {
+        Some(path) => TrainConfig::imported(OnnxSource {
+            path: path.clone(),
+            head: a.head.clone(),
+        }),
+        None => TrainConfig::new(arch),
+    };
     if let Some(e) = a.epochs {
         c.epochs = e;
     }
@@ -100,6 +118,15 @@ fn check_resume_flags(
         c.optimizer.name().to_string(),
     );
     check("model", Some(arch.to_string()), c.arch.to_string());
+    let from = |f: Option<&PathBuf>| f.map(|p| p.display().to_string());
+    let had = c.from.as_ref().map(|f| &f.path);
+    check(
+        "--from",
+        from(a.from.as_ref()),
+        from(had).unwrap_or_default(),
+    );
+    let had = c.from.as_ref().and_then(|f| f.head.clone());
+    check("--head", a.head.clone(), had.unwrap_or_default());
     if conflicts.is_empty() {
         Ok(())
     } else {
@@ -275,7 +302,7 @@ pub(crate) fn check_outputs(a: &TrainArgs) -> Result<(), BadInput> {
     let mut files: Vec<(&str, PathBuf)> = Vec::new();
     if let Some(p) = &a.save {
         files.push(("--save", p.clone()));
-        if a.model != ModelArg::Gpt {
+        if a.model != Some(ModelArg::Gpt) {
             files.push(("--save", torchlean_train::trainer::optimizer_path(p)));
         }
     }
@@ -430,7 +457,7 @@ fn train_on<V: TrainValue>(
     if !a.json {
         printer.line(format_args!(
             "training {} on {origin}: {} examples for training, {} held out; {} features, {} classes; {} {}; {} lr {} batch {}; steps {}..{}",
-            c.arch,
+            model_label(t.model()),
             t.train_set().len(),
             t.held_out_set().len(),
             data.features(),
@@ -494,6 +521,21 @@ fn train_on<V: TrainValue>(
     })?;
     printer.finish()?;
     Ok(Outcome::Ok)
+}
+
+/// What the header calls the model: its name, or the imported file and what became of its
+/// head.
+fn model_label(m: &torchlean_train::model::Classifier) -> String {
+    let Some(net) = m.imported_net() else {
+        return m.arch().to_string();
+    };
+    let head = match (net.replaced_head(), &net.source().head) {
+        (Some((old, new)), Some(name)) => {
+            format!("; head `{name}` replaced: {old} -> {new} classes, freshly initialised")
+        }
+        _ => String::new(),
+    };
+    format!("{} (imported{head})", net.source().path.display())
 }
 
 /// A terminal progress bar over `len` steps at `position` (none with `--json` or off a terminal).
@@ -560,9 +602,10 @@ pub fn run(a: &TrainArgs) -> Result<Outcome, Stop> {
 fn run_here(a: &TrainArgs) -> Result<Outcome, Stop> {
     check_outputs(a)?;
     let arch = match a.model {
-        ModelArg::Mlp => Arch::Mlp,
-        ModelArg::Cnn => Arch::Cnn,
-        ModelArg::Gpt => return crate::train_gpt::run(a),
+        Some(ModelArg::Mlp) => Arch::Mlp,
+        Some(ModelArg::Cnn) => Arch::Cnn,
+        Some(ModelArg::Gpt) => return crate::train_gpt::run(a),
+        None => Arch::Onnx,
     };
     crate::train_gpt::refuse_gpt_flags(a, arch)?;
     let (data, origin) = match &a.csv {

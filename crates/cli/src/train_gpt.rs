@@ -130,7 +130,7 @@ fn check_resume_flags(a: &TrainArgs, saved: &GptTrainConfig) -> Result<(), BadIn
 }
 
 pub fn run(a: &TrainArgs) -> Result<Outcome, Stop> {
-    debug_assert_eq!(a.model, ModelArg::Gpt);
+    debug_assert_eq!(a.model, Some(ModelArg::Gpt));
     let misplaced = misplaced(a, true);
     if !misplaced.is_empty() {
         return Err(BadInput(misplaced).into());

@@ -299,3 +299,49 @@ fn bind_fixes_an_int64_input_and_leaves_one_graph_input() {
     let o = import_binding("shape");
     assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
 }
+
+/// `--input-shape` gives an input other dims than the model declares: the zoo's MLP, exported
+/// at batch 4, imports and evaluates at batch 7; malformed dims are refused by the parser.
+#[test]
+fn input_shape_changes_the_batch_an_export_declares() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let g = dir.path().join("graph.json");
+    let p = dir.path().join("weights.safetensors");
+    let import_shaped = |shape: &str| {
+        run(&[
+            "import",
+            zoo("mlp.onnx").to_str().expect("utf-8"),
+            "-o",
+            g.to_str().expect("utf-8"),
+            "--payload",
+            p.to_str().expect("utf-8"),
+            "--input-shape",
+            shape,
+        ])
+    };
+    let o = import_shaped("x=7x6");
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let x = common::write(
+        dir.path(),
+        "x.json",
+        &serde_json::json!({"shape": [7, 6], "data": vec![0.5; 42]}),
+    );
+    let o = run(&[
+        "eval",
+        g.to_str().expect("utf-8"),
+        "--payload",
+        p.to_str().expect("utf-8"),
+        "--input",
+        x.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    let out: Value = serde_json::from_str(&stdout(&o)).expect("eval prints JSON");
+    assert_eq!(out["shape"], serde_json::json!([7, 3]));
+    // every row is the same input, so the same log-probabilities
+    let v = floats(&out);
+    assert!(v.chunks(3).all(|r| r == &v[..3]), "{v:?}");
+    assert_bad_input(&import_shaped("x=7x6x1"), &["input_shape", "3 dims given"]);
+    let o = import_shaped("x=0x6");
+    assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
+    assert!(common::stderr(&o).contains("positive dims"));
+}

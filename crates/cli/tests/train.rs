@@ -493,3 +493,134 @@ fn init_from_starts_at_a_state_dicts_parameters() {
     let o = train(&["mlp", "--init-from", ck, "--resume", ck]);
     assert_exit(&o, 2, &["--init-from"]);
 }
+
+/// The tensor names and shapes of a safetensors file, from its header.
+fn safetensors_shapes(path: &Path) -> Vec<(String, Vec<u64>)> {
+    let bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let mut out: Vec<(String, Vec<u64>)> = header
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(k, _)| *k != "__metadata__")
+        .map(|(k, v)| {
+            let dims = v["shape"].as_array().unwrap();
+            (
+                k.clone(),
+                dims.iter().map(|d| d.as_u64().unwrap()).collect(),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// `train --from`: the digits classifier exported at batch 1 (`tools/onnx_zoo/make_zoo.py`)
+/// trains at batch 32 on the compiled backend with verified steps, saves its initializers
+/// under their ONNX names (batch norm's running statistics stay constants), and resumes with
+/// the losses of an uninterrupted run.
+#[test]
+fn an_imported_onnx_classifier_fine_tunes_saves_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = common::zoo("digits_cnn.onnx");
+    let model = model.to_str().unwrap();
+    let ck = dir.path().join("ck.safetensors");
+    let ckp = ck.to_str().unwrap();
+    let flags = ["--from", model, "--json", "--log-every", "1"];
+    let whole = train(&[&flags[..], &["--epochs", "2", "--backend", "compiled"]].concat());
+    assert_exit(&whole, 0, &[]);
+    let summary = json_lines(&whole).pop().unwrap();
+    assert_eq!(summary["arch"], "onnx");
+    let (before, after) = (
+        summary["held_out_before"]["accuracy"].as_f64().unwrap(),
+        summary["held_out_after"]["accuracy"].as_f64().unwrap(),
+    );
+    assert!(before < 0.3 && after > 0.8, "{before} -> {after}");
+    let first = train(
+        &[
+            &flags[..],
+            &["--steps", "30", "--verify-every", "10", "--save", ckp],
+            &["--backend", "compiled"],
+        ]
+        .concat(),
+    );
+    assert_exit(&first, 0, &[]);
+    let verified = json_lines(&first)
+        .iter()
+        .filter(|v| v["event"] == "verified")
+        .count();
+    assert_eq!(verified, 3);
+    let names: Vec<String> = safetensors_shapes(&ck)
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "bn.bias",
+            "bn.weight",
+            "conv.bias",
+            "conv.weight",
+            "fc.bias",
+            "fc.weight"
+        ]
+    );
+    let rest = train(&[&flags[..], &["--epochs", "2", "--resume", ckp]].concat());
+    assert_exit(&rest, 0, &[]);
+    assert_eq!(losses(&rest), losses(&whole)[30..].to_vec());
+    // the checkpoint is of this model
+    let o = train(&["mlp", "--resume", ckp]);
+    assert_exit(&o, 2, &["model mlp", "onnx"]);
+}
+
+/// `train --from --head`: another class count replaces the named head with a fresh layer of
+/// that many outputs; without `--head` the mismatch is bad input that says how to fix it, and
+/// a `--head` that is no linear layer's weight names what it is.
+#[test]
+fn an_imported_classifier_gets_a_new_head_for_other_classes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut csv = (0..64).map(|i| format!("f{i},")).collect::<String>() + "label\n";
+    for r in 0..60 {
+        let class = r % 3;
+        let row: String = (0..64)
+            .map(|i| format!("{},", class as f64 + ((r * 7 + i * 13) % 10) as f64 / 10.0))
+            .collect();
+        csv.push_str(&format!("{row}{class}\n"));
+    }
+    let data = write(dir.path(), "three.csv", &csv);
+    let model = common::zoo("digits_cnn.onnx");
+    let model = model.to_str().unwrap();
+    let ck = dir.path().join("h.safetensors");
+    let o = train(&[
+        "--from",
+        model,
+        "--csv",
+        &data,
+        "--head",
+        "fc",
+        "--steps",
+        "4",
+        "--save",
+        ck.to_str().unwrap(),
+    ]);
+    assert_exit(&o, 0, &[]);
+    assert!(
+        stdout(&o).contains("(imported; head `fc` replaced: 10 -> 3 classes"),
+        "{}",
+        stdout(&o)
+    );
+    let shapes = safetensors_shapes(&ck);
+    assert!(
+        shapes.contains(&("fc.weight".into(), vec![3, 128])),
+        "{shapes:?}"
+    );
+    assert!(shapes.contains(&("fc.bias".into(), vec![3])), "{shapes:?}");
+    let o = train(&["--from", model, "--csv", &data]);
+    assert_exit(&o, 2, &["[1, 10]", "3 classes", "--head NAME"]);
+    let o = train(&["--from", model, "--csv", &data, "--head", "conv"]);
+    assert_exit(&o, 2, &["`conv.weight`", "read by a Conv node"]);
+    let wide = common::zoo("mlp.onnx");
+    let o = train(&["--from", wide.to_str().unwrap()]);
+    assert_exit(&o, 2, &["takes [6] per example", "64 features"]);
+}

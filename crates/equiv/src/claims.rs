@@ -486,6 +486,7 @@ fn eager_vs_compiled<V: Kernels>(case: &GenCase, mode: Mode) -> ClaimResult {
     let program = IrProgram {
         graph: &case.graph,
         payload: &case.payload,
+        naming: torchlean_nn::ParamNaming::ByNode,
     };
     let mut session = Session::<V>::new();
     let xs = graph_inputs(&mut session, case)?;

@@ -232,6 +232,7 @@ fn local_sum_paths<V: Kernels>(
     let program = IrProgram {
         graph: &case.graph,
         payload: &payload,
+        naming: torchlean_nn::ParamNaming::ByNode,
     };
     for (what, sweep) in [
         ("eager tape, dense", Sweep::DenseAll),

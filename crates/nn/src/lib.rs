@@ -63,7 +63,7 @@ pub use gpt::{Gpt, GptConfig};
 pub use layers::{Features, Image, Layer, Mode, Seq};
 pub use loss::{Loss, Target};
 pub use ops::{Ops, Var};
-pub use program::{IrProgram, Program};
+pub use program::{IrProgram, ParamNaming, Program};
 pub use record::{IrExport, Leaf, LeafKind, Recorded, RecordedRun, Recorder};
 pub use session::{Session, Sweep};
 

@@ -4,6 +4,7 @@
 
 use crate::error::{NnError, Result};
 use crate::ops::{Ops, Var};
+use std::collections::HashMap;
 use torchlean_ir::{
     check_shapes, node_sem, payload_names, Diagnostic, Graph, IrError, NodeSem, Payload,
 };
@@ -23,6 +24,18 @@ pub trait Program {
 pub struct IrProgram<'g> {
     pub graph: &'g Graph,
     pub payload: &'g Payload,
+    pub naming: ParamNaming<'g>,
+}
+
+/// Which payload tensors of an [`IrProgram`] are parameters, and their names.
+#[derive(Clone, Copy, Debug)]
+pub enum ParamNaming<'g> {
+    /// Every payload tensor, named `"<node id>.<name>"` ([`IrProgram::param_name`]): what
+    /// `torchlean grad` reports.
+    ByNode,
+    /// Only the payload tensors in the map, under its names (an imported model's initializers
+    /// under their ONNX names); the others are constants.
+    Only(&'g HashMap<(usize, &'static str), String>),
 }
 
 impl IrProgram<'_> {
@@ -70,7 +83,13 @@ impl IrProgram<'_> {
                     .ok_or_else(|| NnError::Export {
                         reason: format!("node {} has no payload tensor `{name}`", n.id),
                     })?;
-                own.push(ops.param(&IrProgram::param_name(n.id, name), t)?);
+                own.push(match self.naming {
+                    ParamNaming::ByNode => ops.param(&IrProgram::param_name(n.id, name), t)?,
+                    ParamNaming::Only(names) => match names.get(&(n.id, name)) {
+                        Some(param) => ops.param(param, t)?,
+                        None => ops.constant(t)?,
+                    },
+                });
             }
             params.push(own);
         }

@@ -134,6 +134,7 @@ fn every_conformance_graph_runs_as_a_program_with_torchlean_grads_gradients() {
         let program = IrProgram {
             graph: &case.graph,
             payload: &case.payload,
+            naming: torchlean_nn::ParamNaming::ByNode,
         };
         let (s, input, out) =
             eager::<Tensor<f64>, _>(&case.inputs[0], Sweep::Releasing, |s, x| program.run(s, x));
@@ -298,6 +299,7 @@ fn an_ill_formed_graph_is_refused_before_anything_runs() {
     let e = IrProgram {
         graph: &g,
         payload: &p,
+        naming: torchlean_nn::ParamNaming::ByNode,
     }
     .run(&mut s, &x)
     .unwrap_err();

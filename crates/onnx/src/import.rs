@@ -98,6 +98,35 @@ impl Imported {
     }
 }
 
+/// How to import: graph inputs bound to constants, and inputs given other dims than the
+/// model declares. The default imports the model as it is.
+#[derive(Clone, Debug, Default)]
+pub struct ImportOptions {
+    /// Graph inputs bound to constants (`torchlean import --bind`): the inputs that fix shapes,
+    /// axes, indices or pads (INT64 mostly), as `(input name, tensor)`. A bound input is a
+    /// constant of the graph, never a parameter; the inputs left are the IR's `input` nodes. A
+    /// name that is no graph input, or a tensor whose dims disagree with the input's declared
+    /// ones, is a problem like any other.
+    pub bound: Vec<(String, TensorProto)>,
+    /// Graph inputs given these dims instead of their declared ones (`torchlean import
+    /// --input-shape`): a symbolic dimension (an export's `dynamic_axes`) fixed, or a batch
+    /// size changed. The rank must be the declared one. The model's declared shapes of other
+    /// values are then not checked, since they were declared for the old dims; the ops' own
+    /// shape rules still are, so a size the export baked in (a `Reshape` to a constant
+    /// `[1, 512]`) is reported where it no longer fits.
+    pub input_shapes: Vec<(String, Vec<usize>)>,
+}
+
+impl ImportOptions {
+    /// Options binding `bound` and nothing else.
+    pub fn bound(bound: &[(String, TensorProto)]) -> ImportOptions {
+        ImportOptions {
+            bound: bound.to_vec(),
+            input_shapes: Vec::new(),
+        }
+    }
+}
+
 /// Imports an ONNX model (the bytes of a `.onnx` file).
 pub fn import_onnx(bytes: &[u8]) -> Result<Imported> {
     let model = ModelProto::decode(bytes).map_err(|source| OnnxError::Decode { source })?;
@@ -106,24 +135,25 @@ pub fn import_onnx(bytes: &[u8]) -> Result<Imported> {
 
 /// Imports a decoded model.
 pub fn import_model(model: &ModelProto) -> Result<Imported> {
-    import_model_bound(model, &[])
+    import_model_with(model, &ImportOptions::default())
 }
 
-/// [`import_onnx`] with some graph inputs bound to constants (`torchlean import --bind`): the
-/// inputs that fix shapes, axes, indices or pads (INT64 mostly), given as `(input name,
-/// tensor)`. A bound input is a constant of the graph, never a parameter; the inputs left
-/// are the IR's `input` nodes. A name that is no graph input, or a tensor whose dims disagree
-/// with the input's declared ones, is a problem like any other.
+/// [`import_onnx`] with some graph inputs bound to constants ([`ImportOptions::bound`]).
 pub fn import_onnx_bound(bytes: &[u8], bound: &[(String, TensorProto)]) -> Result<Imported> {
     let model = ModelProto::decode(bytes).map_err(|source| OnnxError::Decode { source })?;
     import_model_bound(&model, bound)
 }
 
-/// Imports the model file at `path` with some graph inputs bound ([`import_onnx_bound`]); its
-/// initializers stored as external data (beside the model, as `torch.onnx.export` writes a
-/// large model) are read from the model's directory first. A model file that cannot be read is
-/// [`OnnxError::Read`]; an external tensor that cannot be, a problem naming it.
+/// Imports the model file at `path` with some graph inputs bound ([`import_onnx_bound`]).
 pub fn import_file(path: &std::path::Path, bound: &[(String, TensorProto)]) -> Result<Imported> {
+    import_file_with(path, &ImportOptions::bound(bound))
+}
+
+/// Reads the model file at `path` ([`OnnxError::Read`], [`OnnxError::Decode`]) with its
+/// initializers stored as external data (beside the model, as `torch.onnx.export` writes a
+/// large model) read from the model's directory; an external tensor that cannot be read is a
+/// problem naming it.
+pub fn read_model(path: &std::path::Path) -> Result<ModelProto> {
     let bytes = std::fs::read(path).map_err(|source| OnnxError::Read {
         path: path.to_path_buf(),
         source,
@@ -135,11 +165,21 @@ pub fn import_file(path: &std::path::Path, bound: &[(String, TensorProto)]) -> R
     if !problems.is_empty() {
         return Err(OnnxError::Problems(problems));
     }
-    import_model_bound(&model, bound)
+    Ok(model)
 }
 
-/// [`import_model`] with some graph inputs bound to constants ([`import_onnx_bound`]).
+/// Imports the model file at `path` ([`read_model`]) as `options` say.
+pub fn import_file_with(path: &std::path::Path, options: &ImportOptions) -> Result<Imported> {
+    import_model_with(&read_model(path)?, options)
+}
+
+/// [`import_model`] with some graph inputs bound to constants ([`ImportOptions::bound`]).
 pub fn import_model_bound(model: &ModelProto, bound: &[(String, TensorProto)]) -> Result<Imported> {
+    import_model_with(model, &ImportOptions::bound(bound))
+}
+
+/// Imports a decoded model as `options` say.
+pub fn import_model_with(model: &ModelProto, options: &ImportOptions) -> Result<Imported> {
     let mut problems = Vec::new();
     let opset = model
         .opset_import
@@ -159,7 +199,7 @@ pub fn import_model_bound(model: &ModelProto, bound: &[(String, TensorProto)]) -
     };
     let mut b = Builder::new(graph, opset);
     b.problems = problems;
-    b.run(graph, bound);
+    b.run(graph, options);
     b.finish(graph)
 }
 
@@ -227,6 +267,8 @@ pub(crate) struct Builder {
     /// Mapping a node whose integer operands are data ([`Builder::map_with_integer_data`]): an integer
     /// graph input reads as its float node.
     ids_as_data: bool,
+    /// Inputs given other dims than declared ([`ImportOptions::input_shapes`]).
+    input_shapes: Vec<(String, Vec<usize>)>,
 }
 
 impl std::fmt::Debug for Builder {
@@ -265,12 +307,14 @@ impl Builder {
             inputs: Vec::new(),
             elem_type: None,
             ids_as_data: false,
+            input_shapes: Vec::new(),
         }
     }
 
-    fn run(&mut self, graph: &GraphProto, bound: &[(String, TensorProto)]) {
+    fn run(&mut self, graph: &GraphProto, options: &ImportOptions) {
         self.initializers(graph);
-        self.bind(graph, bound);
+        self.bind(graph, &options.bound);
+        self.reshape_inputs(graph, &options.input_shapes);
         self.inputs(graph);
         for (i, node) in graph.node.iter().enumerate() {
             let ctx = Ctx::new(node, i);
@@ -374,6 +418,35 @@ impl Builder {
         }
     }
 
+    /// Inputs given other dims ([`ImportOptions::input_shapes`]): each name must be a graph
+    /// input left after binding, and the declared shapes of other values are no longer checked.
+    fn reshape_inputs(&mut self, graph: &GraphProto, shapes: &[(String, Vec<usize>)]) {
+        for (name, dims) in shapes {
+            let problem = |msg: &str| {
+                Problem::new(
+                    ProblemKind::Model,
+                    name,
+                    "input",
+                    "input_shape",
+                    msg.to_string(),
+                )
+            };
+            let is_input = graph.input.iter().any(|v| v.name() == name);
+            if !is_input || self.values.contains_key(name) {
+                self.problems.push(problem(
+                    "no graph input of this name (besides initializers and bound inputs) to reshape",
+                ));
+            } else if self.input_shapes.iter().any(|(n, _)| n == name) {
+                self.problems.push(problem("given two shapes"));
+            } else {
+                self.input_shapes.push((name.clone(), dims.clone()));
+            }
+        }
+        if !self.input_shapes.is_empty() {
+            self.declared.clear();
+        }
+    }
+
     /// The graph inputs that are neither initializers nor bound: the IR's `input` nodes, in
     /// the model's order.
     fn inputs(&mut self, graph: &GraphProto) {
@@ -449,8 +522,26 @@ impl Builder {
             (Some(_), Some(_)) => {}
         }
         let mut dims = Vec::new();
-        match &tensor.shape {
-            None => {
+        let given = self
+            .input_shapes
+            .iter()
+            .find(|(n, _)| n == v.name())
+            .map(|(_, d)| d.clone());
+        match (&tensor.shape, given) {
+            (Some(s), Some(given)) if s.dim.len() != given.len() => {
+                self.problems.push(problem(
+                    ProblemKind::Shape,
+                    "input_shape",
+                    format!(
+                        "{} dims given, the input declares {}",
+                        given.len(),
+                        s.dim.len()
+                    ),
+                ));
+                ok = false;
+            }
+            (_, Some(given)) => dims = given,
+            (None, None) => {
                 self.problems.push(problem(
                     ProblemKind::DynamicDim,
                     "shape",
@@ -458,7 +549,7 @@ impl Builder {
                 ));
                 ok = false;
             }
-            Some(s) => {
+            (Some(s), None) => {
                 for (i, d) in s.dim.iter().enumerate() {
                     match &d.value {
                         Some(dimension::Value::DimValue(n)) if *n >= 0 => {
@@ -475,7 +566,7 @@ impl Builder {
                             self.problems.push(problem(
                                 ProblemKind::DynamicDim,
                                 &format!("shape[{i}]"),
-                                format!("dimension {what}; every dimension must be fixed"),
+                                format!("dimension {what}; every dimension must be fixed (give the input's dims: --input-shape NAME=D0xD1x…)"),
                             ));
                             ok = false;
                         }

@@ -12,6 +12,7 @@ mod attrs;
 pub mod error;
 mod external;
 mod fold;
+pub mod head;
 mod import;
 mod ops;
 mod tensor;
@@ -29,8 +30,8 @@ pub mod proto {
 
 pub use error::{OnnxError, Problem, ProblemKind, Result};
 pub use import::{
-    import_file, import_model, import_model_bound, import_onnx, import_onnx_bound, ElemType,
-    Imported, Param,
+    import_file, import_file_with, import_model, import_model_bound, import_model_with,
+    import_onnx, import_onnx_bound, read_model, ElemType, ImportOptions, Imported, Param,
 };
 pub use ops::supported_op_types;
 pub use tensor::{read_tensor, tensor_proto, TensorFile};

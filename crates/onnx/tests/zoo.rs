@@ -187,6 +187,12 @@ fn cnn_matches_onnxruntime_and_pytorch() {
     check_model("cnn", ElemType::F32);
 }
 
+/// The digits classifier `torchlean train --from` fine-tunes (exported at batch 1).
+#[test]
+fn digits_cnn_matches_onnxruntime_and_pytorch() {
+    check_model("digits_cnn", ElemType::F32);
+}
+
 #[test]
 fn residual_block_matches_onnxruntime_and_pytorch() {
     check_model("residual", ElemType::F32);

@@ -357,6 +357,23 @@ pub enum TrainError {
         reason: String,
     },
 
+    /// The ONNX model of `train --from` cannot be imported (at batch size `batch`, when the
+    /// failure is one batch size's): the importer's problems, whole.
+    #[error("{}: cannot import the model{}", .path.display(), .batch.map(|n| format!(" at batch size {n}")).unwrap_or_default())]
+    Import {
+        path: std::path::PathBuf,
+        batch: Option<usize>,
+        #[source]
+        source: torchlean_onnx::OnnxError,
+    },
+
+    /// The ONNX model of `train --from` imports but is no classifier of this data.
+    #[error("{}: {reason}", .path.display())]
+    ImportedModel {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+
     /// A training setting out of range.
     #[error("invalid {field}: {reason}")]
     Config { field: &'static str, reason: String },

@@ -8,6 +8,7 @@
 //! - [`checkpoint`]: safetensors checkpoints with PyTorch's parameter names, written atomically;
 //! - [`plot`]: SVG loss curves;
 //! - [`model`]: the models `torchlean train` trains, sized by the data at run time;
+//! - [`imported`]: a classifier imported from ONNX (`train --from`), its head replaceable;
 //! - [`exec`]: the eager and the compiled way to run a step;
 //! - [`trainer`]: the training loop behind `torchlean train`, with verified steps;
 //! - [`gpt`]: nanoGPT's training loop for a [`torchlean_nn::Gpt`] on character-level text,
@@ -18,6 +19,7 @@ pub mod data;
 pub mod error;
 pub mod exec;
 pub mod gpt;
+pub mod imported;
 pub mod model;
 pub mod optim;
 pub mod plot;

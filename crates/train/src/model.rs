@@ -6,6 +6,8 @@
 //! what the PyTorch twin (`bench/pytorch/train_twin.py`) loads with `load_state_dict`.
 
 use crate::error::{Result, TrainError};
+use crate::imported::{ImportedNet, OnnxSource};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 use torchlean_nn::dynamic::{DynConv2d, DynLayer, DynLinear, DynSequential};
@@ -21,15 +23,19 @@ pub enum Arch {
     /// On `H×W` images: `Conv2d(1, 16, 3, padding=1), ReLU, Conv2d(16, 32, 3, padding=1),
     /// ReLU, MaxPool2d(2), Flatten, Linear(32·⌊H/2⌋·⌊W/2⌋, C)`.
     Cnn,
+    /// A model imported from ONNX ([`crate::imported`]; the file is the configuration's
+    /// `from`).
+    Onnx,
 }
 
 impl Arch {
-    pub const ALL: [Arch; 2] = [Arch::Mlp, Arch::Cnn];
+    pub const ALL: [Arch; 3] = [Arch::Mlp, Arch::Cnn, Arch::Onnx];
 
     pub fn name(self) -> &'static str {
         match self {
             Arch::Mlp => "mlp",
             Arch::Cnn => "cnn",
+            Arch::Onnx => "onnx",
         }
     }
 }
@@ -66,7 +72,14 @@ pub struct Classifier {
     /// The input shape of one example (`[F]`, or `[1, H, W]` for the CNN).
     example: Vec<usize>,
     classes: usize,
-    net: DynSequential,
+    net: Net,
+}
+
+/// A classifier's network: built in, or imported.
+#[derive(Clone, Debug)]
+enum Net {
+    Layers(DynSequential),
+    Imported(Box<ImportedNet>),
 }
 
 impl Classifier {
@@ -103,6 +116,12 @@ impl Classifier {
         };
         let relu = DynLayer::Activation(UnaryOp::Relu);
         let (example, layers) = match arch {
+            Arch::Onnx => {
+                return Err(TrainError::Config {
+                    field: "from",
+                    reason: "an imported model is read from its file (Classifier::imported)".into(),
+                })
+            }
             Arch::Mlp => (
                 vec![features],
                 vec![
@@ -153,8 +172,42 @@ impl Classifier {
             arch,
             example,
             classes,
-            net: DynSequential::new(layers),
+            net: Net::Layers(DynSequential::new(layers)),
         })
+    }
+
+    /// The model imported from `source` ([`ImportedNet::load`]) for data of `features` per
+    /// example and `classes` classes.
+    pub fn imported(
+        source: &OnnxSource,
+        features: usize,
+        classes: usize,
+        seed: u64,
+    ) -> Result<Classifier> {
+        let net = ImportedNet::load(source, features, classes, seed)?;
+        Ok(Classifier {
+            arch: Arch::Onnx,
+            example: net.example().to_vec(),
+            classes,
+            net: Net::Imported(Box::new(net)),
+        })
+    }
+
+    /// The imported network, if the model is one.
+    pub fn imported_net(&self) -> Option<&ImportedNet> {
+        match &self.net {
+            Net::Imported(n) => Some(n),
+            Net::Layers(_) => None,
+        }
+    }
+
+    /// Readies the model for batches of each of `sizes` examples (an imported model is
+    /// imported once per batch size; the built-in ones take any).
+    pub fn prepare(&mut self, sizes: &BTreeSet<usize>) -> Result<()> {
+        match &mut self.net {
+            Net::Imported(n) => n.prepare(sizes),
+            Net::Layers(_) => Ok(()),
+        }
     }
 
     pub fn arch(&self) -> Arch {
@@ -182,12 +235,18 @@ impl Classifier {
 
     /// The initial parameters by name.
     pub fn initial_params(&self) -> Vec<(String, Tensor<f64>)> {
-        self.net.named_params()
+        match &self.net {
+            Net::Layers(l) => l.named_params(),
+            Net::Imported(n) => n.initial_params(),
+        }
     }
 
     /// The logits `[N, C]` of a batch `x` (shape [`Classifier::batch_shape`]).
     pub fn logits<O: Ops>(&self, ops: &mut O, x: &Var) -> torchlean_nn::Result<Var> {
-        self.net.forward(ops, x, Mode::Train)
+        match &self.net {
+            Net::Layers(l) => l.forward(ops, x, Mode::Train),
+            Net::Imported(n) => n.logits(ops, x),
+        }
     }
 
     /// The mean cross-entropy of the batch `x` against `labels`, a data input of the program
@@ -203,7 +262,11 @@ impl Classifier {
     }
 
     /// A PyTorch `nn.Sequential` expression of the model, for the twin script and the docs.
+    /// For an imported model, where it came from.
     pub fn torch_expr(&self) -> String {
-        self.net.torch_expr()
+        match &self.net {
+            Net::Layers(l) => l.torch_expr(),
+            Net::Imported(n) => format!("imported from {}", n.source().path.display()),
+        }
     }
 }

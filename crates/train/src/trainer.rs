@@ -14,10 +14,11 @@ use crate::checkpoint::{Checkpoint, NamedTensor, TensorData};
 use crate::data::{epoch_order, Dataset, Standardizer};
 use crate::error::{Result, TrainError};
 use crate::exec::{CompiledExec, EagerExec, Exec, Interpreter, StepOut};
+use crate::imported::OnnxSource;
 use crate::model::{Arch, Classifier};
 use crate::optim::{clip_grad_norm, EngineOptimizer, OptimConfig, ParamState};
 use crate::sched::{Schedule, Scheduler};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -46,6 +47,9 @@ pub fn optimizer_path(path: &Path) -> PathBuf {
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TrainConfig {
     pub arch: Arch,
+    /// The ONNX model of an [`Arch::Onnx`] run (`train --from`), and its head.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<OnnxSource>,
     /// Epochs to run (an epoch is one pass over the training split).
     pub epochs: u64,
     /// Stop after this many steps in all (overrides `epochs` when given).
@@ -73,9 +77,12 @@ impl TrainConfig {
         let (epochs, lr) = match arch {
             Arch::Mlp => (30, 0.05),
             Arch::Cnn => (20, 0.05),
+            // fine-tuning: fewer passes, a smaller step
+            Arch::Onnx => (10, 0.01),
         };
         TrainConfig {
             arch,
+            from: None,
             epochs,
             steps: None,
             batch: 32,
@@ -90,7 +97,25 @@ impl TrainConfig {
         }
     }
 
+    /// The defaults of `torchlean train --from` for the ONNX model of `source`.
+    pub fn imported(source: OnnxSource) -> TrainConfig {
+        TrainConfig {
+            from: Some(source),
+            ..TrainConfig::new(Arch::Onnx)
+        }
+    }
+
     fn validate(&self) -> Result<()> {
+        if (self.arch == Arch::Onnx) != self.from.is_some() {
+            return Err(TrainError::Config {
+                field: "from",
+                reason: format!(
+                    "an ONNX file goes with the onnx model only (model {}, file {:?})",
+                    self.arch,
+                    self.from.as_ref().map(|f| &f.path)
+                ),
+            });
+        }
         if self.batch == 0 {
             return Err(TrainError::Config {
                 field: "batch",
@@ -295,6 +320,24 @@ pub fn relative_deviation(a: &[f64], reference: &[f64]) -> f64 {
     diff / scale.max(f64::MIN_POSITIVE)
 }
 
+/// The batch size [`Trainer::evaluate`] uses.
+const EVAL_BATCH: usize = 256;
+
+/// Every batch size a run of `batch` on `train` and `held` examples uses: the training batches
+/// (the last of an epoch may be short) and the evaluation ones.
+fn batch_sizes(batch: usize, train: usize, held: usize) -> BTreeSet<usize> {
+    let mut sizes = BTreeSet::new();
+    for (n, b) in [(train, batch), (train, EVAL_BATCH), (held, EVAL_BATCH)] {
+        if n >= b {
+            sizes.insert(b);
+        }
+        if n % b != 0 {
+            sizes.insert(n % b);
+        }
+    }
+    sizes
+}
+
 /// A training run on engine `V`.
 pub struct Trainer<V: TrainValue> {
     cfg: TrainConfig,
@@ -344,13 +387,19 @@ impl<V: TrainValue> Trainer<V> {
         let standardizer = Standardizer::fit(&train);
         train.standardize(&standardizer)?;
         held.standardize(&standardizer)?;
-        let model = Classifier::new(
-            cfg.arch,
-            data.features(),
-            data.image(),
-            data.classes(),
-            cfg.seed,
-        )?;
+        let mut model = match &cfg.from {
+            Some(source) => {
+                Classifier::imported(source, data.features(), data.classes(), cfg.seed)?
+            }
+            None => Classifier::new(
+                cfg.arch,
+                data.features(),
+                data.image(),
+                data.classes(),
+                cfg.seed,
+            )?,
+        };
+        model.prepare(&batch_sizes(cfg.batch, train.len(), held.len()))?;
         let params: BTreeMap<String, Tensor<f64>> = model.initial_params().into_iter().collect();
         let exec = exec_for::<V>(&cfg, &params)?;
         let optimizer = EngineOptimizer::new(cfg.optimizer.clone())?;
@@ -454,7 +503,7 @@ impl<V: TrainValue> Trainer<V> {
         let n = set.len();
         let (mut loss, mut correct) = (0.0, 0);
         let rows: Vec<usize> = (0..n).collect();
-        for chunk in rows.chunks(256) {
+        for chunk in rows.chunks(EVAL_BATCH) {
             let (x, y) = set.batch(chunk)?;
             let x = x.reshaped(self.model.batch_shape(chunk.len()))?;
             let (l, c) = self.exec.evaluate(&self.model, &x, &y)?;
@@ -846,4 +895,21 @@ fn elements<T: Element>(t: &NamedTensor) -> Vec<T> {
         .into_iter()
         .map(|v| T::from_f64(v).unwrap_or_else(T::nan))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_sizes_are_the_full_and_short_batches_of_training_and_evaluation() {
+        // 100 training rows in 32s: 32 and a last batch of 4; evaluated in one short batch of
+        // 100 (under 256); 300 held out: 256 and 44
+        let want: BTreeSet<usize> = [4, 32, 44, 100, 256].into();
+        assert_eq!(batch_sizes(32, 100, 300), want);
+        // a batch larger than the training set is the set
+        assert_eq!(batch_sizes(64, 10, 5), [5, 10].into());
+        // whole batches only
+        assert_eq!(batch_sizes(8, 512, 256), [8, 256].into());
+    }
 }
