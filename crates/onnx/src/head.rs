@@ -103,12 +103,14 @@ pub fn find_head(model: &ModelProto, name: &str) -> Result<Head> {
     let features_first = match node.op_type() {
         "Gemm" if is_b => int_attribute(node, "transB") == 0,
         "MatMul" if is_b => true,
-        op => return Err(head_problem(
-            &weight,
-            format!(
+        op => {
+            return Err(head_problem(
+                &weight,
+                format!(
                 "read by a {op} node; a head is the weight (second operand) of a Gemm or MatMul"
             ),
-        )),
+            ))
+        }
     };
     if dims.len() != 2 || (node.op_type() == "Gemm" && int_attribute(node, "transA") != 0) {
         return Err(head_problem(
