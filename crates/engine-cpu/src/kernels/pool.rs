@@ -57,6 +57,20 @@ fn argmax<T: CpuScalar>(
     best.map(|(k, _)| k)
 }
 
+/// The winner's value of one window ([`argmax`]'s, by the same rule: a later cell wins when
+/// greater or NaN), without tracking where it is: the forward's loop.
+#[inline]
+fn window_max<T: CpuScalar>(
+    plane: &[T],
+    w: usize,
+    (r0, r1): (usize, usize),
+    (c0, c1): (usize, usize),
+) -> Option<T> {
+    let mut cells = (r0..r1).flat_map(|r| &plane[r * w + c0..r * w + c1]);
+    let first = *cells.next()?;
+    Some(cells.fold(first, |b, &v| if v > b || v.is_nan() { v } else { b }))
+}
+
 /// Work of `planes`' windows (at most the real cells each), saturating: the parallel split's
 /// estimate, never a loop bound.
 fn cost(spec: &PoolSpec, (h, w, ho, wo): (usize, usize, usize, usize)) -> usize {
@@ -83,7 +97,7 @@ pub(crate) fn forward<T: CpuScalar>(
             for (yrow, &rr) in yplane.chunks_exact_mut(wo).zip(&rows) {
                 for (y, &cc) in yrow.iter_mut().zip(&cols) {
                     *y = if is_max {
-                        argmax(plane, w, rr, cc).map_or(T::ZERO, |i| plane[i])
+                        window_max(plane, w, rr, cc).unwrap_or(T::ZERO)
                     } else {
                         let mut acc = T::ZERO;
                         for r in rr.0..rr.1 {
@@ -189,6 +203,31 @@ mod tests {
         let x = CpuTensor::<f64>::from_vec([1, 2, 2], vec![1.0, f64::NAN, 5.0, 2.0]).unwrap();
         assert!(forward(&sp, &x, Shape::from([1, 1, 1])).unwrap().as_slice()[0].is_nan());
         assert_eq!(max_vjp(&sp, &x, &d).as_slice(), &[0.0, 1.0, 0.0, 0.0]);
+    }
+
+    #[test]
+    fn the_forwards_window_max_is_the_value_at_the_vjps_argmax() {
+        // signed zeros, ties, NaNs of two payloads and infinities, in every window of a plane
+        let cells = [
+            0.0,
+            -0.0,
+            1.5,
+            1.5,
+            f64::NAN,
+            -f64::NAN,
+            f64::INFINITY,
+            -f64::INFINITY,
+            -2.0,
+        ];
+        let (h, w) = (5, 6);
+        let plane: Vec<f64> = (0..h * w).map(|i| cells[(i * 7 + i / 5) % 9]).collect();
+        for (r0, r1) in [(0, 1), (0, 3), (1, 4), (2, 5), (3, 3)] {
+            for (c0, c1) in [(0, 1), (0, 3), (2, 6), (4, 4)] {
+                let want = argmax(&plane, w, (r0, r1), (c0, c1)).map(|i| plane[i].to_bits());
+                let got = window_max(&plane, w, (r0, r1), (c0, c1)).map(f64::to_bits);
+                assert_eq!(got, want, "rows {r0}..{r1}, columns {c0}..{c1}");
+            }
+        }
     }
 
     #[test]
