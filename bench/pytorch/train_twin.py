@@ -49,7 +49,12 @@ def main():
     torch.set_num_threads(1)
     model = build(plan["model"]).to(dtype)
     # our checkpoint holds exactly the state_dict (the optimizer state is in a file beside it)
-    model.load_state_dict(load_file(f"{d}/init.safetensors"), strict=True)
+    # of the exported module: the parameters, and the input normalization's buffers, which the
+    # twin does not need (data.safetensors holds the data as our trainer standardized it)
+    state = load_file(f"{d}/init.safetensors")
+    for buffer in ("input_mean", "input_scale"):
+        state.pop(buffer)
+    model.load_state_dict(state, strict=True)
     data = load_file(f"{d}/data.safetensors")
     x, y = data["x"].to(dtype), data["y"].long()
     if plan["model"]["arch"] == "cnn":

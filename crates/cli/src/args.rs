@@ -147,8 +147,10 @@ pub enum Command {
         input_shape: Vec<(String, Vec<usize>)>,
     },
     /// Write the graph as a standalone PyTorch module (torch and safetensors only) whose
-    /// forward follows it node by node, and its weights as NAME.safetensors beside it
+    /// forward follows it node by node, and its weights as NAME.safetensors beside it; or a
+    /// `train mlp|cnn --save` checkpoint as a module that takes raw rows and names classes
     ExportTorch {
+        /// A graph or case file, or a checkpoint (.safetensors)
         graph: PathBuf,
         /// Payload JSON or safetensors (default: the case's payload, for a case file)
         #[arg(long)]
@@ -165,6 +167,32 @@ pub enum Command {
     Train(Box<TrainArgs>),
     /// Print text a `train gpt` checkpoint writes after a prompt, character by character
     Sample(SampleArgs),
+    /// Classify rows with a `train mlp|cnn|--from` checkpoint: raw rows in, as the training
+    /// file holds them (the checkpoint normalizes them itself), one class name per row out
+    Predict(PredictArgs),
+}
+
+/// `torchlean predict`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct PredictArgs {
+    /// A checkpoint `train mlp|cnn|--from --save` wrote
+    #[arg(value_name = "CHECKPOINT.safetensors")]
+    pub checkpoint: PathBuf,
+    /// The rows: a CSV file with a header holding the columns the model was trained on, by
+    /// name (other columns, such as the label, are ignored)
+    #[arg(long, required_unless_present = "digits")]
+    pub csv: Option<PathBuf>,
+    /// The rows: the embedded 8×8 digits, all 1,797, as raw pixels (0 to 16)
+    #[arg(long, conflicts_with = "csv")]
+    pub digits: bool,
+    /// One JSON object per row: {"row": i, "class": id, "name": "…"}
+    #[arg(long)]
+    pub json: bool,
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub engine: EngineName,
+    /// [default: the checkpoint's]
+    #[arg(long, value_enum)]
+    pub dtype: Option<DTypeArg>,
 }
 
 /// `torchlean sample`'s arguments.
@@ -310,8 +338,9 @@ pub struct TrainArgs {
     /// Clip the gradients' total 2-norm to this before each update
     #[arg(long)]
     pub clip_grad_norm: Option<f64>,
-    /// Write the trained parameters here as safetensors, exactly PyTorch's state_dict (for
-    /// `load_state_dict(safetensors.torch.load_file(PATH))`), and the optimizer state beside
+    /// Write the trained model here as safetensors: its parameters under PyTorch's names and
+    /// its input normalization (buffers input_mean, input_scale), the state_dict of the module
+    /// `export-torch PATH` writes; and the optimizer state beside
     /// it (`NAME.optim.safetensors`); each written atomically
     #[arg(long)]
     pub save: Option<PathBuf>,
@@ -453,7 +482,8 @@ impl Command {
             Command::Dot { .. }
             | Command::Convert { .. }
             | Command::Import { .. }
-            | Command::Sample(_) => None,
+            | Command::Sample(_)
+            | Command::Predict(_) => None,
         }
     }
 }

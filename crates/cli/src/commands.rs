@@ -61,6 +61,7 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
         Command::Lower { graph, payload, .. } => lower(&graph, payload.as_deref()),
         Command::Train(args) => crate::train::run(&args),
         Command::Sample(args) => crate::train_gpt::sample(&args),
+        Command::Predict(args) => crate::predict::run(&args),
         Command::Convert {
             graph,
             payload,
@@ -467,6 +468,9 @@ fn check(graph: &Path, payload: Option<&Path>, input: &[PathBuf]) -> Result<Outc
 /// `export-torch`: the graph validated as `eval` validates it, the module and its weights
 /// (`NAME.safetensors` beside `output`) written atomically, the weights first.
 fn export_torch(graph: &Path, payload: Option<&Path>, output: &Path) -> Result<Outcome, Stop> {
+    if graph.extension().is_some_and(|e| e == "safetensors") {
+        return export_checkpoint(graph, payload, output);
+    }
     let mut loaded = load(graph, payload, &[], &[])?;
     loaded
         .payload
@@ -475,20 +479,9 @@ fn export_torch(graph: &Path, payload: Option<&Path>, output: &Path) -> Result<O
     if !errors.is_empty() {
         return Err(BadInput(errors).into());
     }
-    let weights_path = output.with_extension("safetensors");
-    if weights_path == output {
-        return Err(BadInput::one(format!(
-            "{}: the module's weights go to NAME.safetensors beside it: name the module NAME.py",
-            output.display()
-        ))
-        .into());
-    }
-    let weights_name = weights_path
-        .file_name()
-        .and_then(|n| n.to_str())
-        .ok_or_else(|| BadInput::one(format!("{}: not a file name in UTF-8", output.display())))?;
+    let (weights_path, weights_name) = weights_beside(output)?;
     let p = loaded.payload.map(|(p, _)| p).unwrap_or_default();
-    let module = crate::export_torch::emit(&loaded.doc.graph, &p, weights_name)
+    let module = crate::export_torch::emit(&loaded.doc.graph, &p, &weights_name)
         .map_err(|d| diag_lines(graph, &d))?;
     let bytes = torchlean_ir::safetensors_bytes(
         module
@@ -503,6 +496,65 @@ fn export_torch(graph: &Path, payload: Option<&Path>, output: &Path) -> Result<O
     out::line(format_args!(
         "{}: wrote {} and {}",
         graph.display(),
+        output.display(),
+        weights_path.display()
+    ))?;
+    Ok(Outcome::Ok)
+}
+
+/// Where a module's weights go: `NAME.safetensors` beside `NAME.py`, and that file name; the
+/// directory is made if missing.
+fn weights_beside(output: &Path) -> Result<(PathBuf, String), BadInput> {
+    if let Some(dir) = output.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| BadInput::at_doing(dir, "cannot create the directory", &e))?;
+    }
+    let weights_path = output.with_extension("safetensors");
+    if weights_path == output {
+        return Err(BadInput::one(format!(
+            "{}: the module's weights go to NAME.safetensors beside it: name the module NAME.py",
+            output.display()
+        )));
+    }
+    let weights_name = weights_path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| BadInput::one(format!("{}: not a file name in UTF-8", output.display())))?
+        .to_string();
+    Ok((weights_path, weights_name))
+}
+
+/// `torchlean export-torch CHECKPOINT -o NAME.py`: a `train mlp|cnn` checkpoint as a module
+/// that takes raw rows ([`crate::export_torch::checkpoint_module`]), its weights the
+/// checkpoint's model file copied to `NAME.safetensors`.
+fn export_checkpoint(
+    checkpoint: &Path,
+    payload: Option<&Path>,
+    output: &Path,
+) -> Result<Outcome, Stop> {
+    if payload.is_some() {
+        return Err(BadInput::one(format!(
+            "{}: a checkpoint holds its weights: no --payload",
+            checkpoint.display()
+        ))
+        .into());
+    }
+    let saved =
+        torchlean_train::predict::SavedClassifier::load(checkpoint).map_err(crate::train::bad)?;
+    let (weights_path, weights_name) = weights_beside(output)?;
+    let source = checkpoint.display().to_string();
+    let module = crate::export_torch::checkpoint_module(&saved, &source, &weights_name)
+        .ok_or_else(|| {
+            BadInput::one(format!(
+                "{source}: an imported model's module is the one it was exported from; its parameters are under their ONNX names in the checkpoint"
+            ))
+        })?;
+    let bytes =
+        std::fs::read(checkpoint).map_err(|e| BadInput::at_doing(checkpoint, "cannot read", &e))?;
+    write_file(&weights_path, &bytes)?;
+    write_file(output, module.as_bytes())?;
+    out::line(format_args!(
+        "{source}: wrote {} and {}",
         output.display(),
         weights_path.display()
     ))?;

@@ -269,6 +269,87 @@ fn op_expr(op: &Op, a: &[String], p: &[String]) -> Result<String, Diagnostic> {
     torch::expression(op, a, p).map_err(Diagnostic::spec)
 }
 
+/// The module of a `torchlean train` checkpoint (`saved`, read from `source`) whose weights
+/// file — the checkpoint's model file, copied — is `weights_name` beside it: an
+/// `nn.Sequential` of the trained layers, after the input normalization its `input_mean` and
+/// `input_scale` buffers (float64, in the training file's units) hold, so raw rows go in;
+/// `Model()` loads the weights strictly and `predict` names the classes. `None` for an
+/// imported model (its module is the one it was exported from).
+pub fn checkpoint_module(
+    saved: &torchlean_train::predict::SavedClassifier,
+    source: &str,
+    weights_name: &str,
+) -> Option<String> {
+    let model = saved.model();
+    let layers = model.torch_layers()?;
+    let quoted = |v: &[String]| {
+        let items: Vec<String> = v
+            .iter()
+            .map(|c| serde_json::Value::String(c.clone()).to_string())
+            .collect();
+        format!("[{}]", items.join(", "))
+    };
+    let example: Vec<String> = model.example().iter().map(usize::to_string).collect();
+    let dtype = if saved.dtype() == "f64" {
+        "torch.float64"
+    } else {
+        "torch.float32"
+    };
+    let stem = weights_name.trim_end_matches(".safetensors");
+    let mut py = String::new();
+    let _ = write!(
+        py,
+        r#""""The `torchlean train` checkpoint {source} as a PyTorch module (`torchlean export-torch`).
+
+    from {stem} import Model
+    model = Model()                  # loads {weights_name} beside this file, strictly
+    model.predict(rows)              # class names of raw rows, as the training file holds them
+"""
+
+import os
+
+import torch
+from torch import nn
+from safetensors.torch import load_file
+
+CLASSES = {classes}
+FEATURES = {features}
+EXAMPLE = ({example},)
+DTYPE = {dtype}
+WEIGHTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "{weights_name}")
+
+
+class Model(nn.Sequential):
+    """The trained layers after the input normalization: `input_mean` and `input_scale`
+    (float64 buffers, in the training file's units) standardize each raw feature, in float64
+    as the trainer did, before the layers run in DTYPE."""
+
+    def __init__(self, weights=WEIGHTS):
+        super().__init__({layers})
+        self.to(DTYPE)
+        self.register_buffer("input_mean", torch.zeros(FEATURES, dtype=torch.float64))
+        self.register_buffer("input_scale", torch.ones(FEATURES, dtype=torch.float64))
+        self.load_state_dict(load_file(weights), strict=True)
+        self.eval()
+
+    def forward(self, x):
+        x = torch.as_tensor(x, dtype=torch.float64).reshape(-1, FEATURES)
+        x = ((x - self.input_mean) / self.input_scale).to(DTYPE)
+        return super().forward(x.reshape(-1, *EXAMPLE))
+
+    @torch.no_grad()
+    def predict(self, x):
+        """The class name of each row of `x` (the largest logit's, the first on ties)."""
+        return [CLASSES[i] for i in self(x).argmax(dim=1).tolist()]
+"#,
+        classes = quoted(saved.class_names()),
+        features = saved.feature_names().len(),
+        example = example.join(", "),
+        layers = layers.join(", "),
+    );
+    Some(py)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -14,6 +14,7 @@ mod export_torch;
 mod import;
 mod load;
 mod out;
+mod predict;
 mod train;
 mod train_gpt;
 

@@ -12,6 +12,7 @@ mod dialects;
 mod export_torch;
 mod import;
 mod inputs;
+mod predict;
 mod reliability;
 mod torch_export;
 mod train;

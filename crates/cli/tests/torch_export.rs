@@ -7,29 +7,10 @@
 
 use crate::common;
 
-use common::{run, stderr, stdout};
+use common::{python, run, stderr, stdout};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-/// The interpreter, or `None` after printing why the test is skipped.
-fn python() -> Option<PathBuf> {
-    let Some(py) = std::env::var_os("TORCHLEAN_PYTHON").filter(|p| !p.is_empty()) else {
-        println!("skipped: TORCHLEAN_PYTHON is not set (a Python with torch and safetensors)");
-        eprintln!("skipped: TORCHLEAN_PYTHON is not set (a Python with torch and safetensors)");
-        return None;
-    };
-    let ok = Command::new(&py)
-        .args(["-c", "import torch, safetensors"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        println!("skipped: {py:?} cannot import torch and safetensors");
-        eprintln!("skipped: {py:?} cannot import torch and safetensors");
-        return None;
-    }
-    Some(py.into())
-}
 
 fn tool(relative: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -563,7 +563,9 @@ fn an_imported_onnx_classifier_fine_tunes_saves_and_resumes() {
             "conv.bias",
             "conv.weight",
             "fc.bias",
-            "fc.weight"
+            "fc.weight",
+            "input_mean",
+            "input_scale"
         ]
     );
     let rest = train(&[&flags[..], &["--epochs", "2", "--resume", ckp]].concat());

@@ -343,8 +343,12 @@ impl DynSequential {
     /// The `nn.Sequential(…)` expression whose `state_dict` has these parameters' names and
     /// shapes.
     pub fn torch_expr(&self) -> String {
-        let parts: Vec<String> = self.layers.iter().map(DynLayer::torch_expr).collect();
-        format!("nn.Sequential({})", parts.join(", "))
+        format!("nn.Sequential({})", self.torch_layers().join(", "))
+    }
+
+    /// Each layer's PyTorch expression (`nn.Linear(64, 128)`, `nn.ReLU()`, …), in order.
+    pub fn torch_layers(&self) -> Vec<String> {
+        self.layers.iter().map(DynLayer::torch_expr).collect()
     }
 }
 

@@ -228,6 +228,14 @@ impl Checkpoint {
         Ok(Checkpoint { tensors, metadata })
     }
 
+    /// The checkpoint without the tensors named in `names` (those it has).
+    pub fn without(mut self, names: &[&str]) -> Checkpoint {
+        for n in names {
+            self.tensors.remove(*n);
+        }
+        self
+    }
+
     /// Compares the tensors in scope with the `expected` `(name, shape)` list (full names).
     /// In scope: the tensors whose name starts with `prefix`, or for `prefix == ""` those not
     /// under [`OPTIMIZER_PREFIX`]. One [`TrainError::CheckpointNames`] lists every expected

@@ -29,6 +29,9 @@ use crate::error::{Result, TrainError};
 /// (`0..=16`) and a label, no header.
 const DIGITS_CSV: &str = include_str!("../data/digits.csv");
 
+/// The digits' largest pixel value: the embedded file's pixels are divided by it.
+const DIGITS_PIXEL_MAX: f64 = 16.0;
+
 /// How the embedded digits file is named in errors.
 const DIGITS_ORIGIN: &str = "digits.csv (embedded)";
 
@@ -43,6 +46,9 @@ pub struct Dataset {
     feature_names: Vec<String>,
     class_names: Vec<String>,
     image: Option<(usize, usize)>,
+    /// What the file's values were divided by to give `x` (16 for the digits' pixels, else 1):
+    /// a saved model's input normalization is in the file's units.
+    input_divisor: f64,
 }
 
 impl Dataset {
@@ -62,10 +68,31 @@ impl Dataset {
             csv::Records::new(DIGITS_ORIGIN, DIGITS_CSV),
         )?;
         let mut data = Dataset::from_table(DIGITS_ORIGIN, table).with_image(8, 8)?;
+        data.input_divisor = DIGITS_PIXEL_MAX;
         for v in &mut data.x {
-            *v /= 16.0;
+            *v /= DIGITS_PIXEL_MAX;
         }
         Ok(data)
+    }
+
+    /// The columns `names` (by header name, in that order) of every row of the CSV file at
+    /// `path`, row-major: a saved model's features from a file that may hold other columns
+    /// too. Errors name the file, the line and the column, and list every missing name.
+    pub fn columns_from_csv(path: &Path, names: &[String]) -> Result<Vec<f64>> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| TrainError::ReadData {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        csv::columns(&origin, &text, names)
+    }
+
+    /// The embedded digits' pixels as the file holds them (0 to 16, not divided), row-major,
+    /// and their labels: what a saved digits model takes.
+    pub fn digits_raw() -> Result<(Vec<f64>, Vec<usize>)> {
+        let d = Dataset::digits()?;
+        let raw = d.x.iter().map(|v| v * DIGITS_PIXEL_MAX).collect();
+        Ok((raw, d.labels))
     }
 
     /// Reads a CSV file (see [`Dataset::from_csv_str`]); errors name `path`.
@@ -143,6 +170,7 @@ impl Dataset {
             feature_names: table.feature_names,
             class_names: table.class_names,
             image: None,
+            input_divisor: 1.0,
         }
     }
 
@@ -184,6 +212,11 @@ impl Dataset {
     /// The number of classes (class ids are `0..classes()`); some may have no rows.
     pub fn classes(&self) -> usize {
         self.class_names.len()
+    }
+
+    /// What the file's values were divided by (16 for the digits' pixels, else 1).
+    pub fn input_divisor(&self) -> f64 {
+        self.input_divisor
     }
 
     /// The name of each class id (`"0"` to `"9"` for the digits).
@@ -247,6 +280,7 @@ impl Dataset {
             feature_names: self.feature_names.clone(),
             class_names: self.class_names.clone(),
             image: self.image,
+            input_divisor: self.input_divisor,
         })
     }
 
@@ -319,11 +353,7 @@ impl Dataset {
                 features: self.features,
             });
         }
-        for row in self.x.chunks_exact_mut(self.features) {
-            for ((v, m), s) in row.iter_mut().zip(&stats.mean).zip(&stats.scale) {
-                *v = (*v - m) / s;
-            }
-        }
+        stats.apply(&mut self.x);
         Ok(())
     }
 
@@ -395,6 +425,35 @@ impl Standardizer {
     /// Each feature's scale (standard deviation, 1 for a constant feature).
     pub fn scale(&self) -> &[f64] {
         &self.scale
+    }
+
+    /// The mean and scale in the units of a file whose values were divided by `divisor`
+    /// ([`Dataset::input_divisor`]): `(raw − mean·d) / (scale·d)` is `(raw/d − mean) / scale`
+    /// to the bit when `d` is a power of two (the digits' 16), as scaling by one is exact.
+    pub fn in_file_units(&self, divisor: f64) -> Standardizer {
+        Standardizer {
+            mean: self.mean.iter().map(|m| m * divisor).collect(),
+            scale: self.scale.iter().map(|s| s * divisor).collect(),
+        }
+    }
+
+    /// A standardizer of these means and scales, if they are one: as many of each, every
+    /// mean finite, every scale positive and finite.
+    pub fn new(mean: Vec<f64>, scale: Vec<f64>) -> Option<Standardizer> {
+        let fine = mean.len() == scale.len()
+            && mean.iter().all(|m| m.is_finite())
+            && scale.iter().all(|s| s.is_finite() && *s > 0.0);
+        fine.then_some(Standardizer { mean, scale })
+    }
+
+    /// Standardizes `rows` (row-major, [`Standardizer::mean`]'s length per row) in place, as
+    /// [`Dataset::standardize`] does.
+    pub fn apply(&self, rows: &mut [f64]) {
+        for row in rows.chunks_exact_mut(self.mean.len().max(1)) {
+            for ((v, m), s) in row.iter_mut().zip(&self.mean).zip(&self.scale) {
+                *v = (*v - m) / s;
+            }
+        }
     }
 }
 

@@ -357,6 +357,10 @@ pub enum TrainError {
         reason: String,
     },
 
+    /// Data for a saved classifier that is no whole number of its rows.
+    #[error("{values} values are not rows of the model's {features} features")]
+    RowLength { values: usize, features: usize },
+
     /// The ONNX model of `train --from` cannot be imported (at batch size `batch`, when the
     /// failure is one batch size's): the importer's problems, whole.
     #[error("{}: cannot import the model{}", .path.display(), .batch.map(|n| format!(" at batch size {n}")).unwrap_or_default())]

@@ -138,6 +138,18 @@ impl<V: Kernels> EagerExec<V> {
         session.load_params(params)?;
         Ok(EagerExec { session })
     }
+
+    /// The class id (the largest logit's, the first on ties) of each example of `x`.
+    pub fn predict(&mut self, model: &Classifier, x: &Tensor<f64>) -> Result<Vec<usize>> {
+        let s = &mut self.session;
+        let logits = s.no_grad(|s| {
+            let xv = s.input("x", x, false)?;
+            let logits = model.logits(s, &xv)?;
+            s.value_f64(&logits)
+        });
+        s.reset();
+        Ok(argmax_rows(&logits?))
+    }
 }
 
 impl<V: Kernels> Exec<V> for EagerExec<V> {

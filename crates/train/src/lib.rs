@@ -7,6 +7,7 @@
 //! - [`data`]: the embedded 8×8 digits, CSV data sets, seeded splits, shuffles and batches;
 //! - [`checkpoint`]: safetensors checkpoints with PyTorch's parameter names, written atomically;
 //! - [`plot`]: SVG loss curves;
+//! - [`predict`]: a saved classifier on new data (raw rows in, class names out);
 //! - [`model`]: the models `torchlean train` trains, sized by the data at run time;
 //! - [`imported`]: a classifier imported from ONNX (`train --from`), its head replaceable;
 //! - [`exec`]: the eager and the compiled way to run a step;
@@ -23,6 +24,7 @@ pub mod imported;
 pub mod model;
 pub mod optim;
 pub mod plot;
+pub mod predict;
 pub mod sched;
 pub mod trainer;
 

@@ -262,6 +262,20 @@ impl Classifier {
     }
 
     /// A PyTorch `nn.Sequential` expression of the model, for the twin script and the docs.
+    /// Each layer's PyTorch expression, for a built-in model (an imported one has none: its
+    /// module is the one it was exported from).
+    pub fn torch_layers(&self) -> Option<Vec<String>> {
+        match &self.net {
+            Net::Layers(l) => Some(l.torch_layers()),
+            Net::Imported(_) => None,
+        }
+    }
+
+    /// One example's shape inside the network (`[F]`, or `[1, H, W]` for the CNN).
+    pub fn example(&self) -> &[usize] {
+        &self.example
+    }
+
     /// For an imported model, where it came from.
     pub fn torch_expr(&self) -> String {
         match &self.net {

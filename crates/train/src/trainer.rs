@@ -320,20 +320,39 @@ pub fn relative_deviation(a: &[f64], reference: &[f64]) -> f64 {
     diff / scale.max(f64::MIN_POSITIVE)
 }
 
+/// The buffer of a saved classifier holding each feature's mean, in the data file's units
+/// (the digits' raw pixels, a CSV's values): the exported module subtracts it from its input.
+pub const INPUT_MEAN: &str = "input_mean";
+
+/// The buffer holding each feature's scale (standard deviation, 1 for a constant feature), in
+/// the file's units: the exported module divides by it after subtracting [`INPUT_MEAN`].
+pub const INPUT_SCALE: &str = "input_scale";
+
+/// The input normalization's buffers, which a model file holds beside the parameters (saved in
+/// f64 whatever the run's dtype, so the normalization is the trainer's to the bit).
+pub const INPUT_BUFFERS: [&str; 2] = [INPUT_MEAN, INPUT_SCALE];
+
 /// The batch size [`Trainer::evaluate`] uses.
 const EVAL_BATCH: usize = 256;
 
 /// Every batch size a run of `batch` on `train` and `held` examples uses: the training batches
 /// (the last of an epoch may be short) and the evaluation ones.
 fn batch_sizes(batch: usize, train: usize, held: usize) -> BTreeSet<usize> {
+    let mut sizes = chunk_sizes(train, batch);
+    sizes.extend(chunk_sizes(train, EVAL_BATCH));
+    sizes.extend(chunk_sizes(held, EVAL_BATCH));
+    sizes
+}
+
+/// The sizes of `n` rows taken `b` at a time: `b` (if there is a whole chunk) and the
+/// remainder (if any).
+pub(crate) fn chunk_sizes(n: usize, b: usize) -> BTreeSet<usize> {
     let mut sizes = BTreeSet::new();
-    for (n, b) in [(train, batch), (train, EVAL_BATCH), (held, EVAL_BATCH)] {
-        if n >= b {
-            sizes.insert(b);
-        }
-        if n % b != 0 {
-            sizes.insert(n % b);
-        }
+    if n >= b {
+        sizes.insert(b);
+    }
+    if !n.is_multiple_of(b) {
+        sizes.insert(n % b);
     }
     sizes
 }
@@ -691,9 +710,11 @@ impl<V: TrainValue> Trainer<V> {
     // ---- checkpoints ----
 
     /// The run's state as two checkpoints. The model file holds the parameters under their
-    /// PyTorch names and nothing else (so `model.load_state_dict(safetensors.torch.load_file(
-    /// path))` works with `strict=True`), with the metadata to resume (config, step, dtype,
-    /// standardizer) as safetensors metadata; the optimizer file
+    /// PyTorch names and the input normalization's buffers ([`INPUT_BUFFERS`], f64, in the data
+    /// file's units): the `state_dict` of the module `torchlean export-torch` writes for it (so
+    /// `load_state_dict(safetensors.torch.load_file(path))` works with `strict=True`), with
+    /// the metadata to resume and to predict (config, step, dtype, standardizer, class and
+    /// feature names) as safetensors metadata; the optimizer file
     /// ([`optimizer_path`]) holds `state.<param>.<buffer>` tensors and the step counts. Both
     /// carry one `save_id`, so a pair from different saves is refused on resume.
     pub fn checkpoint(&self) -> Result<(Checkpoint, Checkpoint)> {
@@ -708,6 +729,11 @@ impl<V: TrainValue> Trainer<V> {
         let mut tensors = BTreeMap::new();
         for (name, v) in self.exec.params() {
             tensors.insert(name.clone(), named(v.shape().dims(), &v.read()?));
+        }
+        // the input normalization, in the file's units, as buffers of the exported module
+        let raw = self.standardizer.in_file_units(self.train.input_divisor());
+        for (name, values) in [(INPUT_MEAN, raw.mean()), (INPUT_SCALE, raw.scale())] {
+            tensors.insert(name.to_string(), named(&[values.len()], values));
         }
         let mut optim = BTreeMap::new();
         let mut steps = BTreeMap::new();
@@ -736,6 +762,9 @@ impl<V: TrainValue> Trainer<V> {
                 "classes": self.train.classes(),
                 "image": self.train.image(),
                 "torch": self.model.torch_expr(),
+                "class_names": self.train.class_names(),
+                "feature_names": self.train.feature_names(),
+                "input_divisor": self.train.input_divisor(),
             },
             "standardize": self.standardizer,
         });
@@ -769,7 +798,7 @@ impl<V: TrainValue> Trainer<V> {
     /// [`TrainError::CheckpointNames`] lists every missing, unexpected and mis-shaped one, and
     /// on any error the run is unchanged.
     pub fn init_from(&mut self, path: &Path) -> Result<()> {
-        let ck = Checkpoint::load(path)?;
+        let ck = Checkpoint::load(path)?.without(&INPUT_BUFFERS);
         let shapes = self.model.param_shapes();
         ck.check_names(&shapes, "")?;
         let mut params = BTreeMap::new();
@@ -812,6 +841,7 @@ impl<V: TrainValue> Trainer<V> {
             )));
         }
         let step = meta["step"].as_u64().ok_or_else(|| bad("no step".into()))?;
+        let ck = ck.without(&INPUT_BUFFERS);
         let mut t = Trainer::<V>::new(cfg, data)?;
         ck.check_names(&t.model.param_shapes(), "")?;
         let mut params = BTreeMap::new();

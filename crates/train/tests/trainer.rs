@@ -155,7 +155,8 @@ fn a_checkpoint_of_another_model_or_precision_is_refused_with_what_differs() {
 }
 
 #[test]
-fn the_model_file_holds_only_the_parameters_and_the_optimizer_file_must_match_it() {
+fn the_model_file_holds_the_parameters_and_the_input_normalization_and_the_optimizer_file_must_match_it(
+) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("run.safetensors");
     let mut c = cfg(Arch::Mlp, 5);
@@ -163,13 +164,40 @@ fn the_model_file_holds_only_the_parameters_and_the_optimizer_file_must_match_it
     let mut t = Trainer::<CpuF32>::new(c, &digits()).unwrap();
     t.run(&mut Quiet).unwrap();
     t.save(&path).unwrap();
-    // what `load_state_dict(strict=True)` needs: exactly the state_dict names
+    // what `load_state_dict(strict=True)` needs: exactly the state_dict names of the exported
+    // module, the parameters and the input normalization's buffers
     let ck = Checkpoint::load(&path).unwrap();
     let names: Vec<&str> = ck.tensors.keys().map(String::as_str).collect();
     assert_eq!(
         names,
-        ["0.bias", "0.weight", "2.bias", "2.weight", "4.bias", "4.weight"]
+        [
+            "0.bias",
+            "0.weight",
+            "2.bias",
+            "2.weight",
+            "4.bias",
+            "4.weight",
+            "input_mean",
+            "input_scale"
+        ]
     );
+    // in the file's units (raw pixels, 0 to 16), f64: the trainer's standardization to the bit
+    let meta: serde_json::Value = serde_json::from_str(&ck.metadata["torchlean"]).unwrap();
+    let fitted = &meta["standardize"];
+    for (buffer, key) in [("input_mean", "mean"), ("input_scale", "scale")] {
+        let TensorData::F64(values) = &ck.tensors[buffer].data else {
+            panic!("{buffer} is not f64");
+        };
+        let want: Vec<f64> = fitted[key]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() * 16.0)
+            .collect();
+        assert_eq!(values, &want, "{buffer}");
+    }
+    assert_eq!(meta["model"]["class_names"][3], "3");
+    assert_eq!(meta["model"]["input_divisor"], 16.0);
     let optim = Checkpoint::load(&optimizer_path(&path)).unwrap();
     assert!(optim.tensors.contains_key("state.0.weight.exp_avg_sq"));
     // an optimizer file from another save is refused, naming it

@@ -80,14 +80,10 @@ EXAMPLES = {"mlp": mlp, "cnn": cnn, "residual": residual, "encoder": encoder}
 class Unsupported(nn.Module):
     """Four problems: three ops without an IR kind and one attribute value the IR lacks."""
 
-    def __init__(self):
-        super().__init__()
-        self.grouped = nn.Conv2d(2, 2, 3, groups=2)
-
     def forward(self, x):
         y = torch.cumsum(x, dim=3)  # PROBLEM cumsum
         y = torch.erfinv(torch.tanh(y))  # PROBLEM erfinv
-        y = self.grouped(y)  # PROBLEM conv2d groups
+        y = F.max_pool2d(y, 2, ceil_mode=True)  # PROBLEM pool with ceil_mode=True
         return torch.sort(y, dim=-1).values  # PROBLEM sort
 
 

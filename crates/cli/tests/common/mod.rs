@@ -84,3 +84,22 @@ pub fn zoo_tensor(model: &str, key: &str) -> Value {
     };
     json!({"shape": view.shape(), "data": data})
 }
+
+/// The interpreter, or `None` after printing why the test is skipped.
+pub fn python() -> Option<PathBuf> {
+    let Some(py) = std::env::var_os("TORCHLEAN_PYTHON").filter(|p| !p.is_empty()) else {
+        println!("skipped: TORCHLEAN_PYTHON is not set (a Python with torch and safetensors)");
+        eprintln!("skipped: TORCHLEAN_PYTHON is not set (a Python with torch and safetensors)");
+        return None;
+    };
+    let ok = Command::new(&py)
+        .args(["-c", "import torch, safetensors"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        println!("skipped: {py:?} cannot import torch and safetensors");
+        eprintln!("skipped: {py:?} cannot import torch and safetensors");
+        return None;
+    }
+    Some(py.into())
+}

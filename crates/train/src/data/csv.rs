@@ -79,6 +79,13 @@ pub enum CsvProblem {
         /// The cell as written (unquoted).
         cell: String,
     },
+    /// The header lacks columns a saved model reads (by name).
+    MissingColumns {
+        /// The names not found, in the model's order.
+        missing: Vec<String>,
+        /// The header's names, in order.
+        available: Vec<String>,
+    },
     /// A feature cell parses as a number that is infinite or NaN.
     NotFinite {
         /// Where.
@@ -124,6 +131,22 @@ impl fmt::Display for CsvProblem {
                 "no feature columns: the header has only the label column `{label}`"
             ),
             CsvProblem::NoRows => write!(f, "the header is not followed by any data row"),
+            CsvProblem::MissingColumns { missing, available } => {
+                // the first few of a long list, and how many more
+                let quoted = |v: &[String]| {
+                    let mut s: Vec<String> = v.iter().take(8).map(|n| format!("`{n}`")).collect();
+                    if v.len() > 8 {
+                        s.push(format!("and {} more", v.len() - 8));
+                    }
+                    s.join(", ")
+                };
+                write!(
+                    f,
+                    "no column for the model's feature(s) {}; the columns are {}",
+                    quoted(missing),
+                    quoted(available)
+                )
+            }
             CsvProblem::Ragged { got, want, column } => {
                 write!(f, "got {got} fields, the header has {want}: ")?;
                 if got < want {
@@ -161,7 +184,7 @@ pub(crate) fn csv_error(origin: &str, line: usize, problem: CsvProblem) -> Train
 }
 
 /// One field: its text (unquoted, `""` unescaped) and the 1-based line it starts on.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Field {
     pub text: String,
     pub line: usize,
@@ -309,24 +332,7 @@ pub(crate) fn table(
                 raw_labels.push((field.text.trim().to_string(), field.line));
                 continue;
             }
-            let cell = field.text.trim();
-            match cell.parse::<f64>() {
-                Ok(v) if v.is_finite() => x.push(v),
-                Ok(_) => {
-                    let problem = CsvProblem::NotFinite {
-                        column: column(i),
-                        cell: field.text,
-                    };
-                    return Err(csv_error(origin, field.line, problem));
-                }
-                Err(_) => {
-                    let problem = CsvProblem::NotNumber {
-                        column: column(i),
-                        cell: field.text,
-                    };
-                    return Err(csv_error(origin, field.line, problem));
-                }
-            }
+            x.push(number(origin, column(i), field)?);
         }
     }
     if raw_labels.is_empty() {
@@ -345,6 +351,86 @@ pub(crate) fn table(
         labels,
         class_names,
     })
+}
+
+/// A feature cell's value: a finite number (whitespace trimmed).
+fn number(origin: &str, column: Column, field: Field) -> Result<f64> {
+    match field.text.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        Ok(_) => {
+            let problem = CsvProblem::NotFinite {
+                column,
+                cell: field.text,
+            };
+            Err(csv_error(origin, field.line, problem))
+        }
+        Err(_) => {
+            let problem = CsvProblem::NotNumber {
+                column,
+                cell: field.text,
+            };
+            Err(csv_error(origin, field.line, problem))
+        }
+    }
+}
+
+/// The columns `wanted` (by header name, in that order) of every row of `text`, row-major:
+/// a saved model's features from a file that may hold other columns too (its label, an id).
+/// Every wanted name the header lacks is one [`CsvProblem::MissingColumns`].
+pub(crate) fn columns(origin: &str, text: &str, wanted: &[String]) -> Result<Vec<f64>> {
+    let mut records = Records::new(origin, text);
+    let header = match records.next() {
+        None => return Err(csv_error(origin, 1, CsvProblem::NoHeader)),
+        Some(h) => h?,
+    };
+    let names: Vec<String> = header
+        .fields
+        .iter()
+        .map(|f| f.text.trim().to_string())
+        .collect();
+    let at: Vec<Option<usize>> = wanted
+        .iter()
+        .map(|w| names.iter().position(|n| n == w))
+        .collect();
+    let missing: Vec<String> = wanted
+        .iter()
+        .zip(&at)
+        .filter(|(_, i)| i.is_none())
+        .map(|(w, _)| w.clone())
+        .collect();
+    if !missing.is_empty() {
+        let problem = CsvProblem::MissingColumns {
+            missing,
+            available: names,
+        };
+        return Err(csv_error(origin, header.line, problem));
+    }
+    let column = |i: usize| Column {
+        index: i + 1,
+        name: names.get(i).cloned(),
+    };
+    let mut x = Vec::new();
+    for record in records {
+        let mut record = record?;
+        let (got, want) = (record.fields.len(), names.len());
+        if got != want {
+            let at = if got < want { got } else { want - 1 };
+            let problem = CsvProblem::Ragged {
+                got,
+                want,
+                column: column(at),
+            };
+            return Err(csv_error(origin, record.line, problem));
+        }
+        for &i in at.iter().flatten() {
+            let field = std::mem::take(&mut record.fields[i]);
+            x.push(number(origin, column(i), field)?);
+        }
+    }
+    if x.is_empty() {
+        return Err(csv_error(origin, header.line, CsvProblem::NoRows));
+    }
+    Ok(x)
 }
 
 /// Class ids and names: integer labels are their own ids (`classes = max + 1`, names
