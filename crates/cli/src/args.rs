@@ -304,15 +304,32 @@ pub struct TrainArgs {
     /// Passes over the training split [default: 30 for mlp, 20 for cnn, 10 with --from]
     #[arg(long)]
     pub epochs: Option<u64>,
-    /// Learning rate [default: 0.05 for sgd, 1e-3 for adam/adamw, 1e-2 for rmsprop/adagrad]
+    /// Learning rate [default: 0.05 with the default optimizer (0.01 with --from); PyTorch's
+    /// with --optimizer: 1e-3 for sgd/adam/adamw, 1e-2 for rmsprop/adagrad]
     #[arg(long)]
     pub lr: Option<f64>,
     /// Batch size [default: 32]
     #[arg(long)]
     pub batch: Option<usize>,
-    /// sgd (momentum 0.9), adam, adamw, rmsprop, adagrad — PyTorch's update rules and defaults
+    /// sgd, adam, adamw, rmsprop or adagrad: PyTorch's update rules and defaults (sgd: no
+    /// momentum unless --momentum) [default: SGD with momentum 0.9]
     #[arg(long)]
     pub optimizer: Option<String>,
+    /// Momentum factor (sgd, rmsprop)
+    #[arg(long)]
+    pub momentum: Option<f64>,
+    /// Nesterov momentum (sgd, with --momentum)
+    #[arg(long)]
+    pub nesterov: bool,
+    /// Weight decay (every optimizer; AdamW's is decoupled, PyTorch's default 0.01; train
+    /// gpt's AdamW: on weights of rank ≥ 2 only, default 0.1)
+    #[arg(long)]
+    pub weight_decay: Option<f64>,
+    /// Learning-rate schedule over the run: constant, cosine (to 0 at the last step),
+    /// step:SIZE[:GAMMA] (× GAMMA, default 0.1, every SIZE steps), warmup-cosine:STEPS (a
+    /// linear warm-up from a tenth of --lr, then cosine)
+    #[arg(long, value_name = "SCHEDULE", value_parser = parse_schedule)]
+    pub schedule: Option<ScheduleArg>,
     /// Seed of the initial parameters, the held-out split and the batch order [default: 0]
     #[arg(long)]
     pub seed: Option<u64>,
@@ -419,9 +436,6 @@ pub struct GptFlags {
     /// Steps of linear warm-up [default: 100]
     #[arg(long)]
     pub warmup: Option<u64>,
-    /// AdamW's decoupled weight decay, on weights of rank ≥ 2 only [default: 0.1]
-    #[arg(long)]
-    pub weight_decay: Option<f64>,
     /// Clip the gradients' global norm to this (0: off) [default: 1.0]
     #[arg(long)]
     pub grad_clip: Option<f64>,
@@ -446,6 +460,62 @@ fn parse_binding(text: &str) -> Result<(String, PathBuf), String> {
             Ok((name.to_string(), PathBuf::from(file)))
         }
         _ => Err(format!("`{text}` is not NAME=FILE")),
+    }
+}
+
+/// A `--schedule`, before the run's length is known.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ScheduleArg {
+    Constant,
+    Cosine,
+    Step { size: u64, gamma: f64 },
+    WarmupCosine { warmup: u64 },
+}
+
+impl ScheduleArg {
+    /// The schedule of a run of `steps` steps.
+    pub fn over(&self, steps: u64) -> torchlean_train::Schedule {
+        use torchlean_train::Schedule;
+        let cosine = |t_max: u64| Schedule::Cosine {
+            t_max: t_max.max(1),
+            eta_min: 0.0,
+        };
+        match *self {
+            ScheduleArg::Constant => Schedule::Constant,
+            ScheduleArg::Cosine => cosine(steps),
+            ScheduleArg::Step { size, gamma } => Schedule::Step {
+                step_size: size,
+                gamma,
+            },
+            ScheduleArg::WarmupCosine { warmup } => {
+                Schedule::warmup(warmup, 0.1, cosine(steps.saturating_sub(warmup)))
+            }
+        }
+    }
+}
+
+fn parse_schedule(text: &str) -> Result<ScheduleArg, String> {
+    let bad =
+        || format!("`{text}` is not constant, cosine, step:SIZE[:GAMMA] or warmup-cosine:STEPS");
+    let mut parts = text.split(':');
+    let kind = parts.next().unwrap_or_default();
+    let rest: Vec<&str> = parts.collect();
+    let count = |s: &str| s.parse::<u64>().ok().filter(|&n| n >= 1);
+    match (kind, rest.as_slice()) {
+        ("constant", []) => Ok(ScheduleArg::Constant),
+        ("cosine", []) => Ok(ScheduleArg::Cosine),
+        ("step", [size]) => Ok(ScheduleArg::Step {
+            size: count(size).ok_or_else(bad)?,
+            gamma: 0.1,
+        }),
+        ("step", [size, gamma]) => Ok(ScheduleArg::Step {
+            size: count(size).ok_or_else(bad)?,
+            gamma: gamma.parse().map_err(|_| bad())?,
+        }),
+        ("warmup-cosine", [steps]) => Ok(ScheduleArg::WarmupCosine {
+            warmup: count(steps).ok_or_else(bad)?,
+        }),
+        _ => Err(bad()),
     }
 }
 

@@ -32,20 +32,20 @@ pub(crate) fn bad(e: TrainError) -> BadInput {
     }
 }
 
-/// The optimizer from `--optimizer` and `--lr`: `sgd` (and no `--optimizer`) is the
-/// trainer's default, SGD with momentum 0.9 and lr 0.05; the others take PyTorch's defaults.
-fn optimizer(name: Option<&str>, lr: Option<f64>, arch: Arch) -> Result<OptimConfig, BadInput> {
-    let base = match name {
+/// The optimizer from `--optimizer`, `--lr`, `--momentum`, `--nesterov` and
+/// `--weight-decay`: without `--optimizer` the trainer's default (SGD with momentum 0.9, lr
+/// 0.05; 0.01 for an imported model); a named one takes PyTorch's defaults (`sgd`: no momentum).
+fn optimizer(a: &TrainArgs, arch: Arch) -> Result<OptimConfig, BadInput> {
+    let base = match &a.optimizer {
         None => TrainConfig::new(arch).optimizer,
-        Some(n) if n.eq_ignore_ascii_case("sgd") => TrainConfig::new(arch).optimizer,
         Some(n) => OptimConfig::parse(n, None).map_err(bad)?,
     };
-    let c = match lr {
+    let c = match a.lr {
         Some(lr) => base.with_lr(lr),
         None => base,
     };
-    c.validate().map_err(bad)?;
-    Ok(c)
+    c.with_options(a.momentum, a.nesterov, a.weight_decay)
+        .map_err(bad)
 }
 
 fn config(a: &TrainArgs, arch: Arch) -> Result<TrainConfig, BadInput> {
@@ -63,7 +63,7 @@ fn config(a: &TrainArgs, arch: Arch) -> Result<TrainConfig, BadInput> {
     if let Some(b) = a.batch {
         c.batch = b;
     }
-    c.optimizer = optimizer(a.optimizer.as_deref(), a.lr, arch)?;
+    c.optimizer = optimizer(a, arch)?;
     if let Some(s) = a.seed {
         c.seed = s;
     }
@@ -127,6 +127,18 @@ fn check_resume_flags(
     );
     let had = c.from.as_ref().and_then(|f| f.head.clone());
     check("--head", a.head.clone(), had.unwrap_or_default());
+    let given = [
+        ("--momentum", a.momentum.is_some()),
+        ("--nesterov", a.nesterov),
+        ("--weight-decay", a.weight_decay.is_some()),
+        ("--schedule", a.schedule.is_some()),
+    ];
+    for (flag, _) in given.iter().filter(|(_, g)| *g) {
+        conflicts.push(format!(
+            "{flag} (the checkpoint's {} and schedule are kept)",
+            c.optimizer.describe()
+        ));
+    }
     if conflicts.is_empty() {
         Ok(())
     } else {
@@ -446,6 +458,9 @@ fn train_on<V: TrainValue>(
         }
         None => {
             let mut t = Trainer::<V>::new(config(a, arch)?, data).map_err(bad)?;
+            if let Some(s) = &a.schedule {
+                t.set_schedule(s.over(t.last_step())).map_err(bad)?;
+            }
             if let Some(path) = &a.init_from {
                 t.init_from(path).map_err(|e| BadInput::at(path, &e))?;
             }
@@ -456,7 +471,7 @@ fn train_on<V: TrainValue>(
     let mut printer = Printer::default();
     if !a.json {
         printer.line(format_args!(
-            "training {} on {origin}: {} examples for training, {} held out; {} features, {} classes; {} {}; {} lr {} batch {}; steps {}..{}",
+            "training {} on {origin}: {} examples for training, {} held out; {} features, {} classes; {} {}; {}{} batch {}; steps {}..{}",
             model_label(t.model()),
             t.train_set().len(),
             t.held_out_set().len(),
@@ -464,8 +479,8 @@ fn train_on<V: TrainValue>(
             data.classes(),
             V::ENGINE,
             c.backend.name(),
-            c.optimizer.name(),
-            c.optimizer.lr(),
+            c.optimizer.describe(),
+            schedule_label(&c.schedule),
             c.batch,
             t.steps_done(),
             t.last_step()
@@ -521,6 +536,14 @@ fn train_on<V: TrainValue>(
     })?;
     printer.finish()?;
     Ok(Outcome::Ok)
+}
+
+/// The schedule for the header: nothing when constant.
+fn schedule_label(s: &torchlean_train::Schedule) -> String {
+    match s {
+        torchlean_train::Schedule::Constant => String::new(),
+        other => format!(" {}", other.describe()),
+    }
 }
 
 /// What the header calls the model: its name, or the imported file and what became of its

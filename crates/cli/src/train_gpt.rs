@@ -20,7 +20,7 @@ use torchlean_train::{GptEvent, GptTrainConfig, GptTrainer, TrainValue};
 /// each given one is a line of bad input.
 fn misplaced(a: &TrainArgs, gpt: bool) -> Vec<String> {
     let g = &a.gpt;
-    let classifier_only: [(&str, bool); 9] = [
+    let classifier_only: [(&str, bool); 12] = [
         ("--epochs", a.epochs.is_some()),
         ("--steps", a.steps.is_some()),
         ("--optimizer", a.optimizer.is_some()),
@@ -30,8 +30,11 @@ fn misplaced(a: &TrainArgs, gpt: bool) -> Vec<String> {
         ("--init-from", a.init_from.is_some()),
         ("--inject-fault", a.inject_fault.is_some()),
         ("--detect-anomaly", a.detect_anomaly),
+        ("--momentum", a.momentum.is_some()),
+        ("--nesterov", a.nesterov),
+        ("--schedule", a.schedule.is_some()),
     ];
-    let gpt_only: [(&str, bool); 13] = [
+    let gpt_only: [(&str, bool); 12] = [
         ("--text", g.text.is_some()),
         ("--iters", g.iters.is_some()),
         ("--eval-interval", g.eval_interval.is_some()),
@@ -42,7 +45,6 @@ fn misplaced(a: &TrainArgs, gpt: bool) -> Vec<String> {
         ("--n-embd", g.n_embd.is_some()),
         ("--min-lr", g.min_lr.is_some()),
         ("--warmup", g.warmup.is_some()),
-        ("--weight-decay", g.weight_decay.is_some()),
         ("--grad-clip", g.grad_clip.is_some()),
         ("--dropout", g.dropout.is_some()),
     ];
@@ -91,7 +93,7 @@ fn with_flags(a: &TrainArgs, mut c: GptTrainConfig) -> GptTrainConfig {
     c.eval_iters = g.eval_iters.unwrap_or(c.eval_iters);
     c.min_lr = g.min_lr.unwrap_or(c.min_lr);
     c.warmup = g.warmup.unwrap_or(c.warmup);
-    c.weight_decay = g.weight_decay.unwrap_or(c.weight_decay);
+    c.weight_decay = a.weight_decay.unwrap_or(c.weight_decay);
     c.grad_clip = g.grad_clip.unwrap_or(c.grad_clip);
     c
 }

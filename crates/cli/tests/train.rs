@@ -626,3 +626,78 @@ fn an_imported_classifier_gets_a_new_head_for_other_classes() {
     let o = train(&["--from", wide.to_str().unwrap()]);
     assert_exit(&o, 2, &["takes [6] per example", "64 features"]);
 }
+
+/// PyTorch's defaults under PyTorch's names: the header prints the whole optimizer; a named
+/// `sgd` has no momentum unless `--momentum` says so; an option an optimizer lacks is refused
+/// by name; a schedule changes the run; a resumed run keeps its optimizer and schedule.
+#[test]
+fn optimizer_flags_take_pytorchs_defaults_and_names() {
+    let header = |args: &[&str]| {
+        let o = train(&[&["mlp", "--steps", "3"][..], args].concat());
+        assert_exit(&o, 0, &[]);
+        stdout(&o).lines().next().unwrap().to_string()
+    };
+    let default = header(&[]);
+    assert!(
+        default.contains(
+            "SGD(lr=0.05, dampening=0.0, momentum=0.9, nesterov=False, weight_decay=0.0)"
+        ),
+        "{default}"
+    );
+    let plain = header(&["--optimizer", "sgd"]);
+    assert!(
+        plain.contains("SGD(lr=0.001, dampening=0.0, momentum=0.0,"),
+        "{plain}"
+    );
+    let nesterov = header(&[
+        "--optimizer",
+        "sgd",
+        "--momentum",
+        "0.8",
+        "--nesterov",
+        "--weight-decay",
+        "1e-4",
+    ]);
+    assert!(
+        nesterov.contains("momentum=0.8, nesterov=True, weight_decay=0.0001)"),
+        "{nesterov}"
+    );
+    let cosine = header(&["--schedule", "cosine"]);
+    assert!(
+        cosine.contains("CosineAnnealingLR(T_max=3, eta_min=0)"),
+        "{cosine}"
+    );
+    assert_exit(
+        &train(&["mlp", "--optimizer", "adam", "--momentum", "0.5"]),
+        2,
+        &["adam has no --momentum (only sgd, rmsprop)"],
+    );
+    assert_exit(
+        &train(&["mlp", "--optimizer", "sgd", "--nesterov"]),
+        2,
+        &["nesterov"],
+    );
+    assert_exit(
+        &train(&["mlp", "--schedule", "step:0"]),
+        2,
+        &["step:SIZE[:GAMMA]"],
+    );
+    // a schedule changes what is computed: step 2 of a run decayed ×0.1 every step differs
+    let flags = ["mlp", "--steps", "3", "--json", "--log-every", "1"];
+    let constant = losses(&train(&flags));
+    let decayed = losses(&train(
+        &[&flags[..], &["--schedule", "step:1:0.1"]].concat(),
+    ));
+    assert_eq!(constant[..2], decayed[..2]);
+    assert_ne!(constant[2], decayed[2]);
+    // resuming keeps the checkpoint's optimizer and schedule
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("ck.safetensors");
+    let ck = ck.to_str().unwrap();
+    assert_exit(&train(&["mlp", "--steps", "2", "--save", ck]), 0, &[]);
+    assert_exit(
+        &train(&["mlp", "--steps", "4", "--resume", ck, "--momentum", "0.5"]),
+        2,
+        &["--momentum", "momentum=0.9", "are kept"],
+    );
+}

@@ -287,6 +287,14 @@ pub enum TrainError {
         expected: &'static str,
     },
 
+    /// An option the chosen optimizer does not have (`--momentum` for Adam).
+    #[error("{optimizer} has no {option} (only {have})")]
+    OptimizerOption {
+        optimizer: &'static str,
+        option: &'static str,
+        have: &'static str,
+    },
+
     /// An optimizer name (`--optimizer`) that names none of ours.
     #[error("unknown optimizer `{name}` (expected one of: {})", expected.join(", "))]
     UnknownOptimizer {

@@ -264,6 +264,89 @@ impl OptimConfig {
         }
     }
 
+    /// The same configuration with these of PyTorch's options set (`momentum`: SGD and
+    /// RMSprop; `nesterov`: SGD; `weight_decay`: all), validated. An option this optimizer does
+    /// not have is [`TrainError::OptimizerOption`], naming the optimizers that have it.
+    pub fn with_options(
+        mut self,
+        momentum: Option<f64>,
+        nesterov: bool,
+        weight_decay: Option<f64>,
+    ) -> Result<Self> {
+        let name = self.name();
+        let missing = |option: &'static str, have: &'static str| TrainError::OptimizerOption {
+            optimizer: name,
+            option,
+            have,
+        };
+        match &mut self {
+            Self::Sgd {
+                momentum: m,
+                nesterov: n,
+                ..
+            } => {
+                *m = momentum.unwrap_or(*m);
+                *n = nesterov || *n;
+            }
+            Self::RmsProp { momentum: m, .. } => {
+                *m = momentum.unwrap_or(*m);
+                if nesterov {
+                    return Err(missing("--nesterov", "sgd"));
+                }
+            }
+            _ if momentum.is_some() => return Err(missing("--momentum", "sgd, rmsprop")),
+            _ if nesterov => return Err(missing("--nesterov", "sgd")),
+            _ => {}
+        }
+        if let Some(wd) = weight_decay {
+            match &mut self {
+                Self::Sgd { weight_decay, .. }
+                | Self::Adam { weight_decay, .. }
+                | Self::AdamW { weight_decay, .. }
+                | Self::RmsProp { weight_decay, .. }
+                | Self::Adagrad { weight_decay, .. } => *weight_decay = wd,
+            }
+        }
+        self.validate()?;
+        Ok(self)
+    }
+
+    /// PyTorch's constructor call with every hyper-parameter (`SGD(lr=0.05, momentum=0.9,
+    /// dampening=0, weight_decay=0, nesterov=False)`), for headers and logs.
+    pub fn describe(&self) -> String {
+        let class = match self {
+            Self::Sgd { .. } => "SGD",
+            Self::Adam { .. } => "Adam",
+            Self::AdamW { .. } => "AdamW",
+            Self::RmsProp { .. } => "RMSprop",
+            Self::Adagrad { .. } => "Adagrad",
+        };
+        let value = serde_json::to_value(self).unwrap_or_default();
+        let mut entries: Vec<(&String, &serde_json::Value)> = value
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| k.as_str() != "kind")
+            .collect();
+        // the learning rate first, as PyTorch's signatures have it
+        entries.sort_by_key(|(k, _)| k.as_str() != "lr");
+        let fields: Vec<String> = entries
+            .into_iter()
+            .map(|(k, v)| {
+                let v = match v {
+                    serde_json::Value::Bool(b) => if *b { "True" } else { "False" }.to_string(),
+                    serde_json::Value::Array(a) => {
+                        let items: Vec<String> = a.iter().map(|x| x.to_string()).collect();
+                        format!("({})", items.join(", "))
+                    }
+                    other => other.to_string(),
+                };
+                format!("{k}={v}")
+            })
+            .collect();
+        format!("{class}({})", fields.join(", "))
+    }
+
     /// The same configuration with base learning rate `lr`.
     pub fn with_lr(mut self, new: f64) -> Self {
         match &mut self {
@@ -1021,6 +1104,46 @@ fn sum_of_squares<T: Element>(x: &[T]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn options_apply_where_pytorch_has_them_and_describe_names_every_field() {
+        let sgd = OptimConfig::sgd(0.1)
+            .with_options(Some(0.9), true, Some(1e-4))
+            .unwrap();
+        assert_eq!(
+            sgd.describe(),
+            "SGD(lr=0.1, dampening=0.0, momentum=0.9, nesterov=True, weight_decay=0.0001)"
+        );
+        let rms = OptimConfig::rmsprop(0.01)
+            .with_options(Some(0.5), false, None)
+            .unwrap();
+        assert!(matches!(rms, OptimConfig::RmsProp { momentum, .. } if momentum == 0.5));
+        let adagrad = OptimConfig::adagrad(0.01)
+            .with_options(None, false, Some(0.2))
+            .unwrap();
+        assert!(
+            matches!(adagrad, OptimConfig::Adagrad { weight_decay, .. } if weight_decay == 0.2)
+        );
+        let adam = OptimConfig::adam(1e-3);
+        for (m, n, want) in [(Some(0.9), false, "--momentum"), (None, true, "--nesterov")] {
+            let e = adam
+                .clone()
+                .with_options(m, n, None)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want) && e.starts_with("adam has no"), "{e}");
+        }
+        assert!(OptimConfig::rmsprop(0.01)
+            .with_options(None, true, None)
+            .is_err());
+        // validated: nesterov needs momentum
+        assert!(OptimConfig::sgd(0.1)
+            .with_options(None, true, None)
+            .is_err());
+        assert!(OptimConfig::adamw(1e-3)
+            .describe()
+            .starts_with("AdamW(lr=0.001, amsgrad=False, betas=(0.9, 0.999)"));
+    }
 
     #[test]
     fn sgd_plain_step_by_hand() {

@@ -76,6 +76,36 @@ impl Schedule {
         }
     }
 
+    /// PyTorch's scheduler call (`CosineAnnealingLR(T_max=900, eta_min=0)`), for headers.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Constant => "constant".to_string(),
+            Self::Step { step_size, gamma } => {
+                format!("StepLR(step_size={step_size}, gamma={gamma})")
+            }
+            Self::Cosine { t_max, eta_min } => {
+                format!("CosineAnnealingLR(T_max={t_max}, eta_min={eta_min})")
+            }
+            Self::Linear {
+                start_factor,
+                end_factor,
+                total_iters,
+            } => format!(
+                "LinearLR(start_factor={start_factor}, end_factor={end_factor}, total_iters={total_iters})"
+            ),
+            Self::Sequential {
+                schedules,
+                milestones,
+            } => {
+                let parts: Vec<String> = schedules.iter().map(Schedule::describe).collect();
+                format!(
+                    "SequentialLR([{}], milestones={milestones:?})",
+                    parts.join(", ")
+                )
+            }
+        }
+    }
+
     /// PyTorch's validity rules, and those its formulas need not to divide by zero.
     pub fn validate(&self) -> Result<()> {
         let invalid = |owner, field, value, expected| {

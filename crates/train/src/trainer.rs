@@ -496,6 +496,23 @@ impl<V: TrainValue> Trainer<V> {
         self.stop.as_ref().is_some_and(|f| f.load(Ordering::SeqCst))
     }
 
+    /// Sets the learning-rate schedule of a run that has not stepped yet (`--schedule`, whose
+    /// lengths depend on [`Trainer::last_step`]), validated.
+    pub fn set_schedule(&mut self, schedule: Schedule) -> Result<()> {
+        if self.step > 0 {
+            return Err(TrainError::Config {
+                field: "schedule",
+                reason: format!(
+                    "the run is at step {} already; it keeps its schedule",
+                    self.step
+                ),
+            });
+        }
+        schedule.validate()?;
+        self.cfg.schedule = schedule;
+        Ok(())
+    }
+
     /// Changes how often steps are verified.
     pub fn set_verify_every(&mut self, every: Option<u64>) {
         self.cfg.verify_every = every;
