@@ -281,16 +281,7 @@ fn bind_fixes_an_int64_input_and_leaves_one_graph_input() {
         "x.json",
         &serde_json::json!({"shape": [2, 3], "data": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]}),
     );
-    let o = run(&[
-        "eval",
-        g.to_str().expect("utf-8"),
-        "--payload",
-        p.to_str().expect("utf-8"),
-        "--input",
-        x.to_str().expect("utf-8"),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
-    let out: Value = serde_json::from_str(&stdout(&o)).expect("eval prints JSON");
+    let out = eval_imported(&g, &p, &x);
     assert_eq!(out["shape"], serde_json::json!([3, 2]));
     assert_eq!(floats(&out), [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
     // a name that is no input, and a malformed flag
@@ -326,16 +317,7 @@ fn input_shape_changes_the_batch_an_export_declares() {
         "x.json",
         &serde_json::json!({"shape": [7, 6], "data": vec![0.5; 42]}),
     );
-    let o = run(&[
-        "eval",
-        g.to_str().expect("utf-8"),
-        "--payload",
-        p.to_str().expect("utf-8"),
-        "--input",
-        x.to_str().expect("utf-8"),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
-    let out: Value = serde_json::from_str(&stdout(&o)).expect("eval prints JSON");
+    let out = eval_imported(&g, &p, &x);
     assert_eq!(out["shape"], serde_json::json!([7, 3]));
     // every row is the same input, so the same log-probabilities
     let v = floats(&out);
@@ -344,4 +326,19 @@ fn input_shape_changes_the_batch_an_export_declares() {
     let o = import_shaped("x=0x6");
     assert_eq!(o.status.code(), Some(2), "{}", common::stderr(&o));
     assert!(common::stderr(&o).contains("positive dims"));
+}
+
+/// `torchlean eval` of an imported graph and payload on input file `x`: its JSON output.
+#[track_caller]
+fn eval_imported(graph: &Path, payload: &Path, x: &Path) -> Value {
+    let o = run(&[
+        "eval",
+        graph.to_str().expect("utf-8"),
+        "--payload",
+        payload.to_str().expect("utf-8"),
+        "--input",
+        x.to_str().expect("utf-8"),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    serde_json::from_str(&stdout(&o)).expect("eval prints JSON")
 }

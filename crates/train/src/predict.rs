@@ -83,10 +83,7 @@ impl SavedClassifier {
         let image = m["image"]
             .as_array()
             .and_then(|d| Some((d.first()?.as_u64()? as usize, d.get(1)?.as_u64()? as usize)));
-        let model = match &cfg.from {
-            Some(source) => Classifier::imported(source, features, classes, cfg.seed)?,
-            None => Classifier::new(cfg.arch, features, image, classes, cfg.seed)?,
-        };
+        let model = cfg.classifier(features, image, classes)?;
         let ck = ck.without(&INPUT_BUFFERS);
         let shapes = model.param_shapes();
         ck.check_names(&shapes, "")?;

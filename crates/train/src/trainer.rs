@@ -97,6 +97,21 @@ impl TrainConfig {
         }
     }
 
+    /// The model this configuration trains, for data of `features` per example (as
+    /// `image`, if images) and `classes` classes: the built-in `arch` seeded by `seed`, or the
+    /// model imported `from` its file.
+    pub fn classifier(
+        &self,
+        features: usize,
+        image: Option<(usize, usize)>,
+        classes: usize,
+    ) -> Result<Classifier> {
+        match &self.from {
+            Some(source) => Classifier::imported(source, features, classes, self.seed),
+            None => Classifier::new(self.arch, features, image, classes, self.seed),
+        }
+    }
+
     /// The defaults of `torchlean train --from` for the ONNX model of `source`.
     pub fn imported(source: OnnxSource) -> TrainConfig {
         TrainConfig {
@@ -406,18 +421,7 @@ impl<V: TrainValue> Trainer<V> {
         let standardizer = Standardizer::fit(&train);
         train.standardize(&standardizer)?;
         held.standardize(&standardizer)?;
-        let mut model = match &cfg.from {
-            Some(source) => {
-                Classifier::imported(source, data.features(), data.classes(), cfg.seed)?
-            }
-            None => Classifier::new(
-                cfg.arch,
-                data.features(),
-                data.image(),
-                data.classes(),
-                cfg.seed,
-            )?,
-        };
+        let mut model = cfg.classifier(data.features(), data.image(), data.classes())?;
         model.prepare(&batch_sizes(cfg.batch, train.len(), held.len()))?;
         let params: BTreeMap<String, Tensor<f64>> = model.initial_params().into_iter().collect();
         let exec = exec_for::<V>(&cfg, &params)?;
