@@ -177,6 +177,8 @@ struct Progress {
     json: bool,
     log_every: u64,
     out: Printer,
+    /// The curves so far, for the plot of a run that stops early.
+    curves: Curves,
 }
 
 impl Progress {
@@ -207,6 +209,7 @@ impl Observer for Progress {
                 loss,
                 lr,
             } => {
+                self.curves.train.push((step as f64, loss));
                 if let Some(b) = &self.bar {
                     b.set_position(step);
                     b.set_message(format!("loss {loss:.4}"));
@@ -236,6 +239,7 @@ impl Observer for Progress {
                 held_out_loss,
                 held_out_accuracy,
             } => {
+                self.curves.held_out.push((step as f64, held_out_loss));
                 if self.json {
                     self.out.line(json!({"event": "epoch", "epoch": epoch + 1, "step": step, "held_out_loss": held_out_loss, "held_out_accuracy": held_out_accuracy}));
                 } else {
@@ -491,6 +495,16 @@ fn train_on<V: TrainValue>(
         json: a.json,
         log_every: a.log_every,
         out: printer,
+        curves: Curves {
+            title: format!(
+                "torchlean train {} ({}, {})",
+                c.arch,
+                V::ENGINE,
+                c.backend.name()
+            ),
+            train: Vec::new(),
+            held_out: Vec::new(),
+        },
     };
     if let Some(flag) = stop_on_sigint() {
         t.set_stop_flag(flag);
@@ -506,26 +520,26 @@ fn train_on<V: TrainValue>(
             out::error_line(chain(&e));
             return Ok(Outcome::Failed);
         }
+        // the plot and checkpoint asked for, of the last finite step, then the failure
+        Err(e @ TrainError::NonFiniteLoss { .. }) => {
+            let mut printer = progress.out;
+            write_outputs(a, &mut printer, &progress.curves, |path| {
+                t.save(path)?;
+                Ok(format!(
+                    "wrote {} and its optimizer state: the last step with a finite loss, {}",
+                    path.display(),
+                    t.steps_done()
+                ))
+            })?;
+            printer.finish()?;
+            out::error_line(chain(&e));
+            return Ok(Outcome::Failed);
+        }
         Err(e) => return Err(bad(e).into()),
     };
     let mut printer = progress.out;
     print_summary(&mut printer, &summary, a.json);
-    let held: Vec<(f64, f64)> = summary
-        .held_out
-        .iter()
-        .map(|&(s, l, _)| (s as f64, l))
-        .collect();
-    let train: Vec<(f64, f64)> = summary.losses.iter().map(|&(s, l)| (s as f64, l)).collect();
-    let curves = Curves {
-        title: format!(
-            "torchlean train {} ({}, {})",
-            c.arch,
-            V::ENGINE,
-            c.backend.name()
-        ),
-        train,
-        held_out: held,
-    };
+    let curves = progress.curves;
     write_outputs(a, &mut printer, &curves, |path| {
         t.save(path)?;
         Ok(format!(
@@ -591,12 +605,19 @@ pub(crate) fn write_outputs(
     curves: &Curves,
     save: impl FnOnce(&std::path::Path) -> Result<String, TrainError>,
 ) -> Result<(), Stop> {
-    if let Some(path) = &a.plot {
-        torchlean_train::plot::loss_svg(path, &curves.title, &curves.train, &curves.held_out)
-            .map_err(bad)?;
-        if !a.json {
-            printer.line(format_args!("wrote {}", path.display()));
+    match &a.plot {
+        // a run stopped before its first finite step has nothing to draw
+        Some(path) if curves.train.is_empty() => {
+            out::error_line(format_args!("{}: no finite step to plot", path.display()))
         }
+        Some(path) => {
+            torchlean_train::plot::loss_svg(path, &curves.title, &curves.train, &curves.held_out)
+                .map_err(bad)?;
+            if !a.json {
+                printer.line(format_args!("wrote {}", path.display()));
+            }
+        }
+        None => {}
     }
     // a resumed run without --save goes back to its checkpoint, and says so
     let back = a.save.is_none() && a.resume.is_some();

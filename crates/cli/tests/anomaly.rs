@@ -179,8 +179,40 @@ fn train_with_an_absurd_learning_rate_stops_at_the_first_node_that_overflows() {
     }
     // the eager session names the layer
     assert!(stderr(&train(&["--detect-anomaly"])).contains("(linear, `2`"));
-    // without the flag the run goes on to the NaN loss, as before
+    // without the flag the run goes on to the NaN loss, a failed run (exit 1)
     let o = train(&[]);
-    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("the loss is NaN"), "{}", stderr(&o));
+}
+
+/// A run stopped by a NaN loss still writes what it was asked to: the plot of its finite
+/// steps and a checkpoint of the last one (before, it wrote neither: exit 2 and nothing).
+#[test]
+fn a_run_stopped_by_a_nan_loss_writes_its_plot_and_last_finite_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let plot = dir.path().join("loss.svg");
+    let ck = dir.path().join("ck.safetensors");
+    let o = train(&[
+        "--plot",
+        plot.to_str().unwrap(),
+        "--save",
+        ck.to_str().unwrap(),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("step 2: the loss is NaN"), "{err}");
+    let out = stdout(&o);
+    assert!(out.contains("the last step with a finite loss, 1"), "{out}");
+    assert!(std::fs::read_to_string(&plot).unwrap().contains("<svg"));
+    // the checkpoint is a step-1 run: resuming it for one more step reaches the same NaN
+    let again = run(&[
+        "train",
+        "mlp",
+        "--steps",
+        "2",
+        "--resume",
+        ck.to_str().unwrap(),
+    ]);
+    assert_eq!(again.status.code(), Some(1), "{}", stderr(&again));
+    assert!(stderr(&again).contains("step 2: the loss is NaN"));
 }
