@@ -386,7 +386,8 @@ pub struct TrainArgs {
     #[arg(long)]
     pub json: bool,
     /// Train on a deliberately broken variant of the reference f64 engine (see `conform
-    /// --inject-fault`), to watch --verify-every stop it
+    /// --inject-fault`), to watch --verify-every stop it; a fault that touches none of the
+    /// model's ops is refused (the cnn's pools: pool-off-by-one)
     #[arg(long)]
     pub inject_fault: Option<torchlean_faults::Fault>,
     /// Stop at the first node whose forward value or backward gradient is NaN or infinite

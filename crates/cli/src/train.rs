@@ -9,6 +9,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use torchlean_faults::Fault;
 use torchlean_train::data::Dataset;
 use torchlean_train::exec::Interpreter;
 use torchlean_train::imported::OnnxSource;
@@ -417,6 +418,41 @@ fn save_interrupted<V: TrainValue>(
     Ok(Outcome::Interrupted)
 }
 
+/// `--inject-fault` only where it can be seen: a fault that touches none of the ops the
+/// model's step runs trains exactly as the correct engine, so `--verify-every` could never
+/// catch it; it is refused, naming the model's ops and the faults that do touch them.
+fn refuse_untouched(fault: Fault, cfg: &TrainConfig, data: &Dataset) -> Result<(), BadInput> {
+    let model = cfg
+        .classifier(data.features(), data.image(), data.classes())
+        .map_err(bad)?;
+    let ops = model.program_ops().map_err(bad)?;
+    let touched = |f: &Fault| ops.iter().any(|op| f.touches(op));
+    if touched(&fault) {
+        return Ok(());
+    }
+    let mut names: Vec<&str> = Vec::new();
+    for name in ops.iter().map(|op| op.name()) {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    let offered: Vec<&str> = Fault::ALL
+        .iter()
+        .filter(|f| touched(f))
+        .map(|f| f.name())
+        .collect();
+    let instead = if offered.is_empty() {
+        "no fault touches them".to_string()
+    } else {
+        format!("faults that touch them: {}", offered.join(", "))
+    };
+    Err(BadInput::one(format!(
+        "--inject-fault {fault}: the {} model's step runs none of the ops it breaks ({}), so it would train as the correct engine; {instead}",
+        cfg.arch,
+        names.join(", ")
+    )))
+}
+
 /// `train_on` the reference f64 engine with a fault injected.
 struct TrainFaulty<'a> {
     a: &'a TrainArgs,
@@ -663,6 +699,7 @@ fn run_here(a: &TrainArgs) -> Result<Outcome, Stop> {
         ),
     };
     if let Some(fault) = a.inject_fault {
+        refuse_untouched(fault, &config(a, arch)?, &data)?;
         return fault.with(TrainFaulty {
             a,
             arch,

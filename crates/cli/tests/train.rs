@@ -701,3 +701,58 @@ fn optimizer_flags_take_pytorchs_defaults_and_names() {
         &["--momentum", "momentum=0.9", "are kept"],
     );
 }
+
+/// `--inject-fault` is honest: on every model, a fault that touches one of the model's ops is
+/// caught by `--verify-every` (exit 1), and one that touches none is refused before training
+/// (exit 2), naming the model's ops and the faults that would show.
+#[test]
+fn every_offered_fault_is_caught_and_the_others_refused() {
+    let digits_cnn = common::zoo("digits_cnn.onnx");
+    let models: [&[&str]; 3] = [
+        &["mlp"],
+        &["cnn"],
+        &["--from", digits_cnn.to_str().unwrap()],
+    ];
+    let mut caught = 0;
+    for model in models {
+        for fault in [
+            "flip-sign",
+            "drop-contribution",
+            "accumulation-order",
+            "broadcast-reduction",
+            "pool-off-by-one",
+        ] {
+            let run = [
+                &[
+                    "--steps",
+                    "2",
+                    "--verify-every",
+                    "1",
+                    "--inject-fault",
+                    fault,
+                ][..],
+                model,
+            ]
+            .concat();
+            let o = train(&run);
+            let err = stderr(&o);
+            match o.status.code() {
+                Some(1) => {
+                    assert!(
+                        err.contains("deviates from the reference engine"),
+                        "{model:?} {fault}: {err}"
+                    );
+                    caught += 1;
+                }
+                Some(2) => assert!(
+                    err.contains(&format!("--inject-fault {fault}: the"))
+                        && err.contains("runs none of the ops it breaks"),
+                    "{model:?} {fault}: {err}"
+                ),
+                other => panic!("{model:?} {fault}: exit {other:?}: {err}"),
+            }
+        }
+    }
+    // the CNNs' pools are caught (the MLP's ops are touched by no fault)
+    assert!(caught >= 2, "{caught}");
+}

@@ -92,6 +92,21 @@ pub trait WithFault {
 }
 
 impl Fault {
+    /// Whether this fault changes what `op` computes (its forward or its VJP): the ops
+    /// [`Faulty`]'s `forward_op` and `vjp_op` intercept. A model none of whose ops it touches
+    /// trains exactly as on the plain engine, so `train --inject-fault` refuses it.
+    pub fn touches(self, op: &Op) -> bool {
+        match self {
+            Fault::FlipSign => matches!(op, Op::Binary(BinaryOp::Mul)),
+            Fault::DropContribution => matches!(op, Op::Binary(BinaryOp::Add)),
+            Fault::AccumulationOrder => {
+                matches!(op, Op::Sum | Op::ReduceSum { .. } | Op::ReduceMean { .. })
+            }
+            Fault::BroadcastReduction => matches!(op, Op::BroadcastTo { .. }),
+            Fault::PoolOffByOne => matches!(op, Op::Pool(_)),
+        }
+    }
+
     /// The fault whose engine label is `label` (`faulty-NAME-f64`).
     pub fn of_label(label: &str) -> Option<Fault> {
         Fault::ALL.iter().copied().find(|f| f.label() == label)
@@ -371,5 +386,80 @@ mod tests {
         assert!(g
             .iter()
             .all(|g| g.as_ref().unwrap().to_f64().unwrap().data() == [1.0, 1.0]));
+    }
+
+    /// Forward and every cotangent of `op` on `args` (cotangent: distinct values).
+    fn outputs<V: Kernels>(op: &Op, args: &[Tensor<f64>]) -> Vec<Tensor<f64>> {
+        let vals: Vec<V> = args.iter().map(|t| V::from_f64(t).unwrap()).collect();
+        let refs: Vec<&V> = vals.iter().collect();
+        let y = forward::<V>(op, &refs).unwrap();
+        let n = y.to_f64().unwrap().shape().size();
+        let shape = y.to_f64().unwrap().shape().clone();
+        let cot = Tensor::new(shape, (0..n).map(|i| 0.5 + i as f64).collect()).unwrap();
+        let cot = V::from_f64(&cot).unwrap();
+        let g = vjp::<V>(op, &Saved::for_op(op, &refs, &y), &cot).unwrap();
+        let mut out = vec![y.to_f64().unwrap()];
+        out.extend(g.into_iter().flatten().map(|g| g.to_f64().unwrap()));
+        out
+    }
+
+    /// Runs one fault's engine on `op`.
+    struct Outputs<'a>(&'a Op, &'a [Tensor<f64>]);
+
+    impl WithFault for Outputs<'_> {
+        type Output = Vec<Tensor<f64>>;
+        fn run<const F: u8>(self) -> Vec<Tensor<f64>> {
+            outputs::<Faulty<Tensor<f64>, F>>(self.0, self.1)
+        }
+    }
+
+    #[test]
+    fn a_fault_changes_exactly_the_ops_it_says_it_touches() {
+        // values that expose order, sign, a dropped term, an average and a shifted window
+        let t = |dims: &[usize]| {
+            let n: usize = dims.iter().product();
+            let v = (0..n).map(|i| ((i * 7 + 3) % 11) as f64 * 0.37 - 1.1 + 1e-9 * i as f64);
+            Tensor::new(dims.to_vec(), v.collect()).unwrap()
+        };
+        let pool = torchlean_spec::PoolSpec {
+            kind: torchlean_spec::PoolKind::Max,
+            kernel_h: 2,
+            kernel_w: 2,
+            stride: 1,
+            padding: 0,
+            padded: false,
+        };
+        let cases: Vec<(Op, Vec<Tensor<f64>>)> = vec![
+            (Op::Binary(BinaryOp::Mul), vec![t(&[2, 3]), t(&[2, 3])]),
+            (Op::Binary(BinaryOp::Add), vec![t(&[2, 3]), t(&[2, 3])]),
+            (Op::Binary(BinaryOp::Sub), vec![t(&[2, 3]), t(&[2, 3])]),
+            (Op::Sum, vec![t(&[40])]),
+            (Op::ReduceSum { axis: 1 }, vec![t(&[2, 40])]),
+            (Op::ReduceMean { axis: 1 }, vec![t(&[2, 40])]),
+            (
+                Op::BroadcastTo {
+                    from: Shape::from([1, 3]),
+                    to: Shape::from([4, 3]),
+                },
+                vec![t(&[1, 3])],
+            ),
+            (Op::Pool(pool), vec![t(&[1, 4, 5])]),
+            (Op::Unary(UnaryOp::Relu), vec![t(&[2, 3])]),
+            (Op::Unary(UnaryOp::Tanh), vec![t(&[2, 3])]),
+        ];
+        for &fault in Fault::ALL {
+            for (op, args) in &cases {
+                let plain = outputs::<Tensor<f64>>(op, args);
+                let faulty = fault.with(Outputs(op, args));
+                let differs = plain.iter().zip(&faulty).any(|(a, b)| a.data() != b.data());
+                assert_eq!(
+                    differs,
+                    fault.touches(op),
+                    "{fault} on {}: changes the op {differs}, says it touches it {}",
+                    op.name(),
+                    fault.touches(op)
+                );
+            }
+        }
     }
 }

@@ -261,6 +261,23 @@ impl Classifier {
         )
     }
 
+    /// The ops one training step runs (the loss of a one-example batch, as recorded), each
+    /// once, in first-use order.
+    pub fn program_ops(&self) -> Result<Vec<Op>> {
+        let mut r = torchlean_nn::Recorder::new();
+        let x = r.input("x", &Tensor::zeros(self.batch_shape(1))?, false)?;
+        let labels = r.input("labels", &Tensor::zeros(Shape::from([1]))?, false)?;
+        let loss = self.loss(&mut r, &x, &labels)?;
+        let rec = r.finish(&loss)?;
+        let mut ops: Vec<Op> = Vec::new();
+        for node in rec.graph.nodes() {
+            if !ops.contains(&node.op) {
+                ops.push(node.op.clone());
+            }
+        }
+        Ok(ops)
+    }
+
     /// A PyTorch `nn.Sequential` expression of the model, for the twin script and the docs.
     /// Each layer's PyTorch expression, for a built-in model (an imported one has none: its
     /// module is the one it was exported from).
