@@ -122,16 +122,7 @@ impl Dataset {
     ///   so with [`Dataset::with_image`]).
     pub fn from_csv_str(text: &str, origin: &str, label_column: &str) -> Result<Dataset> {
         let mut records = csv::Records::new(origin, text);
-        let header = match records.next() {
-            None => return Err(csv::csv_error(origin, 1, CsvProblem::NoHeader)),
-            Some(Err(e)) => return Err(e),
-            Some(Ok(h)) => h,
-        };
-        let names: Vec<String> = header
-            .fields
-            .iter()
-            .map(|f| f.text.trim().to_string())
-            .collect();
+        let (names, header_line) = csv::header(origin, &mut records)?;
         for (i, name) in names.iter().enumerate() {
             if let Some(first) = names[..i].iter().position(|n| n == name) {
                 let problem = CsvProblem::DuplicateColumn {
@@ -141,7 +132,7 @@ impl Dataset {
                     },
                     first: first + 1,
                 };
-                return Err(csv::csv_error(origin, header.line, problem));
+                return Err(csv::csv_error(origin, header_line, problem));
             }
         }
         let Some(label) = names.iter().position(|n| n == label_column.trim()) else {
@@ -149,15 +140,15 @@ impl Dataset {
                 wanted: label_column.to_string(),
                 available: names,
             };
-            return Err(csv::csv_error(origin, header.line, problem));
+            return Err(csv::csv_error(origin, header_line, problem));
         };
         if names.len() == 1 {
             let problem = CsvProblem::NoFeatures {
                 label: label_column.to_string(),
             };
-            return Err(csv::csv_error(origin, header.line, problem));
+            return Err(csv::csv_error(origin, header_line, problem));
         }
-        let table = csv::table(origin, &names, header.line, label, records)?;
+        let table = csv::table(origin, &names, header_line, label, records)?;
         Ok(Dataset::from_table(origin, table))
     }
 

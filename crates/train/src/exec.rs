@@ -1,6 +1,6 @@
 //! The two ways a training step runs (`--backend`): the eager [`Session`] (record on a tape as
 //! the ops run, releasing sweep) and the compiled program (record once per batch size with the
-//! [`Recorder`], then per step [`Recorded::step`]: `compile` the GraphData on the batch and run
+//! [`Recorder`](torchlean_nn::Recorder), then per step [`Recorded::step`]: `compile` the GraphData on the batch and run
 //! the releasing sweep over its tape). Both hold the parameters as engine values and hand the optimizer mutable
 //! access to them; both compute the same numbers bit for bit at a fixed thread count (the
 //! models have no repeated operands, so the compiled graph's local sums are single terms).
@@ -9,9 +9,9 @@ use crate::error::Result;
 use crate::model::Classifier;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
-use torchlean_nn::{LeafKind, Ops, Recorded, Recorder, Session, Sweep};
+use torchlean_nn::{LeafKind, Ops, Recorded, Session, Sweep};
 use torchlean_runtime::{AnomalyMode, Kernels};
-use torchlean_spec::{Reduction, Shape, Tensor};
+use torchlean_spec::{Reduction, Tensor};
 
 /// Which interpreter runs a step.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -240,14 +240,9 @@ impl Program {
         })
     }
 
-    /// Records `model`'s loss on a batch of `n` (the values are placeholders: every leaf is
-    /// supplied per step).
+    /// Records `model`'s loss on a batch of `n` ([`Classifier::record_loss`]).
     fn record(model: &Classifier, n: usize) -> Result<Program> {
-        let mut r = Recorder::new();
-        let x = r.input("x", &Tensor::zeros(model.batch_shape(n))?, false)?;
-        let labels = r.input("labels", &Tensor::zeros(Shape::from([n]))?, false)?;
-        let loss = model.loss(&mut r, &x, &labels)?;
-        let rec = r.finish(&loss)?;
+        let rec = model.record_loss(n)?;
         let leaf = |name: &str| rec.leaves.iter().position(|l| l.name == name);
         let (Some(x), Some(labels)) = (leaf("x"), leaf("labels")) else {
             return Err(crate::TrainError::Invariant {

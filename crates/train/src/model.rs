@@ -261,14 +261,20 @@ impl Classifier {
         )
     }
 
+    /// The loss on a batch of `n` as a recorded program, its leaves `x` and `labels` (the
+    /// values are placeholders: every leaf is supplied when it runs).
+    pub fn record_loss(&self, n: usize) -> Result<torchlean_nn::Recorded> {
+        let mut r = torchlean_nn::Recorder::new();
+        let x = r.input("x", &Tensor::zeros(self.batch_shape(n))?, false)?;
+        let labels = r.input("labels", &Tensor::zeros(Shape::from([n]))?, false)?;
+        let loss = self.loss(&mut r, &x, &labels)?;
+        Ok(r.finish(&loss)?)
+    }
+
     /// The ops one training step runs (the loss of a one-example batch, as recorded), each
     /// once, in first-use order.
     pub fn program_ops(&self) -> Result<Vec<Op>> {
-        let mut r = torchlean_nn::Recorder::new();
-        let x = r.input("x", &Tensor::zeros(self.batch_shape(1))?, false)?;
-        let labels = r.input("labels", &Tensor::zeros(Shape::from([1]))?, false)?;
-        let loss = self.loss(&mut r, &x, &labels)?;
-        let rec = r.finish(&loss)?;
+        let rec = self.record_loss(1)?;
         let mut ops: Vec<Op> = Vec::new();
         for node in rec.graph.nodes() {
             if !ops.contains(&node.op) {
@@ -278,7 +284,6 @@ impl Classifier {
         Ok(ops)
     }
 
-    /// A PyTorch `nn.Sequential` expression of the model, for the twin script and the docs.
     /// Each layer's PyTorch expression, for a built-in model (an imported one has none: its
     /// module is the one it was exported from).
     pub fn torch_layers(&self) -> Option<Vec<String>> {
@@ -293,7 +298,8 @@ impl Classifier {
         &self.example
     }
 
-    /// For an imported model, where it came from.
+    /// A PyTorch `nn.Sequential` expression of the model, for the twin script and the docs;
+    /// for an imported model, where it came from.
     pub fn torch_expr(&self) -> String {
         match &self.net {
             Net::Layers(l) => l.torch_expr(),

@@ -374,20 +374,27 @@ fn number(origin: &str, column: Column, field: Field) -> Result<f64> {
     }
 }
 
+/// The header's names (trimmed) and the line it is on; an empty text is
+/// [`CsvProblem::NoHeader`].
+pub(crate) fn header(origin: &str, records: &mut Records<'_>) -> Result<(Vec<String>, usize)> {
+    let header = match records.next() {
+        None => return Err(csv_error(origin, 1, CsvProblem::NoHeader)),
+        Some(h) => h?,
+    };
+    let names = header
+        .fields
+        .iter()
+        .map(|f| f.text.trim().to_string())
+        .collect();
+    Ok((names, header.line))
+}
+
 /// The columns `wanted` (by header name, in that order) of every row of `text`, row-major:
 /// a saved model's features from a file that may hold other columns too (its label, an id).
 /// Every wanted name the header lacks is one [`CsvProblem::MissingColumns`].
 pub(crate) fn columns(origin: &str, text: &str, wanted: &[String]) -> Result<Vec<f64>> {
     let mut records = Records::new(origin, text);
-    let header = match records.next() {
-        None => return Err(csv_error(origin, 1, CsvProblem::NoHeader)),
-        Some(h) => h?,
-    };
-    let names: Vec<String> = header
-        .fields
-        .iter()
-        .map(|f| f.text.trim().to_string())
-        .collect();
+    let (names, header_line) = header(origin, &mut records)?;
     let at: Vec<Option<usize>> = wanted
         .iter()
         .map(|w| names.iter().position(|n| n == w))
@@ -403,7 +410,7 @@ pub(crate) fn columns(origin: &str, text: &str, wanted: &[String]) -> Result<Vec
             missing,
             available: names,
         };
-        return Err(csv_error(origin, header.line, problem));
+        return Err(csv_error(origin, header_line, problem));
     }
     let column = |i: usize| Column {
         index: i + 1,
@@ -428,7 +435,7 @@ pub(crate) fn columns(origin: &str, text: &str, wanted: &[String]) -> Result<Vec
         }
     }
     if x.is_empty() {
-        return Err(csv_error(origin, header.line, CsvProblem::NoRows));
+        return Err(csv_error(origin, header_line, CsvProblem::NoRows));
     }
     Ok(x)
 }
