@@ -268,11 +268,11 @@ if [ -s "$work/ld_path" ]; then
     export LD_LIBRARY_PATH
 fi
 step build 200 build
-step tests 60 tests
+step tests 120 tests
 step conform 30 conform
 step equiv 30 equiv
 step train 40 train
-step bench 90 bench
+step bench 120 bench
 
 # the benchmark table: our rows and PyTorch's from the same run
 if [ -s "$work/bench.jsonl" ]; then
