@@ -11,7 +11,7 @@ use torchlean_onnx::{import_file_with, tensor_proto, ImportOptions, OnnxError};
 pub fn run(
     model: &Path,
     graph: &Path,
-    payload: &Path,
+    payload: Option<&Path>,
     dialect: Dialect,
     bind: &[(String, PathBuf)],
     input_shapes: &[(String, Vec<usize>)],
@@ -30,10 +30,9 @@ pub fn run(
     let wrote_payload = imported
         .save(dialect, graph, payload)
         .map_err(|e| lines(model, &e))?;
-    let weights = if wrote_payload {
-        payload.display().to_string()
-    } else {
-        "weights inline".to_string()
+    let weights = match payload {
+        Some(payload) if wrote_payload => payload.display().to_string(),
+        _ => "weights inline".to_string(),
     };
     out::line(format!(
         "imported {}: {} nodes, {} payload tensors (opset {}, {:?} input) -> {} ({dialect} dialect), {weights}",

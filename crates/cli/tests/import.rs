@@ -186,6 +186,29 @@ fn import_refuses_the_september_dialect_for_kinds_it_lacks() {
     assert!(!g.exists() && !p.exists(), "nothing is written");
 }
 
+#[test]
+fn payload_file_is_needed_only_where_weights_stay_outside_the_graph() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let model = zoo("cnn.onnx");
+    let g = dir.path().join("g.json");
+    let (model, graph) = (
+        model.to_str().expect("utf-8 path"),
+        g.to_str().expect("utf-8 path"),
+    );
+    // the September dialect holds the weights inline: no --payload needed
+    let o = run(&["import", model, "-o", graph, "--dialect", "2026-09"]);
+    assert_eq!(o.status.code(), Some(0), "{}", common::stderr(&o));
+    assert!(stdout(&o).contains("weights inline"), "{}", stdout(&o));
+    std::fs::remove_file(&g).expect("the graph was written");
+    // the August dialect keeps them in a payload file: refused, naming the flag, nothing written
+    let o = run(&["import", model, "-o", graph]);
+    assert_bad_input(
+        &o,
+        &["the weights of 4 node(s) stay outside the graph in the 2026-08 dialect: name a file for them (torchlean import --payload FILE), or write --dialect 2026-09"],
+    );
+    assert!(!g.exists(), "nothing is written");
+}
+
 /// `Reshape(x [2, 3] FLOAT, shape [2] INT64)` as ONNX bytes, and `shape = [3, 2]` as a
 /// serialized `TensorProto`.
 fn reshape_with_a_shape_input() -> (Vec<u8>, Vec<u8>) {

@@ -132,6 +132,16 @@ pub enum OnnxError {
         #[source]
         source: std::io::Error,
     },
+    /// Weights stay outside the graph in this dialect, and no payload file was named for them.
+    #[error(
+        "the weights of {nodes} node(s) stay outside the graph in the {dialect} dialect: name a file \
+         for them (torchlean import --payload FILE), or write --dialect 2026-09, which holds \
+         them inline"
+    )]
+    PayloadFileNeeded {
+        dialect: torchlean_ir::Dialect,
+        nodes: usize,
+    },
     /// The imported graph or payload failed the IR's own checks or writing (a mapping the
     /// importer got wrong).
     #[error("the imported graph or payload does not pass the IR's checks: {source}")]
@@ -157,7 +167,8 @@ impl OnnxError {
             OnnxError::Decode { .. }
             | OnnxError::DecodeTensor { .. }
             | OnnxError::Read { .. }
-            | OnnxError::Io { .. } => {
+            | OnnxError::Io { .. }
+            | OnnxError::PayloadFileNeeded { .. } => {
                 vec![self.to_string()]
             }
         }

@@ -60,35 +60,43 @@ impl Imported {
     /// when its name ends in `.safetensors` (keys `"<node id>.<name>"`), Payload JSON
     /// otherwise — each through [`torchlean_ir::write_atomically`]. The September dialect carries
     /// the weights inline in the graph, so then `payload` is written only if some weights stay
-    /// outside it; the return value says whether it was written. A node the dialect has no
-    /// counterpart for is an error (all listed) and nothing is written.
+    /// outside it (and may be `None` if none do); the return value says whether it was written.
+    /// Weights with nowhere to go ([`OnnxError::PayloadFileNeeded`]) and a node the dialect has
+    /// no counterpart for (all listed) are errors, and nothing is written.
     pub fn save(
         &self,
         dialect: torchlean_ir::Dialect,
         graph: &std::path::Path,
-        payload: &std::path::Path,
+        payload: Option<&std::path::Path>,
     ) -> Result<bool> {
         let written = dialect
             .write(&self.graph, &self.payload)
             .map_err(|source| OnnxError::Ir { source })?;
-        let payload_bytes = if dialect == torchlean_ir::Dialect::September2026
-            && written.payload.entries.is_empty()
-        {
-            None
-        } else if payload.extension().is_some_and(|x| x == "safetensors") {
-            Some(
+        let outside = written.payload.entries.len();
+        let payload = match payload {
+            None if outside > 0 => {
+                return Err(OnnxError::PayloadFileNeeded {
+                    dialect,
+                    nodes: outside,
+                })
+            }
+            Some(_) if outside == 0 && dialect == torchlean_ir::Dialect::September2026 => None,
+            payload => payload,
+        };
+        let payload_bytes = match payload {
+            None => None,
+            Some(path) if path.extension().is_some_and(|x| x == "safetensors") => Some(
                 written
                     .payload
                     .to_safetensors()
                     .map_err(|source| OnnxError::Ir { source })?,
-            )
-        } else {
-            Some(written.payload.to_json().to_string().into_bytes())
+            ),
+            Some(_) => Some(written.payload.to_json().to_string().into_bytes()),
         };
         write(graph, written.graph.to_string().as_bytes())?;
-        match payload_bytes {
-            Some(bytes) => write(payload, &bytes).map(|()| true),
-            None => Ok(false),
+        match (payload, payload_bytes) {
+            (Some(path), Some(bytes)) => write(path, &bytes).map(|()| true),
+            _ => Ok(false),
         }
     }
 
