@@ -39,6 +39,15 @@ pub enum NnError {
     #[error("the seed has shape {got}, the output has shape {want}")]
     SeedShape { want: Shape, got: Shape },
 
+    /// `backward` without a seed from an output of more than one element (PyTorch: "grad can
+    /// be implicitly created only for scalar outputs").
+    #[error(
+        "backward from an output of shape {shape} ({numel} elements) needs a seed: \
+         reduce it to one element (a loss), or call backward_with_seed with a cotangent of \
+         its shape"
+    )]
+    NonScalarBackward { shape: Shape, numel: usize },
+
     /// A parameter name that the session does not hold.
     #[error("no parameter `{name}`")]
     NoSuchParam { name: String },

@@ -144,7 +144,13 @@ impl Loss {
                     )));
                 }
                 if let Some((i, l)) = labels.iter().enumerate().find(|(_, &l)| l >= c) {
-                    return Err(refuse(format!("label {i} is {l}, outside [0, {c})")));
+                    let valid = match c {
+                        0 => "no label is valid".to_string(),
+                        c => format!("labels 0 to {}", c - 1),
+                    };
+                    return Err(refuse(format!(
+                        "row {i}'s label is {l}, but the logits have {c} classes ({valid})"
+                    )));
                 }
                 cross_entropy(ops, output, labels, c, label_smoothing, reduction)
             }

@@ -129,9 +129,18 @@ impl<V: Kernels> Session<V> {
         Ok(self.value(v)?.to_f64()?)
     }
 
-    /// Differentiates `loss` (seeded with ones of its shape) with `sweep`, keeping the
+    /// Differentiates `loss`, a value of one element (seeded with 1), with `sweep`, keeping the
     /// gradients of the parameters and of the inputs that require grad ([`Session::grad`]).
+    /// An output of more than one element is refused ([`NnError::NonScalarBackward`], as
+    /// PyTorch refuses it): give its cotangent to [`Session::backward_with_seed`].
     pub fn backward(&mut self, loss: &Var, sweep: Sweep) -> Result<()> {
+        let numel = loss.shape.size();
+        if numel != 1 {
+            return Err(NnError::NonScalarBackward {
+                shape: loss.shape.clone(),
+                numel,
+            });
+        }
         let seed = Tensor::full(loss.shape.clone(), 1.0)?;
         self.backward_with_seed(loss, &seed, sweep)
     }
@@ -300,7 +309,12 @@ impl<V: Kernels> Session<V> {
     /// `safetensors.torch.save_file(model.state_dict(), path)` writes it: F32 or F64 tensors
     /// (PyTorch's batch-norm `num_batches_tracked` counters, `int64`, are skipped: our batch
     /// norm keeps none). Errors name the file.
-    pub fn load_state_dict_file(&mut self, path: &std::path::Path, strict: bool) -> Result<()> {
+    pub fn load_state_dict_file(
+        &mut self,
+        path: impl AsRef<std::path::Path>,
+        strict: bool,
+    ) -> Result<()> {
+        let path = path.as_ref();
         let bytes = std::fs::read(path).map_err(|source| NnError::StateDictRead {
             path: path.to_path_buf(),
             source,

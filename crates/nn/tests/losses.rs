@@ -408,8 +408,8 @@ fn bad_input_is_refused_naming_the_loss_the_layer_and_the_shapes() {
     use Reduction::{Mean, Sum};
     #[rustfmt::skip]
     let table: Vec<(Loss, &[usize], Target<'_>, Reduction, &str)> = vec![
-        (ce(0.0), &[2, 3], Target::Labels(&[0, 3]), Mean, "label 1 is 3, outside [0, 3)"),
-        (ce(0.1), &[2, 3], Target::Labels(&[7, 0]), Sum, "label 0 is 7, outside [0, 3)"),
+        (ce(0.0), &[2, 3], Target::Labels(&[0, 3]), Mean, "row 1's label is 3, but the logits have 3 classes (labels 0 to 2)"),
+        (ce(0.1), &[2, 3], Target::Labels(&[7, 0]), Sum, "row 0's label is 7, but the logits have 3 classes (labels 0 to 2)"),
         (ce(0.0), &[2, 3], Target::Labels(&[0, 1, 2]), Mean, "3 labels for 2 rows of logits"),
         (ce(0.0), &[3], Target::Labels(&[0]), Mean, "the logits must be [N, C]"),
         (ce(0.0), &[2, 3, 4], Target::Labels(&[0, 1]), Sum, "the logits must be [N, C]"),

@@ -9,5 +9,6 @@ mod dynamic;
 mod gpt;
 mod losses;
 mod programs;
+mod session;
 mod state_dict;
 mod zoo;

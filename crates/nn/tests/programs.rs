@@ -57,7 +57,9 @@ where
     let mut s = Session::<V>::new();
     let input = s.input("x", x, true).unwrap();
     let out = f(&mut s, &input).unwrap();
-    s.backward(&out, sweep).unwrap();
+    // the conformance graphs' outputs are not all scalars: seeded with ones, as `torchlean grad`
+    let ones = Tensor::full(out.shape().clone(), 1.0).unwrap();
+    s.backward_with_seed(&out, &ones, sweep).unwrap();
     (s, input, out)
 }
 

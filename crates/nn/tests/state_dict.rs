@@ -184,7 +184,7 @@ fn rejected_inputs_change_nothing() {
     }
     // the message names every problem, with both shapes
     let e = s
-        .load_state_dict_file(&dir.path().join("names.safetensors"), true)
+        .load_state_dict_file(dir.path().join("names.safetensors"), true)
         .unwrap_err()
         .to_string();
     for want in [
@@ -230,7 +230,7 @@ fn pytorch_state_dicts_give_pytorchs_outputs() {
     for model in [Model::Mlp, Model::CnnBatchNorm] {
         let name = model.name();
         let mut s = session(model);
-        s.load_state_dict_file(&dir.path().join(format!("{name}.safetensors")), true)
+        s.load_state_dict_file(dir.path().join(format!("{name}.safetensors")), true)
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         let expect = std::fs::read(dir.path().join(format!("{name}.expect.safetensors"))).unwrap();
         let expect = torchlean_nn::state::read_state_dict(&expect, dir.path(), |_| false).unwrap();
