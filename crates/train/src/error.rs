@@ -390,6 +390,16 @@ pub enum TrainError {
     #[error("invalid {field}: {reason}")]
     Config { field: &'static str, reason: String },
 
+    /// Evaluating the training or held-out set failed (the error names the evaluation batch's
+    /// shapes, which are not the training batch's).
+    #[error("evaluating the {set} set, {batch} rows at a time (the evaluation batch, whatever the training batch)")]
+    Evaluating {
+        set: &'static str,
+        batch: usize,
+        #[source]
+        source: Box<TrainError>,
+    },
+
     /// A step's loss was NaN or infinite (the run stops; the last checkpoint is intact).
     #[error("step {step}: the loss is {loss}; lower the learning rate or clip gradients (--clip-grad-norm)")]
     NonFiniteLoss { step: u64, loss: f64 },

@@ -23,6 +23,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, TrainError};
+use torchlean_nn::Session;
 use torchlean_runtime::{AdamDecay, Element, SgdMomentum, TrainValue, UpdateRule};
 use torchlean_spec::Shape;
 
@@ -755,6 +756,31 @@ impl<V: TrainValue> EngineOptimizer<V> {
             )?;
             V::apply_update(&rule, value, grad, &mut ordered)?;
         }
+        Ok(())
+    }
+
+    /// PyTorch's `optimizer.step()` for a model run in an eager [`Session`]: one step, at the
+    /// configured learning rate, of every parameter the session's last backward pass reached,
+    /// with the gradients it computed. The gradients are moved out of the session, so a second
+    /// call before the next backward pass changes nothing (PyTorch's `zero_grad` is implied).
+    /// Returns how many parameters were stepped. For a schedule, change the rate with
+    /// [`EngineOptimizer::set_lr`], or step explicitly with [`EngineOptimizer::step`].
+    pub fn step_session(&mut self, session: &mut Session<V>) -> Result<usize> {
+        let grads = session.take_param_grads();
+        let mut params: Vec<(&str, &mut V, &V)> = session
+            .params_mut()
+            .filter_map(|(name, value)| grads.get(name).map(|g| (name, value, g)))
+            .collect();
+        self.step(self.config.lr(), &mut params)?;
+        Ok(params.len())
+    }
+
+    /// Sets the base learning rate [`EngineOptimizer::step_session`] uses (checked as a new
+    /// configuration is); the state is kept.
+    pub fn set_lr(&mut self, lr: f64) -> Result<()> {
+        let config = self.config.clone().with_lr(lr);
+        config.validate()?;
+        self.config = config;
         Ok(())
     }
 

@@ -500,21 +500,44 @@ impl<V: TrainValue> Trainer<V> {
         self.stop.as_ref().is_some_and(|f| f.load(Ordering::SeqCst))
     }
 
-    /// Sets the learning-rate schedule of a run that has not stepped yet (`--schedule`, whose
-    /// lengths depend on [`Trainer::last_step`]), validated.
+    /// Sets the learning-rate schedule (`--schedule`, whose lengths depend on
+    /// [`Trainer::last_step`]), validated. On a resumed run it applies as if the run had had it
+    /// from step 0: the rate of step `k` is the new schedule's at `k` (PyTorch's scheduler
+    /// state is its step count, which the run keeps); the optimizer state is kept.
     pub fn set_schedule(&mut self, schedule: Schedule) -> Result<()> {
-        if self.step > 0 {
-            return Err(TrainError::Config {
-                field: "schedule",
-                reason: format!(
-                    "the run is at step {} already; it keeps its schedule",
-                    self.step
-                ),
-            });
-        }
         schedule.validate()?;
         self.cfg.schedule = schedule;
         Ok(())
+    }
+
+    /// Sets the base learning rate (a resumed run's `--lr`): the schedule scales the new rate
+    /// from the next step on; the optimizer state (momentum, Adam's moments) is kept.
+    pub fn set_lr(&mut self, lr: f64) -> Result<()> {
+        let optimizer = self.cfg.optimizer.clone().with_lr(lr);
+        optimizer.validate()?;
+        self.optimizer.set_lr(lr)?;
+        self.cfg.optimizer = optimizer;
+        Ok(())
+    }
+
+    /// Sets the batch size of a resumed run (`--batch`). Steps count batches, so the step
+    /// count becomes the new size's at the same place in the same epoch: the epoch's rows
+    /// seen so far, rounded up to whole new batches (so at most `batch − 1` rows of the epoch
+    /// under way are skipped; none when the run is at an epoch boundary). The epochs' row
+    /// orders do not depend on the batch size, and the optimizer state is kept. Returns the
+    /// new step count.
+    pub fn set_batch(&mut self, batch: usize) -> Result<u64> {
+        let mut cfg = self.cfg.clone();
+        cfg.batch = batch;
+        cfg.validate()?;
+        self.model
+            .prepare(&batch_sizes(batch, self.train.len(), self.held.len()))?;
+        let (per, n) = (self.batches_per_epoch(), self.train.len() as u64);
+        let (epoch, seen) = (self.step / per, (self.step % per) * self.cfg.batch as u64);
+        self.cfg = cfg;
+        let per = self.batches_per_epoch();
+        self.step = epoch * per + seen.min(n).div_ceil(batch as u64);
+        Ok(self.step)
     }
 
     /// Changes how often steps are verified.
@@ -546,7 +569,14 @@ impl<V: TrainValue> Trainer<V> {
         for chunk in rows.chunks(EVAL_BATCH) {
             let (x, y) = set.batch(chunk)?;
             let x = x.reshaped(self.model.batch_shape(chunk.len()))?;
-            let (l, c) = self.exec.evaluate(&self.model, &x, &y)?;
+            let (l, c) =
+                self.exec
+                    .evaluate(&self.model, &x, &y)
+                    .map_err(|e| TrainError::Evaluating {
+                        set: if held_out { "held-out" } else { "training" },
+                        batch: EVAL_BATCH,
+                        source: Box::new(e),
+                    })?;
             loss += l;
             correct += c;
         }

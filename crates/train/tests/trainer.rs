@@ -311,3 +311,76 @@ fn a_corrupted_model_or_optimizer_file_is_refused_on_resume_naming_it() {
         Trainer::<CpuF32>::resume(&path, &digits()).unwrap();
     }
 }
+
+/// `set_lr` on a resumed SGD-momentum run keeps the momentum buffers and applies the new rate
+/// from the next step: one step at 0.01 and one at 0.05 from the same checkpoint move every
+/// parameter along the same direction (the updated momentum buffer), by 0.01 and 0.05 of it.
+#[test]
+fn a_resumed_run_takes_a_new_learning_rate_and_keeps_the_optimizer_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ck.safetensors");
+    let mut c = cfg(Arch::Mlp, 10);
+    c.optimizer = torchlean_train::trainer::sgd_momentum(0.05);
+    let mut first = Trainer::<CpuF64>::new(c.clone(), &digits()).unwrap();
+    first.run(&mut Quiet).unwrap();
+    first.save(&path).unwrap();
+    let before = first.params_f64().unwrap();
+    let one_step = |lr: Option<f64>| {
+        let mut t = Trainer::<CpuF64>::resume(&path, &digits()).unwrap();
+        if let Some(lr) = lr {
+            t.set_lr(lr).unwrap();
+            assert_eq!(t.config().optimizer.lr(), lr);
+        }
+        t.set_stop(c.epochs, Some(11));
+        t.run(&mut Quiet).unwrap();
+        t.params_f64().unwrap()
+    };
+    let (slow, kept) = (one_step(Some(0.01)), one_step(None));
+    for (name, p0) in &before {
+        let step = |p: &Tensor<f64>, lr: f64| -> Vec<f64> {
+            p0.data()
+                .iter()
+                .zip(p.data())
+                .map(|(a, b)| (a - b) / lr)
+                .collect()
+        };
+        let (a, b) = (step(&slow[name], 0.01), step(&kept[name], 0.05));
+        let scale = b.iter().fold(1e-12f64, |m, x| m.max(x.abs()));
+        let worst = a
+            .iter()
+            .zip(&b)
+            .fold(0f64, |m, (x, y)| m.max((x - y).abs()));
+        // a lost momentum buffer would make the two directions differ by the old buffer
+        assert!(worst / scale < 1e-9, "{name}: {worst:e} of {scale:e}");
+    }
+    assert!(Trainer::<CpuF64>::resume(&path, &digits())
+        .unwrap()
+        .set_lr(-1.0)
+        .is_err());
+}
+
+/// `set_batch` on a resumed run: the step count becomes the new size's at the same place in
+/// the same epoch, rounded up to whole new batches, and the next rows are that epoch's order
+/// continued.
+#[test]
+fn a_resumed_run_takes_a_new_batch_size_at_the_same_place_in_its_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ck.safetensors");
+    let mut first = Trainer::<CpuF32>::new(cfg(Arch::Mlp, 50), &digits()).unwrap();
+    first.run(&mut Quiet).unwrap();
+    first.save(&path).unwrap();
+    // batch 32: 45 batches per epoch, so step 50 is 5 batches (160 rows) into epoch 1
+    assert_eq!(first.batches_per_epoch(), 45);
+    let epoch_1 = torchlean_train::epoch_order(first.train_set().len(), 0, 1);
+    assert_eq!(first.batch_rows(50), epoch_1[160..192].to_vec());
+    let mut t = Trainer::<CpuF32>::resume(&path, &digits()).unwrap();
+    // batch 64: 23 per epoch; 160 rows are 2.5 batches, rounded up to 3: step 23 + 3
+    assert_eq!(t.set_batch(64).unwrap(), 26);
+    assert_eq!(t.steps_done(), 26);
+    assert_eq!(t.config().batch, 64);
+    assert_eq!(t.batch_rows(26), epoch_1[192..256].to_vec());
+    t.set_stop(t.config().epochs, Some(28));
+    let rest = t.run(&mut Quiet).unwrap();
+    assert_eq!((rest.first_step, rest.losses.len()), (26, 2));
+    assert!(t.set_batch(0).is_err(), "batch 0 is refused");
+}
