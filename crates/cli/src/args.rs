@@ -23,30 +23,46 @@ pub enum DTypeArg {
     F64,
 }
 
+/// The graph a command reads, and its weights.
+#[derive(clap::Args, Debug)]
+pub struct GraphSource {
+    /// A graph (torchlean.ir.v1, either dialect) or a case file (torchlean.case.v1: graph,
+    /// payload and input in one file)
+    pub graph: PathBuf,
+    /// The graph's weights: Payload JSON or safetensors, keyed `<node id>.<name>` (default: a
+    /// case file's own; a September-dialect graph holds its weights inline)
+    #[arg(long)]
+    pub payload: Option<PathBuf>,
+}
+
+/// The input tensors of a graph run.
+#[derive(clap::Args, Debug)]
+pub struct InputFiles {
+    /// Input tensor JSON (default: the case's input, for a case file). A graph with several
+    /// inputs takes one per input: `--input NAME=FILE`, NAME an input's name (`input_names`)
+    /// or node id, or plain `--input FILE`s in input order
+    #[arg(long, value_name = "[NAME=]FILE")]
+    pub input: Vec<PathBuf>,
+}
+
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Validate a graph (or a case file's graph, payload and input): structure, shapes, and
     /// optionally payload and input; reports every problem
     Check {
-        graph: PathBuf,
-        #[arg(long)]
-        payload: Option<PathBuf>,
-        /// Input tensor JSON, as for `eval` (repeatable, `NAME=FILE` per input)
-        #[arg(long, value_name = "[NAME=]FILE")]
-        input: Vec<PathBuf>,
+        #[command(flatten)]
+        source: GraphSource,
+        #[command(flatten)]
+        inputs: InputFiles,
         #[command(flatten)]
         memory: MemoryArgs,
     },
     /// Evaluate a graph and print its output as tensor JSON
     Eval {
-        graph: PathBuf,
-        #[arg(long)]
-        payload: Option<PathBuf>,
-        /// Input tensor JSON (default: the case's input, for a case file). A graph with
-        /// several inputs takes one per input: `--input NAME=FILE`, NAME an input's name
-        /// (`input_names`) or node id, or plain `--input FILE`s in input order
-        #[arg(long, value_name = "[NAME=]FILE")]
-        input: Vec<PathBuf>,
+        #[command(flatten)]
+        source: GraphSource,
+        #[command(flatten)]
+        inputs: InputFiles,
         #[arg(long, value_enum, default_value = "cpu")]
         engine: EngineName,
         /// [default: f64; f32 on the CUDA engines, which run f32 only]
@@ -63,14 +79,10 @@ pub enum Command {
     /// Evaluate a graph and its gradients; prints {"output", "grad_input", "grad_payload"}
     /// ("outputs" for several outputs, "grad_inputs" by input name for several inputs)
     Grad {
-        graph: PathBuf,
-        #[arg(long)]
-        payload: Option<PathBuf>,
-        /// Input tensor JSON (default: the case's input, for a case file). A graph with
-        /// several inputs takes one per input: `--input NAME=FILE`, NAME an input's name
-        /// (`input_names`) or node id, or plain `--input FILE`s in input order
-        #[arg(long, value_name = "[NAME=]FILE")]
-        input: Vec<PathBuf>,
+        #[command(flatten)]
+        source: GraphSource,
+        #[command(flatten)]
+        inputs: InputFiles,
         /// Cotangent of the output (default: ones). A graph with several outputs (September
         /// dialect's `output_ids`) takes one `--seed` per output, repeated in output order, or
         /// none (ones for each); the gradients are the sum of each output's pullback
@@ -94,22 +106,22 @@ pub enum Command {
     Conform(ConformArgs),
     /// Print the lowered SSA GraphData (the text the insta snapshots hold)
     Lower {
-        graph: PathBuf,
-        #[arg(long)]
-        payload: Option<PathBuf>,
+        #[command(flatten)]
+        source: GraphSource,
         #[command(flatten)]
         memory: MemoryArgs,
     },
     /// Print the graph as Graphviz DOT
-    Dot { graph: PathBuf },
+    Dot {
+        /// A graph (torchlean.ir.v1, either dialect) or a case file (torchlean.case.v1)
+        graph: PathBuf,
+    },
     /// Rewrite a graph (read in either TorchLean dialect, detected from the file) in the
     /// dialect given: `2026-08` (TorchLean of August 2026, `output_id`, weights in a separate
     /// payload) or `2026-09` (TorchLean's September 2026, `output_ids`, weights inline)
     Convert {
-        graph: PathBuf,
-        /// Weights (Payload JSON or safetensors), keyed by the input file's node ids
-        #[arg(long)]
-        payload: Option<PathBuf>,
+        #[command(flatten)]
+        source: GraphSource,
         /// The dialect to write: 2026-08 or 2026-09
         #[arg(long)]
         dialect: torchlean_ir::Dialect,
@@ -124,14 +136,16 @@ pub enum Command {
     /// Import an ONNX model: write its graph (torchlean.ir.v1) and its initializers as the
     /// payload; every unsupported op, attribute or dynamic dimension is listed (exit 2)
     Import {
+        /// The ONNX model (a ModelProto file, as torch.onnx.export writes)
         model: PathBuf,
         /// The graph JSON to write
         #[arg(short = 'o', long)]
         output: PathBuf,
         /// The payload to write: safetensors when the name ends in `.safetensors`, Payload JSON
-        /// otherwise (with `--dialect 2026-09` the weights go inline and it is not written)
+        /// otherwise; needed when the model has weights, except with `--dialect 2026-09`,
+        /// which holds them inline (the file is then not written)
         #[arg(long)]
-        payload: PathBuf,
+        payload: Option<PathBuf>,
         /// The dialect to write the graph in: 2026-08 (default) or 2026-09
         #[arg(long, default_value_t = torchlean_ir::Dialect::August2026)]
         dialect: torchlean_ir::Dialect,
@@ -285,6 +299,8 @@ pub enum BackendArg {
 }
 
 #[derive(clap::Args, Debug)]
+// `--lr -1` is a value our checks refuse with the reason, not an unknown flag
+#[command(allow_negative_numbers = true)]
 pub struct TrainArgs {
     /// The built-in model to train (leave it out with --from)
     #[arg(value_enum, required_unless_present = "from", conflicts_with = "from")]

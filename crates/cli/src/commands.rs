@@ -1,6 +1,6 @@
 //! The subcommands.
 
-use crate::args::{Cli, Command};
+use crate::args::{Cli, Command, GraphSource, InputFiles};
 use crate::engine::{dtype_or, select, with_engine, Engine};
 use crate::load::{self, ir_lines};
 use crate::{out, BadInput, Outcome, Stop};
@@ -22,15 +22,13 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
     }
     match cli.command {
         Command::Check {
-            graph,
-            payload,
-            input,
+            source: GraphSource { graph, payload },
+            inputs: InputFiles { input },
             ..
         } => check(&graph, payload.as_deref(), &input),
         Command::Eval {
-            graph,
-            payload,
-            input,
+            source: GraphSource { graph, payload },
+            inputs: InputFiles { input },
             engine,
             dtype,
             detect_anomaly,
@@ -43,9 +41,8 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             AnomalyMode::detect_if(detect_anomaly),
         ),
         Command::Grad {
-            graph,
-            payload,
-            input,
+            source: GraphSource { graph, payload },
+            inputs: InputFiles { input },
             seed,
             engine,
             dtype,
@@ -58,13 +55,15 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             AnomalyMode::detect_if(detect_anomaly),
         ),
         Command::Conform(args) => crate::conform::run(&args),
-        Command::Lower { graph, payload, .. } => lower(&graph, payload.as_deref()),
+        Command::Lower {
+            source: GraphSource { graph, payload },
+            ..
+        } => lower(&graph, payload.as_deref()),
         Command::Train(args) => crate::train::run(&args),
         Command::Sample(args) => crate::train_gpt::sample(&args),
         Command::Predict(args) => crate::predict::run(&args),
         Command::Convert {
-            graph,
-            payload,
+            source: GraphSource { graph, payload },
             dialect,
             output,
             payload_out,
@@ -82,7 +81,14 @@ pub fn run(cli: Cli) -> Result<Outcome, Stop> {
             dialect,
             bind,
             input_shape,
-        } => crate::import::run(&model, &output, &payload, dialect, &bind, &input_shape),
+        } => crate::import::run(
+            &model,
+            &output,
+            payload.as_deref(),
+            dialect,
+            &bind,
+            &input_shape,
+        ),
         Command::ExportTorch {
             graph,
             payload,
@@ -417,12 +423,11 @@ fn validate(l: &Loaded<'_>, pass: Pass) -> (Vec<String>, Vec<String>) {
         against("input", x, ip, "input", id);
     }
     if !l.seeds.is_empty() && l.seeds.len() != g.output_count() {
-        errors.push(format!(
-            "{}: the graph has {} outputs, but {} seeds were given (one --seed per output, in output order, or none for ones)",
-            l.graph_file.display(),
-            g.output_count(),
-            l.seeds.len()
-        ));
+        let count = torchlean_compiled::CompiledError::SeedCount {
+            outputs: g.output_count(),
+            seeds: l.seeds.len(),
+        };
+        errors.push(format!("{}: {count}", l.graph_file.display()));
     } else {
         for ((s, sp), out) in l.seeds.iter().zip(g.outputs()) {
             // a seed is its output's cotangent: the output node's shape

@@ -29,8 +29,35 @@ pub(crate) fn bad(e: TrainError) -> BadInput {
                 .chain(source.lines().into_iter().map(|l| format!("  {l}")))
                 .collect(),
         ),
+        TrainError::Config { field, reason } => match flag_of(field) {
+            Some(flag) => BadInput::one(format!("{flag}: {reason}")),
+            None => BadInput::one(chain(&e)),
+        },
+        TrainError::InvalidSetting {
+            owner,
+            field,
+            value,
+            expected,
+        } => match flag_of(field) {
+            Some(flag) => BadInput::one(format!(
+                "{flag} {value}: {owner}'s {field} must be {expected}"
+            )),
+            None => BadInput::one(chain(&e)),
+        },
         _ => BadInput::one(chain(&e)),
     }
+}
+
+/// The `train` flag that sets the library's setting `field` (`held_out` → `--held-out`, clap's
+/// spelling of the argument's field), if there is one.
+fn flag_of(field: &str) -> Option<String> {
+    use clap::CommandFactory;
+    let long = field.replace('_', "-");
+    crate::args::Cli::command()
+        .find_subcommand("train")?
+        .get_arguments()
+        .any(|a| a.get_long() == Some(long.as_str()))
+        .then(|| format!("--{long}"))
 }
 
 /// The optimizer from `--optimizer`, `--lr`, `--momentum`, `--nesterov` and
@@ -82,7 +109,8 @@ fn config(a: &TrainArgs, arch: Arch) -> Result<TrainConfig, BadInput> {
 }
 
 /// With `--resume`, the settings that decide what is computed come from the checkpoint; one
-/// given on the command line must agree with it.
+/// given on the command line must agree with it, except those a resumed run may change
+/// ([`apply_resume_changes`]).
 fn check_resume_flags(
     a: &TrainArgs,
     arch: Arch,
@@ -97,17 +125,7 @@ fn check_resume_flags(
             }
         }
     };
-    check(
-        "--batch",
-        a.batch.map(|v| v.to_string()),
-        c.batch.to_string(),
-    );
     check("--seed", a.seed.map(|v| v.to_string()), c.seed.to_string());
-    check(
-        "--lr",
-        a.lr.map(|v| v.to_string()),
-        c.optimizer.lr().to_string(),
-    );
     check(
         "--held-out",
         a.held_out.map(|v| v.to_string()),
@@ -132,11 +150,11 @@ fn check_resume_flags(
         ("--momentum", a.momentum.is_some()),
         ("--nesterov", a.nesterov),
         ("--weight-decay", a.weight_decay.is_some()),
-        ("--schedule", a.schedule.is_some()),
     ];
     for (flag, _) in given.iter().filter(|(_, g)| *g) {
         conflicts.push(format!(
-            "{flag} (the checkpoint's {} and schedule are kept)",
+            "{flag} (the checkpoint's {} is kept, with its state; --lr, --batch and \
+             --schedule may change)",
             c.optimizer.describe()
         ));
     }
@@ -150,6 +168,30 @@ fn check_resume_flags(
                 .collect(),
         ))
     }
+}
+
+/// A resumed run's `--lr` and `--batch` where they differ from the checkpoint's, applied; the
+/// optimizer state is kept. One line per change, for the header.
+fn apply_resume_changes<V: TrainValue>(
+    a: &TrainArgs,
+    t: &mut Trainer<V>,
+) -> Result<Vec<String>, BadInput> {
+    let mut changes = Vec::new();
+    let c = t.config().clone();
+    if let Some(lr) = a.lr.filter(|&lr| lr != c.optimizer.lr()) {
+        t.set_lr(lr).map_err(bad)?;
+        changes.push(format!("lr {} -> {lr}", c.optimizer.lr()));
+    }
+    if let Some(batch) = a.batch.filter(|&b| b != c.batch) {
+        let before = t.steps_done();
+        let after = t.set_batch(batch).map_err(bad)?;
+        changes.push(format!(
+            "batch {} -> {batch} (step {before} -> {after}: the same place in epoch {})",
+            c.batch,
+            after / t.batches_per_epoch() + 1
+        ));
+    }
+    Ok(changes)
 }
 
 /// Standard output for a run that must not stop when its output does: after the first failed
@@ -475,12 +517,23 @@ fn train_on<V: TrainValue>(
     data: &Dataset,
     origin: &str,
 ) -> Result<Outcome, Stop> {
+    // what a resumed run changed, for the header
+    let mut resume_changes: Vec<String> = Vec::new();
     let mut t = match &a.resume {
         Some(path) => {
             let mut t = Trainer::<V>::resume(path, data).map_err(bad)?;
             check_resume_flags(a, arch, t.config(), path)?;
+            resume_changes = apply_resume_changes(a, &mut t)?;
             let epochs = a.epochs.unwrap_or(t.config().epochs);
             t.set_stop(epochs, a.steps);
+            if let Some(s) = &a.schedule {
+                let before = t.config().schedule.describe();
+                t.set_schedule(s.over(t.last_step())).map_err(bad)?;
+                resume_changes.push(format!(
+                    "schedule {before} -> {}",
+                    t.config().schedule.describe()
+                ));
+            }
             if t.last_step() <= t.steps_done() {
                 return Err(BadInput::one(format!(
                     "{}: the run is at step {} already, and --epochs {epochs}{} ends at step {}: \
@@ -509,7 +562,25 @@ fn train_on<V: TrainValue>(
     };
     let c = t.config().clone();
     let mut printer = Printer::default();
-    if !a.json {
+    if a.json {
+        printer.line(json!({
+            "event": "start",
+            "model": model_label(t.model()),
+            "data": origin,
+            "train_examples": t.train_set().len(),
+            "held_out_examples": t.held_out_set().len(),
+            "features": data.features(),
+            "classes": data.classes(),
+            "engine": V::ENGINE,
+            "backend": c.backend.name(),
+            "optimizer": c.optimizer.describe(),
+            "schedule": c.schedule.describe(),
+            "batch": c.batch,
+            "first_step": t.steps_done(),
+            "last_step": t.last_step(),
+            "resume_changes": resume_changes,
+        }));
+    } else {
         printer.line(format_args!(
             "training {} on {origin}: {} examples for training, {} held out; {} features, {} classes; {} {}; {}{} batch {}; steps {}..{}",
             model_label(t.model()),
@@ -525,6 +596,12 @@ fn train_on<V: TrainValue>(
             t.steps_done(),
             t.last_step()
         ));
+        if !resume_changes.is_empty() {
+            printer.line(format_args!(
+                "resumed with {}; the optimizer state is kept",
+                resume_changes.join(", ")
+            ));
+        }
     }
     let mut progress = Progress {
         bar: progress_bar(a, t.last_step(), t.steps_done()),
@@ -553,12 +630,16 @@ fn train_on<V: TrainValue>(
         Ok(s) => s,
         Err(TrainError::Interrupted { step }) => return save_interrupted(a, &t, step),
         Err(e @ (TrainError::VerifyFailed { .. } | TrainError::Anomaly { .. })) => {
+            let mut printer = progress.out;
+            stopped_event(a, &mut printer, &t, &e);
+            printer.finish()?;
             out::error_line(chain(&e));
             return Ok(Outcome::Failed);
         }
         // the plot and checkpoint asked for, of the last finite step, then the failure
         Err(e @ TrainError::NonFiniteLoss { .. }) => {
             let mut printer = progress.out;
+            stopped_event(a, &mut printer, &t, &e);
             write_outputs(a, &mut printer, &progress.curves, |path| {
                 t.save(path)?;
                 Ok(format!(
@@ -586,6 +667,19 @@ fn train_on<V: TrainValue>(
     })?;
     printer.finish()?;
     Ok(Outcome::Ok)
+}
+
+/// With `--json`, the line that says the run stopped early, at which step and why (the reason
+/// goes to standard error too, as without `--json`).
+fn stopped_event<V: TrainValue>(
+    a: &TrainArgs,
+    printer: &mut Printer,
+    t: &Trainer<V>,
+    e: &TrainError,
+) {
+    if a.json {
+        printer.line(json!({"event": "stopped", "step": t.steps_done(), "reason": chain(e)}));
+    }
 }
 
 /// The schedule for the header: nothing when constant.
@@ -649,7 +743,9 @@ pub(crate) fn write_outputs(
         Some(path) => {
             torchlean_train::plot::loss_svg(path, &curves.title, &curves.train, &curves.held_out)
                 .map_err(bad)?;
-            if !a.json {
+            if a.json {
+                printer.line(json!({"event": "wrote", "file": path, "content": "plot"}));
+            } else {
                 printer.line(format_args!("wrote {}", path.display()));
             }
         }
@@ -659,7 +755,15 @@ pub(crate) fn write_outputs(
     let back = a.save.is_none() && a.resume.is_some();
     if let Some(path) = a.save.as_ref().or(a.resume.as_ref()) {
         let wrote = save(path).map_err(bad)?;
-        if !a.json {
+        if a.json {
+            printer.line(json!({
+                "event": "wrote",
+                "file": path,
+                "content": "checkpoint",
+                "optimizer_file": torchlean_train::trainer::optimizer_path(path),
+                "resume_file": back,
+            }));
+        } else {
             let back = if back {
                 "; the --resume file, as no --save was given"
             } else {

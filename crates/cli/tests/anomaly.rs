@@ -216,3 +216,51 @@ fn a_run_stopped_by_a_nan_loss_writes_its_plot_and_last_finite_checkpoint() {
     assert_eq!(again.status.code(), Some(1), "{}", stderr(&again));
     assert!(stderr(&again).contains("step 2: the loss is NaN"));
 }
+
+/// The JSON events of a `--json` run: `start` first; a run stopped early says so on standard
+/// output (`stopped`, with the step and the reason) before its `wrote` events (before, a NaN
+/// stop printed nothing on standard output, and no run printed `start` or `wrote`).
+#[test]
+fn json_runs_say_when_they_start_stop_and_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let plot = dir.path().join("loss.svg");
+    let ck = dir.path().join("ck.safetensors");
+    let (plot_s, ck_s) = (plot.to_str().unwrap(), ck.to_str().unwrap());
+    let events = |o: &Output| -> Vec<serde_json::Value> {
+        stdout(o)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+            .collect()
+    };
+    let names = |evs: &[serde_json::Value]| -> Vec<String> {
+        evs.iter()
+            .map(|e| e["event"].as_str().unwrap().to_string())
+            .filter(|e| e != "step" && e != "epoch")
+            .collect()
+    };
+    let o = train(&["--json", "--plot", plot_s, "--save", ck_s]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let evs = events(&o);
+    assert_eq!(names(&evs), ["start", "stopped", "wrote", "wrote"]);
+    assert_eq!(evs[0]["last_step"], 6);
+    let stopped = evs.iter().find(|e| e["event"] == "stopped").unwrap();
+    assert_eq!(stopped["step"], 1);
+    assert!(stopped["reason"]
+        .as_str()
+        .unwrap()
+        .contains("step 2: the loss is NaN"));
+    let wrote: Vec<_> = evs.iter().filter(|e| e["event"] == "wrote").collect();
+    assert_eq!(
+        (wrote[0]["content"].as_str(), wrote[0]["file"].as_str()),
+        (Some("plot"), Some(plot_s))
+    );
+    assert_eq!(
+        (wrote[1]["content"].as_str(), wrote[1]["file"].as_str()),
+        (Some("checkpoint"), Some(ck_s))
+    );
+
+    // a run that finishes: start, its summary, what it wrote
+    let o = run(&["train", "mlp", "--steps", "2", "--json", "--save", ck_s]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(names(&events(&o)), ["start", "summary", "wrote"]);
+}

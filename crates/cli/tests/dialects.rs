@@ -91,7 +91,7 @@ fn eval_prints_each_output_and_grad_takes_a_seed_per_output() {
     // one seed for two outputs, or a seed of the wrong shape: exit 2, one line each
     assert_bad_input(
         &run(&["grad", g, "--input", x, "--seed", s1]),
-        &["the graph has 2 outputs, but 1 seeds were given"],
+        &["the graph has 2 outputs, but 1 seed was given"],
     );
     assert_bad_input(
         &run(&["grad", g, "--input", x, "--seed", s1, "--seed", s0]),

@@ -17,3 +17,4 @@ mod reliability;
 mod torch_export;
 mod train;
 mod train_gpt;
+mod wording;

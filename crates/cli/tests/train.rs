@@ -37,6 +37,14 @@ fn json_lines(o: &Output) -> Vec<Value> {
         .collect()
 }
 
+/// The `summary` event of a `--json` run.
+fn summary(o: &Output) -> Value {
+    json_lines(o)
+        .into_iter()
+        .find(|v| v["event"] == "summary")
+        .unwrap_or_else(|| panic!("no summary event in {}", stdout(o)))
+}
+
 fn losses(o: &Output) -> Vec<(u64, f64)> {
     json_lines(o)
         .iter()
@@ -80,7 +88,7 @@ fn json_lines_and_a_checkpoint_that_resumes_with_the_same_losses() {
         "adam",
     ]);
     assert_exit(&whole, 0, &[]);
-    let summary = json_lines(&whole).pop().unwrap();
+    let summary = summary(&whole);
     assert_eq!(summary["event"], "summary");
     assert!(summary["held_out_after"]["accuracy"].as_f64().unwrap() > 0.5);
     let first = train(&[
@@ -106,9 +114,18 @@ fn json_lines_and_a_checkpoint_that_resumes_with_the_same_losses() {
     ]);
     assert_exit(&rest, 0, &[]);
     assert_eq!(losses(&rest), losses(&whole)[25..].to_vec());
-    // a flag that would change what is computed is refused, naming both values
-    let o = train(&["mlp", "--resume", ck, "--batch", "64"]);
-    assert_exit(&o, 2, &["--batch 64", "the checkpoint has 32"]);
+    // --lr, --batch and --schedule may change on resume, the optimizer state kept; the header
+    // says what changed (the resumed run above saved back to ck: step 60)
+    let o = train(&[
+        "mlp", "--resume", ck, "--steps", "70", "--lr", "0.0005", "--batch", "64",
+    ]);
+    assert_exit(&o, 0, &[]);
+    let want = "resumed with lr 0.001 -> 0.0005, batch 32 -> 64 (step 60 -> 31: the same place \
+                in epoch 2); the optimizer state is kept";
+    assert!(stdout(&o).contains(want), "{}", stdout(&o));
+    // a flag that would change what else is computed is refused, naming both values
+    let o = train(&["mlp", "--resume", ck, "--seed", "7"]);
+    assert_exit(&o, 2, &["--seed 7", "the checkpoint has 0"]);
     let o = train(&["cnn", "--resume", ck]);
     assert_exit(&o, 2, &["model cnn", "mlp"]);
 }
@@ -181,7 +198,11 @@ fn bad_settings_exit_2() {
         &["lbfgs", "adam"],
     );
     assert_exit(&train(&["mlp", "--batch", "0"]), 2, &["batch"]);
-    assert_exit(&train(&["mlp", "--held-out", "1.5"]), 2, &["held_out"]);
+    assert_exit(
+        &train(&["mlp", "--held-out", "1.5"]),
+        2,
+        &["--held-out: must be in (0, 1)"],
+    );
     let o = train(&["mlp", "--resume", "/nonexistent/ck.safetensors"]);
     assert_exit(&o, 2, &["/nonexistent/ck.safetensors"]);
 }
@@ -278,6 +299,8 @@ fn sigint_saves_a_checkpoint_that_resumes_with_the_losses_of_an_uninterrupted_ru
         .spawn()
         .unwrap();
     let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let start = lines.next().unwrap().unwrap();
+    assert!(start.contains(r#""event":"start""#), "{start}");
     let first = lines.next().unwrap().unwrap();
     assert!(first.contains(r#""event":"step""#), "{first}");
     sigint(child.id());
@@ -473,13 +496,13 @@ fn init_from_starts_at_a_state_dicts_parameters() {
     let ck = ck.to_str().unwrap();
     let first = train(&["mlp", "--steps", "20", "--json", "--save", ck]);
     assert_exit(&first, 0, &[]);
-    let after = json_lines(&first).pop().unwrap()["held_out_after"].clone();
+    let after = summary(&first)["held_out_after"].clone();
     let second = train(&["mlp", "--steps", "1", "--json", "--init-from", ck]);
     assert_exit(&second, 0, &[]);
-    let before = json_lines(&second).pop().unwrap()["held_out_before"].clone();
+    let before = summary(&second)["held_out_before"].clone();
     assert_eq!(before, after);
     let fresh = train(&["mlp", "--steps", "1", "--json"]);
-    assert_ne!(json_lines(&fresh).pop().unwrap()["held_out_before"], after);
+    assert_ne!(summary(&fresh)["held_out_before"], after);
     // a cnn's parameters are not an mlp's
     let cnn = dir.path().join("cnn.safetensors");
     let cnn = cnn.to_str().unwrap();
@@ -530,7 +553,7 @@ fn an_imported_onnx_classifier_fine_tunes_saves_and_resumes() {
     let flags = ["--from", model, "--json", "--log-every", "1"];
     let whole = train(&[&flags[..], &["--epochs", "2", "--backend", "compiled"]].concat());
     assert_exit(&whole, 0, &[]);
-    let summary = json_lines(&whole).pop().unwrap();
+    let summary = summary(&whole);
     assert_eq!(summary["arch"], "onnx");
     let (before, after) = (
         summary["held_out_before"]["accuracy"].as_f64().unwrap(),
@@ -698,7 +721,7 @@ fn optimizer_flags_take_pytorchs_defaults_and_names() {
     assert_exit(
         &train(&["mlp", "--steps", "4", "--resume", ck, "--momentum", "0.5"]),
         2,
-        &["--momentum", "momentum=0.9", "are kept"],
+        &["--momentum", "momentum=0.9", "is kept, with its state"],
     );
 }
 

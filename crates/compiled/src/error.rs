@@ -70,7 +70,11 @@ pub enum CompiledError {
     },
 
     /// A graph with several outputs takes one seed per output (or none: ones for each).
-    #[error("the graph has {outputs} outputs, but {seeds} seeds were given (one per output, in output order, or none for ones)")]
+    #[error(
+        "the graph has {}, but {} given (one seed per output, in output order, or none for ones)",
+        counted(*outputs, "output", "outputs"),
+        counted(*seeds, "seed was", "seeds were")
+    )]
     SeedCount { outputs: usize, seeds: usize },
 
     /// A graph takes one input tensor per graph input, in input order.
@@ -109,3 +113,8 @@ pub enum CompiledError {
 }
 
 pub type Result<T, E = CompiledError> = std::result::Result<T, E>;
+
+/// `n` and the noun in the number `n` takes: `1 output`, `2 outputs`, `0 outputs`.
+fn counted(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}

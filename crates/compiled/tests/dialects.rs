@@ -160,7 +160,10 @@ fn a_seed_count_other_than_the_outputs_is_refused() {
     let exec = exec_graph_of_ir(&doc.graph, &doc.payload).unwrap();
     let one = [Tensor::scalar(1.0)];
     let e = run_grad_seeds_lowered::<Tensor<f64>>(exec, &doc.payload, &x, &one).unwrap_err();
-    assert!(e.to_string().contains("2 outputs, but 1 seeds"), "{e}");
+    assert!(
+        e.to_string().contains("2 outputs, but 1 seed was given"),
+        "{e}"
+    );
     // the single-seed entry point refuses a graph with several outputs too
     let e =
         torchlean_compiled::run_grad::<Tensor<f64>>(&doc.graph, &doc.payload, &x, Some(&one[0]))
