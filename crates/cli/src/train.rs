@@ -529,10 +529,10 @@ fn train_on<V: TrainValue>(
             if let Some(s) = &a.schedule {
                 let before = t.config().schedule.describe();
                 t.set_schedule(s.over(t.last_step())).map_err(bad)?;
-                resume_changes.push(format!(
-                    "schedule {before} -> {}",
-                    t.config().schedule.describe()
-                ));
+                let after = t.config().schedule.describe();
+                if after != before {
+                    resume_changes.push(format!("schedule {before} -> {after}"));
+                }
             }
             if t.last_step() <= t.steps_done() {
                 return Err(BadInput::one(format!(

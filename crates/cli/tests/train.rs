@@ -117,11 +117,22 @@ fn json_lines_and_a_checkpoint_that_resumes_with_the_same_losses() {
     // --lr, --batch and --schedule may change on resume, the optimizer state kept; the header
     // says what changed (the resumed run above saved back to ck: step 60)
     let o = train(&[
-        "mlp", "--resume", ck, "--steps", "70", "--lr", "0.0005", "--batch", "64",
+        "mlp",
+        "--resume",
+        ck,
+        "--steps",
+        "70",
+        "--lr",
+        "0.0005",
+        "--batch",
+        "64",
+        "--schedule",
+        "cosine",
     ]);
     assert_exit(&o, 0, &[]);
     let want = "resumed with lr 0.001 -> 0.0005, batch 32 -> 64 (step 60 -> 31: the same place \
-                in epoch 2); the optimizer state is kept";
+                in epoch 2), schedule constant -> CosineAnnealingLR(T_max=70, eta_min=0); the \
+                optimizer state is kept";
     assert!(stdout(&o).contains(want), "{}", stdout(&o));
     // a flag that would change what else is computed is refused, naming both values
     let o = train(&["mlp", "--resume", ck, "--seed", "7"]);
