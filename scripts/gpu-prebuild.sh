@@ -5,9 +5,10 @@
 #
 #   scripts/gpu-prebuild.sh [DIR]       # DIR defaults to .gpu-bin (ignored by git)
 #
-# Then, on the GPU machine, from the repository root (DIR travels with the working tree):
+# Then, on the GPU machine, from the repository root (DIR.tgz, DIR packed, travels with the
+# working tree: DIR itself is too large beside the checkout for the lent machines' 64 MiB):
 #
-#   TORCHLEAN_GPU_PREBUILT=.gpu-bin TORCHLEAN_PYTHON=python3 scripts/gpu-check.sh
+#   tar xzf .gpu-bin.tgz && TORCHLEAN_GPU_PREBUILT=.gpu-bin TORCHLEAN_PYTHON=python3 scripts/gpu-check.sh
 #
 # The executables were built with this checkout's absolute path baked in (tests find their
 # fixtures through CARGO_MANIFEST_DIR); DIR/source-root records it, and gpu-check.sh links
@@ -56,4 +57,8 @@ open(os.path.join(out, "manifest"), "w").write("\n".join(sorted(lines)) + "\n")
 print("\n".join(sorted(lines)))
 PY
 du -sh "$dir"
-echo "carry $dir; on the GPU machine: TORCHLEAN_GPU_PREBUILT=$dir TORCHLEAN_PYTHON=python3 scripts/gpu-check.sh"
+# The executables are about 60 MB, which with the checkout is over what a lent machine takes
+# (64 MiB); compressed they are about 21 MB. DIR.tgz is ignored by git like DIR.
+tar czf "$dir.tgz" "$dir"
+du -sh "$dir.tgz"
+echo "carry $dir.tgz; on the GPU machine: tar xzf $dir.tgz && TORCHLEAN_GPU_PREBUILT=$dir TORCHLEAN_PYTHON=python3 scripts/gpu-check.sh"

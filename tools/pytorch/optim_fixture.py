@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Makes `crates/train/tests/fixtures/optim.json`: PyTorch's optimizers, gradient clipping and
-learning-rate schedules on a fixed small problem, in float64, for `crates/train/tests/optim.rs`.
+"""Makes `crates/optim/tests/fixtures/optim.json`: PyTorch's optimizers, gradient clipping and
+learning-rate schedules on a fixed small problem, in float64, for `crates/optim/tests/optim.rs`.
 
 What it records:
 - `params`: a 2-layer MLP 5 -> 7 (tanh) -> 3 with fixed float64 parameters (names as in
@@ -19,7 +19,7 @@ implementation follows operation by operation.
 
 Rerun (from the repository root):
     /root/.venvs/torchlean-bench/bin/python tools/pytorch/optim_fixture.py \
-        > crates/train/tests/fixtures/optim.json
+        > crates/optim/tests/fixtures/optim.json
 Floats are written as Python's shortest round-trip repr, so the file reads back bit-exactly.
 """
 import json

@@ -35,6 +35,7 @@ const LAYERS: &[&[&str]] = &[
         "onnx",
     ],
     &["nn", "engines"],
+    &["optim"],
     &["train", "equiv"],
     &["cli", "fuzz-targets"],
     &["xtask"],

@@ -16,9 +16,10 @@ use torchlean_train::imported::OnnxSource;
 use torchlean_train::model::Arch;
 use torchlean_train::optim::OptimConfig;
 use torchlean_train::trainer::{Event, Observer, Summary, TrainConfig, Trainer};
-use torchlean_train::{TrainError, TrainValue};
+use torchlean_train::{OptimError, TrainError, TrainValue};
 
-pub(crate) fn bad(e: TrainError) -> BadInput {
+pub(crate) fn bad(e: impl Into<TrainError>) -> BadInput {
+    let e = e.into();
     match &e {
         // every problem of the model, one line each
         TrainError::Import {
@@ -38,7 +39,13 @@ pub(crate) fn bad(e: TrainError) -> BadInput {
             field,
             value,
             expected,
-        } => match flag_of(field) {
+        }
+        | TrainError::Optim(OptimError::InvalidSetting {
+            owner,
+            field,
+            value,
+            expected,
+        }) => match flag_of(field) {
             Some(flag) => BadInput::one(format!(
                 "{flag} {value}: {owner}'s {field} must be {expected}"
             )),

@@ -2,8 +2,8 @@
 //!
 //! - [`TrainValue`] (from `torchlean-runtime`, implemented by each engine): flat, mutable
 //!   access to an engine's parameter data, which the optimizers update in place between steps;
-//! - [`optim`]: PyTorch's optimizers (update rules, defaults, state names), gradient clipping;
-//! - [`sched`]: learning-rate schedules (StepLR, cosine annealing, linear warm-up);
+//! - [`optim`], [`sched`]: PyTorch's optimizers and schedules, re-exported from
+//!   `torchlean-optim` (depend on that crate alone for a loop of your own);
 //! - [`data`]: the embedded 8×8 digits, CSV data sets, seeded splits, shuffles and batches;
 //! - [`checkpoint`]: safetensors checkpoints with PyTorch's parameter names, written atomically;
 //! - [`plot`]: SVG loss curves;
@@ -22,10 +22,8 @@ pub mod exec;
 pub mod gpt;
 pub mod imported;
 pub mod model;
-pub mod optim;
 pub mod plot;
 pub mod predict;
-pub mod sched;
 pub mod trainer;
 
 pub use checkpoint::{Checkpoint, NamedTensor, TensorData};
@@ -35,4 +33,5 @@ pub use gpt::{GptEval, GptEvent, GptTrainConfig, GptTrainer, Sampling};
 pub use optim::{clip_grad_norm, EngineOptimizer, OptimConfig, Optimizer, Param, ParamState};
 pub use plot::loss_svg;
 pub use sched::{Schedule, Scheduler};
+pub use torchlean_optim::{optim, sched, OptimError};
 pub use torchlean_runtime::{Element, TrainValue};

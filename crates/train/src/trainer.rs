@@ -151,7 +151,7 @@ impl TrainConfig {
                 });
             }
         }
-        self.optimizer.validate()
+        Ok(self.optimizer.validate()?)
     }
 }
 

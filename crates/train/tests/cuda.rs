@@ -6,7 +6,7 @@
 
 use std::borrow::Cow;
 use torchlean_engine_cuda::{emulation_ready, EmuF32};
-use torchlean_train::{EngineOptimizer, OptimConfig, Optimizer, Param, TrainError, TrainValue};
+use torchlean_train::{EngineOptimizer, OptimConfig, OptimError, Optimizer, Param, TrainValue};
 
 fn tensor(data: &[f32]) -> EmuF32 {
     emulation_ready().unwrap();
@@ -43,11 +43,11 @@ fn update_all_writes_every_value_and_leaves_a_sharer_alone() {
 #[test]
 fn a_failed_update_changes_nothing_on_the_device() {
     let mut a = tensor(&[1.0, 2.0]);
-    let r: Result<(), TrainError> = EmuF32::update_all(&mut [&mut a], |s| {
+    let r: Result<(), OptimError> = EmuF32::update_all(&mut [&mut a], |s| {
         s[0][0] = 99.0;
-        Err(TrainError::DuplicateParam { name: "w".into() })
+        Err(OptimError::DuplicateParam { name: "w".into() })
     });
-    assert!(matches!(r, Err(TrainError::DuplicateParam { .. })));
+    assert!(matches!(r, Err(OptimError::DuplicateParam { .. })));
     assert_eq!(a.to_host().unwrap(), [1.0, 2.0]);
 }
 
@@ -156,7 +156,7 @@ fn a_device_step_with_a_mismatched_gradient_changes_nothing() {
     assert!(
         matches!(
             err,
-            TrainError::Length {
+            OptimError::Length {
                 want: 2,
                 got: 3,
                 ..

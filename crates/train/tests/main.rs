@@ -9,7 +9,6 @@ mod checkpoint;
 mod cuda;
 mod data;
 mod gpt;
-mod optim;
 mod plot;
 mod trainer;
 mod twin;

@@ -22,7 +22,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Result, TrainError};
+use crate::error::{OptimError, Result};
 use torchlean_nn::Session;
 use torchlean_runtime::{AdamDecay, Element, SgdMomentum, TrainValue, UpdateRule};
 use torchlean_spec::Shape;
@@ -233,7 +233,7 @@ impl OptimConfig {
             "rmsprop" => Self::rmsprop(lr.unwrap_or(1e-2)),
             "adagrad" => Self::adagrad(lr.unwrap_or(1e-2)),
             _ => {
-                return Err(TrainError::UnknownOptimizer {
+                return Err(OptimError::UnknownOptimizer {
                     name: name.to_owned(),
                     expected: Self::NAMES,
                 })
@@ -267,7 +267,7 @@ impl OptimConfig {
 
     /// The same configuration with these of PyTorch's options set (`momentum`: SGD and
     /// RMSprop; `nesterov`: SGD; `weight_decay`: all), validated. An option this optimizer does
-    /// not have is [`TrainError::OptimizerOption`], naming the optimizers that have it.
+    /// not have is [`OptimError::OptimizerOption`], naming the optimizers that have it.
     pub fn with_options(
         mut self,
         momentum: Option<f64>,
@@ -275,7 +275,7 @@ impl OptimConfig {
         weight_decay: Option<f64>,
     ) -> Result<Self> {
         let name = self.name();
-        let missing = |option: &'static str, have: &'static str| TrainError::OptimizerOption {
+        let missing = |option: &'static str, have: &'static str| OptimError::OptimizerOption {
             optimizer: name,
             option,
             have,
@@ -393,7 +393,7 @@ impl OptimConfig {
             if value >= 0.0 {
                 Ok(())
             } else {
-                Err(TrainError::InvalidSetting {
+                Err(OptimError::InvalidSetting {
                     owner,
                     field,
                     value,
@@ -405,7 +405,7 @@ impl OptimConfig {
             if (0.0..1.0).contains(&value) {
                 Ok(())
             } else {
-                Err(TrainError::InvalidSetting {
+                Err(OptimError::InvalidSetting {
                     owner,
                     field,
                     value,
@@ -425,7 +425,7 @@ impl OptimConfig {
                 at_least_zero("momentum", momentum)?;
                 at_least_zero("weight_decay", weight_decay)?;
                 if dampening.is_nan() {
-                    return Err(TrainError::InvalidSetting {
+                    return Err(OptimError::InvalidSetting {
                         owner,
                         field: "dampening",
                         value: dampening,
@@ -433,7 +433,7 @@ impl OptimConfig {
                     });
                 }
                 if nesterov && momentum <= 0.0 {
-                    return Err(TrainError::InvalidSetting {
+                    return Err(OptimError::InvalidSetting {
                         owner,
                         field: "momentum",
                         value: momentum,
@@ -441,7 +441,7 @@ impl OptimConfig {
                     });
                 }
                 if nesterov && dampening != 0.0 {
-                    return Err(TrainError::InvalidSetting {
+                    return Err(OptimError::InvalidSetting {
                         owner,
                         field: "dampening",
                         value: dampening,
@@ -496,7 +496,7 @@ impl OptimConfig {
 }
 
 impl FromStr for OptimConfig {
-    type Err = TrainError;
+    type Err = OptimError;
 
     /// [`OptimConfig::parse`] with PyTorch's default learning rate.
     fn from_str(name: &str) -> Result<Self> {
@@ -540,7 +540,7 @@ fn c<T: Element>(x: f64) -> T {
     T::from_f64(x).expect("every f64 converts to f32 and f64")
 }
 
-/// A static description of a buffer for [`TrainError::Length`].
+/// A static description of a buffer for [`OptimError::Length`].
 fn buffer_what(name: &str) -> &'static str {
     match name {
         MOMENTUM_BUFFER => "its optimizer buffer `momentum_buffer`",
@@ -638,7 +638,7 @@ impl<T: Element> Optimizer<T> {
 
     /// One optimizer step at learning rate `lr` (the schedule's value for this step) over
     /// `params`, in place. Everything is checked before anything changes: `lr >= 0`, each
-    /// gradient and each state buffer as long as its parameter ([`TrainError::Length`]), no
+    /// gradient and each state buffer as long as its parameter ([`OptimError::Length`]), no
     /// name twice. A parameter seen for the first time gets fresh state (PyTorch's zeros, or
     /// Adagrad's initial accumulator); that is the only allocation.
     pub fn step(&mut self, lr: f64, params: &mut [Param<'_, T>]) -> Result<()> {
@@ -837,7 +837,7 @@ impl<V: TrainValue> EngineOptimizer<V> {
                 let mut v: V = engine_full(&shape, 0.0)?;
                 V::update_all(&mut [&mut v], |s| {
                     s[0].copy_from_slice(&data);
-                    Ok::<_, TrainError>(())
+                    Ok::<_, OptimError>(())
                 })?;
                 buffers.insert(key, v);
             }
@@ -862,7 +862,7 @@ fn check_state<T>(config: &OptimConfig, state: &BTreeMap<String, ParamState<T>>)
             .keys()
             .find(|k| !expected.contains(&k.as_str()))
         {
-            return Err(TrainError::UnexpectedOptimBuffer {
+            return Err(OptimError::UnexpectedOptimBuffer {
                 name: name.clone(),
                 optimizer,
                 buffer: unexpected.clone(),
@@ -873,7 +873,7 @@ fn check_state<T>(config: &OptimConfig, state: &BTreeMap<String, ParamState<T>>)
             .iter()
             .find(|b| !param.buffers.contains_key(**b) && !lazy_momentum)
         {
-            return Err(TrainError::MissingOptimBuffer {
+            return Err(OptimError::MissingOptimBuffer {
                 name: name.clone(),
                 optimizer,
                 buffer: missing,
@@ -882,7 +882,7 @@ fn check_state<T>(config: &OptimConfig, state: &BTreeMap<String, ParamState<T>>)
         let mut buffers = param.buffers.iter();
         if let Some((first, first_data)) = buffers.next() {
             if let Some((other, data)) = buffers.find(|(_, d)| d.len() != first_data.len()) {
-                return Err(TrainError::OptimBufferLength {
+                return Err(OptimError::OptimBufferLength {
                     name: name.clone(),
                     buffer: static_name(other),
                     other: static_name(first),
@@ -906,7 +906,7 @@ fn check_step<'a>(
     mismatch: impl Fn(&str, usize) -> Option<(&'static str, usize)>,
 ) -> Result<()> {
     if lr.is_nan() || lr < 0.0 {
-        return Err(TrainError::InvalidSetting {
+        return Err(OptimError::InvalidSetting {
             owner: config.name(),
             field: "lr",
             value: lr,
@@ -916,7 +916,7 @@ fn check_step<'a>(
     let mut seen = std::collections::BTreeSet::new();
     for (name, n, grad) in params {
         if grad != n {
-            return Err(TrainError::Length {
+            return Err(OptimError::Length {
                 name: name.to_owned(),
                 what: "its gradient",
                 want: n,
@@ -924,12 +924,12 @@ fn check_step<'a>(
             });
         }
         if !seen.insert(name) {
-            return Err(TrainError::DuplicateParam {
+            return Err(OptimError::DuplicateParam {
                 name: name.to_owned(),
             });
         }
         if let Some((what, got)) = mismatch(name, n) {
-            return Err(TrainError::Length {
+            return Err(OptimError::Length {
                 name: name.to_owned(),
                 what,
                 want: n,

@@ -9,9 +9,9 @@
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
-use torchlean_train::optim::buffer;
-use torchlean_train::{
-    clip_grad_norm, OptimConfig, Optimizer, Param, ParamState, Schedule, Scheduler, TrainError,
+use torchlean_optim::optim::buffer;
+use torchlean_optim::{
+    clip_grad_norm, OptimConfig, OptimError, Optimizer, Param, ParamState, Schedule, Scheduler,
 };
 
 #[derive(Deserialize)]
@@ -104,7 +104,7 @@ impl Deviation {
 /// returns the deviation of the parameters from PyTorch's float64 ones.
 fn replay<T>(run: &Run, init: &[ParamInit]) -> Deviation
 where
-    T: torchlean_train::Element,
+    T: torchlean_optim::Element,
 {
     let to_t = |v: &[f64]| -> Vec<T> {
         v.iter()
@@ -301,9 +301,9 @@ fn clipping_by_hand() {
     assert_eq!(c, [0.3, 0.4]);
 }
 
-fn invalid_field(result: Result<(), TrainError>) -> &'static str {
+fn invalid_field(result: Result<(), OptimError>) -> &'static str {
     match result {
-        Err(TrainError::InvalidSetting { field, .. }) => field,
+        Err(OptimError::InvalidSetting { field, .. }) => field,
         other => panic!("expected InvalidSetting, got {other:?}"),
     }
 }
@@ -466,7 +466,7 @@ fn optimizer_names_parse_with_pytorch_defaults() {
     );
     assert!(matches!(
         OptimConfig::parse("adam", Some(-1.0)),
-        Err(TrainError::InvalidSetting { field: "lr", .. })
+        Err(OptimError::InvalidSetting { field: "lr", .. })
     ));
 }
 
@@ -622,7 +622,7 @@ fn invalid_schedules_are_errors() {
         ),
     ] {
         match schedule.validate() {
-            Err(TrainError::SequentialSchedule { problem: p, .. }) => assert_eq!(p, problem),
+            Err(OptimError::SequentialSchedule { problem: p, .. }) => assert_eq!(p, problem),
             other => panic!("{schedule:?}: {other:?}"),
         }
     }
@@ -652,7 +652,7 @@ fn loading_mismatched_state_is_an_error_naming_the_parameter() {
         .load_state(state_with(&[(buffer::EXP_AVG, 4), (buffer::EXP_AVG_SQ, 3)]))
         .expect_err("lengths differ");
     assert!(
-        matches!(&err, TrainError::OptimBufferLength { name, .. } if name == "w"),
+        matches!(&err, OptimError::OptimBufferLength { name, .. } if name == "w"),
         "{err:?}"
     );
     assert_eq!(
@@ -664,7 +664,7 @@ fn loading_mismatched_state_is_an_error_naming_the_parameter() {
         .load_state(state_with(&[(buffer::EXP_AVG, 4)]))
         .expect_err("no exp_avg_sq");
     assert!(
-        matches!(&err, TrainError::MissingOptimBuffer { name, buffer: "exp_avg_sq", .. } if name == "w"),
+        matches!(&err, OptimError::MissingOptimBuffer { name, buffer: "exp_avg_sq", .. } if name == "w"),
         "{err:?}"
     );
     let err = opt
@@ -675,7 +675,7 @@ fn loading_mismatched_state_is_an_error_naming_the_parameter() {
         ]))
         .expect_err("sum is Adagrad's");
     assert!(
-        matches!(&err, TrainError::UnexpectedOptimBuffer { name, buffer, .. } if name == "w" && buffer == "sum"),
+        matches!(&err, OptimError::UnexpectedOptimBuffer { name, buffer, .. } if name == "w" && buffer == "sum"),
         "{err:?}"
     );
     assert!(opt.state().is_empty(), "a failed load changes nothing");
@@ -705,7 +705,7 @@ fn loading_mismatched_state_is_an_error_naming_the_parameter() {
         )
         .expect_err("state of 4 for a parameter of 3");
     assert!(
-        matches!(&err, TrainError::Length { name, want: 3, got: 4, .. } if name == "w"),
+        matches!(&err, OptimError::Length { name, want: 3, got: 4, .. } if name == "w"),
         "{err:?}"
     );
     assert_eq!(opt, before, "nothing stepped");
@@ -738,7 +738,7 @@ fn bad_steps_are_errors() {
         )
         .expect_err("gradient too short");
     assert!(
-        matches!(&err, TrainError::Length { name, what: "its gradient", want: 2, got: 1 } if name == "w"),
+        matches!(&err, OptimError::Length { name, what: "its gradient", want: 2, got: 1 } if name == "w"),
         "{err:?}"
     );
     let mut v = vec![1.0];
@@ -760,7 +760,7 @@ fn bad_steps_are_errors() {
             ],
         )
         .expect_err("the same name twice");
-    assert!(matches!(&err, TrainError::DuplicateParam { name } if name == "w"));
+    assert!(matches!(&err, OptimError::DuplicateParam { name } if name == "w"));
     let err = opt
         .step(
             -1.0,
@@ -773,7 +773,7 @@ fn bad_steps_are_errors() {
         .expect_err("negative lr");
     assert!(matches!(
         err,
-        TrainError::InvalidSetting { field: "lr", .. }
+        OptimError::InvalidSetting { field: "lr", .. }
     ));
     assert!(opt.state().is_empty());
     assert_eq!((w, v, u), (vec![1.0, 2.0], vec![1.0], vec![1.0]));

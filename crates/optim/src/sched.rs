@@ -13,7 +13,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Result, TrainError};
+use crate::error::{OptimError, Result};
 
 /// A learning-rate schedule. Serialised internally tagged: `{"kind": "cosine", "t_max": 100,
 /// "eta_min": 0.0}`.
@@ -109,7 +109,7 @@ impl Schedule {
     /// PyTorch's validity rules, and those its formulas need not to divide by zero.
     pub fn validate(&self) -> Result<()> {
         let invalid = |owner, field, value, expected| {
-            Err(TrainError::InvalidSetting {
+            Err(OptimError::InvalidSetting {
                 owner,
                 field,
                 value,
@@ -162,7 +162,7 @@ impl Schedule {
                 milestones,
             } => {
                 let fail = |problem| {
-                    Err(TrainError::SequentialSchedule {
+                    Err(OptimError::SequentialSchedule {
                         schedules: schedules.len(),
                         milestones: milestones.clone(),
                         problem,
