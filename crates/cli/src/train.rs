@@ -34,7 +34,7 @@ pub(crate) fn bad(e: impl Into<TrainError>) -> BadInput {
             Some(flag) => BadInput::one(format!("{flag}: {reason}")),
             None => BadInput::one(chain(&e)),
         },
-        TrainError::InvalidSetting {
+        TrainError::GptSetting {
             owner,
             field,
             value,

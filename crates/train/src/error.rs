@@ -272,9 +272,10 @@ pub enum TrainError {
     #[error(transparent)]
     Optim(#[from] torchlean_optim::OptimError),
 
-    /// A sampling or model setting outside its range (or NaN).
+    /// A GPT training or sampling setting outside its range (or NaN); an optimizer's is
+    /// [`torchlean_optim::OptimError::InvalidSetting`].
     #[error("{owner}: {field} = {value} is invalid (expected {expected})")]
-    InvalidSetting {
+    GptSetting {
         owner: &'static str,
         field: &'static str,
         value: f64,

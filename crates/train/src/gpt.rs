@@ -116,7 +116,7 @@ impl GptTrainConfig {
 
     fn check(&self) -> Result<()> {
         let bad = |field: &'static str, value: f64, expected: &'static str| {
-            Err(TrainError::InvalidSetting {
+            Err(TrainError::GptSetting {
                 owner: "gpt",
                 field,
                 value,
@@ -566,7 +566,7 @@ pub fn sample<V: Kernels>(
     out: &mut dyn FnMut(char),
 ) -> Result<String> {
     if !(sampling.temperature.is_finite() && sampling.temperature > 0.0) {
-        return Err(TrainError::InvalidSetting {
+        return Err(TrainError::GptSetting {
             owner: "sample",
             field: "temperature",
             value: sampling.temperature,
@@ -575,7 +575,7 @@ pub fn sample<V: Kernels>(
     }
     let mut ids = tokenizer.encode("the prompt", prompt)?;
     if ids.is_empty() {
-        return Err(TrainError::InvalidSetting {
+        return Err(TrainError::GptSetting {
             owner: "sample",
             field: "prompt length",
             value: 0.0,
