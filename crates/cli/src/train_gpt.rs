@@ -253,7 +253,7 @@ impl GptProgress<'_> {
                 }
                 if json {
                     self.printer
-                        .line(json!({"step": step, "loss": loss, "lr": lr}));
+                        .line(json!({"event": "step", "step": step, "loss": loss, "lr": lr}));
                 } else if self.a.log_every > 0 && step % self.a.log_every == 0 {
                     self.line(format!(
                         "step {step}: loss={loss:.4} lr={lr:.3e} ({rate:.0} tokens/s)"
@@ -262,7 +262,7 @@ impl GptProgress<'_> {
             }
             GptEvent::Verified { step, worst } if json => {
                 self.printer
-                    .line(json!({"step": step, "verified_worst": worst}));
+                    .line(json!({"event": "verified", "step": step, "worst": worst}));
             }
             GptEvent::Verified { step, worst } => self.line(format!(
                 "step {step}: verified on reference-f64, worst relative deviation {worst:.2e}"
@@ -270,7 +270,7 @@ impl GptProgress<'_> {
             GptEvent::Eval(ev) => {
                 self.evals.push(ev);
                 if json {
-                    self.printer.line(json!({"step": ev.step, "train_loss": ev.train_loss, "val_loss": ev.val_loss}));
+                    self.printer.line(json!({"event": "eval", "step": ev.step, "train_loss": ev.train_loss, "val_loss": ev.val_loss}));
                 } else {
                     self.line(format!(
                         "step {}: train loss {:.4}, val loss {:.4}",
@@ -290,6 +290,7 @@ impl GptProgress<'_> {
         let rss = peak_rss_mib();
         if self.a.json {
             self.printer.line(json!({
+                "event": "summary",
                 "summary": true,
                 "steps": steps,
                 "last_step": t.steps_done(),

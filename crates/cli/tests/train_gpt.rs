@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use serde_json::Value;
+use std::collections::BTreeSet;
 use std::process::Output;
 
 use crate::common::{assert_bad_input, bin, stderr, stdout};
@@ -69,6 +70,9 @@ fn json_lines_are_steps_evaluations_and_a_summary() {
     assert_eq!(evals, [3, 6]);
     let summary = lines.last().unwrap();
     assert_eq!(summary["summary"], true);
+    // every line says what it is, as `train --json`'s do
+    let events: BTreeSet<&str> = lines.iter().map(|v| v["event"].as_str().unwrap()).collect();
+    assert_eq!(events, BTreeSet::from(["eval", "step", "summary"]));
     assert_eq!(summary["steps"], 6);
     assert!(summary["val_loss"].as_f64().unwrap() > 0.0);
     assert!(summary["tokens_per_s"].as_f64().unwrap() > 0.0);
