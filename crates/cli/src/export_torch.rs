@@ -22,6 +22,7 @@ use std::fmt::Write as _;
 use torchlean_ir::{node_sem, Diagnostic, Graph, NodeSem, Payload, TensorData};
 use torchlean_spec::ops::{torch, uniform_at, PoolSpec};
 use torchlean_spec::Op;
+use torchlean_train::Classify;
 
 /// The weights-file name of the random kinds' draws (`"<node id>.draws"`).
 pub const DRAWS: &str = "draws";
@@ -289,7 +290,7 @@ pub fn checkpoint_module(
             .collect();
         format!("[{}]", items.join(", "))
     };
-    let example: Vec<String> = model.example().iter().map(usize::to_string).collect();
+    let example: Vec<String> = model.example_shape().iter().map(usize::to_string).collect();
     let dtype = if saved.dtype() == "f64" {
         "torch.float64"
     } else {

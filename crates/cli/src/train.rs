@@ -13,7 +13,7 @@ use torchlean_faults::Fault;
 use torchlean_train::data::Dataset;
 use torchlean_train::exec::Interpreter;
 use torchlean_train::imported::OnnxSource;
-use torchlean_train::model::Arch;
+use torchlean_train::model::{Arch, Classify};
 use torchlean_train::optim::OptimConfig;
 use torchlean_train::trainer::{Event, Observer, Summary, TrainConfig, Trainer};
 use torchlean_train::{OptimError, TrainError, TrainValue};

@@ -298,6 +298,15 @@ pub enum TrainError {
         reason: String,
     },
 
+    /// A model given to the trainer that does not fit the data or the trainer.
+    #[error("the model {model} does not fit")]
+    ModelMisfit {
+        /// The model's [`Classify::description`](crate::model::Classify::description).
+        model: String,
+        #[source]
+        problem: crate::model::ModelMisfit,
+    },
+
     /// Data for a saved classifier that is no whole number of its rows.
     #[error("{values} values are not rows of the model's {features} features")]
     RowLength { values: usize, features: usize },

@@ -6,10 +6,10 @@
 //! models have no repeated operands, so the compiled graph's local sums are single terms).
 
 use crate::error::Result;
-use crate::model::Classifier;
+use crate::model::Classify;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap};
-use torchlean_nn::{LeafKind, Ops, Recorded, Session, Sweep};
+use torchlean_nn::{LeafKind, Mode, Ops, Recorded, Session, Sweep};
 use torchlean_runtime::{AnomalyMode, Kernels};
 use torchlean_spec::{Reduction, Tensor};
 
@@ -49,11 +49,10 @@ pub struct StepOut<V> {
 }
 
 /// An interpreter that owns the parameters and runs steps on engine `V`.
-pub trait Exec<V: Kernels> {
+pub trait Exec<V: Kernels, M: Classify> {
     /// Loss and parameter gradients of `model` on the batch `(x, labels)`, at the current
     /// parameters; nothing of the step stays alive afterwards except the gradients.
-    fn step(&mut self, model: &Classifier, x: &Tensor<f64>, labels: &[usize])
-        -> Result<StepOut<V>>;
+    fn step(&mut self, model: &M, x: &Tensor<f64>, labels: &[usize]) -> Result<StepOut<V>>;
 
     /// The parameters, by name.
     fn params(&self) -> &BTreeMap<String, V>;
@@ -66,12 +65,7 @@ pub trait Exec<V: Kernels> {
     fn set_anomaly_mode(&mut self, mode: AnomalyMode);
 
     /// `(summed loss, correct predictions)` of `model` on `(x, labels)`, without gradients.
-    fn evaluate(
-        &mut self,
-        model: &Classifier,
-        x: &Tensor<f64>,
-        labels: &[usize],
-    ) -> Result<(f64, usize)>;
+    fn evaluate(&mut self, model: &M, x: &Tensor<f64>, labels: &[usize]) -> Result<(f64, usize)>;
 }
 
 /// Index of the largest logit of each row (the first on ties).
@@ -96,9 +90,9 @@ pub fn argmax_rows(logits: &Tensor<f64>) -> Vec<usize> {
 }
 
 /// Evaluation through an eager session (both backends: a forward pass is the same program).
-fn evaluate_in<V: Kernels>(
+fn evaluate_in<V: Kernels, M: Classify>(
     s: &mut Session<V>,
-    model: &Classifier,
+    model: &M,
     x: &Tensor<f64>,
     labels: &[usize],
 ) -> Result<(f64, usize)> {
@@ -106,7 +100,7 @@ fn evaluate_in<V: Kernels>(
     let out = s.no_grad(|s| {
         let xv = s.input("x", x, false)?;
         let lv = s.input("labels", &labels_t, false)?;
-        let logits = model.logits(s, &xv)?;
+        let logits = model.logits(s, &xv, Mode::Eval)?;
         let loss = s.apply(
             torchlean_spec::Op::CrossEntropy {
                 reduction: Reduction::Sum,
@@ -140,11 +134,11 @@ impl<V: Kernels> EagerExec<V> {
     }
 
     /// The class id (the largest logit's, the first on ties) of each example of `x`.
-    pub fn predict(&mut self, model: &Classifier, x: &Tensor<f64>) -> Result<Vec<usize>> {
+    pub fn predict<M: Classify>(&mut self, model: &M, x: &Tensor<f64>) -> Result<Vec<usize>> {
         let s = &mut self.session;
         let logits = s.no_grad(|s| {
             let xv = s.input("x", x, false)?;
-            let logits = model.logits(s, &xv)?;
+            let logits = model.logits(s, &xv, Mode::Eval)?;
             s.value_f64(&logits)
         });
         s.reset();
@@ -152,13 +146,8 @@ impl<V: Kernels> EagerExec<V> {
     }
 }
 
-impl<V: Kernels> Exec<V> for EagerExec<V> {
-    fn step(
-        &mut self,
-        model: &Classifier,
-        x: &Tensor<f64>,
-        labels: &[usize],
-    ) -> Result<StepOut<V>> {
+impl<V: Kernels, M: Classify> Exec<V, M> for EagerExec<V> {
+    fn step(&mut self, model: &M, x: &Tensor<f64>, labels: &[usize]) -> Result<StepOut<V>> {
         let s = &mut self.session;
         let run = (|| {
             let xv = s.input("x", x, false)?;
@@ -185,12 +174,7 @@ impl<V: Kernels> Exec<V> for EagerExec<V> {
         self.session.params_mut().collect()
     }
 
-    fn evaluate(
-        &mut self,
-        model: &Classifier,
-        x: &Tensor<f64>,
-        labels: &[usize],
-    ) -> Result<(f64, usize)> {
+    fn evaluate(&mut self, model: &M, x: &Tensor<f64>, labels: &[usize]) -> Result<(f64, usize)> {
         evaluate_in(&mut self.session, model, x, labels)
     }
 }
@@ -229,9 +213,9 @@ impl<V: Kernels> CompiledExec<V> {
 
 impl Program {
     /// The program for batches of `n` in `cache`, recorded on first use.
-    fn cached<'c>(
+    fn cached<'c, M: Classify>(
         cache: &'c mut HashMap<usize, Program>,
-        model: &Classifier,
+        model: &M,
         n: usize,
     ) -> Result<&'c Program> {
         Ok(match cache.entry(n) {
@@ -240,8 +224,8 @@ impl Program {
         })
     }
 
-    /// Records `model`'s loss on a batch of `n` ([`Classifier::record_loss`]).
-    fn record(model: &Classifier, n: usize) -> Result<Program> {
+    /// Records `model`'s loss on a batch of `n` ([`Classify::record_loss`]).
+    fn record<M: Classify>(model: &M, n: usize) -> Result<Program> {
         let rec = model.record_loss(n)?;
         let leaf = |name: &str| rec.leaves.iter().position(|l| l.name == name);
         let (Some(x), Some(labels)) = (leaf("x"), leaf("labels")) else {
@@ -265,13 +249,8 @@ impl Program {
     }
 }
 
-impl<V: Kernels> Exec<V> for CompiledExec<V> {
-    fn step(
-        &mut self,
-        model: &Classifier,
-        x: &Tensor<f64>,
-        labels: &[usize],
-    ) -> Result<StepOut<V>> {
+impl<V: Kernels, M: Classify> Exec<V, M> for CompiledExec<V> {
+    fn step(&mut self, model: &M, x: &Tensor<f64>, labels: &[usize]) -> Result<StepOut<V>> {
         let n = labels.len();
         let p = Program::cached(&mut self.programs, model, n)?;
         let mut inputs = Vec::with_capacity(p.rec.leaves.len());
@@ -319,12 +298,7 @@ impl<V: Kernels> Exec<V> for CompiledExec<V> {
             .collect()
     }
 
-    fn evaluate(
-        &mut self,
-        model: &Classifier,
-        x: &Tensor<f64>,
-        labels: &[usize],
-    ) -> Result<(f64, usize)> {
+    fn evaluate(&mut self, model: &M, x: &Tensor<f64>, labels: &[usize]) -> Result<(f64, usize)> {
         // the parameters as they are, in their dtype and place (shared, not copied); the
         // session goes with the evaluation, so the next update finds every buffer unique
         let mut eval = Session::new();

@@ -8,10 +8,13 @@
 //! - [`checkpoint`]: safetensors checkpoints with PyTorch's parameter names, written atomically;
 //! - [`plot`]: SVG loss curves;
 //! - [`predict`]: a saved classifier on new data (raw rows in, class names out);
-//! - [`model`]: the models `torchlean train` trains, sized by the data at run time;
+//! - [`model`]: what the trainer trains ([`Classify`]: any classifier written against
+//!   `torchlean_nn::Ops`, a `Layer` from features among them) and the built-in models of
+//!   `torchlean train`, sized by the data at run time;
 //! - [`imported`]: a classifier imported from ONNX (`train --from`), its head replaceable;
 //! - [`exec`]: the eager and the compiled way to run a step;
-//! - [`trainer`]: the training loop behind `torchlean train`, with verified steps;
+//! - [`trainer`]: the training loop behind `torchlean train`, with verified steps, for a
+//!   built-in model or your own ([`Trainer::with_model`]);
 //! - [`gpt`]: nanoGPT's training loop for a [`torchlean_nn::Gpt`] on character-level text,
 //!   and sampling.
 
@@ -30,8 +33,11 @@ pub use checkpoint::{Checkpoint, NamedTensor, TensorData};
 pub use data::{batches, epoch_order, Dataset, Standardizer};
 pub use error::{Result, TrainError};
 pub use gpt::{GptEval, GptEvent, GptTrainConfig, GptTrainer, Sampling};
+pub use model::{Arch, Classifier, Classify, ModelMisfit};
 pub use optim::{clip_grad_norm, EngineOptimizer, OptimConfig, Optimizer, Param, ParamState};
 pub use plot::loss_svg;
+pub use predict::SavedClassifier;
 pub use sched::{Schedule, Scheduler};
 pub use torchlean_optim::{optim, sched, OptimError};
 pub use torchlean_runtime::{Element, TrainValue};
+pub use trainer::{Observer, Quiet, Summary, TrainConfig, Trainer};

@@ -11,7 +11,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 use torchlean_nn::dynamic::{DynConv2d, DynLayer, DynLinear, DynSequential};
-use torchlean_nn::{Layer, Mode, Ops, Var};
+use torchlean_nn::layers::Features;
+use torchlean_nn::{Layer, LeafKind, Mode, Ops, Recorded, Recorder, Var};
 use torchlean_spec::{Op, PoolKind, Reduction, Shape, Tensor, UnaryOp};
 
 /// Which model.
@@ -26,9 +27,13 @@ pub enum Arch {
     /// A model imported from ONNX ([`crate::imported`]; the file is the configuration's
     /// `from`).
     Onnx,
+    /// A model of the program's own, given to [`Trainer::with_model`](crate::Trainer::with_model)
+    /// (not built from a configuration, so not among [`Arch::ALL`], the ones the CLI offers).
+    Custom,
 }
 
 impl Arch {
+    /// The models built from a configuration.
     pub const ALL: [Arch; 3] = [Arch::Mlp, Arch::Cnn, Arch::Onnx];
 
     pub fn name(self) -> &'static str {
@@ -36,6 +41,7 @@ impl Arch {
             Arch::Mlp => "mlp",
             Arch::Cnn => "cnn",
             Arch::Onnx => "onnx",
+            Arch::Custom => "custom",
         }
     }
 }
@@ -122,6 +128,12 @@ impl Classifier {
                     reason: "an imported model is read from its file (Classifier::imported)".into(),
                 })
             }
+            Arch::Custom => {
+                return Err(TrainError::Config {
+                    field: "arch",
+                    reason: "a custom model is the program's own: train it with Trainer::with_model and resume it with Trainer::resume_with".into(),
+                })
+            }
             Arch::Mlp => (
                 vec![features],
                 vec![
@@ -201,87 +213,8 @@ impl Classifier {
         }
     }
 
-    /// Readies the model for batches of each of `sizes` examples (an imported model is
-    /// imported once per batch size; the built-in ones take any).
-    pub fn prepare(&mut self, sizes: &BTreeSet<usize>) -> Result<()> {
-        match &mut self.net {
-            Net::Imported(n) => n.prepare(sizes),
-            Net::Layers(_) => Ok(()),
-        }
-    }
-
-    pub fn arch(&self) -> Arch {
-        self.arch
-    }
-
     pub fn classes(&self) -> usize {
         self.classes
-    }
-
-    /// The shape of a batch of `n` examples.
-    pub fn batch_shape(&self, n: usize) -> Shape {
-        let mut d = vec![n];
-        d.extend_from_slice(&self.example);
-        Shape::from(d)
-    }
-
-    /// Every parameter's `(name, shape)`, in `state_dict` order.
-    pub fn param_shapes(&self) -> Vec<(String, Vec<usize>)> {
-        self.initial_params()
-            .into_iter()
-            .map(|(n, t)| (n, t.shape().dims().to_vec()))
-            .collect()
-    }
-
-    /// The initial parameters by name.
-    pub fn initial_params(&self) -> Vec<(String, Tensor<f64>)> {
-        match &self.net {
-            Net::Layers(l) => l.named_params(),
-            Net::Imported(n) => n.initial_params(),
-        }
-    }
-
-    /// The logits `[N, C]` of a batch `x` (shape [`Classifier::batch_shape`]).
-    pub fn logits<O: Ops>(&self, ops: &mut O, x: &Var) -> torchlean_nn::Result<Var> {
-        match &self.net {
-            Net::Layers(l) => l.forward(ops, x, Mode::Train),
-            Net::Imported(n) => n.logits(ops, x),
-        }
-    }
-
-    /// The mean cross-entropy of the batch `x` against `labels`, a data input of the program
-    /// (so a recorded program takes each batch's labels as an input, not a constant).
-    pub fn loss<O: Ops>(&self, ops: &mut O, x: &Var, labels: &Var) -> torchlean_nn::Result<Var> {
-        let logits = self.logits(ops, x)?;
-        ops.apply(
-            Op::CrossEntropy {
-                reduction: Reduction::Mean,
-            },
-            &[&logits, labels],
-        )
-    }
-
-    /// The loss on a batch of `n` as a recorded program, its leaves `x` and `labels` (the
-    /// values are placeholders: every leaf is supplied when it runs).
-    pub fn record_loss(&self, n: usize) -> Result<torchlean_nn::Recorded> {
-        let mut r = torchlean_nn::Recorder::new();
-        let x = r.input("x", &Tensor::zeros(self.batch_shape(n))?, false)?;
-        let labels = r.input("labels", &Tensor::zeros(Shape::from([n]))?, false)?;
-        let loss = self.loss(&mut r, &x, &labels)?;
-        Ok(r.finish(&loss)?)
-    }
-
-    /// The ops one training step runs (the loss of a one-example batch, as recorded), each
-    /// once, in first-use order.
-    pub fn program_ops(&self) -> Result<Vec<Op>> {
-        let rec = self.record_loss(1)?;
-        let mut ops: Vec<Op> = Vec::new();
-        for node in rec.graph.nodes() {
-            if !ops.contains(&node.op) {
-                ops.push(node.op.clone());
-            }
-        }
-        Ok(ops)
     }
 
     /// Each layer's PyTorch expression, for a built-in model (an imported one has none: its
@@ -292,18 +225,214 @@ impl Classifier {
             Net::Imported(_) => None,
         }
     }
+}
 
-    /// One example's shape inside the network (`[F]`, or `[1, H, W]` for the CNN).
-    pub fn example(&self) -> &[usize] {
-        &self.example
+impl Classify for Classifier {
+    fn example_shape(&self) -> Vec<usize> {
+        self.example.clone()
+    }
+
+    fn logits<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode) -> torchlean_nn::Result<Var> {
+        match &self.net {
+            Net::Layers(l) => l.forward(ops, x, mode),
+            Net::Imported(n) => n.logits(ops, x),
+        }
+    }
+
+    fn arch(&self) -> Arch {
+        self.arch
     }
 
     /// A PyTorch `nn.Sequential` expression of the model, for the twin script and the docs;
     /// for an imported model, where it came from.
-    pub fn torch_expr(&self) -> String {
+    fn description(&self) -> String {
         match &self.net {
             Net::Layers(l) => l.torch_expr(),
             Net::Imported(n) => format!("imported from {}", n.source().path.display()),
         }
     }
+
+    /// An imported model is imported once per batch size; the built-in ones take any.
+    fn prepare(&mut self, sizes: &BTreeSet<usize>) -> Result<()> {
+        match &mut self.net {
+            Net::Imported(n) => n.prepare(sizes),
+            Net::Layers(_) => Ok(()),
+        }
+    }
+
+    fn initial_params(&self) -> Result<Vec<(String, Tensor<f64>)>> {
+        Ok(match &self.net {
+            Net::Layers(l) => l.named_params(),
+            Net::Imported(n) => n.initial_params(),
+        })
+    }
+}
+
+/// A classifier the [`Trainer`](crate::Trainer) trains: a batch of examples in, logits `[N,
+/// C]` out, written once against [`Ops`], so the eager session, the recorder (the compiled
+/// backend) and the reference engine of a verified step all run the same program. Its
+/// parameters are the ones it creates through [`Ops::param`] (their names are the
+/// checkpoint's `state_dict` names); a model with buffers (running statistics) is refused,
+/// since the trainer keeps and saves parameters only.
+///
+/// Every [`Layer`] from features (`seq![Linear::<64, 128>::new(1)?, relu(), …]`) is a model;
+/// a model of your own implements [`Classify::example_shape`], [`Classify::logits`] and
+/// [`Classify::description`]. The provided methods (`batch_shape`, `loss`, `record_loss`,
+/// `program_ops`) are the trainer's and are not meant to be overridden.
+pub trait Classify {
+    /// One example's shape inside the model (`[F]`, or `[C, H, W]`); a batch is `[N,
+    /// ..example]`, and the example's size must be the data's feature count.
+    fn example_shape(&self) -> Vec<usize>;
+
+    /// The logits `[N, C]` of the batch `x` (shape [`Classify::batch_shape`]): `Train` mode in a
+    /// step, `Eval` when evaluating or predicting.
+    fn logits<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode) -> torchlean_nn::Result<Var>;
+
+    /// A one-line description, for the checkpoint's metadata (the built-in models: their
+    /// PyTorch expression).
+    fn description(&self) -> String;
+
+    /// Which model: a built-in [`Arch`], or [`Arch::Custom`] (the default) for the program's own.
+    fn arch(&self) -> Arch {
+        Arch::Custom
+    }
+
+    /// Readies the model for batches of each of `sizes` examples (default: nothing to do).
+    fn prepare(&mut self, sizes: &BTreeSet<usize>) -> Result<()> {
+        let _ = sizes;
+        Ok(())
+    }
+
+    /// The initial parameters by name, in the order the model creates them (default: the ones
+    /// it creates on a one-example batch, recorded, nothing run).
+    fn initial_params(&self) -> Result<Vec<(String, Tensor<f64>)>> {
+        Ok(self
+            .record_loss(1)?
+            .leaves
+            .into_iter()
+            .filter(|l| l.kind == LeafKind::Param)
+            .map(|l| (l.name, l.value))
+            .collect())
+    }
+
+    /// Every parameter's `(name, shape)`, in the order of [`Classify::initial_params`].
+    fn param_shapes(&self) -> Result<Vec<(String, Vec<usize>)>> {
+        Ok(self
+            .initial_params()?
+            .into_iter()
+            .map(|(n, t)| (n, t.shape().dims().to_vec()))
+            .collect())
+    }
+
+    /// The shape of a batch of `n` examples.
+    fn batch_shape(&self, n: usize) -> Shape {
+        let mut d = vec![n];
+        d.extend(self.example_shape());
+        Shape::from(d)
+    }
+
+    /// The mean cross-entropy of the batch `x` against `labels`, a data input of the program
+    /// (so a recorded program takes each batch's labels as an input, not a constant).
+    fn loss<O: Ops>(&self, ops: &mut O, x: &Var, labels: &Var) -> torchlean_nn::Result<Var> {
+        let logits = self.logits(ops, x, Mode::Train)?;
+        ops.apply(
+            Op::CrossEntropy {
+                reduction: Reduction::Mean,
+            },
+            &[&logits, labels],
+        )
+    }
+
+    /// The loss on a batch of `n` as a recorded program, its leaves `x` and `labels` (the
+    /// values are placeholders: every leaf is supplied when it runs).
+    fn record_loss(&self, n: usize) -> Result<Recorded> {
+        let mut r = Recorder::new();
+        let x = r.input("x", &Tensor::zeros(self.batch_shape(n))?, false)?;
+        let labels = r.input("labels", &Tensor::zeros(Shape::from([n]))?, false)?;
+        let loss = self.loss(&mut r, &x, &labels)?;
+        Ok(r.finish(&loss)?)
+    }
+
+    /// The ops one training step runs (the loss of a one-example batch, as recorded), each
+    /// once, in first-use order.
+    fn program_ops(&self) -> Result<Vec<Op>> {
+        let rec = self.record_loss(1)?;
+        let mut ops: Vec<Op> = Vec::new();
+        for node in rec.graph.nodes() {
+            if !ops.contains(&node.op) {
+                ops.push(node.op.clone());
+            }
+        }
+        Ok(ops)
+    }
+}
+
+/// A layer (or [`Seq`](torchlean_nn::Seq) of layers) from `N` features is a model of examples
+/// `[N]`.
+impl<const N: usize, L: Layer<In = Features<N>>> Classify for L {
+    fn example_shape(&self) -> Vec<usize> {
+        vec![N]
+    }
+
+    fn logits<O: Ops>(&self, ops: &mut O, x: &Var, mode: Mode) -> torchlean_nn::Result<Var> {
+        self.forward(ops, x, mode)
+    }
+
+    fn description(&self) -> String {
+        self.describe()
+    }
+}
+
+/// Why a model given to [`Trainer::with_model`](crate::Trainer::with_model) does not fit the
+/// data or the trainer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ModelMisfit {
+    #[error("its examples are {example:?} ({size} values), the data's rows have {features}")]
+    ExampleSize {
+        example: Vec<usize>,
+        size: usize,
+        features: usize,
+    },
+    #[error("it gives logits of shape {logits:?} for one example, where [1, {classes}] is one score per class of the data")]
+    Logits { logits: Vec<usize>, classes: usize },
+    #[error("it keeps buffers ({}), which the trainer neither updates nor saves; a classifier for the trainer has parameters only", .names.join(", "))]
+    Buffers { names: Vec<String> },
+}
+
+/// Checks that `model` fits data of `features` per example and `classes` classes, from its
+/// recorded one-example step: its example size, its logits' shape, and no buffers.
+pub fn check_fit<M: Classify>(model: &M, features: usize, classes: usize) -> Result<()> {
+    let misfit = |problem| TrainError::ModelMisfit {
+        model: model.description(),
+        problem,
+    };
+    let example = model.example_shape();
+    let size: usize = example.iter().product();
+    if size != features {
+        return Err(misfit(ModelMisfit::ExampleSize {
+            example,
+            size,
+            features,
+        }));
+    }
+    let mut r = Recorder::new();
+    let x = r.input("x", &Tensor::zeros(model.batch_shape(1))?, false)?;
+    let logits = model.logits(&mut r, &x, Mode::Eval)?;
+    if logits.shape().dims() != [1, classes] {
+        return Err(misfit(ModelMisfit::Logits {
+            logits: logits.shape().dims().to_vec(),
+            classes,
+        }));
+    }
+    let buffers: Vec<String> = model
+        .record_loss(1)?
+        .leaves
+        .into_iter()
+        .filter(|l| l.kind == LeafKind::Buffer)
+        .map(|l| l.name)
+        .collect();
+    if !buffers.is_empty() {
+        return Err(misfit(ModelMisfit::Buffers { names: buffers }));
+    }
+    Ok(())
 }

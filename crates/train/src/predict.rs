@@ -7,7 +7,7 @@ use crate::checkpoint::Checkpoint;
 use crate::data::Standardizer;
 use crate::error::{Result, TrainError};
 use crate::exec::EagerExec;
-use crate::model::Classifier;
+use crate::model::{check_fit, Classifier, Classify};
 use crate::trainer::{
     chunk_sizes, tensor_f64, TrainConfig, CHECKPOINT_FORMAT, INPUT_BUFFERS, INPUT_MEAN, INPUT_SCALE,
 };
@@ -19,11 +19,14 @@ use torchlean_spec::Tensor;
 /// How many examples one forward pass takes.
 const PREDICT_BATCH: usize = 256;
 
-/// A classifier read back from a `torchlean train --save` file.
+/// A classifier read back from a `torchlean train --save` file (or a [`Trainer::save`] of a
+/// model of your own: [`SavedClassifier::load_with`]).
+///
+/// [`Trainer::save`]: crate::Trainer::save
 #[derive(Debug)]
-pub struct SavedClassifier {
+pub struct SavedClassifier<M: Classify = Classifier> {
     path: PathBuf,
-    model: Classifier,
+    model: M,
     params: BTreeMap<String, Tensor<f64>>,
     input: Standardizer,
     class_names: Vec<String>,
@@ -31,11 +34,34 @@ pub struct SavedClassifier {
     dtype: String,
 }
 
-impl SavedClassifier {
+impl SavedClassifier<Classifier> {
     /// Reads the model file at `path` (its checksum checked when it has one, so a file
-    /// PyTorch re-saved loads too): every parameter the model needs, by name and shape, and
-    /// the input normalization's buffers.
+    /// PyTorch re-saved loads too): the built-in model its configuration names, every
+    /// parameter that model needs, by name and shape, and the input normalization's buffers.
     pub fn load(path: &Path) -> Result<SavedClassifier> {
+        SavedClassifier::read(path, |cfg, features, image, classes| {
+            cfg.classifier(features, image, classes)
+        })
+    }
+}
+
+impl<M: Classify> SavedClassifier<M> {
+    /// [`SavedClassifier::load`] for a model of your own: `model` must be the one the file was
+    /// trained with (it must fit the file's features and classes, and its parameter names and
+    /// shapes must be the file's).
+    pub fn load_with(path: &Path, model: M) -> Result<SavedClassifier<M>> {
+        SavedClassifier::read(path, |_, features, _, classes| {
+            check_fit(&model, features, classes)?;
+            Ok(model)
+        })
+    }
+
+    /// Reads the model file at `path`, its model built by `model` from the file's configuration,
+    /// feature count, image shape and class count.
+    fn read(
+        path: &Path,
+        model: impl FnOnce(TrainConfig, usize, Option<(usize, usize)>, usize) -> Result<M>,
+    ) -> Result<SavedClassifier<M>> {
         let ck = Checkpoint::load(path)?;
         let bad = |reason: String| TrainError::Checkpoint {
             path: path.to_path_buf(),
@@ -83,9 +109,9 @@ impl SavedClassifier {
         let image = m["image"]
             .as_array()
             .and_then(|d| Some((d.first()?.as_u64()? as usize, d.get(1)?.as_u64()? as usize)));
-        let model = cfg.classifier(features, image, classes)?;
+        let model = model(cfg, features, image, classes)?;
         let ck = ck.without(&INPUT_BUFFERS);
-        let shapes = model.param_shapes();
+        let shapes = model.param_shapes()?;
         ck.check_names(&shapes, "")?;
         let mut params = BTreeMap::new();
         for (name, shape) in shapes {
@@ -106,7 +132,7 @@ impl SavedClassifier {
     }
 
     /// The model.
-    pub fn model(&self) -> &Classifier {
+    pub fn model(&self) -> &M {
         &self.model
     }
 

@@ -15,7 +15,7 @@ use crate::data::{epoch_order, Dataset, Standardizer};
 use crate::error::{Result, TrainError};
 use crate::exec::{CompiledExec, EagerExec, Exec, Interpreter, StepOut};
 use crate::imported::OnnxSource;
-use crate::model::{Arch, Classifier};
+use crate::model::{check_fit, Arch, Classifier, Classify};
 use crate::optim::{clip_grad_norm, EngineOptimizer, OptimConfig, ParamState};
 use crate::sched::{Schedule, Scheduler};
 use std::collections::{BTreeMap, BTreeSet};
@@ -79,6 +79,7 @@ impl TrainConfig {
             Arch::Cnn => (20, 0.05),
             // fine-tuning: fewer passes, a smaller step
             Arch::Onnx => (10, 0.01),
+            Arch::Custom => (10, 0.05),
         };
         TrainConfig {
             arch,
@@ -372,15 +373,16 @@ pub(crate) fn chunk_sizes(n: usize, b: usize) -> BTreeSet<usize> {
     sizes
 }
 
-/// A training run on engine `V`.
-pub struct Trainer<V: TrainValue> {
+/// A training run on engine `V` of a model `M`: a built-in [`Classifier`] ([`Trainer::new`])
+/// or the program's own ([`Trainer::with_model`]).
+pub struct Trainer<V: TrainValue, M: Classify = Classifier> {
     cfg: TrainConfig,
-    model: Classifier,
+    model: M,
     /// The training and held-out sets, standardized by `standardizer`.
     train: Dataset,
     held: Dataset,
     standardizer: Standardizer,
-    exec: Box<dyn Exec<V>>,
+    exec: Box<dyn Exec<V, M>>,
     optimizer: EngineOptimizer<V>,
     /// Global steps done.
     step: u64,
@@ -389,21 +391,22 @@ pub struct Trainer<V: TrainValue> {
     stop: Option<Arc<AtomicBool>>,
 }
 
-impl<V: TrainValue> std::fmt::Debug for Trainer<V> {
+impl<V: TrainValue, M: Classify> std::fmt::Debug for Trainer<V, M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Trainer")
             .field("cfg", &self.cfg)
+            .field("model", &self.model.description())
             .field("engine", &V::ENGINE)
             .field("step", &self.step)
             .finish()
     }
 }
 
-fn exec_for<V: TrainValue>(
+fn exec_for<V: TrainValue, M: Classify>(
     cfg: &TrainConfig,
     params: &BTreeMap<String, Tensor<f64>>,
-) -> Result<Box<dyn Exec<V>>> {
-    let mut exec: Box<dyn Exec<V>> = match cfg.backend {
+) -> Result<Box<dyn Exec<V, M>>> {
+    let mut exec: Box<dyn Exec<V, M>> = match cfg.backend {
         Interpreter::Eager => Box::new(EagerExec::<V>::new(params)?),
         Interpreter::Compiled => Box::new(CompiledExec::<V>::new(params)?),
     };
@@ -411,20 +414,52 @@ fn exec_for<V: TrainValue>(
     Ok(exec)
 }
 
-impl<V: TrainValue> Trainer<V> {
-    /// A fresh run of `cfg` on `data`: split into training and held-out sets by `cfg.seed`
-    /// (stratified), both standardized with the training set's per-feature mean and standard
-    /// deviation (which the checkpoint records, for whoever uses the model later).
+impl<V: TrainValue> Trainer<V, Classifier> {
+    /// A fresh run of `cfg` on `data` with the built-in model `cfg.arch` (or the one imported
+    /// `cfg.from`), sized by the data and seeded by `cfg.seed`: [`Trainer::with_model`] of
+    /// [`TrainConfig::classifier`].
     pub fn new(cfg: TrainConfig, data: &Dataset) -> Result<Self> {
         cfg.validate()?;
+        let model = cfg.classifier(data.features(), data.image(), data.classes())?;
+        Trainer::with_model(cfg, model, data)
+    }
+
+    /// A run restored from the checkpoint at `path` (and its optimizer file beside it) on
+    /// `data`: the checkpoint's configuration, model, parameters, optimizer state and step.
+    /// `data` must be the data set it was trained on (checked by feature and class count).
+    pub fn resume(path: &Path, data: &Dataset) -> Result<Self> {
+        Trainer::restore(path, data, |cfg| Trainer::new(cfg, data))
+    }
+}
+
+impl<V: TrainValue, M: Classify> Trainer<V, M> {
+    /// A fresh run of `cfg` training `model` on `data`: split into training and held-out sets
+    /// by `cfg.seed` (stratified), both standardized with the training set's per-feature mean
+    /// and standard deviation (which the checkpoint records, for whoever uses the model
+    /// later). `cfg.arch` must be the model's ([`Arch::Custom`] for a model of your own, e.g.
+    /// `TrainConfig::new(Arch::Custom)`), and the model must fit the data
+    /// ([`check_fit`]: its example size, one logit per class, no buffers).
+    pub fn with_model(cfg: TrainConfig, mut model: M, data: &Dataset) -> Result<Self> {
+        cfg.validate()?;
+        if cfg.arch != model.arch() {
+            return Err(TrainError::Config {
+                field: "arch",
+                reason: format!(
+                    "the configuration is for model {} and the model given is {} (`{}`)",
+                    cfg.arch,
+                    model.arch(),
+                    model.description()
+                ),
+            });
+        }
         let (mut train, mut held) = data.split(cfg.held_out, cfg.seed)?;
         let standardizer = Standardizer::fit(&train);
         train.standardize(&standardizer)?;
         held.standardize(&standardizer)?;
-        let mut model = cfg.classifier(data.features(), data.image(), data.classes())?;
+        check_fit(&model, data.features(), data.classes())?;
         model.prepare(&batch_sizes(cfg.batch, train.len(), held.len()))?;
-        let params: BTreeMap<String, Tensor<f64>> = model.initial_params().into_iter().collect();
-        let exec = exec_for::<V>(&cfg, &params)?;
+        let params: BTreeMap<String, Tensor<f64>> = model.initial_params()?.into_iter().collect();
+        let exec = exec_for::<V, M>(&cfg, &params)?;
         let optimizer = EngineOptimizer::new(cfg.optimizer.clone())?;
         Ok(Trainer {
             cfg,
@@ -439,11 +474,18 @@ impl<V: TrainValue> Trainer<V> {
         })
     }
 
+    /// [`Trainer::resume`] for a model of your own: `model` must be the one the checkpoint at
+    /// `path` was trained with (the same parameter names and shapes, checked); its parameters,
+    /// the optimizer state and the step come from the checkpoint.
+    pub fn resume_with(path: &Path, model: M, data: &Dataset) -> Result<Self> {
+        Trainer::restore(path, data, |cfg| Trainer::with_model(cfg, model, data))
+    }
+
     pub fn config(&self) -> &TrainConfig {
         &self.cfg
     }
 
-    pub fn model(&self) -> &Classifier {
+    pub fn model(&self) -> &M {
         &self.model
     }
 
@@ -812,7 +854,7 @@ impl<V: TrainValue> Trainer<V> {
                 "features": self.train.features(),
                 "classes": self.train.classes(),
                 "image": self.train.image(),
-                "torch": self.model.torch_expr(),
+                "torch": self.model.description(),
                 "class_names": self.train.class_names(),
                 "feature_names": self.train.feature_names(),
                 "input_divisor": self.train.input_divisor(),
@@ -850,21 +892,25 @@ impl<V: TrainValue> Trainer<V> {
     /// on any error the run is unchanged.
     pub fn init_from(&mut self, path: &Path) -> Result<()> {
         let ck = Checkpoint::load(path)?.without(&INPUT_BUFFERS);
-        let shapes = self.model.param_shapes();
+        let shapes = self.model.param_shapes()?;
         ck.check_names(&shapes, "")?;
         let mut params = BTreeMap::new();
         for (name, shape) in shapes {
             let t = &ck.tensors[&name];
             params.insert(name, Tensor::new(shape, tensor_f64(t))?);
         }
-        self.exec = exec_for::<V>(&self.cfg, &params)?;
+        self.exec = exec_for::<V, M>(&self.cfg, &params)?;
         Ok(())
     }
 
-    /// A run restored from the checkpoint at `path` (and its optimizer file beside it) on
-    /// `data`: the checkpoint's configuration, parameters, optimizer state and step. `data`
-    /// must be the data set it was trained on (checked by feature and class count).
-    pub fn resume(path: &Path, data: &Dataset) -> Result<Self> {
+    /// The run of the checkpoint at `path` (and its optimizer file beside it) on `data`: its
+    /// configuration handed to `fresh` for a new run, whose parameters, optimizer state and
+    /// step are then the checkpoint's.
+    fn restore(
+        path: &Path,
+        data: &Dataset,
+        fresh: impl FnOnce(TrainConfig) -> Result<Self>,
+    ) -> Result<Self> {
         let ck = Checkpoint::load_checked(path)?;
         let bad = |reason: String| TrainError::Checkpoint {
             path: path.to_path_buf(),
@@ -893,14 +939,15 @@ impl<V: TrainValue> Trainer<V> {
         }
         let step = meta["step"].as_u64().ok_or_else(|| bad("no step".into()))?;
         let ck = ck.without(&INPUT_BUFFERS);
-        let mut t = Trainer::<V>::new(cfg, data)?;
-        ck.check_names(&t.model.param_shapes(), "")?;
+        let mut t = fresh(cfg)?;
+        let shapes = t.model.param_shapes()?;
+        ck.check_names(&shapes, "")?;
         let mut params = BTreeMap::new();
-        for (name, shape) in t.model.param_shapes() {
+        for (name, shape) in shapes {
             let nt = &ck.tensors[&name];
             params.insert(name, Tensor::new(shape, tensor_f64(nt))?);
         }
-        t.exec = exec_for::<V>(&t.cfg, &params)?;
+        t.exec = exec_for::<V, M>(&t.cfg, &params)?;
         // the engine's own precision, exactly: f32 data converted to f64 and back is the same
         let opath = optimizer_path(path);
         let oc = Checkpoint::load_checked(&opath)?;

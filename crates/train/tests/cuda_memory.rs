@@ -10,7 +10,7 @@ use torchlean_engine_cuda::{cuda_or_skip, emulation_ready, live_buffers, transfe
 use torchlean_engine_cuda::{CudaTensor, Emu, Gpu, LiveBuffers, Transfers};
 use torchlean_train::data::Dataset;
 use torchlean_train::exec::{CompiledExec, Exec, Interpreter};
-use torchlean_train::model::{Arch, Classifier};
+use torchlean_train::model::{Arch, Classifier, Classify};
 use torchlean_train::trainer::{Event, Observer, TrainConfig, Trainer};
 use torchlean_train::OptimConfig;
 
@@ -113,7 +113,7 @@ fn compiled_evaluation_uses_the_parameters_where_they_are() {
     let _turn = EMU.lock().unwrap_or_else(|e| e.into_inner());
     let data = Dataset::digits().unwrap();
     let model = Classifier::new(Arch::Mlp, data.features(), None, data.classes(), 3).unwrap();
-    let params = model.initial_params().into_iter().collect();
+    let params = model.initial_params().unwrap().into_iter().collect();
     let mut exec = CompiledExec::<CudaTensor<Emu>>::new(&params).unwrap();
     let (x, labels) = data.batch(&(0..32).collect::<Vec<_>>()).unwrap();
     let before = live_buffers::<Emu>();

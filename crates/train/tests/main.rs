@@ -7,6 +7,7 @@ mod common;
 
 mod checkpoint;
 mod cuda;
+mod custom_model;
 mod data;
 mod gpt;
 mod plot;
