@@ -317,10 +317,12 @@ fn chain_op(i: usize) -> Op {
     }
 }
 
-/// tape_overhead's chain through the eager `Session` (the user-facing API), on the CPU engine.
+/// tape_overhead's chain through the eager `Session` (the user-facing API), on the CPU engine,
+/// its backward seeded with `ones` (PyTorch's twin: `y.backward(torch.ones(16))`).
 fn session_overhead_once(
     s: &mut Session<torchlean_engine_cpu::CpuF32>,
     x0: &Tensor<f64>,
+    ones: &Tensor<f64>,
 ) -> Result<()> {
     s.reset();
     let x = s.input("x", x0, true).map_err(err)?;
@@ -328,15 +330,17 @@ fn session_overhead_once(
     for i in 0..TAPE_OPS {
         v = s.apply(chain_op(i), &[&v]).map_err(err)?;
     }
-    s.backward(&v, Sweep::Releasing).map_err(err)?;
+    s.backward_with_seed(&v, ones, Sweep::Releasing)
+        .map_err(err)?;
     black_box(s.grad(&x).map_err(err)?.is_some());
     Ok(())
 }
 
 fn session_overhead(threads: usize, reps: usize) -> Result<Vec<Row>> {
     let x0 = Tensor::from_fn([16], |i| 0.1 * i[0] as f64).map_err(err)?;
+    let ones = Tensor::full(x0.shape().clone(), 1.0).map_err(err)?;
     let mut s = Session::new();
-    let stats = measure(2, reps, || session_overhead_once(&mut s, &x0))?;
+    let stats = measure(2, reps, || session_overhead_once(&mut s, &x0, &ones))?;
     let per_op = |ms: f64| (ms * 1e3 / TAPE_OPS as f64 * 1e4).round() / 1e4;
     let eager = Row::new("session_overhead", "cpu-f32", threads, stats)
         .with("ops", TAPE_OPS)
@@ -563,4 +567,22 @@ fn resnet18_forward(threads: usize, reps: usize) -> Result<Vec<Row>> {
     )
     .with("import_ms", (import_ms * 10.0).round() / 10.0)
     .with("batch", 1)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One pass of each overhead chain, forward and backward (the cases' bodies, without
+    /// their timing loops): `session_overhead` stopped working, unnoticed, when `backward`
+    /// began refusing a non-scalar output.
+    #[test]
+    fn the_overhead_chains_run_forward_and_backward() {
+        let x0 = Tensor::from_fn([16], |i| 0.1 * i[0] as f64).unwrap();
+        let ones = Tensor::full(x0.shape().clone(), 1.0).unwrap();
+        let mut s = Session::new();
+        session_overhead_once(&mut s, &x0, &ones).unwrap();
+        let x = torchlean_engine_cpu::CpuF32::from_f64(&x0).unwrap();
+        tape_overhead_once(&x).unwrap();
+    }
 }
