@@ -5,7 +5,7 @@ use super::layout::check_axis;
 use crate::error::{Result, SpecError};
 use crate::scalar::Scalar;
 use crate::shape::Shape;
-use crate::tensor::Tensor;
+use crate::tensor::{collect_exact, Tensor};
 
 /// Offsets of the 1-D lines along `axis`: `(start, stride, len)` for each line, row-major.
 fn lines(shape: &Shape, axis: usize) -> impl Iterator<Item = (usize, usize, usize)> {
@@ -132,10 +132,7 @@ pub(crate) fn layer_norm_vjp<A: Scalar>(
         let n = A::from_usize(inner);
         for (row, drow) in x.data().chunks(inner).zip(dy.data().chunks(inner)) {
             let (mean, sigma) = row_stats(row, &eps)?;
-            let xhat = row
-                .iter()
-                .map(|v| v.sub(&mean).div(&sigma))
-                .collect::<Result<Vec<_>>>()?;
+            let xhat = collect_exact(row.len(), row.iter().map(|v| v.sub(&mean).div(&sigma)))?;
             let mut sum_d = A::zero();
             let mut sum_dx = A::zero();
             for (d, h) in drow.iter().zip(&xhat) {
@@ -206,12 +203,11 @@ fn bn_sigma<A: Scalar>(var: &A, eps: &A) -> Result<A> {
 pub(crate) fn batch_norm<A: Scalar>(args: &[&Tensor<A>; 5], eps: f64) -> Result<Tensor<A>> {
     let (x, gamma, beta, mean, var) = (args[0], args[1], args[2], args[3], args[4]);
     let eps = A::from_f64(eps)?;
-    let stats = mean
-        .data()
-        .iter()
-        .zip(var.data())
-        .map(|(m, v)| Ok((m.clone(), bn_sigma(v, &eps)?)))
-        .collect::<Result<Vec<_>>>()?;
+    let pairs = mean.data().iter().zip(var.data());
+    let stats = collect_exact(
+        mean.len(),
+        pairs.map(|(m, v)| Ok((m.clone(), bn_sigma(v, &eps)?))),
+    )?;
     normalise(x, &stats, gamma, beta)
 }
 

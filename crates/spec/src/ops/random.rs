@@ -5,7 +5,7 @@
 use crate::error::Result;
 use crate::scalar::Scalar;
 use crate::shape::Shape;
-use crate::tensor::Tensor;
+use crate::tensor::{collect_exact, Tensor};
 
 /// One SplitMix64 step (Steele, Lea, Flood 2014).
 pub fn splitmix64(x: u64) -> u64 {
@@ -24,9 +24,10 @@ pub fn uniform_at(seed: u64, key: u64, index: u64) -> f64 {
 
 pub(crate) fn rand_uniform<A: Scalar>(seed: u64, key: u64, shape: &Shape) -> Result<Tensor<A>> {
     let n = shape.checked_size()?;
-    let data = (0..n as u64)
-        .map(|i| A::from_f64(uniform_at(seed, key, i)))
-        .collect::<Result<Vec<_>>>()?;
+    let data = collect_exact(
+        n,
+        (0..n as u64).map(|i| A::from_f64(uniform_at(seed, key, i))),
+    )?;
     Tensor::new(shape.clone(), data)
 }
 
@@ -37,15 +38,14 @@ pub(crate) fn bernoulli_mask<A: Scalar>(
     keep_prob: &A,
 ) -> Result<Tensor<A>> {
     let n = shape.checked_size()?;
-    let data = (0..n as u64)
-        .map(|i| {
-            let u = A::from_f64(uniform_at(seed, key, i))?;
-            Ok(if keep_prob.greater(&u) {
-                A::one()
-            } else {
-                A::zero()
-            })
+    let keep = |i| {
+        let u = A::from_f64(uniform_at(seed, key, i))?;
+        Ok(if keep_prob.greater(&u) {
+            A::one()
+        } else {
+            A::zero()
         })
-        .collect::<Result<Vec<_>>>()?;
+    };
+    let data = collect_exact(n, (0..n as u64).map(keep))?;
     Tensor::new(shape.clone(), data)
 }
