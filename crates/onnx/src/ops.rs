@@ -946,12 +946,8 @@ fn conv(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
         dilated_extent(k, dilation).ok_or_else(|| ctx.unsupported("dilations", "a zero dilation"))
     };
     let dims = x.shape.dims();
-    let window = PoolWindow::of(
-        ctx,
-        [dims[2], dims[3]],
-        [span(wd[2])?, span(wd[3])?],
-        stride,
-    )?;
+    let spans = [span(wd[2])?, span(wd[3])?];
+    let window = PoolWindow::of(ctx, &dims[2..4], &spans, &[1, 1], &[stride, stride])?;
     // a bias the node cannot own (an initializer other nodes use too, as exporters make of
     // equal folded biases, or a computed value) is added after a zero bias, as data
     let zeros = || Tensor::zeros([wd[0]]).map_err(|e| ctx.unsupported("input[1]", "").because(e));
@@ -962,15 +958,7 @@ fn conv(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     };
     let (x, padding) = match window.symmetric() {
         Some(p) => (x, p),
-        None => {
-            let mut y = x;
-            for (axis, (before, after)) in [(2, window.pads[0]), (3, window.pads[1])] {
-                let pads = (before as i64, after as i64);
-                let zero = ("constant", &PadValue::Constant(0.0));
-                y = pad_axis(b, ctx, &y, axis, pads, zero)?;
-            }
-            (y, 0)
-        }
+        None => (window.pad(b, ctx, &x, 0.0)?, 0),
     };
     let spec = Conv2dSpec {
         in_channels: wd[1] * groups,
@@ -1260,6 +1248,10 @@ fn insert_zeros(
     )
 }
 
+/// `MaxPool` / `AveragePool` over 1, 2 or 3 spatial axes. A 1-D or 2-D pool with one stride
+/// and no dilation is the IR's 2-D pool kind ([`pool_window`]; a 1-D one over a height of 1);
+/// any other ([`pool_by_offsets`]: dilations, 3-D, a stride per axis) is the max or sum of the
+/// input's strided slices, one per kernel position.
 fn pool(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
     let max = ctx.op == "MaxPool";
     let known: &[&str] = if max {
@@ -1284,55 +1276,77 @@ fn pool(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
         ]
     };
     let mut ps = ctx.only(known);
-    if let Some(d) = ctx.ints("dilations") {
-        if d.iter().any(|&x| x != 1) {
-            ps.push(ctx.unsupported("dilations", format!("{d:?}: only 1")));
-        }
-    }
     if ctx.int_or("storage_order", 0) != 0 {
         ps.push(ctx.unsupported("storage_order", "only 0 (row major)"));
     }
     let k = ctx.ints("kernel_shape").unwrap_or(&[]);
-    let mut kernel: Vec<usize> = k.iter().filter_map(|&v| usize::try_from(v).ok()).collect();
-    if !matches!(kernel.len(), 1 | 2) || k.len() != kernel.len() {
+    let kernel: Vec<usize> = k.iter().filter_map(|&v| usize::try_from(v).ok()).collect();
+    if !matches!(kernel.len(), 1..=3) || k.len() != kernel.len() {
         ps.push(ctx.unsupported(
             "kernel_shape",
-            format!("{k:?}: a 1-D or 2-D kernel is required"),
+            format!("{k:?}: a 1-D, 2-D or 3-D kernel is required"),
         ));
     }
-    let stride = uniform(ctx, "strides", ctx.ints("strides").unwrap_or(&[]), 1);
-    let stride = match stride {
-        Ok(s) if ps.is_empty() => s,
-        s => {
+    let per_axis = |field: &str| per_axis(ctx, field, kernel.len());
+    let (strides, dilations) = match (per_axis("strides"), per_axis("dilations")) {
+        (Ok(s), Ok(d)) if ps.is_empty() => (s, d),
+        (s, d) => {
             ps.extend(s.err());
+            ps.extend(d.err());
             return Err(ps);
         }
     };
-    let mut x = data(b, ctx, 0)?;
+    let x = data(b, ctx, 0)?;
+    let r = kernel.len();
+    if x.shape.rank() != r + 2 {
+        return Err(vec![ctx.unsupported(
+            "input[0]",
+            format!(
+                "{}: a {r}-D pool takes [N, C] and {r} spatial axes",
+                x.shape
+            ),
+        )]);
+    }
+    let window = PoolWindow::of(ctx, &x.shape.dims()[2..], &kernel, &dilations, &strides)?;
+    let stride = strides[0];
+    let ir_kind =
+        r <= 2 && dilations.iter().all(|&d| d == 1) && strides.iter().all(|&s| s == stride);
+    if !ir_kind {
+        return Ok(pool_by_offsets(b, ctx, &x, &window)?);
+    }
+    if r == 2 {
+        return Ok(pool_window(b, ctx, &x, &window, stride)?);
+    }
     // a 1-D pool over `[N, C, L]` is a 2-D one over `[N, C, 1, L]` with a `1 × k` window
-    let one_d = kernel.len() == 1;
-    if one_d {
-        if x.shape.rank() != 3 {
-            return Err(vec![ctx.unsupported(
-                "input[0]",
-                format!("{}: a 1-D pool takes [N, C, L]", x.shape),
-            )]);
-        }
-        let d = x.shape.dims().to_vec();
-        x = reshape(b, ctx, &x, Shape::from([d[0], d[1], 1, d[2]]))?;
-        kernel.insert(0, 1);
-    }
-    rank4(ctx, &x)?;
-    let dims = x.shape.dims();
-    let window = PoolWindow::of(ctx, [dims[2], dims[3]], [kernel[0], kernel[1]], stride)?;
+    let d = x.shape.dims().to_vec();
+    let x = reshape(b, ctx, &x, Shape::from([d[0], d[1], 1, d[2]]))?;
+    let window = window.under_a_unit_axis();
     let y = pool_window(b, ctx, &x, &window, stride)?;
-    if one_d {
-        return Ok(drop_unit_height(b, ctx, &y)?);
-    }
-    Ok(y)
+    Ok(drop_unit_height(b, ctx, &y)?)
 }
 
-/// A 2-D pool (`MaxPool` or `AveragePool`, by `ctx.op`) of `x` over `window`.
+/// A pool attribute with one positive value per spatial axis (`strides`, `dilations`; 1 for
+/// each when absent).
+fn per_axis(ctx: &Ctx<'_>, field: &str, rank: usize) -> One<Vec<usize>> {
+    let values = ctx.ints(field).unwrap_or(&[]);
+    if values.is_empty() {
+        return Ok(vec![1; rank]);
+    }
+    let positive: Vec<usize> = values
+        .iter()
+        .filter_map(|&v| usize::try_from(v).ok().filter(|&v| v > 0))
+        .collect();
+    if positive.len() != values.len() || values.len() != rank {
+        return Err(ctx.unsupported(
+            field,
+            format!("{values:?}: one positive value per spatial axis ({rank})"),
+        ));
+    }
+    Ok(positive)
+}
+
+/// A 2-D pool (`MaxPool` or `AveragePool`, by `ctx.op`) of `x` over `window` (undilated, one
+/// `stride`).
 fn pool_window(
     b: &mut Builder,
     ctx: &Ctx<'_>,
@@ -1341,18 +1355,18 @@ fn pool_window(
     stride: usize,
 ) -> One<Operand> {
     let max = ctx.op == "MaxPool";
-    let kernel = window.kernel;
+    let [h, w] = [window.axes[0], window.axes[1]];
     let count_pads = !max && ctx.int_or("count_include_pad", 0) != 0;
     let kind = if max { PoolKind::Max } else { PoolKind::Avg };
     if let Some(padding) = window.symmetric() {
         // the IR's own padded pools (padding at most half the kernel): max pads with −∞, the
         // average counts padded zeros
-        let within = 2 * padding <= kernel[0].min(kernel[1]);
+        let within = 2 * padding <= h.kernel.min(w.kernel);
         if within && (max || padding == 0 || count_pads) {
             let spec = PoolSpec {
                 kind,
-                kernel_h: kernel[0],
-                kernel_w: kernel[1],
+                kernel_h: h.kernel,
+                kernel_w: w.kernel,
                 stride,
                 padding,
                 padded: padding > 0,
@@ -1362,23 +1376,11 @@ fn pool_window(
     }
     // otherwise: pad explicitly (−∞ for max, 0 for the average), pool unpadded, and rescale
     // each average from the full window to the elements it counts
-    let fill = if max { f64::NEG_INFINITY } else { 0.0 };
-    let mut y = x.clone();
-    for (axis, (before, after)) in [(2, window.pads[0]), (3, window.pads[1])] {
-        let pads = (before as i64, after as i64);
-        y = pad_axis(
-            b,
-            ctx,
-            &y,
-            axis,
-            pads,
-            ("constant", &PadValue::Constant(fill)),
-        )?;
-    }
+    let y = window.pad(b, ctx, x, pool_fill(max))?;
     let spec = PoolSpec {
         kind,
-        kernel_h: kernel[0],
-        kernel_w: kernel[1],
+        kernel_h: h.kernel,
+        kernel_w: w.kernel,
         stride,
         padding: 0,
         padded: false,
@@ -1387,61 +1389,186 @@ fn pool_window(
     if max {
         return Ok(pooled);
     }
-    let scale = window.average_scale(count_pads);
-    let s = b.constant_tensor(scale);
+    let full = (h.kernel * w.kernel) as f64;
+    let s = b.constant_tensor(window.average_scale(count_pads, full));
     binary_of(b, ctx, BinaryOp::Mul, &pooled, &s)
 }
 
-/// A pool's windows over H and W: the padding before and after each axis (from `pads`,
-/// `auto_pad` and, with `ceil_mode`, the extra end padding that makes a partial last window),
-/// the declared padding alone, and the output extents.
-struct PoolWindow {
-    input: [usize; 2],
-    kernel: [usize; 2],
+/// A pool of any windows (`MaxPool` or `AveragePool`, by `ctx.op`) as the IR's elementwise
+/// kinds: the input padded explicitly (−∞ for max, 0 for the average), then for each kernel
+/// position the strided slice of the elements it sees at every output position; the max of
+/// those slices, or their sum scaled by each window's count. Exact, and differentiable as
+/// `max_elem` and `add` are (a tie splits the cotangent, as `torch.maximum` does).
+fn pool_by_offsets(
+    b: &mut Builder,
+    ctx: &Ctx<'_>,
+    x: &Operand,
+    window: &PoolWindow,
+) -> One<Operand> {
+    let max = ctx.op == "MaxPool";
+    let y = window.pad(b, ctx, x, pool_fill(max))?;
+    let kernel: Vec<usize> = window.axes.iter().map(|a| a.kernel).collect();
+    let mut acc: Option<Operand> = None;
+    let mut offset = vec![0; kernel.len()];
+    loop {
+        let mut part = y.clone();
+        for (a, (w, &j)) in window.axes.iter().zip(&offset).enumerate() {
+            part = strided_take(b, ctx, &part, 2 + a, j * w.dilation, w.stride, w.out)?;
+        }
+        acc = Some(match acc {
+            None => part,
+            Some(sum) => {
+                let op = if max { BinaryOp::Max } else { BinaryOp::Add };
+                b.apply(ctx, Op::Binary(op), &[&sum, &part])?
+            }
+        });
+        // the next kernel position, the last axis fastest
+        let Some(a) = (0..kernel.len()).rev().find(|&a| offset[a] + 1 < kernel[a]) else {
+            break;
+        };
+        offset[a] += 1;
+        offset[a + 1..].iter_mut().for_each(|o| *o = 0);
+    }
+    let acc = acc.expect("a kernel has at least one position");
+    if max {
+        return Ok(acc);
+    }
+    let count_pads = ctx.int_or("count_include_pad", 0) != 0;
+    let s = b.constant_tensor(window.average_scale(count_pads, 1.0));
+    binary_of(b, ctx, BinaryOp::Mul, &acc, &s)
+}
+
+/// What a pool pads with: `−∞` for max (it never wins), 0 for the average (its count leaves
+/// the padding out, or counts it as zeros).
+fn pool_fill(max: bool) -> f64 {
+    if max {
+        f64::NEG_INFINITY
+    } else {
+        0.0
+    }
+}
+
+/// Positions `start, start + stride, …` (`count` of them) of axis `a`: a slice, and for a
+/// stride above 1 that slice (zero-padded at the end to whole strides) viewed as `[count,
+/// stride]` with the first column kept.
+fn strided_take(
+    b: &mut Builder,
+    ctx: &Ctx<'_>,
+    x: &Operand,
+    a: usize,
+    start: usize,
     stride: usize,
-    /// All padding (declared and `ceil_mode`'s), `(before, after)` per axis.
-    pads: [(usize, usize); 2],
+    count: usize,
+) -> One<Operand> {
+    let slice = |b: &mut Builder, x: &Operand, axis, start, len| {
+        b.apply(ctx, Op::Slice { axis, start, len }, &[x])
+    };
+    if stride == 1 || count == 1 {
+        return slice(b, x, a, start, count);
+    }
+    let len = stride * count;
+    let n = x.shape.dims()[a];
+    let mut y = x.clone();
+    if start + len > n {
+        let zero = ("constant", &PadValue::Constant(0.0));
+        y = pad_axis(b, ctx, &y, a, (0, (start + len - n) as i64), zero)?;
+    }
+    let y = slice(b, &y, a, start, len)?;
+    let mut split = y.shape.dims().to_vec();
+    split[a] = count;
+    split.insert(a + 1, stride);
+    let y = reshape(b, ctx, &y, Shape::new(split.clone()))?;
+    let y = slice(b, &y, a + 1, 0, 1)?;
+    split.remove(a + 1);
+    reshape(b, ctx, &y, Shape::new(split))
+}
+
+/// One spatial axis of a pool's (or a convolution's) windows.
+#[derive(Clone, Copy, Debug)]
+struct AxisWindow {
+    input: usize,
+    kernel: usize,
+    dilation: usize,
+    stride: usize,
+    /// All padding (declared and `ceil_mode`'s), `(before, after)`.
+    pads: (usize, usize),
     /// The declared padding (what `count_include_pad` counts).
-    declared: [(usize, usize); 2],
-    out: [usize; 2],
+    declared: (usize, usize),
+    out: usize,
+}
+
+impl AxisWindow {
+    /// How many of the window's kernel positions at output `o` fall in `[lo, hi)` (padded
+    /// coordinates).
+    fn count_within(&self, o: usize, (lo, hi): (usize, usize)) -> usize {
+        let start = o * self.stride;
+        (0..self.kernel)
+            .map(|j| start + j * self.dilation)
+            .filter(|p| (lo..hi).contains(p))
+            .count()
+    }
+}
+
+/// A pool's windows over its spatial axes: per axis the padding before and after (from
+/// `pads`, `auto_pad` and, with `ceil_mode`, the extra end padding that makes a partial last
+/// window), the declared padding alone, and the output extent.
+struct PoolWindow {
+    axes: Vec<AxisWindow>,
 }
 
 impl PoolWindow {
-    fn of(ctx: &Ctx<'_>, input: [usize; 2], kernel: [usize; 2], stride: usize) -> One<PoolWindow> {
-        if stride == 0 || kernel.contains(&0) {
-            return Err(ctx.unsupported("strides", "a zero stride or kernel extent"));
+    /// The windows of `kernel` (dilated by `dilation`) at `stride` over spatial extents
+    /// `input`, one value of each per axis.
+    fn of(
+        ctx: &Ctx<'_>,
+        input: &[usize],
+        kernel: &[usize],
+        dilation: &[usize],
+        stride: &[usize],
+    ) -> One<PoolWindow> {
+        if stride.contains(&0) || kernel.contains(&0) || dilation.contains(&0) {
+            return Err(ctx.unsupported("strides", "a zero stride, dilation or kernel extent"));
         }
+        let r = input.len();
+        let span = |a: usize| (kernel[a] - 1) * dilation[a] + 1;
         let auto = ctx.string("auto_pad").unwrap_or_else(|| "NOTSET".into());
-        let declared: [(usize, usize); 2] = match auto.as_str() {
-            "VALID" => [(0, 0); 2],
+        let declared: Vec<(usize, usize)> = match auto.as_str() {
+            "VALID" => vec![(0, 0); r],
             "NOTSET" => {
                 let p = ctx.ints("pads").unwrap_or(&[]);
                 let get = |i: usize| -> One<usize> {
                     usize::try_from(p.get(i).copied().unwrap_or(0))
                         .map_err(|_| ctx.unsupported("pads", format!("{p:?}: negative")))
                 };
-                // a 1-D window (embedded as `1 × k` over a height of 1) has two
-                let one_d = input[0] == 1 && kernel[0] == 1;
+                // a 1-D convolution's window (embedded as `1 × k` over a height of 1) has two
+                let one_d = r == 2 && input[0] == 1 && kernel[0] == 1;
                 match p.len() {
-                    0 => [(0, 0); 2],
-                    2 if one_d => [(0, 0), (get(0)?, get(1)?)],
-                    4 => [(get(0)?, get(2)?), (get(1)?, get(3)?)],
-                    _ => return Err(ctx.unsupported("pads", format!("{p:?}: two or four values"))),
+                    0 => vec![(0, 0); r],
+                    2 if one_d => vec![(0, 0), (get(0)?, get(1)?)],
+                    n if n == 2 * r => (0..r)
+                        .map(|a| Ok((get(a)?, get(r + a)?)))
+                        .collect::<One<_>>()?,
+                    _ => {
+                        return Err(ctx.unsupported(
+                            "pads",
+                            format!("{p:?}: two values per spatial axis ({r})"),
+                        ))
+                    }
                 }
             }
-            "SAME_UPPER" | "SAME_LOWER" => {
-                let same = |n: usize, k: usize| {
-                    let out = n.div_ceil(stride);
-                    let total = ((out.saturating_sub(1)) * stride + k).saturating_sub(n);
+            "SAME_UPPER" | "SAME_LOWER" => (0..r)
+                .map(|a| {
+                    let out = input[a].div_ceil(stride[a]);
+                    let total =
+                        ((out.saturating_sub(1)) * stride[a] + span(a)).saturating_sub(input[a]);
                     let small = total / 2;
                     if auto == "SAME_UPPER" {
                         (small, total - small)
                     } else {
                         (total - small, small)
                     }
-                };
-                [same(input[0], kernel[0]), same(input[1], kernel[1])]
-            }
+                })
+                .collect(),
             other => {
                 return Err(
                     ctx.unsupported("auto_pad", format!("`{}`", torchlean_ir::shorten(other)))
@@ -1449,65 +1576,93 @@ impl PoolWindow {
             }
         };
         let ceil = ctx.int_or("ceil_mode", 0) != 0;
-        let mut pads = declared;
-        let mut out = [0; 2];
-        for a in 0..2 {
-            let span = input[a] + declared[a].0 + declared[a].1;
-            if span < kernel[a] {
+        let mut axes = Vec::with_capacity(r);
+        for a in 0..r {
+            let (s, extent) = (stride[a], span(a));
+            let padded = input[a] + declared[a].0 + declared[a].1;
+            if padded < extent {
                 return Err(ctx.unsupported(
                     "kernel_shape",
                     format!("{kernel:?} is larger than the padded input"),
                 ));
             }
-            let steps = span - kernel[a];
-            let mut n = if ceil {
-                steps.div_ceil(stride)
-            } else {
-                steps / stride
-            } + 1;
+            let steps = padded - extent;
+            let mut n = if ceil { steps.div_ceil(s) } else { steps / s } + 1;
             // a last window that starts in the end padding is dropped (ONNX's and PyTorch's rule)
-            if ceil && (n - 1) * stride >= input[a] + declared[a].0 {
+            if ceil && (n - 1) * s >= input[a] + declared[a].0 {
                 n -= 1;
             }
-            out[a] = n;
-            let needed = (n - 1) * stride + kernel[a];
-            pads[a].1 += needed.saturating_sub(span);
+            let needed = (n - 1) * s + extent;
+            axes.push(AxisWindow {
+                input: input[a],
+                kernel: kernel[a],
+                dilation: dilation[a],
+                stride: s,
+                pads: (declared[a].0, declared[a].1 + needed.saturating_sub(padded)),
+                declared: declared[a],
+                out: n,
+            });
         }
-        Ok(PoolWindow {
-            input,
-            kernel,
-            stride,
-            pads,
-            declared,
-            out,
-        })
+        Ok(PoolWindow { axes })
+    }
+
+    /// The windows of a 1-D pool as a 2-D pool's over a height of 1.
+    fn under_a_unit_axis(&self) -> PoolWindow {
+        let w = self.axes[0];
+        let unit = AxisWindow {
+            input: 1,
+            kernel: 1,
+            dilation: 1,
+            stride: w.stride,
+            pads: (0, 0),
+            declared: (0, 0),
+            out: 1,
+        };
+        PoolWindow {
+            axes: vec![unit, w],
+        }
     }
 
     /// The one padding of every side, when the windows are the IR's padded pool's.
     fn symmetric(&self) -> Option<usize> {
-        let p = self.pads[0].0;
-        (self.pads.iter().all(|&(a, b)| a == p && b == p)).then_some(p)
+        let p = self.axes[0].pads.0;
+        (self.axes.iter().all(|a| a.pads == (p, p))).then_some(p)
     }
 
-    /// Per output position, `k_h·k_w / count`: what turns the unpadded average over the
-    /// explicitly padded input into the average over the window's counted elements (the input's
-    /// alone, or with the declared padding when `count_pads`), as `[1, 1, OH, OW]`.
-    fn average_scale(&self, count_pads: bool) -> Tensor<f64> {
-        let counted = |a: usize, o: usize| -> usize {
-            // the window in padded coordinates, against the counted region
-            let (lo, hi) = if count_pads {
-                (0, self.declared[a].0 + self.input[a] + self.declared[a].1)
+    /// `x` padded on every spatial axis (axes 2, 3, …) as the windows say, with `fill` (a max
+    /// pool's `−∞`, zeros for an average pool or a convolution).
+    fn pad(&self, b: &mut Builder, ctx: &Ctx<'_>, x: &Operand, fill: f64) -> One<Operand> {
+        let fill = PadValue::Constant(fill);
+        let mut y = x.clone();
+        for (a, w) in self.axes.iter().enumerate() {
+            let pads = (w.pads.0 as i64, w.pads.1 as i64);
+            y = pad_axis(b, ctx, &y, 2 + a, pads, ("constant", &fill))?;
+        }
+        Ok(y)
+    }
+
+    /// Per output position, `numerator / count`, `count` the window's counted elements (the
+    /// input's alone, or with the declared padding when `count_pads`), as `[1, 1, out…]`: with
+    /// the kernel's size as numerator it turns an unpadded average over the explicitly padded
+    /// input into the average over the counted elements; with 1, a window's sum into it.
+    fn average_scale(&self, count_pads: bool, numerator: f64) -> Tensor<f64> {
+        let region = |w: &AxisWindow| {
+            if count_pads {
+                (0, w.declared.0 + w.input + w.declared.1)
             } else {
-                (self.pads[a].0, self.pads[a].0 + self.input[a])
-            };
-            let start = o * self.stride;
-            let end = start + self.kernel[a];
-            end.min(hi).saturating_sub(start.max(lo))
+                (w.pads.0, w.pads.0 + w.input)
+            }
         };
-        let full = (self.kernel[0] * self.kernel[1]) as f64;
-        Tensor::from_fn([1, 1, self.out[0], self.out[1]], |ix| {
-            let count = counted(0, ix[2]) * counted(1, ix[3]);
-            full / count.max(1) as f64
+        let mut dims = vec![1, 1];
+        dims.extend(self.axes.iter().map(|w| w.out));
+        Tensor::from_fn(dims, |ix| {
+            let count: usize = self
+                .axes
+                .iter()
+                .enumerate()
+                .map(|(a, w)| w.count_within(ix[2 + a], region(w)))
+                .product();
+            numerator / count.max(1) as f64
         })
         .expect("the output extents are checked sizes")
     }

@@ -862,6 +862,94 @@ fn a_1d_pool_is_a_2d_pool_over_one_row() {
     assert_eq!(run("AveragePool").data(), [1.0, 2.5, 4.5]);
 }
 
+/// A pool of `op` over `x` (values 0, 1, … in shape `dims`) with `attrs`.
+fn pooled_nd(
+    op: &str,
+    dims: &[i64],
+    attrs: Vec<torchlean_onnx::proto::AttributeProto>,
+) -> Tensor<f64> {
+    let values: Vec<f64> = (0..dims.iter().product::<i64>())
+        .map(|v| v as f64)
+        .collect();
+    Case {
+        inputs: &[("x", dims, &values)],
+        node: with_attrs(node("n", op, &["x"], &["y"]), attrs),
+        inits: vec![],
+        outputs: &["y"],
+        opset: 19,
+    }
+    .first()
+}
+
+#[test]
+fn dilated_3d_and_per_axis_strided_pools_are_slices_of_the_input() {
+    // dilation 2 over 4 × 4: each window sees (i, i + 2) × (j, j + 2)
+    let max = pooled_nd(
+        "MaxPool",
+        &[1, 1, 4, 4],
+        vec![
+            ints_attr("kernel_shape", &[2, 2]),
+            ints_attr("dilations", &[2, 2]),
+        ],
+    );
+    assert_eq!(
+        (max.shape().dims(), max.data()),
+        (&[1, 1, 2, 2][..], &[10., 11., 14., 15.][..])
+    );
+    // dilation 2 with one padded row and column on each side, over 3 × 3: window (i, j)
+    // samples input rows i − 1 and i + 1 (and the columns so), some of them padding
+    let padded = |count_include_pad| {
+        pooled_nd(
+            "AveragePool",
+            &[1, 1, 3, 3],
+            vec![
+                ints_attr("kernel_shape", &[2, 2]),
+                ints_attr("dilations", &[2, 2]),
+                ints_attr("pads", &[1, 1, 1, 1]),
+                int_attr("count_include_pad", count_include_pad),
+            ],
+        )
+    };
+    // the real elements alone: (4), (3 + 5) / 2, …, (0 + 2 + 6 + 8) / 4 — all 4
+    assert_eq!(padded(0).data(), [4.0; 9]);
+    // padding counted as zeros: each window's sum over its four positions
+    assert_eq!(
+        padded(1).data(),
+        [1.0, 2.0, 1.0, 2.0, 4.0, 2.0, 1.0, 2.0, 1.0]
+    );
+    // a stride per axis: rows one by one, column pairs two apart
+    let strided = pooled_nd(
+        "AveragePool",
+        &[1, 1, 4, 4],
+        vec![
+            ints_attr("kernel_shape", &[1, 2]),
+            ints_attr("strides", &[1, 2]),
+        ],
+    );
+    assert_eq!(
+        (strided.shape().dims(), strided.data()),
+        (
+            &[1, 1, 4, 2][..],
+            &[0.5, 2.5, 4.5, 6.5, 8.5, 10.5, 12.5, 14.5][..]
+        )
+    );
+    // 3-D: a 2 × 2 × 2 window over 2 × 2 × 3, stride 1
+    let cube = |op| {
+        pooled_nd(
+            op,
+            &[1, 1, 2, 2, 3],
+            vec![ints_attr("kernel_shape", &[2, 2, 2])],
+        )
+    };
+    let max = cube("MaxPool");
+    assert_eq!(
+        (max.shape().dims(), max.data()),
+        (&[1, 1, 1, 1, 2][..], &[10., 11.][..])
+    );
+    // (0 + 1 + 3 + 4 + 6 + 7 + 9 + 10) / 8 and the window one further
+    assert_eq!(cube("AveragePool").data(), [5.0, 6.0]);
+}
+
 /// Exporters merge equal initializers: two convolutions sharing one bias (BN-folded zeros in a
 /// fresh torchvision model). Each conv gets a zero bias and the shared one is added as data, so
 /// its gradient is the sum over both uses.

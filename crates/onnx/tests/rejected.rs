@@ -138,12 +138,12 @@ fn every_problem_of_a_model_is_listed_at_once() {
     let mut pool = node("pool", "AveragePool", &["x"], &["p"]);
     pool.attribute.extend([
         ints_attr("kernel_shape", &[2, 2]),
-        ints_attr("dilations", &[2, 2]),
+        ints_attr("dilations", &[2, 0]),
     ]);
     let mut strided = node("maxpool", "MaxPool", &["p"], &["q"]);
     strided.attribute.extend([
         ints_attr("kernel_shape", &[2, 2]),
-        ints_attr("strides", &[1, 2]),
+        ints_attr("strides", &[1, 2, 1]),
         int_attr("storage_order", 1),
     ]);
     let attrs = model(
