@@ -33,6 +33,7 @@ const MAPPED: &[&str] = &[
     "ConvTranspose",
     "MaxPool",
     "AveragePool",
+    "LpPool",
     "GlobalAveragePool",
     "BatchNormalization",
     "LayerNormalization",
@@ -200,7 +201,7 @@ fn map_node_as_given(b: &mut Builder, ctx: &Ctx<'_>) -> Mapped {
                 "Softmax" | "LogSoftmax" => softmax(b, ctx)?,
                 "Conv" => conv(b, ctx)?,
                 "ConvTranspose" => conv_transpose(b, ctx)?,
-                "MaxPool" | "AveragePool" => pool(b, ctx)?,
+                "MaxPool" | "AveragePool" | "LpPool" => pool(b, ctx)?,
                 "GlobalAveragePool" => global_average_pool(b, ctx)?,
                 "BatchNormalization" => batch_norm(b, ctx)?,
                 "Reshape" => reshape_op(b, ctx)?,
@@ -1248,37 +1249,42 @@ fn insert_zeros(
     )
 }
 
-/// `MaxPool` / `AveragePool` over 1, 2 or 3 spatial axes. A 1-D or 2-D pool with one stride
-/// and no dilation is the IR's 2-D pool kind ([`pool_window`]; a 1-D one over a height of 1);
-/// any other ([`pool_by_offsets`]: dilations, 3-D, a stride per axis) is the max or sum of the
-/// input's strided slices, one per kernel position.
+/// `MaxPool` / `AveragePool` / `LpPool` over 1, 2 or 3 spatial axes. A max or average pool of
+/// 1 or 2 axes with one stride and no dilation is the IR's 2-D pool kind ([`pool_window`]; a
+/// 1-D one over a height of 1); any other ([`pool_by_offsets`]: dilations, 3-D, a stride per
+/// axis, an Lp norm) folds the input's strided slices, one per kernel position.
 fn pool(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
-    let max = ctx.op == "MaxPool";
-    let known: &[&str] = if max {
-        &[
-            "auto_pad",
-            "ceil_mode",
-            "dilations",
-            "kernel_shape",
-            "pads",
-            "storage_order",
-            "strides",
-        ]
-    } else {
-        &[
-            "auto_pad",
-            "ceil_mode",
-            "count_include_pad",
-            "dilations",
-            "kernel_shape",
-            "pads",
-            "strides",
-        ]
+    let windows = [
+        "auto_pad",
+        "ceil_mode",
+        "dilations",
+        "kernel_shape",
+        "pads",
+        "strides",
+    ];
+    let own: &[&str] = match ctx.op {
+        "MaxPool" => &["storage_order"],
+        "AveragePool" => &["count_include_pad"],
+        _ => &["p"],
     };
-    let mut ps = ctx.only(known);
+    let known: Vec<&str> = windows.iter().chain(own).copied().collect();
+    let mut ps = ctx.only(&known);
     if ctx.int_or("storage_order", 0) != 0 {
         ps.push(ctx.unsupported("storage_order", "only 0 (row major)"));
     }
+    let fold = match ctx.op {
+        "MaxPool" => Fold::Max,
+        "AveragePool" => Fold::Average {
+            count_pads: ctx.int_or("count_include_pad", 0) != 0,
+        },
+        _ => match ctx.int_or("p", 2) {
+            p @ 1..=4 => Fold::Norm { p: p as u32 },
+            p => {
+                ps.push(ctx.unsupported("p", format!("{p}: 1, 2, 3 or 4")));
+                Fold::Norm { p: 2 }
+            }
+        },
+    };
     let k = ctx.ints("kernel_shape").unwrap_or(&[]);
     let kernel: Vec<usize> = k.iter().filter_map(|&v| usize::try_from(v).ok()).collect();
     if !matches!(kernel.len(), 1..=3) || k.len() != kernel.len() {
@@ -1309,19 +1315,21 @@ fn pool(b: &mut Builder, ctx: &Ctx<'_>) -> Many<Operand> {
     }
     let window = PoolWindow::of(ctx, &x.shape.dims()[2..], &kernel, &dilations, &strides)?;
     let stride = strides[0];
-    let ir_kind =
-        r <= 2 && dilations.iter().all(|&d| d == 1) && strides.iter().all(|&s| s == stride);
+    let ir_kind = !matches!(fold, Fold::Norm { .. })
+        && r <= 2
+        && dilations.iter().all(|&d| d == 1)
+        && strides.iter().all(|&s| s == stride);
     if !ir_kind {
-        return Ok(pool_by_offsets(b, ctx, &x, &window)?);
+        return Ok(pool_by_offsets(b, ctx, &x, &window, fold)?);
     }
     if r == 2 {
-        return Ok(pool_window(b, ctx, &x, &window, stride)?);
+        return Ok(pool_window(b, ctx, &x, &window, stride, fold)?);
     }
     // a 1-D pool over `[N, C, L]` is a 2-D one over `[N, C, 1, L]` with a `1 × k` window
     let d = x.shape.dims().to_vec();
     let x = reshape(b, ctx, &x, Shape::from([d[0], d[1], 1, d[2]]))?;
     let window = window.under_a_unit_axis();
-    let y = pool_window(b, ctx, &x, &window, stride)?;
+    let y = pool_window(b, ctx, &x, &window, stride, fold)?;
     Ok(drop_unit_height(b, ctx, &y)?)
 }
 
@@ -1345,18 +1353,18 @@ fn per_axis(ctx: &Ctx<'_>, field: &str, rank: usize) -> One<Vec<usize>> {
     Ok(positive)
 }
 
-/// A 2-D pool (`MaxPool` or `AveragePool`, by `ctx.op`) of `x` over `window` (undilated, one
-/// `stride`).
+/// A 2-D max or average pool (`fold`) of `x` over `window` (undilated, one `stride`).
 fn pool_window(
     b: &mut Builder,
     ctx: &Ctx<'_>,
     x: &Operand,
     window: &PoolWindow,
     stride: usize,
+    fold: Fold,
 ) -> One<Operand> {
-    let max = ctx.op == "MaxPool";
+    let max = fold == Fold::Max;
     let [h, w] = [window.axes[0], window.axes[1]];
-    let count_pads = !max && ctx.int_or("count_include_pad", 0) != 0;
+    let count_pads = matches!(fold, Fold::Average { count_pads: true });
     let kind = if max { PoolKind::Max } else { PoolKind::Avg };
     if let Some(padding) = window.symmetric() {
         // the IR's own padded pools (padding at most half the kernel): max pads with −∞, the
@@ -1394,19 +1402,32 @@ fn pool_window(
     binary_of(b, ctx, BinaryOp::Mul, &pooled, &s)
 }
 
-/// A pool of any windows (`MaxPool` or `AveragePool`, by `ctx.op`) as the IR's elementwise
-/// kinds: the input padded explicitly (−∞ for max, 0 for the average), then for each kernel
-/// position the strided slice of the elements it sees at every output position; the max of
-/// those slices, or their sum scaled by each window's count. Exact, and differentiable as
-/// `max_elem` and `add` are (a tie splits the cotangent, as `torch.maximum` does).
+/// How a pool folds the elements of each window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fold {
+    /// `MaxPool`: the largest.
+    Max,
+    /// `AveragePool`: the mean over the counted elements (with the declared padding, as
+    /// zeros, when `count_pads`).
+    Average { count_pads: bool },
+    /// `LpPool`: `(Σ |x|^p)^(1/p)`.
+    Norm { p: u32 },
+}
+
+/// A pool of any windows as the IR's elementwise kinds: the input padded explicitly (−∞ for
+/// max, zeros otherwise), then for each kernel position the strided slice of the elements it
+/// sees at every output position; the max of those slices, their sum scaled by each window's
+/// count, or the `p`-th root of the sum of their `|x|^p` ([`power`]: a root other than a
+/// square's needs a positive sum). Exact where its kinds are, and differentiable as `max_elem`
+/// and `add` are (a tie splits the cotangent, as `torch.maximum` does).
 fn pool_by_offsets(
     b: &mut Builder,
     ctx: &Ctx<'_>,
     x: &Operand,
     window: &PoolWindow,
+    fold: Fold,
 ) -> One<Operand> {
-    let max = ctx.op == "MaxPool";
-    let y = window.pad(b, ctx, x, pool_fill(max))?;
+    let y = window.pad(b, ctx, x, pool_fill(fold == Fold::Max))?;
     let kernel: Vec<usize> = window.axes.iter().map(|a| a.kernel).collect();
     let mut acc: Option<Operand> = None;
     let mut offset = vec![0; kernel.len()];
@@ -1415,10 +1436,18 @@ fn pool_by_offsets(
         for (a, (w, &j)) in window.axes.iter().zip(&offset).enumerate() {
             part = strided_take(b, ctx, &part, 2 + a, j * w.dilation, w.stride, w.out)?;
         }
+        if let Fold::Norm { p } = fold {
+            let abs = b.apply(ctx, Op::Unary(UnaryOp::Abs), &[&part])?;
+            part = power(b, ctx, &abs, f64::from(p), "p")?;
+        }
         acc = Some(match acc {
             None => part,
             Some(sum) => {
-                let op = if max { BinaryOp::Max } else { BinaryOp::Add };
+                let op = if fold == Fold::Max {
+                    BinaryOp::Max
+                } else {
+                    BinaryOp::Add
+                };
                 b.apply(ctx, Op::Binary(op), &[&sum, &part])?
             }
         });
@@ -1430,12 +1459,14 @@ fn pool_by_offsets(
         offset[a + 1..].iter_mut().for_each(|o| *o = 0);
     }
     let acc = acc.expect("a kernel has at least one position");
-    if max {
-        return Ok(acc);
+    match fold {
+        Fold::Max => Ok(acc),
+        Fold::Average { count_pads } => {
+            let s = b.constant_tensor(window.average_scale(count_pads, 1.0));
+            binary_of(b, ctx, BinaryOp::Mul, &acc, &s)
+        }
+        Fold::Norm { p } => power(b, ctx, &acc, 1.0 / f64::from(p), "p"),
     }
-    let count_pads = ctx.int_or("count_include_pad", 0) != 0;
-    let s = b.constant_tensor(window.average_scale(count_pads, 1.0));
-    binary_of(b, ctx, BinaryOp::Mul, &acc, &s)
 }
 
 /// What a pool pads with: `−∞` for max (it never wins), 0 for the average (its count leaves
@@ -2680,37 +2711,61 @@ fn pow(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
         _ => None,
     };
     let x = data(b, ctx, 0)?;
-    let unary =
-        |b: &mut Builder, u: torchlean_spec::UnaryOp, v: &Operand| b.apply(ctx, Op::Unary(u), &[v]);
-    let mul = |b: &mut Builder, l: &Operand, r: &Operand| {
-        b.apply(ctx, Op::Binary(BinaryOp::Mul), &[l, r])
-    };
     match e {
-        Some(1.0) => Ok(x),
-        Some(2.0) => mul(b, &x, &x),
-        Some(3.0) => {
-            let sq = mul(b, &x, &x)?;
-            mul(b, &sq, &x)
-        }
-        Some(4.0) => {
-            let sq = mul(b, &x, &x)?;
-            mul(b, &sq, &sq)
-        }
-        Some(0.5) => unary(b, torchlean_spec::UnaryOp::Sqrt, &x),
-        Some(-1.0) => unary(b, torchlean_spec::UnaryOp::Inv, &x),
-        Some(-0.5) => {
-            let r = unary(b, torchlean_spec::UnaryOp::Sqrt, &x)?;
-            unary(b, torchlean_spec::UnaryOp::Inv, &r)
-        }
-        Some(other) => Err(ctx.unsupported(
-            "input[1]",
-            format!("exponent {other}: only 1, 2, 3, 4, 0.5, -1 and -0.5 (there is no `pow` kind)"),
-        )),
+        Some(e) => power(b, ctx, &x, e, "input[1]"),
         None => Err(ctx.unsupported(
             "input[1]",
             "the exponent must be a constant scalar (there is no `pow` kind)",
         )),
     }
+}
+
+/// `x^e` for a constant exponent: products for 1 to 4, `sqrt` and `inv` for ±1/2, 1/4 and −1
+/// (exact where those kinds are), and any other positive exponent as `exp(e·log x)`, which
+/// needs `x > 0` (`log`'s domain; an evaluation at 0 or below is refused, where PyTorch gives 0
+/// or NaN). `field` is the attribute or input the exponent came from.
+fn power(b: &mut Builder, ctx: &Ctx<'_>, x: &Operand, e: f64, field: &str) -> One<Operand> {
+    let unary = |b: &mut Builder, u: UnaryOp, v: &Operand| b.apply(ctx, Op::Unary(u), &[v]);
+    let mul = |b: &mut Builder, l: &Operand, r: &Operand| {
+        b.apply(ctx, Op::Binary(BinaryOp::Mul), &[l, r])
+    };
+    if e == 1.0 {
+        return Ok(x.clone());
+    }
+    if e == 2.0 {
+        return mul(b, x, x);
+    }
+    if e == 3.0 {
+        let sq = mul(b, x, x)?;
+        return mul(b, &sq, x);
+    }
+    if e == 4.0 {
+        let sq = mul(b, x, x)?;
+        return mul(b, &sq, &sq);
+    }
+    if e == 0.5 {
+        return unary(b, UnaryOp::Sqrt, x);
+    }
+    if e == 0.25 {
+        let r = unary(b, UnaryOp::Sqrt, x)?;
+        return unary(b, UnaryOp::Sqrt, &r);
+    }
+    if e == -1.0 {
+        return unary(b, UnaryOp::Inv, x);
+    }
+    if e == -0.5 {
+        let r = unary(b, UnaryOp::Sqrt, x)?;
+        return unary(b, UnaryOp::Inv, &r);
+    }
+    if e.is_finite() && e > 0.0 {
+        let log = unary(b, UnaryOp::Log, x)?;
+        let scaled = b.apply(ctx, Op::Scale { c: e }, &[&log])?;
+        return unary(b, UnaryOp::Exp, &scaled);
+    }
+    Err(ctx.unsupported(
+        field,
+        format!("exponent {e}: only positive ones, -1 and -0.5 (there is no `pow` kind)"),
+    ))
 }
 
 /// The values of `c` (shape `from`) broadcast to `to`, numpy's way (`to` is their broadcast).

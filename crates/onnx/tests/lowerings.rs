@@ -153,7 +153,7 @@ fn prelu_takes_a_broadcast_slope() {
 }
 
 #[test]
-fn pow_with_a_constant_exponent_is_exact_and_others_are_refused() {
+fn pow_with_a_constant_exponent_is_its_lowering_and_others_are_refused() {
     let run = |e: f32| {
         Case {
             inputs: &[("x", &[3], &[4.0, 0.25, 9.0])],
@@ -170,8 +170,13 @@ fn pow_with_a_constant_exponent_is_exact_and_others_are_refused() {
     assert_eq!(run(0.5).unwrap(), [2.0, 0.5, 3.0]);
     assert_eq!(run(-1.0).unwrap(), [0.25, 4.0, 1.0 / 9.0]);
     assert_eq!(run(-0.5).unwrap(), [0.5, 2.0, 1.0 / 3.0]);
-    let e = run(2.5).expect_err("no pow kind");
-    assert!(e.to_string().contains("exponent 2.5"), "{e}");
+    // any other positive exponent is exp(e·log x), for x > 0
+    let root = run(2.5).unwrap();
+    for (got, want) in root.iter().zip([32.0, 0.03125, 243.0]) {
+        assert!((got - want).abs() <= 1e-13 * want, "{root:?}");
+    }
+    let e = run(-2.0).expect_err("no pow kind");
+    assert!(e.to_string().contains("exponent -2"), "{e}");
     // an exponent that is a graph input
     let computed = Case {
         inputs: &[("x", &[1], &[2.0]), ("e", &[1], &[2.0])],
@@ -948,6 +953,33 @@ fn dilated_3d_and_per_axis_strided_pools_are_slices_of_the_input() {
     );
     // (0 + 1 + 3 + 4 + 6 + 7 + 9 + 10) / 8 and the window one further
     assert_eq!(cube("AveragePool").data(), [5.0, 6.0]);
+}
+
+#[test]
+fn an_lp_pool_is_the_p_norm_of_each_window() {
+    // windows of 2 over [3, −4, 12]: (3, −4) and (−4, 12)
+    let lp = |p| {
+        Case {
+            inputs: &[("x", &[1, 1, 3], &[3.0, -4.0, 12.0])],
+            node: with_attrs(
+                node("n", "LpPool", &["x"], &["y"]),
+                vec![ints_attr("kernel_shape", &[2]), int_attr("p", p)],
+            ),
+            inits: vec![],
+            outputs: &["y"],
+            opset: 18,
+        }
+        .run()
+        .map(|o| o[0].data().to_vec())
+    };
+    assert_eq!(lp(1).unwrap(), [7.0, 16.0]);
+    assert_eq!(lp(2).unwrap(), [5.0, 160f64.sqrt()]);
+    let cubes = lp(3).unwrap();
+    for (got, sum) in cubes.iter().zip([91.0f64, 1792.0]) {
+        assert!((got - sum.cbrt()).abs() <= 1e-13 * got, "{cubes:?}");
+    }
+    let e = lp(5).expect_err("p = 5");
+    assert!(e.to_string().contains("1, 2, 3 or 4"), "{e}");
 }
 
 /// Exporters merge equal initializers: two convolutions sharing one bias (BN-folded zeros in a
