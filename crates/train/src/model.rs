@@ -13,6 +13,7 @@ use std::str::FromStr;
 use torchlean_nn::dynamic::{DynConv2d, DynLayer, DynLinear, DynSequential};
 use torchlean_nn::layers::Features;
 use torchlean_nn::{Layer, LeafKind, Mode, Ops, Recorded, Recorder, Var};
+use torchlean_spec::ops::desc::Family;
 use torchlean_spec::{Op, PoolKind, Reduction, Shape, Tensor, UnaryOp};
 
 /// Which model.
@@ -272,8 +273,9 @@ impl Classify for Classifier {
 /// C]` out, written once against [`Ops`], so the eager session, the recorder (the compiled
 /// backend) and the reference engine of a verified step all run the same program. Its
 /// parameters are the ones it creates through [`Ops::param`] (their names are the
-/// checkpoint's `state_dict` names); a model with buffers (running statistics) is refused,
-/// since the trainer keeps and saves parameters only.
+/// checkpoint's `state_dict` names); a model with buffers (running statistics) or random draws
+/// (dropout) is refused ([`check_fit`]): the trainer keeps and saves parameters only, and its
+/// backends and verified steps would draw differently.
 ///
 /// Every [`Layer`] from features (`seq![Linear::<64, 128>::new(1)?, relu(), …]`) is a model;
 /// a model of your own implements [`Classify::example_shape`], [`Classify::logits`] and
@@ -397,10 +399,13 @@ pub enum ModelMisfit {
     Logits { logits: Vec<usize>, classes: usize },
     #[error("it keeps buffers ({}), which the trainer neither updates nor saves; a classifier for the trainer has parameters only", .names.join(", "))]
     Buffers { names: Vec<String> },
+    #[error("it draws random numbers ({}: dropout?), which the trainer's eager and compiled backends and its verified steps would draw differently; train it in a Session of your own", .ops.join(", "))]
+    Random { ops: Vec<String> },
 }
 
 /// Checks that `model` fits data of `features` per example and `classes` classes, from its
-/// recorded one-example step: its example size, its logits' shape, and no buffers.
+/// recorded one-example step: its example size, its logits' shape, no buffers and no random
+/// draws.
 pub fn check_fit<M: Classify>(model: &M, features: usize, classes: usize) -> Result<()> {
     let misfit = |problem| TrainError::ModelMisfit {
         model: model.description(),
@@ -424,15 +429,25 @@ pub fn check_fit<M: Classify>(model: &M, features: usize, classes: usize) -> Res
             classes,
         }));
     }
-    let buffers: Vec<String> = model
-        .record_loss(1)?
+    let step = model.record_loss(1)?;
+    let buffers: Vec<String> = step
         .leaves
-        .into_iter()
+        .iter()
         .filter(|l| l.kind == LeafKind::Buffer)
-        .map(|l| l.name)
+        .map(|l| l.name.clone())
         .collect();
     if !buffers.is_empty() {
         return Err(misfit(ModelMisfit::Buffers { names: buffers }));
+    }
+    let mut random: Vec<String> = Vec::new();
+    for node in step.graph.nodes() {
+        let desc = node.op.desc();
+        if desc.family == Family::Random && !random.iter().any(|n| n == desc.name) {
+            random.push(desc.name.to_string());
+        }
+    }
+    if !random.is_empty() {
+        return Err(misfit(ModelMisfit::Random { ops: random }));
     }
     Ok(())
 }

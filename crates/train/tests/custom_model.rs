@@ -8,8 +8,8 @@
 
 use std::collections::BTreeSet;
 use torchlean_engine_cpu::{CpuF32, CpuF64};
-use torchlean_nn::dynamic::{DynConv2d, DynLinear};
-use torchlean_nn::layers::{relu, BatchNorm2d, Linear};
+use torchlean_nn::dynamic::{Dyn, DynConv2d, DynLinear};
+use torchlean_nn::layers::{dropout, relu, BatchNorm2d, Linear};
 use torchlean_nn::{seq, Layer, Mode, Ops, Var};
 use torchlean_spec::{Shape, UnaryOp};
 use torchlean_train::exec::Interpreter;
@@ -21,7 +21,7 @@ use torchlean_train::{
 /// Images `[1, 8, 8]`: a 3×3 convolution to 4 channels, ReLU, flattened; a projection to 32
 /// features, ReLU; a residual block `h + relu(block(h))`; a head of 10. Its parameters are
 /// named by scope (`conv.weight`, `block.bias`, …). With `norm`, a `BatchNorm2d` first, whose
-/// running statistics are buffers.
+/// running statistics are buffers; with `dropout`, dropout before the head.
 #[derive(Clone, Debug)]
 struct SmallNet {
     conv: DynConv2d,
@@ -29,6 +29,7 @@ struct SmallNet {
     block: DynLinear,
     head: DynLinear,
     norm: bool,
+    dropout: bool,
 }
 
 impl SmallNet {
@@ -39,6 +40,7 @@ impl SmallNet {
             block: DynLinear::new(32, 32, seed + 2).unwrap(),
             head: DynLinear::new(32, classes, seed + 3).unwrap(),
             norm: false,
+            dropout: false,
         }
     }
 }
@@ -62,7 +64,10 @@ impl Classify for SmallNet {
         let h = ops.unary(UnaryOp::Relu, &h)?;
         let b = ops.scoped("block", |ops| self.block.forward(ops, &h, mode))?;
         let b = ops.unary(UnaryOp::Relu, &b)?;
-        let h = ops.add(&h, &b)?;
+        let mut h = ops.add(&h, &b)?;
+        if self.dropout {
+            h = dropout::<Dyn>(0.1, 5)?.forward(ops, &h, mode)?;
+        }
         ops.scoped("head", |ops| self.head.forward(ops, &h, mode))
     }
 
@@ -217,6 +222,17 @@ fn a_model_that_does_not_fit_is_refused_before_training_naming_what_is_wrong() {
         }
     );
     assert_eq!(shown, "the model SmallNet does not fit");
+
+    // dropout's draws would differ between the backends and the verifying reference
+    let mut dropped = SmallNet::new(10, 0);
+    dropped.dropout = true;
+    let e = make(dropped).unwrap_err();
+    assert_eq!(
+        misfit(e),
+        ModelMisfit::Random {
+            ops: vec!["bernoulli_mask".into()]
+        }
+    );
 
     // 63 features in, 64 in the data
     let wrong = seq![Linear::<63, 10>::new(1).unwrap()];
