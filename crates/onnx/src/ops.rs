@@ -2701,22 +2701,27 @@ fn prelu(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     binary_of(b, ctx, BinaryOp::Add, &pos, &scaled)
 }
 
-/// `Pow` with a constant scalar exponent the IR's kinds compute exactly: 1, 2, 3, 4 (products),
-/// 0.5 (`sqrt`), −1 (`inv`), −0.5 (`inv` of `sqrt`). Any other exponent, or one that is a
-/// computed value, is refused (there is no `pow` kind).
+/// `Pow`: a constant scalar exponent through [`power`] (exact products and roots where the IR's
+/// kinds have them); any other exponent (computed, or a constant of several values) as
+/// `exp(y·log x)` with numpy broadcasting, which needs `x > 0` when it runs (`log`'s domain;
+/// PyTorch computes `(−2)^2` and `0^y`, we refuse them). There is no `pow` kind.
 fn pow(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
     one(ctx, &[])?;
-    let e = match ctx.input(1) {
-        Some(name) if b.constant(name).is_some() => const_scalar(b, ctx, 1)?,
-        _ => None,
-    };
+    // a constant of one value is a scalar exponent
+    let e = ctx
+        .input(1)
+        .and_then(|name| b.constant(name))
+        .and_then(|c| c.single());
     let x = data(b, ctx, 0)?;
     match e {
         Some(e) => power(b, ctx, &x, e, "input[1]"),
-        None => Err(ctx.unsupported(
-            "input[1]",
-            "the exponent must be a constant scalar (there is no `pow` kind)",
-        )),
+        // a computed exponent (or a constant one of several values): exp(y·log x), x > 0
+        None => {
+            let y = data(b, ctx, 1)?;
+            let log = b.apply(ctx, Op::Unary(UnaryOp::Log), &[&x])?;
+            let scaled = binary_of(b, ctx, BinaryOp::Mul, &log, &y)?;
+            b.apply(ctx, Op::Unary(UnaryOp::Exp), &[&scaled])
+        }
     }
 }
 

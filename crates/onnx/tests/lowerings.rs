@@ -153,7 +153,7 @@ fn prelu_takes_a_broadcast_slope() {
 }
 
 #[test]
-fn pow_with_a_constant_exponent_is_its_lowering_and_others_are_refused() {
+fn pow_is_exact_for_its_small_exponents_and_exp_of_log_otherwise() {
     let run = |e: f32| {
         Case {
             inputs: &[("x", &[3], &[4.0, 0.25, 9.0])],
@@ -177,20 +177,38 @@ fn pow_with_a_constant_exponent_is_its_lowering_and_others_are_refused() {
     }
     let e = run(-2.0).expect_err("no pow kind");
     assert!(e.to_string().contains("exponent -2"), "{e}");
-    // an exponent that is a graph input
-    let computed = Case {
-        inputs: &[("x", &[1], &[2.0]), ("e", &[1], &[2.0])],
-        node: node("n", "Pow", &["x", "e"], &["y"]),
-        inits: vec![],
-        outputs: &["y"],
-        opset: 17,
+    // an exponent that is a graph input, broadcast: exp(y·log x)
+    let computed = |x: &[f64]| {
+        Case {
+            inputs: &[("x", &[2, 3], x), ("e", &[3], &[1.0, 2.0, 3.0])],
+            node: node("n", "Pow", &["x", "e"], &["y"]),
+            inits: vec![],
+            outputs: &["y"],
+            opset: 17,
+        }
+        .run()
+        .map(|o| o[0].data().to_vec())
+    };
+    let got = computed(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+    for (g, want) in got.iter().zip([1.0, 4.0, 27.0, 4.0, 25.0, 216.0]) {
+        assert!((g - want).abs() <= 1e-13 * want, "{got:?}");
     }
-    .run()
-    .expect_err("a computed exponent");
-    assert!(
-        computed.to_string().contains("must be a constant scalar"),
-        "{computed}"
+    // a base of 0 is outside log's domain: refused when it runs, not a wrong value
+    let bytes = model_with_inputs(
+        &[("x", &[2]), ("e", &[2])],
+        vec![node("n", "Pow", &["x", "e"], &["y"])],
+        vec![],
+        &["y"],
+        17,
     );
+    let imported = import_onnx(&bytes).unwrap();
+    let xs: Vec<Tensor<f64>> = vec![
+        Tensor::new([2], vec![0.0, 2.0]).unwrap(),
+        Tensor::new([2], vec![2.0, 2.0]).unwrap(),
+    ];
+    let e = torchlean_ir::denote_outputs(&imported.graph, &imported.payload, &xs)
+        .expect_err("log of 0");
+    assert!(e.to_string().contains("log"), "{e}");
 }
 
 #[test]
