@@ -2726,9 +2726,9 @@ fn pow(b: &mut Builder, ctx: &Ctx<'_>) -> One<Operand> {
 }
 
 /// `x^e` for a constant exponent: products for 1 to 4, `sqrt` and `inv` for ±1/2, 1/4 and −1
-/// (exact where those kinds are), and any other positive exponent as `exp(e·log x)`, which
-/// needs `x > 0` (`log`'s domain; an evaluation at 0 or below is refused, where PyTorch gives 0
-/// or NaN). `field` is the attribute or input the exponent came from.
+/// (exact where those kinds are), and any other finite exponent as `exp(e·log x)`, which needs
+/// `x > 0` (`log`'s domain; an evaluation at 0 or below is refused, where PyTorch gives a
+/// number, ∞ or NaN). `field` is the attribute or input the exponent came from.
 fn power(b: &mut Builder, ctx: &Ctx<'_>, x: &Operand, e: f64, field: &str) -> One<Operand> {
     let unary = |b: &mut Builder, u: UnaryOp, v: &Operand| b.apply(ctx, Op::Unary(u), &[v]);
     let mul = |b: &mut Builder, l: &Operand, r: &Operand| {
@@ -2762,15 +2762,12 @@ fn power(b: &mut Builder, ctx: &Ctx<'_>, x: &Operand, e: f64, field: &str) -> On
         let r = unary(b, UnaryOp::Sqrt, x)?;
         return unary(b, UnaryOp::Inv, &r);
     }
-    if e.is_finite() && e > 0.0 {
-        let log = unary(b, UnaryOp::Log, x)?;
-        let scaled = b.apply(ctx, Op::Scale { c: e }, &[&log])?;
-        return unary(b, UnaryOp::Exp, &scaled);
+    if !e.is_finite() {
+        return Err(ctx.unsupported(field, format!("exponent {e}: a finite one")));
     }
-    Err(ctx.unsupported(
-        field,
-        format!("exponent {e}: only positive ones, -1 and -0.5 (there is no `pow` kind)"),
-    ))
+    let log = unary(b, UnaryOp::Log, x)?;
+    let scaled = b.apply(ctx, Op::Scale { c: e }, &[&log])?;
+    unary(b, UnaryOp::Exp, &scaled)
 }
 
 /// The values of `c` (shape `from`) broadcast to `to`, numpy's way (`to` is their broadcast).

@@ -170,13 +170,18 @@ fn pow_is_exact_for_its_small_exponents_and_exp_of_log_otherwise() {
     assert_eq!(run(0.5).unwrap(), [2.0, 0.5, 3.0]);
     assert_eq!(run(-1.0).unwrap(), [0.25, 4.0, 1.0 / 9.0]);
     assert_eq!(run(-0.5).unwrap(), [0.5, 2.0, 1.0 / 3.0]);
-    // any other positive exponent is exp(e·log x), for x > 0
-    let root = run(2.5).unwrap();
-    for (got, want) in root.iter().zip([32.0, 0.03125, 243.0]) {
-        assert!((got - want).abs() <= 1e-13 * want, "{root:?}");
+    // any other exponent is exp(e·log x), for x > 0
+    for (e, want) in [
+        (2.5, [32.0, 0.03125, 243.0]),
+        (-2.0, [0.0625, 16.0, 1.0 / 81.0]),
+    ] {
+        let got = run(e).unwrap();
+        for (g, w) in got.iter().zip(want) {
+            assert!((g - w).abs() <= 1e-13 * w, "{e}: {got:?}");
+        }
     }
-    let e = run(-2.0).expect_err("no pow kind");
-    assert!(e.to_string().contains("exponent -2"), "{e}");
+    let e = run(f32::INFINITY).expect_err("an infinite exponent");
+    assert!(e.to_string().contains("exponent inf"), "{e}");
     // an exponent that is a graph input, broadcast: exp(y·log x)
     let computed = |x: &[f64]| {
         Case {
