@@ -203,6 +203,14 @@ def gelu_tanh_f32():
 
 
 @case()
+def sign_of_signed_zeros():
+    # 1 and −1 away from zero, +0 at ±0; the gradient is 0 everywhere, so the product rule
+    # leaves x·d(sign) = 0 and the input gradient is sign(x)·dy
+    x = torch.cat([randn(2, 4), torch.tensor([[-0.0, 0.0, 1.5, -1.5]], dtype=torch.float64)])
+    return Fn(lambda m, x: torch.sign(x) * x), x
+
+
+@case()
 def erf_tails_and_signed_zeros():
     # the tails saturate at ±1 and the gradient 2/√π·exp(−x²) underflows there
     x = torch.cat([randn(2, 4) * 2, torch.tensor([[-6.0, -0.0, 0.0, 6.0]], dtype=torch.float64)])

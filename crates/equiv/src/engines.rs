@@ -262,7 +262,8 @@ fn vjp_of<V: Kernels>(
 /// nearly constant row does) and the objective's rounding over the step (where the output
 /// dwarfs the step). An element is skipped where the derivative is not a derivative: at a kink
 /// (the one-sided differences disagree, by much or by as much at half the step: relu/abs and
-/// leaky_relu at 0, max ties, pooling ties) and at a point
+/// leaky_relu at 0, max ties, pooling ties), at a step of the value (a change over half the
+/// step as large as over the step, on either side: sign at 0) and at a point
 /// where the VJP itself jumps (the VJP a step to either side differs from the VJP there: a
 /// convention, such as PyTorch's `clamp` gradient 1 at a bound, and 1 even where `min == max`
 /// makes the function constant; PyTorch's cases check conventions, not finite differences).
@@ -328,8 +329,14 @@ pub fn fd_check<V: Kernels>(
                 let jump = (forward - backward).abs();
                 let jump_half = ((fp2 - f0) - (f0 - fm2)).abs() / (h / 2.0);
                 let kink = jump > 8.0 * rounding && jump_half > 0.75 * jump;
-                if !central.is_finite() || differs(forward, backward) || kink {
-                    continue; // a kink or a singular point: the derivative is not defined here
+                // a step in the value itself (sign at 0): the change over h/2 is as large as
+                // over h on that side, where a smooth function's halves
+                let stepped = |change: f64, half: f64| {
+                    change.abs() > 8.0 * rounding * h && half.abs() > 0.75 * change.abs()
+                };
+                let discontinuous = stepped(fp - f0, fp2 - f0) || stepped(f0 - fm, f0 - fm2);
+                if !central.is_finite() || differs(forward, backward) || kink || discontinuous {
+                    continue; // a kink, a step or a singular point: no derivative here
                 }
                 let here = g.data()[i];
                 let vjp_beside =

@@ -131,6 +131,30 @@ fn a_gradient_convention_at_a_clamp_bound_is_not_a_finite_difference_failure() {
     assert!(!m.pass, "{detail:?}");
 }
 
+/// The `sign` kind at exactly 0 (the default seed's graphs): its value steps from −1 to 1, so
+/// both one-sided differences are `1/h` and agree — no kink by their gap — and the central one
+/// grows as the step shrinks, while the gradient is 0 by PyTorch's rule. A change over half the
+/// step as large as over the step is a step of the value, and is skipped; elsewhere the check
+/// still compares.
+#[test]
+fn a_step_of_the_value_at_sign_zero_is_not_a_finite_difference_failure() {
+    use torchlean_spec::UnaryOp;
+    let x = Tensor::new([4], vec![0.0, -0.0, 0.75, -1.5]).unwrap();
+    let sign = Op::Unary(UnaryOp::Sign);
+    let (m, detail) = fd_check::<Tensor<f64>>("node %3", &sign, std::slice::from_ref(&x)).unwrap();
+    assert!(m.pass, "{detail:?}");
+    // at the same points a wrong VJP is still found
+    use torchlean_equiv::{fault, Faulty};
+    let y = Tensor::new([4], vec![0.5, -0.25, 1.5, 2.0]).unwrap();
+    let (m, detail) = fd_check::<Faulty<Tensor<f64>, { fault::FLIP_SIGN }>>(
+        "node %3",
+        &Op::Binary(torchlean_spec::BinaryOp::Mul),
+        &[x, y],
+    )
+    .unwrap();
+    assert!(!m.pass, "{detail:?}");
+}
+
 /// `check-equivalence --seeds 201..600 --cases 64`: seeds 216, 240, 335 and 543 — a layer norm
 /// and a training batch norm over a constant row (eps 1e-6 and 1e-5: the normalized values
 /// swing by `1/√eps` within a step). The central difference at step `h` was off by 2.7e-5 of

@@ -62,7 +62,7 @@ fn every_problem_of_a_model_is_listed_at_once() {
     let many = model(
         x(),
         vec![
-            node("sign", "Sign", &["x"], &["e"]),
+            node("round", "Round", &["x"], &["e"]),
             grouped,
             node("det", "Det", &["e", "c"], &["g"]),
             node("topk", "TopK", &["g"], &["y"]),
@@ -74,7 +74,7 @@ fn every_problem_of_a_model_is_listed_at_once() {
         "unsupported ops and attribute",
         &many,
         Some(&[
-            (UnsupportedOp, "sign", "Sign", "op_type"),
+            (UnsupportedOp, "round", "Round", "op_type"),
             (UnsupportedAttribute, "conv", "Conv", "dilations"),
             (UnsupportedOp, "det", "Det", "op_type"),
             (UnsupportedOp, "topk", "TopK", "op_type"),

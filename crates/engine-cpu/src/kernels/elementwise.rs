@@ -110,6 +110,18 @@ fn relu<T: CpuScalar>(x: T) -> T {
     }
 }
 
+/// `(0 < x) − (x < 0)`: `+0` for `±0` and NaN (`torch.sign`).
+#[inline(always)]
+fn sign<T: CpuScalar>(x: T) -> T {
+    if x > T::ZERO {
+        T::ONE
+    } else if x < T::ZERO {
+        -T::ONE
+    } else {
+        T::ZERO
+    }
+}
+
 #[inline(always)]
 fn sigmoid<T: CpuScalar>(x: T) -> T {
     T::ONE / (T::ONE + (-x).vexp())
@@ -128,6 +140,7 @@ pub(crate) fn unary<T: CpuScalar>(u: UnaryOp, x: &CpuTensor<T>) -> CpuTensor<T> 
         UnaryOp::Sin => map(x, LIBM, T::sin),
         UnaryOp::Cos => map(x, LIBM, T::cos),
         UnaryOp::Neg => map(x, CHEAP, |v| -v),
+        UnaryOp::Sign => map(x, CHEAP, sign),
         UnaryOp::Erf => map(x, POLY, T::erf),
         // max(x, 0) + log1p(exp(−|x|)): no overflow for large |x|
         UnaryOp::Softplus => map(
@@ -250,6 +263,7 @@ pub(crate) fn unary_vjp<T: CpuScalar>(
             |x, d| d * -x.sin(),
         ),
         UnaryOp::Neg => map(dy, CHEAP, |d| -d),
+        UnaryOp::Sign => map(dy, CHEAP, |_| T::ZERO),
         UnaryOp::Softplus => zip(
             x()?,
             dy,

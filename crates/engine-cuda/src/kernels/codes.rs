@@ -32,6 +32,7 @@ pub const UNARY: &[(UnaryOp, &str)] = &[
     ),
     (UnaryOp::Elu { alpha: 0.0 }, "ELU"),
     (UnaryOp::Erf, "ERF"),
+    (UnaryOp::Sign, "SIGN"),
 ];
 
 /// Every binary function and the name of its code in the kernel source.

@@ -49,6 +49,8 @@ __device__ __forceinline__ float tl_unary_at(tl_index op, float v, float c0, flo
     case TL_UNARY_SIN: return sinf(v);
     case TL_UNARY_COS: return cosf(v);
     case TL_UNARY_NEG: return -v;
+    // (0 < x) - (x < 0): +0 for +-0 and NaN, as torch.sign
+    case TL_UNARY_SIGN: return v > 0.0f ? 1.0f : (v < 0.0f ? -1.0f : 0.0f);
     // max(x, 0) + log1p(exp(-|x|)): no overflow for large |x|
     case TL_UNARY_SOFTPLUS: return tl_relu(v) + log1pf(expf(-fabsf(v)));
     case TL_UNARY_ERF: return erff(v);
@@ -100,6 +102,7 @@ __device__ __forceinline__ float tl_unary_vjp_at(tl_index op, float s, float d, 
     case TL_UNARY_SIN: return d * cosf(s);                                  // s = x
     case TL_UNARY_COS: return d * -sinf(s);                                 // s = x
     case TL_UNARY_NEG: return -d;                                           // nothing saved
+    case TL_UNARY_SIGN: return 0.0f;                                        // zeros_like(grad)
     case TL_UNARY_SOFTPLUS: return d * tl_sigmoid(s);                       // s = x
     case TL_UNARY_ERF: return 1.12837916709551257f * expf(-(s * s)) * d;    // s = x; 2/sqrt(pi)
     case TL_UNARY_SILU: {                                                   // s = x

@@ -82,7 +82,8 @@ pub fn unary<D: Device>(op: UnaryOp, x: &CudaTensor<D>) -> Result<CudaTensor<D>>
     )
 }
 
-/// The VJP reads the value the op's descriptor saves: its output, its input, or (neg) nothing.
+/// The VJP reads the value the op's descriptor saves: its output, its input, or nothing (neg,
+/// sign: the kernel reads the cotangent alone, and is handed it in the saved value's place).
 pub fn unary_vjp<D: Device>(
     op: UnaryOp,
     x: Option<&CudaTensor<D>>,
@@ -95,8 +96,7 @@ pub fn unary_vjp<D: Device>(
     } else if !saves.inputs.is_empty() {
         x.ok_or_else(|| missing(op.name(), "input"))?
     } else {
-        // nothing saved: neg's VJP is neg of the cotangent
-        return unary(UnaryOp::Neg, dy);
+        dy
     };
     same_len(op.name(), saved, dy)?;
     let n = dy.len();

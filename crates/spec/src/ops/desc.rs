@@ -544,6 +544,10 @@ unary!(COS, "cos", false, "`cos(x)`", "`s`", Saves::INPUT, Cos,
 unary!(NEG, "neg", true, "`-x`", "`s`", Saves::NOTHING, Neg,
     torch: "torch.neg({x})", onnx: Onnx::named("Neg")
 );
+unary!(SIGN, "sign", true,
+    "`torch.sign(x)`: 1, −1, or 0 for ±0 and NaN; the gradient is 0 everywhere (PyTorch's)",
+    "`s`", Saves::NOTHING, Sign,
+    torch: "torch.sign({x})", onnx: Onnx::named("Sign"));
 unary!(
     SOFTPLUS,
     "softplus",
@@ -727,6 +731,7 @@ pub static OPS: &[&OpDesc] = &[
     &SIN,
     &COS,
     &NEG,
+    &SIGN,
     &SOFTPLUS,
     &ERF,
     &SILU,
@@ -781,6 +786,7 @@ impl UnaryOp {
             UnaryOp::Sin => &SIN,
             UnaryOp::Cos => &COS,
             UnaryOp::Neg => &NEG,
+            UnaryOp::Sign => &SIGN,
             UnaryOp::Softplus => &SOFTPLUS,
             UnaryOp::Erf => &ERF,
             UnaryOp::Silu => &SILU,

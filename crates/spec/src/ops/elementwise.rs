@@ -95,6 +95,9 @@ pub enum UnaryOp {
     Neg,
     /// Extension: `log(1 + exp(x))`, computed stably.
     Softplus,
+    /// Extension: `torch.sign(x)`: 1, −1, or +0 for ±0 and NaN (`(0 < x) − (x < 0)`); its
+    /// gradient is 0 everywhere, PyTorch's.
+    Sign,
     /// Extension: `torch.erf(x)`.
     Erf,
     /// Extension: `x · σ(x)`.
@@ -113,7 +116,7 @@ pub enum UnaryOp {
 
 impl UnaryOp {
     /// Every function, each `gelu` form once.
-    pub const ALL: [UnaryOp; 18] = [
+    pub const ALL: [UnaryOp; 19] = [
         UnaryOp::Abs,
         UnaryOp::Sqrt,
         UnaryOp::Inv,
@@ -126,6 +129,7 @@ impl UnaryOp {
         UnaryOp::Cos,
         UnaryOp::Neg,
         UnaryOp::Softplus,
+        UnaryOp::Sign,
         UnaryOp::Erf,
         UnaryOp::Silu,
         UnaryOp::Gelu(GeluApprox::None),
@@ -147,7 +151,12 @@ impl UnaryOp {
     pub fn is_algebraic(self) -> bool {
         matches!(
             self,
-            UnaryOp::Abs | UnaryOp::Inv | UnaryOp::Relu | UnaryOp::Neg | UnaryOp::LeakyRelu { .. }
+            UnaryOp::Abs
+                | UnaryOp::Inv
+                | UnaryOp::Relu
+                | UnaryOp::Neg
+                | UnaryOp::Sign
+                | UnaryOp::LeakyRelu { .. }
         )
     }
 
@@ -172,6 +181,15 @@ impl UnaryOp {
             UnaryOp::Sin => x.sin()?,
             UnaryOp::Cos => x.cos()?,
             UnaryOp::Neg => x.neg(),
+            UnaryOp::Sign => {
+                if x.is_positive() {
+                    A::one()
+                } else if x.is_negative() {
+                    A::one().neg()
+                } else {
+                    A::zero()
+                }
+            }
             UnaryOp::Softplus => {
                 // max(x, 0) + log1p(exp(-|x|)): no overflow for large |x|.
                 let pos = if x.is_positive() {
@@ -268,6 +286,8 @@ impl UnaryOp {
             UnaryOp::Sin => dy.mul(&need(x, "input")?.cos()?),
             UnaryOp::Cos => dy.mul(&need(x, "input")?.sin()?.neg()),
             UnaryOp::Neg => dy.neg(),
+            // `zeros_like(grad)`: 0 whatever the cotangent (a NaN one too)
+            UnaryOp::Sign => A::zero(),
             UnaryOp::Softplus => dy.mul(&UnaryOp::Sigmoid.apply(&need(x, "input")?)?),
             // PyTorch's `2.0 / sqrt(M_PI) * exp(-(self.pow(2))) * grad`
             UnaryOp::Erf => {

@@ -1677,6 +1677,7 @@ fn small_tables_read_and_print_their_wire_forms() {
         UnaryOp::Inv,
         UnaryOp::Relu,
         UnaryOp::Neg,
+        UnaryOp::Sign,
         UnaryOp::LeakyRelu {
             negative_slope: 0.01,
         },
