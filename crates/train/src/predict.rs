@@ -9,7 +9,7 @@ use crate::error::{Result, TrainError};
 use crate::exec::EagerExec;
 use crate::model::{check_fit, Classifier, Classify};
 use crate::trainer::{
-    chunk_sizes, tensor_f64, TrainConfig, CHECKPOINT_FORMAT, INPUT_BUFFERS, INPUT_MEAN, INPUT_SCALE,
+    chunk_sizes, model_params, tensor_f64, TrainConfig, CHECKPOINT_FORMAT, INPUT_MEAN, INPUT_SCALE,
 };
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -110,16 +110,7 @@ impl<M: Classify> SavedClassifier<M> {
             .as_array()
             .and_then(|d| Some((d.first()?.as_u64()? as usize, d.get(1)?.as_u64()? as usize)));
         let model = model(cfg, features, image, classes)?;
-        let ck = ck.without(&INPUT_BUFFERS);
-        let shapes = model.param_shapes()?;
-        ck.check_names(&shapes, "")?;
-        let mut params = BTreeMap::new();
-        for (name, shape) in shapes {
-            params.insert(
-                name.clone(),
-                Tensor::new(shape, tensor_f64(&ck.tensors[&name]))?,
-            );
-        }
+        let params = model_params(ck, &model)?;
         Ok(SavedClassifier {
             path: path.to_path_buf(),
             model,

@@ -438,7 +438,7 @@ impl<V: TrainValue, M: Classify> Trainer<V, M> {
     /// and standard deviation (which the checkpoint records, for whoever uses the model
     /// later). `cfg.arch` must be the model's ([`Arch::Custom`] for a model of your own, e.g.
     /// `TrainConfig::new(Arch::Custom)`), and the model must fit the data
-    /// ([`check_fit`]: its example size, one logit per class, no buffers).
+    /// ([`check_fit`]: its example size, one logit per class, no buffers, no random draws).
     pub fn with_model(cfg: TrainConfig, mut model: M, data: &Dataset) -> Result<Self> {
         cfg.validate()?;
         if cfg.arch != model.arch() {
@@ -891,14 +891,7 @@ impl<V: TrainValue, M: Classify> Trainer<V, M> {
     /// [`TrainError::CheckpointNames`] lists every missing, unexpected and mis-shaped one, and
     /// on any error the run is unchanged.
     pub fn init_from(&mut self, path: &Path) -> Result<()> {
-        let ck = Checkpoint::load(path)?.without(&INPUT_BUFFERS);
-        let shapes = self.model.param_shapes()?;
-        ck.check_names(&shapes, "")?;
-        let mut params = BTreeMap::new();
-        for (name, shape) in shapes {
-            let t = &ck.tensors[&name];
-            params.insert(name, Tensor::new(shape, tensor_f64(t))?);
-        }
+        let params = model_params(Checkpoint::load(path)?, &self.model)?;
         self.exec = exec_for::<V, M>(&self.cfg, &params)?;
         Ok(())
     }
@@ -938,15 +931,8 @@ impl<V: TrainValue, M: Classify> Trainer<V, M> {
             )));
         }
         let step = meta["step"].as_u64().ok_or_else(|| bad("no step".into()))?;
-        let ck = ck.without(&INPUT_BUFFERS);
         let mut t = fresh(cfg)?;
-        let shapes = t.model.param_shapes()?;
-        ck.check_names(&shapes, "")?;
-        let mut params = BTreeMap::new();
-        for (name, shape) in shapes {
-            let nt = &ck.tensors[&name];
-            params.insert(name, Tensor::new(shape, tensor_f64(nt))?);
-        }
+        let params = model_params(ck, &t.model)?;
         t.exec = exec_for::<V, M>(&t.cfg, &params)?;
         // the engine's own precision, exactly: f32 data converted to f64 and back is the same
         let opath = optimizer_path(path);
@@ -989,6 +975,25 @@ impl<V: TrainValue, M: Classify> Trainer<V, M> {
         t.step = step;
         Ok(t)
     }
+}
+
+/// The parameters of `model` in the model file `ck` as f64 data, by name, the input
+/// normalization's buffers ([`INPUT_BUFFERS`]) set aside: every missing, unexpected and
+/// mis-shaped name reported at once ([`Checkpoint::check_names`]).
+pub(crate) fn model_params<M: Classify>(
+    ck: Checkpoint,
+    model: &M,
+) -> Result<BTreeMap<String, Tensor<f64>>> {
+    let ck = ck.without(&INPUT_BUFFERS);
+    let shapes = model.param_shapes()?;
+    ck.check_names(&shapes, "")?;
+    shapes
+        .into_iter()
+        .map(|(name, shape)| {
+            let t = Tensor::new(shape, tensor_f64(&ck.tensors[&name]))?;
+            Ok((name, t))
+        })
+        .collect()
 }
 
 pub(crate) fn named<T: Element>(shape: &[usize], data: &[T]) -> NamedTensor {
