@@ -1,16 +1,19 @@
 //! `cargo xtask check-equivalence`: TorchLean's theorems as executable checks, on every engine;
-//! `--seeds A..B` sweeps many runs; `--replay FILE` repeats a counterexample's check.
+//! `--seeds A..B` sweeps many runs; `--replay FILE` repeats a counterexample's check. Under
+//! `mpirun -np N` (built with `--features mpi`) every run is shared by the ranks
+//! (`torchlean_equiv::shard`) and rank 0 alone prints the merged report.
 
 use clap::{Args, ValueEnum};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Instant;
+use torchlean_distributed::{Start, World};
 use torchlean_engine_cpu::with_threads;
 use torchlean_engines::{with_engine, DType, Engine, EngineName};
 use torchlean_equiv::{
-    check, replay, CheckConfig, Counterexample, EngineOf, EngineUnderTest, Fault, Faulty,
-    UnknownFault, WithFault,
+    check, check_sharded, replay, CheckConfig, Counterexample, EngineOf, EngineUnderTest, Fault,
+    Faulty, Report, UnknownFault, WithFault,
 };
 use torchlean_spec::Tensor;
 
@@ -121,22 +124,34 @@ pub fn run(args: &EquivArgs) -> Result<bool, String> {
     if let Some(path) = &args.replay {
         return run_replay(path);
     }
+    let world = World::start(Start::Auto).map_err(|e| e.to_string())?;
     let engines = selected_engines(args)?;
     let engines: Vec<&dyn EngineUnderTest> = engines.iter().map(|e| e.as_ref()).collect();
-    match args.seeds {
-        Some(range) => Ok(sweep(args, range, &engines)),
-        None => {
-            let report = check(&config(args, args.seed, Some(args.out.clone())), &engines);
-            if args.json {
-                print!("{}", report.json_lines());
-            } else if args.verbose {
-                print!("{}", report.verbose_text());
-            } else {
-                print!("{}", report.text());
-            }
-            Ok(report.ok())
+    // one run: the whole of it in one process, rank 0's merged report on several
+    let one_run = |cfg: &CheckConfig| -> Result<Option<Report>, String> {
+        if world.size() == 1 {
+            return Ok(Some(check(cfg, &engines)));
         }
-    }
+        check_sharded(cfg, &engines, &world).map_err(|e| e.to_string())
+    };
+    let ok = match args.seeds {
+        Some(range) => sweep(args, range, &one_run)?,
+        None => match one_run(&config(args, args.seed, Some(args.out.clone())))? {
+            Some(report) => {
+                if args.json {
+                    print!("{}", report.json_lines());
+                } else if args.verbose {
+                    print!("{}", report.verbose_text());
+                } else {
+                    print!("{}", report.text());
+                }
+                report.ok()
+            }
+            None => true,
+        },
+    };
+    // rank 0 alone knows the verdict: every rank exits with it
+    Ok(!world.any(!ok).map_err(|e| e.to_string())?)
 }
 
 fn config(args: &EquivArgs, seed: u64, out_dir: Option<PathBuf>) -> CheckConfig {
@@ -282,15 +297,24 @@ fn flag_value(value: impl ValueEnum) -> String {
 /// One run per seed of `range`, without shrinking or writing counterexamples: a line per
 /// failing seed (its failing claims and engines, and the command that reruns it in full), then
 /// a closing line. Whether every seed passed.
-fn sweep(args: &EquivArgs, range: SeedRange, engines: &[&dyn EngineUnderTest]) -> bool {
+fn sweep(
+    args: &EquivArgs,
+    range: SeedRange,
+    one_run: &dyn Fn(&CheckConfig) -> Result<Option<Report>, String>,
+) -> Result<bool, String> {
     let start = Instant::now();
     let (mut failed, mut graphs) = (0usize, 0usize);
+    // a rank other than 0 of a sharded sweep gets no reports, and prints nothing
+    let mut reports = false;
     for seed in range.first..=range.last {
         let cfg = CheckConfig {
             shrink_steps: 0,
             ..config(args, seed, None)
         };
-        let report = check(&cfg, engines);
+        let Some(report) = one_run(&cfg)? else {
+            continue;
+        };
+        reports = true;
         graphs += report.graphs;
         if report.ok() {
             continue;
@@ -307,6 +331,9 @@ fn sweep(args: &EquivArgs, range: SeedRange, engines: &[&dyn EngineUnderTest]) -
             rerun_flags(args, seed)
         );
     }
+    if !reports {
+        return Ok(true);
+    }
     let seeds = range.last - range.first + 1;
     println!(
         "seeds {}..{} ({seeds} runs of {} cases): {} passed, {failed} failed; {graphs} random graphs in {:.1} s",
@@ -316,7 +343,7 @@ fn sweep(args: &EquivArgs, range: SeedRange, engines: &[&dyn EngineUnderTest]) -
         seeds - failed as u64,
         start.elapsed().as_secs_f64()
     );
-    failed == 0
+    Ok(failed == 0)
 }
 
 /// `--replay FILE`: the recorded check on the recorded case, on the recorded engine (beside

@@ -24,7 +24,7 @@ fn metadata() -> Value {
 /// The crates by layer, lowest first (docs/ARCHITECTURE.md, "Bird's-eye view"). A crate
 /// depends only on crates of lower layers.
 const LAYERS: &[&[&str]] = &[
-    &["spec"],
+    &["spec", "distributed"],
     &["ir", "runtime"],
     &[
         "compiled",

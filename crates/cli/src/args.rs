@@ -395,6 +395,12 @@ pub struct TrainArgs {
     /// same parameters and batch; stop with exit 1 if they deviate beyond the dtype's tolerance
     #[arg(long)]
     pub verify_every: Option<u64>,
+    /// Share the run with the other processes of an MPI job (`mpirun -np N torchlean train
+    /// ...`; detected without this flag when a launcher starts several): each rank computes
+    /// its share of every global batch and the ranks sum their gradients, so N ranks take the
+    /// steps one process takes; rank 0 prints and writes. Needs a build with `--features mpi`
+    #[arg(long)]
+    pub distributed: bool,
     /// Print a `step k: loss=…` line every N steps [default: 50]
     #[arg(long, default_value_t = 50)]
     pub log_every: u64,
@@ -459,6 +465,10 @@ pub struct GptFlags {
     /// Dropout probability [default: 0]
     #[arg(long)]
     pub dropout: Option<f64>,
+    /// Also write the run to --save every N steps (atomically: a run killed mid-write leaves
+    /// the previous checkpoint whole)
+    #[arg(long, value_name = "N", requires = "save", value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..))]
+    pub save_every: Option<u64>,
 }
 
 /// `--max-memory`, on every command that checks or runs a graph.

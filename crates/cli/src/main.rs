@@ -9,6 +9,7 @@
 mod args;
 mod commands;
 mod conform;
+mod distributed;
 mod engine;
 mod export_torch;
 mod import;
@@ -104,19 +105,24 @@ fn main() -> ExitCode {
     let result = out::check_open()
         .map_err(Stop::from)
         .and_then(|()| commands::run(cli));
+    ExitCode::from(report(result))
+}
+
+/// The exit status of a command's `result`, after printing its errors on standard error.
+pub(crate) fn report(result: Result<Outcome, Stop>) -> u8 {
     match result {
-        Ok(Outcome::Ok) | Err(Stop::Output(out::WriteError::Closed)) => ExitCode::SUCCESS,
-        Ok(Outcome::Failed) => ExitCode::from(1),
-        Ok(Outcome::Interrupted) => ExitCode::from(EXIT_INTERRUPTED),
+        Ok(Outcome::Ok) | Err(Stop::Output(out::WriteError::Closed)) => 0,
+        Ok(Outcome::Failed) => 1,
+        Ok(Outcome::Interrupted) => EXIT_INTERRUPTED,
         Err(Stop::BadInput(BadInput(lines))) => {
             for l in lines {
                 out::error_line(l);
             }
-            ExitCode::from(2)
+            2
         }
         Err(Stop::Output(e)) => {
             out::error_line(e);
-            ExitCode::from(2)
+            2
         }
     }
 }

@@ -207,11 +207,21 @@ fn apply_resume_changes<V: TrainValue>(
 #[derive(Default)]
 pub(crate) struct Printer {
     failed: Option<WriteError>,
+    /// Writes nothing: a rank other than 0 of a shared run.
+    silent: bool,
 }
 
 impl Printer {
+    /// A printer that writes nothing (the ranks other than 0 of a shared run).
+    pub(crate) fn silent() -> Printer {
+        Printer {
+            failed: None,
+            silent: true,
+        }
+    }
+
     pub(crate) fn line(&mut self, text: impl std::fmt::Display) {
-        if self.failed.is_none() {
+        if self.failed.is_none() && !self.silent {
             self.failed = out::line(text).err();
         }
     }
@@ -799,6 +809,7 @@ fn run_here(a: &TrainArgs) -> Result<Outcome, Stop> {
         None => Arch::Onnx,
     };
     crate::train_gpt::refuse_gpt_flags(a, arch)?;
+    crate::distributed::refuse_shared(a, arch)?;
     let (data, origin) = match &a.csv {
         Some(path) => (
             Dataset::from_csv(path, &a.label_column).map_err(bad)?,

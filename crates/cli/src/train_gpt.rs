@@ -34,7 +34,7 @@ fn misplaced(a: &TrainArgs, gpt: bool) -> Vec<String> {
         ("--nesterov", a.nesterov),
         ("--schedule", a.schedule.is_some()),
     ];
-    let gpt_only: [(&str, bool); 12] = [
+    let gpt_only: [(&str, bool); 13] = [
         ("--text", g.text.is_some()),
         ("--iters", g.iters.is_some()),
         ("--eval-interval", g.eval_interval.is_some()),
@@ -47,6 +47,7 @@ fn misplaced(a: &TrainArgs, gpt: bool) -> Vec<String> {
         ("--warmup", g.warmup.is_some()),
         ("--grad-clip", g.grad_clip.is_some()),
         ("--dropout", g.dropout.is_some()),
+        ("--save-every", g.save_every.is_some()),
     ];
     let (flags, why): (&[(&str, bool)], &str) = if gpt {
         (
@@ -144,7 +145,8 @@ pub fn run(a: &TrainArgs) -> Result<Outcome, Stop> {
         .into());
     }
     let sel = crate::engine::select(a.engine, crate::engine::dtype(a.dtype))?;
-    crate::engine::with_engine!(sel, V => train_gpt_on::<V>(a))
+    let world = crate::distributed::world(a)?;
+    crate::engine::with_engine!(sel, V => train_gpt_on::<V>(a, world))
 }
 
 fn corpus(a: &TrainArgs, block: usize) -> Result<TextCorpus, BadInput> {
@@ -201,8 +203,12 @@ fn header<V: TrainValue>(t: &GptTrainer<V>) -> String {
     let params: usize = t.params().values().map(|v| v.shape_of().size()).sum();
     let train = corpus.split(torchlean_train::data::Split::Train).len();
     let chars = train + corpus.split(torchlean_train::data::Split::Val).len();
+    let ranks = match t.world().size() {
+        1 => String::new(),
+        n => format!(" on {n} ranks"),
+    };
     format!(
-        "training gpt on {}: {chars} characters ({} distinct), {train} for training; {} layers, {} heads, {} wide, block {}: {params} parameters; {}; AdamW lr {} batch {}; steps {}..{}",
+        "training gpt on {}: {chars} characters ({} distinct), {train} for training; {} layers, {} heads, {} wide, block {}: {params} parameters; {}{ranks}; AdamW lr {} batch {}; steps {}..{}",
         corpus.origin(),
         m.vocab,
         m.n_layer,
@@ -267,6 +273,14 @@ impl GptProgress<'_> {
             GptEvent::Verified { step, worst } => self.line(format!(
                 "step {step}: verified on reference-f64, worst relative deviation {worst:.2e}"
             )),
+            GptEvent::Saved { step } => {
+                let file = self.a.save.as_deref().unwrap_or(std::path::Path::new(""));
+                if json {
+                    self.printer.line(json!({"event": "wrote", "step": step, "file": file, "content": "checkpoint"}));
+                } else {
+                    self.line(format!("step {step}: saved the run to {}", file.display()));
+                }
+            }
             GptEvent::Eval(ev) => {
                 self.evals.push(ev);
                 if json {
@@ -300,6 +314,8 @@ impl GptProgress<'_> {
                 "tokens_per_s": tokens_per_s,
                 "peak_rss_mib": rss,
                 "engine": V::ENGINE,
+                "ranks": t.world().size(),
+                "all_reduce_s": t.all_reduce_seconds(),
                 "verify": t.verify_summary(),
             }));
             return;
@@ -313,6 +329,14 @@ impl GptProgress<'_> {
             seconds * 1e3 / steps.max(1) as f64,
             rss.map_or_else(|| "unknown".to_string(), |r| format!("{r:.0} MiB"))
         ));
+        if t.world().size() > 1 {
+            self.printer.line(format_args!(
+                "{} ranks: rank 0 spent {:.2} s ({:.1}% of the run) in the gradients' all-reduce",
+                t.world().size(),
+                t.all_reduce_seconds(),
+                100.0 * t.all_reduce_seconds() / seconds.max(1e-9)
+            ));
+        }
         if let Some(v) = t.verify_summary() {
             self.printer.line(format_args!(
                 "verified: {} steps on reference-f64, worst relative deviation {:.2e} ({}), tolerance {:.0e}; cost {:.2} s ({:.0}% of training time)",
@@ -327,18 +351,42 @@ impl GptProgress<'_> {
     }
 }
 
-fn train_gpt_on<V: TrainValue>(a: &TrainArgs) -> Result<Outcome, Stop> {
-    let mut t = trainer::<V>(a)?;
+fn train_gpt_on<V: TrainValue>(
+    a: &TrainArgs,
+    world: torchlean_train::World,
+) -> Result<Outcome, Stop> {
+    let mut t = match trainer::<V>(a) {
+        Ok(t) => t,
+        Err(stop) => return crate::distributed::settle(&world, Err(stop)),
+    };
+    let set = t.set_world(world).map_err(|e| bad(e).into());
+    if let Err(stop) = set {
+        return crate::distributed::settle(t.world(), Err(stop));
+    }
+    let result = train_shared(a, &mut t);
+    crate::distributed::settle(t.world(), result)
+}
+
+/// The run of `t`, on this rank of its world (a world of one: the whole run).
+fn train_shared<V: TrainValue>(a: &TrainArgs, t: &mut GptTrainer<V>) -> Result<Outcome, Stop> {
     t.set_verify_every(a.verify_every);
+    if let (Some(every), Some(path)) = (a.gpt.save_every, &a.save) {
+        t.set_save_every(every, path.clone());
+    }
     let c = t.config().clone();
-    let mut printer = Printer::default();
+    let root = t.world().is_root();
+    let mut printer = if root {
+        Printer::default()
+    } else {
+        Printer::silent()
+    };
     if !a.json {
-        printer.line(header(&t));
+        printer.line(header(t));
     }
     let mut progress = GptProgress {
         a,
         printer,
-        bar: progress_bar(a, c.iters, t.steps_done()),
+        bar: progress_bar(a, c.iters, t.steps_done()).filter(|_| root),
         first_step: t.steps_done(),
         tokens_per_step: (c.batch * c.model.block) as f64,
         start: Instant::now(),
@@ -359,10 +407,29 @@ fn train_gpt_on<V: TrainValue>(a: &TrainArgs) -> Result<Outcome, Stop> {
         Ok(_) => {}
         Err(e @ torchlean_train::TrainError::VerifyFailed { .. }) => {
             out::error_line(crate::chain(&e));
+            if t.world().size() > 1 {
+                // only rank 0 verifies: the others are waiting for it
+                t.world().abort(1);
+            }
+            progress.printer.finish()?;
+            return Ok(Outcome::Failed);
+        }
+        Err(e @ torchlean_train::TrainError::RanksDiverged { .. }) => {
+            // every rank found it: rank 0 says so, and each stops
+            if root {
+                out::error_line(crate::chain(&e));
+            }
             progress.printer.finish()?;
             return Ok(Outcome::Failed);
         }
         Err(e) => return Err(bad(e).into()),
+    }
+    if !root {
+        return Ok(if interrupted {
+            Outcome::Interrupted
+        } else {
+            Outcome::Ok
+        });
     }
     if interrupted {
         let path = interrupt_path(a);
@@ -377,7 +444,7 @@ fn train_gpt_on<V: TrainValue>(a: &TrainArgs) -> Result<Outcome, Stop> {
         progress.printer.finish()?;
         return Ok(Outcome::Interrupted);
     }
-    progress.summary(&t);
+    progress.summary(t);
     let curves = Curves {
         title: format!("torchlean train gpt ({})", V::ENGINE),
         train: std::mem::take(&mut progress.train_points),

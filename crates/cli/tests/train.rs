@@ -790,3 +790,25 @@ fn every_offered_fault_is_caught_and_the_others_refused() {
     // the CNNs' pools are caught (the MLP's ops are touched by no fault)
     assert!(caught >= 2, "{caught}");
 }
+
+/// `train mlp|cnn|--from` runs in one process only: asked to share a run, it refuses before
+/// training (N copies of one run would each write the same files).
+#[test]
+fn a_classifier_run_is_not_shared_across_ranks_yet() {
+    assert_exit(
+        &train(&["mlp", "--steps", "1", "--distributed"]),
+        2,
+        &["--distributed: `train mlp` runs in one process only for now"],
+    );
+    let o = bin()
+        .args(["train", "cnn", "--steps", "1"])
+        .env("PMI_SIZE", "2")
+        .env("PMI_RANK", "1")
+        .output()
+        .unwrap();
+    assert_exit(
+        &o,
+        2,
+        &["started by a PMI launcher (MPICH, Intel MPI) as rank 1 of 2: `train cnn` runs in one process only for now"],
+    );
+}

@@ -195,3 +195,37 @@ fn a_users_text_trains() {
     ]));
     assert_eq!(step_losses(&lines).len(), 3);
 }
+
+/// A build without MPI cannot take part in a shared run: started by a launcher as one of
+/// several, or asked with `--distributed`, it refuses before training rather than train the
+/// whole batch alone, N times over.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn a_build_without_mpi_refuses_a_shared_run() {
+    let o = bin()
+        .args(SMALL)
+        .args(["--iters", "1"])
+        .env("OMPI_COMM_WORLD_SIZE", "2")
+        .env("OMPI_COMM_WORLD_RANK", "1")
+        .output()
+        .unwrap();
+    assert_bad_input(
+        &o,
+        &["started by OpenMPI's mpirun as rank 1 of 2, but this torchlean was built without MPI: rebuild it with `--features mpi`"],
+    );
+    assert!(stdout(&o).is_empty());
+    let o = gpt(&["--iters", "1", "--distributed"]);
+    assert_bad_input(
+        &o,
+        &["--distributed was given, but this torchlean was built without MPI"],
+    );
+    // a launch of one is no launch
+    let o = bin()
+        .args(SMALL)
+        .args(["--iters", "1"])
+        .env("OMPI_COMM_WORLD_SIZE", "1")
+        .env("OMPI_COMM_WORLD_RANK", "0")
+        .output()
+        .unwrap();
+    assert_eq!(step_losses(&json_lines(&o)).len(), 1);
+}

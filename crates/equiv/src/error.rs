@@ -20,6 +20,14 @@ use torchlean_spec::{Shape, SpecError};
 /// Everything that can go wrong while checking, or that a check can find.
 #[derive(Debug, Error)]
 pub enum EquivError {
+    /// A sharded check's message from `rank` could not be read back (`crate::shard`).
+    #[error("the sharded check's observations from rank {rank} are malformed: {problem}")]
+    Shard { rank: usize, problem: String },
+
+    /// A collective of a sharded check failed.
+    #[error(transparent)]
+    Distributed(#[from] torchlean_distributed::DistributedError),
+
     /// An error of the reference semantics (building a tensor, a shape rule).
     #[error("{0}")]
     Spec(#[from] SpecError),

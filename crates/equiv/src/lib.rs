@@ -20,6 +20,8 @@
 //!   failure ([`shrink_failure`]) and writes it atomically as a `torchlean.case.v1` file
 //!   ([`write_counterexample`]; a write that fails is reported, never dropped);
 //!   [`report::Report`] prints the table;
+//! - [`shard`]: the same check shared by the ranks of an MPI job ([`check_sharded`]), its
+//!   merged report the single-process one;
 //! - [`counterexample`]: what a counterexample's failure depended on ([`Provenance`], written into its
 //!   case file) and the replay of exactly that check (`check-equivalence --replay FILE`).
 //!
@@ -35,6 +37,7 @@ pub mod measure;
 pub mod regime;
 pub mod report;
 pub mod runner;
+pub mod shard;
 
 pub use claims::{Claim, Observation};
 pub use counterexample::{replay, Counterexample, Provenance};
@@ -47,6 +50,7 @@ pub use runner::{
     aggregate_rows, check, coverage, generate_cases, run_observations, shrink_failure,
     write_counterexample, Cases, CheckConfig, Family, Observations, Shrunk,
 };
+pub use shard::check_sharded;
 /// The fault-injecting engines (the `torchlean-faults` crate), as they were when they lived here.
 pub use torchlean_faults as faults;
 pub use torchlean_faults::{fault, Fault, Faulty, UnknownFault, WithFault};

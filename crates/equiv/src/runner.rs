@@ -463,15 +463,26 @@ pub fn check(cfg: &CheckConfig, engines: &[&dyn EngineUnderTest]) -> Report {
     let start = Instant::now();
     let cases = generate_cases(cfg);
     let obs = run_observations(cfg, &cases, engines);
-    let seconds = start.elapsed().as_secs_f64();
-    let rows = aggregate_rows(&obs);
-    let (claims, uncovered) = coverage(&cases, &obs, &rows, engines);
+    report_of(cfg, &cases, &obs, engines, start.elapsed().as_secs_f64())
+}
+
+/// The report of a run whose every observation is in: rows, coverage, the failures shrunk
+/// (the end of [`check`], and of a sharded check on rank 0).
+pub(crate) fn report_of(
+    cfg: &CheckConfig,
+    cases: &Cases,
+    obs: &Observations,
+    engines: &[&dyn EngineUnderTest],
+    seconds: f64,
+) -> Report {
+    let rows = aggregate_rows(obs);
+    let (claims, uncovered) = coverage(cases, obs, &rows, engines);
     Report {
         claims,
         uncovered,
         kinds_total: torchlean_spec::ops::desc::names().count(),
         regimes_total: targets().len(),
-        failures: collect_failures(cfg, &cases, &obs, engines),
+        failures: collect_failures(cfg, cases, obs, engines),
         rows,
         graphs: cases.len(),
         seconds,

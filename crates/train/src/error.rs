@@ -26,6 +26,35 @@ pub enum TrainError {
     #[error(transparent)]
     Spec(#[from] SpecError),
 
+    // --- data parallelism ---
+    /// A collective between the ranks failed.
+    #[error(transparent)]
+    Distributed(#[from] torchlean_distributed::DistributedError),
+
+    /// The ranks' parameters are no longer the same bits: `param` (the first, in name order)
+    /// differs on `rank` from rank 0's after `step` steps.
+    #[error(
+        "the ranks have diverged: after step {step}, parameter `{param}` on rank {rank} differs from rank 0's"
+    )]
+    RanksDiverged {
+        step: u64,
+        param: String,
+        rank: usize,
+    },
+
+    /// The global batch has fewer rows than there are ranks.
+    #[error(
+        "a global batch of {batch} rows cannot be shared by {ranks} ranks: give --batch {ranks} or more"
+    )]
+    BatchBelowRanks { batch: usize, ranks: usize },
+
+    /// Dropout with several ranks: each rank would draw its masks from the same stream, so the
+    /// step would not be the one a single process takes.
+    #[error(
+        "dropout {dropout} is not available on {ranks} ranks yet (each would draw the same masks): train with --dropout 0"
+    )]
+    DropoutOnRanks { dropout: f64, ranks: usize },
+
     // --- data ---
     /// A data file could not be read.
     #[error("cannot read the data file {}: {source}", .path.display())]

@@ -14,15 +14,17 @@
 //! metadata the configuration, the step and the vocabulary.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use torchlean_distributed::World;
 use torchlean_nn::{Gpt, GptConfig, Mode, Session, Sweep};
 use torchlean_runtime::{Element, Kernels, TrainValue};
 use torchlean_spec::{ops::splitmix64, Shape, Tensor};
 
 use crate::checkpoint::{Checkpoint, NamedTensor, OPTIMIZER_PREFIX};
 use crate::data::{CharTokenizer, Draw, Split, TextCorpus, TokenBatch};
+use crate::data_parallel::{self as dp, SYNC_CHECK_EVERY};
 use crate::error::{Result, TrainError};
 use crate::optim::{clip_grad_norm, EngineOptimizer, OptimConfig};
 use crate::trainer::{named, tensor_f64, verify_tolerance, worst_deviation, VerifySummary};
@@ -185,6 +187,8 @@ pub enum GptEvent {
     /// Step `step` was recomputed on the reference engine in f64: the worst relative deviation
     /// of the loss and the gradients, and where it was (`--verify-every`).
     Verified { step: u64, worst: f64 },
+    /// The run was written to its checkpoint after step `step` (`set_save_every`).
+    Saved { step: u64 },
 }
 
 /// A GPT run on engine `V`.
@@ -203,6 +207,12 @@ pub struct GptTrainer<V: TrainValue> {
     verify: Option<VerifySummary>,
     /// The last step's verification, for [`GptTrainer::run`] to report.
     verified: Option<f64>,
+    /// The ranks this run is shared by (a world of one unless [`GptTrainer::set_world`]).
+    world: World,
+    /// Write the run to this checkpoint every this many steps (rank 0).
+    save_every: Option<(u64, PathBuf)>,
+    /// Time spent in the training steps' gradient all-reduce (several ranks).
+    all_reduce: std::time::Duration,
 }
 
 impl<V: TrainValue> std::fmt::Debug for GptTrainer<V> {
@@ -236,7 +246,47 @@ impl<V: TrainValue> GptTrainer<V> {
             verify_every: None,
             verify: None,
             verified: None,
+            world: World::solo(),
+            save_every: None,
+            all_reduce: std::time::Duration::ZERO,
         })
+    }
+
+    /// Shares every following step with the ranks of `world` (see
+    /// [`crate::data_parallel`]): the parameters become rank 0's, each rank computes its share
+    /// of every global batch, and the ranks sum their gradients before each update, so the
+    /// run takes the steps one process would take on the whole batch. Only rank 0 verifies
+    /// (`set_verify_every`) and saves (`set_save_every`). Refused when a rank would get no
+    /// rows, or with dropout; the trainer keeps `world` even then (for the caller to end the
+    /// job through it), and should not be stepped.
+    pub fn set_world(&mut self, world: World) -> Result<()> {
+        self.world = world;
+        let world = &self.world;
+        dp::check_batch(world, self.cfg.batch)?;
+        if world.size() > 1 && self.cfg.model.dropout > 0.0 {
+            return Err(TrainError::DropoutOnRanks {
+                dropout: self.cfg.model.dropout,
+                ranks: world.size(),
+            });
+        }
+        dp::broadcast_params(world, self.session.params_mut().map(|(_, v)| v))
+    }
+
+    /// Writes the run to `path` ([`GptTrainer::save`], atomically) after every `every`-th
+    /// step, on rank 0 only; [`GptTrainer::run`] reports each as [`GptEvent::Saved`].
+    pub fn set_save_every(&mut self, every: u64, path: PathBuf) {
+        self.save_every = (every > 0).then_some((every, path));
+    }
+
+    /// The ranks this run is shared by.
+    pub fn world(&self) -> &World {
+        &self.world
+    }
+
+    /// Seconds this rank spent in the training steps' gradient all-reduce so far (the wait for
+    /// the slowest rank included; 0 in a world of one).
+    pub fn all_reduce_seconds(&self) -> f64 {
+        self.all_reduce.as_secs_f64()
     }
 
     /// Recompute every `every`-th step's loss and gradients on the reference engine in f64
@@ -305,22 +355,28 @@ impl<V: TrainValue> GptTrainer<V> {
     pub fn step(&mut self) -> Result<GptEvent> {
         let lr = self.cfg.lr_at(self.step);
         let batch = self.cfg.batch;
-        let b = self.batch_of(self.step);
+        let global = self.batch_of(self.step);
+        let rows = self.world.share(batch);
+        let (b, n) = (global.rows(rows.clone()), rows.len());
         let s = &mut self.session;
         let run = (|| {
-            let loss = self.gpt.loss(s, &b.ids, &b.targets, batch, Mode::Train)?;
+            let loss = self.gpt.loss(s, &b.ids, &b.targets, n, Mode::Train)?;
             s.backward(&loss, Sweep::Releasing)?;
             Ok::<_, TrainError>(*s.value_f64(&loss)?.item()?)
         })();
         let mut grads = s.take_param_grads();
         s.reset();
         let loss = run?;
+        let started = Instant::now();
+        let loss = dp::all_reduce_mean(&self.world, &mut grads, loss, n, batch)?;
+        self.all_reduce += started.elapsed();
         self.verified = None;
-        if self
-            .verify_every
-            .is_some_and(|n| (self.step + 1).is_multiple_of(n))
+        if self.world.is_root()
+            && self
+                .verify_every
+                .is_some_and(|n| (self.step + 1).is_multiple_of(n))
         {
-            self.verify_step(&b, loss, &grads)?;
+            self.verify_step(&global, loss, &grads)?;
         }
         let grad_norm = clip(&mut grads, self.cfg.grad_clip)?;
         let (mut decayed, mut plain) = (Vec::new(), Vec::new());
@@ -399,9 +455,10 @@ impl<V: TrainValue> GptTrainer<V> {
     /// gradients.
     pub fn evaluate(&mut self) -> Result<GptEval> {
         let (batch, block, n) = (self.cfg.batch, self.cfg.model.block, self.cfg.eval_iters);
-        let mut means = [0.0; 2];
-        for (k, (split, stream)) in EVAL_STREAMS.into_iter().enumerate() {
-            let mut sum = 0.0;
+        let rows = self.world.share(batch);
+        let weight = rows.len() as f64 / batch as f64;
+        let mut terms = Vec::with_capacity(2 * n as usize);
+        for (split, stream) in EVAL_STREAMS {
             for i in 0..n {
                 let draw = Draw {
                     seed: self.cfg.seed,
@@ -409,10 +466,15 @@ impl<V: TrainValue> GptTrainer<V> {
                     step: self.evals * n + i,
                 };
                 let b = self.corpus.batch(split, batch, block, draw);
-                sum += self.loss_on(&b)?;
+                let loss = self.loss_on(&b.rows(rows.clone()))?;
+                terms.push(if self.world.size() == 1 {
+                    loss
+                } else {
+                    loss * weight
+                });
             }
-            means[k] = sum / n as f64;
         }
+        let means = dp::all_reduce_sums(&self.world, terms, EVAL_STREAMS.len())?;
         self.evals += 1;
         Ok(GptEval {
             step: self.step,
@@ -422,7 +484,10 @@ impl<V: TrainValue> GptTrainer<V> {
     }
 
     /// Steps until `iters`, evaluating every `eval_interval` steps and after the last; `on`
-    /// sees every event and may stop the run early by returning `false`. The last evaluation.
+    /// sees every event and may stop the run early by returning `false` (on several ranks:
+    /// any rank's `false` stops every rank after the same step). The ranks check that their
+    /// parameters are the same every [`SYNC_CHECK_EVERY`] steps and when the run stops
+    /// ([`TrainError::RanksDiverged`]). The last evaluation.
     pub fn run(&mut self, mut on: impl FnMut(&GptEvent) -> bool) -> Result<Option<GptEval>> {
         let mut last = None;
         while self.step < self.cfg.iters {
@@ -437,8 +502,21 @@ impl<V: TrainValue> GptTrainer<V> {
             if self.step.is_multiple_of(self.cfg.eval_interval) || self.step == self.cfg.iters {
                 let e = self.evaluate()?;
                 last = Some(e);
-                if !on(&GptEvent::Eval(e)) {
-                    break;
+                go_on &= on(&GptEvent::Eval(e));
+            }
+            if let Some((every, path)) = &self.save_every {
+                if self.world.is_root() && self.step.is_multiple_of(*every) {
+                    self.save(path)?;
+                    go_on &= on(&GptEvent::Saved { step: self.step });
+                }
+            }
+            if self.world.size() > 1 {
+                go_on = !self.world.any(!go_on)?;
+                if !go_on
+                    || self.step == self.cfg.iters
+                    || self.step.is_multiple_of(SYNC_CHECK_EVERY)
+                {
+                    dp::check_in_sync(&self.world, self.session.params(), self.step)?;
                 }
             }
             if !go_on {

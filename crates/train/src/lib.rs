@@ -13,6 +13,8 @@
 //!   `torchlean train`, sized by the data at run time;
 //! - [`imported`]: a classifier imported from ONNX (`train --from`), its head replaceable;
 //! - [`exec`]: the eager and the compiled way to run a step;
+//! - [`data_parallel`]: a step over several ranks (a `torchlean_distributed::World`): each
+//!   rank's share of the global batch, the gradients' all-reduce, the ranks' sync check;
 //! - [`trainer`]: the training loop behind `torchlean train`, with verified steps, for a
 //!   built-in model or your own ([`Trainer::with_model`]);
 //! - [`gpt`]: nanoGPT's training loop for a [`torchlean_nn::Gpt`] on character-level text,
@@ -20,6 +22,7 @@
 
 pub mod checkpoint;
 pub mod data;
+pub mod data_parallel;
 pub mod error;
 pub mod exec;
 pub mod gpt;
@@ -38,6 +41,7 @@ pub use optim::{clip_grad_norm, EngineOptimizer, OptimConfig, Optimizer, Param, 
 pub use plot::loss_svg;
 pub use predict::SavedClassifier;
 pub use sched::{Schedule, Scheduler};
+pub use torchlean_distributed::{Start, World};
 pub use torchlean_optim::{optim, sched, OptimError};
 pub use torchlean_runtime::{Element, TrainValue};
 pub use trainer::{Observer, Quiet, Summary, TrainConfig, Trainer};

@@ -221,6 +221,19 @@ pub struct TokenBatch {
     pub targets: Vec<usize>,
 }
 
+impl TokenBatch {
+    /// The rows `rows` of the batch (a rank's share of a global batch).
+    pub fn rows(&self, rows: std::ops::Range<usize>) -> TokenBatch {
+        let block = self.ids.len().checked_div(self.offsets.len()).unwrap_or(0);
+        let tokens = rows.start * block..rows.end * block;
+        TokenBatch {
+            offsets: self.offsets[rows].to_vec(),
+            ids: self.ids[tokens.clone()].to_vec(),
+            targets: self.targets[tokens].to_vec(),
+        }
+    }
+}
+
 /// `batch` offsets uniform in `0..len − block` (a split longer than `block`), from `draw`:
 /// offset `r` is `⌊u · (len − block) / 2⁶⁴⌋` with `u = splitmix64(splitmix64(seed ^
 /// splitmix64(stream)) + step · batch + r)` — the multiply-shift has no modulo bias beyond

@@ -1,0 +1,65 @@
+//! A `train` run shared by the ranks of an MPI job (`torchlean_train::data_parallel`): the
+//! world it runs in, and how a failure on one rank ends every rank.
+
+use crate::args::TrainArgs;
+use crate::{report, BadInput, Outcome, Stop};
+use torchlean_train::{Start, World};
+
+/// The world of a `train` run: over MPI when a launcher started this process as one of
+/// several, or with `--distributed`; else a world of one.
+pub fn world(a: &TrainArgs) -> Result<World, BadInput> {
+    let how = if a.distributed {
+        Start::Required
+    } else {
+        Start::Auto
+    };
+    World::start(how).map_err(|e| BadInput::one(crate::chain(&e)))
+}
+
+/// `train mlp|cnn|--from` runs in one process for now: asked to share a run (`--distributed`,
+/// or started by a launcher as one of several), it refuses rather than train the whole run on
+/// every rank.
+pub fn refuse_shared(a: &TrainArgs, arch: torchlean_train::model::Arch) -> Result<(), BadInput> {
+    let launch = torchlean_distributed::launched().filter(|l| l.size > 1);
+    if !a.distributed && launch.is_none() {
+        return Ok(());
+    }
+    let how = match launch {
+        Some(l) => format!("started by {} as rank {} of {}", l.launcher, l.rank, l.size),
+        None => "--distributed".to_string(),
+    };
+    let command = match arch {
+        torchlean_train::model::Arch::Onnx => "train --from".to_string(),
+        arch => format!("train {arch}"),
+    };
+    Err(BadInput::one(format!(
+        "{how}: `{command}` runs in one process only for now; `train gpt` shares a run across ranks"
+    )))
+}
+
+/// What a rank does with its run's `result`. In a world of one, nothing: `result` is the
+/// command's. On several ranks, a failure is this rank's alone (the others may be waiting in a
+/// collective for it), so this rank prints it, naming itself, and ends the whole job with the
+/// status the command would have had (`MPI_Abort`); no rank is left waiting. A failure every
+/// rank finds at once (the ranks' parameters diverged) is each rank's own `Outcome::Failed`,
+/// printed by rank 0.
+pub fn settle(world: &World, result: Result<Outcome, Stop>) -> Result<Outcome, Stop> {
+    if world.size() == 1 {
+        return result;
+    }
+    let stop = match result {
+        Ok(Outcome::Failed) | Ok(Outcome::Ok) | Ok(Outcome::Interrupted) => return result,
+        Err(stop) => stop,
+    };
+    let named = match stop {
+        Stop::BadInput(BadInput(lines)) => Stop::BadInput(BadInput(
+            lines
+                .into_iter()
+                .map(|l| format!("rank {} of {}: {l}", world.rank(), world.size()))
+                .collect(),
+        )),
+        other => other,
+    };
+    let code = report(Err(named));
+    world.abort(i32::from(code))
+}
