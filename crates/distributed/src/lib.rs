@@ -65,10 +65,26 @@ pub fn share(len: usize, size: usize, rank: usize) -> Range<usize> {
     at(rank)..at(rank + 1)
 }
 
+/// What [`World::all_reduce_sum`] sums: `f32` (an f32 engine's gradients travel as they are,
+/// half the bytes of `f64`) and `f64`.
+#[cfg(feature = "mpi")]
+pub trait Summand:
+    Copy + Default + std::ops::AddAssign + Send + Sync + 'static + mpi::traits::Equivalence
+{
+}
+
+/// What [`World::all_reduce_sum`] sums: `f32` (an f32 engine's gradients travel as they are,
+/// half the bytes of `f64`) and `f64`.
+#[cfg(not(feature = "mpi"))]
+pub trait Summand: Copy + Default + std::ops::AddAssign + Send + Sync + 'static {}
+
+impl Summand for f32 {}
+impl Summand for f64 {}
+
 /// The elementwise sum of `pieces`, one equally long piece per rank laid end to end in rank
 /// order, added left to right starting from rank 0's piece (so one piece is returned as is,
 /// `-0.0` included).
-pub fn fold_in_rank_order(pieces: &[f64], ranks: usize) -> Vec<f64> {
+pub fn fold_in_rank_order<T: Summand>(pieces: &[T], ranks: usize) -> Vec<T> {
     assert!(ranks > 0 && pieces.len().is_multiple_of(ranks));
     let m = pieces.len() / ranks;
     let mut sum = pieces[..m].to_vec();
@@ -168,7 +184,7 @@ impl World {
 
     /// `data` becomes the elementwise sum of every rank's `data`, the same bits on every rank
     /// (see the crate's invariant). `what` names the vector in errors.
-    pub fn all_reduce_sum(&self, what: &'static str, data: &mut [f64]) -> Result<()> {
+    pub fn all_reduce_sum<T: Summand>(&self, what: &'static str, data: &mut [T]) -> Result<()> {
         match &self.backend {
             Backend::Solo => {
                 let _ = (what, data);
@@ -308,14 +324,16 @@ mod tests {
     #[test]
     fn the_fold_adds_left_to_right_from_rank_zero() {
         // 1e16 + 1 + 1: left to right loses both ones (each sum rounds back to 1e16)
-        let pieces = [1e16, 1.0, 1.0];
+        let pieces = [1e16f64, 1.0, 1.0];
         assert_eq!(fold_in_rank_order(&pieces, 3), vec![1e16]);
-        let pieces = [1.0, 1.0, 1e16];
+        let pieces = [1.0f64, 1.0, 1e16];
         assert_eq!(fold_in_rank_order(&pieces, 3), vec![1e16 + 2.0]);
         // one rank: its piece as is, the sign of zero kept
-        let one = fold_in_rank_order(&[-0.0, 3.5], 1);
+        let one = fold_in_rank_order(&[-0.0f64, 3.5], 1);
         assert!(one[0] == 0.0 && one[0].is_sign_negative() && one[1] == 3.5);
-        assert_eq!(fold_in_rank_order(&[], 2), Vec::<f64>::new());
+        assert_eq!(fold_in_rank_order::<f64>(&[], 2), Vec::<f64>::new());
+        // in f32, rounded as f32 adds round
+        assert_eq!(fold_in_rank_order(&[1e8f32, 1.0, 1.0], 3), vec![1e8f32]);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives, Root};
 use mpi::{Count, Threading};
 
-use crate::{fold_in_rank_order, share, DistributedError, Result};
+use crate::{fold_in_rank_order, share, DistributedError, Result, Summand};
 
 pub(crate) struct MpiWorld {
     world: SimpleCommunicator,
@@ -71,7 +71,11 @@ impl MpiWorld {
     /// Reduce-scatter as an all-to-all (rank `k` receives every rank's chunk `k` and folds
     /// them in rank order), then an all-gather of the folded chunks: 2·(N−1)/N of the vector
     /// sent and received per rank, as a ring all-reduce.
-    pub(crate) fn all_reduce_sum(&self, what: &'static str, data: &mut [f64]) -> Result<()> {
+    pub(crate) fn all_reduce_sum<T: Summand>(
+        &self,
+        what: &'static str,
+        data: &mut [T],
+    ) -> Result<()> {
         let (n, me, len) = (self.size(), self.rank(), data.len());
         count(what, len)?;
         self.same_length(what, len)?;
@@ -79,7 +83,7 @@ impl MpiWorld {
         let counts: Vec<Count> = chunks.iter().map(|c| c.len() as Count).collect();
         let displs: Vec<Count> = chunks.iter().map(|c| c.start as Count).collect();
         let m = chunks[me].len();
-        let mut pieces = vec![0.0f64; n * m];
+        let mut pieces = vec![T::default(); n * m];
         let piece_counts = vec![m as Count; n];
         let piece_displs: Vec<Count> = (0..n).map(|r| (r * m) as Count).collect();
         {

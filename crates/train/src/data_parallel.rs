@@ -10,11 +10,12 @@
 //! Invariant: every rank calls the same collectives in the same order (the trainers decide
 //! from values every rank has: the step, the configuration, an all-reduced flag).
 
+use std::any::Any;
 use std::collections::BTreeMap;
 
 use num_traits::{Float, FromPrimitive, ToPrimitive};
 use torchlean_distributed::{first_difference, hash_bits, World};
-use torchlean_runtime::TrainValue;
+use torchlean_runtime::{Element, TrainValue};
 
 use crate::error::{Result, TrainError};
 
@@ -22,8 +23,10 @@ use crate::error::{Result, TrainError};
 pub const SYNC_CHECK_EVERY: u64 = 100;
 
 /// `grads` (this rank's mean gradients over `rows` of the global batch's `total` rows) and
-/// `loss` become the global batch's mean gradients and loss on every rank. A world of one
-/// changes nothing.
+/// `loss` become the global batch's mean gradients and loss on every rank. They travel in the
+/// engine's own precision (an f32 engine's in f32: half the bytes), weighted by the rank's
+/// share of the rows and summed in rank order, with the loss as one more element. A world of
+/// one changes nothing.
 pub fn all_reduce_mean<V: TrainValue>(
     world: &World,
     grads: &mut BTreeMap<String, V>,
@@ -34,21 +37,44 @@ pub fn all_reduce_mean<V: TrainValue>(
     if world.size() == 1 {
         return Ok(loss);
     }
-    let weight = rows as f64 / total as f64;
+    let elem = |x: f64| -> V::Elem { FromPrimitive::from_f64(x).unwrap_or_else(Float::nan) };
+    let weight = elem(rows as f64 / total as f64);
     let mut values: Vec<&mut V> = grads.values_mut().collect();
     V::update_all(&mut values, |slices| {
         let len: usize = slices.iter().map(|s| s.len()).sum();
-        let mut flat = Vec::with_capacity(len + 1);
+        let mut flat: Vec<V::Elem> = Vec::with_capacity(len + 1);
         for s in slices.iter() {
-            flat.extend(s.iter().map(|x| x.to_f64().unwrap_or(f64::NAN) * weight));
+            flat.extend(s.iter().map(|&x| x * weight));
         }
-        flat.push(loss * weight);
-        world.all_reduce_sum("the gradients", &mut flat)?;
+        flat.push(elem(loss) * weight);
+        all_reduce_elements(world, &mut flat)?;
         for (x, &sum) in slices.iter_mut().flat_map(|s| s.iter_mut()).zip(&flat) {
-            *x = FromPrimitive::from_f64(sum).unwrap_or_else(Float::nan);
+            *x = sum;
         }
-        Ok::<_, TrainError>(flat[len])
+        Ok::<_, TrainError>(flat[len].to_f64().unwrap_or(f64::NAN))
     })
+}
+
+/// [`World::all_reduce_sum`] on an engine's elements: as they are for `f32` and `f64` (the
+/// engines' two), through `f64` for an [`Element`] of another crate.
+fn all_reduce_elements<E: Element>(world: &World, flat: &mut Vec<E>) -> Result<()> {
+    const WHAT: &str = "the gradients";
+    let any: &mut dyn Any = flat;
+    if let Some(v) = any.downcast_mut::<Vec<f32>>() {
+        return Ok(world.all_reduce_sum(WHAT, v)?);
+    }
+    if let Some(v) = any.downcast_mut::<Vec<f64>>() {
+        return Ok(world.all_reduce_sum(WHAT, v)?);
+    }
+    let mut wide: Vec<f64> = flat
+        .iter()
+        .map(|x| x.to_f64().unwrap_or(f64::NAN))
+        .collect();
+    world.all_reduce_sum(WHAT, &mut wide)?;
+    for (x, &w) in flat.iter_mut().zip(&wide) {
+        *x = FromPrimitive::from_f64(w).unwrap_or_else(Float::nan);
+    }
+    Ok(())
 }
 
 /// The mean of each group of `values` (this rank's weighted terms, `groups` equal groups laid

@@ -42,6 +42,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "rank {me}: the all-reduce is not the fold in rank order"
     );
 
+    // the same in f32: an f32 engine's gradients travel as f32
+    let mut v32: Vec<f32> = input(me, len).iter().map(|&x| x as f32).collect();
+    world.all_reduce_sum("the f32 test vector", &mut v32)?;
+    let mut want32 = Vec::with_capacity(len);
+    for k in 0..n {
+        let c = share(len, n, k);
+        let pieces: Vec<f32> = (0..n)
+            .flat_map(|r| {
+                input(r, len)[c.clone()]
+                    .iter()
+                    .map(|&x| x as f32)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        want32.extend(fold_in_rank_order(&pieces, n));
+    }
+    let same = v32
+        .iter()
+        .zip(&want32)
+        .all(|(a, b)| a.to_bits() == b.to_bits());
+    assert!(
+        same,
+        "rank {me}: the f32 all-reduce is not the fold in rank order"
+    );
+
     // every rank has the same bits
     let hash = hash_bits(v.iter().copied());
     let hashes = world.all_gather(&[hash])?;
