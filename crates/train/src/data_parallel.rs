@@ -57,6 +57,8 @@ pub fn all_reduce_mean<V: TrainValue>(
 
 /// [`World::all_reduce_sum`] on an engine's elements: as they are for `f32` and `f64` (the
 /// engines' two), through `f64` for an [`Element`] of another crate.
+// a `Vec`, not a slice: `Any` downcasts sized types only
+#[allow(clippy::ptr_arg)]
 fn all_reduce_elements<E: Element>(world: &World, flat: &mut Vec<E>) -> Result<()> {
     const WHAT: &str = "the gradients";
     let any: &mut dyn Any = flat;
