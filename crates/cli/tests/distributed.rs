@@ -222,4 +222,25 @@ fn bad_input_on_every_rank_ends_the_job_with_exit_2() {
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");
+    let o = on_ranks(2, &["--iters", "2", "--dropout", "0.1"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    // each rank finds it and ends the job: whichever aborts first is the one heard
+    assert!(
+        err.contains(" of 2: dropout 0.1 is not available on 2 ranks yet"),
+        "{err}"
+    );
+}
+
+#[test]
+fn rank_0_verifies_the_global_batch() {
+    let lines = json_lines(&on_ranks(2, &["--iters", "4", "--verify-every", "2"]));
+    let verified: Vec<u64> = lines
+        .iter()
+        .filter(|v| v["event"] == "verified")
+        .map(|v| v["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(verified, [2, 4]);
+    let summary = lines.iter().find(|v| v["event"] == "summary").unwrap();
+    assert_eq!(summary["verify"]["checks"], 2, "{summary}");
 }

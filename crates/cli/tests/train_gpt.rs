@@ -229,3 +229,32 @@ fn a_build_without_mpi_refuses_a_shared_run() {
         .unwrap();
     assert_eq!(step_losses(&json_lines(&o)).len(), 1);
 }
+
+/// `--save-every N` writes the run every N steps as it goes (a long run killed keeps its last
+/// checkpoint); it needs `--save`.
+#[test]
+fn save_every_writes_the_run_as_it_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let ck = dir.path().join("run.safetensors");
+    let ck = ck.to_str().unwrap();
+    let lines = json_lines(&gpt(&[
+        "--iters",
+        "5",
+        "--threads",
+        "1",
+        "--save",
+        ck,
+        "--save-every",
+        "2",
+    ]));
+    let saved: Vec<u64> = lines
+        .iter()
+        .filter(|v| v["event"] == "wrote" && v["content"] == "checkpoint")
+        .map(|v| v["step"].as_u64().unwrap_or(0))
+        .collect();
+    // after steps 2 and 4, and at the end (the final write has no step)
+    assert_eq!(saved, [2, 4, 0], "{lines:?}");
+    let o = gpt(&["--iters", "2", "--save-every", "2"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--save"), "{}", stderr(&o));
+}
