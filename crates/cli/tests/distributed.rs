@@ -10,7 +10,8 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{bin, stderr, stdout};
+use crate::common::{bin, stderr};
+use crate::train_gpt::json_lines;
 
 /// A GPT small enough for a debug build (1 layer, 16 wide, contexts of 8, a batch of 4), in
 /// f64, with JSON lines; each flag of `extra` replaces its default.
@@ -65,14 +66,6 @@ fn on_ranks(ranks: usize, extra: &[&str]) -> Output {
 /// One process, [`small`]`(extra)`.
 fn alone(extra: &[&str]) -> Output {
     bin().args(small(extra)).output().unwrap()
-}
-
-fn json_lines(o: &Output) -> Vec<Value> {
-    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(o));
-    stdout(o)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 /// The losses of the step and evaluation lines, in order.

@@ -34,7 +34,7 @@ fn gpt(extra: &[&str]) -> Output {
     bin().args(SMALL).args(extra).output().unwrap()
 }
 
-fn json_lines(o: &Output) -> Vec<Value> {
+pub(crate) fn json_lines(o: &Output) -> Vec<Value> {
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(o));
     stdout(o)
         .lines()
