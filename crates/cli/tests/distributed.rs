@@ -207,9 +207,9 @@ fn a_killed_rank_ends_the_job_within_30_s_and_the_last_checkpoint_loads() {
 fn bad_input_on_every_rank_ends_the_job_naming_the_problem() {
     let o = on_ranks(3, &["--iters", "2", "--batch", "2"]);
     let err = stderr(&o);
-    // `MPI_Abort(2)`: mpirun's status is the abort's, 2 — except that once, with the machine
-    // loaded, it was not (a rank still starting when another aborted); the job's end, non-zero,
-    // and the message are what is promised
+    // `MPI_Abort(2)`: mpirun's status is the abort's, 2, in every run but one seen on a loaded
+    // machine (its status not captured); the job's end, non-zero, and the message are what is
+    // promised
     assert!(!o.status.success(), "{err}");
     assert!(
         err.contains(
