@@ -386,7 +386,11 @@ fn train_shared<V: TrainValue>(a: &TrainArgs, t: &mut GptTrainer<V>) -> Result<O
     let mut progress = GptProgress {
         a,
         printer,
-        bar: progress_bar(a, c.iters, t.steps_done()).filter(|_| root),
+        bar: if root {
+            progress_bar(a, c.iters, t.steps_done())
+        } else {
+            None
+        },
         first_step: t.steps_done(),
         tokens_per_step: (c.batch * c.model.block) as f64,
         start: Instant::now(),
