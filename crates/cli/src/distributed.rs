@@ -16,27 +16,6 @@ pub fn world(a: &TrainArgs) -> Result<World, BadInput> {
     World::start(how).map_err(|e| BadInput::one(crate::chain(&e)))
 }
 
-/// `train mlp|cnn|--from` runs in one process for now: asked to share a run (`--distributed`,
-/// or started by a launcher as one of several), it refuses rather than train the whole run on
-/// every rank.
-pub fn refuse_shared(a: &TrainArgs, arch: torchlean_train::model::Arch) -> Result<(), BadInput> {
-    let launch = torchlean_distributed::launched().filter(|l| l.size > 1);
-    if !a.distributed && launch.is_none() {
-        return Ok(());
-    }
-    let how = match launch {
-        Some(l) => format!("started by {} as rank {} of {}", l.launcher, l.rank, l.size),
-        None => "--distributed".to_string(),
-    };
-    let command = match arch {
-        torchlean_train::model::Arch::Onnx => "train --from".to_string(),
-        arch => format!("train {arch}"),
-    };
-    Err(BadInput::one(format!(
-        "{how}: `{command}` runs in one process only for now; `train gpt` shares a run across ranks"
-    )))
-}
-
 /// What a rank does with its run's `result`. In a world of one, nothing: `result` is the
 /// command's. On several ranks, a failure is this rank's alone (the others may be waiting in a
 /// collective for it), so this rank prints it, naming itself, and ends the whole job with the

@@ -518,13 +518,15 @@ struct TrainFaulty<'a> {
     arch: Arch,
     data: &'a Dataset,
     origin: &'a str,
+    world: torchlean_train::World,
 }
 
 impl torchlean_faults::WithFault for TrainFaulty<'_> {
     type Output = Result<Outcome, Stop>;
     fn run<const F: u8>(self) -> Self::Output {
         type R = torchlean_spec::Tensor<f64>;
-        train_on::<torchlean_faults::Faulty<R, F>>(self.a, self.arch, self.data, self.origin)
+        let (a, arch, data, origin) = (self.a, self.arch, self.data, self.origin);
+        train_on::<torchlean_faults::Faulty<R, F>>(a, arch, data, origin, self.world)
     }
 }
 
@@ -533,10 +535,29 @@ fn train_on<V: TrainValue>(
     arch: Arch,
     data: &Dataset,
     origin: &str,
+    world: torchlean_train::World,
 ) -> Result<Outcome, Stop> {
+    let (mut t, resume_changes) = match trainer::<V>(a, arch, data) {
+        Ok(made) => made,
+        Err(stop) => return crate::distributed::settle(&world, Err(stop)),
+    };
+    if let Err(e) = t.set_world(world) {
+        return crate::distributed::settle(t.world(), Err(bad(e).into()));
+    }
+    let result = train_shared(a, &mut t, data, origin, &resume_changes);
+    crate::distributed::settle(t.world(), result)
+}
+
+/// The run's trainer: the checkpoint's with `--resume` (the flags it allows applied, and what
+/// they changed, for the header), else a fresh one from the flags.
+fn trainer<V: TrainValue>(
+    a: &TrainArgs,
+    arch: Arch,
+    data: &Dataset,
+) -> Result<(Trainer<V>, Vec<String>), Stop> {
     // what a resumed run changed, for the header
     let mut resume_changes: Vec<String> = Vec::new();
-    let mut t = match &a.resume {
+    let t = match &a.resume {
         Some(path) => {
             let mut t = Trainer::<V>::resume(path, data).map_err(bad)?;
             check_resume_flags(a, arch, t.config(), path)?;
@@ -577,8 +598,25 @@ fn train_on<V: TrainValue>(
             t
         }
     };
+    Ok((t, resume_changes))
+}
+
+/// The run of `t`, on this rank of its world (a world of one: the whole run); rank 0 alone
+/// prints and writes.
+fn train_shared<V: TrainValue>(
+    a: &TrainArgs,
+    t: &mut Trainer<V>,
+    data: &Dataset,
+    origin: &str,
+    resume_changes: &[String],
+) -> Result<Outcome, Stop> {
     let c = t.config().clone();
-    let mut printer = Printer::default();
+    let root = t.world().is_root();
+    let mut printer = if root {
+        Printer::default()
+    } else {
+        Printer::silent()
+    };
     if a.json {
         printer.line(json!({
             "event": "start",
@@ -596,10 +634,11 @@ fn train_on<V: TrainValue>(
             "first_step": t.steps_done(),
             "last_step": t.last_step(),
             "resume_changes": resume_changes,
+            "ranks": t.world().size(),
         }));
     } else {
         printer.line(format_args!(
-            "training {} on {origin}: {} examples for training, {} held out; {} features, {} classes; {} {}; {}{} batch {}; steps {}..{}",
+            "training {} on {origin}: {} examples for training, {} held out; {} features, {} classes; {} {}{}; {}{} batch {}; steps {}..{}",
             model_label(t.model()),
             t.train_set().len(),
             t.held_out_set().len(),
@@ -607,6 +646,10 @@ fn train_on<V: TrainValue>(
             data.classes(),
             V::ENGINE,
             c.backend.name(),
+            match t.world().size() {
+                1 => String::new(),
+                n => format!(" on {n} ranks"),
+            },
             c.optimizer.describe(),
             schedule_label(&c.schedule),
             c.batch,
@@ -621,7 +664,11 @@ fn train_on<V: TrainValue>(
         }
     }
     let mut progress = Progress {
-        bar: progress_bar(a, t.last_step(), t.steps_done()),
+        bar: if root {
+            progress_bar(a, t.last_step(), t.steps_done())
+        } else {
+            None
+        },
         json: a.json,
         log_every: a.log_every,
         out: printer,
@@ -645,18 +692,33 @@ fn train_on<V: TrainValue>(
     }
     let summary = match result {
         Ok(s) => s,
-        Err(TrainError::Interrupted { step }) => return save_interrupted(a, &t, step),
+        // every rank stops at the same step; rank 0 saves
+        Err(TrainError::Interrupted { .. }) if !root => return Ok(Outcome::Interrupted),
+        Err(TrainError::Interrupted { step }) => return save_interrupted(a, t, step),
         Err(e @ (TrainError::VerifyFailed { .. } | TrainError::Anomaly { .. })) => {
             let mut printer = progress.out;
-            stopped_event(a, &mut printer, &t, &e);
+            stopped_event(a, &mut printer, t, &e);
             printer.finish()?;
             out::error_line(chain(&e));
+            if t.world().size() > 1 {
+                // found on this rank alone (rank 0 verifies; an anomaly is in a rank's rows)
+                t.world().abort(1);
+            }
             return Ok(Outcome::Failed);
         }
+        // every rank found it: rank 0 says so, and each stops
+        Err(e @ TrainError::RanksDiverged { .. }) => {
+            if root {
+                out::error_line(chain(&e));
+            }
+            return Ok(Outcome::Failed);
+        }
+        // the global loss: every rank stops; rank 0 writes what was asked for
+        Err(TrainError::NonFiniteLoss { .. }) if !root => return Ok(Outcome::Failed),
         // the plot and checkpoint asked for, of the last finite step, then the failure
         Err(e @ TrainError::NonFiniteLoss { .. }) => {
             let mut printer = progress.out;
-            stopped_event(a, &mut printer, &t, &e);
+            stopped_event(a, &mut printer, t, &e);
             write_outputs(a, &mut printer, &progress.curves, |path| {
                 t.save(path)?;
                 Ok(format!(
@@ -671,6 +733,9 @@ fn train_on<V: TrainValue>(
         }
         Err(e) => return Err(bad(e).into()),
     };
+    if !root {
+        return Ok(Outcome::Ok);
+    }
     let mut printer = progress.out;
     print_summary(&mut printer, &summary, a.json);
     let curves = progress.curves;
@@ -809,7 +874,6 @@ fn run_here(a: &TrainArgs) -> Result<Outcome, Stop> {
         None => Arch::Onnx,
     };
     crate::train_gpt::refuse_gpt_flags(a, arch)?;
-    crate::distributed::refuse_shared(a, arch)?;
     let (data, origin) = match &a.csv {
         Some(path) => (
             Dataset::from_csv(path, &a.label_column).map_err(bad)?,
@@ -827,8 +891,10 @@ fn run_here(a: &TrainArgs) -> Result<Outcome, Stop> {
             arch,
             data: &data,
             origin: &origin,
+            world: crate::distributed::world(a)?,
         });
     }
     let sel = crate::engine::select(a.engine, crate::engine::dtype(a.dtype))?;
-    crate::engine::with_engine!(sel, V => train_on::<V>(a, arch, &data, &origin))
+    let world = crate::distributed::world(a)?;
+    crate::engine::with_engine!(sel, V => train_on::<V>(a, arch, &data, &origin, world))
 }

@@ -1,5 +1,5 @@
-//! `mpirun -np N torchlean train gpt` (built with `--features mpi`): N ranks take the steps
-//! of one process, a misconfigured rank is caught, a killed rank ends the job within 30 s
+//! `mpirun -np N torchlean train gpt|mlp|cnn` (built with `--features mpi`): N ranks take the
+//! steps of one process, a misconfigured rank is caught, a killed rank ends the job within 30 s
 //! with its checkpoint whole, and bad input on every rank ends the job, naming the problem.
 //! `cargo test -p torchlean-cli --features mpi --test integration distributed` (the default
 //! build checks the refusals in `train_gpt.rs`).
@@ -239,4 +239,71 @@ fn rank_0_verifies_the_global_batch() {
     assert_eq!(verified, [2, 4]);
     let summary = lines.iter().find(|v| v["event"] == "summary").unwrap();
     assert_eq!(summary["verify"]["checks"], 2, "{summary}");
+}
+
+/// `train mlp|cnn` JSON lines (f64, one thread) on `ranks` ranks, or in one process.
+fn classifier(ranks: Option<usize>, args: &[&str]) -> Vec<Value> {
+    let mut all = vec!["train", "--json", "--dtype", "f64", "--threads", "1"];
+    all.extend(args);
+    let o = match ranks {
+        None => bin().args(&all).output().unwrap(),
+        Some(n) => {
+            let n = n.to_string();
+            let mut spec = vec!["-np", &n, torchlean()];
+            spec.extend(&all);
+            mpirun(&spec).output().unwrap()
+        }
+    };
+    json_lines(&o)
+}
+
+/// The step losses and the held-out losses of epoch lines, in order.
+fn classifier_losses(lines: &[Value]) -> Vec<f64> {
+    lines
+        .iter()
+        .filter_map(|v| v["loss"].as_f64().or(v["held_out_loss"].as_f64()))
+        .collect()
+}
+
+#[test]
+fn classifiers_on_ranks_take_the_steps_of_one_process() {
+    for (args, ranks) in [
+        (&["mlp", "--steps", "30", "--batch", "32"][..], 2),
+        (
+            &[
+                "mlp",
+                "--steps",
+                "12",
+                "--batch",
+                "31",
+                "--backend",
+                "compiled",
+            ][..],
+            3,
+        ),
+        (
+            &[
+                "cnn",
+                "--steps",
+                "6",
+                "--batch",
+                "16",
+                "--verify-every",
+                "3",
+            ][..],
+            2,
+        ),
+    ] {
+        let one = classifier(None, args);
+        let shared = classifier(Some(ranks), args);
+        assert_eq!(
+            shared.iter().filter(|v| v["event"] == "start").count(),
+            1,
+            "rank 0 alone prints: {shared:?}"
+        );
+        let start = shared.iter().find(|v| v["event"] == "start").unwrap();
+        assert_eq!(start["ranks"], ranks);
+        assert!(!classifier_losses(&one).is_empty());
+        assert_close(&classifier_losses(&shared), &classifier_losses(&one), 1e-10);
+    }
 }

@@ -791,14 +791,16 @@ fn every_offered_fault_is_caught_and_the_others_refused() {
     assert!(caught >= 2, "{caught}");
 }
 
-/// `train mlp|cnn|--from` runs in one process only: asked to share a run, it refuses before
-/// training (N copies of one run would each write the same files).
+/// A build without MPI cannot share a `train mlp|cnn` run: asked to, or started by a launcher
+/// as one of several, it refuses before training (N copies of one run would each write the
+/// same files).
+#[cfg(not(feature = "mpi"))]
 #[test]
-fn a_classifier_run_is_not_shared_across_ranks_yet() {
+fn a_build_without_mpi_refuses_to_share_a_classifier_run() {
     assert_exit(
         &train(&["mlp", "--steps", "1", "--distributed"]),
         2,
-        &["--distributed: `train mlp` runs in one process only for now"],
+        &["--distributed was given, but this torchlean was built without MPI"],
     );
     let o = bin()
         .args(["train", "cnn", "--steps", "1"])
@@ -809,6 +811,6 @@ fn a_classifier_run_is_not_shared_across_ranks_yet() {
     assert_exit(
         &o,
         2,
-        &["started by a PMI launcher (MPICH, Intel MPI) as rank 1 of 2: `train cnn` runs in one process only for now"],
+        &["started by a PMI launcher (MPICH, Intel MPI) as rank 1 of 2, but this torchlean was built without MPI"],
     );
 }

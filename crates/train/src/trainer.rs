@@ -12,6 +12,7 @@
 
 use crate::checkpoint::{Checkpoint, NamedTensor, TensorData};
 use crate::data::{epoch_order, Dataset, Standardizer};
+use crate::data_parallel::{self as dp, SYNC_CHECK_EVERY};
 use crate::error::{Result, TrainError};
 use crate::exec::{CompiledExec, EagerExec, Exec, Interpreter, StepOut};
 use crate::imported::OnnxSource;
@@ -23,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use torchlean_distributed::World;
 use torchlean_runtime::AnomalyMode;
 use torchlean_runtime::{Element, Kernels, TrainValue};
 use torchlean_spec::Tensor;
@@ -389,6 +391,8 @@ pub struct Trainer<V: TrainValue, M: Classify = Classifier> {
     /// When set (by a signal handler, another thread), [`Trainer::run`] stops before its next
     /// step with [`TrainError::Interrupted`].
     stop: Option<Arc<AtomicBool>>,
+    /// The ranks this run is shared by (a world of one unless [`Trainer::set_world`]).
+    world: World,
 }
 
 impl<V: TrainValue, M: Classify> std::fmt::Debug for Trainer<V, M> {
@@ -471,6 +475,7 @@ impl<V: TrainValue, M: Classify> Trainer<V, M> {
             optimizer,
             step: 0,
             stop: None,
+            world: World::solo(),
         })
     }
 
@@ -537,9 +542,52 @@ impl<V: TrainValue, M: Classify> Trainer<V, M> {
         self.stop = Some(flag);
     }
 
-    /// Whether the stop flag is set.
-    fn stop_requested(&self) -> bool {
-        self.stop.as_ref().is_some_and(|f| f.load(Ordering::SeqCst))
+    /// The training examples of `rows`, shaped as the model takes a batch, and their labels.
+    fn examples(&self, rows: &[usize]) -> Result<(Tensor<f64>, Vec<usize>)> {
+        let (x, y) = self.train.batch(rows)?;
+        Ok((x.reshaped(self.model.batch_shape(rows.len()))?, y))
+    }
+
+    /// Whether the stop flag is set (on several ranks: on any rank, every rank answering the
+    /// same).
+    fn stop_requested(&self) -> Result<bool> {
+        let here = self.stop.as_ref().is_some_and(|f| f.load(Ordering::SeqCst));
+        if self.world.size() == 1 {
+            return Ok(here);
+        }
+        Ok(self.world.any(here)?)
+    }
+
+    /// Shares every following step with the ranks of `world` (see [`crate::data_parallel`]):
+    /// the parameters become rank 0's, each rank computes its share of every batch's rows, and
+    /// the ranks sum their gradients before each update, so the run takes the steps one
+    /// process takes. Evaluations run whole on every rank (the same parameters, the same
+    /// result). Only rank 0 verifies. Refused when a rank would get no rows of some batch (the
+    /// short last batch of an epoch included); the trainer keeps `world` even then (for the
+    /// caller to end the job through it), and should not be run.
+    pub fn set_world(&mut self, world: World) -> Result<()> {
+        self.world = world;
+        let world = &self.world;
+        let smallest = chunk_sizes(self.train.len(), self.cfg.batch)
+            .into_iter()
+            .min()
+            .unwrap_or(0);
+        dp::check_batch(world, smallest)?;
+        let (n, whole) = (
+            world.size(),
+            batch_sizes(self.cfg.batch, self.train.len(), self.held.len()),
+        );
+        let shares: BTreeSet<usize> = whole
+            .iter()
+            .flat_map(|&b| (0..n).map(move |r| torchlean_distributed::share(b, n, r).len()))
+            .collect();
+        self.model.prepare(&shares)?;
+        dp::broadcast_params(world, self.exec.params_mut().into_iter().map(|(_, v)| v))
+    }
+
+    /// The ranks this run is shared by.
+    pub fn world(&self) -> &World {
+        &self.world
     }
 
     /// Sets the learning-rate schedule (`--schedule`, whose lengths depend on
@@ -654,21 +702,28 @@ impl<V: TrainValue, M: Classify> Trainer<V, M> {
             self.step,
         )?;
         while self.step < last {
-            if self.stop_requested() {
+            if self.stop_requested()? {
                 return Err(TrainError::Interrupted { step: self.step });
             }
             let k = self.step;
             let rows = self.batch_rows(k);
-            let (x, y) = self.train.batch(&rows)?;
-            let x = x.reshaped(self.model.batch_shape(rows.len()))?;
+            let mine = &rows[self.world.share(rows.len())];
+            let (x, y) = self.examples(mine)?;
             let lr = sched.lr();
-            let verify_now =
-                matches!(self.cfg.verify_every, Some(n) if n > 0 && (k + 1).is_multiple_of(n));
+            let verify_now = self.world.is_root()
+                && matches!(self.cfg.verify_every, Some(n) if n > 0 && (k + 1).is_multiple_of(n));
             let t = Instant::now();
-            let out = self
+            let mut out = self
                 .exec
                 .step(&self.model, &x, &y)
                 .map_err(|e| e.at_step(k + 1))?;
+            out.loss = dp::all_reduce_mean(
+                &self.world,
+                &mut out.grads,
+                out.loss,
+                mine.len(),
+                rows.len(),
+            )?;
             train_time += t.elapsed();
             if !out.loss.is_finite() {
                 return Err(TrainError::NonFiniteLoss {
@@ -677,7 +732,15 @@ impl<V: TrainValue, M: Classify> Trainer<V, M> {
                 });
             }
             if verify_now {
-                self.verify(k + 1, &x, &y, &out, &mut verify, obs)?;
+                // the global batch, whose loss and gradients the all-reduce gave
+                let global;
+                let (x, y) = if mine.len() == rows.len() {
+                    (&x, &y)
+                } else {
+                    global = self.examples(&rows)?;
+                    (&global.0, &global.1)
+                };
+                self.verify(k + 1, x, y, &out, &mut verify, obs)?;
             }
             let t = Instant::now();
             self.update(lr, out.grads)?;
@@ -691,6 +754,11 @@ impl<V: TrainValue, M: Classify> Trainer<V, M> {
                 loss: out.loss,
                 lr,
             });
+            if self.world.size() > 1
+                && (self.step.is_multiple_of(SYNC_CHECK_EVERY) || self.step == last)
+            {
+                dp::check_in_sync(&self.world, self.exec.params(), self.step)?;
+            }
             if self.step.is_multiple_of(per) || self.step == last {
                 let t = Instant::now();
                 let e = self.evaluate(true)?;
