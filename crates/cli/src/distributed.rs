@@ -16,6 +16,14 @@ pub fn world(a: &TrainArgs) -> Result<World, BadInput> {
     World::start(how).map_err(|e| BadInput::one(crate::chain(&e)))
 }
 
+/// " on N ranks" for a run's header line; nothing in a world of one.
+pub fn on_ranks(world: &World) -> String {
+    match world.size() {
+        1 => String::new(),
+        n => format!(" on {n} ranks"),
+    }
+}
+
 /// What a rank does with its run's `result`. In a world of one, nothing: `result` is the
 /// command's. On several ranks, a failure is this rank's alone (the others may be waiting in a
 /// collective for it), so this rank prints it, naming itself, and ends the whole job with the

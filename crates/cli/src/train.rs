@@ -212,11 +212,11 @@ pub(crate) struct Printer {
 }
 
 impl Printer {
-    /// A printer that writes nothing (the ranks other than 0 of a shared run).
-    pub(crate) fn silent() -> Printer {
+    /// The printer of a rank of a shared run: rank 0 writes, the others write nothing.
+    pub(crate) fn for_rank(world: &torchlean_train::World) -> Printer {
         Printer {
             failed: None,
-            silent: true,
+            silent: !world.is_root(),
         }
     }
 
@@ -612,11 +612,7 @@ fn train_shared<V: TrainValue>(
 ) -> Result<Outcome, Stop> {
     let c = t.config().clone();
     let root = t.world().is_root();
-    let mut printer = if root {
-        Printer::default()
-    } else {
-        Printer::silent()
-    };
+    let mut printer = Printer::for_rank(t.world());
     if a.json {
         printer.line(json!({
             "event": "start",
@@ -646,10 +642,7 @@ fn train_shared<V: TrainValue>(
             data.classes(),
             V::ENGINE,
             c.backend.name(),
-            match t.world().size() {
-                1 => String::new(),
-                n => format!(" on {n} ranks"),
-            },
+            crate::distributed::on_ranks(t.world()),
             c.optimizer.describe(),
             schedule_label(&c.schedule),
             c.batch,

@@ -203,10 +203,7 @@ fn header<V: TrainValue>(t: &GptTrainer<V>) -> String {
     let params: usize = t.params().values().map(|v| v.shape_of().size()).sum();
     let train = corpus.split(torchlean_train::data::Split::Train).len();
     let chars = train + corpus.split(torchlean_train::data::Split::Val).len();
-    let ranks = match t.world().size() {
-        1 => String::new(),
-        n => format!(" on {n} ranks"),
-    };
+    let ranks = crate::distributed::on_ranks(t.world());
     format!(
         "training gpt on {}: {chars} characters ({} distinct), {train} for training; {} layers, {} heads, {} wide, block {}: {params} parameters; {}{ranks}; AdamW lr {} batch {}; steps {}..{}",
         corpus.origin(),
@@ -375,11 +372,7 @@ fn train_shared<V: TrainValue>(a: &TrainArgs, t: &mut GptTrainer<V>) -> Result<O
     }
     let c = t.config().clone();
     let root = t.world().is_root();
-    let mut printer = if root {
-        Printer::default()
-    } else {
-        Printer::silent()
-    };
+    let mut printer = Printer::for_rank(t.world());
     if !a.json {
         printer.line(header(t));
     }

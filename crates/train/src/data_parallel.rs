@@ -22,6 +22,20 @@ use crate::error::{Result, TrainError};
 /// Ranks compare their parameters every this many steps (and at the end of a run).
 pub const SYNC_CHECK_EVERY: u64 = 100;
 
+/// [`check_in_sync`] after step `step` on several ranks: every [`SYNC_CHECK_EVERY`] steps, and
+/// when the run stops (its last step, or an agreed early stop).
+pub fn check_in_sync_if_due<V: TrainValue>(
+    world: &World,
+    params: &BTreeMap<String, V>,
+    step: u64,
+    stopping: bool,
+) -> Result<()> {
+    if world.size() > 1 && (stopping || step.is_multiple_of(SYNC_CHECK_EVERY)) {
+        check_in_sync(world, params, step)?;
+    }
+    Ok(())
+}
+
 /// `grads` (this rank's mean gradients over `rows` of the global batch's `total` rows) and
 /// `loss` become the global batch's mean gradients and loss on every rank. They travel in the
 /// engine's own precision (an f32 engine's in f32: half the bytes), weighted by the rank's
@@ -81,7 +95,11 @@ fn all_reduce_elements<E: Element>(world: &World, flat: &mut Vec<E>) -> Result<(
 
 /// The mean of each group of `values` (this rank's weighted terms, `groups` equal groups laid
 /// end to end) summed over the ranks: one all-reduce for a whole evaluation.
-pub fn all_reduce_sums(world: &World, mut values: Vec<f64>, groups: usize) -> Result<Vec<f64>> {
+pub fn all_reduce_group_means(
+    world: &World,
+    mut values: Vec<f64>,
+    groups: usize,
+) -> Result<Vec<f64>> {
     world.all_reduce_sum("the evaluation losses", &mut values)?;
     let n = values.len() / groups.max(1);
     Ok(values

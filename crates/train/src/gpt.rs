@@ -24,7 +24,7 @@ use torchlean_spec::{ops::splitmix64, Shape, Tensor};
 
 use crate::checkpoint::{Checkpoint, NamedTensor, OPTIMIZER_PREFIX};
 use crate::data::{CharTokenizer, Draw, Split, TextCorpus, TokenBatch};
-use crate::data_parallel::{self as dp, SYNC_CHECK_EVERY};
+use crate::data_parallel as dp;
 use crate::error::{Result, TrainError};
 use crate::optim::{clip_grad_norm, EngineOptimizer, OptimConfig};
 use crate::trainer::{named, tensor_f64, verify_tolerance, worst_deviation, VerifySummary};
@@ -467,14 +467,11 @@ impl<V: TrainValue> GptTrainer<V> {
                 };
                 let b = self.corpus.batch(split, batch, block, draw);
                 let loss = self.loss_on(&b.rows(rows.clone()))?;
-                terms.push(if self.world.size() == 1 {
-                    loss
-                } else {
-                    loss * weight
-                });
+                // a world of one: weight 1, the loss as it is
+                terms.push(loss * weight);
             }
         }
-        let means = dp::all_reduce_sums(&self.world, terms, EVAL_STREAMS.len())?;
+        let means = dp::all_reduce_group_means(&self.world, terms, EVAL_STREAMS.len())?;
         self.evals += 1;
         Ok(GptEval {
             step: self.step,
@@ -486,7 +483,7 @@ impl<V: TrainValue> GptTrainer<V> {
     /// Steps until `iters`, evaluating every `eval_interval` steps and after the last; `on`
     /// sees every event and may stop the run early by returning `false` (on several ranks:
     /// any rank's `false` stops every rank after the same step). The ranks check that their
-    /// parameters are the same every [`SYNC_CHECK_EVERY`] steps and when the run stops
+    /// parameters are the same every [`SYNC_CHECK_EVERY`](dp::SYNC_CHECK_EVERY) steps and when the run stops
     /// ([`TrainError::RanksDiverged`]). The last evaluation.
     pub fn run(&mut self, mut on: impl FnMut(&GptEvent) -> bool) -> Result<Option<GptEval>> {
         let mut last = None;
@@ -512,13 +509,9 @@ impl<V: TrainValue> GptTrainer<V> {
             }
             if self.world.size() > 1 {
                 go_on = !self.world.any(!go_on)?;
-                if !go_on
-                    || self.step == self.cfg.iters
-                    || self.step.is_multiple_of(SYNC_CHECK_EVERY)
-                {
-                    dp::check_in_sync(&self.world, self.session.params(), self.step)?;
-                }
             }
+            let stopping = !go_on || self.step == self.cfg.iters;
+            dp::check_in_sync_if_due(&self.world, self.session.params(), self.step, stopping)?;
             if !go_on {
                 break;
             }

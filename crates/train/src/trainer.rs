@@ -12,7 +12,7 @@
 
 use crate::checkpoint::{Checkpoint, NamedTensor, TensorData};
 use crate::data::{epoch_order, Dataset, Standardizer};
-use crate::data_parallel::{self as dp, SYNC_CHECK_EVERY};
+use crate::data_parallel as dp;
 use crate::error::{Result, TrainError};
 use crate::exec::{CompiledExec, EagerExec, Exec, Interpreter, StepOut};
 use crate::imported::OnnxSource;
@@ -754,11 +754,12 @@ impl<V: TrainValue, M: Classify> Trainer<V, M> {
                 loss: out.loss,
                 lr,
             });
-            if self.world.size() > 1
-                && (self.step.is_multiple_of(SYNC_CHECK_EVERY) || self.step == last)
-            {
-                dp::check_in_sync(&self.world, self.exec.params(), self.step)?;
-            }
+            dp::check_in_sync_if_due(
+                &self.world,
+                self.exec.params(),
+                self.step,
+                self.step == last,
+            )?;
             if self.step.is_multiple_of(per) || self.step == last {
                 let t = Instant::now();
                 let e = self.evaluate(true)?;
