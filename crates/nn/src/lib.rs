@@ -65,7 +65,7 @@ pub use loss::{Loss, Target};
 pub use ops::{Ops, Var};
 pub use program::{IrProgram, ParamNaming, Program};
 pub use record::{IrExport, Leaf, LeafKind, Recorded, RecordedRun, Recorder};
-pub use session::{Session, Sweep};
+pub use session::{Session, Sweep, Swept};
 
 /// The README's Rust example, compiled and run as a doc test.
 #[cfg(doctest)]

@@ -22,6 +22,15 @@ pub enum Sweep {
     Releasing,
 }
 
+/// What [`Session::backward_observed`] reports after each node of the sweep.
+#[derive(Debug)]
+pub enum Swept<'g, V> {
+    /// Parameter `name`'s gradient, final: no later node of the sweep adds to it.
+    Param { name: &'g str, grad: &'g V },
+    /// Any other node.
+    Node,
+}
+
 /// An eager session on engine `V`.
 pub struct Session<V: Kernels> {
     owner: u64,
@@ -174,23 +183,68 @@ impl<V: Kernels> Session<V> {
                     }
                 }
             }
-            Sweep::Releasing => {
-                let watched = &self.watched;
-                let mut kept = self.tape.backward_sparse_with(
-                    loss.index,
-                    seed,
-                    |id| watched.contains(&id),
-                    mode,
-                )?;
-                for id in kept.ids() {
-                    if let Some(g) = kept.take(id) {
-                        self.grads.insert(id, g);
-                    }
-                }
-                kept.release();
-            }
+            Sweep::Releasing => self.releasing_sweep(loss, seed, |_, _| ())?,
         }
         Ok(())
+    }
+
+    /// [`Session::backward`] with the releasing sweep, telling `observe` about each parameter's
+    /// gradient the moment it is final ([`Swept::Param`]: the sweep has passed every use of
+    /// the parameter) and about every other node swept ([`Swept::Node`]), in the sweep's
+    /// order. The gradients kept are [`Session::backward`]'s, bit for bit. A data-parallel
+    /// trainer sends each bucket of gradients to the other ranks while the sweep goes on.
+    pub fn backward_observed(
+        &mut self,
+        loss: &Var,
+        mut observe: impl FnMut(Swept<'_, V>),
+    ) -> Result<()> {
+        let numel = loss.shape.size();
+        if numel != 1 {
+            return Err(NnError::NonScalarBackward {
+                shape: loss.shape.clone(),
+                numel,
+            });
+        }
+        self.own(loss)?;
+        self.release_grads();
+        let seed = V::from_f64(&Tensor::full(loss.shape.clone(), 1.0)?)?;
+        let names: BTreeMap<usize, String> = self
+            .param_leaves
+            .iter()
+            .map(|(name, &id)| (id, name.clone()))
+            .collect();
+        self.releasing_sweep(loss, seed, |id, grad| match (names.get(&id), grad) {
+            (Some(name), Some(grad)) => observe(Swept::Param { name, grad }),
+            _ => observe(Swept::Node),
+        })
+    }
+
+    /// The releasing sweep from `out` seeded with `seed`, `observe` told of each node swept
+    /// ([`torchlean_runtime::Tape::backward_sparse_observed`]); keeps the watched gradients.
+    fn releasing_sweep(
+        &mut self,
+        out: &Var,
+        seed: V,
+        observe: impl FnMut(usize, Option<&V>),
+    ) -> Result<()> {
+        let watched = &self.watched;
+        let kept = self.tape.backward_sparse_observed(
+            vec![(out.index, seed)],
+            |id| watched.contains(&id),
+            self.anomaly,
+            observe,
+        )?;
+        self.keep_grads(kept);
+        Ok(())
+    }
+
+    fn keep_grads(&mut self, mut kept: torchlean_runtime::SparseGrads<V>) {
+        for id in kept.ids() {
+            if let Some(g) = kept.take(id) {
+                self.grads.insert(id, g);
+            }
+        }
+        kept.release();
     }
 
     /// The gradient of `v` from the last [`Session::backward`] (`None`: not reached, or `v` is
@@ -270,6 +324,18 @@ impl<V: Kernels> Session<V> {
             }
         }
         out
+    }
+
+    /// The parameters on the current tape, in the order the releasing sweep finishes their
+    /// gradients ([`Swept::Param`]): the last one used first comes first.
+    pub fn params_in_sweep_order(&self) -> Vec<&str> {
+        let mut by_leaf: Vec<(usize, &str)> = self
+            .param_leaves
+            .iter()
+            .map(|(name, &id)| (id, name.as_str()))
+            .collect();
+        by_leaf.sort_unstable_by_key(|&(id, _)| std::cmp::Reverse(id));
+        by_leaf.into_iter().map(|(_, name)| name).collect()
     }
 
     /// PyTorch's `state_dict`: every parameter and buffer by its full name, as `f64` data.

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use torchlean_engine_cpu::CpuF64;
-use torchlean_nn::{Gpt, GptConfig, LeafKind, Mode, Recorder, Session, Sweep};
+use torchlean_nn::{Gpt, GptConfig, LeafKind, Mode, Recorder, Session, Sweep, Swept};
 use torchlean_runtime::Kernels;
 use torchlean_spec::Tensor;
 
@@ -217,4 +217,48 @@ fn bad_sizes_and_inputs_are_errors_naming_them() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("1 targets for 2 ids"), "{e}");
+}
+
+#[test]
+fn an_observed_backward_reports_each_final_parameter_gradient_once_in_sweep_order() {
+    let gpt = Gpt::new(tiny(), 5).unwrap();
+    let mut plain = Session::<CpuF64>::new();
+    let loss = gpt
+        .loss(&mut plain, &IDS, &TARGETS, 2, Mode::Train)
+        .unwrap();
+    plain.backward(&loss, Sweep::Releasing).unwrap();
+
+    let mut s = Session::<CpuF64>::new();
+    let loss = gpt.loss(&mut s, &IDS, &TARGETS, 2, Mode::Train).unwrap();
+    let order: Vec<String> = s
+        .params_in_sweep_order()
+        .into_iter()
+        .map(str::to_string)
+        .collect();
+    let (mut reported, mut nodes) = (Vec::new(), 0);
+    s.backward_observed(&loss, |swept| match swept {
+        Swept::Param { name, grad } => reported.push((name.to_string(), grad.to_f64().unwrap())),
+        Swept::Node => nodes += 1,
+    })
+    .unwrap();
+    let names: Vec<&String> = reported.iter().map(|(n, _)| n).collect();
+    assert_eq!(names, order.iter().collect::<Vec<_>>());
+    assert_eq!(reported.len(), s.params().len(), "each parameter once");
+    assert!(nodes > 0);
+    // the tied head's weight is used first and last: final only at the end of the sweep
+    assert_eq!(
+        order.last().map(String::as_str),
+        Some("transformer.wte.weight")
+    );
+    for (name, seen) in &reported {
+        let kept = s.param_grad(name).unwrap().to_f64().unwrap();
+        let want = plain.param_grad(name).unwrap().to_f64().unwrap();
+        let bits = |t: &Tensor<f64>| t.data().iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(seen),
+            bits(&kept),
+            "{name}: reported before the sweep ended"
+        );
+        assert_eq!(bits(&kept), bits(&want), "{name}: as backward's");
+    }
 }

@@ -307,6 +307,23 @@ impl<V: GradValue> Tape<V> {
         retain: impl Fn(usize) -> bool,
         mode: AnomalyMode,
     ) -> Result<SparseGrads<V>> {
+        self.backward_sparse_observed(seeds, retain, mode, |_, _| ())
+    }
+
+    /// [`Tape::backward_sparse_seeds_with`], calling `observe(id, retained)` right after the
+    /// sweep's step at each node `id`, in the sweep's order (decreasing id), with the node's
+    /// gradient when it is retained. That gradient is final then: every contribution to node
+    /// `id` comes from a node after it, already swept. A caller can start working on each
+    /// retained gradient as soon as it is done (the data-parallel trainers all-reduce
+    /// parameters' gradients in buckets while the sweep goes on); the gradients, and the order
+    /// of every addition, are those of the sweep without an observer.
+    pub fn backward_sparse_observed(
+        &self,
+        seeds: Vec<(usize, V)>,
+        retain: impl Fn(usize) -> bool,
+        mode: AnomalyMode,
+        mut observe: impl FnMut(usize, Option<&V>),
+    ) -> Result<SparseGrads<V>> {
         let bad = seeds
             .iter()
             .find_map(|(out_id, seed)| check_seed(self, *out_id, seed).err());
@@ -342,10 +359,12 @@ impl<V: GradValue> Tape<V> {
         let needed = needed_nodes(self, last, &retain);
         let anomaly = mode.is_on().then_some(last);
         for id in (0..self.size()).rev() {
-            if let Err(e) = sparse_step(self, &mut map, id, retain(id), &needed, anomaly) {
+            let retained = retain(id);
+            if let Err(e) = sparse_step(self, &mut map, id, retained, &needed, anomaly) {
                 map.release();
                 return Err(e);
             }
+            observe(id, map.slots[id].as_ref().filter(|_| retained));
         }
         Ok(map)
     }
