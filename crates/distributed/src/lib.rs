@@ -13,12 +13,14 @@
 //! N−1` (see [`share`] and [`fold_in_rank_order`]). So ranks that start from the same
 //! parameters stay bitwise identical, step after step.
 
+mod buckets;
 mod launch;
 #[cfg(feature = "mpi")]
 mod over_mpi;
 
 use std::ops::Range;
 
+pub use buckets::Buckets;
 pub use launch::{launched, Launch};
 
 /// What can go wrong in a collective, or in starting the world.
@@ -192,6 +194,30 @@ impl World {
             }
             #[cfg(feature = "mpi")]
             Backend::Mpi(w) => w.all_reduce_sum(what, data),
+        }
+    }
+
+    /// [`World::all_reduce_sum`] of buckets of `lens` values, each sent while `work` goes on:
+    /// `work` writes each bucket and says it is ready ([`Buckets`]), and may call
+    /// [`Buckets::progress`] as it works; the buckets' sums, every element the same bits as
+    /// `all_reduce_sum`'s, come back once `work` has returned and every bucket has arrived.
+    /// Every rank must pass the same `lens` (a different total is refused first, on every
+    /// rank, before anything is sent).
+    pub fn sum_in_buckets<T: Summand, R>(
+        &self,
+        what: &'static str,
+        lens: &[usize],
+        work: impl FnOnce(&mut Buckets<'_, T>) -> R,
+    ) -> Result<(R, Vec<Vec<T>>)> {
+        match &self.backend {
+            Backend::Solo => {
+                let _ = what;
+                let mut kept = buckets::Kept::new(lens);
+                let r = work(&mut Buckets::new(&mut kept));
+                Ok((r, kept.buckets))
+            }
+            #[cfg(feature = "mpi")]
+            Backend::Mpi(w) => w.sum_in_buckets(what, lens, work),
         }
     }
 

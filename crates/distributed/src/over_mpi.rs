@@ -1,15 +1,26 @@
 //! The world over MPI (rsmpi). MPI moves the values; every sum is ours, in a fixed order.
 
+use std::collections::VecDeque;
+
 use mpi::datatype::{Partition, PartitionMut};
 use mpi::environment::Universe;
+use mpi::request::{LocalScope, Request};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator, CommunicatorCollectives, Root};
 use mpi::{Count, Threading};
 
+use crate::buckets::{Buckets, Exchange, SendOrder};
 use crate::{fold_in_rank_order, share, DistributedError, Result, Summand};
 
 pub(crate) struct MpiWorld {
     world: SimpleCommunicator,
+    /// The buckets' all-to-alls and their all-gathers each on a communicator of their own:
+    /// MPI matches collectives by their order on a communicator, and a rank posts a bucket's
+    /// all-gather when its all-to-all has arrived, which interleaves differently with the next
+    /// buckets' all-to-alls on each rank. On its own communicator each kind goes in bucket
+    /// order everywhere.
+    exchanges: SimpleCommunicator,
+    gathers: SimpleCommunicator,
     // Dropped last: finalizes MPI.
     _universe: Universe,
 }
@@ -33,8 +44,11 @@ impl MpiWorld {
         // threads never do.
         let (universe, _) = mpi::initialize_with_threading(Threading::Funneled)
             .ok_or(DistributedError::AlreadyInitialized)?;
+        let world = universe.world();
         Ok(MpiWorld {
-            world: universe.world(),
+            exchanges: world.duplicate(),
+            gathers: world.duplicate(),
+            world,
             _universe: universe,
         })
     }
@@ -97,6 +111,43 @@ impl MpiWorld {
         Ok(())
     }
 
+    /// [`crate::World::sum_in_buckets`]: each bucket padded to `n·m` values (`m` = its length
+    /// over `n`, rounded up) goes as an `MPI_Ialltoall` (rank `k` gets every rank's chunk `k`,
+    /// folds them in rank order) and an `MPI_Iallgather` of the folded chunks.
+    pub(crate) fn sum_in_buckets<T: Summand, R>(
+        &self,
+        what: &'static str,
+        lens: &[usize],
+        work: impl FnOnce(&mut Buckets<'_, T>) -> R,
+    ) -> Result<(R, Vec<Vec<T>>)> {
+        let n = self.size();
+        let total = lens.iter().try_fold(0usize, |t, &l| t.checked_add(l));
+        let total = total.ok_or(DistributedError::TooLarge {
+            what,
+            len: usize::MAX,
+        })?;
+        self.same_length(what, total)?;
+        let mut slots = lens
+            .iter()
+            .map(|&len| Slot::new(what, len, n))
+            .collect::<Result<Vec<_>>>()?;
+        let r = mpi::request::scope(|scope| {
+            let mut flights = Flights::new(self, scope, &mut slots);
+            let r = work(&mut Buckets::new(&mut flights));
+            flights.finish();
+            r
+        });
+        let sums = slots
+            .into_iter()
+            .map(|s| {
+                let mut out = s.out;
+                out.truncate(s.len);
+                out
+            })
+            .collect();
+        Ok((r, sums))
+    }
+
     pub(crate) fn broadcast(&self, what: &'static str, data: &mut [f64]) -> Result<()> {
         count(what, data.len())?;
         self.same_length(what, data.len())?;
@@ -140,5 +191,136 @@ impl MpiWorld {
 
     pub(crate) fn abort(&self, code: i32) -> ! {
         self.world.abort(code)
+    }
+}
+
+/// One bucket's buffers, outside the requests' scope (MPI reads and writes them until the
+/// requests complete).
+struct Slot<T> {
+    /// The values, padded with zeros to `n·m`: chunk `k` goes to rank `k`.
+    send: Vec<T>,
+    /// Chunk `me` of every rank, in rank order.
+    pieces: Vec<T>,
+    /// Their fold.
+    mine: Vec<T>,
+    /// Every rank's fold: the sum, padded.
+    out: Vec<T>,
+    len: usize,
+}
+
+impl<T: Summand> Slot<T> {
+    fn new(what: &'static str, len: usize, n: usize) -> Result<Slot<T>> {
+        let padded = len
+            .div_ceil(n)
+            .checked_mul(n)
+            .ok_or(DistributedError::TooLarge { what, len })?;
+        count(what, padded)?;
+        Ok(Slot {
+            send: vec![T::default(); padded],
+            pieces: vec![T::default(); padded],
+            mine: Vec::new(),
+            out: vec![T::default(); padded],
+            len,
+        })
+    }
+}
+
+type InFlight<'a, 's, T> = Request<'a, [T], &'s LocalScope<'a>>;
+
+/// The buckets of one sum: those not sent yet, and the requests in flight, oldest first.
+struct Flights<'a, 's, T: Summand> {
+    world: &'a MpiWorld,
+    scope: &'s LocalScope<'a>,
+    unsent: Vec<Option<&'a mut Slot<T>>>,
+    order: SendOrder,
+    /// All-to-alls in flight, with where their fold and its all-gather go.
+    exchanging: VecDeque<(InFlight<'a, 's, T>, &'a mut Vec<T>, &'a mut [T])>,
+    gathering: VecDeque<InFlight<'a, 's, T>>,
+}
+
+impl<'a, 's, T: Summand> Flights<'a, 's, T> {
+    fn new(world: &'a MpiWorld, scope: &'s LocalScope<'a>, slots: &'a mut [Slot<T>]) -> Self {
+        Flights {
+            world,
+            scope,
+            order: SendOrder::new(slots.len()),
+            unsent: slots.iter_mut().map(Some).collect(),
+            exchanging: VecDeque::new(),
+            gathering: VecDeque::new(),
+        }
+    }
+
+    fn send(&mut self, b: usize) {
+        let Some(Slot {
+            send,
+            pieces,
+            mine,
+            out,
+            ..
+        }) = self.unsent.get_mut(b).and_then(Option::take)
+        else {
+            return;
+        };
+        let request =
+            self.world
+                .exchanges
+                .immediate_all_to_all_into(self.scope, &send[..], &mut pieces[..]);
+        self.exchanging.push_back((request, mine, &mut out[..]));
+    }
+
+    /// Bucket `pieces` (every rank's chunk `me`) has arrived: fold it and send the fold.
+    fn gather(&mut self, pieces: &'a [T], mine: &'a mut Vec<T>, out: &'a mut [T]) {
+        *mine = fold_in_rank_order(pieces, self.world.size());
+        let mine: &'a Vec<T> = mine;
+        let request = self
+            .world
+            .gathers
+            .immediate_all_gather_into(self.scope, &mine[..], out);
+        self.gathering.push_back(request);
+    }
+
+    /// Sends what is left, then waits for everything.
+    fn finish(&mut self) {
+        for b in self.order.rest() {
+            self.send(b);
+        }
+        while let Some((request, mine, out)) = self.exchanging.pop_front() {
+            let pieces = request.wait_for_data();
+            self.gather(pieces, mine, out);
+        }
+        while let Some(request) = self.gathering.pop_front() {
+            request.wait_without_status();
+        }
+    }
+}
+
+impl<'a, T: Summand> Exchange<T> for Flights<'a, '_, T> {
+    fn values_mut(&mut self, b: usize) -> Option<&mut [T]> {
+        let slot = self.unsent.get_mut(b)?.as_mut()?;
+        Some(&mut slot.send[..slot.len])
+    }
+
+    fn ready(&mut self, b: usize) {
+        for b in self.order.ready(b) {
+            self.send(b);
+        }
+    }
+
+    fn progress(&mut self) {
+        while let Some((request, mine, out)) = self.exchanging.pop_front() {
+            match request.test_with_data() {
+                Ok((_, pieces)) => self.gather(pieces, mine, out),
+                Err(request) => {
+                    self.exchanging.push_front((request, mine, out));
+                    break;
+                }
+            }
+        }
+        while let Some(request) = self.gathering.pop_front() {
+            if let Err(request) = request.test() {
+                self.gathering.push_front(request);
+                break;
+            }
+        }
     }
 }

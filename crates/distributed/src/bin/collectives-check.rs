@@ -67,6 +67,42 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "rank {me}: the f32 all-reduce is not the fold in rank order"
     );
 
+    // in buckets, sent while "working" (made ready out of order, the last one never): each
+    // element the same bits as the all-reduce's
+    let lens = [len / 3, 0, 1, len - len / 3 - 1.min(len), 2];
+    let whole = |r: usize| -> Vec<f64> { input(r, lens.iter().sum()) };
+    let mut blocking = whole(me);
+    world.all_reduce_sum("the bucketed vector, whole", &mut blocking)?;
+    let mine = whole(me);
+    let ((), sums) = world.sum_in_buckets("the bucketed vector", &lens, |buckets| {
+        let mut at = 0;
+        let starts: Vec<usize> = lens
+            .iter()
+            .map(|&l| {
+                at += l;
+                at - l
+            })
+            .collect();
+        for b in [2, 1, 0, 3] {
+            let values = buckets.values_mut(b).expect("not sent yet");
+            values.copy_from_slice(&mine[starts[b]..starts[b] + lens[b]]);
+            buckets.ready(b);
+            buckets.progress();
+        }
+        for b in 0..4 {
+            assert!(buckets.values_mut(b).is_none(), "bucket {b} was sent");
+        }
+        let last = buckets.values_mut(4).expect("bucket 4 is not ready");
+        last.copy_from_slice(&mine[starts[4]..]);
+    })?;
+    let bucketed: Vec<f64> = sums.concat();
+    let same = bucketed.len() == blocking.len()
+        && bucketed
+            .iter()
+            .zip(&blocking)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+    assert!(same, "rank {me}: the bucketed sum is not the all-reduce's");
+
     // every rank has the same bits
     let hash = hash_bits(v.iter().copied());
     let hashes = world.all_gather(&[hash])?;
