@@ -469,6 +469,11 @@ pub struct GptFlags {
     /// the previous checkpoint whole)
     #[arg(long, value_name = "N", requires = "save", value_parser = clap::builder::RangedU64ValueParser::<u64>::new().range(1..))]
     pub save_every: Option<u64>,
+    /// On several ranks, send the gradients to the others in buckets of about N KiB as the
+    /// backward sweep finishes them, while it goes on (0: all at once after it; the steps are
+    /// the same either way; worth trying across machines) [default: 0]
+    #[arg(long, value_name = "N")]
+    pub bucket_kib: Option<usize>,
 }
 
 /// `--max-memory`, on every command that checks or runs a graph.

@@ -34,7 +34,7 @@ fn misplaced(a: &TrainArgs, gpt: bool) -> Vec<String> {
         ("--nesterov", a.nesterov),
         ("--schedule", a.schedule.is_some()),
     ];
-    let gpt_only: [(&str, bool); 13] = [
+    let gpt_only: [(&str, bool); 14] = [
         ("--text", g.text.is_some()),
         ("--iters", g.iters.is_some()),
         ("--eval-interval", g.eval_interval.is_some()),
@@ -48,6 +48,7 @@ fn misplaced(a: &TrainArgs, gpt: bool) -> Vec<String> {
         ("--grad-clip", g.grad_clip.is_some()),
         ("--dropout", g.dropout.is_some()),
         ("--save-every", g.save_every.is_some()),
+        ("--bucket-kib", g.bucket_kib.is_some()),
     ];
     let (flags, why): (&[(&str, bool)], &str) = if gpt {
         (
@@ -369,6 +370,9 @@ fn train_shared<V: TrainValue>(a: &TrainArgs, t: &mut GptTrainer<V>) -> Result<O
     t.set_verify_every(a.verify_every);
     if let (Some(every), Some(path)) = (a.gpt.save_every, &a.save) {
         t.set_save_every(every, path.clone());
+    }
+    if let Some(kib) = a.gpt.bucket_kib {
+        t.set_bucket_bytes(kib.saturating_mul(1024));
     }
     let c = t.config().clone();
     let root = t.world().is_root();

@@ -10,11 +10,13 @@
 //! Invariant: every rank calls the same collectives in the same order (the trainers decide
 //! from values every rank has: the step, the configuration, an all-reduced flag).
 
-use std::any::Any;
+use std::any::{Any, TypeId};
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
 use num_traits::{Float, FromPrimitive, ToPrimitive};
-use torchlean_distributed::{first_difference, hash_bits, World};
+use torchlean_distributed::{first_difference, hash_bits, Summand, World};
+use torchlean_nn::{Session, Sweep, Swept, Var};
 use torchlean_runtime::{Element, TrainValue};
 
 use crate::error::{Result, TrainError};
@@ -67,6 +69,195 @@ pub fn all_reduce_mean<V: TrainValue>(
         }
         Ok::<_, TrainError>(flat[len].to_f64().unwrap_or(f64::NAN))
     })
+}
+
+/// The gradients of one training step as buckets of about `bucket_bytes` ([`BucketPlan`]),
+/// each sent to the other ranks as soon as the releasing sweep has finished it, while the
+/// sweep goes on: the backward of `loss` (this rank's mean over `rows` of the global batch's
+/// `total`) and [`all_reduce_mean`] at once, with the same result, bit for bit. Returns the
+/// global batch's mean gradients and loss ([`Reduced`]). `bucket_bytes` 0, or a world of one,
+/// sweeps first and sums after, in one piece.
+pub fn backward_all_reduced<V: TrainValue>(
+    world: &World,
+    session: &mut Session<V>,
+    loss: &Var,
+    rows: usize,
+    total: usize,
+    bucket_bytes: usize,
+) -> Result<Reduced<V>> {
+    let local = *session.value_f64(loss)?.item()?;
+    if world.size() == 1 || bucket_bytes == 0 {
+        session.backward(loss, Sweep::Releasing)?;
+        let mut grads = session.take_param_grads();
+        let started = Instant::now();
+        let loss = all_reduce_mean(world, &mut grads, local, rows, total)?;
+        return Ok(Reduced {
+            grads,
+            loss,
+            exposed: started.elapsed(),
+        });
+    }
+    let elem = |x: f64| -> V::Elem { FromPrimitive::from_f64(x).unwrap_or_else(Float::nan) };
+    let (weight, weighted_loss) = (elem(rows as f64 / total as f64), elem(local));
+    let plan = BucketPlan::new(
+        session,
+        bucket_bytes / std::mem::size_of::<V::Elem>().max(1),
+    );
+    let weighted_loss = weighted_loss * weight;
+    let (sums, loss_sum, exposed) = if TypeId::of::<V::Elem>() == TypeId::of::<f32>() {
+        plan.sweep_and_sum::<V, f32>(world, session, loss, weight, weighted_loss)?
+    } else {
+        plan.sweep_and_sum::<V, f64>(world, session, loss, weight, weighted_loss)?
+    };
+    let mut grads = session.take_param_grads();
+    let mut values: Vec<(&String, &mut V)> = grads.iter_mut().collect();
+    let names: Vec<&String> = values.iter().map(|(name, _)| *name).collect();
+    let mut values: Vec<&mut V> = values.drain(..).map(|(_, v)| v).collect();
+    V::update_all(&mut values, |slices| {
+        for (name, slice) in names.iter().zip(slices.iter_mut()) {
+            if let Some(&(b, at)) = plan.place.get(name.as_str()) {
+                for (x, &sum) in slice.iter_mut().zip(&sums[b][at..]) {
+                    *x = elem(sum);
+                }
+            }
+        }
+        Ok::<_, TrainError>(())
+    })?;
+    Ok(Reduced {
+        grads,
+        loss: elem(loss_sum).to_f64().unwrap_or(f64::NAN),
+        exposed,
+    })
+}
+
+/// What [`backward_all_reduced`] returns.
+#[derive(Debug)]
+pub struct Reduced<V> {
+    /// The global batch's mean gradients, by parameter name.
+    pub grads: BTreeMap<String, V>,
+    /// The global batch's mean loss.
+    pub loss: f64,
+    /// The time spent waiting for the other ranks once this rank's sweep was done: the
+    /// communication the sweep did not hide (all of it without buckets).
+    pub exposed: Duration,
+}
+
+/// Where each parameter's gradient goes in the buckets of [`backward_all_reduced`]: the
+/// parameters in the order the sweep finishes them, cut into buckets of at least
+/// `bucket_elems` values (the last may be smaller), the loss one more value at the end of the
+/// last bucket.
+#[derive(Debug)]
+struct BucketPlan {
+    /// Each parameter's bucket and offset there.
+    place: BTreeMap<String, (usize, usize)>,
+    /// Each bucket's length.
+    lens: Vec<usize>,
+    /// How many parameters each bucket holds.
+    params: Vec<usize>,
+}
+
+impl BucketPlan {
+    fn new<V: TrainValue>(session: &Session<V>, bucket_elems: usize) -> Self {
+        let mut plan = BucketPlan {
+            place: BTreeMap::new(),
+            lens: vec![0],
+            params: vec![0],
+        };
+        for name in session.params_in_sweep_order() {
+            let Some(value) = session.params().get(name) else {
+                continue;
+            };
+            let b = plan.lens.len() - 1;
+            plan.place.insert(name.to_string(), (b, plan.lens[b]));
+            plan.lens[b] += value.shape().size();
+            plan.params[b] += 1;
+            if plan.lens[b] >= bucket_elems.max(1) {
+                plan.lens.push(0);
+                plan.params.push(0);
+            }
+        }
+        if plan.lens.len() > 1 && plan.params[plan.lens.len() - 1] == 0 {
+            plan.lens.pop();
+            plan.params.pop();
+        }
+        let last = plan.lens.len() - 1;
+        plan.lens[last] += 1;
+        plan
+    }
+
+    /// The sweep, each parameter's gradient times `weight` written to its bucket as the sweep
+    /// finishes it, each bucket sent once full, in `T` (the engine's precision); returns the
+    /// buckets' sums, and the loss's.
+    fn sweep_and_sum<V, T>(
+        &self,
+        world: &World,
+        session: &mut Session<V>,
+        loss: &Var,
+        weight: V::Elem,
+        weighted_loss: V::Elem,
+    ) -> Result<(Vec<Vec<f64>>, f64, Duration)>
+    where
+        V: TrainValue,
+        T: Summand + FromPrimitive + ToPrimitive,
+    {
+        /// A bucket's progress is checked every this many nodes of the sweep.
+        const PROGRESS_EVERY: usize = 16;
+        let to_t = |x: V::Elem| -> T {
+            FromPrimitive::from_f64(x.to_f64().unwrap_or(f64::NAN)).unwrap_or_else(T::default)
+        };
+        let mut waiting = self.params.clone();
+        let mut failed: Option<TrainError> = None;
+        let (swept, sums) = world.sum_in_buckets("the gradients", &self.lens, |buckets| {
+            let last = self.lens.len() - 1;
+            if let Some(values) = buckets.values_mut(last) {
+                if let Some(x) = values.last_mut() {
+                    *x = to_t(weighted_loss);
+                }
+            }
+            let mut swept = 0usize;
+            let result = session.backward_observed(loss, |event| {
+                swept += 1;
+                if let Swept::Param { name, grad } = event {
+                    let Some(&(b, at)) = self.place.get(name) else {
+                        return;
+                    };
+                    match (grad.read(), buckets.values_mut(b)) {
+                        (Ok(data), Some(values)) => {
+                            for (v, &g) in values[at..].iter_mut().zip(data.iter()) {
+                                *v = to_t(g * weight);
+                            }
+                        }
+                        (Err(e), _) => {
+                            failed.get_or_insert(e.into());
+                        }
+                        (Ok(_), None) => {}
+                    }
+                    if waiting[b] == 1 {
+                        buckets.ready(b);
+                    }
+                    waiting[b] = waiting[b].saturating_sub(1);
+                }
+                if swept.is_multiple_of(PROGRESS_EVERY) {
+                    buckets.progress();
+                }
+            });
+            if let Err(e) = result {
+                failed.get_or_insert(e.into());
+            }
+            Instant::now()
+        })?;
+        let exposed = swept.elapsed();
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        // every value of T is exactly an f64, and back in the engine's precision exactly T's
+        let sums: Vec<Vec<f64>> = sums
+            .iter()
+            .map(|b| b.iter().map(|x| x.to_f64().unwrap_or(f64::NAN)).collect())
+            .collect();
+        let loss = sums.last().and_then(|b| b.last()).copied();
+        Ok((sums, loss.unwrap_or(f64::NAN), exposed))
+    }
 }
 
 /// [`World::all_reduce_sum`] on an engine's elements: as they are for `f32` and `f64` (the
@@ -168,4 +359,87 @@ pub fn check_batch(world: &World, batch: usize) -> Result<()> {
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use torchlean_engine_cpu::{CpuF32, CpuF64};
+    use torchlean_nn::{Gpt, GptConfig, Mode};
+
+    const IDS: [usize; 8] = [1, 4, 4, 0, 7, 3, 3, 2];
+    const TARGETS: [usize; 8] = [4, 4, 0, 7, 3, 3, 2, 2];
+
+    fn gpt() -> Gpt {
+        let cfg = GptConfig {
+            vocab: 9,
+            block: 4,
+            n_layer: 2,
+            n_head: 2,
+            n_embd: 8,
+            dropout: 0.0,
+        };
+        Gpt::new(cfg, 3).unwrap()
+    }
+
+    fn bits<E: Element>(values: &[E]) -> Vec<u64> {
+        values
+            .iter()
+            .map(|x| x.to_f64().unwrap().to_bits())
+            .collect()
+    }
+
+    /// Through the buckets of a world of one, weight 1: every gradient lands in its place,
+    /// bit for bit what the plain sweep gives, and the loss after the last parameter.
+    fn check_buckets_hold_the_sweeps_gradients<V, T>()
+    where
+        V: TrainValue,
+        T: Summand + FromPrimitive + ToPrimitive,
+    {
+        let gpt = gpt();
+        let mut plain = Session::<V>::new();
+        let loss = gpt
+            .loss(&mut plain, &IDS, &TARGETS, 2, Mode::Train)
+            .unwrap();
+        let want_loss = *plain.value_f64(&loss).unwrap().item().unwrap();
+        plain.backward(&loss, Sweep::Releasing).unwrap();
+        let want = plain.take_param_grads();
+        let one: V::Elem = FromPrimitive::from_f64(1.0).unwrap();
+        for bucket_elems in [1, 300, 1 << 20] {
+            let mut s = Session::<V>::new();
+            let loss = gpt.loss(&mut s, &IDS, &TARGETS, 2, Mode::Train).unwrap();
+            let plan = BucketPlan::new(&s, bucket_elems);
+            let local: V::Elem = FromPrimitive::from_f64(want_loss).unwrap();
+            let (sums, loss, _) = plan
+                .sweep_and_sum::<V, T>(&World::solo(), &mut s, &loss, one, local)
+                .unwrap();
+            assert_eq!(sums.len(), plan.lens.len());
+            let (last, rest) = plan.lens.split_last().unwrap();
+            assert!(
+                rest.iter().all(|&len| len >= bucket_elems),
+                "{:?}",
+                plan.lens
+            );
+            assert!(*last >= 1);
+            assert_eq!(
+                loss.to_bits(),
+                want_loss.to_bits(),
+                "{bucket_elems}: the loss"
+            );
+            assert_eq!(plan.place.len(), want.len());
+            for (name, g) in &want {
+                let (b, at) = plan.place[name];
+                let g = g.read().unwrap();
+                let got = &sums[b][at..at + g.len()];
+                assert_eq!(bits(got), bits(&g), "{bucket_elems}: {name}");
+            }
+        }
+    }
+
+    #[test]
+    fn buckets_hold_the_sweeps_gradients_in_f64_and_f32() {
+        check_buckets_hold_the_sweeps_gradients::<CpuF64, f64>();
+        check_buckets_hold_the_sweeps_gradients::<CpuF32, f32>();
+    }
 }

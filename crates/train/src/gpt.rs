@@ -213,6 +213,8 @@ pub struct GptTrainer<V: TrainValue> {
     save_every: Option<(u64, PathBuf)>,
     /// Time spent in the training steps' gradient all-reduce (several ranks).
     all_reduce: std::time::Duration,
+    /// The gradient all-reduce's bucket size ([`GptTrainer::set_bucket_bytes`]).
+    bucket_bytes: usize,
 }
 
 impl<V: TrainValue> std::fmt::Debug for GptTrainer<V> {
@@ -249,6 +251,7 @@ impl<V: TrainValue> GptTrainer<V> {
             world: World::solo(),
             save_every: None,
             all_reduce: std::time::Duration::ZERO,
+            bucket_bytes: 0,
         })
     }
 
@@ -278,13 +281,23 @@ impl<V: TrainValue> GptTrainer<V> {
         self.save_every = (every > 0).then_some((every, path));
     }
 
+    /// On several ranks, the gradients go to the other ranks in buckets of about `bytes` as
+    /// the backward sweep finishes them, overlapping the rest of the sweep
+    /// ([`dp::backward_all_reduced`]); 0, the default, sends them all after the sweep (on one
+    /// machine whose cores all compute, overlap did not pay: `docs/distributed.md`). The steps
+    /// are the same, bit for bit, either way.
+    pub fn set_bucket_bytes(&mut self, bytes: usize) {
+        self.bucket_bytes = bytes;
+    }
+
     /// The ranks this run is shared by.
     pub fn world(&self) -> &World {
         &self.world
     }
 
-    /// Seconds this rank spent in the training steps' gradient all-reduce so far (the wait for
-    /// the slowest rank included; 0 in a world of one).
+    /// Seconds this rank spent waiting for the training steps' gradient all-reduce so far,
+    /// once its own backward sweep was done (the wait for the slowest rank included; what
+    /// buckets sent during the sweep hid is not counted; 0 in a world of one).
     pub fn all_reduce_seconds(&self) -> f64 {
         self.all_reduce.as_secs_f64()
     }
@@ -359,17 +372,18 @@ impl<V: TrainValue> GptTrainer<V> {
         let rows = self.world.share(batch);
         let (b, n) = (global.rows(rows.clone()), rows.len());
         let s = &mut self.session;
+        let (world, bucket_bytes) = (&self.world, self.bucket_bytes);
         let run = (|| {
             let loss = self.gpt.loss(s, &b.ids, &b.targets, n, Mode::Train)?;
-            s.backward(&loss, Sweep::Releasing)?;
-            Ok::<_, TrainError>(*s.value_f64(&loss)?.item()?)
+            dp::backward_all_reduced(world, s, &loss, n, batch, bucket_bytes)
         })();
-        let mut grads = s.take_param_grads();
         s.reset();
-        let loss = run?;
-        let started = Instant::now();
-        let loss = dp::all_reduce_mean(&self.world, &mut grads, loss, n, batch)?;
-        self.all_reduce += started.elapsed();
+        let dp::Reduced {
+            mut grads,
+            loss,
+            exposed,
+        } = run?;
+        self.all_reduce += exposed;
         self.verified = None;
         if self.world.is_root()
             && self
