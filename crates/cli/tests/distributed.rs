@@ -1,17 +1,19 @@
 //! `mpirun -np N torchlean train gpt|mlp|cnn` (built with `--features mpi`): N ranks take the
 //! steps of one process, a misconfigured rank is caught, a killed rank ends the job within 30 s
 //! with its checkpoint whole, and bad input on every rank ends the job, naming the problem.
-//! `cargo test -p torchlean-cli --features mpi --test integration distributed` (the default
-//! build checks the refusals in `train_gpt.rs`).
+//! A test binary of its own, built with the `mpi` feature only: `cargo test -p torchlean-cli
+//! --features mpi --test distributed` (the default build checks the refusals in
+//! `train_gpt.rs`).
 #![allow(clippy::unwrap_used)]
+
+mod common;
 
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{bin, stderr};
-use crate::train_gpt::json_lines;
+use common::{bin, json_lines, stderr};
 
 /// A GPT small enough for a debug build (1 layer, 16 wide, contexts of 8, a batch of 4), in
 /// f64, with JSON lines; each flag of `extra` replaces its default.
@@ -116,6 +118,24 @@ fn two_ranks_take_the_steps_of_one_process_and_resume_on_another_world_size() {
     let tail = losses(&one);
     let at_20 = losses(&one[..one.iter().position(|v| v["step"] == 21).unwrap()]).len();
     assert_close(&losses(&resumed), &tail[at_20..], 1e-10);
+}
+
+#[test]
+fn gradients_sent_in_buckets_during_the_sweep_give_the_same_steps_bit_for_bit() {
+    for ranks in [2, 3] {
+        let after = losses(&json_lines(&on_ranks(
+            ranks,
+            &["--iters", "10", "--bucket-kib", "0"],
+        )));
+        // 1 KiB: buckets of 128 values, a dozen or so for this model
+        let during = losses(&json_lines(&on_ranks(
+            ranks,
+            &["--iters", "10", "--bucket-kib", "1"],
+        )));
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&during), bits(&after), "{ranks} ranks");
+        assert_eq!(after.len(), 10 + 2);
+    }
 }
 
 #[test]

@@ -9,8 +9,6 @@ mod anomaly;
 mod cli;
 mod cuda;
 mod dialects;
-#[cfg(feature = "mpi")]
-mod distributed;
 mod export_torch;
 mod import;
 mod inputs;

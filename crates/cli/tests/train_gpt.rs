@@ -7,7 +7,7 @@ use serde_json::Value;
 use std::collections::BTreeSet;
 use std::process::Output;
 
-use crate::common::{assert_bad_input, bin, stderr, stdout};
+use crate::common::{assert_bad_input, bin, json_lines, stderr, stdout};
 
 /// A GPT of one layer, 16 wide, on contexts of 8, a few steps.
 const SMALL: &[&str] = &[
@@ -32,14 +32,6 @@ const SMALL: &[&str] = &[
 
 fn gpt(extra: &[&str]) -> Output {
     bin().args(SMALL).args(extra).output().unwrap()
-}
-
-pub(crate) fn json_lines(o: &Output) -> Vec<Value> {
-    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(o));
-    stdout(o)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 fn step_losses(lines: &[Value]) -> Vec<f64> {

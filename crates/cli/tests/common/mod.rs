@@ -26,6 +26,16 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The JSON lines of a `--json` run that exited 0.
+#[track_caller]
+pub fn json_lines(o: &Output) -> Vec<Value> {
+    assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(o));
+    stdout(o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 #[track_caller]
 pub fn assert_bad_input(o: &Output, want: &[&str]) {
     let err = stderr(o);
