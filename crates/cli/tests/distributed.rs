@@ -238,6 +238,32 @@ fn bad_input_on_every_rank_ends_the_job_naming_the_problem() {
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");
+    // a classifier's batches are fine but the short last one of an epoch is not: the 1,438
+    // training digits in batches of 479 leave 1 row for 2 ranks
+    let o = mpirun(&[
+        "-np",
+        "2",
+        torchlean(),
+        "train",
+        "mlp",
+        "--steps",
+        "2",
+        "--batch",
+        "479",
+        "--threads",
+        "1",
+    ])
+    .output()
+    .unwrap();
+    let err = stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "the last batch of each epoch has 1 rows (1438 training examples in batches of 479), \
+             fewer than the 2 ranks"
+        ),
+        "{err}"
+    );
     let o = on_ranks(2, &["--iters", "2", "--dropout", "0.1"]);
     let err = stderr(&o);
     assert!(!o.status.success(), "{err}");

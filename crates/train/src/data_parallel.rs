@@ -361,6 +361,25 @@ pub fn check_batch(world: &World, batch: usize) -> Result<()> {
     Ok(())
 }
 
+/// [`check_batch`] for epochs of `examples` in batches of `batch` on `ranks` ranks: the short
+/// last batch of an epoch (`examples % batch` rows, or all of them when fewer than a batch)
+/// must give every rank a row too.
+pub fn check_epoch_batches(ranks: usize, examples: usize, batch: usize) -> Result<()> {
+    if batch < ranks {
+        return Err(TrainError::BatchBelowRanks { batch, ranks });
+    }
+    let last = examples % batch;
+    if last != 0 && last < ranks {
+        return Err(TrainError::ShortLastBatch {
+            rows: last,
+            examples,
+            batch,
+            ranks,
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -435,6 +454,38 @@ mod tests {
                 assert_eq!(bits(got), bits(&g), "{bucket_elems}: {name}");
             }
         }
+    }
+
+    #[test]
+    fn every_batch_of_an_epoch_the_last_included_gives_every_rank_a_row() {
+        assert!(check_epoch_batches(2, 100, 10).is_ok(), "no short batch");
+        assert!(check_epoch_batches(3, 101, 10).is_err());
+        assert!(check_epoch_batches(1, 101, 10).is_ok());
+        let err = check_epoch_batches(2, 101, 10).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                TrainError::ShortLastBatch {
+                    rows: 1,
+                    examples: 101,
+                    batch: 10,
+                    ranks: 2
+                }
+            ),
+            "{err:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "the last batch of each epoch has 1 rows (101 training examples in batches of 10), \
+             fewer than the 2 ranks: choose a --batch that divides 101 or leaves 2 or more rows in \
+             the last batch"
+        );
+        // fewer examples than a batch: the one batch is the short one
+        assert!(check_epoch_batches(4, 3, 10).is_err());
+        assert!(matches!(
+            check_epoch_batches(4, 100, 3),
+            Err(TrainError::BatchBelowRanks { batch: 3, ranks: 4 })
+        ));
     }
 
     #[test]

@@ -48,6 +48,18 @@ pub enum TrainError {
     )]
     BatchBelowRanks { batch: usize, ranks: usize },
 
+    /// The short last batch of an epoch has fewer rows than there are ranks (the other
+    /// batches have enough).
+    #[error(
+        "the last batch of each epoch has {rows} rows ({examples} training examples in batches of {batch}), fewer than the {ranks} ranks: choose a --batch that divides {examples} or leaves {ranks} or more rows in the last batch"
+    )]
+    ShortLastBatch {
+        rows: usize,
+        examples: usize,
+        batch: usize,
+        ranks: usize,
+    },
+
     /// Dropout with several ranks: each rank would draw its masks from the same stream, so the
     /// step would not be the one a single process takes.
     #[error(

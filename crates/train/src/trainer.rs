@@ -568,11 +568,7 @@ impl<V: TrainValue, M: Classify> Trainer<V, M> {
     pub fn set_world(&mut self, world: World) -> Result<()> {
         self.world = world;
         let world = &self.world;
-        let smallest = chunk_sizes(self.train.len(), self.cfg.batch)
-            .into_iter()
-            .min()
-            .unwrap_or(0);
-        dp::check_batch(world, smallest)?;
+        dp::check_epoch_batches(world.size(), self.train.len(), self.cfg.batch)?;
         let (n, whole) = (
             world.size(),
             batch_sizes(self.cfg.batch, self.train.len(), self.held.len()),
