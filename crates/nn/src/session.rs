@@ -31,6 +31,19 @@ pub enum Swept<'g, V> {
     Node,
 }
 
+/// The seed of a loss's backward: 1, for a loss of one element; any other output is refused
+/// ([`NnError::NonScalarBackward`], as PyTorch refuses it).
+fn unit_seed(loss: &Var) -> Result<Tensor<f64>> {
+    let numel = loss.shape.size();
+    if numel != 1 {
+        return Err(NnError::NonScalarBackward {
+            shape: loss.shape.clone(),
+            numel,
+        });
+    }
+    Ok(Tensor::full(loss.shape.clone(), 1.0)?)
+}
+
 /// An eager session on engine `V`.
 pub struct Session<V: Kernels> {
     owner: u64,
@@ -143,15 +156,7 @@ impl<V: Kernels> Session<V> {
     /// An output of more than one element is refused ([`NnError::NonScalarBackward`], as
     /// PyTorch refuses it): give its cotangent to [`Session::backward_with_seed`].
     pub fn backward(&mut self, loss: &Var, sweep: Sweep) -> Result<()> {
-        let numel = loss.shape.size();
-        if numel != 1 {
-            return Err(NnError::NonScalarBackward {
-                shape: loss.shape.clone(),
-                numel,
-            });
-        }
-        let seed = Tensor::full(loss.shape.clone(), 1.0)?;
-        self.backward_with_seed(loss, &seed, sweep)
+        self.backward_with_seed(loss, &unit_seed(loss)?, sweep)
     }
 
     /// [`Session::backward`] from the cotangent `seed` of `out` (its shape).
@@ -161,16 +166,8 @@ impl<V: Kernels> Session<V> {
         seed: &Tensor<f64>,
         sweep: Sweep,
     ) -> Result<()> {
-        self.own(out)?;
-        if seed.shape() != &out.shape {
-            return Err(NnError::SeedShape {
-                want: out.shape.clone(),
-                got: seed.shape().clone(),
-            });
-        }
-        self.release_grads();
+        let seed = self.start_backward(out, seed)?;
         let loss = out;
-        let seed = V::from_f64(seed)?;
         let mode = self.anomaly;
         match sweep {
             Sweep::DenseAll => {
@@ -198,16 +195,7 @@ impl<V: Kernels> Session<V> {
         loss: &Var,
         mut observe: impl FnMut(Swept<'_, V>),
     ) -> Result<()> {
-        let numel = loss.shape.size();
-        if numel != 1 {
-            return Err(NnError::NonScalarBackward {
-                shape: loss.shape.clone(),
-                numel,
-            });
-        }
-        self.own(loss)?;
-        self.release_grads();
-        let seed = V::from_f64(&Tensor::full(loss.shape.clone(), 1.0)?)?;
+        let seed = self.start_backward(loss, &unit_seed(loss)?)?;
         let names: BTreeMap<usize, String> = self
             .param_leaves
             .iter()
@@ -217,6 +205,20 @@ impl<V: Kernels> Session<V> {
             (Some(name), Some(grad)) => observe(Swept::Param { name, grad }),
             _ => observe(Swept::Node),
         })
+    }
+
+    /// Checks that `out` is this session's and `seed` has its shape, and releases the last
+    /// backward's gradients; returns the seed on the engine.
+    fn start_backward(&mut self, out: &Var, seed: &Tensor<f64>) -> Result<V> {
+        self.own(out)?;
+        if seed.shape() != &out.shape {
+            return Err(NnError::SeedShape {
+                want: out.shape.clone(),
+                got: seed.shape().clone(),
+            });
+        }
+        self.release_grads();
+        Ok(V::from_f64(seed)?)
     }
 
     /// The releasing sweep from `out` seeded with `seed`, `observe` told of each node swept

@@ -20,6 +20,7 @@ use torchlean_nn::{Session, Sweep, Swept, Var};
 use torchlean_runtime::{Element, TrainValue};
 
 use crate::error::{Result, TrainError};
+use crate::trainer::chunk_sizes;
 
 /// Ranks compare their parameters every this many steps (and at the end of a run).
 pub const SYNC_CHECK_EVERY: u64 = 100;
@@ -53,8 +54,7 @@ pub fn all_reduce_mean<V: TrainValue>(
     if world.size() == 1 {
         return Ok(loss);
     }
-    let elem = |x: f64| -> V::Elem { FromPrimitive::from_f64(x).unwrap_or_else(Float::nan) };
-    let weight = elem(rows as f64 / total as f64);
+    let weight: V::Elem = elem(rows as f64 / total as f64);
     let mut values: Vec<&mut V> = grads.values_mut().collect();
     V::update_all(&mut values, |slices| {
         let len: usize = slices.iter().map(|s| s.len()).sum();
@@ -62,7 +62,7 @@ pub fn all_reduce_mean<V: TrainValue>(
         for s in slices.iter() {
             flat.extend(s.iter().map(|&x| x * weight));
         }
-        flat.push(elem(loss) * weight);
+        flat.push(elem::<V::Elem>(loss) * weight);
         all_reduce_elements(world, &mut flat)?;
         for (x, &sum) in slices.iter_mut().flat_map(|s| s.iter_mut()).zip(&flat) {
             *x = sum;
@@ -97,8 +97,8 @@ pub fn backward_all_reduced<V: TrainValue>(
             exposed: started.elapsed(),
         });
     }
-    let elem = |x: f64| -> V::Elem { FromPrimitive::from_f64(x).unwrap_or_else(Float::nan) };
-    let (weight, weighted_loss) = (elem(rows as f64 / total as f64), elem(local));
+    let (weight, weighted_loss): (V::Elem, V::Elem) =
+        (elem(rows as f64 / total as f64), elem(local));
     let plan = BucketPlan::new(
         session,
         bucket_bytes / std::mem::size_of::<V::Elem>().max(1),
@@ -110,9 +110,7 @@ pub fn backward_all_reduced<V: TrainValue>(
         plan.sweep_and_sum::<V, f64>(world, session, loss, weight, weighted_loss)?
     };
     let mut grads = session.take_param_grads();
-    let mut values: Vec<(&String, &mut V)> = grads.iter_mut().collect();
-    let names: Vec<&String> = values.iter().map(|(name, _)| *name).collect();
-    let mut values: Vec<&mut V> = values.drain(..).map(|(_, v)| v).collect();
+    let (names, mut values): (Vec<&String>, Vec<&mut V>) = grads.iter_mut().unzip();
     V::update_all(&mut values, |slices| {
         for (name, slice) in names.iter().zip(slices.iter_mut()) {
             if let Some(&(b, at)) = plan.place.get(name.as_str()) {
@@ -125,7 +123,7 @@ pub fn backward_all_reduced<V: TrainValue>(
     })?;
     Ok(Reduced {
         grads,
-        loss: elem(loss_sum).to_f64().unwrap_or(f64::NAN),
+        loss: elem::<V::Elem>(loss_sum).to_f64().unwrap_or(f64::NAN),
         exposed,
     })
 }
@@ -260,6 +258,11 @@ impl BucketPlan {
     }
 }
 
+/// `x` as an engine element (NaN where it has no such value).
+fn elem<E: Element>(x: f64) -> E {
+    FromPrimitive::from_f64(x).unwrap_or_else(Float::nan)
+}
+
 /// [`World::all_reduce_sum`] on an engine's elements: as they are for `f32` and `f64` (the
 /// engines' two), through `f64` for an [`Element`] of another crate.
 // a `Vec`, not a slice: `Any` downcasts sized types only
@@ -279,7 +282,7 @@ fn all_reduce_elements<E: Element>(world: &World, flat: &mut Vec<E>) -> Result<(
         .collect();
     world.all_reduce_sum(WHAT, &mut wide)?;
     for (x, &w) in flat.iter_mut().zip(&wide) {
-        *x = FromPrimitive::from_f64(w).unwrap_or_else(Float::nan);
+        *x = elem(w);
     }
     Ok(())
 }
@@ -316,7 +319,7 @@ pub fn broadcast_params<'a, V: TrainValue + 'a>(
             .collect();
         world.broadcast("the parameters", &mut flat)?;
         for (x, &v) in slices.iter_mut().flat_map(|s| s.iter_mut()).zip(&flat) {
-            *x = FromPrimitive::from_f64(v).unwrap_or_else(Float::nan);
+            *x = elem(v);
         }
         Ok::<_, TrainError>(())
     })
@@ -350,13 +353,10 @@ pub fn check_in_sync<V: TrainValue>(
     }
 }
 
-/// A run of `batch` rows on `world` is refused if some rank would get no rows.
-pub fn check_batch(world: &World, batch: usize) -> Result<()> {
-    if batch < world.size() {
-        return Err(TrainError::BatchBelowRanks {
-            batch,
-            ranks: world.size(),
-        });
+/// A run of `batch` rows on `ranks` ranks is refused if some rank would get no rows.
+pub fn check_batch(ranks: usize, batch: usize) -> Result<()> {
+    if batch < ranks {
+        return Err(TrainError::BatchBelowRanks { batch, ranks });
     }
     Ok(())
 }
@@ -365,19 +365,16 @@ pub fn check_batch(world: &World, batch: usize) -> Result<()> {
 /// last batch of an epoch (`examples % batch` rows, or all of them when fewer than a batch)
 /// must give every rank a row too.
 pub fn check_epoch_batches(ranks: usize, examples: usize, batch: usize) -> Result<()> {
-    if batch < ranks {
-        return Err(TrainError::BatchBelowRanks { batch, ranks });
-    }
-    let last = examples % batch;
-    if last != 0 && last < ranks {
-        return Err(TrainError::ShortLastBatch {
-            rows: last,
+    check_batch(ranks, batch)?;
+    match chunk_sizes(examples, batch).first() {
+        Some(&rows) if rows < ranks => Err(TrainError::ShortLastBatch {
+            rows,
             examples,
             batch,
             ranks,
-        });
+        }),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 #[cfg(test)]

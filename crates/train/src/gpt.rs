@@ -265,7 +265,7 @@ impl<V: TrainValue> GptTrainer<V> {
     pub fn set_world(&mut self, world: World) -> Result<()> {
         self.world = world;
         let world = &self.world;
-        dp::check_batch(world, self.cfg.batch)?;
+        dp::check_batch(world.size(), self.cfg.batch)?;
         if world.size() > 1 && self.cfg.model.dropout > 0.0 {
             return Err(TrainError::DropoutOnRanks {
                 dropout: self.cfg.model.dropout,
