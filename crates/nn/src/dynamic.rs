@@ -8,7 +8,7 @@
 //! `2.bias`: the layer's position), and prints itself as the `nn.Sequential` expression that
 //! loads its `state_dict` ([`DynSequential::torch_expr`]).
 
-use crate::error::{NnError, Result};
+use crate::error::{NnError, Result, ValueProblem};
 use crate::layers::{conv2d_init, linear_init, Layer, Mode};
 use crate::ops::{Ops, Var};
 use torchlean_spec::{Conv2dSpec, Op, PoolKind, Shape, Tensor, UnaryOp};
@@ -38,11 +38,10 @@ impl DynLinear {
             _ => Err(NnError::Invalid {
                 what: "linear layer",
                 layer: String::new(),
-                reason: format!(
-                    "a weight of shape {} and a bias of shape {} (want [out, in] and [out])",
-                    weight.shape(),
-                    bias.shape()
-                ),
+                problem: ValueProblem::LinearShapes {
+                    weight: weight.shape().clone(),
+                    bias: bias.shape().clone(),
+                },
             }),
         }
     }

@@ -52,13 +52,15 @@ pub enum NnError {
     #[error("no parameter `{name}`")]
     NoSuchParam { name: String },
 
-    /// A value a layer cannot take (an embedding id out of range, a dropout probability out of
-    /// `[0, 1)`), naming the layer and what was given.
-    #[error("{}{what}: {reason}", at_layer(.layer))]
+    /// A size, setting or input a layer or model cannot take (a dropout probability out of
+    /// `[0, 1)`, a context longer than the block), naming what (`what`), the layer, and the
+    /// problem as a value a caller can match on.
+    #[error("{}{what}", at_layer(.layer))]
     Invalid {
         what: &'static str,
         layer: String,
-        reason: String,
+        #[source]
+        problem: ValueProblem,
     },
 
     /// A recorded program that cannot be written as `torchlean.ir.v1`.
@@ -112,7 +114,7 @@ pub enum NnError {
     /// of range, a label smoothing or a soft target outside `[0, 1]`, a mean over no elements),
     /// naming the loss (its CLI name), the layer and the shapes of the output and the target.
     #[error(
-        "{}loss `{loss}` on output {output} and target {target}: {reason}",
+        "{}loss `{loss}` on output {output} and target {target}",
         at_layer(.layer)
     )]
     Loss {
@@ -120,7 +122,8 @@ pub enum NnError {
         layer: String,
         output: Shape,
         target: Shape,
-        reason: String,
+        #[source]
+        problem: crate::loss::LossProblem,
     },
 
     // --- state_dict ---
@@ -173,6 +176,41 @@ impl From<RuntimeError> for NnError {
             source,
         }
     }
+}
+
+/// What is wrong with a value given to a layer or a model ([`NnError::Invalid`]).
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum ValueProblem {
+    /// A size that must be positive.
+    #[error("{name} is 0")]
+    ZeroSize { name: &'static str },
+    /// A feature count that does not split into equal heads.
+    #[error("n_embd {features} is not a multiple of n_head {heads}")]
+    HeadSplit { features: usize, heads: usize },
+    /// A probability outside `[0, 1)`: `name` says which.
+    #[error("{name} {value} is not in [0, 1)")]
+    Probability { name: &'static str, value: f64 },
+    /// Token ids that do not make `batch` equal, non-empty rows.
+    #[error("{ids} ids do not make {batch} equal non-empty rows")]
+    Rows { ids: usize, batch: usize },
+    /// A context longer than the model's block.
+    #[error("a context of {tokens} tokens is longer than the block of {block}")]
+    Context { tokens: usize, block: usize },
+    /// Not one target per id.
+    #[error("{targets} targets for {ids} ids")]
+    Targets { targets: usize, ids: usize },
+    /// Not one id per element of the batch's shape.
+    #[error("{ids} ids for a batch of shape {batch:?}")]
+    Ids { ids: usize, batch: Vec<usize> },
+    /// An input of another shape than the layer takes (`expected` in the layer's words).
+    #[error("expects {expected}, got {got}")]
+    Input { expected: String, got: Shape },
+    /// A linear layer's initial weight and bias that are not `[out, in]` and `[out]`.
+    #[error("a weight of shape {weight} and a bias of shape {bias} (want [out, in] and [out])")]
+    LinearShapes { weight: Shape, bias: Shape },
+    /// A batch size an imported model was not prepared for.
+    #[error("not prepared for batch size {batch} (ImportedNet::prepare)")]
+    Unprepared { batch: usize },
 }
 
 fn at_layer(layer: &str) -> String {

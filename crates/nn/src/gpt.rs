@@ -15,7 +15,7 @@
 //! the residual projections (`c_proj`) `N(0, (0.02/√(2·n_layer))²)`, layer norms ones and zeros.
 
 use crate::dynamic::{DynLayerNorm, DynLinear};
-use crate::error::{NnError, Result};
+use crate::error::{NnError, Result, ValueProblem};
 use crate::layers::{dropout, normal, Dropout, Layer, Mode};
 use crate::ops::{Ops, Var};
 use torchlean_spec::{GeluApprox, Op, Reduction, Shape, Tensor, UnaryOp};
@@ -43,10 +43,10 @@ const INIT_STD: f64 = 0.02;
 impl GptConfig {
     /// Every size positive, `n_embd` a multiple of `n_head`, `dropout` in `[0, 1)`.
     pub fn validate(&self) -> Result<()> {
-        let bad = |reason: String| NnError::Invalid {
+        let bad = |problem| NnError::Invalid {
             what: "GPT configuration",
             layer: String::new(),
-            reason,
+            problem,
         };
         for (name, v) in [
             ("vocab", self.vocab),
@@ -56,17 +56,20 @@ impl GptConfig {
             ("n_embd", self.n_embd),
         ] {
             if v == 0 {
-                return Err(bad(format!("{name} is 0")));
+                return Err(bad(ValueProblem::ZeroSize { name }));
             }
         }
         if !self.n_embd.is_multiple_of(self.n_head) {
-            return Err(bad(format!(
-                "n_embd {} is not a multiple of n_head {}",
-                self.n_embd, self.n_head
-            )));
+            return Err(bad(ValueProblem::HeadSplit {
+                features: self.n_embd,
+                heads: self.n_head,
+            }));
         }
         if !(0.0..1.0).contains(&self.dropout) {
-            return Err(bad(format!("dropout {} is not in [0, 1)", self.dropout)));
+            return Err(bad(ValueProblem::Probability {
+                name: "dropout",
+                value: self.dropout,
+            }));
         }
         Ok(())
     }
@@ -225,7 +228,10 @@ impl Gpt {
             return Err(NnError::Invalid {
                 what: "GPT targets",
                 layer: ops.scope_path(),
-                reason: format!("{} targets for {} ids", targets.len(), ids.len()),
+                problem: ValueProblem::Targets {
+                    targets: targets.len(),
+                    ids: ids.len(),
+                },
             });
         }
         let logits = self.logits(ops, ids, batch, mode)?;
@@ -235,22 +241,20 @@ impl Gpt {
 
     /// The context length of `n` ids in `batch` rows: `n / batch`, at most the block.
     fn context<O: Ops>(&self, ops: &O, n: usize, batch: usize) -> Result<usize> {
-        let bad = |reason: String| NnError::Invalid {
+        let bad = |problem| NnError::Invalid {
             what: "GPT input",
             layer: ops.scope_path(),
-            reason,
+            problem,
         };
         if batch == 0 || n == 0 || !n.is_multiple_of(batch) {
-            return Err(bad(format!(
-                "{n} ids do not make {batch} equal non-empty rows"
-            )));
+            return Err(bad(ValueProblem::Rows { ids: n, batch }));
         }
         let t = n / batch;
         if t > self.cfg.block {
-            return Err(bad(format!(
-                "a context of {t} tokens is longer than the block of {}",
-                self.cfg.block
-            )));
+            return Err(bad(ValueProblem::Context {
+                tokens: t,
+                block: self.cfg.block,
+            }));
         }
         Ok(t)
     }

@@ -13,7 +13,7 @@
 //! - `Conv2d(inC, outC, k)`: the same with fan-in `inC·kH·kW`.
 
 use crate::dynamic::{flatten, DynConv2d, DynLayerNorm, DynLinear};
-use crate::error::{NnError, Result};
+use crate::error::{NnError, Result, ValueProblem};
 use crate::ops::{Ops, Var};
 use std::marker::PhantomData;
 use torchlean_spec::ops::uniform_at;
@@ -446,7 +446,10 @@ pub fn dropout<D>(p: f64, seed: u64) -> Result<Dropout<D>> {
         return Err(NnError::Invalid {
             what: "dropout",
             layer: String::new(),
-            reason: format!("the probability {p} is not in [0, 1)"),
+            problem: ValueProblem::Probability {
+                name: "the probability",
+                value: p,
+            },
         });
     }
     Ok(Dropout {
@@ -507,7 +510,10 @@ impl<const V: usize, const D: usize> Embedding<V, D> {
             return Err(NnError::Invalid {
                 what: "embedding",
                 layer: ops.scope_path(),
-                reason: format!("{} ids for a batch of shape {batch:?}", ids.len()),
+                problem: ValueProblem::Ids {
+                    ids: ids.len(),
+                    batch: batch.to_vec(),
+                },
             });
         }
         let w = ops.param("weight", &self.weight)?;
@@ -640,7 +646,10 @@ impl<const D: usize, const H: usize> MultiHeadAttention<D, H> {
             return Err(NnError::Invalid {
                 what: "multi-head attention",
                 layer: String::new(),
-                reason: format!("{D} features do not split into {H} heads"),
+                problem: ValueProblem::HeadSplit {
+                    features: D,
+                    heads: H,
+                },
             });
         }
         let xavier = (6.0 / (D + 3 * D).max(1) as f64).sqrt();
@@ -681,7 +690,10 @@ impl<const D: usize, const H: usize> Layer for MultiHeadAttention<D, H> {
             return Err(NnError::Invalid {
                 what: "multi-head attention",
                 layer: ops.scope_path(),
-                reason: format!("expects [N, T, {D}] tokens, got {}", x.shape()),
+                problem: ValueProblem::Input {
+                    expected: format!("[N, T, {D}] tokens"),
+                    got: x.shape().clone(),
+                },
             });
         };
         let w = ops.param("in_proj_weight", &self.in_proj_weight)?;

@@ -58,10 +58,10 @@ pub mod state;
 pub mod zoo;
 
 pub use dynamic::{Dyn, DynConv2d, DynLayer, DynLayerNorm, DynLinear, DynSequential};
-pub use error::{NnError, Result};
+pub use error::{NnError, Result, ValueProblem};
 pub use gpt::{Gpt, GptConfig};
 pub use layers::{Features, Image, Layer, Mode, Seq};
-pub use loss::{Loss, Target};
+pub use loss::{Loss, LossProblem, Target};
 pub use ops::{Ops, Var};
 pub use program::{IrProgram, ParamNaming, Program};
 pub use record::{IrExport, Leaf, LeafKind, Recorded, RecordedRun, Recorder};

@@ -99,68 +99,64 @@ impl Loss {
         target: &Target<'_>,
         reduction: Reduction,
     ) -> Result<Var> {
-        let refuse = |reason: String| NnError::Loss {
+        let refuse = |problem| NnError::Loss {
             loss: self.name(),
             layer: ops.scope_path(),
             output: output.shape().clone(),
             target: target.shape(),
-            reason,
+            problem,
         };
         if reduction == Reduction::Mean && output.shape().size() == 0 {
-            return Err(refuse(
-                "the mean over no elements is undefined (PyTorch gives NaN)".into(),
-            ));
+            return Err(refuse(LossProblem::EmptyMean));
         }
         match (*self, *target) {
             (Loss::Mse, Target::Values(t)) => {
-                same_shape(output, t).map_err(refuse)?;
+                same_shape(output, t).map_err(|()| refuse(LossProblem::TargetShape))?;
                 mse(ops, output, t, reduction)
             }
             (Loss::BceWithLogits, Target::Values(t)) => {
-                same_shape(output, t).map_err(refuse)?;
+                same_shape(output, t).map_err(|()| refuse(LossProblem::TargetShape))?;
                 if let Some((i, v)) = t
                     .data()
                     .iter()
                     .enumerate()
                     .find(|(_, v)| !(0.0..=1.0).contains(*v))
                 {
-                    return Err(refuse(format!("target element {i} is {v}, outside [0, 1]")));
+                    return Err(refuse(LossProblem::TargetRange {
+                        element: i,
+                        value: *v,
+                    }));
                 }
                 bce_with_logits(ops, output, t, reduction)
             }
             (Loss::CrossEntropy { label_smoothing }, Target::Labels(labels)) => {
                 if !(0.0..=1.0).contains(&label_smoothing) {
-                    return Err(refuse(format!(
-                        "label smoothing {label_smoothing} is outside [0, 1]"
-                    )));
+                    return Err(refuse(LossProblem::Smoothing {
+                        value: label_smoothing,
+                    }));
                 }
                 let &[n, c] = output.shape().dims() else {
-                    return Err(refuse("the logits must be [N, C]".into()));
+                    return Err(refuse(LossProblem::LogitsRank));
                 };
                 if labels.len() != n {
-                    return Err(refuse(format!(
-                        "{} labels for {n} rows of logits",
-                        labels.len()
-                    )));
+                    return Err(refuse(LossProblem::LabelCount {
+                        labels: labels.len(),
+                        rows: n,
+                    }));
                 }
                 if let Some((i, l)) = labels.iter().enumerate().find(|(_, &l)| l >= c) {
-                    let valid = match c {
-                        0 => "no label is valid".to_string(),
-                        c => format!("labels 0 to {}", c - 1),
-                    };
-                    return Err(refuse(format!(
-                        "row {i}'s label is {l}, but the logits have {c} classes ({valid})"
-                    )));
+                    return Err(refuse(LossProblem::Label {
+                        row: i,
+                        label: *l,
+                        classes: c,
+                    }));
                 }
                 cross_entropy(ops, output, labels, c, label_smoothing, reduction)
             }
-            (Loss::Mse | Loss::BceWithLogits, Target::Labels(_)) => Err(refuse(
-                "the target must be values of the output's shape, not class labels".into(),
-            )),
-            (Loss::CrossEntropy { .. }, Target::Values(_)) => Err(refuse(
-                "the target must be integer class labels (probability targets are not supported)"
-                    .into(),
-            )),
+            (Loss::Mse | Loss::BceWithLogits, Target::Labels(_)) => {
+                Err(refuse(LossProblem::LabelsGiven))
+            }
+            (Loss::CrossEntropy { .. }, Target::Values(_)) => Err(refuse(LossProblem::ValuesGiven)),
         }
     }
 }
@@ -191,12 +187,48 @@ impl FromStr for Loss {
     }
 }
 
-fn same_shape(output: &Var, target: &Tensor<f64>) -> std::result::Result<(), String> {
+fn same_shape(output: &Var, target: &Tensor<f64>) -> std::result::Result<(), ()> {
     if output.shape() == target.shape() {
         Ok(())
     } else {
-        Err("the target must have the output's shape (no broadcasting)".into())
+        Err(())
     }
+}
+
+/// What a loss cannot take ([`NnError::Loss`]).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LossProblem {
+    #[error("the mean over no elements is undefined (PyTorch gives NaN)")]
+    EmptyMean,
+    /// Value targets of another shape than the output.
+    #[error("the target must have the output's shape (no broadcasting)")]
+    TargetShape,
+    /// A probability target outside `[0, 1]` (`element` row-major).
+    #[error("target element {element} is {value}, outside [0, 1]")]
+    TargetRange { element: usize, value: f64 },
+    #[error("label smoothing {value} is outside [0, 1]")]
+    Smoothing { value: f64 },
+    /// Cross-entropy logits that are not `[N, C]`.
+    #[error("the logits must be [N, C]")]
+    LogitsRank,
+    #[error("{labels} labels for {rows} rows of logits")]
+    LabelCount { labels: usize, rows: usize },
+    /// A class label at or past the class count.
+    #[error("row {row}'s label is {label}, but the logits have {classes} classes ({})", match .classes {
+        0 => "no label is valid".to_string(),
+        c => format!("labels 0 to {}", c - 1),
+    })]
+    Label {
+        row: usize,
+        label: usize,
+        classes: usize,
+    },
+    /// Class labels for a loss of values.
+    #[error("the target must be values of the output's shape, not class labels")]
+    LabelsGiven,
+    /// Values for a loss of class labels.
+    #[error("the target must be integer class labels (probability targets are not supported)")]
+    ValuesGiven,
 }
 
 /// The mean of every element of `x`: a rank-1 view, then `reduce_mean` (a sum divided by the

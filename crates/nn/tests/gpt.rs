@@ -5,7 +5,9 @@
 
 use std::collections::BTreeMap;
 use torchlean_engine_cpu::CpuF64;
-use torchlean_nn::{Gpt, GptConfig, LeafKind, Mode, Recorder, Session, Sweep, Swept};
+use torchlean_nn::{
+    Gpt, GptConfig, LeafKind, Mode, NnError, Recorder, Session, Sweep, Swept, ValueProblem,
+};
 use torchlean_runtime::Kernels;
 use torchlean_spec::Tensor;
 
@@ -185,25 +187,45 @@ fn gradients_agree_with_finite_differences_and_the_reference_engine() {
 
 #[test]
 fn bad_sizes_and_inputs_are_errors_naming_them() {
-    let bad = |cfg: GptConfig| Gpt::new(cfg, 0).unwrap_err().to_string();
-    assert!(bad(GptConfig {
-        n_head: 3,
-        ..tiny()
-    })
-    .contains("n_head 3"));
-    assert!(bad(GptConfig { vocab: 0, ..tiny() }).contains("vocab is 0"));
-    assert!(bad(GptConfig {
-        dropout: 1.0,
-        ..tiny()
-    })
-    .contains("dropout"));
+    let problem = |e: NnError| match e {
+        NnError::Invalid { problem, .. } => problem,
+        other => panic!("not an invalid value: {other:?}"),
+    };
+    let bad = |cfg: GptConfig| problem(Gpt::new(cfg, 0).unwrap_err());
+    assert_eq!(
+        bad(GptConfig {
+            n_head: 3,
+            ..tiny()
+        }),
+        ValueProblem::HeadSplit {
+            features: tiny().n_embd,
+            heads: 3
+        }
+    );
+    assert_eq!(
+        bad(GptConfig { vocab: 0, ..tiny() }),
+        ValueProblem::ZeroSize { name: "vocab" }
+    );
+    assert_eq!(
+        bad(GptConfig {
+            dropout: 1.0,
+            ..tiny()
+        }),
+        ValueProblem::Probability {
+            name: "dropout",
+            value: 1.0
+        }
+    );
     let gpt = Gpt::new(tiny(), 0).unwrap();
     let mut s = Session::<CpuF64>::new();
-    let e = gpt
-        .logits(&mut s, &[1; 14], 2, Mode::Eval)
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("longer than the block of 6"), "{e}");
+    let e = gpt.logits(&mut s, &[1; 14], 2, Mode::Eval).unwrap_err();
+    assert_eq!(
+        problem(e),
+        ValueProblem::Context {
+            tokens: 7,
+            block: 6
+        }
+    );
     let e = gpt
         .logits(&mut s, &[1, 11, 2], 1, Mode::Eval)
         .unwrap_err()
@@ -212,11 +234,8 @@ fn bad_sizes_and_inputs_are_errors_naming_them() {
         e.contains("element 1 is 11") && e.contains("[0, 11)"),
         "{e}"
     );
-    let e = gpt
-        .loss(&mut s, &[1, 2], &[3], 1, Mode::Eval)
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("1 targets for 2 ids"), "{e}");
+    let e = gpt.loss(&mut s, &[1, 2], &[3], 1, Mode::Eval).unwrap_err();
+    assert_eq!(problem(e), ValueProblem::Targets { targets: 1, ids: 2 });
 }
 
 #[test]

@@ -351,8 +351,14 @@ fn the_recorded_and_exported_program_gives_the_eager_value_and_gradient_bitwise(
 
 /// Applies `loss` to an input of shape `output` in scope `head`, in a session and in a
 /// recorder; both must refuse it, with the same [`NnError::Loss`] naming the loss, the layer
-/// and the two shapes, before applying any op. Returns the message.
-fn refused(loss: Loss, output: &[usize], target: Target<'_>, reduction: Reduction) -> String {
+/// and the two shapes, before applying any op. Returns the problem and the message with its
+/// source, as the command line prints it.
+fn refused(
+    loss: Loss,
+    output: &[usize],
+    target: Target<'_>,
+    reduction: Reduction,
+) -> (LossProblem, String) {
     let x = Tensor::full(Shape::from(output), 0.5).unwrap();
     let mut s = Session::<Tensor<f64>>::new();
     let xv = s.input("x", &x, true).unwrap();
@@ -361,30 +367,31 @@ fn refused(loss: Loss, output: &[usize], target: Target<'_>, reduction: Reductio
         .scoped("head", |s| loss.apply(s, &xv, &target, reduction))
         .unwrap_err();
     assert_eq!(s.tape_len(), before, "{e}: nothing was applied");
-    match &e {
+    let problem = match &e {
         NnError::Loss {
             loss: name,
             layer,
             output: o,
             target: t,
-            ..
+            problem,
         } => {
             assert_eq!(*name, loss.name());
             assert_eq!(layer, "head");
             assert_eq!(o, &Shape::from(output));
             assert_eq!(t, &target.shape());
+            problem.clone()
         }
         other => panic!("not a loss error: {other:?}"),
-    }
+    };
     let msg = e.to_string();
-    assert!(
-        msg.starts_with(&format!(
-            "layer `head`: loss `{}` on output {} and target {}: ",
+    assert_eq!(
+        msg,
+        format!(
+            "layer `head`: loss `{}` on output {} and target {}",
             loss.name(),
             Shape::from(output),
             target.shape()
-        )),
-        "{msg}"
+        )
     );
     let mut r = Recorder::new();
     let xv = r.input("x", &x, true).unwrap();
@@ -393,8 +400,17 @@ fn refused(loss: Loss, output: &[usize], target: Target<'_>, reduction: Reductio
         .unwrap_err();
     assert_eq!(r.len(), 0, "{e}: nothing was recorded");
     assert_eq!(e.to_string(), msg, "the recorder says the same");
-    msg
+    // (by the debug text: a NaN setting is not equal to itself)
+    assert!(
+        matches!(&e, NnError::Loss { problem: p, .. } if format!("{p:?}") == format!("{problem:?}")),
+        "{e:?}"
+    );
+    (problem.clone(), format!("{msg}: {problem}"))
 }
+
+/// A loss, its output's shape, a target and a reduction, with the problem and the words it is
+/// refused with.
+type Refusal<'a> = (Loss, &'a [usize], Target<'a>, Reduction, LossProblem, &'a str);
 
 #[test]
 fn bad_input_is_refused_naming_the_loss_the_layer_and_the_shapes() {
@@ -405,30 +421,33 @@ fn bad_input_is_refused_naming_the_loss_the_layer_and_the_shapes() {
     let below = Tensor::new([2, 3], vec![0.0, 1.0, 0.5, -0.25, 0.0, 0.0]).unwrap();
     let nan = Tensor::new([2, 3], vec![0.0, 1.0, 0.5, 0.0, f64::NAN, 0.0]).unwrap();
     let empty = Tensor::full(Shape::from([0, 3]), 0.0).unwrap();
+    use LossProblem as P;
     use Reduction::{Mean, Sum};
     #[rustfmt::skip]
-    let table: Vec<(Loss, &[usize], Target<'_>, Reduction, &str)> = vec![
-        (ce(0.0), &[2, 3], Target::Labels(&[0, 3]), Mean, "row 1's label is 3, but the logits have 3 classes (labels 0 to 2)"),
-        (ce(0.1), &[2, 3], Target::Labels(&[7, 0]), Sum, "row 0's label is 7, but the logits have 3 classes (labels 0 to 2)"),
-        (ce(0.0), &[2, 3], Target::Labels(&[0, 1, 2]), Mean, "3 labels for 2 rows of logits"),
-        (ce(0.0), &[3], Target::Labels(&[0]), Mean, "the logits must be [N, C]"),
-        (ce(0.0), &[2, 3, 4], Target::Labels(&[0, 1]), Sum, "the logits must be [N, C]"),
-        (ce(-0.1), &[2, 3], Target::Labels(&[0, 1]), Mean, "label smoothing -0.1 is outside [0, 1]"),
-        (ce(1.5), &[2, 3], Target::Labels(&[0, 1]), Mean, "label smoothing 1.5 is outside [0, 1]"),
-        (ce(f64::NAN), &[2, 3], Target::Labels(&[0, 1]), Sum, "label smoothing NaN is outside [0, 1]"),
-        (ce(0.0), &[2, 3], Target::Values(&t23), Mean, "must be integer class labels"),
-        (Loss::Mse, &[2, 3], Target::Labels(&[0, 1]), Mean, "not class labels"),
-        (Loss::Mse, &[2, 3], Target::Values(&t32), Sum, "the target must have the output's shape"),
-        (Loss::Mse, &[0, 3], Target::Values(&empty), Mean, "the mean over no elements"),
-        (Loss::BceWithLogits, &[2, 3], Target::Labels(&[0, 1]), Sum, "not class labels"),
-        (Loss::BceWithLogits, &[3, 2], Target::Values(&t23), Mean, "the target must have the output's shape"),
-        (Loss::BceWithLogits, &[2, 3], Target::Values(&above), Mean, "target element 2 is 1.5, outside [0, 1]"),
-        (Loss::BceWithLogits, &[2, 3], Target::Values(&below), Sum, "target element 3 is -0.25, outside [0, 1]"),
-        (Loss::BceWithLogits, &[2, 3], Target::Values(&nan), Mean, "target element 4 is NaN, outside [0, 1]"),
-        (Loss::BceWithLogits, &[0, 3], Target::Values(&empty), Mean, "the mean over no elements"),
+    let table: Vec<Refusal<'_>> = vec![
+        (ce(0.0), &[2, 3], Target::Labels(&[0, 3]), Mean, P::Label { row: 1, label: 3, classes: 3 }, "row 1's label is 3, but the logits have 3 classes (labels 0 to 2)"),
+        (ce(0.1), &[2, 3], Target::Labels(&[7, 0]), Sum, P::Label { row: 0, label: 7, classes: 3 }, "row 0's label is 7, but the logits have 3 classes (labels 0 to 2)"),
+        (ce(0.0), &[2, 3], Target::Labels(&[0, 1, 2]), Mean, P::LabelCount { labels: 3, rows: 2 }, "3 labels for 2 rows of logits"),
+        (ce(0.0), &[3], Target::Labels(&[0]), Mean, P::LogitsRank, "the logits must be [N, C]"),
+        (ce(0.0), &[2, 3, 4], Target::Labels(&[0, 1]), Sum, P::LogitsRank, "the logits must be [N, C]"),
+        (ce(-0.1), &[2, 3], Target::Labels(&[0, 1]), Mean, P::Smoothing { value: -0.1 }, "label smoothing -0.1 is outside [0, 1]"),
+        (ce(1.5), &[2, 3], Target::Labels(&[0, 1]), Mean, P::Smoothing { value: 1.5 }, "label smoothing 1.5 is outside [0, 1]"),
+        (ce(f64::NAN), &[2, 3], Target::Labels(&[0, 1]), Sum, P::Smoothing { value: f64::NAN }, "label smoothing NaN is outside [0, 1]"),
+        (ce(0.0), &[2, 3], Target::Values(&t23), Mean, P::ValuesGiven, "must be integer class labels"),
+        (Loss::Mse, &[2, 3], Target::Labels(&[0, 1]), Mean, P::LabelsGiven, "not class labels"),
+        (Loss::Mse, &[2, 3], Target::Values(&t32), Sum, P::TargetShape, "the target must have the output's shape"),
+        (Loss::Mse, &[0, 3], Target::Values(&empty), Mean, P::EmptyMean, "the mean over no elements"),
+        (Loss::BceWithLogits, &[2, 3], Target::Labels(&[0, 1]), Sum, P::LabelsGiven, "not class labels"),
+        (Loss::BceWithLogits, &[3, 2], Target::Values(&t23), Mean, P::TargetShape, "the target must have the output's shape"),
+        (Loss::BceWithLogits, &[2, 3], Target::Values(&above), Mean, P::TargetRange { element: 2, value: 1.5 }, "target element 2 is 1.5, outside [0, 1]"),
+        (Loss::BceWithLogits, &[2, 3], Target::Values(&below), Sum, P::TargetRange { element: 3, value: -0.25 }, "target element 3 is -0.25, outside [0, 1]"),
+        (Loss::BceWithLogits, &[2, 3], Target::Values(&nan), Mean, P::TargetRange { element: 4, value: f64::NAN }, "target element 4 is NaN, outside [0, 1]"),
+        (Loss::BceWithLogits, &[0, 3], Target::Values(&empty), Mean, P::EmptyMean, "the mean over no elements"),
     ];
-    for (loss, shape, target, reduction, want) in table {
-        let msg = refused(loss, shape, target, reduction);
+    for (loss, shape, target, reduction, problem, want) in table {
+        let (got, msg) = refused(loss, shape, target, reduction);
+        // NaN settings compare by their text
+        assert_eq!(format!("{got:?}"), format!("{problem:?}"), "{msg}");
         assert!(msg.contains(want), "{msg:?} does not say {want:?}");
     }
     // the edges of what is accepted: ε = 0 and 1, targets exactly 0 and 1, a sum over nothing

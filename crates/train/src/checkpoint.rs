@@ -23,7 +23,7 @@
 //! Invariant: the checksum entry is the only part of a saved file not covered by its value,
 //! and [`Checkpoint::load`] never returns it in `metadata`.
 
-use crate::error::{Result, TrainError};
+use crate::error::{CheckpointProblem, Result, TrainError};
 use std::collections::BTreeMap;
 use std::path::Path;
 use torchlean_ir::{safetensors_bytes, write_atomically};
@@ -78,21 +78,24 @@ impl Checkpoint {
     pub fn torchlean_metadata(
         &self,
         path: &Path,
-        format: &str,
-        what: &str,
+        format: &'static str,
+        what: &'static str,
     ) -> Result<serde_json::Value> {
-        let bad = |reason: String| TrainError::Checkpoint {
+        let bad = |problem| TrainError::Checkpoint {
             path: path.to_path_buf(),
-            reason,
+            problem,
         };
         let meta = self
             .metadata
             .get("torchlean")
-            .ok_or_else(|| bad(format!("no `torchlean` metadata: not a torchlean {what}")))?;
+            .ok_or_else(|| bad(CheckpointProblem::NotTorchlean { what }))?;
         let meta: serde_json::Value =
             serde_json::from_str(meta).map_err(metadata_error(path, "torchlean"))?;
         if meta["format"] != format {
-            return Err(bad(format!("format {}, expected {format}", meta["format"])));
+            return Err(bad(CheckpointProblem::Format {
+                found: meta["format"].to_string(),
+                expected: format,
+            }));
         }
         Ok(meta)
     }

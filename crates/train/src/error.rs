@@ -333,10 +333,11 @@ pub enum TrainError {
     },
 
     /// The data does not fit the model.
-    #[error("model {arch}: {reason}")]
+    #[error("model {arch}")]
     ModelSize {
         arch: crate::model::Arch,
-        reason: String,
+        #[source]
+        problem: crate::model::SizeProblem,
     },
 
     /// A model given to the trainer that does not fit the data or the trainer.
@@ -363,10 +364,11 @@ pub enum TrainError {
     },
 
     /// The ONNX model of `train --from` imports but is no classifier of this data.
-    #[error("{}: {reason}", .path.display())]
+    #[error("{}", .path.display())]
     ImportedModel {
         path: std::path::PathBuf,
-        reason: String,
+        #[source]
+        problem: crate::imported::ImportMisfit,
     },
 
     /// A training setting out of range.
@@ -416,11 +418,13 @@ pub enum TrainError {
         source: serde_json::Error,
     },
 
-    /// A checkpoint that is readable but cannot be resumed here.
-    #[error("checkpoint {}: {reason}", .path.display())]
+    /// A checkpoint that is readable but cannot be used here: `problem` says why, as a value
+    /// a caller can match on.
+    #[error("checkpoint {}", .path.display())]
     Checkpoint {
         path: std::path::PathBuf,
-        reason: String,
+        #[source]
+        problem: CheckpointProblem,
     },
 
     /// The run stopped at a step boundary because its stop flag was set
@@ -472,6 +476,91 @@ impl TrainError {
             self
         }
     }
+}
+
+/// Why a readable checkpoint (safetensors file) cannot be used here: its `torchlean` metadata or
+/// its tensors are not what the model, the data or the engine need.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum CheckpointProblem {
+    /// A safetensors file without our metadata: `what` is the file we expected.
+    #[error("no `torchlean` metadata: not a torchlean {what}")]
+    NotTorchlean { what: &'static str },
+    /// Our metadata with another `format` (the saved value as JSON text).
+    #[error("format {found}, expected {expected}")]
+    Format {
+        found: String,
+        expected: &'static str,
+    },
+    /// A metadata member that is not there.
+    #[error("its metadata has no `{field}`")]
+    MissingField { field: &'static str },
+    /// A metadata member of the wrong JSON type: `expected` says what it should be.
+    #[error("its `{field}` is not {expected}")]
+    FieldType {
+        field: &'static str,
+        expected: &'static str,
+    },
+    /// A training checkpoint saved by an engine of another precision.
+    #[error("it holds {saved} values; resume it with --dtype {saved}")]
+    Dtype { saved: String, here: &'static str },
+    /// A classifier trained on data with other feature or class counts (as saved: absent
+    /// counts are `None`).
+    #[error(
+        "trained on {} features and {} classes, this data has {data_features} and {data_classes}",
+        count_or_null(.features),
+        count_or_null(.classes)
+    )]
+    DataShape {
+        features: Option<u64>,
+        classes: Option<u64>,
+        data_features: usize,
+        data_classes: usize,
+    },
+    /// A GPT trained on another vocabulary than the text's.
+    #[error("it was trained on a vocabulary of {saved} characters, the text has {text}")]
+    Vocabulary { saved: usize, text: usize },
+    /// A parameter of the model that the file does not hold.
+    #[error("it has no parameter `{name}`")]
+    MissingParam { name: String },
+    /// A parameter whose saved shape is not the model's.
+    #[error("`{name}` has shape {saved:?}, the model's is {model}")]
+    ParamShape {
+        name: String,
+        saved: Vec<usize>,
+        model: torchlean_spec::Shape,
+    },
+    /// A classifier whose metadata has no feature or class count.
+    #[error("its metadata has no feature or class count")]
+    NoCounts,
+    /// A classifier saved before `predict` existed: no class or feature names.
+    #[error("it names no classes or features (saved before `predict` existed): resume it with more --steps and --save it again")]
+    NoNames,
+    /// Class or feature names that do not match the saved counts.
+    #[error("its metadata names {class_names} classes and {feature_names} features, for {classes} and {features}")]
+    NameCounts {
+        class_names: usize,
+        feature_names: usize,
+        classes: usize,
+        features: usize,
+    },
+    /// An input-normalization buffer that is absent or not one value per feature.
+    #[error("no `{name}` of {features} values")]
+    MissingBuffer { name: &'static str, features: usize },
+    /// An input normalization with a scale that is not finite and positive.
+    #[error("its input normalization is not finite and positive")]
+    Normalization,
+    /// An optimizer file written by another save than the model file beside it (the save ids as
+    /// JSON text).
+    #[error("written by another save than {} (save {found} against {expected}); save again", .model.display())]
+    OtherSave {
+        model: std::path::PathBuf,
+        found: String,
+        expected: String,
+    },
+}
+
+fn count_or_null(n: &Option<u64>) -> String {
+    n.map_or_else(|| "null".to_string(), |n| n.to_string())
 }
 
 fn compiled_anomaly(e: &torchlean_compiled::CompiledError) -> Option<&torchlean_runtime::Anomaly> {

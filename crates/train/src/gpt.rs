@@ -25,7 +25,7 @@ use torchlean_spec::{ops::splitmix64, Shape, Tensor};
 use crate::checkpoint::{Checkpoint, NamedTensor, OPTIMIZER_PREFIX};
 use crate::data::{CharTokenizer, Draw, Split, TextCorpus, TokenBatch};
 use crate::data_parallel as dp;
-use crate::error::{Result, TrainError};
+use crate::error::{CheckpointProblem, Result, TrainError};
 use crate::optim::{clip_grad_norm, EngineOptimizer, OptimConfig};
 use crate::trainer::{named, tensor_f64, verify_tolerance, worst_deviation, VerifySummary};
 use std::time::Instant;
@@ -604,11 +604,10 @@ impl<V: TrainValue> GptTrainer<V> {
         if saved.vocabulary != corpus.tokenizer().vocabulary() {
             return Err(TrainError::Checkpoint {
                 path: path.to_path_buf(),
-                reason: format!(
-                    "it was trained on a vocabulary of {} characters, the text has {}",
-                    saved.vocabulary.chars().count(),
-                    corpus.tokenizer().vocab_size()
-                ),
+                problem: CheckpointProblem::Vocabulary {
+                    saved: saved.vocabulary.chars().count(),
+                    text: corpus.tokenizer().vocab_size(),
+                },
             });
         }
         let mut t = GptTrainer::<V>::new(saved.config.clone(), corpus)?;
@@ -752,28 +751,36 @@ impl GptCheckpoint {
     /// Reads and checks a checkpoint [`GptTrainer::save`] wrote.
     pub fn load(path: &Path) -> Result<GptCheckpoint> {
         let ck = Checkpoint::load_checked(path)?;
-        let bad = |reason: String| TrainError::Checkpoint {
+        let bad = |problem| TrainError::Checkpoint {
             path: path.to_path_buf(),
-            reason,
+            problem,
         };
         let meta = ck.torchlean_metadata(path, GPT_CHECKPOINT_FORMAT, "GPT checkpoint")?;
         let json = |field| crate::checkpoint::metadata_error(path, field);
-        let field = |k: &str| {
-            meta.get(k)
+        let field = |field: &'static str| {
+            meta.get(field)
                 .cloned()
-                .ok_or_else(|| bad(format!("its metadata has no `{k}`")))
+                .ok_or_else(|| bad(CheckpointProblem::MissingField { field }))
         };
         let config: GptTrainConfig =
             serde_json::from_value(field("config")?).map_err(json("config"))?;
-        let number = |k: &str| -> Result<u64> {
-            field(k)?
-                .as_u64()
-                .ok_or_else(|| bad(format!("its `{k}` is not a count")))
+        let number = |k: &'static str| -> Result<u64> {
+            field(k)?.as_u64().ok_or_else(|| {
+                bad(CheckpointProblem::FieldType {
+                    field: k,
+                    expected: "a count",
+                })
+            })
         };
         let (step, evals) = (number("step")?, number("evals")?);
         let vocabulary = field("vocabulary")?
             .as_str()
-            .ok_or_else(|| bad("its `vocabulary` is not a string".into()))?
+            .ok_or_else(|| {
+                bad(CheckpointProblem::FieldType {
+                    field: "vocabulary",
+                    expected: "a string",
+                })
+            })?
             .to_string();
         CharTokenizer::from_vocabulary(&vocabulary)?;
         let optimizer_steps: BTreeMap<String, u64> =
@@ -787,13 +794,13 @@ impl GptCheckpoint {
             let t = ck
                 .tensors
                 .get(name)
-                .ok_or_else(|| bad(format!("it has no parameter `{name}`")))?;
+                .ok_or_else(|| bad(CheckpointProblem::MissingParam { name: name.clone() }))?;
             if t.shape != v.shape().dims() {
-                return Err(bad(format!(
-                    "`{name}` has shape {:?}, the model's is {}",
-                    t.shape,
-                    v.shape()
-                )));
+                return Err(bad(CheckpointProblem::ParamShape {
+                    name: name.clone(),
+                    saved: t.shape.clone(),
+                    model: v.shape().clone(),
+                }));
             }
             params.insert(
                 name.clone(),

@@ -73,10 +73,48 @@ impl std::fmt::Debug for ImportedNet {
     }
 }
 
-fn unfit(path: &Path, reason: String) -> TrainError {
+/// Why an ONNX model that imports is no classifier of the data (`train --from`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ImportMisfit {
+    #[error("the model has no graph")]
+    NoGraph,
+    /// Not exactly one graph input that is no initializer: their names.
+    #[error("a classifier takes one input, this model takes {} ({})", .inputs.len(), .inputs.join(", "))]
+    Inputs { inputs: Vec<String> },
+    #[error("its input `{input}` declares no shape")]
+    NoShape { input: String },
+    /// An input dimension after the batch one that is symbolic or not positive.
+    #[error("its input `{input}` must fix every dimension after the batch one")]
+    FreeDim { input: String },
+    #[error("its input `{input}` is a scalar; a classifier takes a batch [N, …]")]
+    Scalar { input: String },
+    /// An example of another size than the data's rows.
+    #[error("its input `{input}` takes {example:?} per example ({} values); the data has {features} features", .example.iter().product::<usize>())]
+    ExampleSize {
+        input: String,
+        example: Vec<usize>,
+        features: usize,
+    },
+    /// Not one output `[batch, classes]` at batch size `batch` (`output` is the first output's
+    /// shape, if any); `head_named` says whether `--head` already replaced the head.
+    #[error(
+        "a classifier gives one output [N, classes]; at batch {batch} this model's is {} ({outputs} output(s)) and the data has {classes} classes{}",
+        .output.as_ref().map_or("none".to_string(), |d| format!("{d:?}")),
+        if *.head_named { "" } else { "; if it is another class count, name its last linear layer's weight with --head NAME to replace it" }
+    )]
+    Output {
+        batch: usize,
+        output: Option<Vec<usize>>,
+        outputs: usize,
+        classes: usize,
+        head_named: bool,
+    },
+}
+
+fn unfit(path: &Path, problem: ImportMisfit) -> TrainError {
     TrainError::ImportedModel {
         path: path.to_path_buf(),
-        reason,
+        problem,
     }
 }
 
@@ -98,9 +136,11 @@ impl ImportedNet {
         if per_example != features {
             return Err(unfit(
                 path,
-                format!(
-                    "its input `{input}` takes {example:?} per example ({per_example} values); the data has {features} features"
-                ),
+                ImportMisfit::ExampleSize {
+                    input,
+                    example,
+                    features,
+                },
             ));
         }
         let mut replaced_head = None;
@@ -162,19 +202,15 @@ impl ImportedNet {
         let g = &imported.graph;
         let out = g.node(g.output_id).map(|o| o.shape.dims().to_vec());
         if g.output_count() != 1 || out.as_deref() != Some(&[n, self.classes][..]) {
-            let had = out.map_or("none".to_string(), |d| format!("{d:?}"));
-            let fix = if self.source.head.is_none() {
-                "; if it is another class count, name its last linear layer's weight with --head NAME to replace it"
-            } else {
-                ""
-            };
             return Err(unfit(
                 path,
-                format!(
-                    "a classifier gives one output [N, classes]; at batch {n} this model's is {had} ({} output(s)) and the data has {} classes{fix}",
-                    g.output_count(),
-                    self.classes
-                ),
+                ImportMisfit::Output {
+                    batch: n,
+                    output: out,
+                    outputs: g.output_count(),
+                    classes: self.classes,
+                    head_named: self.source.head.is_some(),
+                },
             ));
         }
         let names = imported
@@ -211,7 +247,7 @@ impl ImportedNet {
         let at = self.at_batch.get(&n).ok_or_else(|| NnError::Invalid {
             what: "imported model",
             layer: String::new(),
-            reason: format!("not prepared for batch size {n} (ImportedNet::prepare)"),
+            problem: torchlean_nn::ValueProblem::Unprepared { batch: n },
         })?;
         let program = IrProgram {
             graph: &at.imported.graph,
@@ -241,26 +277,25 @@ fn initial_params(at: &AtBatch) -> Vec<(String, Tensor<f64>)> {
 
 /// The model's one graph input (not an initializer), and its dims after the first, which
 /// must be fixed.
-fn one_input(model: &ModelProto) -> std::result::Result<(String, Vec<usize>), String> {
-    let graph = model.graph.as_ref().ok_or("the model has no graph")?;
+fn one_input(model: &ModelProto) -> std::result::Result<(String, Vec<usize>), ImportMisfit> {
+    let graph = model.graph.as_ref().ok_or(ImportMisfit::NoGraph)?;
     let inputs: Vec<_> = graph
         .input
         .iter()
         .filter(|v| !graph.initializer.iter().any(|t| t.name() == v.name()))
         .collect();
     let [v] = inputs[..] else {
-        let names: Vec<&str> = inputs.iter().map(|v| v.name()).collect();
-        return Err(format!(
-            "a classifier takes one input, this model takes {} ({})",
-            inputs.len(),
-            names.join(", ")
-        ));
+        return Err(ImportMisfit::Inputs {
+            inputs: inputs.iter().map(|v| v.name().to_string()).collect(),
+        });
     };
     let dims = match v.r#type.as_ref().and_then(|t| t.value.as_ref()) {
         Some(type_proto::Value::TensorType(t)) => t.shape.as_ref().map(|s| &s.dim),
         _ => None,
     }
-    .ok_or_else(|| format!("its input `{}` declares no shape", v.name()))?;
+    .ok_or_else(|| ImportMisfit::NoShape {
+        input: v.name().to_string(),
+    })?;
     let mut example = Vec::new();
     for d in dims.iter().skip(1) {
         match d.value {
@@ -268,18 +303,16 @@ fn one_input(model: &ModelProto) -> std::result::Result<(String, Vec<usize>), St
                 example.push(usize::try_from(n).unwrap_or(usize::MAX))
             }
             _ => {
-                return Err(format!(
-                    "its input `{}` must fix every dimension after the batch one",
-                    v.name()
-                ))
+                return Err(ImportMisfit::FreeDim {
+                    input: v.name().to_string(),
+                })
             }
         }
     }
     if dims.is_empty() {
-        return Err(format!(
-            "its input `{}` is a scalar; a classifier takes a batch [N, …]",
-            v.name()
-        ));
+        return Err(ImportMisfit::Scalar {
+            input: v.name().to_string(),
+        });
     }
     Ok((v.name().to_string(), example))
 }

@@ -34,7 +34,7 @@ pub mod trainer;
 
 pub use checkpoint::{Checkpoint, NamedTensor, TensorData};
 pub use data::{batches, epoch_order, Dataset, Standardizer};
-pub use error::{Result, TrainError};
+pub use error::{CheckpointProblem, Result, TrainError};
 pub use gpt::{GptEval, GptEvent, GptTrainConfig, GptTrainer, Sampling};
 pub use model::{Arch, Classifier, Classify, ModelMisfit};
 pub use optim::{clip_grad_norm, EngineOptimizer, OptimConfig, Optimizer, Param, ParamState};

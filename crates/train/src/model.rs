@@ -101,9 +101,7 @@ impl Classifier {
         if features == 0 || classes < 2 {
             return Err(TrainError::ModelSize {
                 arch,
-                reason: format!(
-                    "needs at least 1 feature and 2 classes, the data has {features} and {classes}"
-                ),
+                problem: SizeProblem::TooFew { features, classes },
             });
         }
         // each layer's stream: the model seed and the layer's position
@@ -151,13 +149,7 @@ impl Classifier {
                     _ => {
                         return Err(TrainError::ModelSize {
                             arch,
-                            reason: format!(
-                                "needs images of at least 2×2 pixels; the data has {features} features{}",
-                                match image {
-                                    Some((h, w)) => format!(" as {h}×{w}"),
-                                    None => " and no image shape".to_string(),
-                                }
-                            ),
+                            problem: SizeProblem::Image { features, image },
                         })
                     }
                 };
@@ -383,6 +375,23 @@ impl<const N: usize, L: Layer<In = Features<N>>> Classify for L {
     fn description(&self) -> String {
         self.describe()
     }
+}
+
+/// Why a built-in architecture cannot be sized for the data.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeProblem {
+    #[error("needs at least 1 feature and 2 classes, the data has {features} and {classes}")]
+    TooFew { features: usize, classes: usize },
+    /// A CNN on data that is no image of at least 2×2 pixels (`image` is the data's shape, if
+    /// it has one).
+    #[error("needs images of at least 2×2 pixels; the data has {features} features{}", match .image {
+        Some((h, w)) => format!(" as {h}×{w}"),
+        None => " and no image shape".to_string(),
+    })]
+    Image {
+        features: usize,
+        image: Option<(usize, usize)>,
+    },
 }
 
 /// Why a model given to [`Trainer::with_model`](crate::Trainer::with_model) does not fit the

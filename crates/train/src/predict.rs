@@ -5,7 +5,7 @@
 
 use crate::checkpoint::Checkpoint;
 use crate::data::Standardizer;
-use crate::error::{Result, TrainError};
+use crate::error::{CheckpointProblem, Result, TrainError};
 use crate::exec::EagerExec;
 use crate::model::{check_fit, Classifier, Classify};
 use crate::trainer::{
@@ -63,9 +63,9 @@ impl<M: Classify> SavedClassifier<M> {
         model: impl FnOnce(TrainConfig, usize, Option<(usize, usize)>, usize) -> Result<M>,
     ) -> Result<SavedClassifier<M>> {
         let ck = Checkpoint::load(path)?;
-        let bad = |reason: String| TrainError::Checkpoint {
+        let bad = |problem| TrainError::Checkpoint {
             path: path.to_path_buf(),
-            reason,
+            problem,
         };
         let meta = ck.torchlean_metadata(path, CHECKPOINT_FORMAT, "train checkpoint")?;
         let json = |field| crate::checkpoint::metadata_error(path, field);
@@ -74,7 +74,7 @@ impl<M: Classify> SavedClassifier<M> {
         let m = &meta["model"];
         let count = |key: &str| m[key].as_u64().map(|v| v as usize);
         let (Some(features), Some(classes)) = (count("features"), count("classes")) else {
-            return Err(bad("its metadata has no feature or class count".into()));
+            return Err(bad(CheckpointProblem::NoCounts));
         };
         let strings = |key: &str| -> Option<Vec<String>> {
             m[key]
@@ -86,26 +86,25 @@ impl<M: Classify> SavedClassifier<M> {
         let (Some(class_names), Some(feature_names)) =
             (strings("class_names"), strings("feature_names"))
         else {
-            return Err(bad(
-                "it names no classes or features (saved before `predict` existed): resume it with more --steps and --save it again".into(),
-            ));
+            return Err(bad(CheckpointProblem::NoNames));
         };
         if class_names.len() != classes || feature_names.len() != features {
-            return Err(bad(format!(
-                "its metadata names {} classes and {} features, for {classes} and {features}",
-                class_names.len(),
-                feature_names.len()
-            )));
+            return Err(bad(CheckpointProblem::NameCounts {
+                class_names: class_names.len(),
+                feature_names: feature_names.len(),
+                classes,
+                features,
+            }));
         }
-        let buffer = |name: &str| {
+        let buffer = |name: &'static str| {
             ck.tensors
                 .get(name)
                 .filter(|t| t.shape == [features])
                 .map(tensor_f64)
-                .ok_or_else(|| bad(format!("no `{name}` of {features} values")))
+                .ok_or_else(|| bad(CheckpointProblem::MissingBuffer { name, features }))
         };
         let input = Standardizer::new(buffer(INPUT_MEAN)?, buffer(INPUT_SCALE)?)
-            .ok_or_else(|| bad("its input normalization is not finite and positive".into()))?;
+            .ok_or_else(|| bad(CheckpointProblem::Normalization))?;
         let image = m["image"]
             .as_array()
             .and_then(|d| Some((d.first()?.as_u64()? as usize, d.get(1)?.as_u64()? as usize)));

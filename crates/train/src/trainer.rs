@@ -13,7 +13,7 @@
 use crate::checkpoint::{Checkpoint, NamedTensor, TensorData};
 use crate::data::{epoch_order, Dataset, Standardizer};
 use crate::data_parallel as dp;
-use crate::error::{Result, TrainError};
+use crate::error::{CheckpointProblem, Result, TrainError};
 use crate::exec::{CompiledExec, EagerExec, Exec, Interpreter, StepOut};
 use crate::imported::OnnxSource;
 use crate::model::{check_fit, Arch, Classifier, Classify};
@@ -970,18 +970,17 @@ impl<V: TrainValue, M: Classify> Trainer<V, M> {
         fresh: impl FnOnce(TrainConfig) -> Result<Self>,
     ) -> Result<Self> {
         let ck = Checkpoint::load_checked(path)?;
-        let bad = |reason: String| TrainError::Checkpoint {
+        let bad = |problem| TrainError::Checkpoint {
             path: path.to_path_buf(),
-            reason,
+            problem,
         };
         let meta = ck.torchlean_metadata(path, CHECKPOINT_FORMAT, "train checkpoint")?;
         let json = |field| crate::checkpoint::metadata_error(path, field);
         if meta["dtype"] != V::Elem::NAME {
-            return Err(bad(format!(
-                "it holds {} values; resume it with --dtype {}",
-                meta["dtype"],
-                meta["dtype"].as_str().unwrap_or("?")
-            )));
+            return Err(bad(CheckpointProblem::Dtype {
+                saved: meta["dtype"].as_str().unwrap_or("?").to_string(),
+                here: V::Elem::NAME,
+            }));
         }
         let cfg: TrainConfig =
             serde_json::from_value(meta["config"].clone()).map_err(json("config"))?;
@@ -989,31 +988,36 @@ impl<V: TrainValue, M: Classify> Trainer<V, M> {
         if features.as_u64() != Some(data.features() as u64)
             || classes.as_u64() != Some(data.classes() as u64)
         {
-            return Err(bad(format!(
-                "trained on {features} features and {classes} classes, this data has {} and {}",
-                data.features(),
-                data.classes()
-            )));
+            return Err(bad(CheckpointProblem::DataShape {
+                features: features.as_u64(),
+                classes: classes.as_u64(),
+                data_features: data.features(),
+                data_classes: data.classes(),
+            }));
         }
-        let step = meta["step"].as_u64().ok_or_else(|| bad("no step".into()))?;
+        let step = meta["step"].as_u64().ok_or_else(|| {
+            bad(CheckpointProblem::FieldType {
+                field: "step",
+                expected: "a count",
+            })
+        })?;
         let mut t = fresh(cfg)?;
         let params = model_params(ck, &t.model)?;
         t.exec = exec_for::<V, M>(&t.cfg, &params)?;
         // the engine's own precision, exactly: f32 data converted to f64 and back is the same
         let opath = optimizer_path(path);
         let oc = Checkpoint::load_checked(&opath)?;
-        let obad = |reason: String| TrainError::Checkpoint {
-            path: opath.clone(),
-            reason,
-        };
+
         let ometa = oc.torchlean_metadata(&opath, OPTIMIZER_FORMAT, "optimizer file")?;
         if ometa["save_id"] != meta["save_id"] {
-            return Err(obad(format!(
-                "written by another save than {} (save {} against {}); save again",
-                path.display(),
-                ometa["save_id"],
-                meta["save_id"]
-            )));
+            return Err(TrainError::Checkpoint {
+                path: opath.clone(),
+                problem: CheckpointProblem::OtherSave {
+                    model: path.to_path_buf(),
+                    found: ometa["save_id"].to_string(),
+                    expected: meta["save_id"].to_string(),
+                },
+            });
         }
         let mut state = BTreeMap::new();
         let steps = ometa["steps"].as_object().cloned().unwrap_or_default();

@@ -10,6 +10,7 @@ mod cuda;
 mod custom_model;
 mod data;
 mod gpt;
+mod imported;
 mod plot;
 mod trainer;
 mod twin;

@@ -12,7 +12,7 @@ use torchlean_train::exec::Interpreter;
 use torchlean_train::model::Arch;
 use torchlean_train::optim::OptimConfig;
 use torchlean_train::trainer::{optimizer_path, Quiet, Summary, TrainConfig, Trainer};
-use torchlean_train::{TrainError, TrainValue};
+use torchlean_train::{CheckpointProblem, TrainError, TrainValue};
 
 fn digits() -> Dataset {
     Dataset::digits().unwrap()
@@ -122,16 +122,54 @@ fn training_learns_the_digits() {
     assert!(s.train_after.loss < 0.5 * s.train_before.loss);
 }
 
+/// The error and its sources, as the command line prints them.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s = format!("{s}: {c}");
+        cur = c.source();
+    }
+    s
+}
+
 #[test]
 fn a_checkpoint_of_another_model_or_precision_is_refused_with_what_differs() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("mlp.safetensors");
     let t = Trainer::<CpuF32>::new(cfg(Arch::Mlp, 0), &digits()).unwrap();
     t.save(&path).unwrap();
-    let err = Trainer::<CpuF64>::resume(&path, &digits())
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("f32") && err.contains("--dtype"), "{err}");
+    let err = Trainer::<CpuF64>::resume(&path, &digits()).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            TrainError::Checkpoint {
+                problem: CheckpointProblem::Dtype { saved, here: "f64" },
+                ..
+            } if saved == "f32"
+        ),
+        "{err:?}"
+    );
+    assert!(chain(&err).contains("resume it with --dtype f32"), "{err}");
+    // data of another width: the counts, saved and given
+    let csv = "a,b,label\n1,2,x\n3,4,y\n5,6,x\n";
+    let other = Dataset::from_csv_str(csv, "two.csv", "label").unwrap();
+    let err = Trainer::<CpuF32>::resume(&path, &other).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            TrainError::Checkpoint {
+                problem: CheckpointProblem::DataShape {
+                    features: Some(64),
+                    classes: Some(10),
+                    data_features: 2,
+                    data_classes: 2,
+                },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     // the same file with one parameter removed and one mis-shaped: every name is listed
     let (mut ck, optim) = t.checkpoint().unwrap();
     ck.tensors.remove("2.bias");
@@ -204,12 +242,16 @@ fn the_model_file_holds_the_parameters_and_the_input_normalization_and_the_optim
     let other = dir.path().join("other.safetensors");
     t.save(&other).unwrap();
     std::fs::copy(optimizer_path(&other), optimizer_path(&path)).unwrap();
-    let err = Trainer::<CpuF32>::resume(&path, &digits())
-        .unwrap_err()
-        .to_string();
+    let err = Trainer::<CpuF32>::resume(&path, &digits()).unwrap_err();
     assert!(
-        err.contains("run.optim.safetensors") && err.contains("another save"),
-        "{err}"
+        matches!(
+            &err,
+            TrainError::Checkpoint {
+                path: optim,
+                problem: CheckpointProblem::OtherSave { model, .. },
+            } if optim == &optimizer_path(&path) && model == &path
+        ),
+        "{err:?}"
     );
     // a missing one too
     std::fs::remove_file(optimizer_path(&path)).unwrap();
