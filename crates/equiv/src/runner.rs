@@ -264,16 +264,26 @@ pub fn run_observations(
     cases: &Cases,
     engines: &[&dyn EngineUnderTest],
 ) -> Observations {
-    let run = |f: Family| -> Vec<Vec<Observation>> {
-        cases
-            .of(f)
-            .par_iter()
-            .map(|c| f.observe(c, engines, cfg))
-            .collect()
-    };
+    // One parallel pass over both families, the exact cases first, one case per task: a case
+    // costs from well under a millisecond to a third of a second (big rationals), and rayon
+    // otherwise hands each thread a contiguous run of cases that it works through alone. With
+    // two threads one took the 113 cheap cases and sat idle for two thirds of the run while
+    // the other did the 37 dearest (1.29 CPUs busy: 1.4 s at two threads for 1.7 s at one).
+    let work: Vec<(Family, &GenCase)> = cases
+        .exact
+        .iter()
+        .map(|c| (Family::Exact, c))
+        .chain(cases.float.iter().map(|c| (Family::Float, c)))
+        .collect();
+    let mut observed: Vec<Vec<Observation>> = work
+        .par_iter()
+        .with_max_len(1)
+        .map(|(f, c)| f.observe(c, engines, cfg))
+        .collect();
+    let float = observed.split_off(cases.exact.len());
     Observations {
-        float: run(Family::Float),
-        exact: run(Family::Exact),
+        float,
+        exact: observed,
         singular: dense_skipping_avoids_nan(),
         zoo: engines.iter().flat_map(|e| e.zoo()).collect(),
         fixed: engines.par_iter().flat_map(|e| e.fixed()).collect(),

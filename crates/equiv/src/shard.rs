@@ -37,6 +37,7 @@ pub fn check_sharded(
         let all = cases.of(family);
         let observed: Vec<Vec<Observation>> = all[world.share(all.len())]
             .par_iter()
+            .with_max_len(1) // one case per task, as run_observations does
             .map(|c| family.observe(c, engines, cfg))
             .collect();
         mine.push(Value::Array(

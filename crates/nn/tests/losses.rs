@@ -410,7 +410,14 @@ fn refused(
 
 /// A loss, its output's shape, a target and a reduction, with the problem and the words it is
 /// refused with.
-type Refusal<'a> = (Loss, &'a [usize], Target<'a>, Reduction, LossProblem, &'a str);
+type Refusal<'a> = (
+    Loss,
+    &'a [usize],
+    Target<'a>,
+    Reduction,
+    LossProblem,
+    &'a str,
+);
 
 #[test]
 fn bad_input_is_refused_naming_the_loss_the_layer_and_the_shapes() {

@@ -225,13 +225,66 @@ fn relu_chain_all(threads: usize, reps: usize) -> Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// The checker on the default seed's graphs, generated once outside the timing: what is timed is
-/// every claim on every graph (`run_observations`) and their rows. The graphs come from the
-/// generator, which changes with the kinds and regimes; `graph_set` (a hash of the graphs, their
-/// payloads and inputs) says whether two runs checked the same ones, and only then are their
-/// times comparable. `nodes` is the work's size either way.
+/// The fixed graph set [`equiv_throughput`] checks: the 100 float and 50 exact graphs (with
+/// their payloads and inputs) that the default seed generated at `f0c7dab`, before the redesign,
+/// written once and committed. The generator's graphs change whenever the kinds or the regimes
+/// do, so a set it makes afresh would time the generator's choices, not the checker; these
+/// stay. Every kind in them still exists, and graphs keep their wire format.
+pub const EQUIV_GRAPHS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/bench-data/equiv-graphs.json");
+
+/// [`EQUIV_GRAPHS`], read: `{"float": [case], "exact": [case]}`, each case `{"graph", "payload",
+/// "inputs": [{"shape", "data"}]}` in the August 2026 graph format.
+pub fn fixed_equiv_cases() -> Result<torchlean_equiv::Cases> {
+    use serde_json::Value;
+    use torchlean_equiv::{Cases, GenCase};
+    let text = std::fs::read_to_string(EQUIV_GRAPHS)
+        .map_err(|e| format!("cannot read {EQUIV_GRAPHS}: {e}"))?;
+    let doc: Value =
+        serde_json::from_str(&text).map_err(|e| format!("{EQUIV_GRAPHS}: not JSON: {e}"))?;
+    let tensor = |v: &Value| -> Option<Tensor<f64>> {
+        let dims = v["shape"]
+            .as_array()?
+            .iter()
+            .map(|d| d.as_u64().map(|d| d as usize));
+        let data = v["data"].as_array()?.iter().map(Value::as_f64);
+        let dims: Option<Vec<usize>> = dims.collect();
+        let data: Option<Vec<f64>> = data.collect();
+        Tensor::new(Shape::new(dims?), data?).ok()
+    };
+    let family = |key: &str| -> Result<Vec<GenCase>> {
+        let cases = doc[key]
+            .as_array()
+            .ok_or_else(|| format!("{EQUIV_GRAPHS}: no `{key}` list"))?;
+        cases
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let at = |what: &str| format!("{EQUIV_GRAPHS}: {key} case {i}: {what}");
+                let graph = Graph::from_json(&c["graph"]).map_err(|e| at(&e.to_string()))?;
+                let payload = Payload::from_json(&c["payload"]).map_err(|e| at(&e.to_string()))?;
+                let inputs = c["inputs"]
+                    .as_array()
+                    .and_then(|xs| xs.iter().map(tensor).collect::<Option<Vec<_>>>())
+                    .ok_or_else(|| at("its inputs are not tensors"))?;
+                Ok(GenCase {
+                    graph,
+                    payload,
+                    inputs,
+                })
+            })
+            .collect()
+    };
+    Ok(Cases {
+        float: family("float")?,
+        exact: family("exact")?,
+    })
+}
+
+/// The checker on a fixed set of graphs ([`EQUIV_GRAPHS`]), read outside the timing: what is
+/// timed is every claim on every graph (`run_observations`) and their rows. `graph_set` (a hash
+/// of the graphs, their payloads and inputs) says that two runs checked the same ones.
 fn equiv_throughput(threads: usize, reps: usize) -> Result<Vec<Row>> {
-    use torchlean_equiv::{aggregate_rows, generate_cases, run_observations, CheckConfig};
+    use torchlean_equiv::{aggregate_rows, run_observations, CheckConfig};
     use torchlean_equiv::{EngineOf, EngineUnderTest};
     let f64e = EngineOf::<Tensor<f64>>::bitwise();
     let f32e = EngineOf::<Tensor<f32>>::with_tolerance(1e-5);
@@ -241,18 +294,15 @@ fn equiv_throughput(threads: usize, reps: usize) -> Result<Vec<Row>> {
         exact_cases: 50,
         ..CheckConfig::default()
     };
-    let cases = generate_cases(&cfg);
-    let all = || cases.float.iter().chain(&cases.exact);
-    let graphs = all().count();
-    let nodes: usize = all().map(|c| c.graph.nodes.len()).sum();
-    let mut set = Fnv::default();
-    for c in all() {
-        set.write(c.graph.to_json().to_string().as_bytes());
-        set.write(c.payload.to_json().to_string().as_bytes());
-        for v in c.inputs.iter().flat_map(|x| x.data()) {
-            set.write(&v.to_bits().to_le_bytes());
-        }
-    }
+    let cases = fixed_equiv_cases()?;
+    let graphs = cases.len();
+    let nodes: usize = cases
+        .float
+        .iter()
+        .chain(&cases.exact)
+        .map(|c| c.graph.nodes.len())
+        .sum();
+    let set = graph_set(&cases);
     let stats = measure(1, reps, || {
         let obs = run_observations(&cfg, &cases, &engines);
         let failed: Vec<String> = aggregate_rows(&obs)
@@ -277,11 +327,24 @@ fn equiv_throughput(threads: usize, reps: usize) -> Result<Vec<Row>> {
     )
     .with("graphs", graphs)
     .with("nodes", nodes)
-    .with("graph_set", format!("{:016x}", set.0))
+    .with("graph_set", format!("{set:016x}"))
     .with(
         "graphs_per_s",
         (graphs as f64 / (stats.median_ms / 1e3) * 10.0).round() / 10.0,
     )])
+}
+
+/// A fingerprint of a graph set: its graphs, payloads and inputs, as written.
+pub fn graph_set(cases: &torchlean_equiv::Cases) -> u64 {
+    let mut set = Fnv::default();
+    for c in cases.float.iter().chain(&cases.exact) {
+        set.write(c.graph.to_json().to_string().as_bytes());
+        set.write(c.payload.to_json().to_string().as_bytes());
+        for v in c.inputs.iter().flat_map(|x| x.data()) {
+            set.write(&v.to_bits().to_le_bytes());
+        }
+    }
+    set.0
 }
 
 /// FNV-1a, 64 bits: a fingerprint of the bytes written, the same on every machine.
@@ -572,6 +635,25 @@ fn resnet18_forward(threads: usize, reps: usize) -> Result<Vec<Row>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fixed graph set is what was committed (its fingerprint, pinned), 100 float and 50
+    /// exact graphs that are well-formed today: the bench measures the same work at every
+    /// commit.
+    #[test]
+    fn the_fixed_graph_set_loads_and_is_the_committed_one() {
+        let cases = fixed_equiv_cases().unwrap();
+        assert_eq!((cases.float.len(), cases.exact.len()), (100, 50));
+        for c in cases.float.iter().chain(&cases.exact) {
+            let problems: Vec<_> = torchlean_ir::check_shapes(&c.graph)
+                .into_iter()
+                .chain(torchlean_ir::check_payload(&c.graph, &c.payload))
+                .filter(torchlean_ir::Diagnostic::is_error)
+                .collect();
+            assert!(problems.is_empty(), "{problems:?}");
+            assert_eq!(c.inputs.len(), c.graph.input_count());
+        }
+        assert_eq!(format!("{:016x}", graph_set(&cases)), "94b98416cf8b0193");
+    }
 
     /// One pass of each overhead chain, forward and backward (the cases' bodies, without
     /// their timing loops): `session_overhead` stopped working, unnoticed, when `backward`
