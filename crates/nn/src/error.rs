@@ -64,8 +64,19 @@ pub enum NnError {
     },
 
     /// A recorded program that cannot be written as `torchlean.ir.v1`.
-    #[error("cannot export to torchlean.ir.v1: {reason}")]
-    Export { reason: String },
+    #[error("cannot export to torchlean.ir.v1")]
+    Export {
+        #[source]
+        problem: ExportProblem,
+    },
+
+    /// A `torchlean.ir.v1` graph and payload that cannot run as a program
+    /// ([`crate::IrProgram`]).
+    #[error("cannot run the torchlean.ir.v1 graph")]
+    Program {
+        #[source]
+        problem: ProgramProblem,
+    },
 
     /// Writing a file failed (nothing was left half-written).
     #[error("cannot write {}: {source}", .path.display())]
@@ -176,6 +187,39 @@ impl From<RuntimeError> for NnError {
             source,
         }
     }
+}
+
+/// Why a recorded program cannot be written as `torchlean.ir.v1` ([`NnError::Export`]).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ExportProblem {
+    #[error("a torchlean.ir.v1 graph has exactly one input, the program has {inputs}")]
+    Inputs { inputs: usize },
+    /// A payload operand (a weight) that the program computes: `index` is the op's position.
+    #[error("op {index} (`{op}`): its `{operand}` is computed, but torchlean.ir.v1 takes it from the payload (a parameter or constant)")]
+    ComputedPayload {
+        index: usize,
+        op: &'static str,
+        operand: &'static str,
+    },
+    /// A random op whose key is not the node id the graph would give it.
+    #[error("op {index} (`{op}`) has key {key}, but torchlean.ir.v1 keys random kinds by their node id ({node})")]
+    RandomKey {
+        index: usize,
+        op: &'static str,
+        key: u64,
+        node: usize,
+    },
+    #[error("the output is a parameter or constant, not computed")]
+    OutputNotComputed,
+}
+
+/// Why a `torchlean.ir.v1` graph cannot run as a program ([`NnError::Program`]).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ProgramProblem {
+    #[error("the graph takes {expected} input(s), {given} given")]
+    Inputs { expected: usize, given: usize },
+    #[error("node {node} has no payload tensor `{name}`")]
+    MissingPayload { node: usize, name: &'static str },
 }
 
 /// What is wrong with a value given to a layer or a model ([`NnError::Invalid`]).

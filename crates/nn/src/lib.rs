@@ -58,7 +58,7 @@ pub mod state;
 pub mod zoo;
 
 pub use dynamic::{Dyn, DynConv2d, DynLayer, DynLayerNorm, DynLinear, DynSequential};
-pub use error::{NnError, Result, ValueProblem};
+pub use error::{ExportProblem, NnError, ProgramProblem, Result, ValueProblem};
 pub use gpt::{Gpt, GptConfig};
 pub use layers::{Features, Image, Layer, Mode, Seq};
 pub use loss::{Loss, LossProblem, Target};

@@ -2,7 +2,7 @@
 //! interpreter. [`IrProgram`] runs a `torchlean.ir.v1` graph as a program, so every graph the
 //! generators of `equiv` make, and every conformance case, is also a program.
 
-use crate::error::{NnError, Result};
+use crate::error::{NnError, ProgramProblem, Result};
 use crate::ops::{Ops, Var};
 use std::collections::HashMap;
 use torchlean_ir::{
@@ -57,12 +57,11 @@ impl IrProgram<'_> {
     /// [`Program::run`] with one value per graph input, in input order.
     pub fn run_inputs<O: Ops>(&self, ops: &mut O, xs: &[Var]) -> Result<Var> {
         if xs.len() != self.graph.input_count() {
-            return Err(NnError::Export {
-                reason: format!(
-                    "the graph takes {} input(s), {} given",
-                    self.graph.input_count(),
-                    xs.len()
-                ),
+            return Err(NnError::Program {
+                problem: ProgramProblem::Inputs {
+                    expected: self.graph.input_count(),
+                    given: xs.len(),
+                },
             });
         }
         let problems: Vec<Diagnostic> = check_shapes(self.graph)
@@ -80,8 +79,8 @@ impl IrProgram<'_> {
                     .payload
                     .entry(n.id)
                     .and_then(|e| e.tensor(name))
-                    .ok_or_else(|| NnError::Export {
-                        reason: format!("node {} has no payload tensor `{name}`", n.id),
+                    .ok_or(NnError::Program {
+                        problem: ProgramProblem::MissingPayload { node: n.id, name },
                     })?;
                 own.push(match self.naming {
                     ParamNaming::ByNode => ops.param(&IrProgram::param_name(n.id, name), t)?,

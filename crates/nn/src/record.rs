@@ -5,7 +5,7 @@
 //! path TorchLean's compile/backprop link theorem is about), and [`Recorded::to_ir`] writes as
 //! `torchlean.ir.v1` with its payload.
 
-use crate::error::{NnError, Result};
+use crate::error::{ExportProblem, NnError, Result};
 use crate::ops::{check_call, new_owner, BufferUpdate, Ops, Scopes, Var};
 use torchlean_compiled::{compile, compile_detecting, GraphData, Origin, Pos};
 use torchlean_ir::{Graph, Node, OpKind, Payload};
@@ -350,10 +350,9 @@ impl Recorded {
             .collect();
         let [input] = inputs[..] else {
             return Err(NnError::Export {
-                reason: format!(
-                    "a torchlean.ir.v1 graph has exactly one input, the program has {}",
-                    inputs.len()
-                ),
+                problem: ExportProblem::Inputs {
+                    inputs: inputs.len(),
+                },
             });
         };
         let mut nodes = vec![Node {
@@ -398,11 +397,11 @@ impl Recorded {
             for (&a, &name) in gnode.args[n_parents..].iter().zip(desc.payload_names()) {
                 if a >= n {
                     return Err(NnError::Export {
-                        reason: format!(
-                            "op {k} (`{}`): its `{name}` is computed, but torchlean.ir.v1 takes \
-                             it from the payload (a parameter or constant)",
-                            desc.name
-                        ),
+                        problem: ExportProblem::ComputedPayload {
+                            index: k,
+                            op: desc.name,
+                            operand: name,
+                        },
                     });
                 }
                 payload.insert(id, name, self.leaves[a].value.clone());
@@ -419,11 +418,12 @@ impl Recorded {
                     if *key != id as u64 =>
                 {
                     return Err(NnError::Export {
-                        reason: format!(
-                            "op {k} (`{}`) has key {key}, but torchlean.ir.v1 keys random kinds \
-                             by their node id ({id})",
-                            desc.name
-                        ),
+                        problem: ExportProblem::RandomKey {
+                            index: k,
+                            op: desc.name,
+                            key: *key,
+                            node: id,
+                        },
                     });
                 }
                 _ => {}
@@ -436,8 +436,8 @@ impl Recorded {
             });
             ir_of[n + k] = Some(id);
         }
-        let output_id = ir_of[self.output].ok_or_else(|| NnError::Export {
-            reason: "the output is a parameter or constant, not computed".into(),
+        let output_id = ir_of[self.output].ok_or(NnError::Export {
+            problem: ExportProblem::OutputNotComputed,
         })?;
         let graph = Graph::new(0, output_id, nodes);
         let params = self

@@ -534,3 +534,55 @@ fn an_export_in_the_september_dialect_reads_back_with_the_same_gradients() {
     assert!(a.grad_input().bit_eq(b.grad_input()));
     assert_eq!(a.grad_payload, b.grad_payload);
 }
+
+#[test]
+fn a_program_torchlean_ir_v1_cannot_hold_is_refused_with_why() {
+    let x = t(&[2], |i| i as f64);
+    let export_problem = |rec: Recorded| match rec.to_ir() {
+        Err(NnError::Export { problem }) => problem,
+        other => panic!("expected an export error: {:?}", other.map(|_| ())),
+    };
+    // two inputs
+    let mut r = Recorder::new();
+    let a = r.input("a", &x, false).unwrap();
+    let b = r.input("b", &x, false).unwrap();
+    let y = r.add(&a, &b).unwrap();
+    assert_eq!(
+        export_problem(r.finish(&y).unwrap()),
+        ExportProblem::Inputs { inputs: 2 }
+    );
+    // the output is a parameter, computed by nothing
+    let mut r = Recorder::new();
+    r.input("x", &x, false).unwrap();
+    let w = r.param("w", &x).unwrap();
+    assert_eq!(
+        export_problem(r.finish(&w).unwrap()),
+        ExportProblem::OutputNotComputed
+    );
+    // a graph of one input run on two
+    let export = recorded(&x, |r, v| r.tanh(v)).to_ir().unwrap();
+    let mut s = Session::<Tensor<f64>>::new();
+    let xs = [
+        s.input("a", &x, false).unwrap(),
+        s.input("b", &x, false).unwrap(),
+    ];
+    let e = IrProgram {
+        graph: &export.graph,
+        payload: &export.payload,
+        naming: torchlean_nn::ParamNaming::ByNode,
+    }
+    .run_inputs(&mut s, &xs)
+    .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            NnError::Program {
+                problem: ProgramProblem::Inputs {
+                    expected: 1,
+                    given: 2
+                }
+            }
+        ),
+        "{e:?}"
+    );
+}
