@@ -55,20 +55,9 @@ impl BadInput {
     }
 }
 
-/// The error and its sources, one line: `what: why: deeper why` (a source whose text the
-/// message already ends with is not repeated).
+/// The error and its sources, one line: `what: why: deeper why`.
 pub(crate) fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let t = c.to_string();
-        if !s.ends_with(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        cur = c.source();
-    }
-    s
+    torchlean_spec::display_chain(e)
 }
 
 /// Why a command stopped early.

@@ -44,8 +44,9 @@ pub enum EquivError {
     #[error("{0}")]
     Compiled(#[from] CompiledError),
 
-    /// Running the graph as a program (the eager session or the recorder) failed.
-    #[error("{0}")]
+    /// Running the graph as a program (the eager session or the recorder) failed: the `nn`
+    /// error with its causes (a report shows this text, not the chain).
+    #[error("{}", torchlean_spec::display_chain(.0))]
     Nn(#[from] torchlean_nn::NnError),
 
     /// Lowering the generated IR graph failed.
@@ -207,6 +208,23 @@ pub type Result<T, E = EquivError> = std::result::Result<T, E>;
 mod tests {
     use super::*;
     use std::error::Error as _;
+
+    #[test]
+    fn an_nn_error_shows_its_cause_in_a_report() {
+        // a report prints the error's text alone: the cause must be in it, once
+        let e = EquivError::from(torchlean_nn::NnError::Invalid {
+            what: "GPT input",
+            layer: String::new(),
+            problem: torchlean_nn::ValueProblem::Context {
+                tokens: 7,
+                block: 6,
+            },
+        });
+        assert_eq!(
+            e.to_string(),
+            "GPT input: a context of 7 tokens is longer than the block of 6"
+        );
+    }
 
     #[test]
     fn wrapped_errors_keep_their_source_chain() {

@@ -229,3 +229,19 @@ fn fmt_shapes(shapes: &[Shape]) -> String {
     let parts: Vec<String> = shapes.iter().map(|s| s.to_string()).collect();
     parts.join(", ")
 }
+/// An error and its sources on one line, `what: why: deeper why`, as the command line prints
+/// it. A source whose text the message already ends with is not repeated (wrappers that show
+/// their source's text, and `transparent` ones).
+pub fn display_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.ends_with(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
+}

@@ -23,7 +23,7 @@ pub use backend::{
     Linalg, Norm, Random, Reduce,
 };
 pub use budget::{Budget, NodeCost, OverBudget, Pass, Tally};
-pub use error::{ByteCountProblem, IdProblem, Result, SpecError, TensorJsonProblem};
+pub use error::{display_chain, ByteCountProblem, IdProblem, Result, SpecError, TensorJsonProblem};
 pub use finite::NonFinite;
 pub use ops::{
     Arity, BinaryOp, Conv2dSpec, Cotangents, GeluApprox, Op, OpDesc, Operands, PoolKind, PoolSpec,

@@ -122,17 +122,6 @@ fn training_learns_the_digits() {
     assert!(s.train_after.loss < 0.5 * s.train_before.loss);
 }
 
-/// The error and its sources, as the command line prints them.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s = format!("{s}: {c}");
-        cur = c.source();
-    }
-    s
-}
-
 #[test]
 fn a_checkpoint_of_another_model_or_precision_is_refused_with_what_differs() {
     let dir = tempfile::tempdir().unwrap();
@@ -150,7 +139,10 @@ fn a_checkpoint_of_another_model_or_precision_is_refused_with_what_differs() {
         ),
         "{err:?}"
     );
-    assert!(chain(&err).contains("resume it with --dtype f32"), "{err}");
+    assert!(
+        torchlean_spec::display_chain(&err).contains("resume it with --dtype f32"),
+        "{err}"
+    );
     // data of another width: the counts, saved and given
     let csv = "a,b,label\n1,2,x\n3,4,y\n5,6,x\n";
     let other = Dataset::from_csv_str(csv, "two.csv", "label").unwrap();
