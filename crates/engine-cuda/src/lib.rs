@@ -47,7 +47,7 @@ mod ops;
 mod tensor;
 
 pub use blas::GemmCall;
-pub use buffer::Buffer;
+pub use buffer::{Buffer, HOST_COPY_MAX};
 pub use device::{live_buffers, transfers, Arg, Counters, Device, LiveBuffers, Transfers};
 pub use emu::{emulation_ready, Emu};
 pub use error::{CudaError, NoDevice, Result};
