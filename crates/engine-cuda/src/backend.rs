@@ -256,8 +256,9 @@ impl<D: Device> Random for CudaTensor<D> {
 
 /// The CUDA engine (on the GPU or its host emulation). An optimizer step runs on the device
 /// ([`TrainValue::apply_update`]: one kernel per parameter, in place), so parameters and
-/// optimizer state never cross to the host while training. `update_all` (a checkpoint restore,
-/// gradient clipping) downloads, updates on the host and uploads; every new buffer is uploaded
+/// optimizer state never cross to the host while training; so does gradient clipping
+/// ([`TrainValue::clip_to_norm`]: only the per-tensor sums come down). `update_all` (a
+/// checkpoint restore, a data-parallel all-reduce) downloads, updates on the host and uploads; every new buffer is uploaded
 /// before any value is replaced, so a failed upload (device out of memory) leaves every value
 /// as it was, and each replaced buffer is freed by the assignment.
 impl<D: Device> TrainValue for CudaTensor<D> {
@@ -297,5 +298,9 @@ impl<D: Device> TrainValue for CudaTensor<D> {
         buffers: &mut [&mut Self],
     ) -> Result<(), RuntimeError> {
         Ok(ops::optim::apply_update(rule, value, grad, buffers)?)
+    }
+
+    fn clip_to_norm(grads: &mut [&mut Self], max_norm: Option<f64>) -> Result<f64, RuntimeError> {
+        Ok(ops::optim::clip_to_norm(grads, max_norm)?)
     }
 }

@@ -1,4 +1,5 @@
-//! PyTorch's optimizers — SGD, Adam, AdamW, RMSprop, Adagrad — and `clip_grad_norm_`.
+//! PyTorch's optimizers — SGD, Adam, AdamW, RMSprop, Adagrad (`clip_grad_norm_` is
+//! `torchlean_runtime::clip_grad_norm`, beside the update rules every engine runs).
 //!
 //! An optimizer's configuration ([`OptimConfig`]) yields each step's rule
 //! ([`OptimConfig::rule`]: the scalars — bias corrections, step sizes — computed in f64 as
@@ -24,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{OptimError, Result};
 use torchlean_nn::Session;
+pub use torchlean_runtime::clip_grad_norm;
 use torchlean_runtime::{AdamDecay, Element, SgdMomentum, TrainValue, UpdateRule};
 use torchlean_spec::Shape;
 
@@ -1079,52 +1081,6 @@ impl OptimConfig {
             },
         }
     }
-}
-
-/// `torch.nn.utils.clip_grad_norm_(params, max_norm)` (2-norm): scales every gradient by
-/// `min(max_norm / (total + 1e-6), 1)` (PyTorch's clamp, so NaN propagates) where `total` is
-/// the 2-norm of the per-tensor 2-norms, and returns `total`.
-///
-/// The norm is accumulated in f64 (PyTorch reduces in the element type, in its own order), so
-/// it can differ from PyTorch's in the last bits; the coefficient is then computed in the
-/// element type, as PyTorch does. Like PyTorch, `max_norm` is not checked.
-pub fn clip_grad_norm<T: Element>(grads: &mut [&mut [T]], max_norm: f64) -> f64 {
-    let mut total_sq = 0.0f64;
-    for g in grads.iter() {
-        let norm = sum_of_squares(g).sqrt();
-        total_sq += norm * norm;
-    }
-    let total = total_sq.sqrt();
-    let coef = c::<T>(max_norm) / (c::<T>(total) + c::<T>(1e-6));
-    // `torch.clamp(coef, max=1.0)`: NaN stays NaN. A factor of exactly 1 changes nothing.
-    if coef.is_nan() || coef < T::one() {
-        for g in grads.iter_mut() {
-            for x in g.iter_mut() {
-                *x = *x * coef;
-            }
-        }
-    }
-    total
-}
-
-/// `Σ x²` in f64, over eight independent lanes (so it vectorises), then the lanes in order.
-fn sum_of_squares<T: Element>(x: &[T]) -> f64 {
-    const LANES: usize = 8;
-    let mut acc = [0.0f64; LANES];
-    let chunks = x.chunks_exact(LANES);
-    let tail = chunks.remainder();
-    for chunk in chunks {
-        for (a, &v) in acc.iter_mut().zip(chunk) {
-            let v = v.to_f64().expect("f32 and f64 convert to f64");
-            *a += v * v;
-        }
-    }
-    let mut sum = acc.iter().sum::<f64>();
-    for &v in tail {
-        let v = v.to_f64().expect("f32 and f64 convert to f64");
-        sum += v * v;
-    }
-    sum
 }
 
 #[cfg(test)]

@@ -53,6 +53,25 @@ pub trait TrainValue: Kernels {
         f: impl FnOnce(&mut [&mut [Self::Elem]]) -> Result<R, E>,
     ) -> Result<R, E>;
 
+    /// The gradients' global 2-norm ([`crate::total_norm`] of their sums of squares); with
+    /// `Some(max_norm)`, each is first scaled as `torch.nn.utils.clip_grad_norm_` scales it
+    /// ([`crate::clip_coefficient`]). The default reads them on a host engine (in place, no
+    /// copy); a device engine overrides it so that only the per-tensor sums cross to the host.
+    fn clip_to_norm(grads: &mut [&mut Self], max_norm: Option<f64>) -> Result<f64, RuntimeError> {
+        match max_norm {
+            Some(max) => Self::update_all(grads, |slices| {
+                Ok::<_, RuntimeError>(crate::clip_grad_norm(slices, max))
+            }),
+            None => {
+                let mut sums = Vec::with_capacity(grads.len());
+                for g in grads.iter() {
+                    sums.push(crate::sum_of_squares(&g.read()?));
+                }
+                Ok(crate::total_norm(sums))
+            }
+        }
+    }
+
     /// One optimizer step of one parameter where the values live: `value` updated from `grad`
     /// by `rule`, with `buffers` the rule's state in its order, each as large as `value` (the
     /// optimizer checks the sizes first). The default runs [`UpdateRule::apply`] through

@@ -41,5 +41,8 @@ pub use tape::{
     Backward, ContributionIter, Contributions, Node, Parents, RecordedSlot, Tape, VjpClosure,
 };
 pub use torchlean_spec::NonFinite;
-pub use update::{AdamDecay, SgdMomentum, UpdateRule};
+pub use update::{
+    clip_coefficient, clip_grad_norm, sum_of_squares, total_norm, AdamDecay, SgdMomentum,
+    UpdateRule,
+};
 pub use value::{GradValue, GradZero};

@@ -249,6 +249,63 @@ impl UpdateRule {
     }
 }
 
+/// `torch.nn.utils.clip_grad_norm_(params, max_norm)` (2-norm) on host slices: scales every
+/// gradient by [`clip_coefficient`] of `total`, the [`total_norm`] of their sums of squares,
+/// and returns `total`.
+///
+/// The norm is accumulated in f64 (PyTorch reduces in the element type, in its own order), so
+/// it can differ from PyTorch's in the last bits; the coefficient is then computed in the
+/// element type, as PyTorch does. Like PyTorch, `max_norm` is not checked.
+pub fn clip_grad_norm<T: Element>(grads: &mut [&mut [T]], max_norm: f64) -> f64 {
+    let total = total_norm(grads.iter().map(|g| sum_of_squares(g)));
+    if let Some(coef) = clip_coefficient::<T>(total, max_norm) {
+        for g in grads.iter_mut() {
+            for x in g.iter_mut() {
+                *x = *x * coef;
+            }
+        }
+    }
+    total
+}
+
+/// The 2-norm of the per-tensor 2-norms, from each tensor's `Σ x²` (in f64, in order).
+pub fn total_norm(sums_of_squares: impl IntoIterator<Item = f64>) -> f64 {
+    let mut total_sq = 0.0f64;
+    for sq in sums_of_squares {
+        let norm = sq.sqrt();
+        total_sq += norm * norm;
+    }
+    total_sq.sqrt()
+}
+
+/// The factor `clip_grad_norm_` scales the gradients by, `max_norm / (total + 1e-6)` in the
+/// element type, when it changes them: below 1, or NaN (`torch.clamp(coef, max=1.0)` lets NaN
+/// through). `None` when it is at least 1 (a factor of exactly 1 changes nothing).
+pub fn clip_coefficient<T: Element>(total: f64, max_norm: f64) -> Option<T> {
+    let coef = c::<T>(max_norm) / (c::<T>(total) + c::<T>(1e-6));
+    (coef.is_nan() || coef < T::one()).then_some(coef)
+}
+
+/// `Σ x²` in f64, over eight independent lanes (so it vectorises), then the lanes in order.
+pub fn sum_of_squares<T: Element>(x: &[T]) -> f64 {
+    const LANES: usize = 8;
+    let mut acc = [0.0f64; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for chunk in chunks {
+        for (a, &v) in acc.iter_mut().zip(chunk) {
+            let v = v.to_f64().expect("f32 and f64 convert to f64");
+            *a += v * v;
+        }
+    }
+    let mut sum = acc.iter().sum::<f64>();
+    for &v in tail {
+        let v = v.to_f64().expect("f32 and f64 convert to f64");
+        sum += v * v;
+    }
+    sum
+}
+
 /// `x` rounded to the element type (how PyTorch passes a Python float to a kernel).
 #[inline(always)]
 fn c<T: Element>(x: f64) -> T {

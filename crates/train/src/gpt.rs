@@ -26,7 +26,7 @@ use crate::checkpoint::{Checkpoint, NamedTensor, OPTIMIZER_PREFIX};
 use crate::data::{CharTokenizer, Draw, Split, TextCorpus, TokenBatch};
 use crate::data_parallel as dp;
 use crate::error::{CheckpointProblem, Result, TrainError};
-use crate::optim::{clip_grad_norm, EngineOptimizer, OptimConfig};
+use crate::optim::{EngineOptimizer, OptimConfig};
 use crate::trainer::{named, tensor_f64, verify_tolerance, worst_deviation, VerifySummary};
 use std::time::Instant;
 
@@ -717,21 +717,8 @@ fn draw_token(logits: &[f64], temperature: f64, top_k: Option<usize>, u: f64) ->
 /// `clip_grad_norm_` does; `max_norm` 0 leaves them as they are.
 fn clip<V: TrainValue>(grads: &mut BTreeMap<String, V>, max_norm: f64) -> Result<f64> {
     let mut values: Vec<&mut V> = grads.values_mut().collect();
-    V::update_all(&mut values, |slices| {
-        if max_norm > 0.0 {
-            Ok::<_, TrainError>(clip_grad_norm(slices, max_norm))
-        } else {
-            let sq: f64 = slices
-                .iter()
-                .flat_map(|s| s.iter())
-                .map(|v| {
-                    let v = num_traits::ToPrimitive::to_f64(v).unwrap_or(f64::NAN);
-                    v * v
-                })
-                .sum();
-            Ok(sq.sqrt())
-        }
-    })
+    let max_norm = (max_norm > 0.0).then_some(max_norm);
+    Ok(V::clip_to_norm(&mut values, max_norm)?)
 }
 
 /// A GPT checkpoint as read back.

@@ -17,7 +17,7 @@ use crate::error::{CheckpointProblem, Result, TrainError};
 use crate::exec::{CompiledExec, EagerExec, Exec, Interpreter, StepOut};
 use crate::imported::OnnxSource;
 use crate::model::{check_fit, Arch, Classifier, Classify};
-use crate::optim::{clip_grad_norm, EngineOptimizer, OptimConfig, ParamState};
+use crate::optim::{EngineOptimizer, OptimConfig, ParamState};
 use crate::sched::{Schedule, Scheduler};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -793,14 +793,11 @@ impl<V: TrainValue, M: Classify> Trainer<V, M> {
 
     /// Clips (if asked) and applies the optimizer to every parameter with a gradient, where the
     /// values are ([`EngineOptimizer::step`]: on the device for CUDA, in place on a host
-    /// engine). Clipping reads and scales the gradients through [`TrainValue::update_all`].
+    /// engine), after clipping the gradients where they are ([`TrainValue::clip_to_norm`]).
     fn update(&mut self, lr: f64, mut grads: BTreeMap<String, V>) -> Result<()> {
         if let Some(max) = self.cfg.clip_grad_norm {
             let mut all: Vec<&mut V> = grads.values_mut().collect();
-            V::update_all(&mut all, |slices| {
-                clip_grad_norm(slices, max);
-                Ok::<_, TrainError>(())
-            })?;
+            V::clip_to_norm(&mut all, Some(max))?;
         }
         let mut batch: Vec<(&str, &mut V, &V)> = self
             .exec

@@ -167,3 +167,71 @@ fn a_device_step_with_a_mismatched_gradient_changes_nothing() {
     assert_eq!(p.to_host().unwrap(), [1.0, 2.0]);
     assert!(opt.host_state().unwrap().is_empty());
 }
+
+/// Gradients of several sizes (one longer than a reduction block, one empty), seeded.
+fn gradients(scale: f32) -> Vec<Vec<f32>> {
+    [5usize, 1, 3000, 0, 17]
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| {
+            (0..n)
+                .map(|i| scale * (((i * 37 + k * 11) % 101) as f32 / 50.0 - 1.0))
+                .collect()
+        })
+        .collect()
+}
+
+/// `clip_to_norm` on the device against the host engine's (f64 sums, in place): the same
+/// norm to f32 rounding, the same factor, gradients scaled alike; a factor of 1 or more leaves
+/// them bit for bit; a NaN gradient makes every gradient NaN, as PyTorch's clamp lets NaN
+/// through.
+#[test]
+fn clipping_on_the_device_is_the_host_clipping() {
+    use torchlean_spec::Tensor;
+    for (scale, max_norm) in [
+        (1.0, Some(1.0)),
+        (1.0, Some(1e6)),
+        (0.01, None),
+        (3.0, Some(0.5)),
+    ] {
+        let grads = gradients(scale);
+        let mut host: Vec<Tensor<f32>> = grads
+            .iter()
+            .map(|g| Tensor::new([g.len()], g.clone()).unwrap())
+            .collect();
+        let mut device: Vec<EmuF32> = grads.iter().map(|g| tensor(g)).collect();
+        let want = Tensor::<f32>::clip_to_norm(&mut host.iter_mut().collect::<Vec<_>>(), max_norm)
+            .unwrap();
+        let got =
+            EmuF32::clip_to_norm(&mut device.iter_mut().collect::<Vec<_>>(), max_norm).unwrap();
+        assert!(
+            (got - want).abs() <= 1e-6 * want,
+            "{scale} {max_norm:?}: {got} against {want}"
+        );
+        let clipped = max_norm.is_some_and(|m| want > m);
+        for ((h, d), g) in host.iter().zip(&device).zip(&grads) {
+            let d = d.to_host().unwrap();
+            if clipped {
+                for (x, y) in h.data().iter().zip(&d) {
+                    assert!(
+                        (x - y).abs() <= 1e-6 * x.abs().max(1e-30),
+                        "{x} against {y}"
+                    );
+                }
+            } else {
+                assert_eq!(
+                    &d, g,
+                    "{scale} {max_norm:?}: a factor of 1 changed a gradient"
+                );
+            }
+        }
+    }
+    let mut poisoned = gradients(1.0);
+    poisoned[2][7] = f32::NAN;
+    let mut device: Vec<EmuF32> = poisoned.iter().map(|g| tensor(g)).collect();
+    let norm = EmuF32::clip_to_norm(&mut device.iter_mut().collect::<Vec<_>>(), Some(1.0)).unwrap();
+    assert!(norm.is_nan());
+    for d in &device {
+        assert!(d.to_host().unwrap().iter().all(|x| x.is_nan()));
+    }
+}

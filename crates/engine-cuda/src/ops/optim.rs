@@ -9,8 +9,8 @@ use crate::error::{CudaError, Result};
 use crate::geometry::{index, Launch};
 use crate::kernels::OPTIM;
 use crate::tensor::CudaTensor;
-use torchlean_runtime::{AdamDecay, UpdateRule};
-use torchlean_spec::SpecError;
+use torchlean_runtime::{clip_coefficient, total_norm, AdamDecay, UpdateRule};
+use torchlean_spec::{BinaryOp, Shape, SpecError};
 
 /// The op name errors give.
 const OP: &str = "optimizer step";
@@ -204,4 +204,35 @@ fn slots<'a, D: Device>(
             false => Arg::In(g),
         })
         .collect()
+}
+
+/// [`torchlean_runtime::TrainValue::clip_to_norm`] on the device: each gradient's `Σ x²` by
+/// two kernels (square, then the engine's sum), the sums gathered into one tensor and
+/// downloaded at once, the total norm and the clipping factor computed on the host by the
+/// host engines' formulas ([`total_norm`], [`clip_coefficient`]), and each gradient scaled on
+/// the device. One download per call, however many gradients; nothing is uploaded. The sums
+/// are the engine's `f32` reductions (the host engines sum in f64), as PyTorch reduces on a
+/// GPU.
+pub fn clip_to_norm<D: Device>(
+    grads: &mut [&mut CudaTensor<D>],
+    max_norm: Option<f64>,
+) -> Result<f64> {
+    if grads.is_empty() {
+        return Ok(0.0);
+    }
+    let one = Shape::from([1]);
+    let mut sums = Vec::with_capacity(grads.len());
+    for g in grads.iter() {
+        let squares = super::elementwise::binary(BinaryOp::Mul, g, g)?;
+        sums.push(super::reduce::sum_all(&squares)?.share(one.clone())?);
+    }
+    let parts: Vec<&CudaTensor<D>> = sums.iter().collect();
+    let gathered = super::layout::concat(&parts, 0, &Shape::from([parts.len()]))?;
+    let total = total_norm(gathered.to_host()?.into_iter().map(f64::from));
+    if let Some(coef) = max_norm.and_then(|max| clip_coefficient::<f32>(total, max)) {
+        for g in grads.iter_mut() {
+            **g = super::elementwise::scale(g, f64::from(coef))?;
+        }
+    }
+    Ok(total)
 }
