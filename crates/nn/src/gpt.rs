@@ -179,12 +179,23 @@ impl Gpt {
         mode: Mode,
     ) -> Result<Var> {
         let t = self.context(ops, ids.len(), batch)?;
-        let (b, c) = (batch, self.cfg.n_embd);
-        let ids = Tensor::new([b, t], ids.iter().map(|&i| i as f64).collect())?;
-        let ids = ops.constant(&ids)?;
+        let ids = ops.ids(Shape::from([batch, t]), ids)?;
+        self.logits_of(ops, &ids, mode)
+    }
+
+    /// [`Gpt::logits`] of the ids constant `ids` `[B, T]`. The causal mask is made once, for
+    /// every block.
+    fn logits_of<O: Ops>(&self, ops: &mut O, ids: &Var, mode: Mode) -> Result<Var> {
+        let (b, t) = match ids.shape().dims() {
+            &[b, t] => (b, t),
+            _ => unreachable!("the ids are [B, T]"),
+        };
+        let c = self.cfg.n_embd;
+        let mask = ops.constant(&causal_mask(t)?)?;
+        let mask = ops.broadcast_to(&mask, Shape::from([b * self.cfg.n_head, t, t]))?;
         let x = ops.scoped("transformer", |ops| {
             let wte = ops.scoped("wte", |ops| ops.param("weight", &self.wte))?;
-            let tok = ops.embedding(&ids, &wte)?;
+            let tok = ops.embedding(ids, &wte)?;
             let wpe = ops.scoped("wpe", |ops| ops.param("weight", &self.wpe))?;
             let pos = ops.apply(
                 Op::Slice {
@@ -199,7 +210,9 @@ impl Gpt {
             x = self.dropout(ops, &x, mode)?;
             for (i, block) in self.blocks.iter().enumerate() {
                 x = ops.scoped("h", |ops| {
-                    ops.scoped(&i.to_string(), |ops| self.block(ops, block, &x, mode))
+                    ops.scoped(&i.to_string(), |ops| {
+                        self.block(ops, block, &x, &mask, mode)
+                    })
                 })?;
             }
             ops.scoped("ln_f", |ops| self.ln_f.forward(ops, &x, mode))
@@ -234,9 +247,18 @@ impl Gpt {
                 },
             });
         }
-        let logits = self.logits(ops, ids, batch, mode)?;
+        // every id and label goes to the engine before the first op runs
+        let t = self.context(ops, ids.len(), batch)?;
+        let id_var = ops.ids(Shape::from([batch, t]), ids)?;
+        let target = ops.ids(Shape::from([targets.len()]), targets)?;
+        let logits = self.logits_of(ops, &id_var, mode)?;
         let flat = ops.reshape(&logits, Shape::from([ids.len(), self.cfg.vocab]))?;
-        ops.cross_entropy(&flat, targets, Reduction::Mean)
+        ops.apply(
+            Op::CrossEntropy {
+                reduction: Reduction::Mean,
+            },
+            &[&flat, &target],
+        )
     }
 
     /// The context length of `n` ids in `batch` rows: `n / batch`, at most the block.
@@ -259,10 +281,19 @@ impl Gpt {
         Ok(t)
     }
 
-    /// `x + attn(ln_1(x))`, then `x + mlp(ln_2(x))`.
-    fn block<O: Ops>(&self, ops: &mut O, block: &Block, x: &Var, mode: Mode) -> Result<Var> {
+    /// `x + attn(ln_1(x))`, then `x + mlp(ln_2(x))`; `mask` is the causal mask `[B·H, T, T]`.
+    fn block<O: Ops>(
+        &self,
+        ops: &mut O,
+        block: &Block,
+        x: &Var,
+        mask: &Var,
+        mode: Mode,
+    ) -> Result<Var> {
         let h = ops.scoped("ln_1", |ops| block.ln_1.forward(ops, x, mode))?;
-        let a = ops.scoped("attn", |ops| self.attention(ops, &block.attn, &h, mode))?;
+        let a = ops.scoped("attn", |ops| {
+            self.attention(ops, &block.attn, &h, mask, mode)
+        })?;
         let x = ops.add(x, &a)?;
         let h = ops.scoped("ln_2", |ops| block.ln_2.forward(ops, &x, mode))?;
         let m = ops.scoped("mlp", |ops| {
@@ -274,8 +305,15 @@ impl Gpt {
         ops.add(&x, &m)
     }
 
-    /// Causal self-attention of `x` `[B, T, C]`.
-    fn attention<O: Ops>(&self, ops: &mut O, attn: &Attention, x: &Var, mode: Mode) -> Result<Var> {
+    /// Causal self-attention of `x` `[B, T, C]` under `mask` `[B·H, T, T]`.
+    fn attention<O: Ops>(
+        &self,
+        ops: &mut O,
+        attn: &Attention,
+        x: &Var,
+        mask: &Var,
+        mode: Mode,
+    ) -> Result<Var> {
         let (b, t, c) = match x.shape().dims() {
             &[b, t, c] => (b, t, c),
             _ => unreachable!("the embeddings are [B, T, C]"),
@@ -306,9 +344,7 @@ impl Gpt {
         let kt = ops.transpose(&k, 1, 2)?;
         let scores = ops.matmul(&q, &kt)?;
         let scores = ops.scale(&scores, 1.0 / (hd as f64).sqrt())?;
-        let mask = ops.constant(&causal_mask(t)?)?;
-        let mask = ops.broadcast_to(&mask, Shape::from([b * h, t, t]))?;
-        let scores = ops.add(&scores, &mask)?;
+        let scores = ops.add(&scores, mask)?;
         let weights = ops.softmax(&scores, 2)?;
         let weights = self.dropout(ops, &weights, mode)?;
         let y = ops.matmul(&weights, &v)?;

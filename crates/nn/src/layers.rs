@@ -471,7 +471,7 @@ impl<D> Layer for Dropout<D> {
         if mode == Mode::Eval || self.p == 0.0 {
             return Ok(x.clone());
         }
-        let keep = ops.constant(&Tensor::scalar(1.0 - self.p))?;
+        let keep = ops.filled(Shape::scalar(), 1.0 - self.p)?;
         let op = Op::BernoulliMask {
             seed: self.seed,
             key: ops.fresh_key(),
@@ -517,11 +517,7 @@ impl<const V: usize, const D: usize> Embedding<V, D> {
             });
         }
         let w = ops.param("weight", &self.weight)?;
-        let ids = Tensor::new(
-            Shape::new(batch.to_vec()),
-            ids.iter().map(|&i| i as f64).collect(),
-        )?;
-        let ids = ops.constant(&ids)?;
+        let ids = ops.ids(Shape::new(batch.to_vec()), ids)?;
         ops.embedding(&ids, &w)
     }
 }

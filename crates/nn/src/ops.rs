@@ -104,6 +104,21 @@ pub trait Ops {
     /// A constant: no gradient.
     fn constant(&mut self, value: &Tensor<f64>) -> Result<Var>;
 
+    /// A constant of `shape` whose every element is `value` ([`Tensor::full`]). The eager
+    /// session makes it on its engine: on a device, nothing is uploaded.
+    fn filled(&mut self, shape: Shape, value: f64) -> Result<Var> {
+        self.constant(&Tensor::full(shape, value)?)
+    }
+
+    /// Ids (an embedding's rows, a loss's class labels) as a constant of `shape`, one per
+    /// element in row-major order: the data an id operand reads.
+    fn ids(&mut self, shape: Shape, ids: &[usize]) -> Result<Var> {
+        self.constant(&Tensor::new(
+            shape,
+            ids.iter().map(|&i| i as f64).collect(),
+        )?)
+    }
+
     /// A model input (data). `requires_grad` asks for its gradient too.
     fn input(&mut self, name: &str, value: &Tensor<f64>, requires_grad: bool) -> Result<Var>;
 
@@ -274,8 +289,7 @@ pub trait Ops {
         labels: &[usize],
         reduction: Reduction,
     ) -> Result<Var> {
-        let target = Tensor::new([labels.len()], labels.iter().map(|&l| l as f64).collect())?;
-        let target = self.constant(&target)?;
+        let target = self.ids(Shape::from([labels.len()]), labels)?;
         self.apply(Op::CrossEntropy { reduction }, &[logits, &target])
     }
 

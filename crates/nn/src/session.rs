@@ -31,9 +31,9 @@ pub enum Swept<'g, V> {
     Node,
 }
 
-/// The seed of a loss's backward: 1, for a loss of one element; any other output is refused
-/// ([`NnError::NonScalarBackward`], as PyTorch refuses it).
-fn unit_seed(loss: &Var) -> Result<Tensor<f64>> {
+/// The seed of a loss's backward: 1, for a loss of one element, made on the engine (no
+/// upload); any other output is refused ([`NnError::NonScalarBackward`], as PyTorch refuses it).
+fn unit_seed<V: Kernels>(loss: &Var) -> Result<V> {
     let numel = loss.shape.size();
     if numel != 1 {
         return Err(NnError::NonScalarBackward {
@@ -41,7 +41,7 @@ fn unit_seed(loss: &Var) -> Result<Tensor<f64>> {
             numel,
         });
     }
-    Ok(Tensor::full(loss.shape.clone(), 1.0)?)
+    Ok(V::full(&loss.shape, 1.0)?)
 }
 
 /// An eager session on engine `V`.
@@ -156,7 +156,9 @@ impl<V: Kernels> Session<V> {
     /// An output of more than one element is refused ([`NnError::NonScalarBackward`], as
     /// PyTorch refuses it): give its cotangent to [`Session::backward_with_seed`].
     pub fn backward(&mut self, loss: &Var, sweep: Sweep) -> Result<()> {
-        self.backward_with_seed(loss, &unit_seed(loss)?, sweep)
+        self.own(loss)?;
+        let seed = unit_seed(loss)?;
+        self.backward_from(loss, seed, sweep)
     }
 
     /// [`Session::backward`] from the cotangent `seed` of `out` (its shape).
@@ -166,8 +168,20 @@ impl<V: Kernels> Session<V> {
         seed: &Tensor<f64>,
         sweep: Sweep,
     ) -> Result<()> {
-        let seed = self.start_backward(out, seed)?;
-        let loss = out;
+        self.own(out)?;
+        if seed.shape() != &out.shape {
+            return Err(NnError::SeedShape {
+                want: out.shape.clone(),
+                got: seed.shape().clone(),
+            });
+        }
+        let seed = V::from_f64(seed)?;
+        self.backward_from(out, seed, sweep)
+    }
+
+    /// The backward of `loss` (this session's) from its cotangent `seed` on the engine.
+    fn backward_from(&mut self, loss: &Var, seed: V, sweep: Sweep) -> Result<()> {
+        self.release_grads();
         let mode = self.anomaly;
         match sweep {
             Sweep::DenseAll => {
@@ -195,7 +209,9 @@ impl<V: Kernels> Session<V> {
         loss: &Var,
         mut observe: impl FnMut(Swept<'_, V>),
     ) -> Result<()> {
-        let seed = self.start_backward(loss, &unit_seed(loss)?)?;
+        self.own(loss)?;
+        let seed = unit_seed(loss)?;
+        self.release_grads();
         let names: BTreeMap<usize, String> = self
             .param_leaves
             .iter()
@@ -205,20 +221,6 @@ impl<V: Kernels> Session<V> {
             (Some(name), Some(grad)) => observe(Swept::Param { name, grad }),
             _ => observe(Swept::Node),
         })
-    }
-
-    /// Checks that `out` is this session's and `seed` has its shape, and releases the last
-    /// backward's gradients; returns the seed on the engine.
-    fn start_backward(&mut self, out: &Var, seed: &Tensor<f64>) -> Result<V> {
-        self.own(out)?;
-        if seed.shape() != &out.shape {
-            return Err(NnError::SeedShape {
-                want: out.shape.clone(),
-                got: seed.shape().clone(),
-            });
-        }
-        self.release_grads();
-        Ok(V::from_f64(seed)?)
     }
 
     /// The releasing sweep from `out` seeded with `seed`, `observe` told of each node swept
@@ -597,6 +599,11 @@ impl<V: Kernels> Ops for Session<V> {
 
     fn constant(&mut self, value: &Tensor<f64>) -> Result<Var> {
         let v = V::from_f64(value)?;
+        self.leaf(v, false, "constant", "constant")
+    }
+
+    fn filled(&mut self, shape: Shape, value: f64) -> Result<Var> {
+        let v = V::full(&shape, value)?;
         self.leaf(v, false, "constant", "constant")
     }
 
