@@ -256,8 +256,9 @@ impl<D: Device> Random for CudaTensor<D> {
 
 /// The CUDA engine (on the GPU or its host emulation). An optimizer step runs on the device
 /// ([`TrainValue::apply_update`]: one kernel per parameter, in place), so parameters and
-/// optimizer state never cross to the host while training; so does gradient clipping
-/// ([`TrainValue::clip_to_norm`]: only the per-tensor sums come down). `update_all` (a
+/// optimizer state never cross to the host while training, nor does gradient clipping
+/// ([`TrainValue::clip_to_norm`]); a step's loss and norm come down together
+/// ([`TrainValue::scalars`]). `update_all` (a
 /// checkpoint restore, a data-parallel all-reduce) downloads, updates on the host and uploads; every new buffer is uploaded
 /// before any value is replaced, so a failed upload (device out of memory) leaves every value
 /// as it was, and each replaced buffer is freed by the assignment.
@@ -300,7 +301,11 @@ impl<D: Device> TrainValue for CudaTensor<D> {
         Ok(ops::optim::apply_update(rule, value, grad, buffers)?)
     }
 
-    fn clip_to_norm(grads: &mut [&mut Self], max_norm: Option<f64>) -> Result<f64, RuntimeError> {
+    fn clip_to_norm(grads: &mut [&mut Self], max_norm: Option<f64>) -> Result<Self, RuntimeError> {
         Ok(ops::optim::clip_to_norm(grads, max_norm)?)
+    }
+
+    fn scalars(values: &[&Self]) -> Result<Vec<f64>, RuntimeError> {
+        Ok(ops::optim::scalars(values)?)
     }
 }

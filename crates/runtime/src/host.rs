@@ -17,7 +17,7 @@ use crate::error::RuntimeError;
 use crate::kernel::Kernels;
 use crate::update::UpdateRule;
 use std::borrow::Cow;
-use torchlean_spec::Tensor;
+use torchlean_spec::{Shape, Tensor};
 
 /// A floating-point element type an optimizer computes in (`f32`, `f64`).
 pub trait Element:
@@ -53,23 +53,32 @@ pub trait TrainValue: Kernels {
         f: impl FnOnce(&mut [&mut [Self::Elem]]) -> Result<R, E>,
     ) -> Result<R, E>;
 
-    /// The gradients' global 2-norm ([`crate::total_norm`] of their sums of squares); with
-    /// `Some(max_norm)`, each is first scaled as `torch.nn.utils.clip_grad_norm_` scales it
-    /// ([`crate::clip_coefficient`]). The default reads them on a host engine (in place, no
-    /// copy); a device engine overrides it so that only the per-tensor sums cross to the host.
-    fn clip_to_norm(grads: &mut [&mut Self], max_norm: Option<f64>) -> Result<f64, RuntimeError> {
-        match max_norm {
+    /// The gradients' global 2-norm ([`crate::total_norm`] of their sums of squares), as a
+    /// value of one element where the gradients are; with `Some(max_norm)`, each gradient is
+    /// first scaled as `torch.nn.utils.clip_grad_norm_` scales it ([`crate::clip_coefficient`]).
+    /// The default computes on the host engine's own data (in place, no copy; the norm in f64,
+    /// then in the element type); a device engine overrides it so that nothing crosses to the
+    /// host: read the norm with the step's other scalars ([`TrainValue::scalars`]).
+    fn clip_to_norm(grads: &mut [&mut Self], max_norm: Option<f64>) -> Result<Self, RuntimeError> {
+        let total = match max_norm {
             Some(max) => Self::update_all(grads, |slices| {
                 Ok::<_, RuntimeError>(crate::clip_grad_norm(slices, max))
-            }),
+            })?,
             None => {
                 let mut sums = Vec::with_capacity(grads.len());
                 for g in grads.iter() {
                     sums.push(crate::sum_of_squares(&g.read()?));
                 }
-                Ok(crate::total_norm(sums))
+                crate::total_norm(sums)
             }
-        }
+        };
+        Self::full(&Shape::scalar(), total)
+    }
+
+    /// The elements of one-element `values`, in order, on the host: one transfer on a device,
+    /// however many values (a step's loss and gradient norm come back together).
+    fn scalars(values: &[&Self]) -> Result<Vec<f64>, RuntimeError> {
+        values.iter().map(|v| Ok(*v.to_f64()?.item()?)).collect()
     }
 
     /// One optimizer step of one parameter where the values live: `value` updated from `grad`

@@ -18,6 +18,7 @@ use num_traits::{Float, FromPrimitive, ToPrimitive};
 use torchlean_distributed::{first_difference, hash_bits, Summand, World};
 use torchlean_nn::{Session, Sweep, Swept, Var};
 use torchlean_runtime::{Element, TrainValue};
+use torchlean_spec::Shape;
 
 use crate::error::{Result, TrainError};
 use crate::trainer::chunk_sizes;
@@ -76,7 +77,8 @@ pub fn all_reduce_mean<V: TrainValue>(
 /// sweep goes on: the backward of `loss` (this rank's mean over `rows` of the global batch's
 /// `total`) and [`all_reduce_mean`] at once, with the same result, bit for bit. Returns the
 /// global batch's mean gradients and loss ([`Reduced`]). `bucket_bytes` 0, or a world of one,
-/// sweeps first and sums after, in one piece.
+/// sweeps first and sums after, in one piece. A world of one reads nothing back: the loss
+/// stays where the engine computed it.
 pub fn backward_all_reduced<V: TrainValue>(
     world: &World,
     session: &mut Session<V>,
@@ -85,15 +87,24 @@ pub fn backward_all_reduced<V: TrainValue>(
     total: usize,
     bucket_bytes: usize,
 ) -> Result<Reduced<V>> {
+    if world.size() == 1 {
+        let value = session.value(loss)?.clone();
+        session.backward(loss, Sweep::Releasing)?;
+        return Ok(Reduced {
+            grads: session.take_param_grads(),
+            loss: value,
+            exposed: Duration::ZERO,
+        });
+    }
     let local = *session.value_f64(loss)?.item()?;
-    if world.size() == 1 || bucket_bytes == 0 {
+    if bucket_bytes == 0 {
         session.backward(loss, Sweep::Releasing)?;
         let mut grads = session.take_param_grads();
         let started = Instant::now();
         let loss = all_reduce_mean(world, &mut grads, local, rows, total)?;
         return Ok(Reduced {
             grads,
-            loss,
+            loss: V::full(&Shape::scalar(), loss)?,
             exposed: started.elapsed(),
         });
     }
@@ -123,7 +134,10 @@ pub fn backward_all_reduced<V: TrainValue>(
     })?;
     Ok(Reduced {
         grads,
-        loss: elem::<V::Elem>(loss_sum).to_f64().unwrap_or(f64::NAN),
+        loss: V::full(
+            &Shape::scalar(),
+            elem::<V::Elem>(loss_sum).to_f64().unwrap_or(f64::NAN),
+        )?,
         exposed,
     })
 }
@@ -133,8 +147,9 @@ pub fn backward_all_reduced<V: TrainValue>(
 pub struct Reduced<V> {
     /// The global batch's mean gradients, by parameter name.
     pub grads: BTreeMap<String, V>,
-    /// The global batch's mean loss.
-    pub loss: f64,
+    /// The global batch's mean loss, a value of one element on the engine (read it with
+    /// [`TrainValue::scalars`]).
+    pub loss: V,
     /// The time spent waiting for the other ranks once this rank's sweep was done: the
     /// communication the sweep did not hide (all of it without buckets).
     pub exposed: Duration,

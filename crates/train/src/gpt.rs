@@ -390,9 +390,10 @@ impl<V: TrainValue> GptTrainer<V> {
                 .verify_every
                 .is_some_and(|n| (self.step + 1).is_multiple_of(n))
         {
+            let loss = V::scalars(&[&loss])?[0];
             self.verify_step(&global, loss, &grads)?;
         }
-        let grad_norm = clip(&mut grads, self.cfg.grad_clip)?;
+        let norm = clip(&mut grads, self.cfg.grad_clip)?;
         let (mut decayed, mut plain) = (Vec::new(), Vec::new());
         for (name, p) in self.session.params_mut() {
             let Some(g) = grads.get(name) else { continue };
@@ -405,6 +406,11 @@ impl<V: TrainValue> GptTrainer<V> {
         }
         self.decayed.step(lr, &mut decayed)?;
         self.plain.step(lr, &mut plain)?;
+        // the step's one read back: its loss and gradient norm, together
+        let (loss, grad_norm) = match V::scalars(&[&loss, &norm])?[..] {
+            [loss, norm] => (loss, norm),
+            _ => unreachable!("two values read, two scalars back"),
+        };
         self.step += 1;
         Ok(GptEvent::Step {
             step: self.step,
@@ -713,9 +719,10 @@ fn draw_token(logits: &[f64], temperature: f64, top_k: Option<usize>, u: f64) ->
     order[order.len() - 1]
 }
 
-/// The global norm of `grads` (before clipping), clipped to `max_norm` in place as PyTorch's
-/// `clip_grad_norm_` does; `max_norm` 0 leaves them as they are.
-fn clip<V: TrainValue>(grads: &mut BTreeMap<String, V>, max_norm: f64) -> Result<f64> {
+/// The global norm of `grads` (before clipping, one element on the engine), clipped to
+/// `max_norm` in place as PyTorch's `clip_grad_norm_` does; `max_norm` 0 leaves them as they
+/// are.
+fn clip<V: TrainValue>(grads: &mut BTreeMap<String, V>, max_norm: f64) -> Result<V> {
     let mut values: Vec<&mut V> = grads.values_mut().collect();
     let max_norm = (max_norm > 0.0).then_some(max_norm);
     Ok(V::clip_to_norm(&mut values, max_norm)?)

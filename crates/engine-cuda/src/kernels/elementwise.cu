@@ -17,6 +17,13 @@ extern "C" __global__ void tl_scale(float* __restrict__ y, const float* __restri
   for (tl_index i = tl_first(); i < n; i += tl_stride()) y[i] = c * x[i];
 }
 
+// y[i] *= c[0]  (in place, by a factor the device computed: gradient clipping's)
+extern "C" __global__ void tl_scale_by(float* __restrict__ y, const float* __restrict__ c,
+                                       tl_index n) {
+  const float f = c[0];
+  for (tl_index i = tl_first(); i < n; i += tl_stride()) y[i] = y[i] * f;
+}
+
 // y[i] = x[i] + c
 extern "C" __global__ void tl_ew_add_scalar(float* __restrict__ y, const float* __restrict__ x,
                                             float c, tl_index n) {

@@ -4,16 +4,19 @@
 //! state on the device.
 
 use super::launch_into;
+use super::{elementwise, layout, reduce};
 use crate::device::{Arg, Device};
 use crate::error::{CudaError, Result};
 use crate::geometry::{index, Launch};
+use crate::kernels::ELEMENTWISE;
 use crate::kernels::OPTIM;
 use crate::tensor::CudaTensor;
-use torchlean_runtime::{clip_coefficient, total_norm, AdamDecay, UpdateRule};
-use torchlean_spec::{BinaryOp, Shape, SpecError};
+use torchlean_runtime::{AdamDecay, UpdateRule};
+use torchlean_spec::{BinaryOp, Shape, SpecError, UnaryOp};
 
-/// The op name errors give.
+/// The op names errors give.
 const OP: &str = "optimizer step";
+const CLIP: &str = "gradient clipping";
 
 /// A flag as a kernel's `long long`.
 fn flag<'a, D: Device>(b: bool) -> Arg<'a, D> {
@@ -206,33 +209,82 @@ fn slots<'a, D: Device>(
         .collect()
 }
 
-/// [`torchlean_runtime::TrainValue::clip_to_norm`] on the device: each gradient's `Σ x²` by
-/// two kernels (square, then the engine's sum), the sums gathered into one tensor and
-/// downloaded at once, the total norm and the clipping factor computed on the host by the
-/// host engines' formulas ([`total_norm`], [`clip_coefficient`]), and each gradient scaled on
-/// the device. One download per call, however many gradients; nothing is uploaded. The sums
-/// are the engine's `f32` reductions (the host engines sum in f64), as PyTorch reduces on a
-/// GPU.
+/// [`torchlean_runtime::TrainValue::clip_to_norm`] on the device, with nothing crossing to
+/// the host: each gradient's `Σ x²` (square, then the engine's sum), the sums gathered and
+/// summed, the square root; with a `max_norm`, the factor `min(max_norm / (norm + 1e-6), 1)`
+/// (`clip_coefficient`'s operations in `f32`, one rounding each; NaN passes the clamp) and
+/// every gradient multiplied by it in place (by exactly 1 when it is not clipped, which changes
+/// no bit). The sums are the engine's `f32` reductions (the host engines sum in f64), as
+/// PyTorch reduces on a GPU.
 pub fn clip_to_norm<D: Device>(
     grads: &mut [&mut CudaTensor<D>],
     max_norm: Option<f64>,
-) -> Result<f64> {
+) -> Result<CudaTensor<D>> {
+    let scalar = Shape::scalar();
     if grads.is_empty() {
-        return Ok(0.0);
+        return CudaTensor::filled(scalar, 0.0);
     }
     let one = Shape::from([1]);
     let mut sums = Vec::with_capacity(grads.len());
     for g in grads.iter() {
-        let squares = super::elementwise::binary(BinaryOp::Mul, g, g)?;
-        sums.push(super::reduce::sum_all(&squares)?.share(one.clone())?);
+        let squares = elementwise::binary(BinaryOp::Mul, g, g)?;
+        sums.push(reduce::sum_all(&squares)?.share(one.clone())?);
     }
-    let parts: Vec<&CudaTensor<D>> = sums.iter().collect();
-    let gathered = super::layout::concat(&parts, 0, &Shape::from([parts.len()]))?;
-    let total = total_norm(gathered.to_host()?.into_iter().map(f64::from));
-    if let Some(coef) = max_norm.and_then(|max| clip_coefficient::<f32>(total, max)) {
+    let gathered = gather(&sums)?;
+    let norm = elementwise::unary(UnaryOp::Sqrt, &reduce::sum_all(&gathered)?)?;
+    if let Some(max) = max_norm {
+        let denominator = elementwise::add_scalar(&norm, 1e-6)?;
+        let max = CudaTensor::filled(scalar, f(max))?;
+        let coef = elementwise::binary(BinaryOp::Div, &max, &denominator)?;
+        let coef = elementwise::clamp(&coef, None, Some(1.0))?;
         for g in grads.iter_mut() {
-            **g = super::elementwise::scale(g, f64::from(coef))?;
+            let n = g.len();
+            // tl_scale_by(float* y, const float* c, long long n)
+            launch_into(
+                ELEMENTWISE.kernel("tl_scale_by"),
+                Launch::for_items(n),
+                [g.buffer_mut()?],
+                [Arg::In(coef.mem()), Arg::Index(index(CLIP, "n", n)?)],
+            )?;
         }
     }
-    Ok(total)
+    Ok(norm)
+}
+
+/// [`torchlean_runtime::TrainValue::scalars`]: the one-element `values` gathered on the device
+/// and downloaded in one transfer.
+pub fn scalars<D: Device>(values: &[&CudaTensor<D>]) -> Result<Vec<f64>> {
+    let one = Shape::from([1]);
+    let mut parts = Vec::with_capacity(values.len());
+    for v in values {
+        if v.len() != 1 {
+            return Err(CudaError::DataLength {
+                what: "scalars",
+                shape: v.shape().clone(),
+                expected: 1,
+                got: v.len(),
+            });
+        }
+        parts.push(v.share(one.clone())?);
+    }
+    if parts.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(gather(&parts)?
+        .to_host()?
+        .into_iter()
+        .map(f64::from)
+        .collect())
+}
+
+/// Tensors `[1]` side by side in one `[n]` (`n ≥ 1`; one is itself: `concat` takes two or
+/// more).
+fn gather<D: Device>(parts: &[CudaTensor<D>]) -> Result<CudaTensor<D>> {
+    match parts {
+        [one] => Ok(one.clone()),
+        _ => {
+            let refs: Vec<&CudaTensor<D>> = parts.iter().collect();
+            layout::concat(&refs, 0, &Shape::from([refs.len()]))
+        }
+    }
 }
