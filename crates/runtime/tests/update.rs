@@ -1,9 +1,13 @@
 //! `UpdateRule::apply` against PyTorch's update rules written out element by element (the
 //! formulas of `torch.optim`'s single-tensor loops, in f64), for every option that changes the
 //! arithmetic, at a length below and one above the SIMD dispatch threshold; and
-//! `TrainValue::apply_update` on the reference engine doing what `apply` does on its slices.
+//! `TrainValue::apply_update` on the reference engine doing what `apply` does on its slices;
+//! `clip_grad_norm_`'s parts by hand, and `TrainValue::clip_to_norm` on the reference engine.
 
-use torchlean_runtime::{AdamDecay, SgdMomentum, TrainValue, UpdateRule};
+use torchlean_runtime::{
+    clip_coefficient, clip_grad_norm, sum_of_squares, total_norm, AdamDecay, SgdMomentum,
+    TrainValue, UpdateRule,
+};
 use torchlean_spec::Tensor;
 
 /// Deterministic values in about [-1, 1] (positive where `positive`: squared averages).
@@ -277,4 +281,60 @@ fn apply_update_on_the_reference_engine_is_the_rule_on_its_data() {
             assert_eq!(got.data(), want.as_slice(), "{rule:?}");
         }
     }
+}
+
+#[test]
+fn clipping_by_hand() {
+    // Norms 3 and 4: total 5; max_norm 1 scales by 1 / (5 + 1e-6).
+    let mut a = [3.0f64];
+    let mut b = [0.0f64, 4.0];
+    let total = clip_grad_norm(&mut [&mut a[..], &mut b[..]], 1.0);
+    assert_eq!(total, 5.0);
+    let coef = 1.0 / (5.0 + 1e-6);
+    assert_eq!(a, [3.0 * coef]);
+    assert_eq!(b, [0.0, 4.0 * coef]);
+    // Below the limit nothing changes.
+    let mut c = [0.3f64, 0.4];
+    assert_eq!(clip_grad_norm(&mut [&mut c[..]], 1.0), 0.5);
+    assert_eq!(c, [0.3, 0.4]);
+}
+
+#[test]
+fn the_parts_of_clipping() {
+    // eight lanes and a tail: 1² + 2² + … + 11²
+    let x: Vec<f32> = (1..=11).map(|i| i as f32).collect();
+    assert_eq!(sum_of_squares(&x), 506.0);
+    assert_eq!(sum_of_squares::<f64>(&[]), 0.0);
+    assert_eq!(total_norm([9.0, 16.0]), 5.0);
+    assert_eq!(total_norm([]), 0.0);
+    // the factor in the element type: none at or above 1, NaN passes
+    assert_eq!(clip_coefficient::<f64>(5.0, 1.0), Some(1.0 / (5.0 + 1e-6)));
+    assert_eq!(
+        clip_coefficient::<f32>(5.0, 1.0),
+        Some(1.0f32 / (5.0f32 + 1e-6f32))
+    );
+    assert_eq!(clip_coefficient::<f64>(1.0 - 1e-6, 1.0), None);
+    assert_eq!(clip_coefficient::<f64>(0.5, 1.0), None);
+    assert!(clip_coefficient::<f64>(f64::NAN, 1.0).is_some_and(f64::is_nan));
+    assert_eq!(clip_coefficient::<f64>(f64::INFINITY, 1.0), Some(0.0));
+}
+
+#[test]
+fn clip_to_norm_on_the_reference_engine_clips_in_place_and_returns_the_norm() {
+    let grads = || {
+        [
+            Tensor::new([1], vec![3.0f64]).unwrap(),
+            Tensor::new([2], vec![0.0, 4.0]).unwrap(),
+        ]
+    };
+    let [mut a, mut b] = grads();
+    let norm = Tensor::<f64>::clip_to_norm(&mut [&mut a, &mut b], Some(1.0)).unwrap();
+    assert_eq!(Tensor::<f64>::scalars(&[&norm]).unwrap(), [5.0]);
+    let coef = 1.0 / (5.0 + 1e-6);
+    assert_eq!(a.data(), &[3.0 * coef]);
+    assert_eq!(b.data(), &[0.0, 4.0 * coef]);
+    let [mut a, mut b] = grads();
+    let norm = Tensor::<f64>::clip_to_norm(&mut [&mut a, &mut b], None).unwrap();
+    assert_eq!(*norm.item().unwrap(), 5.0);
+    assert_eq!((a, b), grads().into(), "no max_norm: nothing scaled");
 }
