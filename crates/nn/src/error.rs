@@ -192,8 +192,8 @@ impl From<RuntimeError> for NnError {
 /// Why a recorded program cannot be written as `torchlean.ir.v1` ([`NnError::Export`]).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ExportProblem {
-    #[error("a torchlean.ir.v1 graph has exactly one input, the program has {inputs}")]
-    Inputs { inputs: usize },
+    #[error("a torchlean.ir.v1 graph has at least one input, the program has none")]
+    NoInput,
     /// A payload operand (a weight) that the program computes: `index` is the op's position.
     #[error("op {index} (`{op}`): its `{operand}` is computed, but torchlean.ir.v1 takes it from the payload (a parameter or constant)")]
     ComputedPayload {

@@ -338,8 +338,9 @@ impl Recorded {
             .and_then(|i| run.grads.get(i))
     }
 
-    /// The program as a `torchlean.ir.v1` graph and its payload. The one input leaf is the
-    /// graph input; a parameter or constant passed as a payload operand (a linear's, conv's or
+    /// The program as a `torchlean.ir.v1` graph and its payload. The input leaves are the
+    /// graph's inputs, in recording order (IR nodes `0..k`; with several, named by their leaf
+    /// names, as `--input NAME=FILE` matches them); a parameter or constant passed as a payload operand (a linear's, conv's or
     /// batch norm's weights) goes into that node's payload entry, any other leaf becomes a
     /// `const` node. Returns, for every parameter, the `(IR node, payload name)` places it was
     /// written to (one for each use; `torchlean grad` reports one gradient per place, which sum
@@ -348,25 +349,30 @@ impl Recorded {
         let inputs: Vec<usize> = (0..self.leaves.len())
             .filter(|&i| matches!(self.leaves[i].kind, LeafKind::Input { .. }))
             .collect();
-        let [input] = inputs[..] else {
+        if inputs.is_empty() {
             return Err(NnError::Export {
-                problem: ExportProblem::Inputs {
-                    inputs: inputs.len(),
-                },
+                problem: ExportProblem::NoInput,
             });
-        };
-        let mut nodes = vec![Node {
-            id: 0,
-            kind: OpKind::Input,
-            parents: vec![],
-            shape: self.leaves[input].value.shape().clone(),
-        }];
+        }
+        // the inputs first, in recording order: IR nodes 0..k
+        let mut nodes: Vec<Node> = inputs
+            .iter()
+            .enumerate()
+            .map(|(id, &leaf)| Node {
+                id,
+                kind: OpKind::Input,
+                parents: vec![],
+                shape: self.leaves[leaf].value.shape().clone(),
+            })
+            .collect();
         let mut payload = Payload::new();
         let mut places: Vec<Vec<(usize, &'static str)>> = vec![Vec::new(); self.leaves.len()];
-        // the IR node holding each position's value (leaves other than the input on first use)
+        // the IR node holding each position's value (leaves other than the inputs on first use)
         let n = self.leaves.len();
         let mut ir_of: Vec<Option<usize>> = vec![None; self.graph.len()];
-        ir_of[input] = Some(0);
+        for (id, &leaf) in inputs.iter().enumerate() {
+            ir_of[leaf] = Some(id);
+        }
         for (k, gnode) in self.graph.nodes().iter().enumerate() {
             let desc = gnode.op.desc();
             let n_parents = gnode.args.len() - desc.payload;
@@ -439,7 +445,15 @@ impl Recorded {
         let output_id = ir_of[self.output].ok_or(NnError::Export {
             problem: ExportProblem::OutputNotComputed,
         })?;
-        let graph = Graph::new(0, output_id, nodes);
+        let mut graph = Graph::new(0, output_id, nodes);
+        if inputs.len() > 1 {
+            // the wire's extension; a one-input graph stays TorchLean's
+            graph.extra_inputs = (1..inputs.len()).collect();
+            graph.input_names = inputs
+                .iter()
+                .map(|&i| self.leaves[i].name.clone())
+                .collect();
+        }
         let params = self
             .leaves
             .iter()

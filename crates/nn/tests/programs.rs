@@ -12,7 +12,7 @@ use torchlean_engine_cpu::CpuF64;
 use torchlean_ir::{check_payload, check_shapes, Case};
 use torchlean_nn::*;
 use torchlean_runtime::Kernels;
-use torchlean_spec::{Rational, Scalar, Tensor};
+use torchlean_spec::{Rational, Scalar, Shape, Tensor};
 
 fn t(shape: &[usize], f: impl Fn(usize) -> f64) -> Tensor<f64> {
     let n: usize = shape.iter().product();
@@ -542,14 +542,13 @@ fn a_program_torchlean_ir_v1_cannot_hold_is_refused_with_why() {
         Err(NnError::Export { problem }) => problem,
         other => panic!("expected an export error: {:?}", other.map(|_| ())),
     };
-    // two inputs
+    // no input
     let mut r = Recorder::new();
-    let a = r.input("a", &x, false).unwrap();
-    let b = r.input("b", &x, false).unwrap();
-    let y = r.add(&a, &b).unwrap();
+    let w = r.param("w", &x).unwrap();
+    let y = r.tanh(&w).unwrap();
     assert_eq!(
         export_problem(r.finish(&y).unwrap()),
-        ExportProblem::Inputs { inputs: 2 }
+        ExportProblem::NoInput
     );
     // the output is a parameter, computed by nothing
     let mut r = Recorder::new();
@@ -585,4 +584,43 @@ fn a_program_torchlean_ir_v1_cannot_hold_is_refused_with_why() {
         ),
         "{e:?}"
     );
+}
+
+#[test]
+fn a_program_of_two_inputs_exports_them_in_order_and_by_name() {
+    // it was refused (`ExportProblem::Inputs { inputs: 2 }`) while the IR took several inputs
+    let a = t(&[2, 3], |i| i as f64 * 0.5 - 1.0);
+    let b = t(&[3], |i| (i as f64).cos());
+    let mut r = Recorder::new();
+    let av = r.input("a", &a, false).unwrap();
+    let bv = r.input("b", &b, false).unwrap();
+    let bb = r.broadcast_to(&bv, Shape::from([2, 3])).unwrap();
+    let y = r.sub(&av, &bb).unwrap();
+    let y = r.tanh(&y).unwrap();
+    let export = r.finish(&y).unwrap().to_ir().unwrap();
+    let g = &export.graph;
+    assert_eq!(g.inputs().collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(g.input_names, ["a", "b"]);
+    assert_eq!(g.nodes[1].shape, Shape::from([3]));
+    assert!(check_shapes(g).iter().all(|d| !d.is_error()));
+    // the JSON round trip keeps the inputs, and running it gives the recorded values, in order
+    let g = torchlean_ir::Graph::from_json(&g.to_json()).unwrap();
+    assert_eq!(&g, &export.graph);
+    let mut s = Session::<Tensor<f64>>::new();
+    let xs = [
+        s.input("a", &a, false).unwrap(),
+        s.input("b", &b, false).unwrap(),
+    ];
+    let out = IrProgram {
+        graph: &g,
+        payload: &export.payload,
+        naming: torchlean_nn::ParamNaming::ByNode,
+    }
+    .run_inputs(&mut s, &xs)
+    .unwrap();
+    let got = s.value_f64(&out).unwrap();
+    let want: Vec<f64> = (0..6)
+        .map(|i| (a.data()[i] - b.data()[i % 3]).tanh())
+        .collect();
+    assert_eq!(got.data(), &want[..]);
 }
