@@ -258,9 +258,9 @@ impl<D: Device> Random for CudaTensor<D> {
 /// ([`TrainValue::apply_update`]: one kernel per parameter, in place), so parameters and
 /// optimizer state never cross to the host while training, nor does gradient clipping
 /// ([`TrainValue::clip_to_norm`]); a step's loss and norm come down together
-/// ([`TrainValue::scalars`]). `update_all` (a
-/// checkpoint restore, a data-parallel all-reduce) downloads, updates on the host and uploads; every new buffer is uploaded
-/// before any value is replaced, so a failed upload (device out of memory) leaves every value
+/// ([`TrainValue::scalars`]). `update_all` (a checkpoint restore, a data-parallel all-reduce)
+/// downloads, updates on the host and uploads; every new buffer is uploaded before any value
+/// is replaced, so a failed upload (device out of memory) leaves every value
 /// as it was, and each replaced buffer is freed by the assignment.
 impl<D: Device> TrainValue for CudaTensor<D> {
     type Elem = f32;

@@ -1,7 +1,8 @@
 //! `TrainValue` on the CUDA engine (through its host emulation, so without a GPU): reading
-//! downloads, `update_all` downloads, updates on the host and uploads, changes nothing when
-//! the update fails; an optimizer step runs on the device and equals the host optimizer bit for
-//! bit (the live-buffer and transfer accounting over a run is `cuda_memory.rs`).
+//! gives the data on the host, `update_all` downloads, updates on the host and uploads and
+//! changes nothing when the update fails; an optimizer step runs on the device and equals the
+//! host optimizer bit for bit; clipping on the device is the host's; one-element values come
+//! back together (the live-buffer and transfer accounting over a run is `cuda_memory.rs`).
 #![allow(clippy::unwrap_used)]
 
 use std::borrow::Cow;
@@ -14,7 +15,7 @@ fn tensor(data: &[f32]) -> EmuF32 {
 }
 
 #[test]
-fn read_is_the_row_major_data_downloaded() {
+fn read_is_the_row_major_data_on_the_host() {
     let x = tensor(&[1.0, -2.0, 0.5]);
     let r = x.read().unwrap();
     assert!(matches!(r, Cow::Owned(_)));
