@@ -11,8 +11,7 @@
 use torchlean_engine_cuda::{cuda_or_skip, emulation_ready, live_buffers, transfers, Device};
 use torchlean_engine_cuda::{CudaTensor, Emu, Gpu, LiveBuffers, Transfers};
 use torchlean_nn::GptConfig;
-use torchlean_train::data::Dataset;
-use torchlean_train::data::TextCorpus;
+use torchlean_train::data::{Dataset, TextCorpus};
 use torchlean_train::exec::{CompiledExec, Exec, Interpreter};
 use torchlean_train::model::{Arch, Classifier, Classify};
 use torchlean_train::trainer::{Event, Observer, TrainConfig, Trainer};
