@@ -15,24 +15,35 @@
 //!   short copies they replace;
 //! - **compact** (any stride): classic im2col over the `Ho·Wo` output positions.
 //!
+//! A stride-1 forward over a wide image with many channels ([`by_taps`]: ResNet's 56×56 and
+//! 28×28 layers) builds no patch matrix at all: the wide patch matrix's rows for one tap
+//! `(u, v)` are the padded image itself, shifted by `u·Wp + v`, so the forward is one product
+//! per tap over the channels, `out (+)= W[:, :, u, v] · Xp(u, v)`, each reading the padded
+//! image in place. Its sums run over the channels per tap, taps in order: other bits than the
+//! patch matrix's single product, the same for any chunking and thread count.
+//!
 //! Non-finite values: products meet the zero padding (`0·inf = NaN`) where the reference skips
 //! padded cells, as in every GEMM-based convolution. The wide backward would also multiply the
 //! dropped columns' zero cotangents by real inputs and weights, so it is used only when both are
 //! finite (checked per call); otherwise the backward takes the compact layout.
 //!
 //! Parallelism and determinism: images are processed in parallel (each product single-threaded)
-//! when there are several, or one image with threaded products. The weight gradient is
+//! when there are several, or one image with threaded products (by taps: fixed chunks of
+//! output rows, one thread each; the compact patch matrix is built by row groups in
+//! parallel). The weight gradient is
 //! accumulated per fixed group of images (the grouping depends only on the batch size) and the
 //! group sums are added in group order, so the result does not depend on the thread count.
 
 use super::linalg::{gemm, gemm_rows, par_for_work, Mat};
 use super::reduce::sum_seq;
+use crate::buffers::{self, Buffer};
 use crate::error::CpuError;
 use crate::scalar::CpuScalar;
 use crate::tensor::CpuTensor;
 use crate::threads::should_par;
 use gemm::Parallelism;
 use rayon::prelude::*;
+use std::sync::Arc;
 use torchlean_spec::ops::{BackwardChunks, Chunks, ConvGeometry, PATCH_CHUNK_ELEMENTS};
 use torchlean_spec::{Conv2dSpec, Shape};
 
@@ -54,8 +65,6 @@ type Geo = ConvGeometry;
 
 /// What the CPU engine's patch layouts add to the spec's geometry.
 trait CpuGeo {
-    /// Columns of the wide patch matrix: `Ho·Wp`.
-    fn q(&self) -> usize;
     fn layout(&self) -> Layout;
     /// Columns of the patch matrix in `layout`.
     fn cols(&self, layout: Layout) -> usize;
@@ -64,10 +73,6 @@ trait CpuGeo {
 }
 
 impl CpuGeo for Geo {
-    fn q(&self) -> usize {
-        self.ho * self.wp()
-    }
-
     fn layout(&self) -> Layout {
         if self.direct() {
             Layout::Direct
@@ -81,7 +86,7 @@ impl CpuGeo for Geo {
     /// Columns of the patch matrix in `layout`.
     fn cols(&self, layout: Layout) -> usize {
         match layout {
-            Layout::Wide => self.q(),
+            Layout::Wide => self.wide_cols(),
             _ => self.p(),
         }
     }
@@ -92,21 +97,56 @@ impl CpuGeo for Geo {
     }
 }
 
-/// Per-task work buffers, grown on first use and reused across images.
-#[derive(Default)]
-struct Scratch<T> {
-    xp: Vec<T>,
-    col: Vec<T>,
-    out: Vec<T>,
-    grad: Vec<T>,
-    /// The padded image's gradient (wide backward with padding).
-    dxp: Vec<T>,
+/// A work buffer taken from the engine's buffer pool ([`crate::buffers`]) and handed back when
+/// dropped: a convolution's patch matrices and padded images cost neither `malloc`, page faults
+/// nor zeroing once a step of the same shapes has run. Its contents are unspecified: every
+/// caller overwrites what it reads.
+struct Work<T: CpuScalar>(Option<Buffer<T>>);
+
+impl<T: CpuScalar> Default for Work<T> {
+    fn default() -> Self {
+        Work(None)
+    }
 }
 
-/// Resizes `v` to `n` elements (new ones zero) and returns it.
-fn sized<T: CpuScalar>(v: &mut Vec<T>, n: usize) -> &mut [T] {
-    v.resize(n, T::ZERO);
-    &mut v[..n]
+impl<T: CpuScalar> Work<T> {
+    /// `n` elements of unspecified contents (the held buffer when it has that length, else a
+    /// pooled or fresh one).
+    fn take(&mut self, n: usize) -> &mut [T] {
+        if self.0.as_ref().is_some_and(|b| b.len() != n) {
+            if let Some(b) = self.0.take() {
+                buffers::recycle(b);
+            }
+        }
+        let b = self.0.get_or_insert_with(|| buffers::alloc(n));
+        // the buffer is never shared (`alloc` hands out unique ones and this is its only
+        // handle), so this never copies
+        &mut Arc::make_mut(b)[..]
+    }
+}
+
+impl<T: CpuScalar> Drop for Work<T> {
+    fn drop(&mut self) {
+        if let Some(b) = self.0.take() {
+            buffers::recycle(b);
+        }
+    }
+}
+
+/// Per-task work buffers, taken on first use and reused across images.
+#[derive(Default)]
+struct Scratch<T: CpuScalar> {
+    xp: Work<T>,
+    col: Work<T>,
+    out: Work<T>,
+    grad: Work<T>,
+    /// The padded image's gradient (wide backward with padding).
+    dxp: Work<T>,
+}
+
+/// `n` elements of `v`, contents unspecified (the caller overwrites every one it reads).
+fn sized<T: CpuScalar>(v: &mut Work<T>, n: usize) -> &mut [T] {
+    v.take(n)
 }
 
 /// Whether every element is finite (a vectorised reduction: `v · 0` is ±0 exactly when `v` is
@@ -158,6 +198,32 @@ fn copy_run<T: Copy>(dst: &mut [T], src: &[T]) {
     }
 }
 
+/// `dst[i] = src[i·s]`: a run of the patch matrix from one image row at stride `s` (the last
+/// read is `src[(len − 1)·s]`). Stride 1 and 2 (every strided layer of the common networks)
+/// have loops the compiler vectorises; `step_by` does not.
+#[inline(always)]
+fn strided_copy<T: Copy>(dst: &mut [T], src: &[T], s: usize) {
+    match s {
+        1 => copy_run(dst, src),
+        2 => {
+            let n = dst.len();
+            let (full, src) = (n.min(src.len() / 2), &src[..(2 * n).min(src.len())]);
+            for (d, pair) in dst[..full].iter_mut().zip(src.chunks_exact(2)) {
+                *d = pair[0];
+            }
+            if full < n {
+                // the last element's pair is cut short by the row's end
+                dst[full] = src[2 * full];
+            }
+        }
+        _ => {
+            for (t, d) in dst.iter_mut().enumerate() {
+                *d = src[t * s];
+            }
+        }
+    }
+}
+
 /// `dst[i] += src[i]` for a run (vectorised, no call).
 #[inline(always)]
 fn add_run<T: CpuScalar>(dst: &mut [T], src: &[T]) {
@@ -188,15 +254,25 @@ fn im2col<T: CpuScalar>(g: &Geo, x: &[T], col: &mut [T], r0: usize) {
             seg[j1..].fill(T::ZERO);
             if j1 > j0 {
                 let c0 = j0 * g.s + v - g.pad;
-                if g.s == 1 {
-                    copy_run(&mut seg[j0..j1], &xrow[c0..c0 + (j1 - j0)]);
-                } else {
-                    for (d, &xv) in seg[j0..j1].iter_mut().zip(xrow[c0..].iter().step_by(g.s)) {
-                        *d = xv;
-                    }
-                }
+                strided_copy(&mut seg[j0..j1], &xrow[c0..], g.s);
             }
         }
+    }
+}
+
+/// Patch-matrix rows each task of [`im2col_split`] fills.
+const IM2COL_TASK_ROWS: usize = 8;
+
+/// [`im2col`] of the whole matrix, its rows shared among the pool's threads when `par` allows
+/// (rows are independent copies, so the split changes no value).
+fn im2col_split<T: CpuScalar>(g: &Geo, x: &[T], col: &mut [T], par: Parallelism) {
+    let p = g.p();
+    if matches!(par, Parallelism::Rayon(_)) && p > 0 {
+        col.par_chunks_mut(IM2COL_TASK_ROWS * p)
+            .enumerate()
+            .for_each(|(k, rows)| im2col(g, x, rows, k * IM2COL_TASK_ROWS));
+    } else {
+        im2col(g, x, col, 0);
     }
 }
 
@@ -275,13 +351,18 @@ fn col2im_cols<T: CpuScalar>(g: &Geo, dcol: &[T], dx: &mut [T], r0: usize, c0: u
 }
 
 /// The image zero-padded to `C × Hp × Wp` (the image itself without padding).
-fn padded<'a, T: CpuScalar>(g: &Geo, x: &'a [T], buf: &'a mut Vec<T>) -> &'a [T] {
+fn padded<'a, T: CpuScalar>(g: &Geo, x: &'a [T], buf: &'a mut Work<T>) -> &'a [T] {
     if g.pad == 0 {
         return x;
     }
+    pad_into(g, x, buf.take(g.c * g.hp() * g.wp()))
+}
+
+/// Writes the image zero-padded to `C × Hp × Wp` at the start of `buf` (zeros after it) and
+/// returns `buf`.
+fn pad_into<'a, T: CpuScalar>(g: &Geo, x: &[T], buf: &'a mut [T]) -> &'a [T] {
     let (hp, wp) = (g.hp(), g.wp());
-    buf.clear();
-    buf.resize(g.c * hp * wp, T::ZERO);
+    buf.fill(T::ZERO);
     if g.h * g.w == 0 {
         return buf;
     }
@@ -291,6 +372,50 @@ fn padded<'a, T: CpuScalar>(g: &Geo, x: &'a [T], buf: &'a mut Vec<T>) -> &'a [T]
         }
     }
     buf
+}
+
+/// The image zero-padded to `C × Hp × Wp`, then `kW − 1` zeros: a copy even without padding,
+/// so that every tap's shifted view of the last channel ([`wide_taps_product`]) stays inside
+/// the buffer (its last `kW − 1` columns are dropped ones).
+fn padded_with_slack<'a, T: CpuScalar>(g: &Geo, x: &[T], buf: &'a mut Work<T>) -> &'a [T] {
+    let n = g.c * g.hp() * g.wp() + g.kw.saturating_sub(1);
+    pad_into(g, x, buf.take(n))
+}
+
+/// Columns `c0..c0 + len` of the wide product `W·col` (`oc × len`, into `out`; `w` holds the
+/// `oc` output channels' weights) on one thread, without building
+/// the patch matrix: one product per tap `(u, v)`, `out (+)= W[:, :, u, v] · Xp(u, v)`, where
+/// `Xp(u, v)` is the padded image (`xp`, from [`padded_with_slack`]) seen as a `C × len`
+/// matrix starting `u·Wp + v` in: wide row `(c, u, v)` is exactly that run of channel `c`. Each
+/// output element sums over the channels per tap, the taps in order; the chunks are ranges of
+/// output columns, so chunked and whole results are the same bits.
+fn wide_taps_product<T: CpuScalar>(
+    g: &Geo,
+    w: &[T],
+    oc: usize,
+    xp: &[T],
+    out: &mut [T],
+    c0: usize,
+    len: usize,
+) -> Result<(), CpuError> {
+    let (kk, taps, plane, wp) = (g.kk(), g.kh * g.kw, g.hp() * g.wp(), g.wp());
+    for t in 0..taps {
+        let (u, v) = (t / g.kw, t % g.kw);
+        // (o, c) ↦ w[o·kk + c·taps + t]; (c, j) ↦ xp[c·plane + u·Wp + v + c0 + j]
+        let wm = Mat {
+            data: w.get(t..).unwrap_or_default(),
+            rs: kk,
+            cs: taps,
+        };
+        let xm = Mat {
+            // empty past the end (no channels): a product over none reads nothing
+            data: xp.get(u * wp + v + c0..).unwrap_or_default(),
+            rs: plane,
+            cs: 1,
+        };
+        gemm(OP, oc, len, g.c, out, t > 0, wm, xm, Parallelism::None)?;
+    }
+    Ok(())
 }
 
 /// Offset in the padded image where wide row `r = (c, u, v)` starts.
@@ -329,9 +454,11 @@ fn col2im_wide<T: CpuScalar>(g: &Geo, dcol: &[T], dxp: &mut [T], r0: usize, c0: 
     }
 }
 
-/// One image forward: `y = W·col + b`, the patch matrix built at most `cap` elements (at least
-/// [`torchlean_spec::ops::PATCH_CHUNK_MIN_UNITS`] columns) at a time ([`Chunks`]). A chunk is a range of the product's output columns
-/// (the contracted dimension is never split), so chunked and whole results are the same bits.
+/// One image forward: `y = W·col + b`, by taps without a patch matrix when [`by_taps`] says so,
+/// else with the patch matrix built at most `cap` elements (at least
+/// [`torchlean_spec::ops::PATCH_CHUNK_MIN_UNITS`] columns) at a time ([`Chunks`]). A chunk is
+/// a range of the product's output columns (the contracted dimension is never split), so
+/// chunked and whole results are the same bits.
 #[allow(clippy::too_many_arguments)]
 fn image_forward<T: CpuScalar>(
     g: &Geo,
@@ -344,9 +471,9 @@ fn image_forward<T: CpuScalar>(
     cap: usize,
 ) -> Result<(), CpuError> {
     let (p, kk, oc) = (g.p(), g.kk(), g.oc);
-    let Scratch { xp, col, out, .. } = sc;
     match g.layout() {
         Layout::Direct | Layout::Compact => {
+            let col = &mut sc.col;
             for (row, &bias) in y.chunks_exact_mut(p).zip(b) {
                 row.fill(bias);
             }
@@ -356,7 +483,7 @@ fn image_forward<T: CpuScalar>(
                     x
                 } else {
                     let col = sized(col, kk * p);
-                    im2col(g, x, col, 0);
+                    im2col_split(g, x, col, par);
                     col
                 };
                 return gemm(
@@ -380,36 +507,149 @@ fn image_forward<T: CpuScalar>(
             }
             Ok(())
         }
-        Layout::Wide => {
-            let (q, wp, wo) = (g.q(), g.wp(), g.wo);
-            let xp = padded(g, x, xp);
-            for range in Chunks::new(q, kk, cap).ranges() {
-                let (c0, len) = (range.start, range.len());
-                let col = sized(col, kk * len);
-                im2col_wide(g, xp, col, 0, c0, len);
-                let out = sized(out, oc * len);
-                let (wm, cm) = (Mat::rows(w, kk), Mat::rows(&col[..], len));
-                gemm(OP, oc, len, kk, out, false, wm, cm, par)?;
-                // keep the real columns (j < Wo of each padded-width row), adding the bias
-                for ((yrow, wide), &bias) in y.chunks_exact_mut(p).zip(out.chunks_exact(len)).zip(b)
-                {
-                    if len == q {
-                        for (seg, src) in yrow.chunks_exact_mut(wo).zip(wide.chunks_exact(wp)) {
-                            for (d, &v) in seg.iter_mut().zip(src) {
-                                *d = v + bias;
-                            }
-                        }
-                        continue;
-                    }
-                    for (t, &v) in wide.iter().enumerate() {
-                        let (i, j) = ((c0 + t) / wp, (c0 + t) % wp);
-                        if j < wo {
-                            yrow[i * wo + j] = v + bias;
-                        }
-                    }
+        Layout::Wide if by_taps(g) => taps_forward(g, x, w, b, y, sc, par),
+        Layout::Wide => wide_patch_forward(g, x, w, b, y, sc, par, cap),
+    }
+}
+
+/// One image's stride-1 forward through the wide patch matrix, built `cap` elements at a time.
+#[allow(clippy::too_many_arguments)]
+fn wide_patch_forward<T: CpuScalar>(
+    g: &Geo,
+    x: &[T],
+    w: &[T],
+    b: &[T],
+    y: &mut [T],
+    sc: &mut Scratch<T>,
+    par: Parallelism,
+    cap: usize,
+) -> Result<(), CpuError> {
+    let (kk, oc) = (g.kk(), g.oc);
+    let Scratch { xp, col, out, .. } = sc;
+    let xp = padded(g, x, xp);
+    for range in Chunks::new(g.wide_cols(), kk, cap).ranges() {
+        let (c0, len) = (range.start, range.len());
+        let col = sized(col, kk * len);
+        im2col_wide(g, xp, col, 0, c0, len);
+        let out = sized(out, oc * len);
+        let (wm, cm) = (Mat::rows(w, kk), Mat::rows(&col[..], len));
+        gemm(OP, oc, len, kk, out, false, wm, cm, par)?;
+        keep_real_columns(g, out, y, b, c0, len);
+    }
+    Ok(())
+}
+
+/// Whether a stride-1 convolution runs as one product per tap ([`taps_forward`]) rather than
+/// through the wide patch matrix: when the image side (`Ho·Wp` columns) outweighs the output
+/// channels, the products sum over enough channels, and the wide output (`oc × Ho·Wp`, its one
+/// buffer besides the padded image) fits the patch-matrix cap. Measured on ResNet-18's layers (one
+/// 224×224 image, one thread, fastest of 20): the 56×56 and 28×28 layers (3,248 and 840
+/// columns, 64 and 128 channels) take 2.4 and 2.3 ms by taps against 3.1 and 2.6 through the
+/// patch matrix, whose building and packing cost more than the products' shorter sums; the
+/// 14×14 and 7×7 ones (224 and 63 columns, 256 and 512 channels) 3.1 and 5 ms against 2.1 and
+/// 2.4, because each tap's product packs a strided slice of the weights (every tap touches
+/// every cache line of them).
+///
+/// The rule is the spec's ([`ConvGeometry::forward_by_taps`]), which the workspace estimate
+/// reads too; [`torchlean_spec::ops::TAPS_MIN_CHANNELS`] keeps out the few-channel layers
+/// (`conv_train`'s 1 and 8), whose per-tap sums over a handful of terms are bound by writing
+/// the output once per tap.
+fn by_taps(g: &Geo) -> bool {
+    g.forward_by_taps()
+}
+
+/// Columns per task of [`taps_forward`] (whole output rows, at least this many): fixed, so the
+/// chunks (and the bits) do not depend on the thread count; at least
+/// [`torchlean_spec::ops::PATCH_CHUNK_MIN_UNITS`], so each chunk stays on `gemm`'s general
+/// path, whose sums do not depend on the number of columns.
+const TAP_CHUNK_COLUMNS: usize = 512;
+
+/// One image's stride-1 forward by taps ([`wide_taps_product`]; no patch matrix): the wide
+/// output in chunks of whole output rows, each chunk's block of it (`oc × len`, stored
+/// contiguously) computed by one thread — the chunks in parallel when `par` allows — then its
+/// real columns and the bias written into `y`.
+fn taps_forward<T: CpuScalar>(
+    g: &Geo,
+    x: &[T],
+    w: &[T],
+    b: &[T],
+    y: &mut [T],
+    sc: &mut Scratch<T>,
+    par: Parallelism,
+) -> Result<(), CpuError> {
+    let (p, q, wp, wo, oc) = (g.p(), g.wide_cols(), g.wp(), g.wo, g.oc);
+    let Scratch { xp, out, .. } = sc;
+    let xp = padded_with_slack(g, x, xp);
+    let rows = TAP_CHUNK_COLUMNS.div_ceil(wp).clamp(1, g.ho.max(1));
+    // (first output row, rows) of each chunk; its block starts at oc·(first row)·Wp
+    let chunks: Vec<(usize, usize)> = (0..g.ho)
+        .step_by(rows)
+        .map(|i0| (i0, rows.min(g.ho - i0)))
+        .collect();
+    let mut blocks = Vec::with_capacity(chunks.len());
+    let mut rest = sized(out, oc * q);
+    for &(i0, n) in &chunks {
+        let (block, tail) = rest.split_at_mut(oc * n * wp);
+        blocks.push((i0, block));
+        rest = tail;
+    }
+    let run = |(i0, block): (usize, &mut [T])| {
+        wide_taps_product(g, w, oc, xp, block, i0 * wp, block.len() / oc)
+    };
+    let parallel = matches!(par, Parallelism::Rayon(_)) && chunks.len() > 1;
+    if parallel {
+        blocks.into_par_iter().try_for_each(run)?;
+    } else {
+        blocks.into_iter().try_for_each(run)?;
+    }
+    let out = sized(out, oc * q);
+    // channel `o`'s output rows from every chunk's block, plus its bias
+    let keep = |(o, yrow): (usize, &mut [T])| {
+        for &(i0, n) in &chunks {
+            let len = n * wp;
+            let src = &out[oc * i0 * wp + o * len..][..len];
+            let dst = &mut yrow[i0 * wo..(i0 + n) * wo];
+            for (seg, wide) in dst.chunks_exact_mut(wo).zip(src.chunks_exact(wp)) {
+                for (d, &v) in seg.iter_mut().zip(wide) {
+                    *d = v + b[o];
                 }
             }
-            Ok(())
+        }
+    };
+    if parallel {
+        y.par_chunks_mut(p).enumerate().for_each(keep);
+    } else {
+        y.chunks_mut(p).enumerate().for_each(keep);
+    }
+    Ok(())
+}
+
+/// Writes columns `c0..c0 + len` of the wide output (`out`, one row of `len` per output
+/// channel) into `y` (`oc × Ho·Wo`), keeping the real columns (`j < Wo` of each padded-width
+/// row) and adding the bias.
+fn keep_real_columns<T: CpuScalar>(
+    g: &Geo,
+    out: &[T],
+    y: &mut [T],
+    b: &[T],
+    c0: usize,
+    len: usize,
+) {
+    let (p, q, wp, wo) = (g.p(), g.wide_cols(), g.wp(), g.wo);
+    for ((yrow, wide), &bias) in y.chunks_exact_mut(p).zip(out.chunks_exact(len)).zip(b) {
+        if len == q {
+            for (seg, src) in yrow.chunks_exact_mut(wo).zip(wide.chunks_exact(wp)) {
+                for (d, &v) in seg.iter_mut().zip(src) {
+                    *d = v + bias;
+                }
+            }
+            continue;
+        }
+        for (t, &v) in wide.iter().enumerate() {
+            let (i, j) = ((c0 + t) / wp, (c0 + t) % wp);
+            if j < wo {
+                yrow[i * wo + j] = v + bias;
+            }
         }
     }
 }
@@ -552,6 +792,7 @@ fn group_backward<T: CpuScalar>(
     };
     // where the patch-matrix gradient is scattered: the image, or its padded copy (wide)
     let wide_padded = layout == Layout::Wide && g.pad > 0;
+    let dxp_len = g.c * g.hp() * g.wp();
     let mut sc = Scratch::default();
     let Scratch {
         xp,
@@ -577,7 +818,7 @@ fn group_backward<T: CpuScalar>(
             }
         }
         if wide_padded && dxi.is_some() {
-            sized(dxp, g.c * g.hp() * g.wp()).fill(T::ZERO);
+            sized(dxp, dxp_len).fill(T::ZERO);
         }
         for (b, block) in plan.cols.ranges().enumerate() {
             let (c0, len) = (block.start, block.len());
@@ -641,7 +882,11 @@ fn group_backward<T: CpuScalar>(
                     Layout::Wide => {
                         let dcol = sized(dcol, nt * len);
                         gemm(OP, nt, len, oc, dcol, false, wt, dm, par)?;
-                        let target = if wide_padded { &mut dxp[..] } else { dxi };
+                        let target = if wide_padded {
+                            sized(dxp, dxp_len)
+                        } else {
+                            dxi
+                        };
                         col2im_wide(g, dcol, target, t0, c0, len);
                     }
                 }
@@ -651,7 +896,10 @@ fn group_backward<T: CpuScalar>(
             let (hp, wp) = (g.hp(), g.wp());
             for (ci, plane) in dxi.chunks_exact_mut(g.h * g.w).enumerate() {
                 for (r, row) in plane.chunks_exact_mut(g.w).enumerate() {
-                    copy_run(row, &dxp[(ci * hp + r + g.pad) * wp + g.pad..][..g.w]);
+                    copy_run(
+                        row,
+                        &sized(dxp, dxp_len)[(ci * hp + r + g.pad) * wp + g.pad..][..g.w],
+                    );
                 }
             }
         }
@@ -841,7 +1089,8 @@ mod tests {
     }
 
     /// Forward and VJP with patch chunks of the fewest units equal the unchunked ones bit for
-    /// bit, on every layout (wide with and without padding, compact, direct), with more than
+    /// bit, on every layout (wide, by taps and through the patch matrix, with and without
+    /// padding; compact; direct), with more than
     /// 257 columns and taps (so chunks happen), more than 512 of them (GEMM's blocking of the
     /// contracted dimension), few and many output channels (GEMM's size classes), one image
     /// and several (the parallel weight-gradient groups), with and without the input gradient,
@@ -854,6 +1103,8 @@ mod tests {
             (60, 56, 56, 3, 3, 2, 1),
             (60, 24, 24, 70, 3, 1, 1),
             (300, 16, 17, 3, 1, 1, 0),
+            // the wide patch matrix's forward (the others of stride 1 run by taps)
+            (24, 24, 24, 3, 5, 1, 2),
         ];
         for (gi, &(c, h, w, oc, k, st, pad)) in geos.iter().enumerate() {
             // the geometries chunk at the smallest cap (else the test would prove nothing)
@@ -870,7 +1121,12 @@ mod tests {
             .geometry(&Shape::from([c, h, w]))
             .unwrap();
             let (ho, wo) = (g.ho, g.wo);
-            let cols = if st == 1 { g.q() } else { g.p() };
+            let cols = if st == 1 { g.wide_cols() } else { g.p() };
+            assert_eq!(
+                g.forward_by_taps(),
+                matches!(gi, 0 | 1 | 3),
+                "geometry {gi}"
+            );
             let kk = c * k * k;
             assert!(
                 gi == 4 || Chunks::new(cols, kk, 1).count() > 1,
@@ -963,7 +1219,7 @@ mod tests {
             .geometry(&Shape::from([c, h, w]))
             .unwrap();
             let (ho, wo) = (g.ho, g.wo);
-            for cols in [g.q(), g.p()] {
+            for cols in [g.wide_cols(), g.p()] {
                 let b = BackwardChunks::with_caps(c * k * k, cols, 1, usize::MAX);
                 assert!(b.cols.count() > 1, "geometry {gi}: one column block");
             }
@@ -1047,6 +1303,131 @@ mod tests {
     #[test]
     fn chunked_patch_matrices_give_the_same_bits_f32() {
         chunked_equals_whole::<f32>();
+    }
+
+    /// The convolution as its definition, in f64: `y[o, i, j] = b[o] + Σ w[o, c, u, v] ·
+    /// x[c, i + u − pad, j + v − pad]` over the cells inside the image (stride 1).
+    fn direct_sum(g: &Geo, x: &[f64], w: &[f64], b: &[f64]) -> Vec<f64> {
+        let mut y = vec![0.0; g.oc * g.p()];
+        for o in 0..g.oc {
+            for i in 0..g.ho {
+                for j in 0..g.wo {
+                    let mut acc = b[o];
+                    for c in 0..g.c {
+                        for u in 0..g.kh {
+                            for v in 0..g.kw {
+                                let (r, q) =
+                                    ((i + u).checked_sub(g.pad), (j + v).checked_sub(g.pad));
+                                if let (Some(r), Some(q)) = (r, q) {
+                                    if r < g.h && q < g.w {
+                                        acc += w[((o * g.c + c) * g.kh + u) * g.kw + v]
+                                            * x[(c * g.h + r) * g.w + q];
+                                    }
+                                }
+                            }
+                        }
+                    }
+                    y[(o * g.ho + i) * g.wo + j] = acc;
+                }
+            }
+        }
+        y
+    }
+
+    /// The tap products ([`taps_forward`]) and the wide patch matrix
+    /// ([`wide_patch_forward`]) both give the convolution's definition, on geometries where
+    /// the taps are chosen: square and not, several taps' worth of padding, `kW` − 1 columns
+    /// of slack read past the last channel; the taps give the same bits on one thread and two.
+    #[test]
+    fn the_tap_products_and_the_patch_matrix_both_give_the_definition() {
+        use crate::threads::with_threads;
+        // (C, H, W, outC, k, padding)
+        for (gi, &(c, h, w, oc, k, pad)) in [
+            (40, 12, 14, 40, 3, 1),
+            (33, 9, 11, 20, 2, 0),
+            (32, 20, 20, 70, 3, 2),
+            (48, 30, 26, 16, 5, 2),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let spec = Conv2dSpec {
+                in_channels: c,
+                out_channels: oc,
+                kernel_h: k,
+                kernel_w: k,
+                stride: 1,
+                padding: pad,
+                groups: 1,
+                dilation: 1,
+            };
+            let g = spec.geometry(&Shape::from([c, h, w])).unwrap();
+            assert!(by_taps(&g), "geometry {gi}");
+            let seed = 7 + gi as u64;
+            let (x, wt, b) = (
+                values(c * h * w, seed, None),
+                values(oc * g.kk(), seed + 1, None),
+                values(oc, seed + 2, None),
+            );
+            let want = direct_sum(&g, &x, &wt, &b);
+            let close = |y: &[f64], what: &str| {
+                for (i, (a, e)) in y.iter().zip(&want).enumerate() {
+                    assert!(
+                        (a - e).abs() <= 1e-12 * (1.0 + e.abs()),
+                        "{what}, geometry {gi}, output {i}: {a} against {e}"
+                    );
+                }
+            };
+            let mut taps = vec![0.0; oc * g.p()];
+            taps_forward(
+                &g,
+                &x,
+                &wt,
+                &b,
+                &mut taps,
+                &mut Scratch::default(),
+                Parallelism::None,
+            )
+            .unwrap();
+            close(&taps, "taps");
+            let mut patch = vec![0.0; oc * g.p()];
+            let (sc, par) = (&mut Scratch::default(), Parallelism::None);
+            wide_patch_forward(&g, &x, &wt, &b, &mut patch, sc, par, usize::MAX).unwrap();
+            close(&patch, "patch matrix");
+            let two = with_threads(2, || {
+                let mut y = vec![0.0; oc * g.p()];
+                let par = Parallelism::Rayon(2);
+                taps_forward(&g, &x, &wt, &b, &mut y, &mut Scratch::default(), par).unwrap();
+                y
+            });
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&two), bits(&taps), "geometry {gi}: two threads");
+        }
+    }
+
+    /// The taps are chosen for ResNet's wide layers, not for its narrow deep ones (the weights
+    /// would be packed once per tap) nor for few input channels (`conv_train`'s layers).
+    #[test]
+    fn the_taps_are_chosen_for_wide_images_of_many_channels() {
+        let chosen = |c: usize, hw: usize, oc: usize| {
+            let spec = Conv2dSpec {
+                in_channels: c,
+                out_channels: oc,
+                kernel_h: 3,
+                kernel_w: 3,
+                stride: 1,
+                padding: 1,
+                groups: 1,
+                dilation: 1,
+            };
+            by_taps(&spec.geometry(&Shape::from([c, hw, hw])).unwrap())
+        };
+        assert!(chosen(64, 56, 64));
+        assert!(chosen(128, 28, 128));
+        assert!(!chosen(256, 14, 256));
+        assert!(!chosen(512, 7, 512));
+        assert!(!chosen(1, 28, 8));
+        assert!(!chosen(8, 26, 16));
     }
 
     #[test]

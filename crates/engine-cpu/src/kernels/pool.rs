@@ -66,9 +66,109 @@ fn window_max<T: CpuScalar>(
     (r0, r1): (usize, usize),
     (c0, c1): (usize, usize),
 ) -> Option<T> {
-    let mut cells = (r0..r1).flat_map(|r| &plane[r * w + c0..r * w + c1]);
-    let first = *cells.next()?;
-    Some(cells.fold(first, |b, &v| if v > b || v.is_nan() { v } else { b }))
+    if r0 >= r1 || c0 >= c1 {
+        return None;
+    }
+    // folding the first cell onto itself changes nothing (`v > v` is false; a NaN stays), so
+    // every cell is scanned from it: plain nested loops (a `flat_map` does not unroll)
+    let mut best = plane[r0 * w + c0];
+    for r in r0..r1 {
+        for &v in &plane[r * w + c0..r * w + c1] {
+            if v > best || v.is_nan() {
+                best = v;
+            }
+        }
+    }
+    Some(best)
+}
+
+/// One output row of a max pooling whose windows all hold a real cell, row by row: each window
+/// row's maximum across its columns (`across`, one per output column), folded into the output
+/// row by the scan's rule in row order. The scan is row-major, and folding a row onto the
+/// running winner equals folding the row's own winner (a later cell wins when greater or NaN,
+/// whichever cells came before it), so the values are [`window_max`]'s bits; the fold across
+/// rows runs over whole output rows, which vectorises.
+fn max_by_rows<T: CpuScalar>(
+    plane: &[T],
+    w: usize,
+    geom: Across,
+    (r0, r1): (usize, usize),
+    cols: &[(usize, usize)],
+    yrow: &mut [T],
+    across: &mut [T],
+) {
+    for r in r0..r1 {
+        let row = &plane[r * w..(r + 1) * w];
+        let dst = if r == r0 { &mut *yrow } else { &mut *across };
+        across_row(row, geom, cols, dst);
+        if r > r0 {
+            for (a, &v) in yrow.iter_mut().zip(across.iter()) {
+                if v > *a || v.is_nan() {
+                    *a = v;
+                }
+            }
+        }
+    }
+}
+
+/// The column windows of a max pooling along one row: width `k`, stride `s`, the output
+/// columns `full` whose windows lie wholly inside the row (`j·s − pad ..` `+ k`).
+#[derive(Clone, Copy)]
+struct Across {
+    k: usize,
+    s: usize,
+    pad: usize,
+    full: (usize, usize),
+}
+
+impl Across {
+    fn new(k: usize, s: usize, pad: usize, w: usize, cols: &[(usize, usize)]) -> Self {
+        let whole = |j: usize| j * s >= pad && j * s - pad + k <= w;
+        let lo = (0..cols.len()).find(|&j| whole(j)).unwrap_or(cols.len());
+        let hi = (lo..cols.len()).find(|&j| !whole(j)).unwrap_or(cols.len());
+        Across {
+            k,
+            s,
+            pad,
+            full: (lo, hi),
+        }
+    }
+}
+
+/// Each column window's winner along one row (`dst[j]` for window `cols[j]`, scanned left to
+/// right). The whole windows go tap by tap across all of them (`dst[j]` folds
+/// `row[j·s − pad + t]` for `t` in order: the same scan per window, in a loop over `j` that
+/// vectorises); the clipped ones at the edges cell by cell.
+fn across_row<T: CpuScalar>(row: &[T], a: Across, cols: &[(usize, usize)], dst: &mut [T]) {
+    let fold = |(c0, c1): (usize, usize)| {
+        let mut best = row[c0];
+        for &v in &row[c0..c1] {
+            if v > best || v.is_nan() {
+                best = v;
+            }
+        }
+        best
+    };
+    let (lo, hi) = a.full;
+    for j in (0..lo).chain(hi..cols.len()) {
+        dst[j] = fold(cols[j]);
+    }
+    if lo >= hi {
+        return;
+    }
+    let first = lo * a.s - a.pad;
+    let mid = &mut dst[lo..hi];
+    for (j, d) in mid.iter_mut().enumerate() {
+        *d = row[first + j * a.s];
+    }
+    for t in 1..a.k {
+        for (j, d) in mid.iter_mut().enumerate() {
+            let v = row[first + j * a.s + t];
+            if v > *d || v.is_nan() {
+                *d = v;
+            }
+        }
+    }
 }
 
 /// Work of `planes`' windows (at most the real cells each), saturating: the parallel split's
@@ -91,9 +191,19 @@ pub(crate) fn forward<T: CpuScalar>(
     let mut out = CpuTensor::uninit(out_shape);
     let src = x.as_slice();
     let cost = cost(spec, (h, w, ho, wo));
+    let nonempty = |ws: &[(usize, usize)]| ws.iter().all(|&(lo, hi)| lo < hi);
+    let by_rows = is_max && nonempty(&rows) && nonempty(&cols);
+    let geom = Across::new(spec.kernel_w, spec.stride, spec.padding, w, &cols);
     par_rows(out.data_mut(), ho * wo, cost, |first, planes| {
+        let mut across = vec![T::ZERO; if by_rows { wo } else { 0 }];
         for (k, yplane) in planes.chunks_exact_mut(ho * wo).enumerate() {
             let plane = &src[(first + k) * h * w..][..h * w];
+            if by_rows {
+                for (yrow, &rr) in yplane.chunks_exact_mut(wo.max(1)).zip(&rows) {
+                    max_by_rows(plane, w, geom, rr, &cols, yrow, &mut across);
+                }
+                continue;
+            }
             for (yrow, &rr) in yplane.chunks_exact_mut(wo).zip(&rows) {
                 for (y, &cc) in yrow.iter_mut().zip(&cols) {
                     *y = if is_max {
@@ -226,6 +336,56 @@ mod tests {
                 let want = argmax(&plane, w, (r0, r1), (c0, c1)).map(|i| plane[i].to_bits());
                 let got = window_max(&plane, w, (r0, r1), (c0, c1)).map(f64::to_bits);
                 assert_eq!(got, want, "rows {r0}..{r1}, columns {c0}..{c1}");
+            }
+        }
+    }
+
+    /// The forward's row-by-row maxima ([`max_by_rows`], [`across_row`]) are the winners the
+    /// VJP's cell-by-cell scan finds ([`argmax`]), bit for bit — signed zeros, ties, NaNs of
+    /// two payloads — for windows of 1 to 3 cells, strides 1 to 3, with and without padding
+    /// (clipped edge windows beside whole ones).
+    #[test]
+    fn the_row_by_row_maxima_are_the_scans_winners() {
+        let cells = [
+            0.0,
+            -0.0,
+            1.5,
+            1.5,
+            f64::NAN,
+            -f64::NAN,
+            f64::INFINITY,
+            -2.0,
+            -0.0,
+            0.0,
+            3.0,
+        ];
+        let (h, w) = (7, 10);
+        let plane: Vec<f64> = (0..2 * h * w)
+            .map(|i| cells[(i * 7 + i / 9) % 11])
+            .collect();
+        let x = CpuTensor::<f64>::from_vec([2, h, w], plane.clone()).unwrap();
+        for k in 1..=3 {
+            for s in 1..=3 {
+                for p in 0..=k / 2 {
+                    let sp = spec(PoolKind::Max, k, s, p);
+                    let (ho, wo) = ((h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1);
+                    let y = forward(&sp, &x, Shape::from([2, ho, wo])).unwrap();
+                    let rows = windows(ho, k, s, p, h);
+                    let cols = windows(wo, k, s, p, w);
+                    for (n, yplane) in y.as_slice().chunks_exact(ho * wo).enumerate() {
+                        let src = &plane[n * h * w..][..h * w];
+                        for (i, &rr) in rows.iter().enumerate() {
+                            for (j, &cc) in cols.iter().enumerate() {
+                                let want = argmax(src, w, rr, cc).map(|c| src[c].to_bits());
+                                assert_eq!(
+                                    Some(yplane[i * wo + j].to_bits()),
+                                    want,
+                                    "k {k}, s {s}, pad {p}, plane {n}, cell ({i}, {j})"
+                                );
+                            }
+                        }
+                    }
+                }
             }
         }
     }

@@ -233,7 +233,32 @@ impl ConvGeometry {
     pub fn direct(&self) -> bool {
         self.kh == 1 && self.kw == 1 && self.s == 1 && self.pad == 0
     }
+
+    /// Columns of the CPU engine's wide patch matrix (stride 1): `Ho·Wp`, the output rows at the
+    /// padded width.
+    pub fn wide_cols(&self) -> usize {
+        self.ho * self.wp()
+    }
+
+    /// Whether the CPU engine runs this stride-1 forward as one product per tap over the
+    /// padded image (no patch matrix; its buffers are the padded image with `kW − 1` elements
+    /// of slack and the wide output, `oc × Ho·Wp`): when the image side outweighs the output
+    /// channels (`Ho·Wp ≥ 2·oc`), the products sum over at least [`TAPS_MIN_CHANNELS`]
+    /// channels, and the wide output fits [`PATCH_CHUNK_ELEMENTS`]. The engine's kernel
+    /// (`engine_cpu::kernels::conv::by_taps`) says why, with measurements.
+    pub fn forward_by_taps(&self) -> bool {
+        self.s == 1
+            && !self.direct()
+            && self.c >= TAPS_MIN_CHANNELS
+            && self.wide_cols() >= 2 * self.oc
+            && self.oc.saturating_mul(self.wide_cols()) <= PATCH_CHUNK_ELEMENTS
+    }
 }
+
+/// The fewest input channels for [`ConvGeometry::forward_by_taps`]: each tap's product sums
+/// over the channels alone, and one summing over a handful of terms is bound by writing its
+/// output, once per tap.
+pub const TAPS_MIN_CHANNELS: usize = 32;
 
 /// The output shape with the leading batch axis kept if the input had one.
 pub(crate) fn with_batch(x: &Shape, c: usize, h: usize, w: usize) -> Shape {
@@ -381,10 +406,15 @@ impl Conv2dSpec {
         let kk = m(m(c, self.kernel_h), self.kernel_w);
         let cols = m(ho, wp);
         let padded = if self.padding > 0 { m(m(c, hp), wp) } else { 0 };
-        let forward = m(
-            a(kk, oc),
-            Chunks::new(cols, kk, PATCH_CHUNK_ELEMENTS).largest(),
-        );
+        let g = self.geometry(x).ok();
+        let (padded, forward) = if g.is_some_and(|g| g.forward_by_taps()) {
+            // the padded image with its slack (copied even without padding), the wide output
+            let slack = self.kernel_w.saturating_sub(1);
+            (a(padded, slack).max(a(m(m(c, hp), wp), slack)), m(oc, cols))
+        } else {
+            let chunk = Chunks::new(cols, kk, PATCH_CHUNK_ELEMENTS).largest();
+            (padded, m(a(kk, oc), chunk))
+        };
         let at_once = n.clamp(1, PARALLEL_IMAGES);
         if pass == Pass::Eval {
             return m(at_once, a(padded, forward));

@@ -35,7 +35,7 @@ pub mod torch;
 pub use conv::{
     dilated_extent, window_out, BackwardChunks, Chunks, Conv2dSpec, ConvGeometry, GroupedConv,
     CONV_DEFAULT_DILATION, CONV_DEFAULT_GROUPS, PARALLEL_IMAGES, PATCH_CHUNK_ELEMENTS,
-    PATCH_CHUNK_MIN_UNITS, SPLIT_CHUNK_DIVISOR,
+    PATCH_CHUNK_MIN_UNITS, SPLIT_CHUNK_DIVISOR, TAPS_MIN_CHANNELS,
 };
 pub use desc::{
     AttrMut, AttrValue, AttrVisitor, Onnx, OpDesc, BATCH_NORM_DEFAULT_EPS, LAYER_NORM_DEFAULT_EPS,
