@@ -368,7 +368,9 @@ impl Conv2dSpec {
 
     /// The CPU engine's workspace, in elements, for input `x` and output `out` (validated
     /// shapes) in `pass`: per image at work, the zero-padded image and the forward chunk (patch
-    /// columns and their wide output); for [`Pass::Grad`] also the padded image's gradient and
+    /// columns and their wide output; for a forward by taps,
+    /// [`ConvGeometry::forward_by_taps`], the padded image with its slack and the whole wide
+    /// output instead); for [`Pass::Grad`] also the padded image's gradient and
     /// the backward chunk ([`BackwardChunks`]: patch tap rows, their gradient, the column
     /// block's wide cotangent), with a partial weight gradient per image group and the
     /// bias-gradient rows. At most [`PARALLEL_IMAGES`] images at once. Forward columns are

@@ -1525,6 +1525,33 @@ fn the_conv_workspace_of_a_small_layer_by_its_documented_parts() {
 }
 
 #[test]
+fn a_conv_run_by_taps_counts_its_padded_image_and_wide_output() {
+    // ResNet's 56x56 layer (64 channels in and out, 3x3, padding 1) runs by taps: the padded
+    // image 64·58·58 = 215,296 plus kW − 1 = 2 of slack, and the wide output 64·(56·58) =
+    // 207,872; no patch matrix (through it, the forward alone would count (576 + 64)·3,248)
+    let spec = conv(64, 64, (3, 3), 1, 1);
+    let (x, y) = (Shape::from([1, 64, 56, 56]), Shape::from([1, 64, 56, 56]));
+    assert!(spec.geometry(&x).unwrap().forward_by_taps());
+    assert_eq!(
+        spec.workspace_elements(&x, &y, Pass::Eval),
+        215_296 + 2 + 207_872
+    );
+    // without padding the image is still copied, with its slack: 64·56·56 + 2, and the wide
+    // output 64·(54·56)
+    let spec = conv(64, 64, (3, 3), 1, 0);
+    let y = Shape::from([1, 64, 54, 54]);
+    assert!(spec.geometry(&x).unwrap().forward_by_taps());
+    assert_eq!(
+        spec.workspace_elements(&x, &y, Pass::Eval),
+        200_704 + 2 + 193_536
+    );
+    // few channels: the patch matrix as before
+    let spec = conv(8, 16, (3, 3), 1, 0);
+    let x8 = Shape::from([1, 8, 26, 26]);
+    assert!(!spec.geometry(&x8).unwrap().forward_by_taps());
+}
+
+#[test]
 fn concat_lays_its_operands_side_by_side_along_the_axis() {
     let a = t(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
     let b = t(&[2, 1], &[5.0, 6.0]);
