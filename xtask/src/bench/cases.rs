@@ -580,23 +580,25 @@ const RESNET18: &str = "target/bench/resnet18.onnx";
 /// ResNet-18's forward as a user runs an imported model: `import_onnx_bound` (timed once, as
 /// `import_ms`), lowering, the payload converted to the engine once, then the lowered graph's
 /// forward per repetition (only live values kept). The ONNX file is exported with
-/// `$TORCHLEAN_PYTHON` (torch, torchvision, onnx) when absent; without one the case is
-/// skipped with a line.
+/// `$TORCHLEAN_PYTHON` (torch, torchvision, onnx) when absent, or built with onnx and numpy
+/// alone (`build_resnet18.py`: the same network, other random weights); without either the
+/// case is skipped with a line.
 fn resnet18_forward(threads: usize, reps: usize) -> Result<Vec<Row>> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let path = root.join(RESNET18);
     if !path.exists() {
         let python = std::env::var("TORCHLEAN_PYTHON").unwrap_or_else(|_| "python3".into());
-        let script = root.join("bench/pytorch/export_resnet18.py");
-        let made = std::process::Command::new(&python)
-            .arg(&script)
-            .arg(&path)
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
+        // torchvision's export, else the same network built with onnx alone
+        let made = ["export_resnet18.py", "build_resnet18.py"].iter().any(|script| {
+            std::process::Command::new(&python)
+                .arg(root.join("bench/pytorch").join(script))
+                .arg(&path)
+                .status()
+                .is_ok_and(|s| s.success())
+        });
         if !made {
             eprintln!(
-                "resnet18_forward: skipped: no {RESNET18}, and {python} could not export it (set TORCHLEAN_PYTHON to a Python with torch, torchvision and onnx)"
+                "resnet18_forward: skipped: no {RESNET18}, and {python} could not write it (set TORCHLEAN_PYTHON to a Python with onnx and numpy, or torch and torchvision)"
             );
             return Ok(vec![]);
         }
