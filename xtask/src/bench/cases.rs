@@ -589,13 +589,15 @@ fn resnet18_forward(threads: usize, reps: usize) -> Result<Vec<Row>> {
     if !path.exists() {
         let python = std::env::var("TORCHLEAN_PYTHON").unwrap_or_else(|_| "python3".into());
         // torchvision's export, else the same network built with onnx alone
-        let made = ["export_resnet18.py", "build_resnet18.py"].iter().any(|script| {
-            std::process::Command::new(&python)
-                .arg(root.join("bench/pytorch").join(script))
-                .arg(&path)
-                .status()
-                .is_ok_and(|s| s.success())
-        });
+        let made = ["export_resnet18.py", "build_resnet18.py"]
+            .iter()
+            .any(|script| {
+                std::process::Command::new(&python)
+                    .arg(root.join("bench/pytorch").join(script))
+                    .arg(&path)
+                    .status()
+                    .is_ok_and(|s| s.success())
+            });
         if !made {
             eprintln!(
                 "resnet18_forward: skipped: no {RESNET18}, and {python} could not write it (set TORCHLEAN_PYTHON to a Python with onnx and numpy, or torch and torchvision)"

@@ -34,6 +34,13 @@ fn windows(out: usize, k: usize, s: usize, pad: usize, extent: usize) -> Vec<(us
     (0..out).map(|i| window(i, k, s, pad, extent)).collect()
 }
 
+/// The max scan's one rule: a later cell `v` takes over from the winner so far when greater or
+/// NaN (so the first maximum wins, and the last NaN).
+#[inline(always)]
+fn takes_over<T: CpuScalar>(v: T, best: T) -> bool {
+    v > best || v.is_nan()
+}
+
 /// Offset (within the plane) of the winner of one window, if the window has a real cell.
 #[inline]
 fn argmax<T: CpuScalar>(
@@ -47,7 +54,7 @@ fn argmax<T: CpuScalar>(
         for (dc, &v) in plane[r * w + c0..r * w + c1].iter().enumerate() {
             let take = match best {
                 None => true,
-                Some((_, b)) => v > b || v.is_nan(),
+                Some((_, b)) => takes_over(v, b),
             };
             if take {
                 best = Some((r * w + c0 + dc, v));
@@ -74,7 +81,7 @@ fn window_max<T: CpuScalar>(
     let mut best = plane[r0 * w + c0];
     for r in r0..r1 {
         for &v in &plane[r * w + c0..r * w + c1] {
-            if v > best || v.is_nan() {
+            if takes_over(v, best) {
                 best = v;
             }
         }
@@ -103,7 +110,7 @@ fn max_by_rows<T: CpuScalar>(
         across_row(row, geom, cols, dst);
         if r > r0 {
             for (a, &v) in yrow.iter_mut().zip(across.iter()) {
-                if v > *a || v.is_nan() {
+                if takes_over(v, *a) {
                     *a = v;
                 }
             }
@@ -143,7 +150,7 @@ fn across_row<T: CpuScalar>(row: &[T], a: Across, cols: &[(usize, usize)], dst: 
     let fold = |(c0, c1): (usize, usize)| {
         let mut best = row[c0];
         for &v in &row[c0..c1] {
-            if v > best || v.is_nan() {
+            if takes_over(v, best) {
                 best = v;
             }
         }
@@ -164,7 +171,7 @@ fn across_row<T: CpuScalar>(row: &[T], a: Across, cols: &[(usize, usize)], dst: 
     for t in 1..a.k {
         for (j, d) in mid.iter_mut().enumerate() {
             let v = row[first + j * a.s + t];
-            if v > *d || v.is_nan() {
+            if takes_over(v, *d) {
                 *d = v;
             }
         }
@@ -315,22 +322,27 @@ mod tests {
         assert_eq!(max_vjp(&sp, &x, &d).as_slice(), &[0.0, 1.0, 0.0, 0.0]);
     }
 
+    /// Cells that tell the max scan's order apart: signed zeros, ties, NaNs of two payloads,
+    /// infinities.
+    const TRICKY: [f64; 11] = [
+        0.0,
+        -0.0,
+        1.5,
+        1.5,
+        f64::NAN,
+        -f64::NAN,
+        f64::INFINITY,
+        -f64::INFINITY,
+        -2.0,
+        0.0,
+        3.0,
+    ];
+
     #[test]
     fn the_forwards_window_max_is_the_value_at_the_vjps_argmax() {
         // signed zeros, ties, NaNs of two payloads and infinities, in every window of a plane
-        let cells = [
-            0.0,
-            -0.0,
-            1.5,
-            1.5,
-            f64::NAN,
-            -f64::NAN,
-            f64::INFINITY,
-            -f64::INFINITY,
-            -2.0,
-        ];
         let (h, w) = (5, 6);
-        let plane: Vec<f64> = (0..h * w).map(|i| cells[(i * 7 + i / 5) % 9]).collect();
+        let plane: Vec<f64> = (0..h * w).map(|i| TRICKY[(i * 7 + i / 5) % 9]).collect();
         for (r0, r1) in [(0, 1), (0, 3), (1, 4), (2, 5), (3, 3)] {
             for (c0, c1) in [(0, 1), (0, 3), (2, 6), (4, 4)] {
                 let want = argmax(&plane, w, (r0, r1), (c0, c1)).map(|i| plane[i].to_bits());
@@ -346,22 +358,10 @@ mod tests {
     /// (clipped edge windows beside whole ones).
     #[test]
     fn the_row_by_row_maxima_are_the_scans_winners() {
-        let cells = [
-            0.0,
-            -0.0,
-            1.5,
-            1.5,
-            f64::NAN,
-            -f64::NAN,
-            f64::INFINITY,
-            -2.0,
-            -0.0,
-            0.0,
-            3.0,
-        ];
         let (h, w) = (7, 10);
+        let n = TRICKY.len();
         let plane: Vec<f64> = (0..2 * h * w)
-            .map(|i| cells[(i * 7 + i / 9) % 11])
+            .map(|i| TRICKY[(i * 7 + i / 9) % n])
             .collect();
         let x = CpuTensor::<f64>::from_vec([2, h, w], plane.clone()).unwrap();
         for k in 1..=3 {
