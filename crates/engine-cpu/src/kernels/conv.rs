@@ -20,7 +20,7 @@
 //! `(u, v)` are the padded image itself, shifted by `u·Wp + v`, so the forward is one product
 //! per tap over the channels, `out (+)= W[:, :, u, v] · Xp(u, v)`, each reading the padded
 //! image in place. Its sums run over the channels per tap, taps in order: other bits than the
-//! patch matrix's single product, the same for any chunking and thread count.
+//! patch matrix's single product, the same for any thread count.
 //!
 //! Non-finite values: products meet the zero padding (`0·inf = NaN`) where the reference skips
 //! padded cells, as in every GEMM-based convolution. The wide backward would also multiply the
@@ -44,7 +44,9 @@ use crate::threads::should_par;
 use gemm::Parallelism;
 use rayon::prelude::*;
 use std::sync::Arc;
-use torchlean_spec::ops::{BackwardChunks, Chunks, ConvGeometry, PATCH_CHUNK_ELEMENTS};
+use torchlean_spec::ops::{
+    BackwardChunks, Chunks, ConvGeometry, PATCH_CHUNK_ELEMENTS, PATCH_CHUNK_MIN_UNITS,
+};
 use torchlean_spec::{Conv2dSpec, Shape};
 
 const OP: &str = torchlean_spec::ops::desc::CONV2D.name;
@@ -387,8 +389,7 @@ fn padded_with_slack<'a, T: CpuScalar>(g: &Geo, x: &[T], buf: &'a mut Work<T>) -
 /// the patch matrix: one product per tap `(u, v)`, `out (+)= W[:, :, u, v] · Xp(u, v)`, where
 /// `Xp(u, v)` is the padded image (`xp`, from [`padded_with_slack`]) seen as a `C × len`
 /// matrix starting `u·Wp + v` in: wide row `(c, u, v)` is exactly that run of channel `c`. Each
-/// output element sums over the channels per tap, the taps in order; the chunks are ranges of
-/// output columns, so chunked and whole results are the same bits.
+/// output element sums over the channels per tap, the taps in order, whatever the columns.
 fn wide_taps_product<T: CpuScalar>(
     g: &Geo,
     w: &[T],
@@ -558,11 +559,18 @@ fn by_taps(g: &Geo) -> bool {
     g.forward_by_taps()
 }
 
-/// Columns per task of [`taps_forward`] (whole output rows, at least this many): fixed, so the
-/// chunks (and the bits) do not depend on the thread count; at least
-/// [`torchlean_spec::ops::PATCH_CHUNK_MIN_UNITS`], so each chunk stays on `gemm`'s general
-/// path, whose sums do not depend on the number of columns.
-const TAP_CHUNK_COLUMNS: usize = 512;
+/// How [`taps_forward`] deals the output rows into chunks, one thread each: evenly, as many
+/// chunks as hold at least [`PATCH_CHUNK_MIN_UNITS`] wide columns each (at least one chunk),
+/// fixed by the shape, so the chunks do not depend on the thread count. A chunk of that many
+/// columns keeps its products on `gemm`'s general path, whose sums do not depend on the number
+/// of columns: chunked and whole are the same bits. Returns `(first row, rows)` per chunk.
+fn tap_chunks(g: &Geo) -> Vec<(usize, usize)> {
+    let rows_min = PATCH_CHUNK_MIN_UNITS.div_ceil(g.wp().max(1));
+    let count = (g.ho / rows_min).max(1);
+    (0..count)
+        .map(|k| (k * g.ho / count, (k + 1) * g.ho / count - k * g.ho / count))
+        .collect()
+}
 
 /// One image's stride-1 forward by taps ([`wide_taps_product`]; no patch matrix): the wide
 /// output in chunks of whole output rows, each chunk's block of it (`oc × len`, stored
@@ -580,12 +588,8 @@ fn taps_forward<T: CpuScalar>(
     let (p, q, wp, wo, oc) = (g.p(), g.wide_cols(), g.wp(), g.wo, g.oc);
     let Scratch { xp, out, .. } = sc;
     let xp = padded_with_slack(g, x, xp);
-    let rows = TAP_CHUNK_COLUMNS.div_ceil(wp).clamp(1, g.ho.max(1));
-    // (first output row, rows) of each chunk; its block starts at oc·(first row)·Wp
-    let chunks: Vec<(usize, usize)> = (0..g.ho)
-        .step_by(rows)
-        .map(|i0| (i0, rows.min(g.ho - i0)))
-        .collect();
+    // each chunk's block of the wide output starts at oc·(first row)·Wp
+    let chunks = tap_chunks(g);
     let mut blocks = Vec::with_capacity(chunks.len());
     let mut rest = sized(out, oc * q);
     for &(i0, n) in &chunks {
@@ -1347,6 +1351,8 @@ mod tests {
             (33, 9, 11, 20, 2, 0),
             (32, 20, 20, 70, 3, 2),
             (48, 30, 26, 16, 5, 2),
+            // five chunks of output rows (1,680 wide columns)
+            (32, 40, 40, 16, 3, 1),
         ]
         .iter()
         .enumerate()
@@ -1402,6 +1408,48 @@ mod tests {
             });
             let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&two), bits(&taps), "geometry {gi}: two threads");
+            // the chunks of output rows give the unchunked product's bits
+            let mut xp = Work::default();
+            let xp = padded_with_slack(&g, &x, &mut xp);
+            let mut out = vec![0.0; oc * g.wide_cols()];
+            wide_taps_product(&g, &wt, oc, xp, &mut out, 0, g.wide_cols()).unwrap();
+            let mut whole = vec![0.0; oc * g.p()];
+            keep_real_columns(&g, &out, &mut whole, &b, 0, g.wide_cols());
+            assert_eq!(bits(&whole), bits(&taps), "geometry {gi}: unchunked");
+        }
+    }
+
+    /// The chunks of output rows cover every row once, in order, each wide enough for `gemm`'s
+    /// general path when there are several; ResNet's 28×28 layer gets more than one (two
+    /// threads have work).
+    #[test]
+    fn tap_chunks_cover_the_rows_and_are_wide_enough() {
+        for (hw, pad) in [(56, 1), (28, 1), (14, 1), (40, 1), (3, 0), (300, 1)] {
+            let spec = Conv2dSpec {
+                in_channels: 32,
+                out_channels: 16,
+                kernel_h: 3,
+                kernel_w: 3,
+                stride: 1,
+                padding: pad,
+                groups: 1,
+                dilation: 1,
+            };
+            let g = spec.geometry(&Shape::from([32, hw, hw])).unwrap();
+            let chunks = tap_chunks(&g);
+            let mut next = 0;
+            for &(i0, n) in &chunks {
+                assert_eq!(i0, next, "{hw}×{hw}");
+                assert!(
+                    chunks.len() == 1 || n * g.wp() >= PATCH_CHUNK_MIN_UNITS,
+                    "{hw}×{hw}"
+                );
+                next += n;
+            }
+            assert_eq!(next, g.ho, "{hw}×{hw}");
+            if hw == 28 {
+                assert!(chunks.len() > 1);
+            }
         }
     }
 
