@@ -1031,21 +1031,26 @@ fn vjp_capped<T: CpuScalar>(
 mod tests {
     use super::*;
 
+    /// A one-group, undilated convolution with a square kernel.
+    fn square(c: usize, oc: usize, k: usize, stride: usize, padding: usize) -> Conv2dSpec {
+        Conv2dSpec {
+            in_channels: c,
+            out_channels: oc,
+            kernel_h: k,
+            kernel_w: k,
+            stride,
+            padding,
+            groups: 1,
+            dilation: 1,
+        }
+    }
+
     #[test]
     fn a_padding_only_image_gives_the_bias() {
         use crate::CpuF32;
         use torchlean_runtime::{forward, vjp, Saved};
         use torchlean_spec::Op;
-        let spec = Conv2dSpec {
-            in_channels: 1,
-            out_channels: 2,
-            kernel_h: 2,
-            kernel_w: 2,
-            stride: 1,
-            padding: 1,
-            groups: 1,
-            dilation: 1,
-        };
+        let spec = square(1, 2, 2, 1, 1);
         let op = Op::Conv2d(spec);
         let x = CpuF32::zeros([1, 1, 0, 0]).unwrap();
         let w = CpuF32::filled([2, 1, 2, 2], 1.0).unwrap();
@@ -1112,18 +1117,9 @@ mod tests {
         ];
         for (gi, &(c, h, w, oc, k, st, pad)) in geos.iter().enumerate() {
             // the geometries chunk at the smallest cap (else the test would prove nothing)
-            let g = Conv2dSpec {
-                in_channels: c,
-                out_channels: oc,
-                kernel_h: k,
-                kernel_w: k,
-                stride: st,
-                padding: pad,
-                groups: 1,
-                dilation: 1,
-            }
-            .geometry(&Shape::from([c, h, w]))
-            .unwrap();
+            let g = square(c, oc, k, st, pad)
+                .geometry(&Shape::from([c, h, w]))
+                .unwrap();
             let (ho, wo) = (g.ho, g.wo);
             let cols = if st == 1 { g.wide_cols() } else { g.p() };
             assert_eq!(
@@ -1142,16 +1138,7 @@ mod tests {
             );
             for n in [1usize, 3] {
                 for bad in [None, Some(5)] {
-                    let spec = Conv2dSpec {
-                        in_channels: c,
-                        out_channels: oc,
-                        kernel_h: k,
-                        kernel_w: k,
-                        stride: st,
-                        padding: pad,
-                        groups: 1,
-                        dilation: 1,
-                    };
+                    let spec = square(c, oc, k, st, pad);
                     let seed = (gi * 100 + n) as u64;
                     let x = tensor::<T>(vec![n, c, h, w], seed, bad);
                     let wt = tensor::<T>(vec![oc, c, k, k], seed + 1, None);
@@ -1210,18 +1197,9 @@ mod tests {
             (60, 56, 56, 3, 3, 2, 1),
         ];
         for (gi, &(c, h, w, oc, k, st, pad)) in geos.iter().enumerate() {
-            let g = Conv2dSpec {
-                in_channels: c,
-                out_channels: oc,
-                kernel_h: k,
-                kernel_w: k,
-                stride: st,
-                padding: pad,
-                groups: 1,
-                dilation: 1,
-            }
-            .geometry(&Shape::from([c, h, w]))
-            .unwrap();
+            let g = square(c, oc, k, st, pad)
+                .geometry(&Shape::from([c, h, w]))
+                .unwrap();
             let (ho, wo) = (g.ho, g.wo);
             for cols in [g.wide_cols(), g.p()] {
                 let b = BackwardChunks::with_caps(c * k * k, cols, 1, usize::MAX);
@@ -1229,16 +1207,7 @@ mod tests {
             }
             for n in [1usize, 3] {
                 for bad in [None, Some(5)] {
-                    let spec = Conv2dSpec {
-                        in_channels: c,
-                        out_channels: oc,
-                        kernel_h: k,
-                        kernel_w: k,
-                        stride: st,
-                        padding: pad,
-                        groups: 1,
-                        dilation: 1,
-                    };
+                    let spec = square(c, oc, k, st, pad);
                     let seed = (gi * 100 + n) as u64 + 7;
                     let x = tensor::<T>(vec![n, c, h, w], seed, bad);
                     let wt = tensor::<T>(vec![oc, c, k, k], seed + 1, None);
@@ -1357,16 +1326,7 @@ mod tests {
         .iter()
         .enumerate()
         {
-            let spec = Conv2dSpec {
-                in_channels: c,
-                out_channels: oc,
-                kernel_h: k,
-                kernel_w: k,
-                stride: 1,
-                padding: pad,
-                groups: 1,
-                dilation: 1,
-            };
+            let spec = square(c, oc, k, 1, pad);
             let g = spec.geometry(&Shape::from([c, h, w])).unwrap();
             assert!(by_taps(&g), "geometry {gi}");
             let seed = 7 + gi as u64;
@@ -1425,16 +1385,7 @@ mod tests {
     #[test]
     fn tap_chunks_cover_the_rows_and_are_wide_enough() {
         for (hw, pad) in [(56, 1), (28, 1), (14, 1), (40, 1), (3, 0), (300, 1)] {
-            let spec = Conv2dSpec {
-                in_channels: 32,
-                out_channels: 16,
-                kernel_h: 3,
-                kernel_w: 3,
-                stride: 1,
-                padding: pad,
-                groups: 1,
-                dilation: 1,
-            };
+            let spec = square(32, 16, 3, 1, pad);
             let g = spec.geometry(&Shape::from([32, hw, hw])).unwrap();
             let chunks = tap_chunks(&g);
             let mut next = 0;
@@ -1458,16 +1409,7 @@ mod tests {
     #[test]
     fn the_taps_are_chosen_for_wide_images_of_many_channels() {
         let chosen = |c: usize, hw: usize, oc: usize| {
-            let spec = Conv2dSpec {
-                in_channels: c,
-                out_channels: oc,
-                kernel_h: 3,
-                kernel_w: 3,
-                stride: 1,
-                padding: 1,
-                groups: 1,
-                dilation: 1,
-            };
+            let spec = square(c, oc, 3, 1, 1);
             by_taps(&spec.geometry(&Shape::from([c, hw, hw])).unwrap())
         };
         assert!(chosen(64, 56, 64));
@@ -1491,16 +1433,7 @@ mod tests {
 
     #[test]
     fn im2col_then_col2im_counts_each_input_once_per_window() {
-        let spec = Conv2dSpec {
-            in_channels: 1,
-            out_channels: 1,
-            kernel_h: 3,
-            kernel_w: 3,
-            stride: 1,
-            padding: 1,
-            groups: 1,
-            dilation: 1,
-        };
+        let spec = square(1, 1, 3, 1, 1);
         let g = spec.geometry(&Shape::from([1, 4, 4])).unwrap();
         let x = vec![1.0f64; 16];
         let mut col = vec![0.0; g.kk() * g.p()];
