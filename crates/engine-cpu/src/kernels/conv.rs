@@ -146,11 +146,6 @@ struct Scratch<T: CpuScalar> {
     dxp: Work<T>,
 }
 
-/// `n` elements of `v`, contents unspecified (the caller overwrites every one it reads).
-fn sized<T: CpuScalar>(v: &mut Work<T>, n: usize) -> &mut [T] {
-    v.take(n)
-}
-
 /// Whether every element is finite (a vectorised reduction: `v · 0` is ±0 exactly when `v` is
 /// finite, NaN otherwise).
 fn all_finite<T: CpuScalar>(x: &[T]) -> bool {
@@ -483,7 +478,7 @@ fn image_forward<T: CpuScalar>(
                 let col: &[T] = if g.layout() == Layout::Direct {
                     x
                 } else {
-                    let col = sized(col, kk * p);
+                    let col = col.take(kk * p);
                     im2col_split(g, x, col, par);
                     col
                 };
@@ -501,7 +496,7 @@ fn image_forward<T: CpuScalar>(
             }
             for range in chunks.ranges() {
                 let (c0, len) = (range.start, range.len());
-                let col = sized(col, kk * len);
+                let col = col.take(kk * len);
                 im2col_cols(g, x, col, 0, c0, len);
                 let (wm, cm) = (Mat::rows(w, kk), Mat::rows(&col[..], len));
                 gemm_rows(OP, oc, len, kk, &mut y[c0..], p, true, wm, cm, par)?;
@@ -530,9 +525,9 @@ fn wide_patch_forward<T: CpuScalar>(
     let xp = padded(g, x, xp);
     for range in Chunks::new(g.wide_cols(), kk, cap).ranges() {
         let (c0, len) = (range.start, range.len());
-        let col = sized(col, kk * len);
+        let col = col.take(kk * len);
         im2col_wide(g, xp, col, 0, c0, len);
-        let out = sized(out, oc * len);
+        let out = out.take(oc * len);
         let (wm, cm) = (Mat::rows(w, kk), Mat::rows(&col[..], len));
         gemm(OP, oc, len, kk, out, false, wm, cm, par)?;
         keep_real_columns(g, out, y, b, c0, len);
@@ -591,7 +586,7 @@ fn taps_forward<T: CpuScalar>(
     // each chunk's block of the wide output starts at oc·(first row)·Wp
     let chunks = tap_chunks(g);
     let mut blocks = Vec::with_capacity(chunks.len());
-    let mut rest = sized(out, oc * q);
+    let mut rest = out.take(oc * q);
     for &(i0, n) in &chunks {
         let (block, tail) = rest.split_at_mut(oc * n * wp);
         blocks.push((i0, block));
@@ -606,18 +601,13 @@ fn taps_forward<T: CpuScalar>(
     } else {
         blocks.into_iter().try_for_each(run)?;
     }
-    let out = sized(out, oc * q);
+    let out = out.take(oc * q);
     // channel `o`'s output rows from every chunk's block, plus its bias
     let keep = |(o, yrow): (usize, &mut [T])| {
         for &(i0, n) in &chunks {
             let len = n * wp;
             let src = &out[oc * i0 * wp + o * len..][..len];
-            let dst = &mut yrow[i0 * wo..(i0 + n) * wo];
-            for (seg, wide) in dst.chunks_exact_mut(wo).zip(src.chunks_exact(wp)) {
-                for (d, &v) in seg.iter_mut().zip(wide) {
-                    *d = v + b[o];
-                }
-            }
+            keep_rows(g, src, &mut yrow[i0 * wo..(i0 + n) * wo], b[o]);
         }
     };
     if parallel {
@@ -626,6 +616,16 @@ fn taps_forward<T: CpuScalar>(
         y.chunks_mut(p).enumerate().for_each(keep);
     }
     Ok(())
+}
+
+/// Whole output rows of one channel: each wide row's real columns (`j < Wo` of its `Wp`), plus
+/// the bias, into the output rows `y`.
+fn keep_rows<T: CpuScalar>(g: &Geo, wide: &[T], y: &mut [T], bias: T) {
+    for (seg, src) in y.chunks_exact_mut(g.wo).zip(wide.chunks_exact(g.wp())) {
+        for (d, &v) in seg.iter_mut().zip(src) {
+            *d = v + bias;
+        }
+    }
 }
 
 /// Writes columns `c0..c0 + len` of the wide output (`out`, one row of `len` per output
@@ -642,11 +642,7 @@ fn keep_real_columns<T: CpuScalar>(
     let (p, q, wp, wo) = (g.p(), g.wide_cols(), g.wp(), g.wo);
     for ((yrow, wide), &bias) in y.chunks_exact_mut(p).zip(out.chunks_exact(len)).zip(b) {
         if len == q {
-            for (seg, src) in yrow.chunks_exact_mut(wo).zip(wide.chunks_exact(wp)) {
-                for (d, &v) in seg.iter_mut().zip(src) {
-                    *d = v + bias;
-                }
-            }
+            keep_rows(g, wide, yrow, bias);
             continue;
         }
         for (t, &v) in wide.iter().enumerate() {
@@ -822,7 +818,7 @@ fn group_backward<T: CpuScalar>(
             }
         }
         if wide_padded && dxi.is_some() {
-            sized(dxp, dxp_len).fill(T::ZERO);
+            dxp.take(dxp_len).fill(T::ZERO);
         }
         for (b, block) in plan.cols.ranges().enumerate() {
             let (c0, len) = (block.start, block.len());
@@ -830,7 +826,7 @@ fn group_backward<T: CpuScalar>(
             // the block of the cotangent in the patch matrix's column layout (oc rows)
             let dm = match layout {
                 Layout::Wide => {
-                    let grad = sized(grad, oc * len);
+                    let grad = grad.take(oc * len);
                     wide_cotangent(g, dyi, grad, c0, len);
                     Mat::rows(&grad[..], len)
                 }
@@ -845,7 +841,7 @@ fn group_backward<T: CpuScalar>(
                 let c: &[T] = match layout {
                     Layout::Direct => xi,
                     Layout::Compact => {
-                        let col = sized(col, nt * len);
+                        let col = col.take(nt * len);
                         if whole {
                             im2col(g, xi, col, t0);
                         } else {
@@ -854,7 +850,7 @@ fn group_backward<T: CpuScalar>(
                         col
                     }
                     Layout::Wide => {
-                        let col = sized(col, nt * len);
+                        let col = col.take(nt * len);
                         im2col_wide(g, xpad, col, t0, c0, len);
                         col
                     }
@@ -875,7 +871,7 @@ fn group_backward<T: CpuScalar>(
                 match layout {
                     Layout::Direct => gemm(OP, kk, p, oc, dxi, false, wt, dm, par)?,
                     Layout::Compact => {
-                        let dcol = sized(dcol, nt * len);
+                        let dcol = dcol.take(nt * len);
                         gemm(OP, nt, len, oc, dcol, false, wt, dm, par)?;
                         if whole {
                             col2im(g, dcol, dxi, t0);
@@ -884,13 +880,9 @@ fn group_backward<T: CpuScalar>(
                         }
                     }
                     Layout::Wide => {
-                        let dcol = sized(dcol, nt * len);
+                        let dcol = dcol.take(nt * len);
                         gemm(OP, nt, len, oc, dcol, false, wt, dm, par)?;
-                        let target = if wide_padded {
-                            sized(dxp, dxp_len)
-                        } else {
-                            dxi
-                        };
+                        let target = if wide_padded { dxp.take(dxp_len) } else { dxi };
                         col2im_wide(g, dcol, target, t0, c0, len);
                     }
                 }
@@ -902,7 +894,7 @@ fn group_backward<T: CpuScalar>(
                 for (r, row) in plane.chunks_exact_mut(g.w).enumerate() {
                     copy_run(
                         row,
-                        &sized(dxp, dxp_len)[(ci * hp + r + g.pad) * wp + g.pad..][..g.w],
+                        &dxp.take(dxp_len)[(ci * hp + r + g.pad) * wp + g.pad..][..g.w],
                     );
                 }
             }
