@@ -33,6 +33,16 @@ pub enum CpuError {
     #[error("op `{op}`: {reason}")]
     Gemm { op: &'static str, reason: String },
 
+    /// A kernel's work buffer shorter than its geometry reads (an engine bug if it ever shows:
+    /// the buffers are sized from the same geometry).
+    #[error("op `{op}`: the {what} holds {got} elements but the kernel reads {needed}")]
+    Workspace {
+        op: &'static str,
+        what: &'static str,
+        needed: usize,
+        got: usize,
+    },
+
     /// An error from the shape rules of `torchlean_spec`.
     #[error(transparent)]
     Spec(#[from] SpecError),

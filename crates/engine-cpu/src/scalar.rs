@@ -27,6 +27,7 @@ pub(crate) use sealed::Sealed;
 /// An element type of [`crate::CpuTensor`]: `f32` or `f64` (sealed).
 pub trait CpuScalar:
     Sealed
+    + crate::simd::SimdLanes
     + Copy
     + Default
     + PartialEq

@@ -74,3 +74,72 @@ macro_rules! kernel {
 }
 
 pub(crate) use kernel;
+
+/// An element type's SIMD vector for instruction set `S` (pulp's `f32s` / `f64s`), for the
+/// register-blocked kernels that name their vectors (the implicit convolution): loads and
+/// stores are unaligned reads and writes of `lanes` elements, `mul_add` is a fused
+/// multiply-add where `S` has one (every lane alike, so the lanes of one vector give the same
+/// bits as any other grouping of the same elements). Public only inside this private module:
+/// a bound of [`crate::CpuScalar`], sealed with it.
+pub trait SimdLanes: Copy + pulp::bytemuck::Pod {
+    type Lanes<S: Simd>: Copy;
+    /// Elements per vector.
+    fn lanes<S: Simd>() -> usize;
+    fn splat<S: Simd>(simd: S, v: Self) -> Self::Lanes<S>;
+    /// `a·b + c`.
+    fn mul_add<S: Simd>(
+        simd: S,
+        a: Self::Lanes<S>,
+        b: Self::Lanes<S>,
+        c: Self::Lanes<S>,
+    ) -> Self::Lanes<S>;
+    /// The first `lanes` elements of `src`.
+    fn load<S: Simd>(src: &[Self]) -> Self::Lanes<S>;
+    /// Writes `v` over the first `lanes` elements of `dst`.
+    fn store<S: Simd>(dst: &mut [Self], v: Self::Lanes<S>);
+    /// The sum of the lanes (pulp's fixed pairwise order).
+    fn reduce_sum<S: Simd>(simd: S, v: Self::Lanes<S>) -> Self;
+}
+
+macro_rules! simd_lanes {
+    ($t:ty, $v:ident, $splat:ident, $fma:ident, $sum:ident) => {
+        impl SimdLanes for $t {
+            type Lanes<S: Simd> = S::$v;
+
+            #[inline(always)]
+            fn lanes<S: Simd>() -> usize {
+                std::mem::size_of::<S::$v>() / std::mem::size_of::<$t>()
+            }
+
+            #[inline(always)]
+            fn splat<S: Simd>(simd: S, v: Self) -> S::$v {
+                simd.$splat(v)
+            }
+
+            #[inline(always)]
+            fn mul_add<S: Simd>(simd: S, a: S::$v, b: S::$v, c: S::$v) -> S::$v {
+                simd.$fma(a, b, c)
+            }
+
+            #[inline(always)]
+            fn load<S: Simd>(src: &[Self]) -> S::$v {
+                let n = Self::lanes::<S>();
+                pulp::bytemuck::pod_read_unaligned(pulp::bytemuck::cast_slice(&src[..n]))
+            }
+
+            #[inline(always)]
+            fn store<S: Simd>(dst: &mut [Self], v: S::$v) {
+                let n = Self::lanes::<S>();
+                dst[..n].copy_from_slice(pulp::bytemuck::cast_slice(std::slice::from_ref(&v)));
+            }
+
+            #[inline(always)]
+            fn reduce_sum<S: Simd>(simd: S, v: S::$v) -> Self {
+                simd.$sum(v)
+            }
+        }
+    };
+}
+
+simd_lanes!(f32, f32s, splat_f32s, mul_add_e_f32s, reduce_sum_f32s);
+simd_lanes!(f64, f64s, splat_f64s, mul_add_e_f64s, reduce_sum_f64s);

@@ -15,12 +15,21 @@
 //!   short copies they replace;
 //! - **compact** (any stride): classic im2col over the `Ho·Wo` output positions.
 //!
-//! A stride-1 forward over a wide image with many channels ([`by_taps`]: ResNet's 56×56 and
-//! 28×28 layers) builds no patch matrix at all: the wide patch matrix's rows for one tap
-//! `(u, v)` are the padded image itself, shifted by `u·Wp + v`, so the forward is one product
-//! per tap over the channels, `out (+)= W[:, :, u, v] · Xp(u, v)`, each reading the padded
-//! image in place. Its sums run over the channels per tap, taps in order: other bits than the
-//! patch matrix's single product, the same for any thread count.
+//! Most stride-1 products build no patch matrix at all: the wide patch matrix's row
+//! `(c, u, v)` is the padded image itself shifted by `c·Hp·Wp + u·Wp + v`, so a
+//! register-blocked kernel ([`super::conv_implicit`]) reads it in place:
+//!
+//! - the **forward** ([`implicit_forward`], [`ConvGeometry::forward_implicit`]): every stride-1
+//!   convolution but the 1×1 direct one;
+//! - the **input gradient** as the transposed convolution ([`ConvGeometry::transposed`]: the same
+//!   forward over the cotangent, weights transposed and flipped, padding `k − 1 − pad`), for
+//!   square kernels with `pad < k` and at least 3 input channels;
+//! - the **weight gradient** ([`implicit_weight_grad`]) when the input gradient is not needed or
+//!   taken as above and the image has at least [`IMPLICIT_GRAD_MIN_COLS`] wide columns.
+//!
+//! Each output's sum runs over the taps in order (the weight gradient's over the columns per
+//! lane, then across the lanes): other bits than the patch matrix's product, the same for any
+//! thread count and cut.
 //!
 //! Non-finite values: products meet the zero padding (`0·inf = NaN`) where the reference skips
 //! padded cells, as in every GEMM-based convolution. The wide backward would also multiply the
@@ -28,12 +37,13 @@
 //! finite (checked per call); otherwise the backward takes the compact layout.
 //!
 //! Parallelism and determinism: images are processed in parallel (each product single-threaded)
-//! when there are several, or one image with threaded products (by taps: fixed chunks of
-//! output rows, one thread each; the compact patch matrix is built by row groups in
+//! when there are several, or one image with threaded products (implicit: row chunks and
+//! channel groups, one thread each; the compact patch matrix is built by row groups in
 //! parallel). The weight gradient is
 //! accumulated per fixed group of images (the grouping depends only on the batch size) and the
 //! group sums are added in group order, so the result does not depend on the thread count.
 
+use super::conv_implicit::{ImplicitBlock, ImplicitWeightGrad};
 use super::linalg::{gemm, gemm_rows, par_for_work, Mat};
 use super::reduce::sum_seq;
 use crate::buffers::{self, Buffer};
@@ -45,7 +55,7 @@ use gemm::Parallelism;
 use rayon::prelude::*;
 use std::sync::Arc;
 use torchlean_spec::ops::{
-    BackwardChunks, Chunks, ConvGeometry, PATCH_CHUNK_ELEMENTS, PATCH_CHUNK_MIN_UNITS,
+    BackwardChunks, Chunks, ConvGeometry, PARALLEL_IMAGES, PATCH_CHUNK_ELEMENTS,
 };
 use torchlean_spec::{Conv2dSpec, Shape};
 
@@ -371,47 +381,13 @@ fn pad_into<'a, T: CpuScalar>(g: &Geo, x: &[T], buf: &'a mut [T]) -> &'a [T] {
     buf
 }
 
-/// The image zero-padded to `C × Hp × Wp`, then `kW − 1` zeros: a copy even without padding,
-/// so that every tap's shifted view of the last channel ([`wide_taps_product`]) stays inside
-/// the buffer (its last `kW − 1` columns are dropped ones).
+/// The image zero-padded to `C × Hp × Wp`, then [`ConvGeometry::implicit_slack`] zeros: a
+/// copy even without padding, so that every tap's shifted view of the last channel
+/// ([`implicit_forward`]) stays inside the buffer (what it reads there feeds only dropped
+/// columns).
 fn padded_with_slack<'a, T: CpuScalar>(g: &Geo, x: &[T], buf: &'a mut Work<T>) -> &'a [T] {
-    let n = g.c * g.hp() * g.wp() + g.kw.saturating_sub(1);
+    let n = g.c * g.hp() * g.wp() + g.implicit_slack();
     pad_into(g, x, buf.take(n))
-}
-
-/// Columns `c0..c0 + len` of the wide product `W·col` (`oc × len`, into `out`; `w` holds the
-/// `oc` output channels' weights) on one thread, without building
-/// the patch matrix: one product per tap `(u, v)`, `out (+)= W[:, :, u, v] · Xp(u, v)`, where
-/// `Xp(u, v)` is the padded image (`xp`, from [`padded_with_slack`]) seen as a `C × len`
-/// matrix starting `u·Wp + v` in: wide row `(c, u, v)` is exactly that run of channel `c`. Each
-/// output element sums over the channels per tap, the taps in order, whatever the columns.
-fn wide_taps_product<T: CpuScalar>(
-    g: &Geo,
-    w: &[T],
-    oc: usize,
-    xp: &[T],
-    out: &mut [T],
-    c0: usize,
-    len: usize,
-) -> Result<(), CpuError> {
-    let (kk, taps, plane, wp) = (g.kk(), g.kh * g.kw, g.hp() * g.wp(), g.wp());
-    for t in 0..taps {
-        let (u, v) = (t / g.kw, t % g.kw);
-        // (o, c) ↦ w[o·kk + c·taps + t]; (c, j) ↦ xp[c·plane + u·Wp + v + c0 + j]
-        let wm = Mat {
-            data: w.get(t..).unwrap_or_default(),
-            rs: kk,
-            cs: taps,
-        };
-        let xm = Mat {
-            // empty past the end (no channels): a product over none reads nothing
-            data: xp.get(u * wp + v + c0..).unwrap_or_default(),
-            rs: plane,
-            cs: 1,
-        };
-        gemm(OP, oc, len, g.c, out, t > 0, wm, xm, Parallelism::None)?;
-    }
-    Ok(())
 }
 
 /// Offset in the padded image where wide row `r = (c, u, v)` starts.
@@ -503,7 +479,7 @@ fn image_forward<T: CpuScalar>(
             }
             Ok(())
         }
-        Layout::Wide if by_taps(g) => taps_forward(g, x, w, b, y, sc, par),
+        Layout::Wide if g.forward_implicit() => implicit_forward(g, x, w, b, y, sc, par),
         Layout::Wide => wide_patch_forward(g, x, w, b, y, sc, par, cap),
     }
 }
@@ -535,43 +511,29 @@ fn wide_patch_forward<T: CpuScalar>(
     Ok(())
 }
 
-/// Whether a stride-1 convolution runs as one product per tap ([`taps_forward`]) rather than
-/// through the wide patch matrix: when the image side (`Ho·Wp` columns) outweighs the output
-/// channels, the products sum over enough channels, and the wide output (`oc × Ho·Wp`, its one
-/// buffer besides the padded image) fits the patch-matrix cap. Measured on ResNet-18's layers (one
-/// 224×224 image, one thread, fastest of 20): the 56×56 and 28×28 layers (3,248 and 840
-/// columns, 64 and 128 channels) take 2.4 and 2.3 ms by taps against 3.1 and 2.6 through the
-/// patch matrix, whose building and packing cost more than the products' shorter sums; the
-/// 14×14 and 7×7 ones (224 and 63 columns, 256 and 512 channels) 3.1 and 5 ms against 2.1 and
-/// 2.4, because each tap's product packs a strided slice of the weights (every tap touches
-/// every cache line of them).
-///
-/// The rule is the spec's ([`ConvGeometry::forward_by_taps`]), which the workspace estimate
-/// reads too; [`torchlean_spec::ops::TAPS_MIN_CHANNELS`] keeps out the few-channel layers
-/// (`conv_train`'s 1 and 8), whose per-tap sums over a handful of terms are bound by writing
-/// the output once per tap.
-fn by_taps(g: &Geo) -> bool {
-    g.forward_by_taps()
+/// Output channels per task of one image's implicit forward: all of them when its row chunks
+/// alone make [`PARALLEL_IMAGES`] tasks, else groups of at least
+/// [`IMPLICIT_GROUP_MIN_CHANNELS`] channels, about that many tasks in all (the 14×14 and 7×7
+/// layers of ResNet have one row chunk). Any grouping gives the same bits.
+fn implicit_channel_group(g: &Geo, row_chunks: usize) -> usize {
+    let groups = PARALLEL_IMAGES
+        .div_ceil(row_chunks)
+        .min(g.oc / IMPLICIT_GROUP_MIN_CHANNELS)
+        .max(1);
+    g.oc.div_ceil(groups)
 }
 
-/// How [`taps_forward`] deals the output rows into chunks, one thread each: evenly, as many
-/// chunks as hold at least [`PATCH_CHUNK_MIN_UNITS`] wide columns each (at least one chunk),
-/// fixed by the shape, so the chunks do not depend on the thread count. A chunk of that many
-/// columns keeps its products on `gemm`'s general path, whose sums do not depend on the number
-/// of columns: chunked and whole are the same bits. Returns `(first row, rows)` per chunk.
-fn tap_chunks(g: &Geo) -> Vec<(usize, usize)> {
-    let rows_min = PATCH_CHUNK_MIN_UNITS.div_ceil(g.wp().max(1));
-    let count = (g.ho / rows_min).max(1);
-    (0..count)
-        .map(|k| (k * g.ho / count, (k + 1) * g.ho / count - k * g.ho / count))
-        .collect()
-}
+/// The fewest output channels of one task of the implicit forward (a few of its 6-channel
+/// tiles).
+const IMPLICIT_GROUP_MIN_CHANNELS: usize = 16;
 
-/// One image's stride-1 forward by taps ([`wide_taps_product`]; no patch matrix): the wide
-/// output in chunks of whole output rows, each chunk's block of it (`oc × len`, stored
-/// contiguously) computed by one thread — the chunks in parallel when `par` allows — then its
-/// real columns and the bias written into `y`.
-fn taps_forward<T: CpuScalar>(
+/// One image's stride-1 forward as an implicit product ([`super::conv_implicit`]; no patch
+/// matrix): the wide output in chunks of whole output rows
+/// ([`ConvGeometry::implicit_row_chunks`]), each chunk's block of it (`oc ×`
+/// [`ConvGeometry::implicit_block_cols`], stored contiguously) split into groups of output
+/// channels, one task each — in parallel when `par` allows — then its real columns and the
+/// bias written into `y`.
+fn implicit_forward<T: CpuScalar>(
     g: &Geo,
     x: &[T],
     w: &[T],
@@ -580,34 +542,68 @@ fn taps_forward<T: CpuScalar>(
     sc: &mut Scratch<T>,
     par: Parallelism,
 ) -> Result<(), CpuError> {
-    let (p, q, wp, wo, oc) = (g.p(), g.wide_cols(), g.wp(), g.wo, g.oc);
+    let (p, wp, wo, oc, kk) = (g.p(), g.wp(), g.wo, g.oc, g.kk());
     let Scratch { xp, out, .. } = sc;
     let xp = padded_with_slack(g, x, xp);
-    // each chunk's block of the wide output starts at oc·(first row)·Wp
-    let chunks = tap_chunks(g);
-    let mut blocks = Vec::with_capacity(chunks.len());
-    let mut rest = out.take(oc * q);
-    for &(i0, n) in &chunks {
-        let (block, tail) = rest.split_at_mut(oc * n * wp);
-        blocks.push((i0, block));
-        rest = tail;
-    }
-    let run = |(i0, block): (usize, &mut [T])| {
-        wide_taps_product(g, w, oc, xp, block, i0 * wp, block.len() / oc)
+    let shifts: Vec<usize> = (0..kk).map(|r| wide_start(g, r)).collect();
+    let chunks = g.implicit_row_chunks();
+    let group = implicit_channel_group(g, chunks.len());
+    // a block reads up to its start + columns + the largest shift (the last tap's); without
+    // taps (no input channels) it reads nothing
+    let reach = |&(i0, n): &(usize, usize)| {
+        let last = shifts.last()?;
+        Some(i0 * wp + g.implicit_block_cols(n) + last)
     };
-    let parallel = matches!(par, Parallelism::Rayon(_)) && chunks.len() > 1;
-    if parallel {
-        blocks.into_par_iter().try_for_each(run)?;
-    } else {
-        blocks.into_iter().try_for_each(run)?;
+    if let Some(needed) = chunks
+        .iter()
+        .filter_map(reach)
+        .max()
+        .filter(|&r| r > xp.len())
+    {
+        return Err(CpuError::Workspace {
+            op: OP,
+            what: "padded image",
+            needed,
+            got: xp.len(),
+        });
     }
-    let out = out.take(oc * q);
+    let wide = out.take(g.implicit_output_elements());
+    let mut tasks = Vec::new();
+    let mut rest = &mut wide[..];
+    for &(i0, n) in &chunks {
+        let cols = g.implicit_block_cols(n);
+        let (block, tail) = rest.split_at_mut(oc * cols);
+        rest = tail;
+        if cols == 0 {
+            continue;
+        }
+        for (k, out) in block.chunks_mut(group * cols).enumerate() {
+            let o0 = k * group;
+            tasks.push(ImplicitBlock {
+                xp,
+                w: &w[o0 * kk..(o0 + out.len() / cols) * kk],
+                shifts: &shifts,
+                start: i0 * wp,
+                out,
+                cols,
+            });
+        }
+    }
+    let parallel = matches!(par, Parallelism::Rayon(_)) && tasks.len() > 1;
+    if parallel {
+        tasks.into_par_iter().for_each(ImplicitBlock::run);
+    } else {
+        tasks.into_iter().for_each(ImplicitBlock::run);
+    }
+    let wide = out.take(g.implicit_output_elements());
     // channel `o`'s output rows from every chunk's block, plus its bias
     let keep = |(o, yrow): (usize, &mut [T])| {
+        let mut at = 0;
         for &(i0, n) in &chunks {
-            let len = n * wp;
-            let src = &out[oc * i0 * wp + o * len..][..len];
+            let cols = g.implicit_block_cols(n);
+            let src = &wide[at + o * cols..][..n * wp];
             keep_rows(g, src, &mut yrow[i0 * wo..(i0 + n) * wo], b[o]);
+            at += oc * cols;
         }
     };
     if parallel {
@@ -675,18 +671,38 @@ fn forward_capped<T: CpuScalar>(
 ) -> Result<CpuTensor<T>, CpuError> {
     let g = spec.geometry(x.shape())?;
     let mut out = CpuTensor::uninit(out_shape);
-    let (xs, ws, bs) = (x.as_slice(), w.as_slice(), b.as_slice());
+    convolve_images(
+        &g,
+        x.as_slice(),
+        w.as_slice(),
+        b.as_slice(),
+        out.data_mut(),
+        cap,
+    )?;
+    Ok(out)
+}
+
+/// Every image's forward ([`image_forward`]) from `xs` into `y`: images in parallel (each on
+/// one thread) when there are several and the work pays, else one at a time with threaded
+/// products.
+fn convolve_images<T: CpuScalar>(
+    g: &Geo,
+    xs: &[T],
+    ws: &[T],
+    bs: &[T],
+    y: &mut [T],
+    cap: usize,
+) -> Result<(), CpuError> {
     let (img_in, img_out) = (g.image(), g.oc * g.p());
     if img_out == 0 {
-        return Ok(out);
+        return Ok(());
     }
-    let y = out.data_mut();
     if g.n > 1 && should_par(g.n.saturating_mul(g.work())) {
-        y.par_chunks_mut(img_out).enumerate().try_for_each_init(
-            Scratch::default,
-            |sc, (i, yi)| {
+        y.par_chunks_mut(img_out)
+            .enumerate()
+            .try_for_each_init(Scratch::default, |sc, (i, yi)| {
                 image_forward(
-                    &g,
+                    g,
                     &xs[i * img_in..(i + 1) * img_in],
                     ws,
                     bs,
@@ -695,13 +711,12 @@ fn forward_capped<T: CpuScalar>(
                     Parallelism::None,
                     cap,
                 )
-            },
-        )?;
+            })
     } else {
         let mut sc = Scratch::default();
         for (i, yi) in y.chunks_exact_mut(img_out).enumerate() {
             image_forward(
-                &g,
+                g,
                 &xs[i * img_in..(i + 1) * img_in],
                 ws,
                 bs,
@@ -711,8 +726,21 @@ fn forward_capped<T: CpuScalar>(
                 cap,
             )?;
         }
+        Ok(())
     }
-    Ok(out)
+}
+
+/// `W'` of [`ConvGeometry::transposed`]: `C × oc × kH × kW` from `W` (`oc × C × kH × kW`).
+fn transposed_flipped<T: CpuScalar>(g: &Geo, w: &[T]) -> Vec<T> {
+    let taps = g.kh * g.kw;
+    let mut out = Vec::with_capacity(w.len());
+    for c in 0..g.c {
+        for o in 0..g.oc {
+            let src = &w[(o * g.c + c) * taps..][..taps];
+            out.extend(src.iter().rev());
+        }
+    }
+    out
 }
 
 /// How the backward chunks its patch matrix: by the rule ([`BackwardChunks::new`] at this cap;
@@ -779,6 +807,9 @@ fn group_backward<T: CpuScalar>(
     par: Parallelism,
     caps: Caps,
 ) -> Result<(), CpuError> {
+    if layout == Layout::Wide && dx.is_none() && g.wide_cols() >= IMPLICIT_GRAD_MIN_COLS {
+        return implicit_weight_grad(g, x, dy, dw, par);
+    }
     let (p, kk, oc) = (g.p(), g.kk(), g.oc);
     let (img_in, img_out) = (g.image(), oc * p);
     let cols = g.cols(layout);
@@ -903,6 +934,76 @@ fn group_backward<T: CpuScalar>(
     Ok(())
 }
 
+/// The fewest wide columns for [`implicit_weight_grad`]: each of its tiles ends in 24 sums
+/// across the lanes, which a short image does not repay. Measured (one thread, fastest of
+/// 40): ResNet's 56×56 × 64 layer 3.3 ms against 4 through the patch matrix, `conv_train`'s
+/// 8 → 16 (624 columns, 32 images) 0.68 against 1.45, but its 14×14 × 256 layer (224
+/// columns) 4.0 against 2.4.
+const IMPLICIT_GRAD_MIN_COLS: usize = 512;
+
+/// A group of images' weight gradient for the wide layout without a patch matrix
+/// ([`ImplicitWeightGrad`], one image at a time, accumulated in image order): each image
+/// padded with slack, its cotangent laid out wide (zero at the dropped columns and the
+/// rounding), the output channels split into groups of whole 4-channel tiles, one task each, in
+/// parallel when `par` allows. The same bits for any thread count.
+fn implicit_weight_grad<T: CpuScalar>(
+    g: &Geo,
+    x: &[T],
+    dy: &[T],
+    dw: &mut [T],
+    par: Parallelism,
+) -> Result<(), CpuError> {
+    let (p, q, kk, oc) = (g.p(), g.wide_cols(), g.kk(), g.oc);
+    let (img_in, img_out) = (g.image(), oc * p);
+    let cols = g.implicit_block_cols(g.ho);
+    let shifts: Vec<usize> = (0..kk).map(|r| wide_start(g, r)).collect();
+    let threads = match par {
+        Parallelism::Rayon(n) if oc >= 8 => n.max(1),
+        _ => 1,
+    };
+    let group = oc.div_ceil(threads).next_multiple_of(4);
+    let mut sc = Scratch::default();
+    for k in 0..x.len() / img_in.max(1) {
+        let xp = padded_with_slack(g, &x[k * img_in..(k + 1) * img_in], &mut sc.xp);
+        let needed = cols + shifts.last().copied().unwrap_or(0);
+        if needed > xp.len() {
+            return Err(CpuError::Workspace {
+                op: OP,
+                what: "padded image",
+                needed,
+                got: xp.len(),
+            });
+        }
+        let dyw = sc.grad.take(oc * cols);
+        for (row, src) in dyw
+            .chunks_exact_mut(cols)
+            .zip(dy[k * img_out..].chunks_exact(p))
+        {
+            wide_cotangent(g, src, &mut row[..q], 0, q);
+            row[q..].fill(T::ZERO);
+        }
+        let dyw = &dyw[..];
+        let task = |(dw, dy): (&mut [T], &[T])| {
+            ImplicitWeightGrad {
+                xp,
+                dy,
+                shifts: &shifts,
+                cols,
+                dw,
+                accumulate: k > 0,
+            }
+            .run()
+        };
+        let parts = dw.chunks_mut(group * kk).zip(dyw.chunks(group * cols));
+        if threads > 1 {
+            parts.collect::<Vec<_>>().into_par_iter().for_each(task);
+        } else {
+            parts.for_each(task);
+        }
+    }
+    Ok(())
+}
+
 /// `(dx, dW, db)`, `dx` only when `need_dx` (`dW` and `db` are the same either way).
 #[allow(clippy::type_complexity)]
 pub(crate) fn vjp<T: CpuScalar>(
@@ -958,6 +1059,18 @@ fn vjp_capped<T: CpuScalar>(
         Layout::Wide if !(all_finite(xs) && all_finite(ws)) => Layout::Compact,
         l => l,
     };
+    // the input gradient as the transposed convolution when the implicit kernel runs it (the
+    // wide layout: finite weights, so its zero padding contributes zeros); the groups below
+    // then compute the weight gradient alone
+    let transposed = g.transposed().filter(|_| layout == Layout::Wide);
+    let mut dx_rest = match (dx.as_mut(), transposed) {
+        (Some(d), Some(t)) => {
+            let (wt, zero) = (transposed_flipped(&g, ws), vec![T::ZERO; g.c]);
+            convolve_images(&t, ds, &wt, &zero, d.data_mut(), PATCH_CHUNK_ELEMENTS)?;
+            None
+        }
+        (d, _) => d,
+    };
     let groups = g.n.min(MAX_GROUPS);
     let per = g.n.div_ceil(groups);
     let groups = g.n.div_ceil(per);
@@ -968,7 +1081,7 @@ fn vjp_capped<T: CpuScalar>(
             xs,
             ws,
             ds,
-            dx.as_mut().map(|d| d.data_mut()),
+            dx_rest.as_mut().map(|d| d.data_mut()),
             dw.data_mut(),
             par_for_work(g.work()),
             caps,
@@ -992,7 +1105,7 @@ fn vjp_capped<T: CpuScalar>(
         )
     };
     // one task per group: its slice of dx (when asked for) and its partial weight gradient
-    let mut dx_groups: Vec<Option<&mut [T]>> = match dx.as_mut() {
+    let mut dx_groups: Vec<Option<&mut [T]>> = match dx_rest.as_mut() {
         Some(d) => d.data_mut().chunks_mut(per * img_in).map(Some).collect(),
         None => (0..groups).map(|_| None).collect(),
     };
@@ -1024,7 +1137,13 @@ mod tests {
     use super::*;
 
     /// A one-group, undilated convolution with a square kernel.
-    fn square(c: usize, oc: usize, k: usize, stride: usize, padding: usize) -> Conv2dSpec {
+    pub(super) fn square(
+        c: usize,
+        oc: usize,
+        k: usize,
+        stride: usize,
+        padding: usize,
+    ) -> Conv2dSpec {
         Conv2dSpec {
             in_channels: c,
             out_channels: oc,
@@ -1090,8 +1209,8 @@ mod tests {
     }
 
     /// Forward and VJP with patch chunks of the fewest units equal the unchunked ones bit for
-    /// bit, on every layout (wide, by taps and through the patch matrix, with and without
-    /// padding; compact; direct), with more than
+    /// bit, on every layout (wide, with and without padding; compact; direct; the stride-1
+    /// forwards are implicit products, whose cut is tested on its own), with more than
     /// 257 columns and taps (so chunks happen), more than 512 of them (GEMM's blocking of the
     /// contracted dimension), few and many output channels (GEMM's size classes), one image
     /// and several (the parallel weight-gradient groups), with and without the input gradient,
@@ -1104,7 +1223,7 @@ mod tests {
             (60, 56, 56, 3, 3, 2, 1),
             (60, 24, 24, 70, 3, 1, 1),
             (300, 16, 17, 3, 1, 1, 0),
-            // the wide patch matrix's forward (the others of stride 1 run by taps)
+            // a 5×5 kernel with two taps' worth of padding
             (24, 24, 24, 3, 5, 1, 2),
         ];
         for (gi, &(c, h, w, oc, k, st, pad)) in geos.iter().enumerate() {
@@ -1115,8 +1234,8 @@ mod tests {
             let (ho, wo) = (g.ho, g.wo);
             let cols = if st == 1 { g.wide_cols() } else { g.p() };
             assert_eq!(
-                g.forward_by_taps(),
-                matches!(gi, 0 | 1 | 3),
+                g.forward_implicit(),
+                matches!(gi, 0 | 1 | 3 | 5),
                 "geometry {gi}"
             );
             let kk = c * k * k;
@@ -1299,28 +1418,34 @@ mod tests {
         y
     }
 
-    /// The tap products ([`taps_forward`]) and the wide patch matrix
-    /// ([`wide_patch_forward`]) both give the convolution's definition, on geometries where
-    /// the taps are chosen: square and not, several taps' worth of padding, `kW` − 1 columns
-    /// of slack read past the last channel; the taps give the same bits on one thread and two.
-    #[test]
-    fn the_tap_products_and_the_patch_matrix_both_give_the_definition() {
+    /// `(C, H, W, outC, k, padding)` of the implicit product's test geometries: square and
+    /// not, several taps' worth of padding, slack read past the last channel, fewer output
+    /// channels than a tile (1, 2, 4), fewer wide columns than a strip, one input channel,
+    /// several chunks of output rows (1,680 wide columns), a 7×7 layer in channel groups.
+    const IMPLICIT_GEOMETRIES: [(usize, usize, usize, usize, usize, usize); 11] = [
+        (40, 12, 14, 40, 3, 1),
+        (33, 9, 11, 20, 2, 0),
+        (32, 20, 20, 70, 3, 2),
+        (48, 30, 26, 16, 5, 2),
+        (32, 40, 40, 16, 3, 1),
+        (3, 5, 6, 1, 3, 1),
+        (5, 4, 4, 2, 2, 0),
+        (7, 9, 8, 4, 3, 1),
+        (1, 28, 28, 8, 3, 0),
+        (8, 26, 26, 16, 3, 0),
+        (64, 7, 7, 48, 3, 1),
+    ];
+
+    /// The implicit product ([`implicit_forward`]) and the wide patch matrix
+    /// ([`wide_patch_forward`]) both give the convolution's definition (`f64` to 1e-12, `f32`
+    /// to 1e-5 of the terms' magnitude) on [`IMPLICIT_GEOMETRIES`], and the implicit product
+    /// gives the same bits on one thread and two.
+    fn implicit_and_patch_give_the_definition<T: CpuScalar>(tol: f64) {
         use crate::threads::with_threads;
-        // (C, H, W, outC, k, padding)
-        for (gi, &(c, h, w, oc, k, pad)) in [
-            (40, 12, 14, 40, 3, 1),
-            (33, 9, 11, 20, 2, 0),
-            (32, 20, 20, 70, 3, 2),
-            (48, 30, 26, 16, 5, 2),
-            // five chunks of output rows (1,680 wide columns)
-            (32, 40, 40, 16, 3, 1),
-        ]
-        .iter()
-        .enumerate()
-        {
+        for (gi, &(c, h, w, oc, k, pad)) in IMPLICIT_GEOMETRIES.iter().enumerate() {
             let spec = square(c, oc, k, 1, pad);
             let g = spec.geometry(&Shape::from([c, h, w])).unwrap();
-            assert!(by_taps(&g), "geometry {gi}");
+            assert!(g.forward_implicit(), "geometry {gi}");
             let seed = 7 + gi as u64;
             let (x, wt, b) = (
                 values(c * h * w, seed, None),
@@ -1328,88 +1453,262 @@ mod tests {
                 values(oc, seed + 2, None),
             );
             let want = direct_sum(&g, &x, &wt, &b);
-            let close = |y: &[f64], what: &str| {
-                for (i, (a, e)) in y.iter().zip(&want).enumerate() {
+            let magnitude = direct_sum(&g, &abs(&x), &abs(&wt), &abs(&b));
+            let (x, wt, b): (Vec<T>, Vec<T>, Vec<T>) = (cast(&x), cast(&wt), cast(&b));
+            let close = |y: &[T], what: &str| {
+                for (i, ((a, e), m)) in y.iter().zip(&want).zip(&magnitude).enumerate() {
+                    let a = a.to_f64();
                     assert!(
-                        (a - e).abs() <= 1e-12 * (1.0 + e.abs()),
+                        (a - e).abs() <= tol * (1.0 + m),
                         "{what}, geometry {gi}, output {i}: {a} against {e}"
                     );
                 }
             };
-            let mut taps = vec![0.0; oc * g.p()];
-            taps_forward(
+            let run = |par: Parallelism| {
+                let mut y = vec![T::ZERO; oc * g.p()];
+                implicit_forward(&g, &x, &wt, &b, &mut y, &mut Scratch::default(), par).unwrap();
+                y
+            };
+            let one = run(Parallelism::None);
+            close(&one, "implicit");
+            let mut patch = vec![T::ZERO; oc * g.p()];
+            let (sc, par) = (&mut Scratch::default(), Parallelism::None);
+            wide_patch_forward(&g, &x, &wt, &b, &mut patch, sc, par, usize::MAX).unwrap();
+            close(&patch, "patch matrix");
+            // the patch matrix in chunks of the fewest columns: the whole's bits
+            let mut chunked = vec![T::ZERO; oc * g.p()];
+            wide_patch_forward(&g, &x, &wt, &b, &mut chunked, sc, par, 1).unwrap();
+            assert_eq!(bits_of(&chunked), bits_of(&patch), "geometry {gi}: chunked");
+            let two = with_threads(2, || run(Parallelism::Rayon(2)));
+            assert_eq!(bits_of(&two), bits_of(&one), "geometry {gi}: two threads");
+        }
+    }
+
+    #[test]
+    fn the_implicit_product_and_the_patch_matrix_give_the_definition_f64() {
+        implicit_and_patch_give_the_definition::<f64>(1e-12);
+    }
+
+    #[test]
+    fn the_implicit_product_and_the_patch_matrix_give_the_definition_f32() {
+        implicit_and_patch_give_the_definition::<f32>(1e-5);
+    }
+
+    /// The implicit kernel's tiles give each output the same bits however the output is cut:
+    /// one block of the whole wide output in one channel group against the row chunks and
+    /// groups of [`implicit_forward`], on every instruction set this CPU has (the scalar path
+    /// adds without fusing, so only within 1e-5 of the fused ones).
+    #[test]
+    fn the_implicit_tiles_do_not_depend_on_the_cut_nor_the_vector_width() {
+        use pulp::Simd;
+        for (gi, &(c, h, w, oc, k, pad)) in IMPLICIT_GEOMETRIES.iter().enumerate() {
+            let g = square(c, oc, k, 1, pad)
+                .geometry(&Shape::from([c, h, w]))
+                .unwrap();
+            let seed = 40 + gi as u64;
+            let (x, wt): (Vec<f32>, Vec<f32>) = (
+                cast(&values(c * h * w, seed, None)),
+                cast(&values(oc * g.kk(), seed + 1, None)),
+            );
+            let b = vec![0.0f32; oc];
+            let mut cut = vec![0.0f32; oc * g.p()];
+            implicit_forward(
                 &g,
                 &x,
                 &wt,
                 &b,
-                &mut taps,
+                &mut cut,
                 &mut Scratch::default(),
                 Parallelism::None,
             )
             .unwrap();
-            close(&taps, "taps");
-            let mut patch = vec![0.0; oc * g.p()];
-            let (sc, par) = (&mut Scratch::default(), Parallelism::None);
-            wide_patch_forward(&g, &x, &wt, &b, &mut patch, sc, par, usize::MAX).unwrap();
-            close(&patch, "patch matrix");
-            let two = with_threads(2, || {
-                let mut y = vec![0.0; oc * g.p()];
-                let par = Parallelism::Rayon(2);
-                taps_forward(&g, &x, &wt, &b, &mut y, &mut Scratch::default(), par).unwrap();
-                y
-            });
-            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&two), bits(&taps), "geometry {gi}: two threads");
-            // the chunks of output rows give the unchunked product's bits
             let mut xp = Work::default();
             let xp = padded_with_slack(&g, &x, &mut xp);
-            let mut out = vec![0.0; oc * g.wide_cols()];
-            wide_taps_product(&g, &wt, oc, xp, &mut out, 0, g.wide_cols()).unwrap();
-            let mut whole = vec![0.0; oc * g.p()];
-            keep_real_columns(&g, &out, &mut whole, &b, 0, g.wide_cols());
-            assert_eq!(bits(&whole), bits(&taps), "geometry {gi}: unchunked");
-        }
-    }
-
-    /// The chunks of output rows cover every row once, in order, each wide enough for `gemm`'s
-    /// general path when there are several; ResNet's 28×28 layer gets more than one (two
-    /// threads have work).
-    #[test]
-    fn tap_chunks_cover_the_rows_and_are_wide_enough() {
-        for (hw, pad) in [(56, 1), (28, 1), (14, 1), (40, 1), (3, 0), (300, 1)] {
-            let spec = square(32, 16, 3, 1, pad);
-            let g = spec.geometry(&Shape::from([32, hw, hw])).unwrap();
-            let chunks = tap_chunks(&g);
-            let mut next = 0;
-            for &(i0, n) in &chunks {
-                assert_eq!(i0, next, "{hw}×{hw}");
+            let shifts: Vec<usize> = (0..g.kk()).map(|r| wide_start(&g, r)).collect();
+            let cols = g.implicit_block_cols(g.ho);
+            let whole_with = |simd: &dyn Fn(ImplicitBlock<'_, f32>)| {
+                let mut out = vec![f32::NAN; oc * cols];
+                simd(ImplicitBlock {
+                    xp,
+                    w: &wt,
+                    shifts: &shifts,
+                    start: 0,
+                    out: &mut out,
+                    cols,
+                });
+                let mut y = vec![0.0f32; oc * g.p()];
+                for (yrow, wide) in y.chunks_exact_mut(g.p()).zip(out.chunks_exact(cols)) {
+                    keep_rows(&g, &wide[..g.wide_cols()], yrow, 0.0);
+                }
+                y
+            };
+            let best = whole_with(&|blk| blk.run());
+            assert_eq!(bits_of(&best), bits_of(&cut), "geometry {gi}: cut");
+            let scalar = whole_with(&|blk| pulp::Scalar::new().vectorize(blk));
+            for (i, (a, e)) in scalar.iter().zip(&best).enumerate() {
                 assert!(
-                    chunks.len() == 1 || n * g.wp() >= PATCH_CHUNK_MIN_UNITS,
-                    "{hw}×{hw}"
+                    (a - e).abs() <= 1e-5 * (1.0 + e.abs()),
+                    "geometry {gi}, {i}"
                 );
-                next += n;
             }
-            assert_eq!(next, g.ho, "{hw}×{hw}");
-            if hw == 28 {
-                assert!(chunks.len() > 1);
+            #[cfg(target_arch = "x86_64")]
+            if let Some(v3) = pulp::x86::V3::try_new() {
+                let avx2 = whole_with(&|blk| Simd::vectorize(v3, blk));
+                assert_eq!(bits_of(&avx2), bits_of(&best), "geometry {gi}: AVX2");
             }
         }
     }
 
-    /// The taps are chosen for ResNet's wide layers, not for its narrow deep ones (the weights
-    /// would be packed once per tap) nor for few input channels (`conv_train`'s layers).
+    /// The input gradient as the transposed convolution ([`ConvGeometry::transposed`], taken by
+    /// [`vjp`] for these geometries) equals the patch matrix's scatter (the compact layout) to
+    /// 1e-12, on one image and three, with padding from none to `k − 1` (which geometries
+    /// qualify is the spec's rule, tested there).
     #[test]
-    fn the_taps_are_chosen_for_wide_images_of_many_channels() {
-        let chosen = |c: usize, hw: usize, oc: usize| {
-            let spec = square(c, oc, 3, 1, 1);
-            by_taps(&spec.geometry(&Shape::from([c, hw, hw])).unwrap())
-        };
-        assert!(chosen(64, 56, 64));
-        assert!(chosen(128, 28, 128));
-        assert!(!chosen(256, 14, 256));
-        assert!(!chosen(512, 7, 512));
-        assert!(!chosen(1, 28, 8));
-        assert!(!chosen(8, 26, 16));
+    fn the_input_gradient_as_a_transposed_convolution_is_the_scatters() {
+        // (C, H, W, outC, k, padding)
+        for (gi, &(c, h, w, oc, k, pad)) in [
+            (8, 26, 26, 16, 3, 0),
+            (3, 9, 11, 7, 3, 1),
+            (5, 12, 10, 4, 5, 2),
+            (3, 6, 7, 3, 2, 1),
+            (3, 10, 10, 8, 3, 2),
+        ]
+        .iter()
+        .enumerate()
+        {
+            let spec = square(c, oc, k, 1, pad);
+            let g1 = spec.geometry(&Shape::from([c, h, w])).unwrap();
+            assert!(g1.transposed().is_some(), "geometry {gi}");
+            for n in [1usize, 3] {
+                let seed = 90 + (gi * 10 + n) as u64;
+                let x = tensor::<f64>(vec![n, c, h, w], seed, None);
+                let wt = tensor::<f64>(vec![oc, c, k, k], seed + 1, None);
+                let dy = tensor::<f64>(vec![n, oc, g1.ho, g1.wo], seed + 2, None);
+                let (dx, dw, _) = vjp(&spec, &x, &wt, &dy, true).unwrap();
+                let g = spec.geometry(x.shape()).unwrap();
+                let mut want = vec![0.0; n * c * h * w];
+                let mut dw_want = vec![0.0; oc * g.kk()];
+                let caps = Caps::Rule(PATCH_CHUNK_ELEMENTS);
+                let (xs, ws, ds) = (x.as_slice(), wt.as_slice(), dy.as_slice());
+                group_backward(
+                    &g,
+                    Layout::Compact,
+                    xs,
+                    ws,
+                    ds,
+                    Some(&mut want),
+                    &mut dw_want,
+                    Parallelism::None,
+                    caps,
+                )
+                .unwrap();
+                let dx = dx.unwrap();
+                for (i, (a, e)) in dx.as_slice().iter().zip(&want).enumerate() {
+                    assert!(
+                        (a - e).abs() <= 1e-12 * (1.0 + e.abs()),
+                        "geometry {gi}, n {n}, dx {i}: {a} against {e}"
+                    );
+                }
+                for (i, (a, e)) in dw.as_slice().iter().zip(&dw_want).enumerate() {
+                    assert!(
+                        (a - e).abs() <= 1e-12 * (1.0 + e.abs()),
+                        "geometry {gi}, n {n}, dW {i}: {a} against {e}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The weight gradient without a patch matrix ([`implicit_weight_grad`]) equals the
+    /// compact patch matrix's product to `tol` of the terms' magnitude on
+    /// [`IMPLICIT_GEOMETRIES`], one image and three, and gives the same bits on one thread
+    /// and two.
+    fn implicit_weight_grad_is_the_patch_matrix_s<T: CpuScalar>(tol: f64) {
+        use crate::threads::with_threads;
+        for (gi, &(c, h, w, oc, k, pad)) in IMPLICIT_GEOMETRIES.iter().enumerate() {
+            for n in [1usize, 3] {
+                let g = square(c, oc, k, 1, pad)
+                    .geometry(&Shape::from([n, c, h, w]))
+                    .unwrap();
+                let seed = 300 + (gi * 10 + n) as u64;
+                let (x, dy) = (
+                    values(n * g.image(), seed, None),
+                    values(n * oc * g.p(), seed + 1, None),
+                );
+                let wt = vec![0.0; oc * g.kk()];
+                let caps = Caps::Rule(PATCH_CHUNK_ELEMENTS);
+                let mut want = vec![0.0; oc * g.kk()];
+                group_backward(
+                    &g,
+                    Layout::Compact,
+                    &x,
+                    &wt,
+                    &dy,
+                    None,
+                    &mut want,
+                    Parallelism::None,
+                    caps,
+                )
+                .unwrap();
+                let abs_x: Vec<f64> = x.iter().map(|v| v.abs()).collect();
+                let abs_dy: Vec<f64> = dy.iter().map(|v| v.abs()).collect();
+                let mut magnitude = vec![0.0; oc * g.kk()];
+                group_backward(
+                    &g,
+                    Layout::Compact,
+                    &abs_x,
+                    &wt,
+                    &abs_dy,
+                    None,
+                    &mut magnitude,
+                    Parallelism::None,
+                    caps,
+                )
+                .unwrap();
+                let (xt, dyt): (Vec<T>, Vec<T>) = (cast(&x), cast(&dy));
+                let run = |par: Parallelism| {
+                    let mut dw = vec![T::ZERO; oc * g.kk()];
+                    implicit_weight_grad(&g, &xt, &dyt, &mut dw, par).unwrap();
+                    dw
+                };
+                let one = run(Parallelism::None);
+                for (i, ((a, e), m)) in one.iter().zip(&want).zip(&magnitude).enumerate() {
+                    let a = a.to_f64();
+                    assert!(
+                        (a - e).abs() <= tol * (1.0 + m),
+                        "geometry {gi}, n {n}, dW {i}: {a} against {e}"
+                    );
+                }
+                let two = with_threads(2, || run(Parallelism::Rayon(2)));
+                assert_eq!(
+                    bits_of(&two),
+                    bits_of(&one),
+                    "geometry {gi}, n {n}: two threads"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_implicit_weight_gradient_is_the_patch_matrix_s_f64() {
+        implicit_weight_grad_is_the_patch_matrix_s::<f64>(1e-12);
+    }
+
+    #[test]
+    fn the_implicit_weight_gradient_is_the_patch_matrix_s_f32() {
+        implicit_weight_grad_is_the_patch_matrix_s::<f32>(1e-5);
+    }
+
+    fn abs(v: &[f64]) -> Vec<f64> {
+        v.iter().map(|x| x.abs()).collect()
+    }
+
+    fn cast<T: CpuScalar>(v: &[f64]) -> Vec<T> {
+        v.iter().map(|&x| T::from_f64(x)).collect()
+    }
+
+    fn bits_of<T: CpuScalar>(v: &[T]) -> Vec<u64> {
+        v.iter().map(|x| x.bits()).collect()
     }
 
     #[test]

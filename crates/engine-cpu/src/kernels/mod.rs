@@ -4,6 +4,7 @@
 //! in the dispatch (`torchlean_spec::Op::forward` / `Op::vjp`), before any kernel runs.
 
 mod conv;
+mod conv_implicit;
 mod elementwise;
 mod layout;
 mod linalg;

@@ -240,25 +240,104 @@ impl ConvGeometry {
         self.ho * self.wp()
     }
 
-    /// Whether the CPU engine runs this stride-1 forward as one product per tap over the
-    /// padded image (no patch matrix; its buffers are the padded image with `kW − 1` elements
-    /// of slack and the wide output, `oc × Ho·Wp`): when the image side outweighs the output
-    /// channels (`Ho·Wp ≥ 2·oc`), the products sum over at least [`TAPS_MIN_CHANNELS`]
-    /// channels, and the wide output fits [`PATCH_CHUNK_ELEMENTS`]. The engine's kernel
-    /// (`engine_cpu::kernels::conv::by_taps`) says why, with measurements.
-    pub fn forward_by_taps(&self) -> bool {
-        self.s == 1
-            && !self.direct()
-            && self.c >= TAPS_MIN_CHANNELS
-            && self.wide_cols() >= 2 * self.oc
-            && self.oc.saturating_mul(self.wide_cols()) <= PATCH_CHUNK_ELEMENTS
+    /// Whether the CPU engine runs this forward as an implicit product: a register-blocked
+    /// kernel reading the patch matrix's entries straight from the zero-padded image (wide row
+    /// `(c, u, v)` is the padded image shifted by `c·Hp·Wp + u·Wp + v`), so no patch matrix is
+    /// built or packed. Stride 1, not the 1×1 image-is-its-own-patch-matrix case, and a wide
+    /// output ([`ConvGeometry::implicit_output_elements`]) within [`PATCH_CHUNK_ELEMENTS`].
+    /// The engine's kernel (`engine_cpu::kernels::conv_implicit`) says why, with measurements.
+    pub fn forward_implicit(&self) -> bool {
+        self.s == 1 && !self.direct() && self.implicit_output_elements() <= PATCH_CHUNK_ELEMENTS
+    }
+
+    /// How the implicit forward splits one image's output rows into chunks: evenly, as many as
+    /// hold at least [`PATCH_CHUNK_MIN_UNITS`] wide columns each (at least one), fixed by the
+    /// shape. Returns `(first row, rows)` per chunk.
+    pub fn implicit_row_chunks(&self) -> Vec<(usize, usize)> {
+        let rows_min = PATCH_CHUNK_MIN_UNITS.div_ceil(self.wp().max(1));
+        let count = (self.ho / rows_min).max(1);
+        (0..count)
+            .map(|k| {
+                let (a, b) = (k * self.ho / count, (k + 1) * self.ho / count);
+                (a, b - a)
+            })
+            .collect()
+    }
+
+    /// Wide columns the implicit forward computes for `rows` output rows: `rows·Wp` rounded up
+    /// to whole [`IMPLICIT_VECTOR_COLUMNS`] (the widest SIMD vector), so that its kernel never
+    /// stores a partial vector.
+    pub fn implicit_block_cols(&self, rows: usize) -> usize {
+        (rows * self.wp()).next_multiple_of(IMPLICIT_VECTOR_COLUMNS)
+    }
+
+    /// The implicit forward's wide output for one image: `oc` rows of every row chunk's block
+    /// columns ([`ConvGeometry::implicit_block_cols`]). Saturating.
+    pub fn implicit_output_elements(&self) -> usize {
+        let cols = self
+            .implicit_row_chunks()
+            .iter()
+            .fold(0usize, |acc, &(_, n)| {
+                acc.saturating_add(self.implicit_block_cols(n))
+            });
+        self.oc.saturating_mul(cols)
+    }
+
+    /// The input gradient of this stride-1 convolution as a convolution the implicit forward
+    /// runs: `dx[c] = Σ_o dy[o] ⋆ W[o, c]` flipped, i.e. the forward over `dy` (`oc` channels
+    /// of `Ho × Wo`) with the weights transposed and flipped (`W'[c, o, u, v] = W[o, c, kH−1−u,
+    /// kW−1−v]`) and padding `k − 1 − pad`, whose output is `C × H × W`. Needs a square kernel
+    /// with `pad < k` (else the padding would be negative) and at least 3 input channels (the
+    /// CPU kernel's narrowest many-channel tile; with one or two it runs one-channel tiles,
+    /// bound by their loads: `conv_train`'s first layer, 0.21 ms against 0.13 through the patch
+    /// matrix).
+    pub fn transposed(&self) -> Option<ConvGeometry> {
+        let eligible = self.kh == self.kw && self.s == 1 && self.pad < self.kh && self.c >= 3;
+        let t = ConvGeometry {
+            n: self.n,
+            c: self.oc,
+            h: self.ho,
+            w: self.wo,
+            oc: self.c,
+            kh: self.kh,
+            kw: self.kw,
+            s: 1,
+            pad: self.kh.checked_sub(1 + self.pad)?,
+            ho: self.h,
+            wo: self.w,
+        };
+        (eligible && t.forward_implicit()).then_some(t)
+    }
+
+    /// Elements of the CPU engine's implicit backward buffers for one image (stride 1, not the
+    /// 1×1 direct case; otherwise none), the larger of its two passes: the input gradient's ([`ConvGeometry::transposed`]: the padded cotangent with
+    /// slack and the wide input gradient) and the weight gradient's (the padded image with
+    /// slack and the wide cotangent, `oc ×` [`ConvGeometry::implicit_block_cols`]`(Ho)`).
+    /// Saturating.
+    pub fn implicit_backward_elements(&self) -> usize {
+        if self.s != 1 || self.direct() {
+            return 0;
+        }
+        let (m, a) = (usize::saturating_mul, usize::saturating_add);
+        let padded = |g: &ConvGeometry| a(m(m(g.c, g.hp()), g.wp()), g.implicit_slack());
+        let input = self
+            .transposed()
+            .map_or(0, |t| a(padded(&t), t.implicit_output_elements()));
+        let weight = a(padded(self), m(self.oc, self.implicit_block_cols(self.ho)));
+        input.max(weight)
+    }
+
+    /// Zeros after the padded image (`C·Hp·Wp`) for the implicit forward: its last block reads
+    /// up to `kW − 1` columns past the last real one through each tap's shift, plus up to
+    /// [`IMPLICIT_VECTOR_COLUMNS`]` − 1` of rounding (dropped columns either way).
+    pub fn implicit_slack(&self) -> usize {
+        self.kw.saturating_sub(1) + IMPLICIT_VECTOR_COLUMNS - 1
     }
 }
 
-/// The fewest input channels for [`ConvGeometry::forward_by_taps`]: each tap's product sums
-/// over the channels alone, and one summing over a handful of terms is bound by writing its
-/// output, once per tap.
-pub const TAPS_MIN_CHANNELS: usize = 32;
+/// The widest SIMD vector, in elements, that the CPU engine's implicit convolution kernel
+/// stores (16 `f32` in an AVX-512 register): its wide output blocks are whole multiples of it.
+pub const IMPLICIT_VECTOR_COLUMNS: usize = 16;
 
 /// The output shape with the leading batch axis kept if the input had one.
 pub(crate) fn with_batch(x: &Shape, c: usize, h: usize, w: usize) -> Shape {
@@ -368,8 +447,8 @@ impl Conv2dSpec {
 
     /// The CPU engine's workspace, in elements, for input `x` and output `out` (validated
     /// shapes) in `pass`: per image at work, the zero-padded image and the forward chunk (patch
-    /// columns and their wide output; for a forward by taps,
-    /// [`ConvGeometry::forward_by_taps`], the padded image with its slack and the whole wide
+    /// columns and their wide output; for an implicit forward,
+    /// [`ConvGeometry::forward_implicit`], the padded image with its slack and the whole wide
     /// output instead); for [`Pass::Grad`] also the padded image's gradient and
     /// the backward chunk ([`BackwardChunks`]: patch tap rows, their gradient, the column
     /// block's wide cotangent), with a partial weight gradient per image group and the
@@ -409,10 +488,13 @@ impl Conv2dSpec {
         let cols = m(ho, wp);
         let padded = if self.padding > 0 { m(m(c, hp), wp) } else { 0 };
         let g = self.geometry(x).ok();
-        let (padded, forward) = if g.is_some_and(|g| g.forward_by_taps()) {
+        let (padded, forward) = if let Some(g) = g.filter(|g| g.forward_implicit()) {
             // the padded image with its slack (copied even without padding), the wide output
-            let slack = self.kernel_w.saturating_sub(1);
-            (a(padded, slack).max(a(m(m(c, hp), wp), slack)), m(oc, cols))
+            let slack = g.implicit_slack();
+            (
+                a(padded, slack).max(a(m(m(c, hp), wp), slack)),
+                g.implicit_output_elements(),
+            )
         } else {
             let chunk = Chunks::new(cols, kk, PATCH_CHUNK_ELEMENTS).largest();
             (padded, m(a(kk, oc), chunk))
@@ -427,7 +509,8 @@ impl Conv2dSpec {
             let b = BackwardChunks::new(kk, cols, PATCH_CHUNK_ELEMENTS);
             a(m(b.largest_elements(), 2), m(oc, b.cols.largest()))
         };
-        let backward = a(chunk(cols).max(chunk(m(ho, wo))), padded);
+        let implicit = g.map_or(0, |g| g.implicit_backward_elements());
+        let backward = a(chunk(cols).max(chunk(m(ho, wo))), padded).max(implicit);
         let per_image = a(padded, forward.max(backward));
         a(a(m(at_once, per_image), m(at_once, m(oc, kk))), m(n, oc))
     }

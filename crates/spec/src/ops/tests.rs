@@ -1525,30 +1525,93 @@ fn the_conv_workspace_of_a_small_layer_by_its_documented_parts() {
 }
 
 #[test]
-fn a_conv_run_by_taps_counts_its_padded_image_and_wide_output() {
-    // ResNet's 56x56 layer (64 channels in and out, 3x3, padding 1) runs by taps: the padded
-    // image 64·58·58 = 215,296 plus kW − 1 = 2 of slack, and the wide output 64·(56·58) =
-    // 207,872; no patch matrix (through it, the forward alone would count (576 + 64)·3,248)
+fn an_implicit_conv_counts_its_padded_image_and_wide_output() {
+    // ResNet's 56x56 layer (64 channels in and out, 3x3, padding 1) runs as an implicit
+    // product: the padded image 64·58·58 = 215,296 plus kW − 1 + 15 = 17 of slack, and the
+    // wide output: chunks of at least 5 rows (257 of the 58 wide columns), 56 / 5 = 11 of them
+    // (rows k·56/11: ten of 5 rows, 290 columns rounded to 304, and one of 6, 348 → 352);
+    // no patch matrix (through it, the forward alone would count (576 + 64)·3,248)
     let spec = conv(64, 64, (3, 3), 1, 1);
     let (x, y) = (Shape::from([1, 64, 56, 56]), Shape::from([1, 64, 56, 56]));
-    assert!(spec.geometry(&x).unwrap().forward_by_taps());
+    let g = spec.geometry(&x).unwrap();
+    assert!(g.forward_implicit());
+    let chunks = g.implicit_row_chunks();
+    assert_eq!(chunks.len(), 11);
+    assert_eq!(chunks.iter().filter(|&&(_, n)| n == 5).count(), 10);
+    assert_eq!(chunks.last(), Some(&(50, 6)));
     assert_eq!(
         spec.workspace_elements(&x, &y, Pass::Eval),
-        215_296 + 2 + 207_872
+        215_296 + 17 + 64 * (10 * 304 + 352)
     );
-    // without padding the image is still copied, with its slack: 64·56·56 + 2, and the wide
-    // output 64·(54·56)
+    // without padding the image is still copied, with its slack: 64·56·56 + 17, and the wide
+    // output: 54 rows of 56 columns in 54 / 5 = 10 chunks (rows k·54/10: six of 5 rows, 280
+    // columns rounded to 288, and four of 6, 336, whole vectors already)
     let spec = conv(64, 64, (3, 3), 1, 0);
     let y = Shape::from([1, 64, 54, 54]);
-    assert!(spec.geometry(&x).unwrap().forward_by_taps());
+    assert!(spec.geometry(&x).unwrap().forward_implicit());
     assert_eq!(
         spec.workspace_elements(&x, &y, Pass::Eval),
-        200_704 + 2 + 193_536
+        200_704 + 17 + 64 * (6 * 288 + 4 * 336)
     );
-    // few channels: the patch matrix as before
+    // few channels too: conv_train's 8 → 16 layer, one chunk of 24·26 = 624 columns
     let spec = conv(8, 16, (3, 3), 1, 0);
     let x8 = Shape::from([1, 8, 26, 26]);
-    assert!(!spec.geometry(&x8).unwrap().forward_by_taps());
+    let g = spec.geometry(&x8).unwrap();
+    assert!(g.forward_implicit());
+    assert_eq!(g.implicit_row_chunks(), vec![(0, 12), (12, 12)]);
+    assert_eq!(g.implicit_output_elements(), 16 * (2 * 320));
+    // its backward: the input gradient as the transposed convolution (16 channels of 24×24
+    // padded by 2 to 28×28, plus 17 of slack: 12,561; its wide output, 8 channels of two
+    // chunks of 13 rows × 28 = 364 columns rounded to 368: 5,888) or the weight gradient (the
+    // 8 × 26 × 26 image plus 17: 5,425; the wide cotangent 16 × 624: 9,984), the larger
+    assert_eq!(g.implicit_backward_elements(), 12_561 + 5_888);
+    let t = g.transposed().unwrap();
+    assert_eq!((t.c, t.h, t.oc, t.pad, t.ho, t.wo), (16, 24, 8, 2, 26, 26));
+    // stride 2 and 1×1 images-as-patch-matrices keep their own paths
+    let s2 = conv(8, 16, (3, 3), 2, 1).geometry(&x8).unwrap();
+    assert!(!s2.forward_implicit());
+    let one = conv(8, 16, (1, 1), 1, 0).geometry(&x8).unwrap();
+    assert!(!one.forward_implicit());
+    assert_eq!(one.implicit_backward_elements(), 0);
+    assert!(s2.transposed().is_none());
+    // no transposed input gradient with 2 input channels, a padding of k, or a 3×5 kernel
+    let x2 = Shape::from([1, 2, 26, 26]);
+    assert!(conv(2, 16, (3, 3), 1, 1)
+        .geometry(&x2)
+        .unwrap()
+        .transposed()
+        .is_none());
+    assert!(conv(8, 16, (3, 3), 1, 3)
+        .geometry(&x8)
+        .unwrap()
+        .transposed()
+        .is_none());
+    assert!(conv(8, 16, (3, 5), 1, 1)
+        .geometry(&x8)
+        .unwrap()
+        .transposed()
+        .is_none());
+}
+
+/// The implicit forward's row chunks cover every output row once, in order, each of at least
+/// `PATCH_CHUNK_MIN_UNITS` (257) wide columns when there are several; ResNet's 28×28 layer gets
+/// more than one (two threads have work).
+#[test]
+fn implicit_row_chunks_cover_the_rows_and_are_wide_enough() {
+    for (hw, pad) in [(56, 1), (28, 1), (14, 1), (40, 1), (3, 0), (300, 1)] {
+        let g = conv(32, 16, (3, 3), 1, pad)
+            .geometry(&Shape::from([32, hw, hw]))
+            .unwrap();
+        let chunks = g.implicit_row_chunks();
+        let mut next = 0;
+        for &(i0, n) in &chunks {
+            assert_eq!(i0, next, "{hw}×{hw}");
+            assert!(chunks.len() == 1 || n * g.wp() >= 257, "{hw}×{hw}");
+            next += n;
+        }
+        assert_eq!(next, g.ho, "{hw}×{hw}");
+        assert_eq!(chunks.len() > 1, hw >= 28, "{hw}×{hw}");
+    }
 }
 
 #[test]
