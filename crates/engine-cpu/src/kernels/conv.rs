@@ -381,13 +381,39 @@ fn pad_into<'a, T: CpuScalar>(g: &Geo, x: &[T], buf: &'a mut [T]) -> &'a [T] {
     buf
 }
 
-/// The image zero-padded to `C × Hp × Wp`, then [`ConvGeometry::implicit_slack`] zeros: a
-/// copy even without padding, so that every tap's shifted view of the last channel
-/// ([`implicit_forward`]) stays inside the buffer (what it reads there feeds only dropped
-/// columns).
-fn padded_with_slack<'a, T: CpuScalar>(g: &Geo, x: &[T], buf: &'a mut Work<T>) -> &'a [T] {
-    let n = g.c * g.hp() * g.wp() + g.implicit_slack();
-    pad_into(g, x, buf.take(n))
+/// The image zero-padded and split into the stride's phases (`s² × C × ⌈Hp/s⌉ × ⌈Wp/s⌉`,
+/// [`ConvGeometry::implicit_shift`]; at stride 1 the padded image itself), then
+/// [`ConvGeometry::implicit_slack`] zeros: a copy even without padding, so that every tap's
+/// shifted view of the last channel ([`implicit_forward`]) stays inside the buffer (what it
+/// reads there feeds only dropped columns).
+fn phase_split<'a, T: CpuScalar>(g: &Geo, x: &[T], buf: &'a mut Work<T>) -> &'a [T] {
+    let buf = buf.take(g.implicit_image_elements());
+    if g.s == 1 {
+        return pad_into(g, x, buf);
+    }
+    buf.fill(T::ZERO);
+    let (s, pad, wq) = (g.s, g.pad, g.phase_w());
+    let plane = g.phase_h() * wq;
+    if g.h * g.w == 0 {
+        return buf;
+    }
+    for (ci, image) in x.chunks_exact(g.h * g.w).enumerate() {
+        for (hr, row) in image.chunks_exact(g.w).enumerate() {
+            let (a, r) = ((hr + pad) % s, (hr + pad) / s);
+            for b in 0..s {
+                // the input columns landing in column phase b: wc + pad ≡ b (mod s)
+                let wc0 = (b + s - pad % s) % s;
+                if wc0 >= g.w {
+                    continue;
+                }
+                let n = (g.w - wc0).div_ceil(s);
+                let q0 = (wc0 + pad) / s;
+                let at = ((a * s + b) * g.c + ci) * plane + r * wq + q0;
+                strided_copy(&mut buf[at..at + n], &row[wc0..], s);
+            }
+        }
+    }
+    buf
 }
 
 /// Offset in the padded image where wide row `r = (c, u, v)` starts.
@@ -426,7 +452,8 @@ fn col2im_wide<T: CpuScalar>(g: &Geo, dcol: &[T], dxp: &mut [T], r0: usize, c0: 
     }
 }
 
-/// One image forward: `y = W·col + b`, by taps without a patch matrix when [`by_taps`] says so,
+/// One image forward: `y = W·col + b`, as an implicit product ([`implicit_forward`]) when
+/// [`ConvGeometry::forward_implicit`] says so,
 /// else with the patch matrix built at most `cap` elements (at least
 /// [`torchlean_spec::ops::PATCH_CHUNK_MIN_UNITS`] columns) at a time ([`Chunks`]). A chunk is
 /// a range of the product's output columns (the contracted dimension is never split), so
@@ -542,17 +569,17 @@ fn implicit_forward<T: CpuScalar>(
     sc: &mut Scratch<T>,
     par: Parallelism,
 ) -> Result<(), CpuError> {
-    let (p, wp, wo, oc, kk) = (g.p(), g.wp(), g.wo, g.oc, g.kk());
+    let (p, wq, wo, oc, kk) = (g.p(), g.phase_w(), g.wo, g.oc, g.kk());
     let Scratch { xp, out, .. } = sc;
-    let xp = padded_with_slack(g, x, xp);
-    let shifts: Vec<usize> = (0..kk).map(|r| wide_start(g, r)).collect();
+    let xp = phase_split(g, x, xp);
+    let shifts: Vec<usize> = (0..kk).map(|t| g.implicit_shift(t)).collect();
     let chunks = g.implicit_row_chunks();
     let group = implicit_channel_group(g, chunks.len());
     // a block reads up to its start + columns + the largest shift (the last tap's); without
     // taps (no input channels) it reads nothing
     let reach = |&(i0, n): &(usize, usize)| {
         let last = shifts.last()?;
-        Some(i0 * wp + g.implicit_block_cols(n) + last)
+        Some(i0 * wq + g.implicit_block_cols(n) + last)
     };
     if let Some(needed) = chunks
         .iter()
@@ -583,7 +610,7 @@ fn implicit_forward<T: CpuScalar>(
                 xp,
                 w: &w[o0 * kk..(o0 + out.len() / cols) * kk],
                 shifts: &shifts,
-                start: i0 * wp,
+                start: i0 * wq,
                 out,
                 cols,
             });
@@ -601,7 +628,7 @@ fn implicit_forward<T: CpuScalar>(
         let mut at = 0;
         for &(i0, n) in &chunks {
             let cols = g.implicit_block_cols(n);
-            let src = &wide[at + o * cols..][..n * wp];
+            let src = &wide[at + o * cols..][..n * wq];
             keep_rows(g, src, &mut yrow[i0 * wo..(i0 + n) * wo], b[o]);
             at += oc * cols;
         }
@@ -614,10 +641,10 @@ fn implicit_forward<T: CpuScalar>(
     Ok(())
 }
 
-/// Whole output rows of one channel: each wide row's real columns (`j < Wo` of its `Wp`), plus
-/// the bias, into the output rows `y`.
+/// Whole output rows of one channel: each wide row's real columns (`j < Wo` of its
+/// [`ConvGeometry::phase_w`], which is `Wp` at stride 1), plus the bias, into the output rows `y`.
 fn keep_rows<T: CpuScalar>(g: &Geo, wide: &[T], y: &mut [T], bias: T) {
-    for (seg, src) in y.chunks_exact_mut(g.wo).zip(wide.chunks_exact(g.wp())) {
+    for (seg, src) in y.chunks_exact_mut(g.wo).zip(wide.chunks_exact(g.phase_w())) {
         for (d, &v) in seg.iter_mut().zip(src) {
             *d = v + bias;
         }
@@ -956,7 +983,7 @@ fn implicit_weight_grad<T: CpuScalar>(
     let (p, q, kk, oc) = (g.p(), g.wide_cols(), g.kk(), g.oc);
     let (img_in, img_out) = (g.image(), oc * p);
     let cols = g.implicit_block_cols(g.ho);
-    let shifts: Vec<usize> = (0..kk).map(|r| wide_start(g, r)).collect();
+    let shifts: Vec<usize> = (0..kk).map(|t| g.implicit_shift(t)).collect();
     let threads = match par {
         Parallelism::Rayon(n) if oc >= 8 => n.max(1),
         _ => 1,
@@ -964,7 +991,7 @@ fn implicit_weight_grad<T: CpuScalar>(
     let group = oc.div_ceil(threads).next_multiple_of(4);
     let mut sc = Scratch::default();
     for k in 0..x.len() / img_in.max(1) {
-        let xp = padded_with_slack(g, &x[k * img_in..(k + 1) * img_in], &mut sc.xp);
+        let xp = phase_split(g, &x[k * img_in..(k + 1) * img_in], &mut sc.xp);
         let needed = cols + shifts.last().copied().unwrap_or(0);
         if needed > xp.len() {
             return Err(CpuError::Workspace {
@@ -1400,8 +1427,10 @@ mod tests {
                     for c in 0..g.c {
                         for u in 0..g.kh {
                             for v in 0..g.kw {
-                                let (r, q) =
-                                    ((i + u).checked_sub(g.pad), (j + v).checked_sub(g.pad));
+                                let (r, q) = (
+                                    (i * g.s + u).checked_sub(g.pad),
+                                    (j * g.s + v).checked_sub(g.pad),
+                                );
                                 if let (Some(r), Some(q)) = (r, q) {
                                     if r < g.h && q < g.w {
                                         acc += w[((o * g.c + c) * g.kh + u) * g.kw + v]
@@ -1418,32 +1447,39 @@ mod tests {
         y
     }
 
-    /// `(C, H, W, outC, k, padding)` of the implicit product's test geometries: square and
-    /// not, several taps' worth of padding, slack read past the last channel, fewer output
+    /// `(C, H, W, outC, k, stride, padding)` of the implicit product's test geometries: square
+    /// and not, several taps' worth of padding, slack read past the last channel, fewer output
     /// channels than a tile (1, 2, 4), fewer wide columns than a strip, one input channel,
-    /// several chunks of output rows (1,680 wide columns), a 7×7 layer in channel groups.
-    const IMPLICIT_GEOMETRIES: [(usize, usize, usize, usize, usize, usize); 11] = [
-        (40, 12, 14, 40, 3, 1),
-        (33, 9, 11, 20, 2, 0),
-        (32, 20, 20, 70, 3, 2),
-        (48, 30, 26, 16, 5, 2),
-        (32, 40, 40, 16, 3, 1),
-        (3, 5, 6, 1, 3, 1),
-        (5, 4, 4, 2, 2, 0),
-        (7, 9, 8, 4, 3, 1),
-        (1, 28, 28, 8, 3, 0),
-        (8, 26, 26, 16, 3, 0),
-        (64, 7, 7, 48, 3, 1),
+    /// several chunks of output rows (1,680 wide columns), a 7×7 layer in channel groups; then
+    /// strides 2 and 3 with kernels of at least 4·s² taps (a 7×7 stem, odd and even padded
+    /// sizes and kernels, a kernel that does not divide by the stride).
+    const IMPLICIT_GEOMETRIES: [(usize, usize, usize, usize, usize, usize, usize); 16] = [
+        (40, 12, 14, 40, 3, 1, 1),
+        (33, 9, 11, 20, 2, 1, 0),
+        (32, 20, 20, 70, 3, 1, 2),
+        (48, 30, 26, 16, 5, 1, 2),
+        (32, 40, 40, 16, 3, 1, 1),
+        (3, 5, 6, 1, 3, 1, 1),
+        (5, 4, 4, 2, 2, 1, 0),
+        (7, 9, 8, 4, 3, 1, 1),
+        (1, 28, 28, 8, 3, 1, 0),
+        (8, 26, 26, 16, 3, 1, 0),
+        (64, 7, 7, 48, 3, 1, 1),
+        (3, 31, 30, 16, 7, 2, 3),
+        (16, 14, 15, 12, 5, 2, 1),
+        (8, 9, 9, 16, 4, 2, 0),
+        (5, 11, 10, 6, 6, 3, 1),
+        (4, 13, 12, 8, 7, 3, 0),
     ];
 
-    /// The implicit product ([`implicit_forward`]) and the wide patch matrix
+    /// The implicit product ([`implicit_forward`]) and (at stride 1) the wide patch matrix
     /// ([`wide_patch_forward`]) both give the convolution's definition (`f64` to 1e-12, `f32`
     /// to 1e-5 of the terms' magnitude) on [`IMPLICIT_GEOMETRIES`], and the implicit product
     /// gives the same bits on one thread and two.
     fn implicit_and_patch_give_the_definition<T: CpuScalar>(tol: f64) {
         use crate::threads::with_threads;
-        for (gi, &(c, h, w, oc, k, pad)) in IMPLICIT_GEOMETRIES.iter().enumerate() {
-            let spec = square(c, oc, k, 1, pad);
+        for (gi, &(c, h, w, oc, k, st, pad)) in IMPLICIT_GEOMETRIES.iter().enumerate() {
+            let spec = square(c, oc, k, st, pad);
             let g = spec.geometry(&Shape::from([c, h, w])).unwrap();
             assert!(g.forward_implicit(), "geometry {gi}");
             let seed = 7 + gi as u64;
@@ -1471,6 +1507,11 @@ mod tests {
             };
             let one = run(Parallelism::None);
             close(&one, "implicit");
+            let two = with_threads(2, || run(Parallelism::Rayon(2)));
+            assert_eq!(bits_of(&two), bits_of(&one), "geometry {gi}: two threads");
+            if st > 1 {
+                continue;
+            }
             let mut patch = vec![T::ZERO; oc * g.p()];
             let (sc, par) = (&mut Scratch::default(), Parallelism::None);
             wide_patch_forward(&g, &x, &wt, &b, &mut patch, sc, par, usize::MAX).unwrap();
@@ -1479,8 +1520,6 @@ mod tests {
             let mut chunked = vec![T::ZERO; oc * g.p()];
             wide_patch_forward(&g, &x, &wt, &b, &mut chunked, sc, par, 1).unwrap();
             assert_eq!(bits_of(&chunked), bits_of(&patch), "geometry {gi}: chunked");
-            let two = with_threads(2, || run(Parallelism::Rayon(2)));
-            assert_eq!(bits_of(&two), bits_of(&one), "geometry {gi}: two threads");
         }
     }
 
@@ -1501,8 +1540,8 @@ mod tests {
     #[test]
     fn the_implicit_tiles_do_not_depend_on_the_cut_nor_the_vector_width() {
         use pulp::Simd;
-        for (gi, &(c, h, w, oc, k, pad)) in IMPLICIT_GEOMETRIES.iter().enumerate() {
-            let g = square(c, oc, k, 1, pad)
+        for (gi, &(c, h, w, oc, k, st, pad)) in IMPLICIT_GEOMETRIES.iter().enumerate() {
+            let g = square(c, oc, k, st, pad)
                 .geometry(&Shape::from([c, h, w]))
                 .unwrap();
             let seed = 40 + gi as u64;
@@ -1523,8 +1562,8 @@ mod tests {
             )
             .unwrap();
             let mut xp = Work::default();
-            let xp = padded_with_slack(&g, &x, &mut xp);
-            let shifts: Vec<usize> = (0..g.kk()).map(|r| wide_start(&g, r)).collect();
+            let xp = phase_split(&g, &x, &mut xp);
+            let shifts: Vec<usize> = (0..g.kk()).map(|t| g.implicit_shift(t)).collect();
             let cols = g.implicit_block_cols(g.ho);
             let whole_with = |simd: &dyn Fn(ImplicitBlock<'_, f32>)| {
                 let mut out = vec![f32::NAN; oc * cols];
@@ -1538,7 +1577,7 @@ mod tests {
                 });
                 let mut y = vec![0.0f32; oc * g.p()];
                 for (yrow, wide) in y.chunks_exact_mut(g.p()).zip(out.chunks_exact(cols)) {
-                    keep_rows(&g, &wide[..g.wide_cols()], yrow, 0.0);
+                    keep_rows(&g, &wide[..g.ho * g.phase_w()], yrow, 0.0);
                 }
                 y
             };
@@ -1625,7 +1664,8 @@ mod tests {
     /// and two.
     fn implicit_weight_grad_is_the_patch_matrix_s<T: CpuScalar>(tol: f64) {
         use crate::threads::with_threads;
-        for (gi, &(c, h, w, oc, k, pad)) in IMPLICIT_GEOMETRIES.iter().enumerate() {
+        let stride_1 = IMPLICIT_GEOMETRIES.iter().filter(|geo| geo.5 == 1);
+        for (gi, &(c, h, w, oc, k, _, pad)) in stride_1.enumerate() {
             for n in [1usize, 3] {
                 let g = square(c, oc, k, 1, pad)
                     .geometry(&Shape::from([n, c, h, w]))

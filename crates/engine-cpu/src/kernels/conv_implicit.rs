@@ -1,8 +1,10 @@
-//! The implicit-product convolution kernel: a stride-1 forward's wide output computed in
-//! registers straight from the zero-padded image, without a patch matrix.
+//! The implicit-product convolution kernel: a forward's wide output computed in registers
+//! straight from the zero-padded image, without a patch matrix.
 //!
 //! Wide row `(c, u, v)` of the patch matrix ([`super::conv`]'s wide layout) is the padded
-//! image shifted by `c·Hp·Wp + u·Wp + v`, so a tile of `R` output channels × `NV` vectors of
+//! image shifted by `c·Hp·Wp + u·Wp + v` (with a stride `s`, the padded image split into its
+//! `s²` phases, [`torchlean_spec::ops::ConvGeometry::implicit_shift`]: each tap reads one phase
+//! at a fixed shift), so a tile of `R` output channels × `NV` vectors of
 //! wide columns is `Σ_t W[o, t] · Xp[shift_t + p]` over the taps `t = (c, u, v)` in order: per
 //! tap, `NV` unaligned vector loads of the image, `R` broadcast weights and `R·NV` fused
 //! multiply-adds into accumulators that stay in registers for the whole sum (6 × 4, 8 × 3 or

@@ -229,6 +229,40 @@ impl ConvGeometry {
         self.w + 2 * self.pad
     }
 
+    /// Rows of each phase of the padded image split by the stride (`⌈Hp / s⌉`; `Hp` at stride
+    /// 1): phase `(a, b)` holds the padded rows `a, a + s, …` and columns `b, b + s, …`.
+    pub fn phase_h(&self) -> usize {
+        self.hp().div_ceil(self.s.max(1))
+    }
+
+    /// Columns of each phase of the padded image (`⌈Wp / s⌉`; `Wp` at stride 1): the implicit
+    /// product's wide row width.
+    pub fn phase_w(&self) -> usize {
+        self.wp().div_ceil(self.s.max(1))
+    }
+
+    /// Where tap `t = (c, u, v)` of the implicit product starts in the phase-split padded image
+    /// (`s² × C × phase_h × phase_w`, phases `(a, b)` in row-major order): output `(i, j)`
+    /// reads padded cell `(i·s + u, j·s + v)`, which is phase `(u mod s, v mod s)`'s cell
+    /// `(i + u / s, j + v / s)`, so wide column `i·phase_w + j` reads this start plus itself.
+    /// At stride 1 the one phase is the padded image and the start `c·Hp·Wp + u·Wp + v`.
+    pub fn implicit_shift(&self, t: usize) -> usize {
+        let s = self.s.max(1);
+        let (taps, plane) = (self.kh * self.kw, self.phase_h() * self.phase_w());
+        let (c, u, v) = (t / taps, (t % taps) / self.kw, t % self.kw);
+        let phase = (u % s) * s + v % s;
+        (phase * self.c + c) * plane + (u / s) * self.phase_w() + v / s
+    }
+
+    /// Elements of the phase-split padded image with its slack
+    /// ([`ConvGeometry::implicit_slack`]).
+    pub fn implicit_image_elements(&self) -> usize {
+        let m = usize::saturating_mul;
+        let s = self.s.max(1);
+        m(m(m(s, s), self.c), m(self.phase_h(), self.phase_w()))
+            .saturating_add(self.implicit_slack())
+    }
+
     /// Whether the image is its own patch matrix (1×1 kernel, stride 1, no padding).
     pub fn direct(&self) -> bool {
         self.kh == 1 && self.kw == 1 && self.s == 1 && self.pad == 0
@@ -241,20 +275,32 @@ impl ConvGeometry {
     }
 
     /// Whether the CPU engine runs this forward as an implicit product: a register-blocked
-    /// kernel reading the patch matrix's entries straight from the zero-padded image (wide row
-    /// `(c, u, v)` is the padded image shifted by `c·Hp·Wp + u·Wp + v`), so no patch matrix is
-    /// built or packed. Stride 1, not the 1×1 image-is-its-own-patch-matrix case, and a wide
-    /// output ([`ConvGeometry::implicit_output_elements`]) within [`PATCH_CHUNK_ELEMENTS`].
-    /// The engine's kernel (`engine_cpu::kernels::conv_implicit`) says why, with measurements.
+    /// kernel reading the patch matrix's entries straight from the zero-padded image split into
+    /// the stride's phases ([`ConvGeometry::implicit_shift`]: each tap's entries are one shifted
+    /// run of it), so no patch matrix is built or packed. Stride 1 (not the 1×1
+    /// image-is-its-own-patch-matrix case), or a larger stride whose patch matrix would be at
+    /// least 4 times the image (`kH·kW ≥ 4·s²`: ResNet's 7×7 stride-2 stem, 2.7 ms against 3.5
+    /// through the patch matrix, one thread; its 3×3 and 1×1 stride-2 layers, with patch
+    /// matrices of 2.25 and 0.25 images, stay there: 1.65 against 1.18 ms and 0.25 against
+    /// 0.13), and a wide output ([`ConvGeometry::implicit_output_elements`]) within
+    /// [`PATCH_CHUNK_ELEMENTS`]. The engine's kernel (`engine_cpu::kernels::conv_implicit`)
+    /// says more, with measurements.
     pub fn forward_implicit(&self) -> bool {
-        self.s == 1 && !self.direct() && self.implicit_output_elements() <= PATCH_CHUNK_ELEMENTS
+        let m = usize::saturating_mul;
+        let big_patches = m(self.kh, self.kw) >= m(4, m(self.s, self.s));
+        // the rows at the phase width first (bounds the row chunks), then the rounded blocks
+        let small_output = m(self.oc, m(self.ho, self.phase_w())) <= PATCH_CHUNK_ELEMENTS;
+        !self.direct()
+            && (self.s == 1 || big_patches)
+            && small_output
+            && self.implicit_output_elements() <= PATCH_CHUNK_ELEMENTS
     }
 
     /// How the implicit forward splits one image's output rows into chunks: evenly, as many as
     /// hold at least [`PATCH_CHUNK_MIN_UNITS`] wide columns each (at least one), fixed by the
     /// shape. Returns `(first row, rows)` per chunk.
     pub fn implicit_row_chunks(&self) -> Vec<(usize, usize)> {
-        let rows_min = PATCH_CHUNK_MIN_UNITS.div_ceil(self.wp().max(1));
+        let rows_min = PATCH_CHUNK_MIN_UNITS.div_ceil(self.phase_w().max(1));
         let count = (self.ho / rows_min).max(1);
         (0..count)
             .map(|k| {
@@ -264,11 +310,13 @@ impl ConvGeometry {
             .collect()
     }
 
-    /// Wide columns the implicit forward computes for `rows` output rows: `rows·Wp` rounded up
-    /// to whole [`IMPLICIT_VECTOR_COLUMNS`] (the widest SIMD vector), so that its kernel never
-    /// stores a partial vector.
+    /// Wide columns the implicit forward computes for `rows` output rows: `rows ·`
+    /// [`ConvGeometry::phase_w`] rounded up to whole [`IMPLICIT_VECTOR_COLUMNS`] (the widest
+    /// SIMD vector), so that its kernel never stores a partial vector.
     pub fn implicit_block_cols(&self, rows: usize) -> usize {
-        (rows * self.wp()).next_multiple_of(IMPLICIT_VECTOR_COLUMNS)
+        rows.saturating_mul(self.phase_w())
+            .checked_next_multiple_of(IMPLICIT_VECTOR_COLUMNS)
+            .unwrap_or(usize::MAX)
     }
 
     /// The implicit forward's wide output for one image: `oc` rows of every row chunk's block
@@ -319,19 +367,22 @@ impl ConvGeometry {
             return 0;
         }
         let (m, a) = (usize::saturating_mul, usize::saturating_add);
-        let padded = |g: &ConvGeometry| a(m(m(g.c, g.hp()), g.wp()), g.implicit_slack());
-        let input = self
-            .transposed()
-            .map_or(0, |t| a(padded(&t), t.implicit_output_elements()));
-        let weight = a(padded(self), m(self.oc, self.implicit_block_cols(self.ho)));
+        let input = self.transposed().map_or(0, |t| {
+            a(t.implicit_image_elements(), t.implicit_output_elements())
+        });
+        let weight = a(
+            self.implicit_image_elements(),
+            m(self.oc, self.implicit_block_cols(self.ho)),
+        );
         input.max(weight)
     }
 
-    /// Zeros after the padded image (`C·Hp·Wp`) for the implicit forward: its last block reads
-    /// up to `kW − 1` columns past the last real one through each tap's shift, plus up to
+    /// Zeros after the phase-split padded image for the implicit product: its last block reads
+    /// up to `(kW − 1) / s` columns past the last phase's last real cell through the last tap's
+    /// shift (at most the output rows' reach, `Ho + (kH − 1) / s ≤ ⌈Hp / s⌉`), plus up to
     /// [`IMPLICIT_VECTOR_COLUMNS`]` − 1` of rounding (dropped columns either way).
     pub fn implicit_slack(&self) -> usize {
-        self.kw.saturating_sub(1) + IMPLICIT_VECTOR_COLUMNS - 1
+        self.kw.saturating_sub(1) / self.s.max(1) + IMPLICIT_VECTOR_COLUMNS - 1
     }
 }
 
@@ -489,10 +540,10 @@ impl Conv2dSpec {
         let padded = if self.padding > 0 { m(m(c, hp), wp) } else { 0 };
         let g = self.geometry(x).ok();
         let (padded, forward) = if let Some(g) = g.filter(|g| g.forward_implicit()) {
-            // the padded image with its slack (copied even without padding), the wide output
-            let slack = g.implicit_slack();
+            // the phase-split padded image with its slack (copied even without padding or
+            // stride), the wide output
             (
-                a(padded, slack).max(a(m(m(c, hp), wp), slack)),
+                padded.max(g.implicit_image_elements()),
                 g.implicit_output_elements(),
             )
         } else {

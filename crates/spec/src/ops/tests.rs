@@ -1567,9 +1567,21 @@ fn an_implicit_conv_counts_its_padded_image_and_wide_output() {
     assert_eq!(g.implicit_backward_elements(), 12_561 + 5_888);
     let t = g.transposed().unwrap();
     assert_eq!((t.c, t.h, t.oc, t.pad, t.ho, t.wo), (16, 24, 8, 2, 26, 26));
-    // stride 2 and 1×1 images-as-patch-matrices keep their own paths
+    // stride 2 with a small kernel and 1×1 images-as-patch-matrices keep their own paths; a
+    // 7×7 stride-2 stem (patch matrix 49/4 images) is implicit, over 4 phases of 115×115
     let s2 = conv(8, 16, (3, 3), 2, 1).geometry(&x8).unwrap();
     assert!(!s2.forward_implicit());
+    let stem = conv(3, 64, (7, 7), 2, 3)
+        .geometry(&Shape::from([1, 3, 224, 224]))
+        .unwrap();
+    assert!(stem.forward_implicit());
+    assert_eq!((stem.phase_h(), stem.phase_w(), stem.ho), (115, 115, 112));
+    // tap (c, u, v) = (1, 3, 5): phase (1, 1), channel 1, row 1, column 2
+    assert_eq!(
+        stem.implicit_shift(49 + 3 * 7 + 5),
+        (3 * 3 + 1) * 115 * 115 + 115 + 2
+    );
+    assert_eq!(stem.implicit_image_elements(), 4 * 3 * 115 * 115 + 3 + 15);
     let one = conv(8, 16, (1, 1), 1, 0).geometry(&x8).unwrap();
     assert!(!one.forward_implicit());
     assert_eq!(one.implicit_backward_elements(), 0);
