@@ -154,6 +154,17 @@ struct Scratch<T: CpuScalar> {
     grad: Work<T>,
     /// The padded image's gradient (wide backward with padding).
     dxp: Work<T>,
+    /// Each tap's start in the phase-split image ([`ConvGeometry::implicit_shift`]), computed
+    /// once per scratch: a scratch serves one convolution (one geometry).
+    shifts: Vec<usize>,
+}
+
+/// The taps' starts of the implicit product, computed into `shifts` unless there already.
+fn implicit_shifts<'a>(g: &Geo, shifts: &'a mut Vec<usize>) -> &'a [usize] {
+    if shifts.len() != g.kk() {
+        *shifts = (0..g.kk()).map(|t| g.implicit_shift(t)).collect();
+    }
+    shifts
 }
 
 /// Whether every element is finite (a vectorised reduction: `v · 0` is ±0 exactly when `v` is
@@ -369,6 +380,13 @@ fn padded<'a, T: CpuScalar>(g: &Geo, x: &'a [T], buf: &'a mut Work<T>) -> &'a [T
 /// returns `buf`.
 fn pad_into<'a, T: CpuScalar>(g: &Geo, x: &[T], buf: &'a mut [T]) -> &'a [T] {
     let (hp, wp) = (g.hp(), g.wp());
+    if g.pad == 0 {
+        // the image as it is, then zeros
+        let n = x.len().min(buf.len());
+        copy_run(&mut buf[..n], x);
+        buf[n..].fill(T::ZERO);
+        return buf;
+    }
     buf.fill(T::ZERO);
     if g.h * g.w == 0 {
         return buf;
@@ -570,9 +588,11 @@ fn implicit_forward<T: CpuScalar>(
     par: Parallelism,
 ) -> Result<(), CpuError> {
     let (p, wq, wo, oc, kk) = (g.p(), g.phase_w(), g.wo, g.oc, g.kk());
-    let Scratch { xp, out, .. } = sc;
+    let Scratch {
+        xp, out, shifts, ..
+    } = sc;
     let xp = phase_split(g, x, xp);
-    let shifts: Vec<usize> = (0..kk).map(|t| g.implicit_shift(t)).collect();
+    let shifts = implicit_shifts(g, shifts);
     let chunks = g.implicit_row_chunks();
     let group = implicit_channel_group(g, chunks.len());
     // a block reads up to its start + columns + the largest shift (the last tap's); without
@@ -609,7 +629,7 @@ fn implicit_forward<T: CpuScalar>(
             tasks.push(ImplicitBlock {
                 xp,
                 w: &w[o0 * kk..(o0 + out.len() / cols) * kk],
-                shifts: &shifts,
+                shifts,
                 start: i0 * wq,
                 out,
                 cols,
@@ -858,6 +878,7 @@ fn group_backward<T: CpuScalar>(
         out: dcol,
         grad,
         dxp,
+        ..
     } = &mut sc;
     for k in 0..x.len() / img_in {
         let xi = &x[k * img_in..(k + 1) * img_in];
