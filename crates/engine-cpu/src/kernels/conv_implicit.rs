@@ -32,8 +32,8 @@ use pulp::{Simd, WithSimd};
 
 /// One block of the wide output: output channels × `cols` wide columns starting at image
 /// offset `start`, stored row-major in `out` (`channels × cols`). `w` holds those channels'
-/// weight rows (`channels × taps`), `shifts[t]` is tap `t`'s offset into `xp` (`c·Hp·Wp +
-/// u·Wp + v`). The caller guarantees `xp` holds `start + cols + max(shifts)` elements and
+/// weight rows (`channels × taps`), `shifts[t]` is tap `t`'s offset into `xp`
+/// ([`torchlean_spec::ops::ConvGeometry::implicit_shift`]). The caller guarantees `xp` holds `start + cols + max(shifts)` elements and
 /// `cols` is a whole number of the widest vectors ([`torchlean_spec::ops::IMPLICIT_VECTOR_COLUMNS`]).
 pub(super) struct ImplicitBlock<'a, T> {
     pub xp: &'a [T],
@@ -84,6 +84,16 @@ impl<T: SimdLanes + Send + Sync> ImplicitBlock<'_, T> {
     }
 }
 
+/// The starts of tiles of `step` covering `0..n` (`n ≥ step`), the last one overlapping the
+/// one before, each with the first index it is the first to cover.
+fn tile_starts(n: usize, step: usize) -> impl Iterator<Item = (usize, usize)> {
+    let last = n - step;
+    (0..last)
+        .step_by(step)
+        .map(|a| (a, a))
+        .chain(std::iter::once((last, last.div_ceil(step) * step)))
+}
+
 /// The block in strips of `NV` vectors (one vector when it has fewer columns; the last strip
 /// overlapping the one before), each strip through every tile of `R` channels (the last tile
 /// overlapping the one before).
@@ -95,10 +105,6 @@ fn strips<T: SimdLanes, S: Simd, const R: usize, const NV: usize>(
     let lanes = T::lanes::<S>();
     let channels = b.out.len() / b.cols;
     let wide = NV * lanes;
-    let starts = |n: usize, step: usize| {
-        let last = n - step;
-        (0..last).step_by(step).chain(std::iter::once(last))
-    };
     let taps = b.shifts.len();
     let ImplicitBlock {
         xp,
@@ -109,9 +115,9 @@ fn strips<T: SimdLanes, S: Simd, const R: usize, const NV: usize>(
         cols,
     } = b;
     if cols >= wide {
-        for p0 in starts(cols, wide) {
+        for (p0, _) in tile_starts(cols, wide) {
             let x = &xp[start + p0..];
-            for o0 in starts(channels, R) {
+            for (o0, _) in tile_starts(channels, R) {
                 let w = &w[o0 * taps..(o0 + R) * taps];
                 let out = &mut out[o0 * cols + p0..];
                 tile::<T, S, R, NV>(simd, x, w, shifts, out, cols);
@@ -120,7 +126,7 @@ fn strips<T: SimdLanes, S: Simd, const R: usize, const NV: usize>(
     } else {
         for p0 in (0..cols).step_by(lanes) {
             let x = &xp[start + p0..];
-            for o0 in starts(channels, R) {
+            for (o0, _) in tile_starts(channels, R) {
                 let w = &w[o0 * taps..(o0 + R) * taps];
                 let out = &mut out[o0 * cols + p0..];
                 tile::<T, S, R, 1>(simd, x, w, shifts, out, cols);
@@ -216,16 +222,8 @@ fn grad_tiles<T: CpuScalar, S: Simd, const R: usize, const K: usize>(
     if channels == 0 || taps == 0 {
         return;
     }
-    // tile starts and the first index each one writes (past what the previous one wrote)
-    let starts = |n: usize, step: usize| {
-        let last = n - step;
-        (0..last)
-            .step_by(step)
-            .map(|a| (a, a))
-            .chain(std::iter::once((last, last.div_ceil(step) * step)))
-    };
-    for (o0, o_new) in starts(channels, R) {
-        for (t0, t_new) in starts(taps, K) {
+    for (o0, o_new) in tile_starts(channels, R) {
+        for (t0, t_new) in tile_starts(taps, K) {
             let sums = grad_tile::<T, S, R, K>(simd, &g, o0, t0);
             for (r, row) in sums.iter().enumerate().skip(o_new - o0) {
                 let dst = &mut g.dw[(o0 + r) * taps + t0..][..K];
