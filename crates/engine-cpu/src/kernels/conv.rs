@@ -488,15 +488,17 @@ fn image_forward<T: CpuScalar>(
     cap: usize,
 ) -> Result<(), CpuError> {
     let (p, kk, oc) = (g.p(), g.kk(), g.oc);
-    match g.layout() {
-        Layout::Direct | Layout::Compact => {
+    match forward_route(g) {
+        ForwardRoute::Implicit => implicit_forward(g, x, w, b, y, sc, par),
+        ForwardRoute::Patches(Layout::Wide) => wide_patch_forward(g, x, w, b, y, sc, par, cap),
+        ForwardRoute::Patches(layout) => {
             let col = &mut sc.col;
             for (row, &bias) in y.chunks_exact_mut(p).zip(b) {
                 row.fill(bias);
             }
             let chunks = Chunks::new(p, kk, cap);
-            if g.layout() == Layout::Direct || chunks.count() == 1 {
-                let col: &[T] = if g.layout() == Layout::Direct {
+            if layout == Layout::Direct || chunks.count() == 1 {
+                let col: &[T] = if layout == Layout::Direct {
                     x
                 } else {
                     let col = col.take(kk * p);
@@ -524,8 +526,24 @@ fn image_forward<T: CpuScalar>(
             }
             Ok(())
         }
-        Layout::Wide if g.forward_implicit() => implicit_forward(g, x, w, b, y, sc, par),
-        Layout::Wide => wide_patch_forward(g, x, w, b, y, sc, par, cap),
+    }
+}
+
+/// How one image's forward runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ForwardRoute {
+    /// [`implicit_forward`], whatever the stride, when [`ConvGeometry::forward_implicit`] says
+    /// so (the rule the workspace estimate counts).
+    Implicit,
+    /// Through the layout's patch matrix.
+    Patches(Layout),
+}
+
+fn forward_route(g: &Geo) -> ForwardRoute {
+    if g.forward_implicit() {
+        ForwardRoute::Implicit
+    } else {
+        ForwardRoute::Patches(g.layout())
     }
 }
 
@@ -1281,11 +1299,8 @@ mod tests {
                 .unwrap();
             let (ho, wo) = (g.ho, g.wo);
             let cols = if st == 1 { g.wide_cols() } else { g.p() };
-            assert_eq!(
-                g.forward_implicit(),
-                matches!(gi, 0 | 1 | 3 | 5),
-                "geometry {gi}"
-            );
+            let implicit = forward_route(&g) == ForwardRoute::Implicit;
+            assert_eq!(implicit, matches!(gi, 0 | 1 | 3 | 5), "geometry {gi}");
             let kk = c * k * k;
             assert!(
                 gi == 4 || Chunks::new(cols, kk, 1).count() > 1,
@@ -1530,6 +1545,8 @@ mod tests {
             close(&one, "implicit");
             let two = with_threads(2, || run(Parallelism::Rayon(2)));
             assert_eq!(bits_of(&two), bits_of(&one), "geometry {gi}: two threads");
+            // the engine's forward takes this path (the rule the workspace estimate counts)
+            assert_eq!(forward_route(&g), ForwardRoute::Implicit, "geometry {gi}");
             if st > 1 {
                 continue;
             }
