@@ -8,8 +8,9 @@
 //! wide columns is `Σ_t W[o, t] · Xp[shift_t + p]` over the taps `t = (c, u, v)` in order: per
 //! tap, `NV` unaligned vector loads of the image, `R` broadcast weights and `R·NV` fused
 //! multiply-adds into accumulators that stay in registers for the whole sum (6 × 4, 8 × 3 or
-//! 4 × 6 vectors, whichever recomputes least: 24 of AVX-512's 32; 3 × 4 with AVX2's 16). The weights are read in place (row `o` of `W` is contiguous over the
-//! taps) and the image through each tap's shift, so nothing is packed or copied.
+//! 4 × 6 vectors, whichever recomputes least: 24 of AVX-512's 32; 3 × 4 with AVX2's 16). The
+//! weights are read in place (row `o` of `W` is contiguous over the taps) and the image through
+//! each tap's shift, so nothing is packed or copied.
 //!
 //! Why it replaced the patch matrix and `gemm` for these convolutions (ResNet-18's 3×3 layers,
 //! one 224×224 image, one thread, fastest of 30, Intel Xeon with AVX-512; `gemm`-based paths
@@ -33,8 +34,9 @@ use pulp::{Simd, WithSimd};
 /// One block of the wide output: output channels × `cols` wide columns starting at image
 /// offset `start`, stored row-major in `out` (`channels × cols`). `w` holds those channels'
 /// weight rows (`channels × taps`), `shifts[t]` is tap `t`'s offset into `xp`
-/// ([`torchlean_spec::ops::ConvGeometry::implicit_shift`]). The caller guarantees `xp` holds `start + cols + max(shifts)` elements and
-/// `cols` is a whole number of the widest vectors ([`torchlean_spec::ops::IMPLICIT_VECTOR_COLUMNS`]).
+/// ([`torchlean_spec::ops::ConvGeometry::implicit_shift`]). The caller guarantees `xp` holds
+/// `start + cols + max(shifts)` elements and `cols` is a whole number of the widest vectors
+/// ([`torchlean_spec::ops::IMPLICIT_VECTOR_COLUMNS`]).
 pub(super) struct ImplicitBlock<'a, T> {
     pub xp: &'a [T],
     pub w: &'a [T],

@@ -358,10 +358,10 @@ impl ConvGeometry {
     }
 
     /// Elements of the CPU engine's implicit backward buffers for one image (stride 1, not the
-    /// 1×1 direct case; otherwise none), the larger of its two passes: the input gradient's ([`ConvGeometry::transposed`]: the padded cotangent with
-    /// slack and the wide input gradient) and the weight gradient's (the padded image with
-    /// slack and the wide cotangent, `oc ×` [`ConvGeometry::implicit_block_cols`]`(Ho)`).
-    /// Saturating.
+    /// 1×1 direct case; otherwise none), the larger of its two passes: the input gradient's
+    /// ([`ConvGeometry::transposed`]: the padded cotangent with slack and the wide input
+    /// gradient) and the weight gradient's (the padded image with slack and the wide
+    /// cotangent, `oc ×` [`ConvGeometry::implicit_block_cols`]`(Ho)`). Saturating.
     pub fn implicit_backward_elements(&self) -> usize {
         if self.s != 1 || self.direct() {
             return 0;
