@@ -632,7 +632,9 @@ fn implicit_forward<T: CpuScalar>(
             got: xp.len(),
         });
     }
-    let wide = out.take(g.implicit_output_elements());
+    // the row chunks' blocks, one after another
+    let wide_len = g.implicit_output_elements();
+    let wide = out.take(wide_len);
     let mut tasks = Vec::new();
     let mut rest = &mut wide[..];
     for &(i0, n) in &chunks {
@@ -660,7 +662,7 @@ fn implicit_forward<T: CpuScalar>(
     } else {
         tasks.into_iter().for_each(ImplicitBlock::run);
     }
-    let wide = out.take(g.implicit_output_elements());
+    let wide = out.take(wide_len);
     // channel `o`'s output rows from every chunk's block, plus its bias
     let keep = |(o, yrow): (usize, &mut [T])| {
         let mut at = 0;
@@ -1203,13 +1205,7 @@ mod tests {
     use super::*;
 
     /// A one-group, undilated convolution with a square kernel.
-    pub(super) fn square(
-        c: usize,
-        oc: usize,
-        k: usize,
-        stride: usize,
-        padding: usize,
-    ) -> Conv2dSpec {
+    fn square(c: usize, oc: usize, k: usize, stride: usize, padding: usize) -> Conv2dSpec {
         Conv2dSpec {
             in_channels: c,
             out_channels: oc,
