@@ -57,16 +57,7 @@ fn run_op<V: Kernels>(op: &Op, inputs: &[Tensor<f64>]) -> Vec<V> {
 }
 
 fn big_cases() -> Vec<(Op, Vec<Tensor<f64>>)> {
-    let conv = Conv2dSpec {
-        in_channels: 8,
-        out_channels: 16,
-        kernel_h: 3,
-        kernel_w: 3,
-        stride: 1,
-        padding: 1,
-        groups: 1,
-        dilation: 1,
-    };
+    let conv = Conv2dSpec::ungrouped(8, 16, (3, 3), 1, 1);
     vec![
         (
             Op::MatMul,

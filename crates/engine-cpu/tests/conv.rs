@@ -12,16 +12,7 @@ use torchlean_spec::{Conv2dSpec, Op, Shape};
 fn non_finite_values_reach_what_the_reference_engines_reach() {
     // (stride, padding, kernel): the wide layout, the compact one, the direct one
     for (s, pad, k) in [(1, 1, 3), (2, 1, 3), (1, 0, 1)] {
-        let spec = Conv2dSpec {
-            in_channels: 2,
-            out_channels: 3,
-            kernel_h: k,
-            kernel_w: k,
-            stride: s,
-            padding: pad,
-            groups: 1,
-            dilation: 1,
-        };
+        let spec = Conv2dSpec::ungrouped(2, 3, (k, k), s, pad);
         let op = Op::Conv2d(spec);
         let (x, w, b) = (
             values(&[2, 2, 6, 7], 1),
@@ -49,16 +40,7 @@ fn non_finite_values_in_every_lane_of_the_finiteness_scan_still_avoid_the_wide_l
     // remainder) and w's first eight taps are NaN: a scan that missed non-finite values once
     // every lane holds one would pick the wide layout, whose dropped columns read the next
     // row's first pixel (times a zero cotangent: NaN) into dW's taps v >= 1, finite here.
-    let spec = Conv2dSpec {
-        in_channels: 1,
-        out_channels: 1,
-        kernel_h: 3,
-        kernel_w: 3,
-        stride: 1,
-        padding: 0,
-        groups: 1,
-        dilation: 1,
-    };
+    let spec = Conv2dSpec::ungrouped(1, 1, (3, 3), 1, 0);
     let mut x = values(&[1, 1, 9, 9], 10);
     for r in 0..9 {
         x = with(&x, r * 9, f64::NAN);
@@ -82,16 +64,7 @@ fn tap_chunks_that_start_mid_channel_rebuild_every_patch_row() {
     // holds a tap of another kernel row in the second range than in the first, with other
     // padded margins: each range must rewrite its margins, not trust the previous range's.
     let (c, hw, k) = (61, 248, 3);
-    let spec = Conv2dSpec {
-        in_channels: c,
-        out_channels: 1,
-        kernel_h: k,
-        kernel_w: k,
-        stride: 2,
-        padding: 1,
-        groups: 1,
-        dilation: 1,
-    };
+    let spec = Conv2dSpec::ungrouped(c, 1, (k, k), 2, 1);
     let g = spec.geometry(&Shape::from([c, hw, hw])).unwrap();
     let chunks = BackwardChunks::new(g.kk(), g.p(), PATCH_CHUNK_ELEMENTS);
     let ranges: Vec<_> = chunks.taps.ranges().collect();
@@ -121,16 +94,7 @@ fn a_direct_convolution_keeps_its_patch_matrix_whole_past_the_chunk_cap() {
     // the chunk rule would split the columns of a patch matrix it built; the direct backward
     // must not follow it (its operands are the image, not a chunk buffer).
     let (c, hw) = (1, 2050);
-    let spec = Conv2dSpec {
-        in_channels: c,
-        out_channels: 1,
-        kernel_h: 1,
-        kernel_w: 1,
-        stride: 1,
-        padding: 0,
-        groups: 1,
-        dilation: 1,
-    };
+    let spec = Conv2dSpec::ungrouped(c, 1, (1, 1), 1, 0);
     let g = spec.geometry(&Shape::from([c, hw, hw])).unwrap();
     let chunks = BackwardChunks::new(g.kk(), g.p(), PATCH_CHUNK_ELEMENTS);
     assert!(chunks.cols.count() > 1, "the rule splits the columns");
@@ -148,16 +112,7 @@ fn a_direct_convolution_keeps_its_patch_matrix_whole_past_the_chunk_cap() {
 
 #[test]
 fn no_output_channels_give_empty_results() {
-    let spec = Conv2dSpec {
-        in_channels: 2,
-        out_channels: 0,
-        kernel_h: 3,
-        kernel_w: 3,
-        stride: 1,
-        padding: 1,
-        groups: 1,
-        dilation: 1,
-    };
+    let spec = Conv2dSpec::ungrouped(2, 0, (3, 3), 1, 1);
     let op = Op::Conv2d(spec);
     agrees(
         "no output channels",
@@ -175,16 +130,7 @@ fn no_output_channels_give_empty_results() {
 fn no_input_channels_give_the_bias() {
     // no taps (C·k² = 0) but a non-empty output: every output is its channel's bias, and the
     // schedule's work estimate (oc · taps · columns) is 0
-    let spec = Conv2dSpec {
-        in_channels: 0,
-        out_channels: 2,
-        kernel_h: 3,
-        kernel_w: 3,
-        stride: 1,
-        padding: 1,
-        groups: 1,
-        dilation: 1,
-    };
+    let spec = Conv2dSpec::ungrouped(0, 2, (3, 3), 1, 1);
     let op = Op::Conv2d(spec);
     for n in [1, 3] {
         agrees(
@@ -204,16 +150,7 @@ fn no_input_channels_give_the_bias() {
 fn a_batch_whose_last_group_of_images_is_short() {
     // the backward splits a batch into at most 8 groups of equal size but the last: 17 images
     // make 6 groups of 3 and a last of 2
-    let spec = Conv2dSpec {
-        in_channels: 2,
-        out_channels: 3,
-        kernel_h: 3,
-        kernel_w: 3,
-        stride: 1,
-        padding: 1,
-        groups: 1,
-        dilation: 1,
-    };
+    let spec = Conv2dSpec::ungrouped(2, 3, (3, 3), 1, 1);
     let inputs = [
         values(&[17, 2, 5, 5], 7),
         values(&[3, 2, 3, 3], 8),

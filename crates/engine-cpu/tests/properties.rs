@@ -88,11 +88,7 @@ proptest! {
         stride in 1usize..4, padding in 0usize..3,
         salt in any::<u64>(),
     ) {
-        let spec = Conv2dSpec {
-            in_channels: c, out_channels: oc, kernel_h: kh, kernel_w: kw, stride, padding,
-            groups: 1,
-            dilation: 1,
-        };
+        let spec = Conv2dSpec::ungrouped(c, oc, (kh, kw), stride, padding);
         let x: Vec<usize> = match batch { Some(n) => vec![n, c, h, w], None => vec![c, h, w] };
         let inputs = [values(&x, salt), values(&[oc, c, kh, kw], salt ^ 1), values(&[oc], salt ^ 2)];
         prop_assert_eq!(agree(&Op::Conv2d(spec), &inputs), Ok(()));

@@ -207,16 +207,7 @@ fn the_releasing_sweep_never_forms_the_gradient_of_an_input_nobody_keeps() {
         assert!(sparse.take(x).is_none());
     }
     check(&[4, 3000], &[2, 3000], 2, Op::Linear);
-    let spec = torchlean_spec::Conv2dSpec {
-        in_channels: 8,
-        out_channels: 1,
-        kernel_h: 3,
-        kernel_w: 3,
-        stride: 1,
-        padding: 0,
-        groups: 1,
-        dilation: 1,
-    };
+    let spec = torchlean_spec::Conv2dSpec::ungrouped(8, 1, (3, 3), 1, 0);
     // the output (and so the frontier) is 8× smaller than the input
     check(&[4, 8, 30, 30], &[1, 8, 3, 3], 1, Op::Conv2d(spec));
 }

@@ -112,16 +112,7 @@ fn skipping_dx_keeps_dw_and_db_bit_for_bit() {
 }
 
 fn conv_spec(c: usize, oc: usize, k: usize, stride: usize, padding: usize) -> Conv2dSpec {
-    Conv2dSpec {
-        in_channels: c,
-        out_channels: oc,
-        kernel_h: k,
-        kernel_w: k,
-        stride,
-        padding,
-        groups: 1,
-        dilation: 1,
-    }
+    Conv2dSpec::ungrouped(c, oc, (k, k), stride, padding)
 }
 
 fn spec_out(spec: &Conv2dSpec, x: &Tensor<f64>) -> Shape {

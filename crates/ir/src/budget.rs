@@ -127,16 +127,7 @@ mod tests {
             {"id":1,"kind":"conv2d","parents":[0],"shape":[1,2,4,4],
              "inC":1,"outC":2,"kH":3,"kW":3,"stride":1,"padding":1}]}"#,
         );
-        let spec = torchlean_spec::Conv2dSpec {
-            in_channels: 1,
-            out_channels: 2,
-            kernel_h: 3,
-            kernel_w: 3,
-            stride: 1,
-            padding: 1,
-            groups: 1,
-            dilation: 1,
-        };
+        let spec = torchlean_spec::Conv2dSpec::ungrouped(1, 2, (3, 3), 1, 1);
         let (x, y) = (Shape::from([1, 1, 4, 4]), Shape::from([1, 2, 4, 4]));
         let ws = spec.workspace_elements(&x, &y, Pass::Grad) as u64;
         assert!(ws > spec.workspace_elements(&x, &y, Pass::Eval) as u64);

@@ -89,16 +89,7 @@ impl DynConv2d {
         seed: u64,
     ) -> Result<Self> {
         let (weight, bias) = conv2d_init(inputs, outputs, kernel, seed)?;
-        let spec = Conv2dSpec {
-            in_channels: inputs,
-            out_channels: outputs,
-            kernel_h: kernel,
-            kernel_w: kernel,
-            stride,
-            padding,
-            groups: 1,
-            dilation: 1,
-        };
+        let spec = Conv2dSpec::ungrouped(inputs, outputs, (kernel, kernel), stride, padding);
         Ok(DynConv2d { spec, weight, bias })
     }
 

@@ -93,16 +93,7 @@ fn a_leaf_over_the_budget_is_refused_and_not_kept() {
 #[test]
 fn a_convolution_counts_its_engine_workspace() {
     // the values of a 3×3 convolution over 1×40×40 fit 1 MiB, its patch matrix does not
-    let spec = Conv2dSpec {
-        in_channels: 1,
-        out_channels: 1,
-        kernel_h: 3,
-        kernel_w: 3,
-        stride: 1,
-        padding: 60,
-        groups: 1,
-        dilation: 1,
-    };
+    let spec = Conv2dSpec::ungrouped(1, 1, (3, 3), 1, 60);
     let mut s = Session::<CpuF64>::with_budget(Budget::bytes(1 << 20));
     let x = s
         .input("x", &Tensor::zeros([1, 1, 4, 4]).unwrap(), false)

@@ -1206,16 +1206,7 @@ mod tests {
 
     /// A one-group, undilated convolution with a square kernel.
     fn square(c: usize, oc: usize, k: usize, stride: usize, padding: usize) -> Conv2dSpec {
-        Conv2dSpec {
-            in_channels: c,
-            out_channels: oc,
-            kernel_h: k,
-            kernel_w: k,
-            stride,
-            padding,
-            groups: 1,
-            dilation: 1,
-        }
+        Conv2dSpec::ungrouped(c, oc, (k, k), stride, padding)
     }
 
     #[test]

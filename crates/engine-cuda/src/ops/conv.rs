@@ -536,16 +536,7 @@ mod tests {
     #[test]
     fn chunked_patches_match_the_reference() {
         emulation_ready().unwrap();
-        let spec = Conv2dSpec {
-            in_channels: 2,
-            out_channels: 3,
-            kernel_h: 3,
-            kernel_w: 2,
-            stride: 1,
-            padding: 1,
-            groups: 1,
-            dilation: 1,
-        };
+        let spec = Conv2dSpec::ungrouped(2, 3, (3, 2), 1, 1);
         // kk = 12, P = 25·24 = 600 per image: caps of one image group (two images), whole
         // images one by one, and column ranges (600 positions over a cap of 12·260)
         let x = values(&[3, 2, 25, 23], 1);
@@ -591,16 +582,7 @@ mod tests {
         // a cap of 1000 holds 6 images' patches but only 3 images' partials. 1×1 direct:
         // kk = 2, oc = 16, partials of 32 per image, a cap of 100 groups 3 of the 5 images.
         for (k, pad, cap) in [(3, 1, 1000), (1, 0, 100)] {
-            let spec = Conv2dSpec {
-                in_channels: 2,
-                out_channels: 16,
-                kernel_h: k,
-                kernel_w: k,
-                stride: 1,
-                padding: pad,
-                groups: 1,
-                dilation: 1,
-            };
+            let spec = Conv2dSpec::ungrouped(2, 16, (k, k), 1, pad);
             let g = spec.geometry(&Shape::from([5, 2, 3, 3])).unwrap();
             let wg = WeightGrad::<Emu>::new(&g, 5, cap).unwrap();
             assert_eq!(wg.group, 3, "k {k}");

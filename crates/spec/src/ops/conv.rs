@@ -402,6 +402,27 @@ pub(crate) fn with_batch(x: &Shape, c: usize, h: usize, w: usize) -> Shape {
 impl Conv2dSpec {
     const OP: &'static str = super::desc::CONV2D.name;
 
+    /// TorchLean's `conv2d`: one channel group, no dilation, a `kernel_h × kernel_w` kernel
+    /// from `in_channels` to `out_channels` channels.
+    pub fn ungrouped(
+        in_channels: usize,
+        out_channels: usize,
+        (kernel_h, kernel_w): (usize, usize),
+        stride: usize,
+        padding: usize,
+    ) -> Self {
+        Conv2dSpec {
+            in_channels,
+            out_channels,
+            kernel_h,
+            kernel_w,
+            stride,
+            padding,
+            groups: CONV_DEFAULT_GROUPS,
+            dilation: CONV_DEFAULT_DILATION,
+        }
+    }
+
     fn attr_err(attr: &'static str, reason: String) -> SpecError {
         SpecError::OpAttr {
             op: Self::OP,
@@ -931,16 +952,7 @@ mod tests {
 
     #[test]
     fn the_geometry_reads_the_shape_rule_and_refuses_what_it_refuses() {
-        let spec = Conv2dSpec {
-            in_channels: 3,
-            out_channels: 8,
-            kernel_h: 3,
-            kernel_w: 2,
-            stride: 2,
-            padding: 1,
-            groups: 1,
-            dilation: 1,
-        };
+        let spec = Conv2dSpec::ungrouped(3, 8, (3, 2), 2, 1);
         let w = Shape::from([8, 3, 3, 2]);
         for (x, n) in [(Shape::from([5, 3, 9, 7]), 5), (Shape::from([3, 9, 7]), 1)] {
             let g = spec.geometry(&x).unwrap();
@@ -966,16 +978,7 @@ mod tests {
     /// a grouped or a dilated convolution alone is not.
     #[test]
     fn the_patch_kernels_take_only_ungrouped_undilated_convolutions() {
-        let basic = Conv2dSpec {
-            in_channels: 4,
-            out_channels: 4,
-            kernel_h: 3,
-            kernel_w: 3,
-            stride: 1,
-            padding: 1,
-            groups: 1,
-            dilation: 1,
-        };
+        let basic = Conv2dSpec::ungrouped(4, 4, (3, 3), 1, 1);
         assert!(basic.is_ungrouped_undilated());
         assert!(!Conv2dSpec { groups: 2, ..basic }.is_ungrouped_undilated());
         assert!(!Conv2dSpec {
@@ -990,16 +993,7 @@ mod tests {
     /// (304 GB of f64); the forward's chunks stay near the cap.
     #[test]
     fn the_forward_workspace_of_a_huge_kernel_stays_near_the_chunk_cap() {
-        let spec = Conv2dSpec {
-            in_channels: 1,
-            out_channels: 1,
-            kernel_h: 100,
-            kernel_w: 100,
-            stride: 1,
-            padding: 999,
-            groups: 1,
-            dilation: 1,
-        };
+        let spec = Conv2dSpec::ungrouped(1, 1, (100, 100), 1, 999);
         let (x, out) = (Shape::from([1, 1, 1, 1]), Shape::from([1, 1, 1900, 1900]));
         assert_eq!(
             spec.infer(&x, &Shape::from([1, 1, 100, 100]), &Shape::from([1]))
@@ -1067,16 +1061,7 @@ mod tests {
 
     #[test]
     fn the_workspace_estimate_saturates_instead_of_wrapping() {
-        let spec = Conv2dSpec {
-            in_channels: usize::MAX / 2,
-            out_channels: 3,
-            kernel_h: usize::MAX / 2,
-            kernel_w: 3,
-            stride: 1,
-            padding: usize::MAX / 4,
-            groups: 1,
-            dilation: 1,
-        };
+        let spec = Conv2dSpec::ungrouped(usize::MAX / 2, 3, (usize::MAX / 2, 3), 1, usize::MAX / 4);
         let x = Shape::from([5, usize::MAX / 2, 1, 1]);
         assert_eq!(
             spec.workspace_elements(&x, &Shape::from([5, 3, 1, 1]), Pass::Grad),

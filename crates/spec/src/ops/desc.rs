@@ -639,10 +639,7 @@ row!(CONV2D, "conv2d", Conv, false,
 "2-D convolution of `[C,H,W]` or `[N,C,H,W]`, zero padding on both sides (padded cells are zeros in every product, so a NaN or infinite weight reaches the border outputs, as in PyTorch); `groups` (ours) convolves channel groups separately (weight `[outC, inC/groups, kH, kW]`), `dilation` (ours) spaces the taps; `H' = (H + 2p − dilation·(kH − 1) − 1)/stride + 1`", "`[outC,H',W']` / `[N,outC,H',W']`",
 operands: ["x", "weight", "bias"], payload: 2, arity: Arity::Exact(3),
 saves: Saves::BOTH_OPERANDS,
-Proto::Op(|| Op::Conv2d(Conv2dSpec {
-    in_channels: 0, out_channels: 0, kernel_h: 0, kernel_w: 0, stride: 0, padding: 0,
-    groups: CONV_DEFAULT_GROUPS, dilation: CONV_DEFAULT_DILATION,
-})), torch: "F.conv2d({x}, {weight}, {bias}, stride={stride}, padding={padding}, dilation={dilation}, groups={groups})"; regimes: [Padded, Strided]);
+Proto::Op(|| Op::Conv2d(Conv2dSpec::ungrouped(0, 0, (0, 0), 0, 0))), torch: "F.conv2d({x}, {weight}, {bias}, stride={stride}, padding={padding}, dilation={dilation}, groups={groups})"; regimes: [Padded, Strided]);
 row!(MAX_POOL2D, "max_pool2d", Pool, false, "max pooling over the last two axes", "`[C,H',W']` / `[N,C,H',W']`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
      Proto::Op(|| pool(PoolKind::Max, false)), torch: "F.max_pool2d({x}, ({kH}, {kW}), stride={stride}, padding=0)"; regimes: [Strided]);

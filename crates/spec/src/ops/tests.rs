@@ -40,26 +40,6 @@ fn pool(
     }
 }
 
-/// A convolution from `in_channels` to `out_channels` with kernel `(kh, kw)`.
-fn conv(
-    in_channels: usize,
-    out_channels: usize,
-    (kernel_h, kernel_w): (usize, usize),
-    stride: usize,
-    padding: usize,
-) -> Conv2dSpec {
-    Conv2dSpec {
-        in_channels,
-        out_channels,
-        kernel_h,
-        kernel_w,
-        stride,
-        padding,
-        groups: 1,
-        dilation: 1,
-    }
-}
-
 fn random_tensor(rng: &mut Lcg, shape: &Shape, lo: f64, hi: f64) -> Tensor<f64> {
     Tensor::from_fn(shape.clone(), |_| rng.range(lo, hi)).unwrap()
 }
@@ -225,11 +205,11 @@ fn structural_ops_vjp_match_finite_differences() {
         (Op::Linear, vec![&[2, 3, 5], &[4, 5], &[4]]),
         (Op::Linear, vec![&[5], &[2, 5], &[2]]),
         (
-            Op::Conv2d(conv(2, 3, (3, 2), 2, 1)),
+            Op::Conv2d(Conv2dSpec::ungrouped(2, 3, (3, 2), 2, 1)),
             vec![&[2, 6, 5], &[3, 2, 3, 2], &[3]],
         ),
         (
-            Op::Conv2d(conv(1, 2, (2, 2), 1, 0)),
+            Op::Conv2d(Conv2dSpec::ungrouped(1, 2, (2, 2), 1, 0)),
             vec![&[2, 1, 3, 3], &[2, 1, 2, 2], &[2]],
         ),
         (
@@ -781,7 +761,7 @@ fn shape_rule_errors_name_the_op_and_shapes() {
         .infer_shape(&[Shape::from([2])])
         .unwrap_err();
     assert!(matches!(e, SpecError::Arity { .. }));
-    let conv = Op::Conv2d(conv(1, 1, (5, 1), 1, 0));
+    let conv = Op::Conv2d(Conv2dSpec::ungrouped(1, 1, (5, 1), 1, 0));
     let e = conv
         .infer_shape(&[
             Shape::from([1, 3, 3]),
@@ -1000,7 +980,7 @@ fn conv2d_sums_each_window_inside_the_padding_by_hand() {
     );
     let w = t(&[1, 1, 2, 2], &[1.0; 4]);
     let b = t(&[1], &[0.5]);
-    let op = Op::Conv2d(conv(1, 1, (2, 2), 1, 1));
+    let op = Op::Conv2d(Conv2dSpec::ungrouped(1, 1, (2, 2), 1, 1));
     let y = op.forward(&[&x, &w, &b]).unwrap();
     let sums = [
         1.0, 3.0, 5.0, 3.0, 5.0, 12.0, 16.0, 9.0, 11.0, 24.0, 28.0, 15.0, 7.0, 15.0, 17.0, 9.0,
@@ -1020,7 +1000,7 @@ fn conv2d_multiplies_the_padding_zeros() {
     // outputs (those in the first row or column)
     let w = t(&[1, 1, 2, 2], &[f64::NAN, 1.0, 1.0, 1.0]);
     let b = t(&[1], &[0.0]);
-    let op = Op::Conv2d(conv(1, 1, (2, 2), 1, 1));
+    let op = Op::Conv2d(Conv2dSpec::ungrouped(1, 1, (2, 2), 1, 1));
     let y = op.forward(&[&x, &w, &b]).unwrap();
     assert_eq!(y.shape().dims(), &[1, 1, 3, 3]);
     assert!(y.data().iter().all(|v| v.is_nan()), "{:?}", y.data());
@@ -1060,7 +1040,7 @@ fn conv2d_skipping_the_padding_changes_no_bit() {
     w[c * k * k + 5] = f64::INFINITY; // output channel 1 only
     let b = [0.0, -0.0, 1.0];
     for (stride, padding) in [(1, 1), (2, 1), (1, 2)] {
-        let op = Op::Conv2d(conv(c, oc, (k, k), stride, padding));
+        let op = Op::Conv2d(Conv2dSpec::ungrouped(c, oc, (k, k), stride, padding));
         let (xt, wt, bt) = (t(&[n, c, h, wd], &x), t(&[oc, c, k, k], &w), t(&[oc], &b));
         let y = op.forward(&[&xt, &wt, &bt]).unwrap();
         let (hp, wp) = (h + 2 * padding, wd + 2 * padding);
@@ -1432,7 +1412,7 @@ fn layer_norm_of_an_empty_tensor_is_empty() {
 
 #[test]
 fn conv2d_declares_its_weight_and_bias() {
-    let spec = conv(2, 3, (4, 5), 1, 0);
+    let spec = Conv2dSpec::ungrouped(2, 3, (4, 5), 1, 0);
     assert_eq!(
         spec.payload_shapes(),
         vec![Shape::from([3, 2, 4, 5]), Shape::from([3])]
@@ -1491,7 +1471,7 @@ fn conv2d_strides_over_each_image_of_a_batch_by_hand() {
         .copied()
         .collect();
     let x = t(&[2, 1, 3, 3], &data);
-    let spec = conv(1, 1, (2, 2), 2, 1);
+    let spec = Conv2dSpec::ungrouped(1, 1, (2, 2), 2, 1);
     assert_eq!(spec.output_hw(3, 3).unwrap(), (2, 2));
     let y = Op::Conv2d(spec)
         .forward(&[&x, &t(&[1, 1, 2, 2], &[1.0; 4]), &t(&[1], &[0.0])])
@@ -1511,7 +1491,7 @@ fn the_conv_workspace_of_a_small_layer_by_its_documented_parts() {
     // one 1x1 channel map of 2x2 through a 1x1 kernel: 4 patch columns of 1 tap row, their
     // 1-channel output (forward: 4 + 4 = 8); the backward chunk's tap rows and gradient
     // (2·4) and its cotangent block (4), a partial weight gradient (1) and the bias row (1)
-    let spec = conv(1, 1, (1, 1), 1, 0);
+    let spec = Conv2dSpec::ungrouped(1, 1, (1, 1), 1, 0);
     let s = Shape::from([1, 1, 2, 2]);
     assert_eq!(spec.workspace_elements(&s, &s, Pass::Eval), 8);
     assert_eq!(spec.workspace_elements(&s, &s, Pass::Grad), 14);
@@ -1531,7 +1511,7 @@ fn an_implicit_conv_counts_its_padded_image_and_wide_output() {
     // wide output: chunks of at least 5 rows (257 of the 58 wide columns), 56 / 5 = 11 of them
     // (rows k·56/11: ten of 5 rows, 290 columns rounded to 304, and one of 6, 348 → 352);
     // no patch matrix (through it, the forward alone would count (576 + 64)·3,248)
-    let spec = conv(64, 64, (3, 3), 1, 1);
+    let spec = Conv2dSpec::ungrouped(64, 64, (3, 3), 1, 1);
     let (x, y) = (Shape::from([1, 64, 56, 56]), Shape::from([1, 64, 56, 56]));
     let g = spec.geometry(&x).unwrap();
     assert!(g.forward_implicit());
@@ -1546,7 +1526,7 @@ fn an_implicit_conv_counts_its_padded_image_and_wide_output() {
     // without padding the image is still copied, with its slack: 64·56·56 + 17, and the wide
     // output: 54 rows of 56 columns in 54 / 5 = 10 chunks (rows k·54/10: six of 5 rows, 280
     // columns rounded to 288, and four of 6, 336, whole vectors already)
-    let spec = conv(64, 64, (3, 3), 1, 0);
+    let spec = Conv2dSpec::ungrouped(64, 64, (3, 3), 1, 0);
     let y = Shape::from([1, 64, 54, 54]);
     assert!(spec.geometry(&x).unwrap().forward_implicit());
     assert_eq!(
@@ -1554,7 +1534,7 @@ fn an_implicit_conv_counts_its_padded_image_and_wide_output() {
         200_704 + 17 + 64 * (6 * 288 + 4 * 336)
     );
     // few channels too: conv_train's 8 → 16 layer, one chunk of 24·26 = 624 columns
-    let spec = conv(8, 16, (3, 3), 1, 0);
+    let spec = Conv2dSpec::ungrouped(8, 16, (3, 3), 1, 0);
     let x8 = Shape::from([1, 8, 26, 26]);
     let g = spec.geometry(&x8).unwrap();
     assert!(g.forward_implicit());
@@ -1569,9 +1549,11 @@ fn an_implicit_conv_counts_its_padded_image_and_wide_output() {
     assert_eq!((t.c, t.h, t.oc, t.pad, t.ho, t.wo), (16, 24, 8, 2, 26, 26));
     // stride 2 with a small kernel and 1×1 images-as-patch-matrices keep their own paths; a
     // 7×7 stride-2 stem (patch matrix 49/4 images) is implicit, over 4 phases of 115×115
-    let s2 = conv(8, 16, (3, 3), 2, 1).geometry(&x8).unwrap();
+    let s2 = Conv2dSpec::ungrouped(8, 16, (3, 3), 2, 1)
+        .geometry(&x8)
+        .unwrap();
     assert!(!s2.forward_implicit());
-    let stem = conv(3, 64, (7, 7), 2, 3)
+    let stem = Conv2dSpec::ungrouped(3, 64, (7, 7), 2, 3)
         .geometry(&Shape::from([1, 3, 224, 224]))
         .unwrap();
     assert!(stem.forward_implicit());
@@ -1582,23 +1564,25 @@ fn an_implicit_conv_counts_its_padded_image_and_wide_output() {
         (3 * 3 + 1) * 115 * 115 + 115 + 2
     );
     assert_eq!(stem.implicit_image_elements(), 4 * 3 * 115 * 115 + 3 + 15);
-    let one = conv(8, 16, (1, 1), 1, 0).geometry(&x8).unwrap();
+    let one = Conv2dSpec::ungrouped(8, 16, (1, 1), 1, 0)
+        .geometry(&x8)
+        .unwrap();
     assert!(!one.forward_implicit());
     assert_eq!(one.implicit_backward_elements(), 0);
     assert!(s2.transposed().is_none());
     // no transposed input gradient with 2 input channels, a padding of k, or a 3×5 kernel
     let x2 = Shape::from([1, 2, 26, 26]);
-    assert!(conv(2, 16, (3, 3), 1, 1)
+    assert!(Conv2dSpec::ungrouped(2, 16, (3, 3), 1, 1)
         .geometry(&x2)
         .unwrap()
         .transposed()
         .is_none());
-    assert!(conv(8, 16, (3, 3), 1, 3)
+    assert!(Conv2dSpec::ungrouped(8, 16, (3, 3), 1, 3)
         .geometry(&x8)
         .unwrap()
         .transposed()
         .is_none());
-    assert!(conv(8, 16, (3, 5), 1, 1)
+    assert!(Conv2dSpec::ungrouped(8, 16, (3, 5), 1, 1)
         .geometry(&x8)
         .unwrap()
         .transposed()
@@ -1611,7 +1595,7 @@ fn an_implicit_conv_counts_its_padded_image_and_wide_output() {
 #[test]
 fn implicit_row_chunks_cover_the_rows_and_are_wide_enough() {
     for (hw, pad) in [(56, 1), (28, 1), (14, 1), (40, 1), (3, 0), (300, 1)] {
-        let g = conv(32, 16, (3, 3), 1, pad)
+        let g = Conv2dSpec::ungrouped(32, 16, (3, 3), 1, pad)
             .geometry(&Shape::from([32, hw, hw]))
             .unwrap();
         let chunks = g.implicit_row_chunks();
@@ -1683,7 +1667,7 @@ fn the_payload_of_each_op_is_declared_from_its_shapes() {
         .payload_shapes(&[Shape::from([2, 5])], &Shape::from([2, 4]))
         .unwrap();
     assert_eq!(linear, vec![Shape::from([4, 5]), Shape::from([4])]);
-    let spec = conv(2, 3, (1, 1), 1, 0);
+    let spec = Conv2dSpec::ungrouped(2, 3, (1, 1), 1, 0);
     let x = Shape::from([1, 2, 4, 4]);
     let out = Shape::from([1, 3, 4, 4]);
     assert_eq!(
@@ -1749,7 +1733,7 @@ fn batch_norm_takes_four_per_channel_payload_tensors() {
 
 #[test]
 fn a_padded_geometry_counts_the_padding_on_both_sides() {
-    let spec = conv(1, 1, (3, 3), 1, 1);
+    let spec = Conv2dSpec::ungrouped(1, 1, (3, 3), 1, 1);
     let g = spec.geometry(&Shape::from([1, 1, 4, 6])).unwrap();
     assert_eq!((g.hp(), g.wp()), (6, 8));
     let wide = Conv2dSpec {
@@ -1829,7 +1813,7 @@ fn batch_norm_takes_a_rank_two_batch() {
 
 #[test]
 fn only_a_plain_one_by_one_convolution_is_direct() {
-    let spec = |k, stride| conv(1, 1, k, stride, 0);
+    let spec = |k, stride| Conv2dSpec::ungrouped(1, 1, k, stride, 0);
     let x = Shape::from([1, 1, 4, 4]);
     assert!(spec((1, 1), 1).geometry(&x).unwrap().direct());
     for (k, stride) in [((1, 1), 2), ((1, 3), 1), ((3, 1), 1)] {
@@ -1872,7 +1856,7 @@ fn add_scalar_adds_its_constant() {
 fn conv2d_reads_each_channel_of_each_image() {
     // two images of two 1x2 channels, a 1x1 kernel summing the channels with weights 1 and 10
     let x = t(&[2, 2, 1, 2], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]);
-    let op = Op::Conv2d(conv(2, 1, (1, 1), 1, 0));
+    let op = Op::Conv2d(Conv2dSpec::ungrouped(2, 1, (1, 1), 1, 0));
     let (w, b) = (t(&[1, 2, 1, 1], &[1.0, 10.0]), t(&[1], &[0.0]));
     let y = op.forward(&[&x, &w, &b]).unwrap();
     assert_eq!(y.data(), &[31.0, 42.0, 75.0, 86.0]);
