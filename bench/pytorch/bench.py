@@ -13,7 +13,10 @@ import subprocess
 import sys
 import time
 
-import torch
+try:
+    import torch
+except ImportError:  # onnxruntime's row of resnet18_forward needs only onnxruntime and numpy
+    torch = None
 
 
 def measure(fn, reps, warmup=2):
@@ -364,9 +367,14 @@ def resnet18_forward(threads, reps):
     model under no_grad."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import numpy as np
-    from export_resnet18 import export
     if not os.path.exists(RESNET18):
-        export(RESNET18)
+        # torchvision's export, else the same network built with onnx and numpy alone
+        if torch is not None:
+            from export_resnet18 import export
+            export(RESNET18)
+        else:
+            build = os.path.join(os.path.dirname(os.path.abspath(__file__)), "build_resnet18.py")
+            subprocess.run([sys.executable, build, RESNET18], check=True)
     x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
     try:
         import onnxruntime as ort
@@ -379,6 +387,9 @@ def resnet18_forward(threads, reps):
               flush=True)
     except ImportError:
         print("resnet18_forward: onnxruntime is not installed; skipped its row", file=sys.stderr)
+    if torch is None:
+        print("resnet18_forward: torch is not installed; skipped PyTorch's row", file=sys.stderr)
+        return
     import torchvision
     torch.manual_seed(0)
     model = torchvision.models.resnet18(weights=None).eval()
@@ -403,6 +414,9 @@ CASES = {
     "mlp_train_b512_cuda": train_case_cuda("mlp_train_b512_cuda", mlp_model, (512, 784)),
 }
 
+# the cases with a row that needs no torch
+WITHOUT_TORCH = {"resnet18_forward"}
+
 
 def main():
     p = argparse.ArgumentParser()
@@ -416,10 +430,15 @@ def main():
         deep_backward_memory_child(int(a.threads))
         return
     for t in (int(x) for x in a.threads.split(",")):
-        torch.set_num_threads(t)
+        if torch is not None:
+            torch.set_num_threads(t)
         for c in a.cases.split(","):
-            if c in CASES:
-                CASES[c](t, a.reps)
+            if c not in CASES:
+                continue
+            if torch is None and c not in WITHOUT_TORCH:
+                print(f"{c}: torch is not installed; skipped", file=sys.stderr)
+                continue
+            CASES[c](t, a.reps)
 
 
 if __name__ == "__main__":
