@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 
 use crate::common;
 
-use common::{bin, stderr, stdout};
+use common::{bin, json_lines, stderr, stdout};
 
 fn train(args: &[&str]) -> Output {
     bin().arg("train").args(args).output().unwrap()
@@ -27,14 +27,6 @@ fn assert_exit(o: &Output, code: i32, want: &[&str]) {
     for w in want {
         assert!(err.contains(w), "expected {w:?} in stderr:\n{err}");
     }
-}
-
-/// The JSON lines of a `--json` run.
-fn json_lines(o: &Output) -> Vec<Value> {
-    stdout(o)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect()
 }
 
 /// The `summary` event of a `--json` run.

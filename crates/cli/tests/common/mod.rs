@@ -32,7 +32,7 @@ pub fn json_lines(o: &Output) -> Vec<Value> {
     assert_eq!(o.status.code(), Some(0), "stderr: {}", stderr(o));
     stdout(o)
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect()
 }
 
