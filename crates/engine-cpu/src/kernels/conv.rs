@@ -387,13 +387,24 @@ fn pad_into<'a, T: CpuScalar>(g: &Geo, x: &[T], buf: &'a mut [T]) -> &'a [T] {
         buf[n..].fill(T::ZERO);
         return buf;
     }
-    buf.fill(T::ZERO);
     if g.h * g.w == 0 {
+        buf.fill(T::ZERO);
         return buf;
     }
-    for (ci, plane) in x.chunks_exact(g.h * g.w).enumerate() {
+    // each cell written once: the border runs between the rows, then the rows
+    let (planes, slack) = buf.split_at_mut(g.c * hp * wp);
+    slack.fill(T::ZERO);
+    for (dst, plane) in planes
+        .chunks_exact_mut(hp * wp)
+        .zip(x.chunks_exact(g.h * g.w))
+    {
+        let row_at = |r: usize| (r + g.pad) * wp + g.pad;
+        dst[..row_at(0)].fill(T::ZERO);
         for (r, row) in plane.chunks_exact(g.w).enumerate() {
-            copy_run(&mut buf[(ci * hp + r + g.pad) * wp + g.pad..][..g.w], row);
+            let at = row_at(r);
+            copy_run(&mut dst[at..at + g.w], row);
+            let next = if r + 1 < g.h { row_at(r + 1) } else { hp * wp };
+            dst[at + g.w..next].fill(T::ZERO);
         }
     }
     buf
@@ -1545,6 +1556,39 @@ mod tests {
             let mut chunked = vec![T::ZERO; oc * g.p()];
             wide_patch_forward(&g, &x, &wt, &b, &mut chunked, sc, par, 1).unwrap();
             assert_eq!(bits_of(&chunked), bits_of(&patch), "geometry {gi}: chunked");
+        }
+    }
+
+    /// The padded image is written whole over a stale buffer: every cell is the image's or
+    /// zero, the slack after it zero (with and without padding, one channel and several).
+    #[test]
+    fn the_padded_image_overwrites_every_cell_of_a_stale_buffer() {
+        for (c, h, w, pad, slack) in [
+            (3, 4, 5, 1, 7),
+            (2, 3, 3, 2, 0),
+            (1, 6, 2, 0, 5),
+            (4, 1, 1, 3, 2),
+        ] {
+            let g = square(c, 1, 1, 1, pad)
+                .geometry(&Shape::from([c, h, w]))
+                .unwrap();
+            let (hp, wp) = (h + 2 * pad, w + 2 * pad);
+            let x: Vec<f64> = (0..c * h * w).map(|i| i as f64 + 1.0).collect();
+            let mut buf = vec![f64::NAN; c * hp * wp + slack];
+            let got = pad_into(&g, &x, &mut buf).to_vec();
+            let want: Vec<f64> = (0..c * hp * wp + slack)
+                .map(|i| {
+                    let (ci, r, q) = (i / (hp * wp), i % (hp * wp) / wp, i % wp);
+                    let inside =
+                        ci < c && (pad..pad + h).contains(&r) && (pad..pad + w).contains(&q);
+                    if inside {
+                        x[(ci * h + r - pad) * w + q - pad]
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            assert_eq!(bits_of(&got), bits_of(&want), "{c}×{h}×{w}, padding {pad}");
         }
     }
 
