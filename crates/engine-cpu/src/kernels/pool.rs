@@ -112,9 +112,7 @@ fn max_by_rows<T: CpuScalar>(
         let dst = if r == r0 { &mut *yrow } else { &mut *across };
         across_row(row, geom, cols, dst, strided);
         if r > r0 {
-            for (a, &v) in yrow.iter_mut().zip(across.iter()) {
-                *a = if takes_over(v, *a) { v } else { *a };
-            }
+            fold_into(yrow, across);
         }
     }
 }
@@ -219,15 +217,21 @@ fn across_row<T: CpuScalar>(
 }
 
 /// `dst[i]` = the winner of `row[i..i + k]`, scanned left to right: tap by tap over all the
-/// windows, a select per element (which vectorises). The windows lie inside the row.
+/// windows ([`fold_into`]). The windows lie inside the row.
 #[inline(always)]
 fn fold_taps<T: CpuScalar>(row: &[T], k: usize, dst: &mut [T]) {
     let n = dst.len();
     dst.copy_from_slice(&row[..n]);
     for t in 1..k {
-        for (d, &v) in dst.iter_mut().zip(&row[t..t + n]) {
-            *d = if takes_over(v, *d) { v } else { *d };
-        }
+        fold_into(dst, &row[t..t + n]);
+    }
+}
+
+/// `dst[i]` = the winner of `dst[i]` then `src[i]` (a select per element, which vectorises).
+#[inline(always)]
+fn fold_into<T: CpuScalar>(dst: &mut [T], src: &[T]) {
+    for (d, &v) in dst.iter_mut().zip(src) {
+        *d = if takes_over(v, *d) { v } else { *d };
     }
 }
 
