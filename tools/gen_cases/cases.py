@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from registry import case
-from torchlean_ops import bernoulli_mask, rand_uniform
+from torchlean_ops import bernoulli_mask, causal_attention, rand_uniform
 
 
 class Fn(nn.Module):
@@ -459,6 +459,29 @@ def embedding_module_plus_input():
 def embedding_then_linear_f32():
     return Fn(lambda m, x: m.lin(F.embedding(m.ids, x)), buffers={"ids": torch.tensor([4, 0, 4, 1, 4])},
               lin=nn.Linear(3, 2)), randn(5, 3)
+
+
+# --- causal attention ---------------------------------------------------------------------
+
+
+@case()
+def causal_attention_gpt_block_two_heads():
+    # nanoGPT's CausalSelfAttention: c_attn to [B, T, 3C], two heads of hd = 4, c_proj; the
+    # custom op is F.scaled_dot_product_attention(is_causal=True) on the split heads
+    return Fn(lambda m, x: m.c_proj(causal_attention(m.c_attn(x), 2)),
+              c_attn=nn.Linear(8, 24), c_proj=nn.Linear(8, 8)), randn(2, 4, 8)
+
+
+@case()
+def causal_attention_rank2_input_is_qkv_three_heads():
+    # unbatched [T, 3C] (the input itself is the packed projections), three heads of hd = 2
+    return Fn(lambda m, x: torch.tanh(causal_attention(x, 3))), randn(5, 18)
+
+
+@case(dtype="f32")
+def causal_attention_two_leading_axes_head_dim_one_f32():
+    # [2, 2, T, 3C] with four heads of one column each
+    return Fn(lambda m, x: causal_attention(x, 4) * 1.5), randn(2, 2, 3, 12)
 
 
 # --- deterministic randomness -------------------------------------------------------------

@@ -27,7 +27,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import torchlean_ops  # noqa: E402,F401  (registers torchlean::rand_uniform, bernoulli_mask)
+import torchlean_ops  # noqa: E402,F401  (registers the torchlean:: custom ops)
 
 aten = torch.ops.aten
 TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
@@ -728,6 +728,11 @@ def checked_key(b, key):
     return int(key)
 
 
+def h_causal_attention(b, a, node):
+    x = b.tensor(a["qkv"])
+    return b.add("causal_attention", [x], shape_of(node), heads=int(a["heads"]))
+
+
 def h_rand_uniform(b, a, node):
     checked_key(b, a["key"])
     return b.add("rand_uniform", [], [int(d) for d in a["shape"]], seed=int(a["seed"]))
@@ -799,6 +804,7 @@ HANDLERS = {
     aten.mse_loss.default: h_mse,
     aten.cross_entropy_loss.default: h_cross_entropy,
     aten.embedding.default: h_embedding,
+    torch.ops.torchlean.causal_attention.default: h_causal_attention,
     torch.ops.torchlean.rand_uniform.default: h_rand_uniform,
     torch.ops.torchlean.bernoulli_mask.default: h_bernoulli_mask,
 }

@@ -1,5 +1,8 @@
 """TorchLean's deterministic random kinds as PyTorch custom ops, so a module that uses them
-exports to `rand_uniform` / `bernoulli_mask` nodes and PyTorch evaluates them the same way.
+exports to `rand_uniform` / `bernoulli_mask` nodes and PyTorch evaluates them the same way;
+and `causal_attention` (nanoGPT's attention on packed projections), which PyTorch writes as
+several ops around `scaled_dot_product_attention`, as one custom op that exports to one
+`causal_attention` node and PyTorch evaluates (and differentiates) through those ops.
 
 The values follow SPEC's stream (`crates/spec/src/ops/random.rs`): SplitMix64 keyed by
 `(seed, key)` (`stream = splitmix64(seed ^ splitmix64(key))`), element `i` is the top 24 bits
@@ -8,6 +11,7 @@ uses the node id as the key, so a module passes the id its node will get (`torch
 refuses a key that is not the node's id).
 """
 import torch
+import torch.nn.functional as F
 
 MASK = (1 << 64) - 1
 
@@ -66,3 +70,45 @@ def _no_gradient(ctx, grad):
 
 rand_uniform.register_autograd(_no_gradient, setup_context=_no_context)
 bernoulli_mask.register_autograd(_no_gradient, setup_context=_no_context)
+
+
+def causal_attention_reference(qkv, heads):
+    """nanoGPT's causal self-attention between c_attn and c_proj, in PyTorch's own ops (the
+    helper `causal_attention` of `crates/spec/src/ops/torch.rs` that `export-torch` writes is
+    this function): qkv [..., T, 3C] holds queries, keys and values side by side, each of the
+    `heads` heads hd = C/heads consecutive columns of each; the output [..., T, C]."""
+    *lead, t, c3 = qkv.shape
+    c = c3 // 3
+    q, k, v = (p.reshape(*lead, t, heads, c // heads).transpose(-3, -2)
+               for p in qkv.split(c, dim=-1))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return y.transpose(-3, -2).reshape(*lead, t, c)
+
+
+@torch.library.custom_op("torchlean::causal_attention", mutates_args=())
+def causal_attention(qkv: torch.Tensor, heads: int) -> torch.Tensor:
+    """TorchLean's `causal_attention` kind: `causal_attention_reference` as one op."""
+    return causal_attention_reference(qkv, heads).clone()
+
+
+@causal_attention.register_fake
+def _(qkv, heads):
+    return qkv.new_empty(list(qkv.shape[:-1]) + [qkv.shape[-1] // 3])
+
+
+def _attention_context(ctx, inputs, output):
+    qkv, heads = inputs
+    ctx.save_for_backward(qkv)
+    ctx.heads = heads
+
+
+def _attention_gradient(ctx, grad):
+    # PyTorch's own gradient of the composition, recomputed from the saved operand
+    (qkv,) = ctx.saved_tensors
+    with torch.enable_grad():
+        x = qkv.detach().requires_grad_(True)
+        (dx,) = torch.autograd.grad(causal_attention_reference(x, ctx.heads), x, grad)
+    return dx, None
+
+
+causal_attention.register_autograd(_attention_gradient, setup_context=_attention_context)

@@ -103,6 +103,10 @@ impl<D: Device> Layout for CudaTensor<D> {
     fn gather_rows_vjp(dy: &Self, ids: &[usize], table: &Shape) -> Result<Self, CudaError> {
         ops::layout::gather_rows_vjp(dy, ids, table)
     }
+    fn constant(values: &[f64], out: &Shape) -> Result<Self, CudaError> {
+        let host: Vec<f32> = values.iter().map(|&v| v as f32).collect();
+        CudaTensor::from_host(out.clone(), &host)
+    }
 }
 
 impl<D: Device> Reduce for CudaTensor<D> {

@@ -57,6 +57,7 @@ pub fn op_cases() -> Vec<OpCase> {
     reduce_cases(&mut out, salt);
     cross_entropy_cases(&mut out, salt);
     linalg_cases(&mut out, salt);
+    attention_cases(&mut out, salt);
     conv_pool_cases(&mut out, salt);
     batch_norm_cases(&mut out, salt);
     concat_cases(&mut out);
@@ -467,6 +468,40 @@ fn linalg_cases(out: &mut Vec<OpCase>, salt: &mut Salt) {
                 uniform(&[o, i], salt.next(), -1.0, 1.0),
                 uniform(&[o], salt.next(), -1.0, 1.0),
             ],
+        ));
+    }
+}
+
+/// Causal attention on packed projections `[.., T, 3C]`: one position (nothing masked), one
+/// head, one column per head, several heads, leading batch axes (none, one, two), no
+/// positions, no batch entries, `T` odd and past several vector widths with two entries (two
+/// tasks for a threaded engine); and a last extent that is no multiple of `3·heads`, rank 1, no
+/// heads (shape errors on every engine).
+fn attention_cases(out: &mut Vec<OpCase>, salt: &mut Salt) {
+    for (shape, heads) in [
+        (&[1, 3][..], 1usize),
+        (&[1, 1, 12], 2),
+        (&[4, 6], 1),
+        (&[5, 12], 2),
+        (&[3, 12], 4),
+        (&[2, 3, 18], 3),
+        (&[2, 2, 4, 24], 4),
+        (&[1, 7, 9], 1),
+        (&[2, 0, 6], 1),
+        (&[0, 3, 6], 2),
+        (&[2, 67, 48], 2),
+    ] {
+        out.push(case(
+            format!("causal_attention_{shape:?}_heads{heads}"),
+            Op::CausalAttention { heads },
+            vec![uniform(shape, salt.next(), -2.0, 2.0)],
+        ));
+    }
+    for (shape, heads) in [(&[3, 8][..], 2usize), (&[6][..], 1), (&[2, 6], 0)] {
+        out.push(case(
+            format!("causal_attention_{shape:?}_heads{heads}_error"),
+            Op::CausalAttention { heads },
+            vec![uniform(shape, salt.next(), -1.0, 1.0)],
         ));
     }
 }

@@ -6,12 +6,12 @@
 //! to a small one for free, and every prefix of choices still builds a valid graph.
 //!
 //! Graphs are DAGs with fan-out, repeated parents, `detach`, broadcasting, reshapes, reductions,
-//! matmul/linear/conv chains, pools, batch norm, concat and the random kinds; a binary op's
-//! second operand is sometimes a new graph input, so graphs take one input or several. Values lie on the
-//! grid `k/96` (not dyadic, so float sums round and accumulation order is observable; exact in
-//! the rationals after conversion). Inputs of `log`, `sqrt`, `inv` and divisors are made positive
-//! by construction (`abs(x) + c` with `c ≥ 1/2`). [`GenConfig::algebraic`] restricts the kinds to
-//! those exact over the rationals.
+//! matmul/linear/conv chains, causal attention, pools, batch norm, concat and the random kinds;
+//! a binary op's second operand is sometimes a new graph input, so graphs take one input or
+//! several. Values lie on the grid `k/96` (not dyadic, so float sums round and accumulation
+//! order is observable; exact in the rationals after conversion). Inputs of `log`, `sqrt`, `inv`
+//! and divisors are made positive by construction (`abs(x) + c` with `c ≥ 1/2`).
+//! [`GenConfig::algebraic`] restricts the kinds to those exact over the rationals.
 
 use crate::regime::{targets, Regime, Target};
 use proptest::prelude::*;
@@ -240,6 +240,7 @@ enum Step {
     Sum,
     MatMul,
     Linear,
+    CausalAttention,
     Conv2d,
     Pool(PoolKind),
     BatchNorm,
@@ -277,6 +278,7 @@ fn all_steps() -> Vec<Step> {
         Step::Sum,
         Step::MatMul,
         Step::Linear,
+        Step::CausalAttention,
         Step::Conv2d,
         Step::Pool(PoolKind::Max),
         Step::Pool(PoolKind::Avg),
@@ -319,6 +321,7 @@ impl Step {
             Step::Sum => one(&desc::SUM),
             Step::MatMul => one(&desc::MATMUL),
             Step::Linear => one(&desc::LINEAR),
+            Step::CausalAttention => one(&desc::CAUSAL_ATTENTION),
             Step::Conv2d => one(&desc::CONV2D),
             Step::Pool(PoolKind::Max) => vec![desc::MAX_POOL2D.name, desc::MAX_POOL2D_PAD.name],
             Step::Pool(PoolKind::Avg) => vec![desc::AVG_POOL2D.name, desc::AVG_POOL2D_PAD.name],
@@ -361,7 +364,8 @@ impl Step {
             | Step::LayerNorm
             | Step::BatchNorm
             | Step::BatchNormTrain
-            | Step::CrossEntropy => false,
+            | Step::CrossEntropy
+            | Step::CausalAttention => false,
             _ => true,
         }
     }
@@ -583,6 +587,7 @@ impl Builder {
             Step::Embedding => self.embedding(c, x),
             Step::MatMul => self.matmul(c, x),
             Step::Linear if rank > 0 => self.linear(c, x),
+            Step::CausalAttention => self.causal_attention(c, x),
             Step::Conv2d => self.conv(c, x),
             Step::Pool(kind) => self.pool(c, kind, x),
             Step::BatchNorm => self.batch_norm(c, x),
@@ -945,6 +950,45 @@ impl Builder {
         } else {
             self.push_op(Op::Unary(UnaryOp::Abs), vec![x], vec![]);
         }
+    }
+
+    /// `x` as packed projections `[.., T, 3C]` of `heads` heads: as it is, two times in three,
+    /// when it has rank ≥ 2 and a last extent that is a positive multiple of 3 (the heads a
+    /// divisor of `C`, at most 4); otherwise through `linear` (`x` flattened to `[1, size]`) to
+    /// `[T, 3C]`, `[1, T, 3C]` or `[2, T, 3C]` with `T` of 2 to 4, 1 to 3 heads of 1 or 2
+    /// columns. Not algebraic (its weights are a softmax): float graphs only.
+    fn causal_attention(&mut self, c: &mut Choices<'_>, x: usize) {
+        let s = self.shape(x);
+        let last = s.dims().last().copied().unwrap_or(0);
+        if s.rank() >= 2 && last > 0 && last.is_multiple_of(3) && !c.one_in(3) {
+            let width = last / 3;
+            let divisors: Vec<usize> = (1..=width.min(4))
+                .filter(|h| width.is_multiple_of(*h))
+                .collect();
+            let heads = divisors[c.pick(divisors.len())];
+            self.push_op(Op::CausalAttention { heads }, vec![x], vec![]);
+            return;
+        }
+        let heads = 1 + c.pick(3);
+        let width = 3 * heads * (1 + c.pick(2));
+        let t = 2 + c.pick(3);
+        let mut dims = match c.pick(3) {
+            1 => vec![1],
+            2 if 2 * t * width <= MAX_ELEMS => vec![2],
+            _ => vec![],
+        };
+        dims.extend([t, width]);
+        let to = Shape::new(dims);
+        let size = self.shape(x).size();
+        let flat = if size == 0 {
+            // an empty tensor cannot be projected; start from a constant instead
+            self.constant(c, &Shape::from([1, 1]), false)
+        } else {
+            self.reshape(x, Shape::from([1, size]))
+        };
+        let proj = self.linear_to(c, flat, to.size());
+        let qkv = self.reshape(proj, to);
+        self.push_op(Op::CausalAttention { heads }, vec![qkv], vec![]);
     }
 
     fn conv(&mut self, c: &mut Choices<'_>, x: usize) {

@@ -11,7 +11,7 @@
 //! The reference engine is `Tensor<A>` below: each method is the naive function of `spec::ops`.
 
 use crate::error::SpecError;
-use crate::ops::{elementwise, layout, linalg, norm, random, reduce};
+use crate::ops::{attention, elementwise, layout, linalg, norm, random, reduce};
 use crate::ops::{BinaryOp, Conv2dSpec, Cotangents, Op, PoolSpec, Saved, UnaryOp};
 use std::borrow::Borrow;
 
@@ -88,6 +88,10 @@ pub trait Layout: EngineValue {
     /// The VJP of [`Layout::gather_rows`]: row `p` of `dy` added into row `ids[p]` of zeros of
     /// `table`'s shape, positions in order — the same bits whatever the thread count.
     fn gather_rows_vjp(dy: &Self, ids: &[usize], table: &Shape) -> KernelResult<Self>;
+    /// A value of shape `out` holding `values` (row-major, `out.size()` of them) rounded to the
+    /// engine's precision: the constants of a default composition (`causal_attention`'s
+    /// mask). An engine that cannot hold a value (−∞ on the exact scalar) says so.
+    fn constant(values: &[f64], out: &Shape) -> KernelResult<Self>;
 }
 
 /// The reduction family, losses included. `reduce_axis` and `spread` are the primitives (a
@@ -157,8 +161,8 @@ pub trait Norm: Reduce {
     ) -> KernelResult<Self, [Self; 3]>;
 }
 
-/// The products family.
-pub trait Linalg: Reduce {
+/// The products family (attention included, whose default composes softmax).
+pub trait Linalg: Norm {
     /// `[m,n]·[n,p]` or batched `[b,m,n]·[b,n,p]`.
     fn matmul(a: &Self, b: &Self, out: &Shape) -> KernelResult<Self>;
     fn matmul_vjp(a: &Self, b: &Self, dy: &Self) -> KernelResult<Self, (Self, Self)>;
@@ -181,6 +185,15 @@ pub trait Linalg: Reduce {
         let _ = need_dx;
         let (dx, dw, db) = Self::linear_vjp(x, w, dy)?;
         Ok((Some(dx), dw, db))
+    }
+    /// Causal self-attention of `heads` heads on packed projections `qkv` `[.., T, 3C]`
+    /// (`crate::ops::AttentionDims`).
+    fn causal_attention(qkv: &Self, heads: usize, out: &Shape) -> KernelResult<Self> {
+        compose::causal_attention(qkv, heads, out)
+    }
+    /// The gradient with respect to `qkv` from `qkv` and `dy` (the weights recomputed).
+    fn causal_attention_vjp(qkv: &Self, heads: usize, dy: &Self) -> KernelResult<Self> {
+        compose::causal_attention_vjp(qkv, heads, dy)
     }
 }
 
@@ -353,6 +366,9 @@ impl<A: Scalar> Layout for Tensor<A> {
     fn gather_rows_vjp(dy: &Self, ids: &[usize], table: &Shape) -> R<A> {
         layout::gather_rows_vjp(dy, ids, table)
     }
+    fn constant(values: &[f64], out: &Shape) -> R<A> {
+        Tensor::from_f64s(out.clone(), values)
+    }
 }
 
 impl<A: Scalar> Reduce for Tensor<A> {
@@ -436,6 +452,12 @@ impl<A: Scalar> Linalg for Tensor<A> {
     }
     fn linear_vjp(x: &Self, w: &Self, dy: &Self) -> Result<(Self, Self, Self), SpecError> {
         linalg::linear_vjp(x, w, dy)
+    }
+    fn causal_attention(qkv: &Self, heads: usize, out: &Shape) -> R<A> {
+        attention::causal_attention(qkv, heads, out)
+    }
+    fn causal_attention_vjp(qkv: &Self, heads: usize, dy: &Self) -> R<A> {
+        attention::causal_attention_vjp(qkv, heads, dy)
     }
 }
 

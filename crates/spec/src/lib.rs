@@ -26,8 +26,8 @@ pub use budget::{Budget, NodeCost, OverBudget, Pass, Tally};
 pub use error::{display_chain, ByteCountProblem, IdProblem, Result, SpecError, TensorJsonProblem};
 pub use finite::NonFinite;
 pub use ops::{
-    Arity, BinaryOp, Conv2dSpec, Cotangents, GeluApprox, Op, OpDesc, Operands, PoolKind, PoolSpec,
-    Reduction, Saved, UnaryOp,
+    Arity, AttentionDims, BinaryOp, Conv2dSpec, Cotangents, GeluApprox, Op, OpDesc, Operands,
+    PoolKind, PoolSpec, Reduction, Saved, UnaryOp,
 };
 pub use scalar::{Rational, Scalar};
 pub use shape::Shape;

@@ -107,6 +107,12 @@ impl<T: CpuScalar> Layout for CpuTensor<T> {
     fn gather_rows_vjp(dy: &Self, ids: &[usize], table: &Shape) -> R<T> {
         Ok(layout::gather_rows_vjp(dy, ids, table))
     }
+    fn constant(values: &[f64], out: &Shape) -> R<T> {
+        CpuTensor::from_vec(
+            out.clone(),
+            values.iter().map(|&v| T::from_f64(v)).collect(),
+        )
+    }
 }
 
 impl<T: CpuScalar> Reduce for CpuTensor<T> {

@@ -10,7 +10,7 @@
 //! stays exact and a mean over zero elements is the engine's own (NaN on floats).
 
 use super::{Grads3, KernelResult, Layout, Linalg, Reduce};
-use crate::ops::{BinaryOp, Conv2dSpec, GroupedConv, UnaryOp};
+use crate::ops::{AttentionDims, BinaryOp, Conv2dSpec, GroupedConv, UnaryOp};
 use crate::shape::Shape;
 
 /// `x` as `[outer, inner]` around `axis`: the axes before it, and it with the ones after it.
@@ -240,6 +240,85 @@ pub fn grouped_conv2d_vjp<B: Linalg>(
         dx = B::slice(&dx, 2, gc.padding(), &gc.input4())?;
     }
     Ok((Some(B::relabel(&dx, x.shape_of())?), dw, db))
+}
+
+/// Part `part` (0 queries, 1 keys, 2 values; each `C` wide, at `part·C` of a last axis `width`
+/// wide) of `x` `[.., T, width]` as `[B·heads, T, hd]`: the heads apart.
+fn heads_apart<B: Layout>(x: &B, d: &AttentionDims, width: usize, part: usize) -> KernelResult<B> {
+    let (b, t, c, h, hd) = (d.batch, d.t, d.c, d.heads, d.hd);
+    let rows = B::relabel(x, &Shape::from([b, t, width]))?;
+    let z = if width == c {
+        rows
+    } else {
+        B::slice(&rows, 2, part * c, &Shape::from([b, t, c]))?
+    };
+    let z = B::relabel(&z, &Shape::from([b, t, h, hd]))?;
+    let z = B::permute(&z, &[0, 2, 1, 3], &Shape::from([b, h, t, hd]))?;
+    B::relabel(&z, &Shape::from([b * h, t, hd]))
+}
+
+/// `[B·heads, T, hd]` back to `[B, T, C]`: the heads side by side.
+fn heads_together<B: Layout>(y: &B, d: &AttentionDims) -> KernelResult<B> {
+    let (b, t, h, hd) = (d.batch, d.t, d.heads, d.hd);
+    let z = B::relabel(y, &Shape::from([b, h, t, hd]))?;
+    let z = B::permute(&z, &[0, 2, 1, 3], &Shape::from([b, t, h, hd]))?;
+    B::relabel(&z, &Shape::from([b, t, d.c]))
+}
+
+/// The queries, the transposed keys, the values and the weights
+/// `softmax(Q·Kᵀ·(1/√hd) + M)` (`M` −∞ above the diagonal) of every head.
+fn attention_weights<B: Linalg>(qkv: &B, d: &AttentionDims) -> KernelResult<B, [B; 4]> {
+    let (bh, t) = (d.batch * d.heads, d.t);
+    let width = 3 * d.c;
+    let q = heads_apart(qkv, d, width, 0)?;
+    let k = heads_apart(qkv, d, width, 1)?;
+    let v = heads_apart(qkv, d, width, 2)?;
+    let kt = B::permute(&k, &[0, 2, 1], &Shape::from([bh, d.hd, t]))?;
+    let scores = Shape::from([bh, t, t]);
+    let s = B::scale(&B::matmul(&q, &kt, &scores)?, d.scale())?;
+    let mask: Vec<f64> = (0..t * t)
+        .map(|n| {
+            if n % t > n / t {
+                f64::NEG_INFINITY
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let mask = B::broadcast(&B::constant(&mask, &Shape::from([t, t]))?, &scores)?;
+    let p = B::softmax(&B::binary(BinaryOp::Add, &s, &mask)?, 2, false)?;
+    Ok([q, kt, v, p])
+}
+
+/// `causal_attention` from products, a mask and softmax (`crate::ops::AttentionDims`).
+pub fn causal_attention<B: Linalg>(qkv: &B, heads: usize, out: &Shape) -> KernelResult<B> {
+    let d = AttentionDims::of(qkv.shape_of(), heads);
+    let [_, _, v, p] = attention_weights(qkv, &d)?;
+    let y = B::matmul(&p, &v, &Shape::from([d.batch * d.heads, d.t, d.hd]))?;
+    B::relabel(&heads_together(&y, &d)?, out)
+}
+
+/// The VJP of [`causal_attention`], through its steps' VJPs (the mask passes the cotangent).
+pub fn causal_attention_vjp<B: Linalg>(qkv: &B, heads: usize, dy: &B) -> KernelResult<B> {
+    let d = AttentionDims::of(qkv.shape_of(), heads);
+    let [q, kt, v, p] = attention_weights(qkv, &d)?;
+    let dyh = heads_apart(dy, &d, d.c, 0)?;
+    let (dp, dv) = B::matmul_vjp(&p, &v, &dyh)?;
+    let ds = B::scale(&B::softmax_vjp(&p, &dp, 2, false)?, d.scale())?;
+    let (dq, dkt) = B::matmul_vjp(&q, &kt, &ds)?;
+    let dk = B::permute(
+        &dkt,
+        &[0, 2, 1],
+        &Shape::from([d.batch * d.heads, d.t, d.hd]),
+    )?;
+    let parts = [
+        heads_together(&dq, &d)?,
+        heads_together(&dk, &d)?,
+        heads_together(&dv, &d)?,
+    ];
+    let packed = Shape::from([d.batch, d.t, 3 * d.c]);
+    let dx = B::concat(&[&parts[0], &parts[1], &parts[2]], 2, &packed)?;
+    B::relabel(&dx, qkv.shape_of())
 }
 
 #[cfg(test)]

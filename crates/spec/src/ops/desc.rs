@@ -635,6 +635,11 @@ row!(LINEAR, "linear", Linalg, false,
      "`y = x·Wᵀ + b` over the last axis, leading axes kept", "`s` with last axis `out`",
      operands: ["x", "weight", "bias"], payload: 2, arity: Arity::Exact(3),
      saves: Saves::BOTH_OPERANDS, Proto::Op(|| Op::Linear), torch: "F.linear({x}, {weight}, {bias})");
+row!(CAUSAL_ATTENTION, "causal_attention", Linalg, true,
+     "causal self-attention of `heads` heads on packed projections (nanoGPT's between `c_attn` and `c_proj`): the last axis holds queries, keys and values side by side, each head `hd = C/heads` columns of each; position `i` attends to `j ≤ i` with weights `softmax_j(q_i·k_j/√hd)`, the heads side by side again; the VJP recomputes the weights",
+     "`s` with last axis `s[-1]/3`",
+     operands: ["qkv"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
+     Proto::Op(|| Op::CausalAttention { heads: 0 }), torch: "causal_attention({qkv}, {heads})");
 row!(CONV2D, "conv2d", Conv, false,
 "2-D convolution of `[C,H,W]` or `[N,C,H,W]`, zero padding on both sides (padded cells are zeros in every product, so a NaN or infinite weight reaches the border outputs, as in PyTorch); `groups` (ours) convolves channel groups separately (weight `[outC, inC/groups, kH, kW]`), `dilation` (ours) spaces the taps; `H' = (H + 2p − dilation·(kH − 1) − 1)/stride + 1`", "`[outC,H',W']` / `[N,outC,H',W']`",
 operands: ["x", "weight", "bias"], payload: 2, arity: Arity::Exact(3),
@@ -749,6 +754,7 @@ pub static OPS: &[&OpDesc] = &[
     &SUM,
     &MATMUL,
     &LINEAR,
+    &CAUSAL_ATTENTION,
     &CONV2D,
     &MAX_POOL2D,
     &AVG_POOL2D,
@@ -834,6 +840,7 @@ impl Op {
             Op::Sum => &SUM,
             Op::MatMul => &MATMUL,
             Op::Linear => &LINEAR,
+            Op::CausalAttention { .. } => &CAUSAL_ATTENTION,
             Op::Conv2d(_) => &CONV2D,
             Op::Pool(p) => match (p.kind, p.padded) {
                 (PoolKind::Max, false) => &MAX_POOL2D,
@@ -907,6 +914,7 @@ impl Op {
             | Op::ReduceSum { axis }
             | Op::ReduceMean { axis }
             | Op::Concat { axis } => v.visit("axis", AttrMut::Int(axis)),
+            Op::CausalAttention { heads } => v.visit("heads", AttrMut::Int(heads)),
             Op::LayerNorm { axis, eps } => {
                 v.visit("axis", AttrMut::Int(axis));
                 v.visit(

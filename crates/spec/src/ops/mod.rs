@@ -21,6 +21,7 @@
 //! alive. The VJP returns one entry per operand; `None` means "structurally zero" (the operand
 //! is not differentiable through this op: `detach`, the keep probability of `bernoulli_mask`).
 
+pub(crate) mod attention;
 mod conv;
 pub mod desc;
 pub(crate) mod elementwise;
@@ -32,6 +33,7 @@ pub(crate) mod random;
 pub(crate) mod reduce;
 pub mod torch;
 
+pub use attention::AttentionDims;
 pub use conv::{
     dilated_extent, window_out, BackwardChunks, Chunks, Conv2dSpec, ConvGeometry, GroupedConv,
     CONV_DEFAULT_DILATION, CONV_DEFAULT_GROUPS, IMPLICIT_VECTOR_COLUMNS, PARALLEL_IMAGES,
@@ -106,6 +108,9 @@ pub enum Op {
     MatMul,
     /// `y = x Wᵀ + b` over the last axis, leading axes kept.
     Linear,
+    /// Causal self-attention of `heads` heads on packed projections `[.., T, 3C]` (queries,
+    /// keys, values side by side) to `[.., T, C]` (extension; [`AttentionDims`]).
+    CausalAttention { heads: usize },
     /// 2-D convolution, zero padding, no dilation, one group.
     Conv2d(Conv2dSpec),
     /// Max or average pooling over the last two axes.
@@ -449,6 +454,7 @@ impl Op {
             Op::Sum => Shape::scalar(),
             Op::MatMul => linalg::infer_matmul(&inputs[0], &inputs[1])?,
             Op::Linear => linalg::infer_linear(&inputs[0], &inputs[1], &inputs[2])?,
+            Op::CausalAttention { heads } => attention::infer_causal_attention(&inputs[0], *heads)?,
             Op::Conv2d(spec) => spec.infer(&inputs[0], &inputs[1], &inputs[2])?,
             Op::Pool(spec) => spec.infer(&inputs[0])?,
             Op::BatchNormEval { channels, eps } => norm::infer_batch_norm(*channels, *eps, inputs)?,
@@ -488,6 +494,11 @@ impl Op {
     pub fn workspace_elements(&self, operands: &[Shape], out: &Shape, pass: Pass) -> usize {
         match (self, operands.first()) {
             (Op::Conv2d(spec), Some(x)) => spec.workspace_elements(x, out, pass),
+            // the scores of every head, which the composition holds (a kernel may need less)
+            (Op::CausalAttention { heads }, Some(x)) => {
+                let d = AttentionDims::of(x, *heads);
+                d.batch * d.heads * d.t * d.t
+            }
             _ => 0,
         }
     }
@@ -585,6 +596,7 @@ impl Op {
             Op::Sum => B::sum_all(a[0]),
             Op::MatMul => B::matmul(a[0], a[1], &out),
             Op::Linear => B::linear(a[0], a[1], a[2], &out),
+            Op::CausalAttention { heads } => B::causal_attention(a[0], *heads, &out),
             Op::Conv2d(spec) => B::conv2d(spec, a[0], a[1], a[2], &out),
             Op::Pool(spec) => B::pool(spec, a[0], &out),
             Op::BatchNormEval { eps, .. } => B::batch_norm([a[0], a[1], a[2], a[3], a[4]], *eps),
@@ -696,6 +708,9 @@ impl Op {
                 let (dx, dw, db) =
                     B::linear_vjp_for(s.input(self, 0)?, s.input(self, 1)?, cot, needs(0))?;
                 Ok(smallvec![dx, Some(dw), Some(db)])
+            }
+            Op::CausalAttention { heads } => {
+                one(B::causal_attention_vjp(s.input(self, 0)?, *heads, cot)?)
             }
             Op::Conv2d(spec) => {
                 let (dx, dw, db) =

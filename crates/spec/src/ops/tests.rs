@@ -2125,3 +2125,76 @@ fn at_defaults_compares_every_defaulted_attribute() {
     assert!(layer_norm(None).at_defaults());
     assert!(!layer_norm(Some(1e-3)).at_defaults());
 }
+
+#[test]
+fn causal_attention_vjp_matches_finite_differences() {
+    for (shape, heads, seed) in [
+        (&[2, 3, 6][..], 1, 71),
+        (&[4, 12], 2, 72),
+        (&[1, 2, 5, 12], 2, 73),
+    ] {
+        let x = rand_inputs(seed, &[shape], -1.5, 1.5);
+        check_fd(&Op::CausalAttention { heads }, &x, seed + 100, 1e-7);
+    }
+}
+
+#[test]
+fn causal_attention_is_its_composition_bit_for_bit_on_f64() {
+    use crate::backend::compose;
+    for (shape, heads, seed) in [
+        (&[2, 5, 12][..], 2, 81),
+        (&[7, 6], 1, 82),
+        (&[3, 1, 9], 3, 83),
+    ] {
+        let op = Op::CausalAttention { heads };
+        let x = rand_inputs(seed, &[shape], -2.0, 2.0).remove(0);
+        let y = op.forward(&[&x]).unwrap();
+        let composed = compose::causal_attention(&x, heads, y.shape()).unwrap();
+        assert!(y.bit_eq(&composed), "{shape:?} / {heads}: forward");
+        let dy = rand_inputs(seed + 1, &[y.shape().dims()], -1.0, 1.0).remove(0);
+        let saved = Saved::for_op(&op, &[&x], &y);
+        let dx = op.vjp::<Tensor<f64>>(&saved, &dy).unwrap()[0]
+            .clone()
+            .unwrap();
+        let composed = compose::causal_attention_vjp(&x, heads, &dy).unwrap();
+        assert!(dx.bit_eq(&composed), "{shape:?} / {heads}: VJP");
+    }
+}
+
+#[test]
+fn causal_attention_by_hand_and_a_later_infinity_reaches_no_earlier_position() {
+    // one head of width 1: q = k = (1, 2), v = (10, 20); position 0 sees itself only,
+    // position 1 weighs s = (2, 4) (scale 1)
+    let x = t(&[2, 3], &[1.0, 1.0, 10.0, 2.0, 2.0, 20.0]);
+    let y = Op::CausalAttention { heads: 1 }.forward(&[&x]).unwrap();
+    let w = 1.0 / (1.0 + (2.0f64).exp());
+    assert_eq!(y.data()[0], 10.0);
+    assert!((y.data()[1] - (w * 10.0 + (1.0 - w) * 20.0)).abs() < 1e-12);
+    let later = t(&[2, 3], &[1.0, 1.0, 10.0, 2.0, f64::INFINITY, f64::NAN]);
+    let y = Op::CausalAttention { heads: 1 }.forward(&[&later]).unwrap();
+    assert_eq!(y.data()[0], 10.0);
+}
+
+#[test]
+fn causal_attention_shape_rule_names_heads_and_the_packed_axis() {
+    let op = |heads| Op::CausalAttention { heads };
+    assert_eq!(
+        op(2).infer_shape(&[Shape::from([3, 4, 12])]).unwrap(),
+        Shape::from([3, 4, 4])
+    );
+    let e = op(0).infer_shape(&[Shape::from([4, 6])]).unwrap_err();
+    assert!(matches!(e, SpecError::OpAttr { attr: "heads", .. }), "{e}");
+    for bad in [&[4, 8][..], &[12], &[4, 0]] {
+        let e = op(2).infer_shape(&[Shape::from(bad)]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SpecError::OpShape {
+                    op: "causal_attention",
+                    ..
+                }
+            ),
+            "{bad:?}: {e}"
+        );
+    }
+}

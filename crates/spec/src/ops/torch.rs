@@ -37,6 +37,22 @@ def batch_norm_eval(x, gamma, beta, mean, var, eps):
 "#,
     ),
     (
+        "causal_attention",
+        r#"
+def causal_attention(qkv, heads):
+    """nanoGPT's causal self-attention between c_attn and c_proj (torchlean's causal_attention):
+    qkv [..., T, 3C] holds queries, keys and values side by side, each of the `heads` heads
+    hd = C/heads consecutive columns of each; position i attends to j <= i with weights
+    softmax_j(q_i.k_j/sqrt(hd)); the output [..., T, C] has the heads side by side."""
+    *lead, t, c3 = qkv.shape
+    c = c3 // 3
+    q, k, v = (p.reshape(*lead, t, heads, c // heads).transpose(-3, -2)
+               for p in qkv.split(c, dim=-1))
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return y.transpose(-3, -2).reshape(*lead, t, c)
+"#,
+    ),
+    (
         "clamp",
         r#"
 def clamp(x, min, max):
@@ -242,6 +258,9 @@ mod tests {
         let cat = Op::Concat { axis: 2 };
         let e = expression(&cat, &["v0".into(), "v1".into(), "v2".into()], &[]).unwrap();
         assert_eq!(e, "torch.cat([v0, v1, v2], dim=2)");
+        let attn = Op::CausalAttention { heads: 2 };
+        let e = expression(&attn, &["v0".into()], &[]).unwrap();
+        assert_eq!(e, "causal_attention(v0, 2)");
         assert_eq!(py_float(1e-5), "1e-5");
         assert_eq!(py_float(f64::INFINITY), "float(\"inf\")");
         assert_eq!(py_float(f64::NEG_INFINITY), "-float(\"inf\")");
@@ -259,9 +278,10 @@ mod tests {
 
     #[test]
     fn helpers_are_found_by_call() {
-        use crate::ops::desc::{BATCH_NORM2D_NCHW_EVAL, CLAMP, MATMUL};
+        use crate::ops::desc::{BATCH_NORM2D_NCHW_EVAL, CAUSAL_ATTENTION, CLAMP, MATMUL};
         assert_eq!(helpers_of(&CLAMP).count(), 1);
         assert_eq!(helpers_of(&BATCH_NORM2D_NCHW_EVAL).count(), 1);
+        assert_eq!(helpers_of(&CAUSAL_ATTENTION).count(), 1);
         assert_eq!(helpers_of(&MATMUL).count(), 0);
         assert!(!calls("torch.clamp(x)", "clamp"));
         assert!(!calls("my_clamp(x)", "clamp"));
