@@ -3,6 +3,7 @@
 //! cotangent's shape, the saved values' shapes) and the choice of what a VJP reads happen once,
 //! in the dispatch (`torchlean_spec::Op::forward` / `Op::vjp`), before any kernel runs.
 
+mod attention;
 mod conv;
 mod conv_implicit;
 mod elementwise;
@@ -197,6 +198,12 @@ impl<T: CpuScalar> Linalg for CpuTensor<T> {
     }
     fn linear_vjp_for(x: &Self, w: &Self, dy: &Self, need_dx: bool) -> R3o<T> {
         linalg::linear_vjp_for(x, w, dy, need_dx)
+    }
+    fn causal_attention(qkv: &Self, heads: usize, out: &Shape) -> R<T> {
+        Ok(attention::causal_attention(qkv, heads, out))
+    }
+    fn causal_attention_vjp(qkv: &Self, heads: usize, dy: &Self) -> R<T> {
+        Ok(attention::causal_attention_vjp(qkv, heads, dy))
     }
 }
 
