@@ -6,10 +6,14 @@
 //! the sum of both uses). Biases on, layer-norm eps 1e-5, dropout (`bernoulli_mask`) in training
 //! mode when `dropout > 0`.
 //!
-//! Attention is composed of IR kinds: the three projections are slices of `c_attn`'s output,
-//! heads are a reshape and a permutation to `[B·H, T, hd]`, scores a batched `matmul` scaled by
-//! `1/√hd`, the causal mask an added constant (`−∞` above the diagonal, as `masked_fill`), then
-//! `softmax` and a second batched `matmul`.
+//! Attention is one `causal_attention` node on `c_attn`'s output (the kind's kernels keep a
+//! head's scores in cache and recompute them in the VJP) wherever no dropout falls on the
+//! attention weights: with `dropout = 0` (the default) and in evaluation mode. With dropout in
+//! training it is composed of IR kinds, as nanoGPT's own: the three projections are slices of
+//! `c_attn`'s output, heads a reshape and a permutation to `[B·H, T, hd]`, scores a batched
+//! `matmul` scaled by `1/√hd`, the causal mask an added constant (`−∞` above the diagonal, as
+//! `masked_fill`), then `softmax`, dropout and a second batched `matmul`. The two agree
+//! (`causal_attention` is that composition; `tests/zoo.rs` compares the losses).
 //!
 //! Initialisation is nanoGPT's: every linear and embedding weight `N(0, 0.02²)`, biases zero,
 //! the residual projections (`c_proj`) `N(0, (0.02/√(2·n_layer))²)`, layer norms ones and zeros.
@@ -191,8 +195,12 @@ impl Gpt {
             _ => unreachable!("the ids are [B, T]"),
         };
         let c = self.cfg.n_embd;
-        let mask = ops.constant(&causal_mask(t)?)?;
-        let mask = ops.broadcast_to(&mask, Shape::from([b * self.cfg.n_head, t, t]))?;
+        let mask = if self.fused_attention(mode) {
+            None
+        } else {
+            let mask = ops.constant(&causal_mask(t)?)?;
+            Some(ops.broadcast_to(&mask, Shape::from([b * self.cfg.n_head, t, t]))?)
+        };
         let x = ops.scoped("transformer", |ops| {
             let wte = ops.scoped("wte", |ops| ops.param("weight", &self.wte))?;
             let tok = ops.embedding(ids, &wte)?;
@@ -211,7 +219,7 @@ impl Gpt {
             for (i, block) in self.blocks.iter().enumerate() {
                 x = ops.scoped("h", |ops| {
                     ops.scoped(&i.to_string(), |ops| {
-                        self.block(ops, block, &x, &mask, mode)
+                        self.block(ops, block, &x, mask.as_ref(), mode)
                     })
                 })?;
             }
@@ -281,13 +289,14 @@ impl Gpt {
         Ok(t)
     }
 
-    /// `x + attn(ln_1(x))`, then `x + mlp(ln_2(x))`; `mask` is the causal mask `[B·H, T, T]`.
+    /// `x + attn(ln_1(x))`, then `x + mlp(ln_2(x))`; `mask` is the causal mask `[B·H, T, T]`
+    /// of the composed attention (`None` for the fused one).
     fn block<O: Ops>(
         &self,
         ops: &mut O,
         block: &Block,
         x: &Var,
-        mask: &Var,
+        mask: Option<&Var>,
         mode: Mode,
     ) -> Result<Var> {
         let h = ops.scoped("ln_1", |ops| block.ln_1.forward(ops, x, mode))?;
@@ -305,21 +314,48 @@ impl Gpt {
         ops.add(&x, &m)
     }
 
-    /// Causal self-attention of `x` `[B, T, C]` under `mask` `[B·H, T, T]`.
+    /// Whether attention is the fused `causal_attention` kind: no dropout on its weights.
+    fn fused_attention(&self, mode: Mode) -> bool {
+        self.cfg.dropout == 0.0 || mode == Mode::Eval
+    }
+
+    /// Causal self-attention of `x` `[B, T, C]`: fused, or composed under `mask` `[B·H, T, T]`.
     fn attention<O: Ops>(
         &self,
         ops: &mut O,
         attn: &Attention,
         x: &Var,
+        mask: Option<&Var>,
+        mode: Mode,
+    ) -> Result<Var> {
+        let qkv = ops.scoped("c_attn", |ops| attn.c_attn.forward(ops, x, mode))?;
+        let y = match mask {
+            None => ops.apply(
+                Op::CausalAttention {
+                    heads: self.cfg.n_head,
+                },
+                &[&qkv],
+            )?,
+            Some(mask) => self.composed_attention(ops, &qkv, mask, mode)?,
+        };
+        let y = ops.scoped("c_proj", |ops| attn.c_proj.forward(ops, &y, mode))?;
+        self.dropout(ops, &y, mode)
+    }
+
+    /// `causal_attention` of the projections `qkv` `[B, T, 3C]` composed of IR kinds, with
+    /// dropout on the weights.
+    fn composed_attention<O: Ops>(
+        &self,
+        ops: &mut O,
+        qkv: &Var,
         mask: &Var,
         mode: Mode,
     ) -> Result<Var> {
-        let (b, t, c) = match x.shape().dims() {
-            &[b, t, c] => (b, t, c),
-            _ => unreachable!("the embeddings are [B, T, C]"),
+        let (b, t, c) = match qkv.shape().dims() {
+            &[b, t, c3] => (b, t, c3 / 3),
+            _ => unreachable!("the projections are [B, T, 3C]"),
         };
         let (h, hd) = (self.cfg.n_head, c / self.cfg.n_head);
-        let qkv = ops.scoped("c_attn", |ops| attn.c_attn.forward(ops, x, mode))?;
         let heads = |ops: &mut O, part: usize| -> Result<Var> {
             let z = ops.apply(
                 Op::Slice {
@@ -327,7 +363,7 @@ impl Gpt {
                     start: part * c,
                     len: c,
                 },
-                &[&qkv],
+                &[qkv],
             )?;
             let z = ops.reshape(&z, Shape::from([b, t, h, hd]))?;
             let z = ops.apply(
@@ -355,9 +391,7 @@ impl Gpt {
             },
             &[&y],
         )?;
-        let y = ops.reshape(&y, Shape::from([b, t, c]))?;
-        let y = ops.scoped("c_proj", |ops| attn.c_proj.forward(ops, &y, mode))?;
-        self.dropout(ops, &y, mode)
+        ops.reshape(&y, Shape::from([b, t, c]))
     }
 
     /// Dropout with the configured probability (none at 0, nor in evaluation mode).
@@ -379,4 +413,66 @@ fn causal_mask(t: usize) -> Result<Tensor<f64>> {
             0.0
         }
     })?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Session, Sweep};
+    use torchlean_spec::ops::splitmix64;
+
+    /// The fused `causal_attention` node and the composition it replaces (slices, heads,
+    /// scaled scores, mask, softmax, products) give the same output and the same gradients of
+    /// the block's input and of `c_attn` and `c_proj`, on the reference engine.
+    #[test]
+    fn fused_attention_is_the_composed_one() {
+        let cfg = GptConfig {
+            vocab: 5,
+            block: 8,
+            n_layer: 1,
+            n_head: 2,
+            n_embd: 8,
+            dropout: 0.0,
+        };
+        let gpt = Gpt::new(cfg, 3).unwrap();
+        let mut seed = 11;
+        let data = (0..2 * 5 * 8)
+            .map(|_| {
+                seed = splitmix64(seed);
+                (seed >> 11) as f64 / (1u64 << 53) as f64 - 0.5
+            })
+            .collect();
+        let x = Tensor::new([2, 5, 8], data).unwrap();
+        let run = |composed: bool| {
+            let mut s = Session::<Tensor<f64>>::new();
+            let xv = s.input("x", &x, true).unwrap();
+            let mask = composed.then(|| {
+                let m = s.constant(&causal_mask(5).unwrap()).unwrap();
+                s.broadcast_to(&m, Shape::from([4, 5, 5])).unwrap()
+            });
+            let attn = &gpt.blocks[0].attn;
+            let y = gpt
+                .attention(&mut s, attn, &xv, mask.as_ref(), Mode::Train)
+                .unwrap();
+            let loss = s.apply(Op::Sum, &[&y]).unwrap();
+            s.backward(&loss, Sweep::DenseAll).unwrap();
+            let mut got = vec![
+                s.value(&y).unwrap().clone(),
+                s.grad(&xv).unwrap().unwrap().clone(),
+            ];
+            for name in ["c_attn.weight", "c_proj.weight"] {
+                got.push(s.param_grad(name).unwrap().clone());
+            }
+            got
+        };
+        for (fused, composed) in run(false).iter().zip(&run(true)) {
+            let worst = fused
+                .data()
+                .iter()
+                .zip(composed.data())
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f64::max);
+            assert!(worst < 1e-14, "off by {worst}");
+        }
+    }
 }
