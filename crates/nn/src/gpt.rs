@@ -406,13 +406,7 @@ impl Gpt {
 
 /// `[t, t]`: 0 on and below the diagonal, `−∞` above (a position sees itself and the past).
 fn causal_mask(t: usize) -> Result<Tensor<f64>> {
-    Ok(Tensor::from_fn(Shape::from([t, t]), |i| {
-        if i[1] > i[0] {
-            f64::NEG_INFINITY
-        } else {
-            0.0
-        }
-    })?)
+    Ok(Tensor::new([t, t], torchlean_spec::ops::causal_mask(t))?)
 }
 
 #[cfg(test)]

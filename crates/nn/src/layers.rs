@@ -16,7 +16,7 @@ use crate::dynamic::{flatten, DynConv2d, DynLayerNorm, DynLinear};
 use crate::error::{NnError, Result, ValueProblem};
 use crate::ops::{Ops, Var};
 use std::marker::PhantomData;
-use torchlean_spec::ops::uniform_at;
+use torchlean_spec::ops::{causal_mask, uniform_at};
 use torchlean_spec::{Op, PoolKind, Shape, Tensor, UnaryOp};
 
 /// Training or evaluation (dropout and batch statistics differ).
@@ -711,16 +711,7 @@ impl<const D: usize, const H: usize> Layer for MultiHeadAttention<D, H> {
         let scores = ops.matmul(&parts[0], &kt)?;
         let mut scores = ops.scale(&scores, 1.0 / ((D / H) as f64).sqrt())?;
         if self.causal {
-            let mask: Vec<f64> = (0..t * t)
-                .map(|i| {
-                    if i % t > i / t {
-                        f64::NEG_INFINITY
-                    } else {
-                        0.0
-                    }
-                })
-                .collect();
-            let mask = ops.constant(&Tensor::new([t, t], mask)?)?;
+            let mask = ops.constant(&Tensor::new([t, t], causal_mask(t))?)?;
             let mask = ops.broadcast_to(&mask, scores.shape().clone())?;
             scores = ops.add(&scores, &mask)?;
         }

@@ -173,29 +173,15 @@ fn entry_vjp<T: CpuScalar>(x: &[T], dy: &[T], d: &AttentionDims, b: usize, dx: &
             part_t(x, d, b, h, 2),
         );
         vectorized::<SoftmaxRowsVjp, _>((&mut ds[..], &p[..], t, T::from_f64(d.scale())));
-        let dst = |part: usize| part * c + h * hd;
-        let (rows, rows_t) = (Mat::rows(&ds, t), Mat::transposed(&ds, t));
-        run(
-            (t, hd, t),
-            &mut dx[dst(0)..],
-            3 * c,
-            rows,
-            part(x, d, b, h, 1),
-        );
-        run(
-            (t, hd, t),
-            &mut dx[dst(1)..],
-            3 * c,
-            rows_t,
-            part(x, d, b, h, 0),
-        );
-        run(
-            (t, hd, t),
-            &mut dx[dst(2)..],
-            3 * c,
-            Mat::transposed(&p, t),
-            g,
-        );
+        // dQ = dS·K, dK = dSᵀ·Q, dV = Pᵀ·dY, each into its part's columns of this head
+        let grads = [
+            (Mat::rows(&ds, t), part(x, d, b, h, 1)),
+            (Mat::transposed(&ds, t), part(x, d, b, h, 0)),
+            (Mat::transposed(&p, t), g),
+        ];
+        for (which, (lhs, rhs)) in grads.into_iter().enumerate() {
+            run((t, hd, t), &mut dx[which * c + h * hd..], 3 * c, lhs, rhs);
+        }
     }
 }
 

@@ -10,7 +10,7 @@
 //! stays exact and a mean over zero elements is the engine's own (NaN on floats).
 
 use super::{Grads3, KernelResult, Layout, Linalg, Reduce};
-use crate::ops::{AttentionDims, BinaryOp, Conv2dSpec, GroupedConv, UnaryOp};
+use crate::ops::{causal_mask, AttentionDims, BinaryOp, Conv2dSpec, GroupedConv, UnaryOp};
 use crate::shape::Shape;
 
 /// `x` as `[outer, inner]` around `axis`: the axes before it, and it with the ones after it.
@@ -276,16 +276,8 @@ fn attention_weights<B: Linalg>(qkv: &B, d: &AttentionDims) -> KernelResult<B, [
     let kt = B::permute(&k, &[0, 2, 1], &Shape::from([bh, d.hd, t]))?;
     let scores = Shape::from([bh, t, t]);
     let s = B::scale(&B::matmul(&q, &kt, &scores)?, d.scale())?;
-    let mask: Vec<f64> = (0..t * t)
-        .map(|n| {
-            if n % t > n / t {
-                f64::NEG_INFINITY
-            } else {
-                0.0
-            }
-        })
-        .collect();
-    let mask = B::broadcast(&B::constant(&mask, &Shape::from([t, t]))?, &scores)?;
+    let mask = B::constant(&causal_mask(t), &Shape::from([t, t]))?;
+    let mask = B::broadcast(&mask, &scores)?;
     let p = B::softmax(&B::binary(BinaryOp::Add, &s, &mask)?, 2, false)?;
     Ok([q, kt, v, p])
 }

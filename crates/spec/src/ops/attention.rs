@@ -69,6 +69,20 @@ impl AttentionDims {
     }
 }
 
+/// The causal mask `[t, t]` row-major: 0 on and below the diagonal, −∞ above (a position sees
+/// itself and the past): what the composition adds to the scores.
+pub fn causal_mask(t: usize) -> Vec<f64> {
+    (0..t * t)
+        .map(|n| {
+            if n % t > n / t {
+                f64::NEG_INFINITY
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
 /// The shape rule: rank ≥ 2, `heads ≥ 1`, the last extent `3·heads·hd` with `hd ≥ 1`; the
 /// output has a third of it.
 pub(crate) fn infer_causal_attention(x: &Shape, heads: usize) -> Result<Shape> {

@@ -33,7 +33,7 @@ pub(crate) mod random;
 pub(crate) mod reduce;
 pub mod torch;
 
-pub use attention::AttentionDims;
+pub use attention::{causal_mask, AttentionDims};
 pub use conv::{
     dilated_extent, window_out, BackwardChunks, Chunks, Conv2dSpec, ConvGeometry, GroupedConv,
     CONV_DEFAULT_DILATION, CONV_DEFAULT_GROUPS, IMPLICIT_VECTOR_COLUMNS, PARALLEL_IMAGES,
