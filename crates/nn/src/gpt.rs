@@ -13,7 +13,8 @@
 //! `c_attn`'s output, heads a reshape and a permutation to `[B·H, T, hd]`, scores a batched
 //! `matmul` scaled by `1/√hd`, the causal mask an added constant (`−∞` above the diagonal, as
 //! `masked_fill`), then `softmax`, dropout and a second batched `matmul`. The two agree
-//! (`causal_attention` is that composition; `tests/zoo.rs` compares the losses).
+//! (`causal_attention` is that composition for finite values; the unit test
+//! `fused_attention_is_the_composed_one` compares outputs and gradients).
 //!
 //! Initialisation is nanoGPT's: every linear and embedding weight `N(0, 0.02²)`, biases zero,
 //! the residual projections (`c_proj`) `N(0, (0.02/√(2·n_layer))²)`, layer norms ones and zeros.
