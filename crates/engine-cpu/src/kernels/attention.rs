@@ -116,6 +116,8 @@ fn head_weights<T: CpuScalar>(x: &[T], d: &AttentionDims, b: usize, h: usize, p:
         kt,
         Parallelism::None,
     )
+    // invariant: the dispatch validated `qkv`'s shape, and `AttentionDims` places every head's
+    // `T × hd` block inside it, so the wrapper's bounds check cannot fail
     .expect("the head's operands lie inside the validated projections");
     vectorized::<SoftmaxRows, _>((p, t, T::from_f64(d.scale())));
 }
@@ -140,6 +142,7 @@ fn run<T: CpuScalar>(
         rhs,
         Parallelism::None,
     )
+    // invariant: as in `head_weights`, every block lies inside tensors of validated shapes
     .expect("the head's operands and block lie inside the validated tensors");
 }
 
@@ -368,13 +371,18 @@ mod tests {
         CpuTensor::from_vec(shape.to_vec(), data).unwrap()
     }
 
-    fn worst<T: CpuScalar>(a: &CpuTensor<T>, b: &CpuTensor<T>) -> f64 {
-        assert_eq!(a.shape(), b.shape());
-        a.as_slice()
-            .iter()
-            .zip(b.as_slice())
+    /// The largest `|a − b| / (1 + |b|)` over the elements.
+    fn worst_of<T: CpuScalar>(a: &[T], b: &[T]) -> f64 {
+        assert_eq!(a.len(), b.len());
+        a.iter()
+            .zip(b)
             .map(|(x, y)| (x.to_f64() - y.to_f64()).abs() / (1.0 + y.to_f64().abs()))
             .fold(0.0, f64::max)
+    }
+
+    fn worst<T: CpuScalar>(a: &CpuTensor<T>, b: &CpuTensor<T>) -> f64 {
+        assert_eq!(a.shape(), b.shape());
+        worst_of(a.as_slice(), b.as_slice())
     }
 
     /// The kernel against the engine's own composition (slices, products, mask, softmax), in
@@ -423,20 +431,12 @@ mod tests {
             let (mut fast, mut exact) = (vec![0.0; out_rows], vec![0.0; out_rows]);
             entry_forward(x.as_slice(), &d, b, &mut fast);
             exact_forward((x.as_slice(), &d, b, &mut exact[..]));
-            let worst = fast
-                .iter()
-                .zip(&exact)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0, f64::max);
+            let worst = worst_of(&fast, &exact);
             assert!(worst < 1e-13, "entry {b}: forward off by {worst}");
             let (mut fast, mut exact) = (vec![0.0; rows], vec![0.0; rows]);
             entry_vjp(x.as_slice(), dy.as_slice(), &d, b, &mut fast);
             exact_vjp((x.as_slice(), dy.as_slice(), &d, b, &mut exact[..]));
-            let worst = fast
-                .iter()
-                .zip(&exact)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0, f64::max);
+            let worst = worst_of(&fast, &exact);
             assert!(worst < 1e-13, "entry {b}: VJP off by {worst}");
         }
     }
