@@ -139,7 +139,9 @@ def matmul(n):
 
 
 def deep_backward_memory_child(threads):
-    """200 x (Linear 512->512, tanh), batch 64, forward + backward; peak RSS of this process."""
+    """200 x (Linear 512->512, tanh), batch 64, forward + backward; peak RSS of this process.
+    Subnormals are flushed to zero, as in ours (see deep_backward_memory in xtask's cases.rs)."""
+    flushed = torch.set_flush_denormal(True)
     torch.manual_seed(0)
     layers = [torch.nn.Linear(512, 512) for _ in range(200)]
     x = torch.randn(64, 512)
@@ -155,7 +157,7 @@ def deep_backward_memory_child(threads):
 
     s = measure(step, 7, warmup=1)
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    row("deep_backward_memory", threads, s, peak_rss_mb=round(peak_kb / 1024, 1))
+    row("deep_backward_memory", threads, s, peak_rss_mb=round(peak_kb / 1024, 1), flush_denormal=flushed)
 
 
 def deep_backward_memory(threads, reps):

@@ -76,6 +76,7 @@
 
 mod buffers;
 mod error;
+mod float_mode;
 mod kernels;
 mod scalar;
 mod simd;
@@ -84,6 +85,7 @@ mod threads;
 
 pub use buffers::{clear_pool, pooled_bytes, MAX_POOLED_BYTES};
 pub use error::CpuError;
+pub use float_mode::{flush_denormal, set_flush_denormal};
 pub use scalar::CpuScalar;
 pub use tensor::{CpuF32, CpuF64, CpuTensor};
 pub use threads::{current_threads, default_threads, with_threads, PAR_MIN_WORK};

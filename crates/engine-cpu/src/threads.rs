@@ -47,11 +47,26 @@ pub fn current_threads() -> usize {
     rayon::current_num_threads()
 }
 
-fn pool(n: usize) -> Option<Arc<rayon::ThreadPool>> {
+/// The pools [`with_threads`] has built, by thread count.
+fn pools() -> std::sync::MutexGuard<'static, HashMap<usize, Arc<rayon::ThreadPool>>> {
     static POOLS: OnceLock<Mutex<HashMap<usize, Arc<rayon::ThreadPool>>>> = OnceLock::new();
     let pools = POOLS.get_or_init(|| Mutex::new(HashMap::new()));
     // a poisoned lock only means another thread panicked while inserting: the map is still valid
-    let mut map = pools.lock().unwrap_or_else(|e| e.into_inner());
+    pools.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs `f` once on every thread of every pool [`with_threads`] has built (a pool built later
+/// runs its threads' start handler instead).
+pub(crate) fn broadcast_to_pools(f: impl Fn() + Sync) {
+    // released before broadcasting: a pool thread inside `with_threads` may be waiting for it
+    let built: Vec<Arc<rayon::ThreadPool>> = pools().values().cloned().collect();
+    for p in built {
+        p.broadcast(|_| f());
+    }
+}
+
+fn pool(n: usize) -> Option<Arc<rayon::ThreadPool>> {
+    let mut map = pools();
     if let Some(p) = map.get(&n) {
         return Some(p.clone());
     }
@@ -59,6 +74,7 @@ fn pool(n: usize) -> Option<Arc<rayon::ThreadPool>> {
         rayon::ThreadPoolBuilder::new()
             .num_threads(n)
             .thread_name(move |i| format!("torchlean-cpu-{n}-{i}"))
+            .start_handler(|_| crate::float_mode::apply_here())
             .build()
             .ok()?,
     );

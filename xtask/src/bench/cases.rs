@@ -536,9 +536,14 @@ fn deep_step<V: Kernels>(params: &[(V, V)], x: &V) -> Result<usize> {
     Ok(peak)
 }
 
-/// Runs in its own process (see `spawn_case`), so the peak RSS is this case's alone.
+/// Runs in its own process (see `spawn_case`), so the peak RSS is this case's alone. Subnormal
+/// numbers are flushed to zero, here and in the PyTorch twin: the gradient of this chain
+/// shrinks through the subnormal range on its way back, where Intel cores take a microcode
+/// assist per operation (3.7 s here and 3.9 s for PyTorch on the project's Intel machine,
+/// against 0.14–0.33 s on AMD), and the case is meant to time the products and the memory.
 fn deep_backward_memory(threads: usize, reps: usize) -> Result<Vec<Row>> {
     type V = torchlean_engine_cpu::CpuTensor<f32>;
+    let flushed = torchlean_engine_cpu::set_flush_denormal(true);
     let bound = 1.0 / (DEEP_WIDTH as f64).sqrt();
     let mut s = 1u64;
     let mut uniform = |shape: &[usize]| -> Result<V> {
@@ -568,6 +573,7 @@ fn deep_backward_memory(threads: usize, reps: usize) -> Result<Vec<Row>> {
         stats,
     )
     .with("peak_rss_mb", rss)
+    .with("flush_denormal", flushed)
     .with(
         "peak_live_grad_mb",
         ((peak * 4) as f64 / 1048576.0 * 10.0).round() / 10.0,
