@@ -180,6 +180,25 @@ pub fn linear_dims(x: &Shape, w: &Shape) -> (usize, usize, usize) {
     (rows, w.dims()[1], w.dims()[0])
 }
 
+/// Whether an engine whose products run along the destination's unit stride (the CPU
+/// engine's `gemm`) computes `linear` over `rows` rows as `yᵀ = W·xᵀ` into a workspace of the
+/// output's size and transposes it back: where packing all of `W` (`outf × inp` strided reads,
+/// which `y = x·Wᵀ` needs) costs more than packing `x` and transposing `yᵀ` (`rows × (inp +
+/// outf)`). One row is a matrix-vector product either way.
+pub fn linear_transposes_output(rows: usize, inp: usize, outf: usize) -> bool {
+    rows > 1 && rows.saturating_mul(inp.saturating_add(outf)) < outf.saturating_mul(inp)
+}
+
+/// The workspace of one `linear` forward: `yᵀ` where [`linear_transposes_output`], else none.
+pub(crate) fn linear_workspace_elements(x: &Shape, w: &Shape) -> usize {
+    let (rows, inp, outf) = linear_dims(x, w);
+    if linear_transposes_output(rows, inp, outf) {
+        rows * outf
+    } else {
+        0
+    }
+}
+
 pub(crate) fn linear<A: Scalar>(
     x: &Tensor<A>,
     w: &Tensor<A>,

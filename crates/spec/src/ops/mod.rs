@@ -43,7 +43,7 @@ pub use desc::{
     AttrMut, AttrValue, AttrVisitor, Onnx, OpDesc, BATCH_NORM_DEFAULT_EPS, LAYER_NORM_DEFAULT_EPS,
 };
 pub use elementwise::{gelu_consts, BinaryOp, GeluApprox, UnaryOp, ERF_VJP_SCALE};
-pub use linalg::{linear_dims, matmul_dims};
+pub use linalg::{linear_dims, linear_transposes_output, matmul_dims};
 pub use pool::{PoolKind, PoolSpec};
 pub use random::{splitmix64, uniform_at};
 pub use reduce::{class_ids, Reduction};
@@ -489,13 +489,15 @@ impl Op {
     /// Engine workspace of one application in `pass`, in elements, for operands and output of these
     /// (validated) shapes: what a forward or VJP allocates besides its output and its operands'
     /// gradients (the convolution's patch matrices, [`Conv2dSpec::workspace_elements`]). The
-    /// memory budget ([`crate::budget`]) adds it to each node's value and gradient. Products,
-    /// pools, norms and layout ops allocate only their results.
+    /// memory budget ([`crate::budget`]) adds it to each node's value and gradient. `linear`
+    /// over few rows forms its output transposed first ([`linalg::linear_transposes_output`]);
+    /// other products, pools, norms and layout ops allocate only their results.
     pub fn workspace_elements(&self, operands: &[Shape], out: &Shape, pass: Pass) -> usize {
-        match (self, operands.first()) {
-            (Op::Conv2d(spec), Some(x)) => spec.workspace_elements(x, out, pass),
+        match (self, operands) {
+            (Op::Linear, [x, w, ..]) => linalg::linear_workspace_elements(x, w),
+            (Op::Conv2d(spec), [x, ..]) => spec.workspace_elements(x, out, pass),
             // the scores of every head, which the composition holds (a kernel may need less)
-            (Op::CausalAttention { heads }, Some(x)) => {
+            (Op::CausalAttention { heads }, [x, ..]) => {
                 let d = AttentionDims::of(x, *heads);
                 d.batch * d.heads * d.t * d.t
             }

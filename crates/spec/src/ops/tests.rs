@@ -1495,13 +1495,30 @@ fn the_conv_workspace_of_a_small_layer_by_its_documented_parts() {
     let s = Shape::from([1, 1, 2, 2]);
     assert_eq!(spec.workspace_elements(&s, &s, Pass::Eval), 8);
     assert_eq!(spec.workspace_elements(&s, &s, Pass::Grad), 14);
-    // the op declares the convolution's; no other op declares one
+    // the op declares the convolution's; a product declares none
     let conv = Op::Conv2d(spec).workspace_elements(std::slice::from_ref(&s), &s, Pass::Grad);
     assert_eq!(conv, 14);
     assert_eq!(
         Op::MatMul.workspace_elements(&[s.clone(), s.clone()], &s, Pass::Grad),
         0
     );
+}
+
+#[test]
+fn a_linear_over_few_rows_declares_its_transposed_output() {
+    let ws = |x: &[usize], w: &[usize], y: &[usize]| {
+        let (x, w, y) = (Shape::from(x), Shape::from(w), Shape::from(y));
+        let b = Shape::from([w.dims()[0]]);
+        Op::Linear.workspace_elements(&[x, w, b], &y, Pass::Eval)
+    };
+    // 64·(512 + 512) = 65,536 elements of x packed and yᵀ moved against 262,144 of W packed
+    assert_eq!(ws(&[64, 512], &[512, 512], &[64, 512]), 64 * 512);
+    // leading axes are rows: 2·3 = 6 rows of 100 outputs
+    assert_eq!(ws(&[2, 3, 200], &[100, 200], &[2, 3, 100]), 6 * 100);
+    // the GPT's projections: 768·(128 + 384) against 128·384, W packed
+    assert_eq!(ws(&[768, 128], &[384, 128], &[768, 384]), 0);
+    // one row: a matrix-vector product either way
+    assert_eq!(ws(&[1, 512], &[512, 512], &[1, 512]), 0);
 }
 
 #[test]
