@@ -43,6 +43,9 @@
 //! otherwise) — the fast path is in the default build. Transposed operands (`Wᵀ` in linear,
 //! `Bᵀ`/`Aᵀ` in the matmul VJP, `colᵀ` in the conv weight gradient) are strides, never copies.
 //! Products use `Parallelism::Rayon(current_num_threads())` when large, else run on one thread.
+//! `gemm` runs along the destination's unit stride and packs the operand read across it, so a
+//! `linear` over few rows under a wide weight forms `yᵀ = W·xᵀ` and transposes that back with
+//! the bias (`torchlean_spec::ops::linear_transposes_output`) instead of packing all of `W`.
 //! `conv2d` is patch matrix + GEMM per image, images in parallel; stride-1 convolutions use a
 //! "wide" patch matrix over the padded width whose rows are single `memcpy`s (see
 //! `kernels::conv`), 1×1 ones the image itself. Its VJP is two GEMMs per image and the adjoint
@@ -60,6 +63,10 @@
 //! outputs, not the contracted dimension; the conv weight gradient sums fixed groups of images
 //! (chosen from the batch size only) in group order. Randomness is
 //! `torchlean_spec::ops::uniform_at(seed, key, index)`.
+//!
+//! **Subnormals.** Kept, as IEEE says, unless the user calls [`set_flush_denormal`]`(true)`
+//! (PyTorch's `torch.set_flush_denormal`): then every thread of the engine's pools reads and
+//! writes them as zero, which spares Intel cores a microcode assist per subnormal operation.
 //!
 //! **Numerics.** `f64` uses the standard library for every function and the reference's order
 //! of operations, so most elementwise ops agree with the reference to the bit. `f32` `exp` and
