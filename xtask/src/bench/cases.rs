@@ -540,7 +540,7 @@ fn deep_step<V: Kernels>(params: &[(V, V)], x: &V) -> Result<usize> {
 /// numbers are flushed to zero, here and in the PyTorch twin: the gradient of this chain
 /// shrinks through the subnormal range on its way back, where Intel cores take a microcode
 /// assist per operation (3.7 s here and 3.9 s for PyTorch on the project's Intel machine,
-/// against 0.14–0.33 s on AMD), and the case is meant to time the products and the memory.
+/// against 0.14 s in a run on AMD), and the case is meant to time the products and the memory.
 fn deep_backward_memory(threads: usize, reps: usize) -> Result<Vec<Row>> {
     type V = torchlean_engine_cpu::CpuTensor<f32>;
     let flushed = torchlean_engine_cpu::set_flush_denormal(true);

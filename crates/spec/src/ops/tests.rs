@@ -1495,7 +1495,7 @@ fn the_conv_workspace_of_a_small_layer_by_its_documented_parts() {
     let s = Shape::from([1, 1, 2, 2]);
     assert_eq!(spec.workspace_elements(&s, &s, Pass::Eval), 8);
     assert_eq!(spec.workspace_elements(&s, &s, Pass::Grad), 14);
-    // the op declares the convolution's; a product declares none
+    // the op declares the convolution's; `matmul` declares none
     let conv = Op::Conv2d(spec).workspace_elements(std::slice::from_ref(&s), &s, Pass::Grad);
     assert_eq!(conv, 14);
     assert_eq!(
