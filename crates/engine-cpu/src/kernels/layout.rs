@@ -90,7 +90,12 @@ const TILE: usize = 16;
 /// [`gather`] when the second-to-last output axis is contiguous in the source (a transpose of
 /// the two innermost axes, possibly batched): `TILE × TILE` tiles, so that each source cache
 /// line is used whole while it is in L1, instead of one element per line.
-fn gather_tiled<T: CpuScalar>(src: &[T], dims: &[usize], strides: &[usize], out: &mut [T]) {
+pub(crate) fn gather_tiled<T: CpuScalar>(
+    src: &[T],
+    dims: &[usize],
+    strides: &[usize],
+    out: &mut [T],
+) {
     let r = dims.len();
     let (an, ln, ls) = (dims[r - 2], dims[r - 1], strides[r - 1]);
     let (outer_dims, outer_strides) = (&dims[..r - 2], &strides[..r - 2]);

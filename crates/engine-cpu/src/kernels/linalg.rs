@@ -11,6 +11,7 @@
 //! dimension, and the blocks stay on `gemm`'s general path, whose sum order depends on `k`
 //! alone, so each element's sum is formed in the same order for any thread count.
 
+use super::layout::gather_tiled;
 use crate::error::CpuError;
 use crate::scalar::CpuScalar;
 use crate::tensor::CpuTensor;
@@ -446,8 +447,8 @@ pub(crate) fn linear<T: CpuScalar>(
     Ok(out)
 }
 
-/// `linear` as `yᵀ = W·xᵀ` into scratch, then `y = b + (yᵀ)ᵀ` in cache-sized tiles, where
-/// [`linear_transposes_output`] says so.
+/// `linear` as `yᵀ = W·xᵀ` into scratch, then `y = b + (yᵀ)ᵀ` (the blocked transpose `permute`
+/// uses, then the bias along the rows), where [`linear_transposes_output`] says so.
 ///
 /// `gemm` runs along the destination's unit stride: for `y = x·Wᵀ` (row-major, `outf` wide)
 /// it reads `W` across its rows, so it first packs (transposes into panels) all of `W` on
@@ -462,7 +463,6 @@ fn linear_by_transposed_product<T: CpuScalar>(
     (rows, inp, outf): (usize, usize, usize),
     mut out: CpuTensor<T>,
 ) -> Result<CpuTensor<T>, CpuError> {
-    const TILE: usize = 32;
     let mut yt = CpuTensor::<T>::uninit(Shape::from([outf, rows]));
     gemm(
         desc::LINEAR.name,
@@ -475,16 +475,12 @@ fn linear_by_transposed_product<T: CpuScalar>(
         Mat::transposed(x.as_slice(), inp),
         gemm_par(outf, rows, inp),
     )?;
-    let (yt, y) = (yt.as_slice(), out.data_mut());
-    for i0 in (0..rows).step_by(TILE) {
-        for j0 in (0..outf).step_by(TILE) {
-            let cols = j0..(j0 + TILE).min(outf);
-            for i in i0..(i0 + TILE).min(rows) {
-                let row = &mut y[i * outf..(i + 1) * outf];
-                for j in cols.clone() {
-                    row[j] = bias[j] + yt[j * rows + i];
-                }
-            }
+    let y = out.data_mut();
+    // y[i][j] = yᵀ[j][i]: source strides 1 along y's rows, `rows` along its columns
+    gather_tiled(yt.as_slice(), &[rows, outf], &[1, rows], y);
+    for row in y.chunks_exact_mut(outf) {
+        for (v, &b) in row.iter_mut().zip(bias) {
+            *v = b + *v;
         }
     }
     Ok(out)
@@ -594,7 +590,7 @@ mod tests {
     }
 
     /// A row-major tensor of `shape` with fixed, varied entries.
-    fn filled(shape: &[usize], salt: usize) -> CpuTensor<f32> {
+    fn varied(shape: &[usize], salt: usize) -> CpuTensor<f32> {
         let n = shape.iter().product::<usize>();
         let data = (0..n)
             .map(|i| ((i * 37 + salt) % 101) as f32 / 50.0 - 1.0)
@@ -614,9 +610,9 @@ mod tests {
             (8, 2000, 300),
         ] {
             let (x, w, b) = (
-                filled(&[rows, inp], 5),
-                filled(&[outf, inp], 6),
-                filled(&[outf], 7),
+                varied(&[rows, inp], 5),
+                varied(&[outf, inp], 6),
+                varied(&[outf], 7),
             );
             let y = linear(&x, &w, &b, Shape::from([rows, outf])).unwrap();
             let (xs, ws, bs) = (x.as_slice(), w.as_slice(), b.as_slice());
@@ -647,13 +643,13 @@ mod tests {
         // products run whole and split across threads
         for (rows, inp, outf) in [(12, 20, 9), (128, 160, 144), (64, 512, 520)] {
             let (x, w, dy) = (
-                filled(&[rows, inp], 1),
-                filled(&[outf, inp], 2),
-                filled(&[rows, outf], 3),
+                varied(&[rows, inp], 1),
+                varied(&[outf, inp], 2),
+                varied(&[rows, outf], 3),
             );
             let run = || {
                 let (dx, dw, db) = linear_vjp(&x, &w, &dy).unwrap();
-                let (da, db2) = matmul_vjp(&x, &filled(&[inp, outf], 4), &dy).unwrap();
+                let (da, db2) = matmul_vjp(&x, &varied(&[inp, outf], 4), &dy).unwrap();
                 let first_layer = linear_vjp_for(&x, &w, &dy, false).unwrap();
                 assert!(first_layer.0.is_none());
                 assert_eq!(first_layer.1.as_slice(), dw.as_slice());
