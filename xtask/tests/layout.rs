@@ -24,7 +24,7 @@ fn metadata() -> Value {
 /// The crates by layer, lowest first (docs/ARCHITECTURE.md, "Bird's-eye view"). A crate
 /// depends only on crates of lower layers.
 const LAYERS: &[&[&str]] = &[
-    &["spec", "distributed"],
+    &["spec", "distributed", "workspace-hack"],
     &["ir", "runtime"],
     &[
         "compiled",
@@ -141,5 +141,68 @@ fn every_integration_test_file_is_built() {
         unbuilt.is_empty(),
         "integration test files no test target builds (add `mod <name>;` to the crate's \
          tests/main.rs, or a [[test]] to its Cargo.toml): {unbuilt:?}"
+    );
+}
+
+/// Every resolved package of the workspace's build, as `name version features` lines (`cargo
+/// tree`, host and target dependencies alike), with `features` added to the default ones.
+fn resolved(features: &[&str]) -> std::collections::BTreeSet<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut args = vec![
+        "tree",
+        "--workspace",
+        "--offline",
+        "-e",
+        "features,normal,build,dev",
+        "-f",
+        "{p} {f}",
+        "--prefix",
+        "none",
+    ];
+    if !features.is_empty() {
+        args.push("--features");
+        args.extend(features);
+    }
+    let out = Command::new(cargo)
+        .args(&args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        // packages, not the `-e features` lines naming one feature
+        .filter(|l| !l.contains(" feature \""))
+        .map(|l| l.trim_end_matches(" (*)").trim_end().to_string())
+        .collect()
+}
+
+/// The MPI tests (`.ci/run`) build after `cargo test --workspace`: every package the default
+/// build resolved must resolve with the same features in the MPI build, or it and everything
+/// above it is compiled twice (`crates/workspace-hack`; bindgen's `syn` feature was 6.5 minutes
+/// of CI).
+#[test]
+fn the_mpi_build_resolves_the_default_builds_packages_unchanged() {
+    const MPI: [&str; 3] = ["torchlean-distributed", "torchlean-cli", "xtask"];
+    let default = resolved(&[]);
+    let mpi = resolved(&[&MPI.map(|p| format!("{p}/mpi")).join(",")]);
+    // the packages whose `mpi` feature this is differ by it
+    let changed: Vec<&String> = default
+        .difference(&mpi)
+        .filter(|l| !MPI.iter().any(|p| l.starts_with(&format!("{p} v"))))
+        .collect();
+    assert!(
+        default.len() > 100,
+        "only {} packages resolved",
+        default.len()
+    );
+    assert!(
+        changed.is_empty(),
+        "resolved otherwise in the MPI build (add the MPI build's features to \
+         crates/workspace-hack): {changed:?}"
     );
 }
