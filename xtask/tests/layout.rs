@@ -5,20 +5,25 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 
-/// The workspace's own packages, from `cargo metadata --no-deps`.
-fn metadata() -> Value {
+/// The standard output of `cargo ARGS` in this package's folder (failing on its failure).
+fn cargo(args: &[&str]) -> Vec<u8> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "{}",
+        "cargo {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap()
+    out.stdout
+}
+
+/// The workspace's own packages, from `cargo metadata --no-deps`.
+fn metadata() -> Value {
+    serde_json::from_slice(&cargo(&["metadata", "--no-deps", "--format-version", "1"])).unwrap()
 }
 
 /// The crates by layer, lowest first (docs/ARCHITECTURE.md, "Bird's-eye view"). A crate
@@ -145,13 +150,12 @@ fn every_integration_test_file_is_built() {
 }
 
 /// Every resolved package of the workspace's build, as `name version features` lines (`cargo
-/// tree`, host and target dependencies alike), with `features` added to the default ones.
+/// tree`, host and target dependencies alike), with `features` added to the default ones. Not
+/// `--offline`: on a fresh machine the MPI build's packages are not downloaded yet.
 fn resolved(features: &[&str]) -> std::collections::BTreeSet<String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut args = vec![
         "tree",
         "--workspace",
-        "--offline",
         "-e",
         "features,normal,build,dev",
         "-f",
@@ -163,17 +167,7 @@ fn resolved(features: &[&str]) -> std::collections::BTreeSet<String> {
         args.push("--features");
         args.extend(features);
     }
-    let out = Command::new(cargo)
-        .args(&args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
+    String::from_utf8_lossy(&cargo(&args))
         .lines()
         // packages, not the `-e features` lines naming one feature
         .filter(|l| !l.contains(" feature \""))
