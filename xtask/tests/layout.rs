@@ -150,9 +150,10 @@ fn every_integration_test_file_is_built() {
 }
 
 /// Every resolved package of the workspace's build, as `name version features` lines (`cargo
-/// tree`, host and target dependencies alike), with `features` added to the default ones. Not
-/// `--offline`: on a fresh machine the MPI build's packages are not downloaded yet.
-fn resolved(features: &[&str]) -> std::collections::BTreeSet<String> {
+/// tree`, host and target dependencies alike), with `features` (a `--features` list) added to
+/// the default ones. Not `--offline`: on a fresh machine the MPI build's packages are not
+/// downloaded yet.
+fn resolved(features: Option<&str>) -> std::collections::BTreeSet<String> {
     let mut args = vec![
         "tree",
         "--workspace",
@@ -163,9 +164,8 @@ fn resolved(features: &[&str]) -> std::collections::BTreeSet<String> {
         "--prefix",
         "none",
     ];
-    if !features.is_empty() {
-        args.push("--features");
-        args.extend(features);
+    if let Some(features) = features {
+        args.extend(["--features", features]);
     }
     String::from_utf8_lossy(&cargo(&args))
         .lines()
@@ -175,19 +175,35 @@ fn resolved(features: &[&str]) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
+/// The features `.ci/run` builds the MPI tests with (its `mpi_features=` line).
+fn ci_mpi_features() -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/run");
+    std::fs::read_to_string(&script)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("mpi_features="))
+        .unwrap_or_else(|| panic!("no `mpi_features=` line in {}", script.display()))
+        .trim()
+        .to_string()
+}
+
 /// The MPI tests (`.ci/run`) build after `cargo test --workspace`: every package the default
 /// build resolved must resolve with the same features in the MPI build, or it and everything
 /// above it is compiled twice (`crates/workspace-hack`; bindgen's `syn` feature made `.ci/run`'s
-/// MPI tests step 406 s instead of 262).
+/// MPI tests step 406 s instead of 223).
 #[test]
 fn the_mpi_build_resolves_the_default_builds_packages_unchanged() {
-    const MPI: [&str; 3] = ["torchlean-distributed", "torchlean-cli", "xtask"];
-    let default = resolved(&[]);
-    let mpi = resolved(&[&MPI.map(|p| format!("{p}/mpi")).join(",")]);
+    let features = ci_mpi_features();
     // the packages whose `mpi` feature this is differ by it
+    let mpi_packages: Vec<String> = features
+        .split(',')
+        .map(|f| format!("{} v", f.split('/').next().unwrap_or(f)))
+        .collect();
+    let default = resolved(None);
+    let mpi = resolved(Some(&features));
     let changed: Vec<&String> = default
         .difference(&mpi)
-        .filter(|l| !MPI.iter().any(|p| l.starts_with(&format!("{p} v"))))
+        .filter(|l| !mpi_packages.iter().any(|p| l.starts_with(p)))
         .collect();
     assert!(
         default.len() > 100,
