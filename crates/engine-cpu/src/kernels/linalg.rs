@@ -50,14 +50,52 @@ impl<'a, T> Mat<'a, T> {
             cs: cols,
         }
     }
+
+    /// The block that starts at row `r`, column `c` (the same strides). Panics where that
+    /// element lies past the data, as slicing does.
+    pub fn at(&self, r: usize, c: usize) -> Self {
+        Mat {
+            data: &self.data[r * self.rs + c * self.cs..],
+            rs: self.rs,
+            cs: self.cs,
+        }
+    }
 }
 
-/// Multiply-adds below which a product stays on one thread. `gemm`'s rayon split costs tens of
-/// microseconds of wake-ups and synchronisation per product (measured on the 2-core Xeon: the
-/// 64-row MLP training step took 1.1 ms with products from 2^18 multiply-adds split, 0.73 ms
-/// with none of its products — at most 12.8M multiply-adds — split); a product this large
-/// (16M multiply-adds, about 0.1 ms on one core) amortises it.
-const GEMM_PAR_MIN: usize = 1 << 24;
+/// What a product's destination starts from: `dst = start + lhs·rhs`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Start<'a, T> {
+    /// Zero: the destination's old values are not read.
+    Zero,
+    /// The destination's values.
+    Dst,
+    /// The same `n` values in every row (a bias), written by the thread that computes the row
+    /// just before its product, so a split product's halves each stay in their own core's
+    /// caches. Written over the whole output first, by one thread, then read by two, it made
+    /// GPT's widest `linear` (768 × 128 → 512) take 688–703 µs at two threads against 560–566
+    /// (2-vCPU AMD EPYC, 2026-12-07), where one thread takes 1,080–1,095.
+    Rows(&'a [T]),
+}
+
+/// `true` is [`Start::Dst`] (accumulate), `false` [`Start::Zero`].
+impl<T> From<bool> for Start<'_, T> {
+    fn from(accumulate: bool) -> Self {
+        if accumulate {
+            Start::Dst
+        } else {
+            Start::Zero
+        }
+    }
+}
+
+/// Multiply-adds below which a product stays on one thread: a split costs a wake-up and
+/// synchronisation per product (tens of microseconds) and packs the shared operand once per
+/// half. At 2^24 (the earlier value, set on a 2-core Xeon where splitting the 64-row MLP's
+/// products made its step slower) GPT's attention projection (768 × 128 × 128, 12.6M) stayed
+/// on one core; at 2^22, on the 2-vCPU AMD EPYC of 2026-12-07, `gpt_train_step` took 39.5
+/// against 41.8 ms at two threads, `conv_train` 3.54 against 3.76 and `mlp_train_b512` 4.45
+/// against 4.61 (medians, two rounds alternating), `mlp_train_b64` 0.98–1.00 against 0.97.
+const GEMM_PAR_MIN: usize = 1 << 22;
 
 /// The parallelism for an `m × n × k` product issued from the top level (not from inside a
 /// parallel loop).
@@ -90,13 +128,13 @@ fn fits<T>(a: &Mat<'_, T>, rows: usize, cols: usize) -> bool {
 /// Every extent and stride is checked against the buffers first, so a wrong call is an error,
 /// never an out-of-bounds access.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn gemm<T: CpuScalar>(
+pub(crate) fn gemm<'s, T: CpuScalar>(
     op: &'static str,
     m: usize,
     n: usize,
     k: usize,
     dst: &mut [T],
-    accumulate: bool,
+    start: impl Into<Start<'s, T>>,
     lhs: Mat<'_, T>,
     rhs: Mat<'_, T>,
     par: Parallelism,
@@ -110,26 +148,35 @@ pub(crate) fn gemm<T: CpuScalar>(
             ),
         });
     }
-    gemm_rows(op, m, n, k, dst, n, accumulate, lhs, rhs, par)
+    gemm_rows(op, m, n, k, dst, n, start, lhs, rhs, par)
 }
 
 /// [`gemm`] into an `m × n` block of a row-major matrix whose rows are `dst_rs` apart (`dst`
 /// starts at the block's first element): a range of columns, as the convolution's chunks
 /// write.
 #[allow(unsafe_code, clippy::too_many_arguments)]
-pub(crate) fn gemm_rows<T: CpuScalar>(
+pub(crate) fn gemm_rows<'s, T: CpuScalar>(
     op: &'static str,
     m: usize,
     n: usize,
     k: usize,
     dst: &mut [T],
     dst_rs: usize,
-    accumulate: bool,
+    start: impl Into<Start<'s, T>>,
     lhs: Mat<'_, T>,
     rhs: Mat<'_, T>,
     par: Parallelism,
 ) -> Result<(), CpuError> {
+    let start = start.into();
     let err = |reason: String| CpuError::Gemm { op, reason };
+    if let Start::Rows(row) = start {
+        if row.len() != n {
+            return Err(err(format!(
+                "a starting row of {} elements for a {m}×{n} product",
+                row.len()
+            )));
+        }
+    }
     let last = m
         .checked_sub(1)
         .and_then(|r| r.checked_mul(dst_rs))
@@ -144,9 +191,12 @@ pub(crate) fn gemm_rows<T: CpuScalar>(
         return Ok(());
     }
     if k == 0 {
-        if !accumulate {
-            for r in 0..m {
-                dst[r * dst_rs..r * dst_rs + n].fill(T::ZERO);
+        for r in 0..m {
+            let row = &mut dst[r * dst_rs..r * dst_rs + n];
+            match start {
+                Start::Zero => row.fill(T::ZERO),
+                Start::Dst => {}
+                Start::Rows(v) => row.copy_from_slice(v),
             }
         }
         return Ok(());
@@ -174,18 +224,7 @@ pub(crate) fn gemm_rows<T: CpuScalar>(
     };
     let Some(parts) = parts else {
         // SAFETY: see `run_block`; `whole` is the checked `m × n` block itself.
-        unsafe {
-            run_block(
-                &whole,
-                k,
-                dst.as_mut_ptr(),
-                rs_isize,
-                accumulate,
-                lhs,
-                rhs,
-                par,
-            )
-        };
+        unsafe { run_block(&whole, k, dst.as_mut_ptr(), rs_isize, start, lhs, rhs, par) };
         return Ok(());
     };
     let shared = SharedDst(dst.as_mut_ptr());
@@ -195,18 +234,7 @@ pub(crate) fn gemm_rows<T: CpuScalar>(
         // blocks of one split are disjoint (`split_for_threads` cuts one extent into
         // non-overlapping ranges), so no two threads write one element; `dst`'s `&mut`
         // borrow is held until every block is done (`for_each` returns after all of them).
-        unsafe {
-            run_block(
-                &b,
-                k,
-                d.0,
-                rs_isize,
-                accumulate,
-                lhs,
-                rhs,
-                Parallelism::None,
-            )
-        }
+        unsafe { run_block(&b, k, d.0, rs_isize, start, lhs, rhs, Parallelism::None) }
     });
     Ok(())
 }
@@ -293,12 +321,24 @@ unsafe fn run_block<T: CpuScalar>(
     k: usize,
     dst: *mut T,
     dst_rs: isize,
-    accumulate: bool,
+    start: Start<'_, T>,
     lhs: Mat<'_, T>,
     rhs: Mat<'_, T>,
     par: Parallelism,
 ) {
     let (r0, c0) = (b.rows.start, b.cols.start);
+    if let Start::Rows(v) = start {
+        let v = &v[b.cols.clone()];
+        for r in b.rows.clone() {
+            // SAFETY: row `r`, columns `b.cols` of the destination, inside the block (see
+            // above); `v` is a shared borrow, so it cannot overlap the `&mut` destination.
+            unsafe {
+                std::slice::from_raw_parts_mut(dst.add(r * dst_rs as usize + c0), v.len())
+                    .copy_from_slice(v)
+            };
+        }
+    }
+    let accumulate = !matches!(start, Start::Zero);
     unsafe {
         gemm::gemm(
             b.rows.len(),
@@ -428,18 +468,13 @@ pub(crate) fn linear<T: CpuScalar>(
     if linear_transposes_output(rows, inp, outf) {
         return linear_by_transposed_product(x, w, bias, (rows, inp, outf), out);
     }
-    if outf > 0 {
-        for row in y.chunks_exact_mut(outf) {
-            row.copy_from_slice(bias);
-        }
-    }
     gemm(
         desc::LINEAR.name,
         rows,
         outf,
         inp,
         y,
-        true,
+        Start::Rows(bias),
         Mat::rows(x.as_slice(), inp),
         Mat::transposed(w.as_slice(), inp),
         gemm_par(rows, outf, inp),
@@ -668,7 +703,8 @@ mod tests {
 
     #[test]
     fn split_products_give_the_bits_of_whole_ones() {
-        // column and row splits, with and without accumulation, strided operands included
+        // column and row splits, from zero, from the destination and from a row (each block's
+        // rows written by its own thread), strided operands included
         for (m, n, k) in [(8, 200, 5), (64, 700, 600), (300, 10, 7), (257, 70, 1100)] {
             let a: Vec<f32> = (0..m * k)
                 .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
@@ -676,17 +712,29 @@ mod tests {
             let b: Vec<f32> = (0..k * n)
                 .map(|i| ((i * 53 % 97) as f32 - 48.0) / 3.0)
                 .collect();
-            for accumulate in [false, true] {
-                let run = |par| {
-                    let mut c: Vec<f32> = (0..m * n).map(|i| (i % 13) as f32).collect();
-                    let (lhs, rhs) = (Mat::rows(&a, k), Mat::transposed(&b, k));
-                    gemm("test", m, n, k, &mut c, accumulate, lhs, rhs, par).unwrap();
-                    c.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
-                };
-                assert!(split_for_threads(m, n, k, 2).is_some(), "{m}×{n}×{k}");
-                let whole = run(Parallelism::None);
-                let split = with_threads(2, || run(Parallelism::Rayon(2)));
-                assert!(whole == split, "{m}×{n}×{k}, accumulate {accumulate}");
+            let bias: Vec<f32> = (0..n).map(|j| (j % 11) as f32 - 5.5).collect();
+            let run = |start: Start<'_, f32>, old: &(dyn Fn(usize) -> f32 + Sync), par| {
+                let mut c: Vec<f32> = (0..m * n).map(old).collect();
+                let (lhs, rhs) = (Mat::rows(&a, k), Mat::transposed(&b, k));
+                gemm("test", m, n, k, &mut c, start, lhs, rhs, par).unwrap();
+                c.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+            };
+            assert!(split_for_threads(m, n, k, 2).is_some(), "{m}×{n}×{k}");
+            let some = |i: usize| (i % 13) as f32;
+            let biased = |i: usize| bias[i % n];
+            // a row start is the bias written over the destination, then accumulated on
+            let by_rows = run(Start::Dst, &biased, Parallelism::None);
+            for (start, old) in [
+                (Start::Zero, &some as &(dyn Fn(usize) -> f32 + Sync)),
+                (Start::Dst, &some),
+                (Start::Rows(&bias), &some),
+            ] {
+                let whole = run(start, old, Parallelism::None);
+                let split = with_threads(2, || run(start, old, Parallelism::Rayon(2)));
+                assert!(whole == split, "{m}×{n}×{k}, {start:?}");
+                if let Start::Rows(_) = start {
+                    assert!(whole == by_rows, "{m}×{n}×{k}: the row start");
+                }
             }
         }
     }
@@ -794,6 +842,20 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("destination"), "{e}");
+        // a starting row that is not one row of the destination
+        let e = gemm(
+            "t",
+            2,
+            2,
+            1,
+            &mut c,
+            Start::Rows(&a[..3]),
+            Mat::rows(&a, 1),
+            Mat::rows(&a, 2),
+            Parallelism::None,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("starting row of 3"), "{e}");
     }
 
     #[test]
