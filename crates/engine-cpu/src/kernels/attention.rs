@@ -182,7 +182,7 @@ fn entry_vjp<T: CpuScalar>(x: &[T], dy: &[T], d: &AttentionDims, b: usize, dx: &
         }
         vectorized::<SoftmaxRowsVjp, _>((&mut ds[..], &p[..], t, T::from_f64(d.scale())));
         let (q, k) = (part(x, d, b, h, 0), part(x, d, b, h, 1));
-        let (dst, dst_t, pt) = (
+        let (ds_m, ds_t, pt) = (
             Mat::rows(&ds, t),
             Mat::transposed(&ds, t),
             Mat::transposed(&p, t),
@@ -190,21 +190,12 @@ fn entry_vjp<T: CpuScalar>(x: &[T], dy: &[T], d: &AttentionDims, b: usize, dx: &
         for (r0, r1) in causal_blocks(t) {
             let m = r1 - r0;
             let at = |part| d.qkv_at(0, r0, part, h);
-            run((m, hd, r1), &mut dx[at(0)..], 3 * c, dst.at(r0, 0), k);
-            run(
-                (m, hd, t - r0),
-                &mut dx[at(1)..],
-                3 * c,
-                dst_t.at(r0, r0),
-                q.at(r0, 0),
-            );
-            run(
-                (m, hd, t - r0),
-                &mut dx[at(2)..],
-                3 * c,
-                pt.at(r0, r0),
-                g.at(r0, 0),
-            );
+            run((m, hd, r1), &mut dx[at(0)..], 3 * c, ds_m.at(r0, 0), k);
+            // dK, dV: rows r0..r1 of dSᵀ·Q and Pᵀ·dY, from their rows r0..
+            for (part, lhs, rhs) in [(1, ds_t, q), (2, pt, g)] {
+                let (lhs, rhs) = (lhs.at(r0, r0), rhs.at(r0, 0));
+                run((m, hd, t - r0), &mut dx[at(part)..], 3 * c, lhs, rhs);
+            }
         }
     }
 }
