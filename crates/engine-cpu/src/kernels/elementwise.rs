@@ -16,10 +16,12 @@ use crate::threads::par_rows;
 use torchlean_spec::ops::gelu_consts as gc;
 use torchlean_spec::{BinaryOp, GeluApprox, UnaryOp};
 
-/// Relative costs (≈ cheap operations per element) that weight the parallel threshold.
+/// Relative costs (≈ cheap operations per element) that weight the parallel and the dispatch
+/// thresholds.
 const CHEAP: usize = 1;
 const DIVIDE: usize = 4;
-const POLY: usize = 16;
+/// The polynomial functions (`CpuScalar::vexp`, `vtanh`, `erf`).
+pub(super) const POLY: usize = 16;
 const LIBM: usize = 32;
 
 /// `dst[i] = f(src[i])`.
@@ -60,7 +62,7 @@ pub(crate) fn map<T: CpuScalar>(
     let mut out = CpuTensor::uninit(x.shape().clone());
     let src = x.as_slice();
     par_rows(out.data_mut(), 1, cost, |start, dst| {
-        vectorized_if::<MapLoop, _>(dst.len(), (dst, &src[start..], &f))
+        vectorized_if::<MapLoop, _>(dst.len() * cost, (dst, &src[start..], &f))
     });
     out
 }
@@ -77,7 +79,7 @@ pub(crate) fn zip<T: CpuScalar>(
     let mut out = CpuTensor::uninit(a.shape().clone());
     let (sa, sb) = (a.as_slice(), b.as_slice());
     par_rows(out.data_mut(), 1, cost, |start, dst| {
-        vectorized_if::<ZipLoop, _>(dst.len(), (dst, &sa[start..], &sb[start..], &f))
+        vectorized_if::<ZipLoop, _>(dst.len() * cost, (dst, &sa[start..], &sb[start..], &f))
     });
     out
 }
@@ -95,7 +97,7 @@ fn zip3<T: CpuScalar>(
     let (sa, sb, sc) = (a.as_slice(), b.as_slice(), c.as_slice());
     par_rows(out.data_mut(), 1, cost, |start, dst| {
         let args = (dst, &sa[start..], &sb[start..], &sc[start..], &f);
-        vectorized_if::<Zip3Loop, _>(args.0.len(), args)
+        vectorized_if::<Zip3Loop, _>(args.0.len() * cost, args)
     });
     out
 }

@@ -8,6 +8,7 @@
 //! lines side by side (vectorised along `inner`). Lines are independent, so slabs go to threads
 //! freely without changing any result.
 
+use super::elementwise::POLY;
 use super::reduce::{lane_max, lane_sum, lane_sum2};
 use crate::scalar::CpuScalar;
 use crate::simd::{kernel, vectorized_if, Kernel};
@@ -102,9 +103,9 @@ where
     let (_, n, inner) = x.shape().split_at_axis(axis);
     let mut out = CpuTensor::uninit(x.shape().clone());
     let src = x.as_slice();
-    slabs(&mut out, n, inner, 16, |o, y, scratch| {
+    slabs(&mut out, n, inner, POLY, |o, y, scratch| {
         let xs = &src[o * n * inner..][..n * inner];
-        vectorized_if::<K, _>(y.len(), (xs, y, inner, scratch));
+        vectorized_if::<K, _>(y.len() * POLY, (xs, y, inner, scratch));
     });
     out
 }
@@ -170,7 +171,7 @@ where
     slabs(&mut out, n, inner, cost, |o, dx, scratch| {
         let yv = &ys[o * n * inner..][..n * inner];
         let dv = &ds[o * n * inner..][..n * inner];
-        vectorized_if::<K, _>(dx.len(), (yv, dv, dx, inner, scratch));
+        vectorized_if::<K, _>(dx.len() * cost, (yv, dv, dx, inner, scratch));
     });
     out
 }
@@ -227,7 +228,7 @@ pub(crate) fn softmax_vjp<T: CpuScalar>(
     log: bool,
 ) -> CpuTensor<T> {
     if log {
-        slab_vjp::<T, LogSoftmaxVjpSlab>(y, dy, axis, 16)
+        slab_vjp::<T, LogSoftmaxVjpSlab>(y, dy, axis, POLY)
     } else {
         slab_vjp::<T, SoftmaxVjpSlab>(y, dy, axis, 4)
     }

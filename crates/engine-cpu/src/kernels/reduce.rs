@@ -8,6 +8,7 @@
 //! row: the reference's own order. A mean over zero elements is `0/0 = NaN`, as in PyTorch (and
 //! the reference); its VJP has no elements.
 
+use super::elementwise::POLY;
 use crate::scalar::CpuScalar;
 use crate::simd::{kernel, vectorized, vectorized_if};
 use crate::tensor::CpuTensor;
@@ -314,10 +315,10 @@ pub(crate) fn cross_entropy<T: CpuScalar>(
     let block = |b: usize| {
         let (lo, hi) = (b * CE_ROWS, ((b + 1) * CE_ROWS).min(n));
         let args = (&xs[lo * c..hi * c], &ids[lo..hi], c);
-        vectorized_if::<CeRows, _>((hi - lo) * c, args)
+        vectorized_if::<CeRows, _>((hi - lo) * c * POLY, args)
     };
     let blocks = if c == 0 { 0 } else { n.div_ceil(CE_ROWS) };
-    let total = if should_par(n.saturating_mul(c).saturating_mul(16)) {
+    let total = if should_par(n.saturating_mul(c).saturating_mul(POLY)) {
         let parts: Vec<T> = (0..blocks).into_par_iter().map(block).collect();
         parts.into_iter().fold(T::ZERO, |acc, s| acc + s)
     } else {
@@ -362,7 +363,7 @@ pub(crate) fn cross_entropy_vjp<T: CpuScalar>(
             c,
             g,
         );
-        vectorized_if::<CeVjpRows, _>(args.2.len(), args)
+        vectorized_if::<CeVjpRows, _>(args.2.len() * POLY, args)
     });
     dx
 }
