@@ -6,10 +6,16 @@
 //! pay rayon's dispatch cost. Work is always split so that the result cannot depend on the
 //! split: elementwise work is pure per element, row work is pure per row, and reductions use
 //! fixed blocks combined in a fixed order (see `kernels::reduce`).
+//!
+//! A pool [`with_threads`] built keeps its other threads looking for work for [`STAY_WARM`]
+//! after each split (see [`Warmth`]), so that the next split finds them awake.
 
 use rayon::prelude::*;
+use std::cell::{Cell, OnceCell};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// Minimum work (≈ cheap elementwise operations) before a kernel uses more than one thread.
 pub const PAR_MIN_WORK: usize = 1 << 15;
@@ -19,7 +25,10 @@ pub const PAR_MIN_WORK: usize = 1 << 15;
 /// process. If a pool cannot be built, `f` runs on the current pool.
 pub fn with_threads<R: Send>(n: usize, f: impl FnOnce() -> R + Send) -> R {
     match pool(n.max(1)) {
-        Some(p) => p.install(f),
+        Some(p) => p.install(|| {
+            let _caller = CallerMark::set();
+            f()
+        }),
         None => f(),
     }
 }
@@ -70,11 +79,17 @@ fn pool(n: usize) -> Option<Arc<rayon::ThreadPool>> {
     if let Some(p) = map.get(&n) {
         return Some(p.clone());
     }
+    let warmth = Arc::new(Warmth::default());
     let p = Arc::new(
         rayon::ThreadPoolBuilder::new()
             .num_threads(n)
             .thread_name(move |i| format!("torchlean-cpu-{n}-{i}"))
-            .start_handler(|_| crate::float_mode::apply_here())
+            .start_handler(move |_| {
+                crate::float_mode::apply_here();
+                POOL_WARMTH.with(|w| {
+                    let _ = w.set(Arc::clone(&warmth));
+                });
+            })
             .build()
             .ok()?,
     );
@@ -82,10 +97,118 @@ fn pool(n: usize) -> Option<Arc<rayon::ThreadPool>> {
     Some(p)
 }
 
-/// Whether `work` is worth splitting across the current pool.
+/// Whether `work` is worth splitting across the current pool. When it is, the caller is about
+/// to split it, so the pool's other threads are kept looking for work a while longer
+/// ([`Warmth::extend`]).
 #[inline]
 pub(crate) fn should_par(work: usize) -> bool {
-    work >= PAR_MIN_WORK && rayon::current_num_threads() > 1
+    let par = work >= PAR_MIN_WORK && rayon::current_num_threads() > 1;
+    if par {
+        POOL_WARMTH.with(|w| {
+            if let Some(w) = w.get() {
+                w.extend();
+            }
+        });
+    }
+    par
+}
+
+/// How long a pool's other threads keep looking for work after the pool's latest split.
+///
+/// An idle rayon thread gives up its core after about 32 rounds of looking for work, some tens
+/// of microseconds; waking it again took 30–45 µs on the 2-vCPU AMD EPYC (Zen 4, a Firecracker
+/// guest that halts idle vCPUs at once) of 2026-12-07. A training step splits a product every
+/// few tens of microseconds, so most splits found the other thread asleep: two 20 µs halves
+/// took 48–51 µs as a split after 30 µs to 1 ms of serial work, against 21 µs with the other
+/// thread looking. OpenMP runtimes spin the same way (`GOMP_SPINCOUNT`, `KMP_BLOCKTIME`).
+pub(crate) const STAY_WARM: Duration = Duration::from_millis(1);
+
+/// The moment [`Warmth`]'s deadlines count from.
+fn clock_origin() -> Instant {
+    static ORIGIN: OnceLock<Instant> = OnceLock::new();
+    *ORIGIN.get_or_init(Instant::now)
+}
+
+/// Nanoseconds since [`clock_origin`].
+fn clock_ns() -> u64 {
+    u64::try_from(clock_origin().elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A pool's spinners: after a split, every thread of the pool but the caller runs a job that
+/// takes the pool's pending work (`rayon::yield_now`) as soon as it appears, until
+/// [`STAY_WARM`] after the latest split. Between looks it yields its core
+/// (`std::thread::yield_now`), so on a machine with more runnable threads than cores (MPI ranks
+/// beside each other) it gives way instead of holding a core for the whole deadline. A thread
+/// running a [`with_threads`] body never spins (it would hold up its own caller), and spinning
+/// never changes which work a thread does, only how soon it starts it.
+#[derive(Debug, Default)]
+struct Warmth {
+    /// [`clock_ns`] until which the spinners look for work.
+    until_ns: AtomicU64,
+    /// Spinners started and not yet finished (0: none; the next split starts them).
+    spinners: AtomicUsize,
+}
+
+thread_local! {
+    /// The warmth of the pool this thread belongs to (threads of pools [`with_threads`] built).
+    static POOL_WARMTH: OnceCell<Arc<Warmth>> = const { OnceCell::new() };
+    /// How many [`with_threads`] bodies this thread is running.
+    static CALLER_DEPTH: Cell<usize> = const { Cell::new(0) };
+}
+
+/// While alive, marks the current thread as running a [`with_threads`] body.
+struct CallerMark;
+
+impl CallerMark {
+    fn set() -> Self {
+        CALLER_DEPTH.with(|d| d.set(d.get() + 1));
+        CallerMark
+    }
+}
+
+impl Drop for CallerMark {
+    fn drop(&mut self) {
+        CALLER_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
+impl Warmth {
+    /// Moves the deadline to [`STAY_WARM`] from now, and starts the spinners if none run.
+    fn extend(self: &Arc<Self>) {
+        let until = clock_ns().saturating_add(STAY_WARM.as_nanos() as u64);
+        self.until_ns.fetch_max(until, Ordering::Relaxed);
+        let others = rayon::current_num_threads().saturating_sub(1);
+        if others > 0
+            && self
+                .spinners
+                .compare_exchange(0, others, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            let caller = rayon::current_thread_index();
+            let warmth = Arc::clone(self);
+            rayon::spawn_broadcast(move |ctx| {
+                if Some(ctx.index()) != caller {
+                    warmth.spin();
+                }
+            });
+        }
+    }
+
+    /// One spinner's loop: run the pool's pending jobs until the deadline passes.
+    fn spin(&self) {
+        if CALLER_DEPTH.with(Cell::get) == 0 {
+            loop {
+                if rayon::yield_now() == Some(rayon::Yield::Executed) {
+                    continue;
+                }
+                if clock_ns() > self.until_ns.load(Ordering::Relaxed) {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+        }
+        self.spinners.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Runs `f(first_row, rows)` over `dst` seen as consecutive rows of `row_len` elements, each
@@ -160,6 +283,52 @@ mod tests {
         assert_eq!(with_threads(0, current_threads), 1);
         // nested calls switch pools
         assert_eq!(with_threads(2, || with_threads(1, current_threads)), 1);
+    }
+
+    /// The spinners a split starts on a pool of `n` threads: `n − 1` of them, none on the
+    /// caller, and all gone once [`STAY_WARM`] has passed with no further split. (The pool of 7
+    /// is this test's alone.)
+    #[test]
+    fn a_split_starts_spinners_that_stop_after_the_deadline() {
+        with_threads(7, || {
+            let warmth = POOL_WARMTH
+                .with(|w| w.get().cloned())
+                .expect("a pool thread has its pool's warmth");
+            assert!(!should_par(PAR_MIN_WORK - 1));
+            assert_eq!(warmth.spinners.load(Ordering::SeqCst), 0);
+            assert!(should_par(PAR_MIN_WORK));
+            assert_eq!(warmth.spinners.load(Ordering::SeqCst), 6);
+            let since = Instant::now();
+            while warmth.spinners.load(Ordering::SeqCst) != 0 {
+                assert!(
+                    since.elapsed() < Duration::from_secs(30),
+                    "spinners left running 30 s after the split"
+                );
+                std::thread::sleep(STAY_WARM);
+            }
+        });
+        // outside a pool [`with_threads`] built there is no warmth to keep
+        assert!(POOL_WARMTH.with(|w| w.get().is_none()));
+    }
+
+    /// A thread running a [`with_threads`] body does not spin, however far off the deadline:
+    /// it would hold up the body waiting on it.
+    #[test]
+    fn a_with_threads_body_never_spins() {
+        let warmth = Warmth::default();
+        let a_minute = Duration::from_secs(60).as_nanos() as u64;
+        warmth
+            .until_ns
+            .store(clock_ns() + a_minute, Ordering::SeqCst);
+        warmth.spinners.store(1, Ordering::SeqCst);
+        let _body = CallerMark::set();
+        let since = Instant::now();
+        warmth.spin();
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "the body's thread spun"
+        );
+        assert_eq!(warmth.spinners.load(Ordering::SeqCst), 0);
     }
 
     #[test]
