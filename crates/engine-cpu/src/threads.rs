@@ -116,11 +116,11 @@ pub(crate) fn should_par(work: usize) -> bool {
 /// How long a pool's other threads keep looking for work after the pool's latest split.
 ///
 /// An idle rayon thread gives up its core after about 32 rounds of looking for work, some tens
-/// of microseconds; waking it again took 30–45 µs on the 2-vCPU AMD EPYC (Zen 4, a Firecracker
-/// guest that halts idle vCPUs at once) of 2026-12-07. A training step splits a product every
-/// few tens of microseconds, so most splits found the other thread asleep: two 20 µs halves
-/// took 48–51 µs as a split after 30 µs to 1 ms of serial work, against 21 µs with the other
-/// thread looking. OpenMP runtimes spin the same way (`GOMP_SPINCOUNT`, `KMP_BLOCKTIME`).
+/// of microseconds; woken, it started a stolen half 20–35 µs after the split (40–55 µs for
+/// 100 µs halves) on the 2-vCPU AMD EPYC (Zen 4, a Firecracker guest that halts idle vCPUs at
+/// once) of 2026-12-07. A training step splits a product every few tens of microseconds, so
+/// most splits found the other thread asleep: two 20 µs halves took 40–56 µs as a split after
+/// 30 µs to 3 ms of serial work, against 21 µs with the other thread looking. OpenMP runtimes spin the same way (`GOMP_SPINCOUNT`, `KMP_BLOCKTIME`).
 pub(crate) const STAY_WARM: Duration = Duration::from_millis(1);
 
 /// The moment [`Warmth`]'s deadlines count from.
