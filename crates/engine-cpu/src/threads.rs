@@ -120,7 +120,8 @@ pub(crate) fn should_par(work: usize) -> bool {
 /// 100 µs halves) on the 2-vCPU AMD EPYC (Zen 4, a Firecracker guest that halts idle vCPUs at
 /// once) of 2026-12-07. A training step splits a product every few tens of microseconds, so
 /// most splits found the other thread asleep: two 20 µs halves took 40–56 µs as a split after
-/// 30 µs to 3 ms of serial work, against 21 µs with the other thread looking. OpenMP runtimes spin the same way (`GOMP_SPINCOUNT`, `KMP_BLOCKTIME`).
+/// 30 µs to 3 ms of serial work, against 21 µs with the other thread looking. OpenMP runtimes
+/// spin the same way (`GOMP_SPINCOUNT`, `KMP_BLOCKTIME`).
 pub(crate) const STAY_WARM: Duration = Duration::from_millis(1);
 
 /// The moment [`Warmth`]'s deadlines count from.
@@ -286,26 +287,38 @@ mod tests {
     }
 
     /// The spinners a split starts on a pool of `n` threads: `n − 1` of them, none on the
-    /// caller, and all gone once [`STAY_WARM`] has passed with no further split. (The pool of 7
-    /// is this test's alone.)
+    /// caller, and all gone once the deadline has passed: a deadline set here, then the
+    /// [`STAY_WARM`] of a split alone. (The pool of 7 is this test's alone.)
     #[test]
     fn a_split_starts_spinners_that_stop_after_the_deadline() {
+        let all_stop = |warmth: &Warmth| {
+            let since = Instant::now();
+            while warmth.spinners.load(Ordering::SeqCst) != 0 {
+                assert!(
+                    since.elapsed() < Duration::from_secs(30),
+                    "spinners left running 30 s after the deadline"
+                );
+                std::thread::sleep(STAY_WARM);
+            }
+        };
         with_threads(7, || {
             let warmth = POOL_WARMTH
                 .with(|w| w.get().cloned())
                 .expect("a pool thread has its pool's warmth");
             assert!(!should_par(PAR_MIN_WORK - 1));
             assert_eq!(warmth.spinners.load(Ordering::SeqCst), 0);
+            // a minute away, so that none stops before it is counted (a split keeps the later
+            // deadline)
+            let a_minute = Duration::from_secs(60).as_nanos() as u64;
+            warmth
+                .until_ns
+                .store(clock_ns() + a_minute, Ordering::SeqCst);
             assert!(should_par(PAR_MIN_WORK));
             assert_eq!(warmth.spinners.load(Ordering::SeqCst), 6);
-            let since = Instant::now();
-            while warmth.spinners.load(Ordering::SeqCst) != 0 {
-                assert!(
-                    since.elapsed() < Duration::from_secs(30),
-                    "spinners left running 30 s after the split"
-                );
-                std::thread::sleep(STAY_WARM);
-            }
+            warmth.until_ns.store(0, Ordering::SeqCst);
+            all_stop(&warmth);
+            assert!(should_par(PAR_MIN_WORK));
+            all_stop(&warmth);
         });
         // outside a pool [`with_threads`] built there is no warmth to keep
         assert!(POOL_WARMTH.with(|w| w.get().is_none()));
