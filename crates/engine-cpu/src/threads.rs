@@ -139,7 +139,7 @@ fn clock_ns() -> u64 {
 /// takes the pool's pending work (`rayon::yield_now`) as soon as it appears, until
 /// [`STAY_WARM`] after the latest split. Between looks it yields its core
 /// (`std::thread::yield_now`), so on a machine with more runnable threads than cores (MPI ranks
-/// beside each other) it gives way instead of holding a core for the whole deadline. A thread
+/// beside each other) it can give way instead of holding a core for the whole deadline. A thread
 /// running a [`with_threads`] body never spins (it would hold up its own caller), and spinning
 /// never changes which work a thread does, only how soon it starts it.
 #[derive(Debug, Default)]
