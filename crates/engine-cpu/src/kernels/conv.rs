@@ -1483,11 +1483,12 @@ mod tests {
 
     /// `(C, H, W, outC, k, stride, padding)` of the implicit product's test geometries: square
     /// and not, several taps' worth of padding, slack read past the last channel, fewer output
-    /// channels than a tile (1, 2, 4), fewer wide columns than a strip, one input channel,
+    /// channels than a tile (1, 2, 4, and 7 in three vectors of columns, where 8 × 3 tiles
+    /// compute the fewest), fewer wide columns than a strip, one input channel,
     /// several chunks of output rows (1,680 wide columns), a 7×7 layer in channel groups; then
     /// strides 2 and 3 with kernels of at least 4·s² taps (a 7×7 stem, odd and even padded
     /// sizes and kernels, a kernel that does not divide by the stride).
-    const IMPLICIT_GEOMETRIES: [(usize, usize, usize, usize, usize, usize, usize); 16] = [
+    const IMPLICIT_GEOMETRIES: [(usize, usize, usize, usize, usize, usize, usize); 17] = [
         (40, 12, 14, 40, 3, 1, 1),
         (33, 9, 11, 20, 2, 1, 0),
         (32, 20, 20, 70, 3, 1, 2),
@@ -1496,6 +1497,7 @@ mod tests {
         (3, 5, 6, 1, 3, 1, 1),
         (5, 4, 4, 2, 2, 1, 0),
         (7, 9, 8, 4, 3, 1, 1),
+        (3, 6, 10, 7, 3, 1, 0),
         (1, 28, 28, 8, 3, 1, 0),
         (8, 26, 26, 16, 3, 1, 0),
         (64, 7, 7, 48, 3, 1, 1),

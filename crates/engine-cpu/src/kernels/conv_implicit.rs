@@ -58,11 +58,11 @@ impl<T: SimdLanes> WithSimd for ImplicitBlock<'_, T> {
             1 | 2 => strips::<T, S, 1, 4>(simd, self),
             _ if S::REGISTER_COUNT < 32 || channels < 6 => strips::<T, S, 3, 4>(simd, self),
             // 24 of the 32 registers: the shape that computes the fewest vectors, among those
-            // whose strips fit the block (a narrower block runs one-vector strips, which are
-            // bound by their loads)
+            // whose tiles and strips fit the block (a narrower block runs one-vector strips,
+            // which are bound by their loads; 6 × 4 has at least its 6 channels)
             _ => match [(6, 4), (8, 3), (4, 6)]
                 .into_iter()
-                .filter(|&(_, nv)| vectors >= nv)
+                .filter(|&(r, nv)| channels >= r && vectors >= nv)
                 .min_by_key(|&(r, nv)| tile_cost(channels, vectors, r, nv))
             {
                 Some((8, 3)) => strips::<T, S, 8, 3>(simd, self),
