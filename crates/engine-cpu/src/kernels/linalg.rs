@@ -95,7 +95,11 @@ impl<T> From<bool> for Start<'_, T> {
 /// on one core; at 2^22, on the 2-vCPU AMD EPYC of 2026-12-07, `gpt_train_step` took 39.5
 /// against 41.8 ms at two threads, `conv_train` 3.54 against 3.76 and `mlp_train_b512` 4.45
 /// against 4.61 (medians, two rounds alternating), `mlp_train_b64` 0.98–1.00 against 0.97.
-const GEMM_PAR_MIN: usize = 1 << 22;
+/// At 2^21, once a pool's threads stayed awake between splits (`threads::Warmth`), on the
+/// 2-vCPU AMD EPYC Zen 4: `conv_train` 1.34–1.40 against 1.40–1.43 ms at two threads (its
+/// classifier's products, 2.9M each, split), `gpt_train_step` 27.7–27.9 against 27.9–28.3,
+/// `mlp_train_b64` the same (rounds alternating, three and two; 2^20 gained nothing more).
+const GEMM_PAR_MIN: usize = 1 << 21;
 
 /// The parallelism for an `m × n × k` product issued from the top level (not from inside a
 /// parallel loop).
