@@ -12,13 +12,16 @@
 //! alone, so each element's sum is formed in the same order for any thread count.
 
 use super::layout::gather_tiled;
+use super::linear_narrow;
 use crate::error::CpuError;
 use crate::scalar::CpuScalar;
 use crate::tensor::CpuTensor;
 use crate::threads::should_par;
 use gemm::Parallelism;
 use rayon::prelude::*;
-use torchlean_spec::ops::{desc, linear_dims, linear_transposes_output, matmul_dims};
+use torchlean_spec::ops::{
+    desc, linear_dims, linear_is_narrow, linear_transposes_output, matmul_dims,
+};
 use torchlean_spec::Shape;
 
 /// The cotangents of an `(input, weight, bias)` op.
@@ -469,6 +472,11 @@ pub(crate) fn linear<T: CpuScalar>(
     let mut out = CpuTensor::uninit(out_shape);
     let y = out.data_mut();
     let bias = b.as_slice();
+    if linear_is_narrow(inp, outf) {
+        let par = gemm_par(rows, outf, inp);
+        linear_narrow::forward(x.as_slice(), w.as_slice(), bias, y, (rows, inp, outf), par);
+        return Ok(out);
+    }
     if linear_transposes_output(rows, inp, outf) {
         return linear_by_transposed_product(x, w, bias, (rows, inp, outf), out);
     }
@@ -548,7 +556,13 @@ pub(crate) fn linear_vjp_for<T: CpuScalar>(
 ) -> Result<(Option<CpuTensor<T>>, CpuTensor<T>, CpuTensor<T>), CpuError> {
     let (rows, inp, outf) = linear_dims(x.shape(), w.shape());
     let dd = dy.as_slice();
-    let dx = if need_dx {
+    let narrow = linear_is_narrow(inp, outf);
+    let dx = if need_dx && narrow {
+        let mut dx = CpuTensor::uninit(x.shape().clone());
+        let par = gemm_par(rows, inp, outf);
+        linear_narrow::input_grad(dd, w.as_slice(), dx.data_mut(), (rows, inp, outf), par);
+        Some(dx)
+    } else if need_dx {
         let mut dx = CpuTensor::uninit(x.shape().clone());
         gemm(
             desc::LINEAR.name,
@@ -566,17 +580,22 @@ pub(crate) fn linear_vjp_for<T: CpuScalar>(
         None
     };
     let mut dw = CpuTensor::uninit(w.shape().clone());
-    gemm(
-        desc::LINEAR.name,
-        outf,
-        inp,
-        rows,
-        dw.data_mut(),
-        false,
-        Mat::transposed(dd, outf),
-        Mat::rows(x.as_slice(), inp),
-        gemm_par(outf, inp, rows),
-    )?;
+    if narrow {
+        let par = gemm_par(outf, inp, rows);
+        linear_narrow::weight_grad(x.as_slice(), dd, dw.data_mut(), (rows, inp, outf), par);
+    } else {
+        gemm(
+            desc::LINEAR.name,
+            outf,
+            inp,
+            rows,
+            dw.data_mut(),
+            false,
+            Mat::transposed(dd, outf),
+            Mat::rows(x.as_slice(), inp),
+            gemm_par(outf, inp, rows),
+        )?;
+    }
     let mut db = CpuTensor::uninit(Shape::from([outf]));
     let acc = db.data_mut();
     acc.fill(T::ZERO);
@@ -647,6 +666,9 @@ mod tests {
             (300, 40, 50),
             (1, 64, 64),
             (8, 2000, 300),
+            // few outputs over long rows: the implicit kernels (`linear_narrow`)
+            (8, 2000, 10),
+            (33, 1024, 16),
         ] {
             let (x, w, b) = (
                 varied(&[rows, inp], 5),
@@ -675,12 +697,18 @@ mod tests {
         assert!(linear_transposes_output(8, 2000, 300));
         assert!(!linear_transposes_output(300, 40, 50));
         assert!(!linear_transposes_output(1, 64, 64));
+        assert!(
+            !linear_transposes_output(8, 2000, 10),
+            "the narrow route needs no yᵀ"
+        );
+        assert!(linear_is_narrow(2000, 10) && linear_is_narrow(1024, 16));
+        assert!(!linear_is_narrow(2000, 17) && !linear_is_narrow(500, 10));
     }
 
     #[test]
     fn vjp_products_do_not_depend_on_the_thread_count() {
         // products run whole and split across threads
-        for (rows, inp, outf) in [(12, 20, 9), (128, 160, 144), (64, 512, 520)] {
+        for (rows, inp, outf) in [(12, 20, 9), (128, 160, 144), (64, 512, 520), (32, 9216, 10)] {
             let (x, w, dy) = (
                 varied(&[rows, inp], 1),
                 varied(&[outf, inp], 2),
@@ -701,6 +729,29 @@ mod tests {
                     one,
                     "{rows}×{inp}×{outf}, {threads} threads"
                 );
+            }
+            // and they are the products (dx = dy·W, dW = dyᵀ·x), whichever route ran them
+            let f64s = |t: &CpuTensor<f32>| t.as_slice().iter().map(|&v| f64::from(v)).collect();
+            let (xs, ws, dys): (Vec<f64>, Vec<f64>, Vec<f64>) = (f64s(&x), f64s(&w), f64s(&dy));
+            let dyt: Vec<f64> = (0..outf * rows)
+                .map(|e| dys[(e % rows) * outf + e / rows])
+                .collect();
+            let wants = [
+                naive(&dys, &ws, rows, outf, inp),
+                naive(&dyt, &xs, outf, rows, inp),
+            ];
+            // f32 rounding: at most a few ulps of the sum of |terms|, each at most 1
+            let terms = [outf, rows];
+            for (k, (what, (got, want))) in
+                ["dx", "dW"].iter().zip(one.iter().zip(&wants)).enumerate()
+            {
+                for (e, (&g, &w)) in got.iter().zip(want).enumerate() {
+                    let g = f64::from(g);
+                    assert!(
+                        (g - w).abs() <= 1e-6 * terms[k] as f64,
+                        "{what} of {rows}×{inp}×{outf} at {e}: {g} against {w}"
+                    );
+                }
             }
         }
     }

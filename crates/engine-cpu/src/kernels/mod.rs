@@ -9,6 +9,7 @@ mod conv_implicit;
 mod elementwise;
 mod layout;
 mod linalg;
+mod linear_narrow;
 mod norm;
 mod pool;
 mod random;

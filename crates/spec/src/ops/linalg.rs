@@ -1,6 +1,7 @@
 //! Matrix products: `matmul` (2-D and batched 3-D) and `linear` (`x Wᵀ + b` over the last
 //! axis). Every dot product folds left from zero over the contracted index in order.
 
+use super::conv::IMPLICIT_VECTOR_COLUMNS;
 use crate::error::{Result, SpecError};
 use crate::scalar::Scalar;
 use crate::shape::Shape;
@@ -186,8 +187,29 @@ pub fn linear_dims(x: &Shape, w: &Shape) -> (usize, usize, usize) {
 /// which `y = x·Wᵀ` needs) costs more than packing `x` and transposing `yᵀ` (`rows × (inp +
 /// outf)`). One row is a matrix-vector product either way.
 pub fn linear_transposes_output(rows: usize, inp: usize, outf: usize) -> bool {
-    rows > 1 && rows.saturating_mul(inp.saturating_add(outf)) < outf.saturating_mul(inp)
+    rows > 1
+        && !linear_is_narrow(inp, outf)
+        && rows.saturating_mul(inp.saturating_add(outf)) < outf.saturating_mul(inp)
 }
+
+/// Whether the CPU engine runs a `linear` of few outputs over long rows (a classifier head on
+/// flattened features: 9,216 → 10) on its implicit convolution kernels, every operand read in
+/// place and no workspace, instead of `gemm`, whose kernels for a product at most 16 wide ran
+/// `conv_train`'s 32 × 9,216 → 10 layer at 38–58 GFLOP/s: at most [`NARROW_LINEAR_MAX_OUT`]
+/// outputs, and inputs a whole number of [`IMPLICIT_VECTOR_COLUMNS`], at least
+/// [`NARROW_LINEAR_MIN_IN`] of them (its forward ends each sum across a vector's lanes, which
+/// short rows do not repay).
+pub fn linear_is_narrow(inp: usize, outf: usize) -> bool {
+    (1..=NARROW_LINEAR_MAX_OUT).contains(&outf)
+        && inp >= NARROW_LINEAR_MIN_IN
+        && inp.is_multiple_of(IMPLICIT_VECTOR_COLUMNS)
+}
+
+/// The most outputs of a [`linear_is_narrow`] layer.
+pub const NARROW_LINEAR_MAX_OUT: usize = 16;
+
+/// The fewest inputs of a [`linear_is_narrow`] layer.
+pub const NARROW_LINEAR_MIN_IN: usize = 512;
 
 /// The workspace of one `linear` forward: `yᵀ` where [`linear_transposes_output`], else none.
 pub(crate) fn linear_workspace_elements(x: &Shape, w: &Shape) -> usize {

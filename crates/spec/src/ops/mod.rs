@@ -43,7 +43,10 @@ pub use desc::{
     AttrMut, AttrValue, AttrVisitor, Onnx, OpDesc, BATCH_NORM_DEFAULT_EPS, LAYER_NORM_DEFAULT_EPS,
 };
 pub use elementwise::{gelu_consts, BinaryOp, GeluApprox, UnaryOp, ERF_VJP_SCALE};
-pub use linalg::{linear_dims, linear_transposes_output, matmul_dims};
+pub use linalg::{
+    linear_dims, linear_is_narrow, linear_transposes_output, matmul_dims, NARROW_LINEAR_MAX_OUT,
+    NARROW_LINEAR_MIN_IN,
+};
 pub use pool::{PoolKind, PoolSpec};
 pub use random::{splitmix64, uniform_at};
 pub use reduce::{class_ids, Reduction};
