@@ -28,10 +28,17 @@ pub enum CpuError {
     #[error("op `{op}`: the VJP needs the saved {what}, which was not provided")]
     MissingSaved { op: &'static str, what: String },
 
-    /// A matrix product whose operands do not fit their declared strides (an engine bug if it
-    /// ever shows: shapes are validated before any product).
-    #[error("op `{op}`: {reason}")]
-    Gemm { op: &'static str, reason: String },
+    /// A matrix product (`m × k` by `k × n`) whose destination, starting row or operand does
+    /// not fit its buffer and strides (an engine bug if it ever shows: shapes are validated
+    /// before any product).
+    #[error("op `{op}`: a {m}×{k} by {k}×{n} product: {misfit}")]
+    Gemm {
+        op: &'static str,
+        m: usize,
+        n: usize,
+        k: usize,
+        misfit: GemmMisfit,
+    },
 
     /// A kernel's work buffer shorter than its geometry reads (an engine bug if it ever shows:
     /// the buffers are sized from the same geometry).
@@ -46,6 +53,29 @@ pub enum CpuError {
     /// An error from the shape rules of `torchlean_spec`.
     #[error(transparent)]
     Spec(#[from] SpecError),
+}
+
+/// What of a matrix product does not fit ([`CpuError::Gemm`]).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum GemmMisfit {
+    /// The `m × n` destination, its rows `row_stride` apart, in a buffer of `len` elements
+    /// (or a row stride shorter than a row, or beyond `isize`).
+    #[error("its destination of {len} elements with rows {row_stride} apart is too short")]
+    Destination { len: usize, row_stride: usize },
+    /// The row every destination row starts from (a bias) has `len` elements, not `n`.
+    #[error("its starting row has {len} elements")]
+    StartRow { len: usize },
+    /// An operand, `rows × cols` at strides `(rs, cs)`, reaches past its `len` elements (or a
+    /// stride beyond `isize`).
+    #[error("its {name} ({rows}×{cols}, strides {rs} and {cs}) reaches past its {len} elements")]
+    Operand {
+        name: &'static str,
+        rows: usize,
+        cols: usize,
+        rs: usize,
+        cs: usize,
+        len: usize,
+    },
 }
 
 impl From<CpuError> for RuntimeError {

@@ -91,7 +91,7 @@ mod tensor;
 mod threads;
 
 pub use buffers::{clear_pool, pooled_bytes, MAX_POOLED_BYTES};
-pub use error::CpuError;
+pub use error::{CpuError, GemmMisfit};
 pub use float_mode::{flush_denormal, set_flush_denormal};
 pub use scalar::CpuScalar;
 pub use tensor::{CpuF32, CpuF64, CpuTensor};

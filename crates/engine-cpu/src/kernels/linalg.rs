@@ -13,7 +13,7 @@
 
 use super::layout::gather_tiled;
 use super::linear_narrow;
-use crate::error::CpuError;
+use crate::error::{CpuError, GemmMisfit};
 use crate::scalar::CpuScalar;
 use crate::tensor::CpuTensor;
 use crate::threads::should_par;
@@ -147,12 +147,16 @@ pub(crate) fn gemm<'s, T: CpuScalar>(
     par: Parallelism,
 ) -> Result<(), CpuError> {
     if m.checked_mul(n) != Some(dst.len()) {
+        let misfit = GemmMisfit::Destination {
+            len: dst.len(),
+            row_stride: n,
+        };
         return Err(CpuError::Gemm {
             op,
-            reason: format!(
-                "destination of {} elements for a {m}×{n} product",
-                dst.len()
-            ),
+            m,
+            n,
+            k,
+            misfit,
         });
     }
     gemm_rows(op, m, n, k, dst, n, start, lhs, rhs, par)
@@ -175,24 +179,28 @@ pub(crate) fn gemm_rows<'s, T: CpuScalar>(
     par: Parallelism,
 ) -> Result<(), CpuError> {
     let start = start.into();
-    let err = |reason: String| CpuError::Gemm { op, reason };
+    let err = |misfit| CpuError::Gemm {
+        op,
+        m,
+        n,
+        k,
+        misfit,
+    };
     if let Start::Rows(row) = start {
         if row.len() != n {
-            return Err(err(format!(
-                "a starting row of {} elements for a {m}×{n} product",
-                row.len()
-            )));
+            return Err(err(GemmMisfit::StartRow { len: row.len() }));
         }
     }
     let last = m
         .checked_sub(1)
         .and_then(|r| r.checked_mul(dst_rs))
         .and_then(|r| r.checked_add(n));
+    let short_destination = GemmMisfit::Destination {
+        len: dst.len(),
+        row_stride: dst_rs,
+    };
     if dst_rs < n || (m > 0 && !matches!(last, Some(l) if l <= dst.len())) {
-        return Err(err(format!(
-            "destination of {} elements (row stride {dst_rs}) for a {m}×{n} product",
-            dst.len()
-        )));
+        return Err(err(short_destination));
     }
     if m == 0 || n == 0 {
         return Ok(());
@@ -208,19 +216,19 @@ pub(crate) fn gemm_rows<'s, T: CpuScalar>(
         }
         return Ok(());
     }
-    if !fits(&lhs, m, k) || !fits(&rhs, k, n) {
-        return Err(err(format!(
-            "operands {m}×{k} (strides {}, {}; {} elements) · {k}×{n} (strides {}, {}; {} \
-             elements) do not fit their buffers",
-            lhs.rs,
-            lhs.cs,
-            lhs.data.len(),
-            rhs.rs,
-            rhs.cs,
-            rhs.data.len()
-        )));
+    for (name, a, rows, cols) in [("left operand", &lhs, m, k), ("right operand", &rhs, k, n)] {
+        if !fits(a, rows, cols) {
+            return Err(err(GemmMisfit::Operand {
+                name,
+                rows,
+                cols,
+                rs: a.rs,
+                cs: a.cs,
+                len: a.data.len(),
+            }));
+        }
     }
-    let rs_isize = isize::try_from(dst_rs).map_err(|_| err(format!("row stride {dst_rs}")))?;
+    let rs_isize = isize::try_from(dst_rs).map_err(|_| err(short_destination))?;
     let whole = Block {
         rows: 0..m,
         cols: 0..n,
@@ -806,8 +814,21 @@ mod tests {
         run(&mut fits, 3).unwrap();
         assert_eq!(fits, [3.0; 6]);
         // a row stride shorter than a row, and a buffer one element short with a valid stride
-        assert!(matches!(run(&mut [0.0; 6], 2), Err(CpuError::Gemm { .. })));
-        assert!(matches!(run(&mut [0.0; 5], 3), Err(CpuError::Gemm { .. })));
+        let short = |len, row_stride| {
+            Err(CpuError::Gemm {
+                op: "test",
+                m: 2,
+                n: 3,
+                k: 3,
+                misfit: GemmMisfit::Destination { len, row_stride },
+            })
+        };
+        assert_eq!(run(&mut [0.0; 6], 2), short(6, 2));
+        assert_eq!(run(&mut [0.0; 5], 3), short(5, 3));
+        insta::assert_snapshot!(
+            short(5, 3).unwrap_err().to_string(),
+            @"op `test`: a 2×3 by 3×3 product: its destination of 5 elements with rows 3 apart is too short"
+        );
     }
 
     fn naive(a: &[f64], b: &[f64], m: usize, k: usize, n: usize) -> Vec<f64> {
@@ -883,7 +904,17 @@ mod tests {
             Parallelism::None,
         )
         .unwrap_err();
-        assert!(e.to_string().contains("do not fit"), "{e}");
+        let misfit = GemmMisfit::Operand {
+            name: "left operand",
+            rows: 2,
+            cols: 3,
+            rs: 3,
+            cs: 1,
+            len: 5,
+        };
+        assert!(
+            matches!(&e, CpuError::Gemm { m: 2, n: 2, k: 3, misfit: got, .. } if *got == misfit)
+        );
         let e = gemm(
             "t",
             2,
@@ -896,7 +927,11 @@ mod tests {
             Parallelism::None,
         )
         .unwrap_err();
-        assert!(e.to_string().contains("destination"), "{e}");
+        let misfit = GemmMisfit::Destination {
+            len: 4,
+            row_stride: 3,
+        };
+        assert!(matches!(&e, CpuError::Gemm { misfit: got, .. } if *got == misfit));
         // a starting row that is not one row of the destination
         let e = gemm(
             "t",
@@ -910,7 +945,8 @@ mod tests {
             Parallelism::None,
         )
         .unwrap_err();
-        assert!(e.to_string().contains("starting row of 3"), "{e}");
+        let misfit = GemmMisfit::StartRow { len: 3 };
+        assert!(matches!(&e, CpuError::Gemm { misfit: got, .. } if *got == misfit));
     }
 
     #[test]
