@@ -1112,6 +1112,36 @@ fn implicit_weight_grad<T: CpuScalar>(
     Ok(())
 }
 
+/// Each `p`-long row's sum of `ds` into `out` (one per row).
+fn row_sums<T: CpuScalar>(ds: &[T], p: usize, out: &mut [T]) {
+    if p == 0 {
+        out.fill(T::ZERO);
+        return;
+    }
+    for (o, row) in out.iter_mut().zip(ds.chunks_exact(p)) {
+        *o = sum_seq(row);
+    }
+}
+
+/// The input gradients of consecutive images, one at a time on this thread, as the transposed
+/// convolution `t` ([`ConvGeometry::transposed`]) of their cotangents `dys` with the
+/// transposed, flipped weights `wt` ([`transposed_flipped`]) and a zero bias.
+fn transposed_images<T: CpuScalar>(
+    t: &Geo,
+    dys: &[T],
+    wt: &[T],
+    zero: &[T],
+    dx: &mut [T],
+) -> Result<(), CpuError> {
+    let (img_dy, img_dx) = (t.image(), t.oc * t.p());
+    let mut sc = Scratch::default();
+    for (i, dxi) in dx.chunks_exact_mut(img_dx.max(1)).enumerate() {
+        let dy = &dys[i * img_dy..];
+        image_forward(t, dy, wt, zero, dxi, &mut sc, Parallelism::None, PATCH_CHUNK_ELEMENTS)?;
+    }
+    Ok(())
+}
+
 /// `(dx, dW, db)`, `dx` only when `need_dx` (`dW` and `db` are the same either way).
 #[allow(clippy::type_complexity)]
 pub(crate) fn vjp<T: CpuScalar>(
@@ -1142,26 +1172,30 @@ fn vjp_capped<T: CpuScalar>(
     let mut dw = CpuTensor::uninit(w.shape().clone());
     let mut db = CpuTensor::uninit(Shape::from([oc]));
 
-    // db[o] = Σ_images Σ_positions dy
-    let dbs = db.data_mut();
-    dbs.fill(T::ZERO);
-    if p > 0 && oc > 0 {
-        // each row's sum alone per task, combined in image order below: any split, same bits
-        let rows: Vec<T> = if should_par(ds.len()) {
-            ds.par_chunks_exact(p).map(sum_seq).collect()
-        } else {
-            ds.chunks_exact(p).map(sum_seq).collect()
-        };
-        for img in rows.chunks_exact(oc) {
+    // db[o] = Σ_images Σ_positions dy: each (image, channel) row's sum, then the images' in
+    // order; the rows are summed by the groups below when there are several (each group's
+    // cotangents read while they are in its core's cache), else here
+    let mut rows = vec![T::ZERO; g.n * oc];
+    let wlen = oc * kk;
+    let trivial = g.n == 0 || img_in == 0 || wlen == 0 || p == 0;
+    let groups = g.n.clamp(1, MAX_GROUPS);
+    let per = g.n.div_ceil(groups).max(1);
+    let groups = g.n.div_ceil(per);
+    if trivial || groups == 1 {
+        row_sums(ds, p, &mut rows);
+    }
+    let add_rows = |db: &mut CpuTensor<T>, rows: &[T]| {
+        let dbs = db.data_mut();
+        dbs.fill(T::ZERO);
+        for img in rows.chunks_exact(oc.max(1)) {
             for (a, &r) in dbs.iter_mut().zip(img) {
                 *a += r;
             }
         }
-    }
-
-    let wlen = oc * kk;
-    if g.n == 0 || img_in == 0 || wlen == 0 || p == 0 {
+    };
+    if trivial {
         // no product has a nonzero term
+        add_rows(&mut db, &rows);
         dw.data_mut().fill(T::ZERO);
         if let Some(dx) = dx.as_mut() {
             dx.data_mut().fill(T::ZERO);
@@ -1173,68 +1207,81 @@ fn vjp_capped<T: CpuScalar>(
         l => l,
     };
     // the input gradient as the transposed convolution when the implicit kernel runs it (the
-    // wide layout: finite weights, so its zero padding contributes zeros); the groups below
-    // then compute the weight gradient alone
-    let transposed = g.transposed().filter(|_| layout == Layout::Wide);
-    let mut dx_rest = match (dx.as_mut(), transposed) {
-        (Some(d), Some(t)) => {
-            let (wt, zero) = (transposed_flipped(&g, ws), vec![T::ZERO; g.c]);
-            convolve_images(&t, ds, &wt, &zero, d.data_mut(), PATCH_CHUNK_ELEMENTS)?;
-            None
-        }
-        (d, _) => d,
+    // wide layout: finite weights, so its zero padding contributes zeros); the groups then
+    // compute the weight gradient alone
+    let flipped = match g.transposed().filter(|_| need_dx && layout == Layout::Wide) {
+        Some(t) => Some((t, transposed_flipped(&g, ws), vec![T::ZERO; g.c])),
+        None => None,
     };
-    let groups = g.n.min(MAX_GROUPS);
-    let per = g.n.div_ceil(groups);
-    let groups = g.n.div_ceil(per);
     if groups == 1 {
+        // one image: its products threaded
+        let mut dx_rest = dx.as_mut().map(|d| d.data_mut());
+        if let (Some(d), Some((t, wt, zero))) = (dx_rest.as_mut(), &flipped) {
+            convolve_images(t, ds, wt, zero, d, PATCH_CHUNK_ELEMENTS)?;
+            dx_rest = None;
+        }
         group_backward(
             &g,
             layout,
             xs,
             ws,
             ds,
-            dx_rest.as_mut().map(|d| d.data_mut()),
+            dx_rest,
             dw.data_mut(),
             par_for_work(g.work()),
             caps,
         )?;
+        add_rows(&mut db, &rows);
         return Ok((dx, dw, db));
     }
     let mut partial = vec![T::ZERO; groups * wlen];
-    let job = |(k, (dwg, dxg)): (usize, (&mut [T], Option<&mut [T]>))| {
+    // one task per group: its images' row sums, their input gradients (the transposed
+    // convolution, or the scatter in `group_backward`) and its partial weight gradient
+    type Task<'a, T> = (usize, ((&'a mut [T], &'a mut [T]), Option<&'a mut [T]>));
+    let job = |(k, ((dwg, rowg), dxg)): Task<'_, T>| {
         let first = k * per;
         let imgs = per.min(g.n - first);
+        let dsg = &ds[first * img_out..(first + imgs) * img_out];
+        row_sums(dsg, p, rowg);
+        let dxg = match (dxg, &flipped) {
+            (Some(d), Some((t, wt, zero))) => {
+                transposed_images(t, dsg, wt, zero, d)?;
+                None
+            }
+            (d, _) => d,
+        };
         group_backward(
             &g,
             layout,
             &xs[first * img_in..(first + imgs) * img_in],
             ws,
-            &ds[first * img_out..(first + imgs) * img_out],
+            dsg,
             dxg,
             dwg,
             Parallelism::None,
             caps,
         )
     };
-    // one task per group: its slice of dx (when asked for) and its partial weight gradient
-    let mut dx_groups: Vec<Option<&mut [T]>> = match dx_rest.as_mut() {
+    let mut dx_groups: Vec<Option<&mut [T]>> = match dx.as_mut() {
         Some(d) => d.data_mut().chunks_mut(per * img_in).map(Some).collect(),
         None => (0..groups).map(|_| None).collect(),
     };
     if should_par(g.n.saturating_mul(g.work())) {
         partial
             .par_chunks_mut(wlen)
+            .zip(rows.par_chunks_mut(per * oc))
             .zip(dx_groups.par_drain(..))
             .enumerate()
             .try_for_each(job)?;
     } else {
         partial
             .chunks_mut(wlen)
+            .zip(rows.chunks_mut(per * oc))
             .zip(dx_groups.drain(..))
             .enumerate()
             .try_for_each(job)?;
     }
+    add_rows(&mut db, &rows);
     let dws = dw.data_mut();
     dws.copy_from_slice(&partial[..wlen]);
     for part in partial[wlen..].chunks_exact(wlen) {
