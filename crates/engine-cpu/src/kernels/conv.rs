@@ -1137,7 +1137,16 @@ fn transposed_images<T: CpuScalar>(
     let mut sc = Scratch::default();
     for (i, dxi) in dx.chunks_exact_mut(img_dx.max(1)).enumerate() {
         let dy = &dys[i * img_dy..];
-        image_forward(t, dy, wt, zero, dxi, &mut sc, Parallelism::None, PATCH_CHUNK_ELEMENTS)?;
+        image_forward(
+            t,
+            dy,
+            wt,
+            zero,
+            dxi,
+            &mut sc,
+            Parallelism::None,
+            PATCH_CHUNK_ELEMENTS,
+        )?;
     }
     Ok(())
 }

@@ -63,21 +63,8 @@ pub(super) fn input_grad<T: CpuScalar>(
     dims: Dims,
     par: Parallelism,
 ) {
-    let (rows, inp, outf) = dims;
-    let shifts = row_shifts(outf, inp);
-    let group = rows_per_task(rows, par, 1);
-    in_groups(dx, group * inp, |k, dxg| {
-        let first = k * group;
-        ImplicitBlock {
-            xp: w,
-            w: &dy[first * outf..(first + dxg.len() / inp) * outf],
-            shifts: &shifts,
-            start: 0,
-            out: dxg,
-            cols: inp,
-        }
-        .run();
-    });
+    let (_, inp, outf) = dims;
+    rows_times_matrix(dy, w, (outf, inp), dx, par);
 }
 
 /// `dW = dyᵀ·x` (`dW` is `out × in`).
@@ -89,25 +76,38 @@ pub(super) fn weight_grad<T: CpuScalar>(
     par: Parallelism,
 ) {
     let (rows, inp, outf) = dims;
-    if rows == 0 {
-        // no taps: the kernel would still read the (empty) image
-        dw.fill(T::ZERO);
-        return;
-    }
     let dyt: Vec<T> = (0..outf)
         .flat_map(|j| dy.iter().skip(j).step_by(outf.max(1)).copied())
         .collect();
-    let shifts = row_shifts(rows, inp);
-    let group = rows_per_task(outf, par, 1);
-    in_groups(dw, group * inp, |k, dwg| {
+    rows_times_matrix(&dyt, x, (rows, inp), dw, par);
+}
+
+/// `out = a·m` for `m` row-major, `taps × len` ([`ImplicitBlock`] with tap `t` at `t·len`: `m`
+/// read in place), `a` row-major with `taps` columns and `out` its rows of `len`, the rows
+/// split into groups, one task each, when `par` allows.
+fn rows_times_matrix<T: CpuScalar>(
+    a: &[T],
+    m: &[T],
+    (taps, len): (usize, usize),
+    out: &mut [T],
+    par: Parallelism,
+) {
+    if taps == 0 {
+        // an empty sum (the kernel would still read the empty matrix)
+        out.fill(T::ZERO);
+        return;
+    }
+    let shifts = row_shifts(taps, len);
+    let group = rows_per_task(out.len() / len.max(1), par, 1);
+    in_groups(out, group * len, |k, rows| {
         let first = k * group;
         ImplicitBlock {
-            xp: x,
-            w: &dyt[first * rows..(first + dwg.len() / inp) * rows],
+            xp: m,
+            w: &a[first * taps..(first + rows.len() / len) * taps],
             shifts: &shifts,
             start: 0,
-            out: dwg,
-            cols: inp,
+            out: rows,
+            cols: len,
         }
         .run();
     });
