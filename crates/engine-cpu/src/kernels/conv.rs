@@ -42,6 +42,9 @@
 //! parallel). The weight gradient is
 //! accumulated per fixed group of images (the grouping depends only on the batch size) and the
 //! group sums are added in group order, so the result does not depend on the thread count.
+//! Each group also sums its cotangent rows (the bias gradient, the rows then added in image
+//! order) and takes its images' input gradients before their weight gradient, so that a
+//! group's cotangents come from memory once.
 
 use super::conv_implicit::{ImplicitBlock, ImplicitWeightGrad};
 use super::linalg::{gemm, gemm_rows, par_for_work, Mat};
