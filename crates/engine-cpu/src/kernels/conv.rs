@@ -1053,10 +1053,10 @@ fn group_backward<T: CpuScalar>(
 const IMPLICIT_GRAD_MIN_COLS: usize = 512;
 
 /// A group of images' weight gradient for the wide layout without a patch matrix
-/// ([`ImplicitWeightGrad`], one image at a time, accumulated in image order): each image
-/// read in place or padded with slack ([`implicit_image`]), its cotangent laid out wide (zero at the dropped columns and the
-/// rounding), the output channels split into groups of whole 4-channel tiles, one task each, in
-/// parallel when `par` allows. The same bits for any thread count.
+/// ([`ImplicitWeightGrad`], one image at a time, accumulated in image order): each image read
+/// in place or padded with slack ([`implicit_image`]), its cotangent laid out wide (zero at the
+/// dropped columns and the rounding), the output channels split into groups of whole 4-channel
+/// tiles, one task each, in parallel when `par` allows. The same bits for any thread count.
 fn implicit_weight_grad<T: CpuScalar>(
     g: &Geo,
     x: &[T],
