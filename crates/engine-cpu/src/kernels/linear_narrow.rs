@@ -184,9 +184,14 @@ mod tests {
 
     /// Every product equals its definition for widths that exercise the kernels' edge tiles
     /// (rows and outputs not multiples of the tiles), on one thread and split among four
-    /// (groups of rows that are not multiples of the tiles either).
+    /// (groups of rows that are not multiples of the tiles either), in f32 and f64.
     #[test]
     fn the_three_products_are_their_definitions_on_any_thread_count() {
+        definitions_on_any_thread_count::<f32>();
+        definitions_on_any_thread_count::<f64>();
+    }
+
+    fn definitions_on_any_thread_count<T: CpuScalar>() {
         for dims in [
             (32, 512, 10),
             (5, 528, 1),
@@ -203,24 +208,25 @@ mod tests {
                 ints(rows * outf, 4),
             );
             let want = definition(&x, &w, &b, &dy, dims);
-            let f32s = |v: &[f64]| v.iter().map(|&e| e as f32).collect::<Vec<f32>>();
-            let (xf, wf, bf, dyf) = (f32s(&x), f32s(&w), f32s(&b), f32s(&dy));
+            let cast = |v: &[f64]| v.iter().map(|&e| T::from_f64(e)).collect::<Vec<T>>();
+            let (xt, wt, bt, dyt) = (cast(&x), cast(&w), cast(&b), cast(&dy));
             for threads in [1, 4] {
                 let par = match threads {
                     1 => Parallelism::None,
                     n => Parallelism::Rayon(n),
                 };
                 let got = crate::threads::with_threads(threads, || {
-                    let mut y = vec![f32::NAN; rows * outf];
-                    let mut dx = vec![f32::NAN; rows * inp];
-                    let mut dw = vec![f32::NAN; outf * inp];
-                    forward(&xf, &wf, &bf, &mut y, dims, par);
-                    input_grad(&dyf, &wf, &mut dx, dims, par);
-                    weight_grad(&xf, &dyf, &mut dw, dims, par);
+                    let nan = T::from_f64(f64::NAN);
+                    let mut y = vec![nan; rows * outf];
+                    let mut dx = vec![nan; rows * inp];
+                    let mut dw = vec![nan; outf * inp];
+                    forward(&xt, &wt, &bt, &mut y, dims, par);
+                    input_grad(&dyt, &wt, &mut dx, dims, par);
+                    weight_grad(&xt, &dyt, &mut dw, dims, par);
                     [y, dx, dw]
                 });
                 for (name, (got, want)) in ["y", "dx", "dW"].iter().zip(got.iter().zip(&want)) {
-                    let got: Vec<f64> = got.iter().map(|&v| f64::from(v)).collect();
+                    let got: Vec<f64> = got.iter().map(|v| v.to_f64()).collect();
                     assert_eq!(&got, want, "{name} of {dims:?} on {threads} threads");
                 }
             }
