@@ -100,6 +100,10 @@ pub trait SimdLanes: Copy + pulp::bytemuck::Pod {
         b: Self::Lanes<S>,
         c: Self::Lanes<S>,
     ) -> Self::Lanes<S>;
+    /// `a + b`, `a − b`, `a · b`, lane by lane (each exactly rounded, as on one element).
+    fn add_lanes<S: Simd>(simd: S, a: Self::Lanes<S>, b: Self::Lanes<S>) -> Self::Lanes<S>;
+    fn sub_lanes<S: Simd>(simd: S, a: Self::Lanes<S>, b: Self::Lanes<S>) -> Self::Lanes<S>;
+    fn mul_lanes<S: Simd>(simd: S, a: Self::Lanes<S>, b: Self::Lanes<S>) -> Self::Lanes<S>;
     /// The first `lanes` elements of `src`.
     fn load<S: Simd>(src: &[Self]) -> Self::Lanes<S>;
     /// Writes `v` over the first `lanes` elements of `dst`.
@@ -109,7 +113,7 @@ pub trait SimdLanes: Copy + pulp::bytemuck::Pod {
 }
 
 macro_rules! simd_lanes {
-    ($t:ty, $v:ident, $splat:ident, $fma:ident, $sum:ident) => {
+    ($t:ty, $v:ident, $splat:ident, $fma:ident, $sum:ident, $add:ident, $sub:ident, $mul:ident) => {
         impl SimdLanes for $t {
             type Lanes<S: Simd> = S::$v;
 
@@ -126,6 +130,21 @@ macro_rules! simd_lanes {
             #[inline(always)]
             fn mul_add<S: Simd>(simd: S, a: S::$v, b: S::$v, c: S::$v) -> S::$v {
                 simd.$fma(a, b, c)
+            }
+
+            #[inline(always)]
+            fn add_lanes<S: Simd>(simd: S, a: S::$v, b: S::$v) -> S::$v {
+                simd.$add(a, b)
+            }
+
+            #[inline(always)]
+            fn sub_lanes<S: Simd>(simd: S, a: S::$v, b: S::$v) -> S::$v {
+                simd.$sub(a, b)
+            }
+
+            #[inline(always)]
+            fn mul_lanes<S: Simd>(simd: S, a: S::$v, b: S::$v) -> S::$v {
+                simd.$mul(a, b)
             }
 
             #[inline(always)]
@@ -148,5 +167,23 @@ macro_rules! simd_lanes {
     };
 }
 
-simd_lanes!(f32, f32s, splat_f32s, mul_add_e_f32s, reduce_sum_f32s);
-simd_lanes!(f64, f64s, splat_f64s, mul_add_e_f64s, reduce_sum_f64s);
+simd_lanes!(
+    f32,
+    f32s,
+    splat_f32s,
+    mul_add_e_f32s,
+    reduce_sum_f32s,
+    add_f32s,
+    sub_f32s,
+    mul_f32s
+);
+simd_lanes!(
+    f64,
+    f64s,
+    splat_f64s,
+    mul_add_e_f64s,
+    reduce_sum_f64s,
+    add_f64s,
+    sub_f64s,
+    mul_f64s
+);

@@ -27,6 +27,10 @@
 //! - the **weight gradient** ([`implicit_weight_grad`]) when the input gradient is not needed or
 //!   taken as above and the image has at least [`IMPLICIT_GRAD_MIN_COLS`] wide columns.
 //!
+//! The forward of a 3×3 stride-1 convolution with many channels and large outputs
+//! ([`ConvGeometry::forward_winograd`]) takes Winograd's F(4×4, 3×3) instead
+//! ([`super::conv_winograd`], [`winograd_images`]) when its image and weights are finite.
+//!
 //! Each output's sum runs over the taps in order (the weight gradient's over the columns per
 //! lane, then across the lanes): other bits than the patch matrix's product, the same for any
 //! thread count and cut.
@@ -47,6 +51,7 @@
 //! group's cotangents come from memory once.
 
 use super::conv_implicit::{ImplicitBlock, ImplicitWeightGrad};
+use super::conv_winograd;
 use super::linalg::{gemm, gemm_rows, par_for_work, Mat};
 use super::reduce::sum_seq;
 use crate::buffers::{self, Buffer};
@@ -806,6 +811,11 @@ fn convolve_images<T: CpuScalar>(
     if img_out == 0 {
         return Ok(());
     }
+    if let Some(m) = g.winograd_tile() {
+        if all_finite(ws) && all_finite(&xs[..g.n * img_in]) {
+            return winograd_images(g, m, xs, ws, bs, y);
+        }
+    }
     if g.n > 1 && should_par(g.n.saturating_mul(g.work())) {
         y.par_chunks_mut(img_out)
             .enumerate()
@@ -827,6 +837,41 @@ fn convolve_images<T: CpuScalar>(
             )?;
         }
         Ok(())
+    }
+}
+
+/// Every image's forward by Winograd's F(m×m, 3×3) ([`conv_winograd`]; finite operands, `m`
+/// the geometry's [`ConvGeometry::winograd_tile`]): the weights transformed once, then images
+/// in parallel (each on one thread) when there are several and the work pays, else one at a
+/// time with its transforms and products split across the pool.
+fn winograd_images<T: CpuScalar>(
+    g: &Geo,
+    m: usize,
+    xs: &[T],
+    ws: &[T],
+    bs: &[T],
+    y: &mut [T],
+) -> Result<(), CpuError> {
+    let (img_in, img_out) = (g.image(), g.oc * g.p());
+    let total = g.n.saturating_mul(g.work());
+    let mut transformed = Work::default();
+    let work = transformed.take(g.winograd_weight_elements(m));
+    let u = conv_winograd::weights(g, m, ws, work, should_par(total));
+    let image = |work: &mut Work<T>, (i, yi): (usize, &mut [T]), parallel: bool| {
+        let work = work.take(g.winograd_image_elements(m));
+        let x = &xs[i * img_in..(i + 1) * img_in];
+        conv_winograd::forward_image(g, m, x, u, bs, yi, work, parallel)
+    };
+    if g.n > 1 && should_par(total) {
+        y.par_chunks_mut(img_out)
+            .enumerate()
+            .try_for_each_init(Work::default, |work, iy| image(work, iy, false))
+    } else {
+        let parallel = matches!(par_for_work(g.work()), Parallelism::Rayon(_));
+        let mut work = Work::default();
+        y.chunks_exact_mut(img_out)
+            .enumerate()
+            .try_for_each(|iy| image(&mut work, iy, parallel))
     }
 }
 
@@ -1363,6 +1408,81 @@ mod tests {
 
     fn bits<T: CpuScalar>(t: &CpuTensor<T>) -> Vec<u64> {
         t.as_slice().iter().map(|v| v.to_f64().to_bits()).collect()
+    }
+
+    /// A Winograd geometry's forward ([`winograd_images`]) is the implicit product's within
+    /// rounding (relative to the largest output), the same bits on one thread and on two, for
+    /// one image and three (images in parallel); with an infinite input or weight it is the
+    /// implicit product's bits (the fallback).
+    fn winograd_is_the_implicit_product_within_rounding<T: CpuScalar>(tol: f64) {
+        use crate::threads::with_threads;
+        // (C, outC, H × W, padding): ResNet's 28 × 28 layer at 16 channels, edge tiles with
+        // and without padding
+        for (gi, &(c, oc, hw, pad)) in [(16, 16, 28, 1), (17, 20, 19, 0), (16, 24, 17, 2)]
+            .iter()
+            .enumerate()
+        {
+            let spec = square(c, oc, 3, 1, pad);
+            for n in [1usize, 3] {
+                let g = spec.geometry(&Shape::from([n, c, hw, hw])).unwrap();
+                assert!(
+                    g.forward_winograd() && g.forward_implicit(),
+                    "geometry {gi}"
+                );
+                let out = Shape::from([n, oc, g.ho, g.wo]);
+                for (bad_x, bad_w) in [(None, None), (Some(5), None), (None, Some(7))] {
+                    let seed = (gi * 10 + n) as u64;
+                    let x = tensor::<T>(vec![n, c, hw, hw], seed, bad_x);
+                    let wt = tensor::<T>(vec![oc, c, 3, 3], seed + 1, bad_w);
+                    let b = tensor::<T>(vec![oc], seed + 2, None);
+                    let what = format!("geometry {gi}, n {n}, bad {bad_x:?} {bad_w:?}");
+                    let mut implicit = CpuTensor::<T>::uninit(out.clone());
+                    let mut sc = Scratch::default();
+                    for (i, yi) in implicit.data_mut().chunks_exact_mut(oc * g.p()).enumerate() {
+                        let xi = &x.as_slice()[i * g.image()..];
+                        image_forward(
+                            &g,
+                            xi,
+                            wt.as_slice(),
+                            b.as_slice(),
+                            yi,
+                            &mut sc,
+                            Parallelism::None,
+                            usize::MAX,
+                        )
+                        .unwrap();
+                    }
+                    let run =
+                        |t| with_threads(t, || forward(&spec, &x, &wt, &b, out.clone()).unwrap());
+                    let (one, two) = (run(1), run(2));
+                    assert_eq!(bits(&one), bits(&two), "threads, {what}");
+                    if bad_x.is_some() || bad_w.is_some() {
+                        assert_eq!(bits(&one), bits(&implicit), "fallback, {what}");
+                        continue;
+                    }
+                    // the Winograd route ran: its roundings are not the implicit product's
+                    assert_ne!(bits(&one), bits(&implicit), "{what}");
+                    let largest = implicit
+                        .as_slice()
+                        .iter()
+                        .fold(0.0f64, |m, v| m.max(v.to_f64().abs()));
+                    for (k, (a, e)) in one.as_slice().iter().zip(implicit.as_slice()).enumerate() {
+                        let err = (a.to_f64() - e.to_f64()).abs() / largest;
+                        assert!(err <= tol, "{what}, output {k}: {a} against {e}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn winograd_is_the_implicit_product_within_rounding_f32() {
+        winograd_is_the_implicit_product_within_rounding::<f32>(1e-5);
+    }
+
+    #[test]
+    fn winograd_is_the_implicit_product_within_rounding_f64() {
+        winograd_is_the_implicit_product_within_rounding::<f64>(1e-13);
     }
 
     /// Forward and VJP with patch chunks of the fewest units equal the unchunked ones bit for

@@ -377,6 +377,88 @@ impl ConvGeometry {
         input.max(weight)
     }
 
+    /// The tile side `m` of the CPU engine's Winograd forward F(m×m, 3×3) of this convolution
+    /// (`engine_cpu::kernels::conv_winograd`, for finite images and weights; the implicit
+    /// product otherwise), if it takes one: a 3×3 kernel at stride 1 with at most 2 of padding
+    /// and at least [`WINOGRAD_MIN_CHANNELS`] input and output channels; 4 for outputs of at
+    /// least [`WINOGRAD_MIN_EXTENT`] on each side (ResNet-18's 56 × 56 and 28 × 28 layers), 2
+    /// for outputs of at least [`WINOGRAD_F2_MIN_EXTENT`] (its 14 × 14 ones: fewer positions, so
+    /// fewer transformed weights per call, and more tiles per product).
+    pub fn winograd_tile(&self) -> Option<usize> {
+        let eligible = self.kh == 3
+            && self.kw == 3
+            && self.s == 1
+            && self.pad <= 2
+            && self.c >= WINOGRAD_MIN_CHANNELS
+            && self.oc >= WINOGRAD_MIN_CHANNELS;
+        let extent = self.ho.min(self.wo);
+        if !eligible || extent < WINOGRAD_F2_MIN_EXTENT {
+            None
+        } else if extent < WINOGRAD_MIN_EXTENT {
+            Some(2)
+        } else {
+            Some(4)
+        }
+    }
+
+    /// Whether the CPU engine runs this forward by Winograd's algorithm
+    /// ([`ConvGeometry::winograd_tile`]).
+    pub fn forward_winograd(&self) -> bool {
+        self.winograd_tile().is_some()
+    }
+
+    /// Tiles of `m × m` outputs per column and per row.
+    pub fn winograd_tiles(&self, m: usize) -> (usize, usize) {
+        let m = m.max(1);
+        (self.ho.div_ceil(m), self.wo.div_ceil(m))
+    }
+
+    /// The Winograd forward's wide tile count with tiles of `m × m`: `th·(tw + 1)`, one dropped
+    /// tile per tile row (each transform reads contiguous runs across tile rows). Saturating.
+    pub fn winograd_wide_tiles(&self, m: usize) -> usize {
+        let (th, tw) = self.winograd_tiles(m);
+        th.saturating_mul(tw.saturating_add(1))
+    }
+
+    /// Scratch of one task of the Winograd forward's transforms with tiles of `m × m` (blocks of
+    /// `a = m + 2`; a group of channels, one at a time), the largest of: an input channel's `m²`
+    /// phase planes (`(th + 2)·(tw + 1)` each), its columns' transforms (`a²·n`, `n` the wide
+    /// tiles) and one padded row (`m·(tw + 1)`); an output channel's (`(a·m + m²)·n`); an output
+    /// channel's weights (`(9 + 3·a)·C`). Saturating.
+    pub fn winograd_task_elements(&self, m: usize) -> usize {
+        let (mul, add) = (usize::saturating_mul, usize::saturating_add);
+        let (th, tw) = self.winograd_tiles(m);
+        let (n, pw, a) = (self.winograd_wide_tiles(m), tw.saturating_add(1), m + 2);
+        let input = add(
+            add(mul(m * m, mul(th.saturating_add(2), pw)), mul(a * a, n)),
+            mul(m, pw),
+        );
+        let output = mul(a * m + m * m, n);
+        input.max(output).max(mul(9 + 3 * a, self.c))
+    }
+
+    /// Elements of the Winograd forward's buffers for one image with tiles of `m × m`: the
+    /// transformed inputs (`C × (m + 2)² ×` [`ConvGeometry::winograd_wide_tiles`]), the
+    /// transformed sums (`(m + 2)² × oc ×` the same) and [`PARALLEL_IMAGES`] tasks' scratch
+    /// ([`ConvGeometry::winograd_task_elements`]). Saturating.
+    pub fn winograd_image_elements(&self, m: usize) -> usize {
+        let mul = usize::saturating_mul;
+        mul(
+            (m + 2) * (m + 2),
+            mul(self.c.saturating_add(self.oc), self.winograd_wide_tiles(m)),
+        )
+        .saturating_add(mul(PARALLEL_IMAGES, self.winograd_task_elements(m)))
+    }
+
+    /// Elements of the Winograd forward's transformed weights with tiles of `m × m` (`oc × (m +
+    /// 2)² × C`) and their transform's scratch ([`PARALLEL_IMAGES`] tasks'), once per call.
+    /// Saturating.
+    pub fn winograd_weight_elements(&self, m: usize) -> usize {
+        let mul = usize::saturating_mul;
+        mul((m + 2) * (m + 2), mul(self.oc, self.c))
+            .saturating_add(mul(PARALLEL_IMAGES, self.winograd_task_elements(m)))
+    }
+
     /// Zeros after the phase-split padded image for the implicit product: its last block reads
     /// up to `(kW − 1) / s` columns past the last phase's last real cell through the last tap's
     /// shift (at most the output rows' reach, `Ho + (kH − 1) / s ≤ ⌈Hp / s⌉`), plus up to
@@ -385,6 +467,18 @@ impl ConvGeometry {
         self.kw.saturating_sub(1) / self.s.max(1) + IMPLICIT_VECTOR_COLUMNS - 1
     }
 }
+
+/// The fewest input and output channels of a Winograd forward
+/// ([`ConvGeometry::forward_winograd`]).
+pub const WINOGRAD_MIN_CHANNELS: usize = 16;
+
+/// The smallest output extent of a Winograd forward with 4 × 4 tiles
+/// ([`ConvGeometry::winograd_tile`]).
+pub const WINOGRAD_MIN_EXTENT: usize = 16;
+
+/// The smallest output extent of a Winograd forward with 2 × 2 tiles
+/// ([`ConvGeometry::winograd_tile`]).
+pub const WINOGRAD_F2_MIN_EXTENT: usize = 12;
 
 /// The widest SIMD vector, in elements, that the CPU engine's implicit convolution kernel
 /// stores (16 `f32` in an AVX-512 register): its wide output blocks are whole multiples of it.
@@ -571,9 +665,15 @@ impl Conv2dSpec {
             let chunk = Chunks::new(cols, kk, PATCH_CHUNK_ELEMENTS).largest();
             (padded, m(a(kk, oc), chunk))
         };
+        // a Winograd forward ([`ConvGeometry::forward_winograd`]) holds its own buffers per
+        // image and the transformed weights once (the implicit product's when an operand is not
+        // finite)
+        let winograd = g.and_then(|g| Some((g, g.winograd_tile()?)));
+        let forward = forward.max(winograd.map_or(0, |(g, t)| g.winograd_image_elements(t)));
+        let weights_once = winograd.map_or(0, |(g, t)| g.winograd_weight_elements(t));
         let at_once = n.clamp(1, PARALLEL_IMAGES);
         if pass == Pass::Eval {
-            return m(at_once, a(padded, forward));
+            return a(m(at_once, a(padded, forward)), weights_once);
         }
         // the chunk (tap rows and their gradient) and the block's wide cotangent, for the
         // widest layout's columns and the compact one's (each layout splits its own)
@@ -584,7 +684,10 @@ impl Conv2dSpec {
         let implicit = g.map_or(0, |g| g.implicit_backward_elements());
         let backward = a(chunk(cols).max(chunk(m(ho, wo))), padded).max(implicit);
         let per_image = a(padded, forward.max(backward));
-        a(a(m(at_once, per_image), m(at_once, m(oc, kk))), m(n, oc))
+        a(
+            a(a(m(at_once, per_image), m(at_once, m(oc, kk))), m(n, oc)),
+            weights_once,
+        )
     }
 
     /// Output `(Ho, Wo)` for an input of spatial size `(h, w)` (validated attributes), for

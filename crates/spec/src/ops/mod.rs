@@ -37,7 +37,8 @@ pub use attention::{causal_mask, AttentionDims};
 pub use conv::{
     dilated_extent, window_out, BackwardChunks, Chunks, Conv2dSpec, ConvGeometry, GroupedConv,
     CONV_DEFAULT_DILATION, CONV_DEFAULT_GROUPS, IMPLICIT_VECTOR_COLUMNS, PARALLEL_IMAGES,
-    PATCH_CHUNK_ELEMENTS, PATCH_CHUNK_MIN_UNITS, SPLIT_CHUNK_DIVISOR,
+    PATCH_CHUNK_ELEMENTS, PATCH_CHUNK_MIN_UNITS, SPLIT_CHUNK_DIVISOR, WINOGRAD_F2_MIN_EXTENT,
+    WINOGRAD_MIN_CHANNELS, WINOGRAD_MIN_EXTENT,
 };
 pub use desc::{
     AttrMut, AttrValue, AttrVisitor, Onnx, OpDesc, BATCH_NORM_DEFAULT_EPS, LAYER_NORM_DEFAULT_EPS,

@@ -1522,6 +1522,68 @@ fn a_linear_over_few_rows_declares_its_transposed_output() {
 }
 
 #[test]
+fn winograd_takes_3x3_stride_1_convs_with_16_channels_and_outputs_of_12_a_side() {
+    let geo = |c: usize, oc: usize, k: usize, s: usize, pad: usize, hw: usize| {
+        Conv2dSpec::ungrouped(c, oc, (k, k), s, pad)
+            .geometry(&Shape::from([1, c, hw, hw]))
+            .unwrap()
+    };
+    // 4 × 4 tiles from 16 outputs a side (ResNet-18's 56 × 56 and 28 × 28 layers), 2 × 2 from
+    // 12 (its 14 × 14 ones); padding 0 to 2
+    for (g, tile) in [
+        (geo(64, 64, 3, 1, 1, 56), 4),
+        (geo(128, 128, 3, 1, 1, 28), 4),
+        (geo(16, 16, 3, 1, 1, 16), 4),
+        (geo(16, 16, 3, 1, 0, 18), 4),
+        (geo(16, 16, 3, 1, 2, 14), 4),
+        (geo(256, 256, 3, 1, 1, 14), 2),
+        (geo(16, 16, 3, 1, 1, 15), 2),
+        (geo(16, 16, 3, 1, 1, 12), 2),
+    ] {
+        assert_eq!(g.winograd_tile(), Some(tile), "{g:?}");
+        assert!(g.forward_winograd());
+    }
+    // not: 15 channels in or out, 11 outputs a side, stride 2, 5×5, padding 3
+    for g in [
+        geo(15, 16, 3, 1, 1, 16),
+        geo(16, 15, 3, 1, 1, 16),
+        geo(16, 16, 3, 1, 1, 11),
+        geo(512, 512, 3, 1, 1, 7),
+        geo(64, 64, 3, 2, 1, 56),
+        geo(64, 64, 5, 1, 2, 56),
+        geo(16, 16, 3, 1, 3, 12),
+    ] {
+        assert_eq!(g.winograd_tile(), None, "{g:?}");
+        assert!(!g.forward_winograd());
+    }
+    // 28 × 28 outputs in 4 × 4 tiles: 7 × 7, each tile row one more in the wide count
+    let g = geo(128, 128, 3, 1, 1, 28);
+    assert_eq!(
+        (g.winograd_tiles(4), g.winograd_wide_tiles(4)),
+        ((7, 7), 56)
+    );
+    // a task's scratch: the input's 16 phase planes of 9 × 8, 36 rows of 56 and a row of 32
+    // (3,200), the output's 40 rows (2,240) or the weights' 27 × 128 (3,456), the largest
+    assert_eq!(g.winograd_task_elements(4), 27 * 128);
+    assert_eq!(g.winograd_image_elements(4), 36 * 256 * 56 + 8 * 3456);
+    assert_eq!(g.winograd_weight_elements(4), 36 * 128 * 128 + 8 * 3456);
+    // 14 × 14 outputs in 2 × 2 tiles: 7 × 7, 56 wide; the input's 4 phase planes of 9 × 8, 16
+    // rows of 56 and a row of 16 (1,200), the output's 12 rows (672), the weights' 21 × 256
+    // (5,376)
+    let g = geo(256, 256, 3, 1, 1, 14);
+    assert_eq!(
+        (g.winograd_tiles(2), g.winograd_wide_tiles(2)),
+        ((7, 7), 56)
+    );
+    assert_eq!(g.winograd_task_elements(2), 21 * 256);
+    assert_eq!(g.winograd_image_elements(2), 16 * 512 * 56 + 8 * 5376);
+    assert_eq!(g.winograd_weight_elements(2), 16 * 256 * 256 + 8 * 5376);
+    // edge tiles round up: 18 outputs a side are 5 tiles of 4, 9 of 2
+    assert_eq!(geo(16, 16, 3, 1, 1, 18).winograd_tiles(4), (5, 5));
+    assert_eq!(geo(16, 16, 3, 1, 1, 18).winograd_tiles(2), (9, 9));
+}
+
+#[test]
 fn an_implicit_conv_counts_its_padded_image_and_wide_output() {
     // ResNet's 56x56 layer (64 channels in and out, 3x3, padding 1) runs as an implicit
     // product: the padded image 64·58·58 = 215,296 plus kW − 1 + 15 = 17 of slack, and the
@@ -1536,9 +1598,19 @@ fn an_implicit_conv_counts_its_padded_image_and_wide_output() {
     assert_eq!(chunks.len(), 11);
     assert_eq!(chunks.iter().filter(|&&(_, n)| n == 5).count(), 10);
     assert_eq!(chunks.last(), Some(&(50, 6)));
+    // it is also a Winograd geometry (3×3, stride 1, 64 channels, 56 × 56), whose buffers
+    // are the larger: 36 × (64 + 64) × 14·15 wide tiles and 8 tasks' scratch (16 phase planes
+    // of 16 × 15, 36 rows of 210 and a row of 60: 11,460), and its transformed weights
+    // 36·64·64 with as much scratch
+    assert_eq!(g.winograd_tile(), Some(4));
+    assert_eq!(g.winograd_tiles(4), (14, 14));
+    assert_eq!(g.winograd_wide_tiles(4), 14 * 15);
+    assert_eq!(g.winograd_task_elements(4), 11_460);
+    let winograd = 36 * 128 * 210 + 8 * 11_460 + 36 * 64 * 64 + 8 * 11_460;
+    // (967,680 transformed values against the implicit forward's 64 · 3,392 = 217,088)
     assert_eq!(
         spec.workspace_elements(&x, &y, Pass::Eval),
-        215_296 + 17 + 64 * (10 * 304 + 352)
+        215_296 + 17 + winograd
     );
     // without padding the image is still copied, with its slack: 64·56·56 + 17, and the wide
     // output: 54 rows of 56 columns in 54 / 5 = 10 chunks (rows k·54/10: six of 5 rows, 280
@@ -1546,15 +1618,30 @@ fn an_implicit_conv_counts_its_padded_image_and_wide_output() {
     let spec = Conv2dSpec::ungrouped(64, 64, (3, 3), 1, 0);
     let y = Shape::from([1, 64, 54, 54]);
     assert!(spec.geometry(&x).unwrap().forward_implicit());
+    // (Winograd too: 54 / 4 → 14 × 14 tiles, as above)
     assert_eq!(
         spec.workspace_elements(&x, &y, Pass::Eval),
-        200_704 + 17 + 64 * (6 * 288 + 4 * 336)
+        200_704 + 17 + winograd
     );
-    // few channels too: conv_train's 8 → 16 layer, one chunk of 24·26 = 624 columns
+    // an implicit geometry that is not Winograd's (5×5): the wide output alone, 60 rows of
+    // 64 columns in 60 / 5 = 12 chunks of 320
+    let spec = Conv2dSpec::ungrouped(64, 64, (5, 5), 1, 2);
+    let g = spec.geometry(&Shape::from([1, 64, 60, 60])).unwrap();
+    assert!(g.forward_implicit() && !g.forward_winograd());
+    assert_eq!(g.implicit_row_chunks().len(), 12);
+    assert_eq!(
+        spec.workspace_elements(
+            &Shape::from([1, 64, 60, 60]),
+            &Shape::from([1, 64, 60, 60]),
+            Pass::Eval
+        ),
+        64 * 64 * 64 + 4 + 15 + 64 * 12 * 320
+    );
+    // few channels too (not Winograd's): conv_train's 8 → 16 layer, one chunk of 24·26 = 624 columns
     let spec = Conv2dSpec::ungrouped(8, 16, (3, 3), 1, 0);
     let x8 = Shape::from([1, 8, 26, 26]);
     let g = spec.geometry(&x8).unwrap();
-    assert!(g.forward_implicit());
+    assert!(g.forward_implicit() && !g.forward_winograd());
     assert_eq!(g.implicit_row_chunks(), vec![(0, 12), (12, 12)]);
     assert_eq!(g.implicit_output_elements(), 16 * (2 * 320));
     // its backward: the input gradient as the transposed convolution (16 channels of 24×24
