@@ -27,9 +27,9 @@
 //! - the **weight gradient** ([`implicit_weight_grad`]) when the input gradient is not needed or
 //!   taken as above and the image has at least [`IMPLICIT_GRAD_MIN_COLS`] wide columns.
 //!
-//! The forward of a 3×3 stride-1 convolution with many channels and large outputs
-//! ([`ConvGeometry::forward_winograd`]) takes Winograd's F(4×4, 3×3) instead
-//! ([`super::conv_winograd`], [`winograd_images`]) when its image and weights are finite.
+//! The forward of a 3×3 stride-1 convolution with many channels and outputs of at least 12 a
+//! side takes Winograd's F(m×m, 3×3) instead (`m` = 4 or 2, [`ConvGeometry::winograd_tile`];
+//! [`super::conv_winograd`], [`winograd_images`]) when its image and weights are finite.
 //!
 //! Each output's sum runs over the taps in order (the weight gradient's over the columns per
 //! lane, then across the lanes): other bits than the patch matrix's product, the same for any
@@ -1417,18 +1417,22 @@ mod tests {
     fn winograd_is_the_implicit_product_within_rounding<T: CpuScalar>(tol: f64) {
         use crate::threads::with_threads;
         // (C, outC, H × W, padding): ResNet's 28 × 28 layer at 16 channels, edge tiles with
-        // and without padding
-        for (gi, &(c, oc, hw, pad)) in [(16, 16, 28, 1), (17, 20, 19, 0), (16, 24, 17, 2)]
-            .iter()
-            .enumerate()
-        {
+        // and without padding (4 × 4 tiles); its 14 × 14 layer at 16 channels, and 13 × 13
+        // outputs (2 × 2 tiles)
+        let geos = [
+            (16, 16, 28, 1),
+            (17, 20, 19, 0),
+            (16, 24, 17, 2),
+            (16, 16, 14, 1),
+            (18, 17, 15, 0),
+        ];
+        for (gi, &(c, oc, hw, pad)) in geos.iter().enumerate() {
             let spec = square(c, oc, 3, 1, pad);
             for n in [1usize, 3] {
                 let g = spec.geometry(&Shape::from([n, c, hw, hw])).unwrap();
-                assert!(
-                    g.forward_winograd() && g.forward_implicit(),
-                    "geometry {gi}"
-                );
+                let tile = if gi < 3 { 4 } else { 2 };
+                assert_eq!(g.winograd_tile(), Some(tile), "geometry {gi}");
+                assert!(g.forward_implicit(), "geometry {gi}");
                 let out = Shape::from([n, oc, g.ho, g.wo]);
                 for (bad_x, bad_w) in [(None, None), (Some(5), None), (None, Some(7))] {
                     let seed = (gi * 10 + n) as u64;
