@@ -10,6 +10,14 @@
 //! Lists are per thread (no locking; a buffer freed on another thread simply joins that thread's
 //! pool) and bounded: at most [`MAX_POOLED_BYTES`] per thread and element type; beyond that a
 //! freed buffer goes back to the allocator.
+//!
+//! Kernels' scratch (a convolution's padded image, patch matrix, transforms) has a list of its
+//! own ([`alloc_scratch`], [`recycle_scratch`]): at most [`SCRATCH_BUFFERS`] buffers, and a
+//! request takes the most recently returned one that is long enough (its first elements), so
+//! consecutive kernels of different sizes keep working in the same, cache-warm memory. Taken by
+//! exact length, the first convolution of each of ResNet-18's stages got buffers last touched a
+//! whole forward earlier: 1.86 against 1.15 ms for the same layer warm, and the network's
+//! forward 1–1.5 ms slower at one thread.
 
 use crate::scalar::CpuScalar;
 use std::collections::BTreeMap;
@@ -28,12 +36,18 @@ pub const MAX_POOLED_BYTES: usize = 512 << 20;
 /// Bookkeeping charge per pooled entry beyond its data (the `Arc` header, list slot).
 const ENTRY_OVERHEAD: usize = 64;
 
+/// Most scratch buffers one thread keeps per element type (beyond it the shortest is freed):
+/// a convolution's backward holds five at once.
+pub const SCRATCH_BUFFERS: usize = 8;
+
 /// Free lists of one element type on one thread.
 #[derive(Debug)]
 pub struct BufferPool<T> {
     small: Vec<Vec<Buffer<T>>>,
     large: BTreeMap<usize, Vec<Buffer<T>>>,
     bytes: usize,
+    /// Scratch buffers, most recently returned last.
+    scratch: Vec<Buffer<T>>,
 }
 
 impl<T> BufferPool<T> {
@@ -42,6 +56,7 @@ impl<T> BufferPool<T> {
             small: Vec::new(),
             large: BTreeMap::new(),
             bytes: 0,
+            scratch: Vec::new(),
         }
     }
 
@@ -84,6 +99,24 @@ impl<T> BufferPool<T> {
         self.bytes += cost;
     }
 
+    /// The most recently returned scratch buffer of at least `len` elements.
+    fn take_scratch(&mut self, len: usize) -> Option<Buffer<T>> {
+        let i = self.scratch.iter().rposition(|b| b.len() >= len)?;
+        Some(self.scratch.remove(i))
+    }
+
+    /// Keeps `a` as the most recent scratch buffer, freeing the shortest beyond
+    /// [`SCRATCH_BUFFERS`].
+    fn put_scratch(&mut self, a: Buffer<T>) {
+        self.scratch.push(a);
+        if self.scratch.len() > SCRATCH_BUFFERS {
+            let shortest = (0..self.scratch.len()).min_by_key(|&i| self.scratch[i].len());
+            if let Some(i) = shortest {
+                self.scratch.remove(i);
+            }
+        }
+    }
+
     /// Bytes currently pooled (data plus bookkeeping charge).
     pub fn pooled_bytes(&self) -> usize {
         self.bytes
@@ -93,6 +126,7 @@ impl<T> BufferPool<T> {
         self.small.clear();
         self.large.clear();
         self.bytes = 0;
+        self.scratch.clear();
     }
 }
 
@@ -118,6 +152,20 @@ pub(crate) fn alloc<T: CpuScalar>(len: usize) -> Buffer<T> {
 pub(crate) fn recycle<T: CpuScalar>(a: Buffer<T>) {
     // `None` only while the thread is being torn down: the buffer is then simply freed.
     let _ = T::with_pool(|p| p.put(a));
+}
+
+/// A uniquely owned scratch buffer of at least `len` elements, contents unspecified: the most
+/// recently returned one long enough ([`recycle_scratch`]), else a fresh one of `len`.
+pub(crate) fn alloc_scratch<T: CpuScalar>(len: usize) -> Buffer<T> {
+    T::with_pool(|p| p.take_scratch(len))
+        .flatten()
+        .unwrap_or_else(|| Arc::new(vec![T::ZERO; len]))
+}
+
+/// Returns a scratch buffer (uniquely owned) to this thread's scratch list.
+pub(crate) fn recycle_scratch<T: CpuScalar>(a: Buffer<T>) {
+    // `None` only while the thread is being torn down: the buffer is then simply freed.
+    let _ = T::with_pool(|p| p.put_scratch(a));
 }
 
 /// Bytes this thread keeps pooled for element type `T`.
@@ -149,6 +197,34 @@ mod tests {
         let c = alloc::<f64>(4999);
         assert_ne!(c.as_ptr(), ptr);
         clear_pool::<f64>();
+    }
+
+    #[test]
+    fn scratch_is_the_most_recent_buffer_long_enough_and_bounded() {
+        let mut p = BufferPool::<f32>::new();
+        let lens = [100usize, 300, 200];
+        let ptrs: Vec<_> = lens
+            .iter()
+            .map(|&n| {
+                let a = Arc::new(vec![0.0f32; n]);
+                let ptr = a.as_ptr();
+                p.put_scratch(a);
+                ptr
+            })
+            .collect();
+        // 150: the 200 (returned last) over the 300
+        let a = p.take_scratch(150).unwrap();
+        assert_eq!((a.as_ptr(), a.len()), (ptrs[2], 200));
+        // 250: only the 300 is long enough
+        assert_eq!(p.take_scratch(250).unwrap().as_ptr(), ptrs[1]);
+        assert!(p.take_scratch(101).is_none());
+        assert_eq!(p.take_scratch(100).unwrap().as_ptr(), ptrs[0]);
+        // beyond the bound the shortest goes
+        for n in 1..=SCRATCH_BUFFERS + 2 {
+            p.put_scratch(Arc::new(vec![0.0f32; n]));
+        }
+        assert_eq!(p.scratch.len(), SCRATCH_BUFFERS);
+        assert_eq!(p.scratch.iter().map(|b| b.len()).min(), Some(3));
     }
 
     #[test]

@@ -82,6 +82,7 @@
 //! constructors, which converts into it).
 
 mod buffers;
+mod derived;
 mod error;
 mod float_mode;
 mod kernels;

@@ -12,17 +12,23 @@
 //! semantics to the last bit on most elementwise ops.
 
 use crate::buffers::BufferPool;
+use crate::derived::{DerivedCache, MAX_DERIVED_BYTES};
 use std::cell::RefCell;
 use std::fmt;
 use std::ops::{Add, AddAssign, Div, Mul, Neg, Sub};
+use std::sync::Mutex;
 
 mod sealed {
     /// Seals [`super::CpuScalar`] (only `f32` and `f64`, the types `gemm` dispatches on) and
-    /// gives each type its own thread-local buffer pool.
+    /// gives each type its own thread-local buffer pool and process-wide derived-form cache.
     pub trait Sealed: Sized {
         /// Runs `f` on this thread's pool of buffers of this element type; `None` while the
         /// thread is being torn down (the pool is gone).
         fn with_pool<R>(f: impl FnOnce(&mut crate::buffers::BufferPool<Self>) -> R) -> Option<R>;
+
+        /// Runs `f` on the process's cache of forms derived from buffers of this element type
+        /// ([`crate::derived`]).
+        fn with_derived<R>(f: impl FnOnce(&mut crate::derived::DerivedCache<Self>) -> R) -> R;
     }
 }
 
@@ -79,13 +85,18 @@ pub trait CpuScalar:
     fn erf(self) -> Self;
 }
 
+static DERIVED_F32: Mutex<DerivedCache<f32>> =
+    Mutex::new(DerivedCache::with_capacity(MAX_DERIVED_BYTES));
+static DERIVED_F64: Mutex<DerivedCache<f64>> =
+    Mutex::new(DerivedCache::with_capacity(MAX_DERIVED_BYTES));
+
 thread_local! {
     static POOL_F32: RefCell<BufferPool<f32>> = const { RefCell::new(BufferPool::new()) };
     static POOL_F64: RefCell<BufferPool<f64>> = const { RefCell::new(BufferPool::new()) };
 }
 
 macro_rules! cpu_scalar {
-    ($t:ty, $engine:literal, $pool:ident, $exp:expr, $tanh:expr, $erf:expr) => {
+    ($t:ty, $engine:literal, $pool:ident, $derived:ident, $exp:expr, $tanh:expr, $erf:expr) => {
         impl Sealed for $t {
             #[inline]
             fn with_pool<R>(f: impl FnOnce(&mut BufferPool<Self>) -> R) -> Option<R> {
@@ -93,6 +104,11 @@ macro_rules! cpu_scalar {
                     .try_with(|p| p.try_borrow_mut().ok().map(|mut p| f(&mut p)))
                     .ok()
                     .flatten()
+            }
+
+            fn with_derived<R>(f: impl FnOnce(&mut DerivedCache<Self>) -> R) -> R {
+                // a panic inside leaves the entries valid (each keeps its own source alive)
+                f(&mut $derived.lock().unwrap_or_else(|e| e.into_inner()))
             }
         }
 
@@ -166,8 +182,24 @@ macro_rules! cpu_scalar {
     };
 }
 
-cpu_scalar!(f32, "cpu-f32", POOL_F32, exp_f32, tanh_f32, erf_f32);
-cpu_scalar!(f64, "cpu-f64", POOL_F64, f64::exp, f64::tanh, libm::erf);
+cpu_scalar!(
+    f32,
+    "cpu-f32",
+    POOL_F32,
+    DERIVED_F32,
+    exp_f32,
+    tanh_f32,
+    erf_f32
+);
+cpu_scalar!(
+    f64,
+    "cpu-f64",
+    POOL_F64,
+    DERIVED_F64,
+    f64::exp,
+    f64::tanh,
+    libm::erf
+);
 
 /// `exp` on `f32` without branches or calls (so loops over it vectorise).
 ///

@@ -60,11 +60,12 @@ impl<T: CpuScalar> Drop for CpuTensor<T> {
     }
 }
 
-/// Whether `a` is the only handle to its buffer (no `Weak` is ever made, so the strong count
-/// decides).
+/// Whether `a` is the only handle to its buffer: no other tensor shares it and no derived form
+/// watches it ([`crate::derived`] holds a `Weak`; such a buffer is freed, not pooled, and a
+/// write moves it out of the watched allocation).
 #[inline]
 fn unique<T>(a: &Buffer<T>) -> bool {
-    Arc::strong_count(a) == 1
+    Arc::strong_count(a) == 1 && Arc::weak_count(a) == 0
 }
 
 impl<T: CpuScalar> fmt::Debug for CpuTensor<T> {
@@ -143,6 +144,11 @@ impl<T: CpuScalar> CpuTensor<T> {
 
     /// The buffer.
     #[inline(always)]
+    /// The shared buffer itself (for identity: [`crate::derived`]).
+    pub(crate) fn buffer(&self) -> &Buffer<T> {
+        self.buf()
+    }
+
     fn buf(&self) -> &Buffer<T> {
         // invariant: only `Drop` takes the buffer, and nothing observes the tensor after it
         self.data

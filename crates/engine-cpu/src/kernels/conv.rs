@@ -55,6 +55,7 @@ use super::conv_winograd;
 use super::linalg::{gemm, gemm_rows, par_for_work, Mat};
 use super::reduce::sum_seq;
 use crate::buffers::{self, Buffer};
+use crate::derived::{self, DerivedKey};
 use crate::error::CpuError;
 use crate::scalar::CpuScalar;
 use crate::tensor::CpuTensor;
@@ -117,9 +118,10 @@ impl CpuGeo for Geo {
     }
 }
 
-/// A work buffer taken from the engine's buffer pool ([`crate::buffers`]) and handed back when
-/// dropped: a convolution's patch matrices and padded images cost neither `malloc`, page faults
-/// nor zeroing once a step of the same shapes has run. Its contents are unspecified: every
+/// A work buffer taken from the engine's scratch list ([`crate::buffers::alloc_scratch`]) and
+/// handed back when dropped: a convolution's patch matrices, padded images and transforms cost
+/// neither `malloc`, page faults nor zeroing once a step of the same shapes has run, and they
+/// reuse the memory the previous kernel just worked in. Its contents are unspecified: every
 /// caller overwrites what it reads.
 struct Work<T: CpuScalar>(Option<Buffer<T>>);
 
@@ -130,25 +132,25 @@ impl<T: CpuScalar> Default for Work<T> {
 }
 
 impl<T: CpuScalar> Work<T> {
-    /// `n` elements of unspecified contents (the held buffer when it has that length, else a
-    /// pooled or fresh one).
+    /// `n` elements of unspecified contents: the first of the held buffer when it is long
+    /// enough (so taking the same `n` again keeps the contents), else of a scratch buffer.
     fn take(&mut self, n: usize) -> &mut [T] {
-        if self.0.as_ref().is_some_and(|b| b.len() != n) {
+        if self.0.as_ref().is_some_and(|b| b.len() < n) {
             if let Some(b) = self.0.take() {
-                buffers::recycle(b);
+                buffers::recycle_scratch(b);
             }
         }
-        let b = self.0.get_or_insert_with(|| buffers::alloc(n));
-        // the buffer is never shared (`alloc` hands out unique ones and this is its only
-        // handle), so this never copies
-        &mut Arc::make_mut(b)[..]
+        let b = self.0.get_or_insert_with(|| buffers::alloc_scratch(n));
+        // the buffer is never shared (`alloc_scratch` hands out unique ones and this is its
+        // only handle), so this never copies
+        &mut Arc::make_mut(b)[..n]
     }
 }
 
 impl<T: CpuScalar> Drop for Work<T> {
     fn drop(&mut self) {
         if let Some(b) = self.0.take() {
-            buffers::recycle(b);
+            buffers::recycle_scratch(b);
         }
     }
 }
@@ -785,15 +787,30 @@ fn forward_capped<T: CpuScalar>(
 ) -> Result<CpuTensor<T>, CpuError> {
     let g = spec.geometry(x.shape())?;
     let mut out = CpuTensor::uninit(out_shape);
-    convolve_images(
-        &g,
-        x.as_slice(),
-        w.as_slice(),
-        b.as_slice(),
-        out.data_mut(),
-        cap,
-    )?;
+    let weights = Weights {
+        values: w.as_slice(),
+        buffer: Some(w.buffer()),
+    };
+    convolve_images(&g, x.as_slice(), weights, b.as_slice(), out.data_mut(), cap)?;
     Ok(out)
+}
+
+/// A convolution's weights: their values, and their buffer when they are a tensor's (so that a
+/// Winograd forward keeps their transform per buffer, [`derived`]); computed weights (the
+/// backward's flipped ones) have none.
+#[derive(Clone, Copy)]
+struct Weights<'a, T: CpuScalar> {
+    values: &'a [T],
+    buffer: Option<&'a Buffer<T>>,
+}
+
+impl<'a, T: CpuScalar> From<&'a [T]> for Weights<'a, T> {
+    fn from(values: &'a [T]) -> Self {
+        Weights {
+            values,
+            buffer: None,
+        }
+    }
 }
 
 /// Every image's forward ([`image_forward`]) from `xs` into `y`: images in parallel (each on
@@ -802,7 +819,7 @@ fn forward_capped<T: CpuScalar>(
 fn convolve_images<T: CpuScalar>(
     g: &Geo,
     xs: &[T],
-    ws: &[T],
+    weights: Weights<'_, T>,
     bs: &[T],
     y: &mut [T],
     cap: usize,
@@ -812,10 +829,15 @@ fn convolve_images<T: CpuScalar>(
         return Ok(());
     }
     if let Some(m) = g.winograd_tile() {
-        if all_finite(ws) && all_finite(&xs[..g.n * img_in]) {
-            return winograd_images(g, m, xs, ws, bs, y);
+        if let Some(u) = winograd_weights(g, m, weights) {
+            if all_finite(&xs[..g.n * img_in]) {
+                winograd_images(g, m, xs, &u, bs, y)?;
+                release(u);
+                return Ok(());
+            }
         }
     }
+    let ws = weights.values;
     if g.n > 1 && should_par(g.n.saturating_mul(g.work())) {
         y.par_chunks_mut(img_out)
             .enumerate()
@@ -840,23 +862,58 @@ fn convolve_images<T: CpuScalar>(
     }
 }
 
+/// The weights' Winograd transform for tiles of `m × m` ([`conv_winograd::weights`]; `None`
+/// when a weight is not finite): kept per buffer when the weights are a tensor's
+/// ([`derived`]: an inference session transforms each layer's weights once), else computed
+/// for this call.
+fn winograd_weights<T: CpuScalar>(g: &Geo, m: usize, weights: Weights<'_, T>) -> Option<Buffer<T>> {
+    let derive = || {
+        if !all_finite(weights.values) {
+            return None;
+        }
+        let mut work = Work::default();
+        let work = work.take(g.winograd_weight_elements(m));
+        let parallel = should_par(g.n.saturating_mul(g.work()));
+        let u = conv_winograd::weights(g, m, weights.values, work, parallel);
+        let mut form = buffers::alloc(u.len());
+        Arc::make_mut(&mut form).copy_from_slice(u);
+        Some(form)
+    };
+    match weights.buffer {
+        Some(source) => {
+            let key = DerivedKey::Winograd {
+                oc: g.oc,
+                c: g.c,
+                tile: m,
+            };
+            derived::derived(source, key, derive)
+        }
+        None => derive(),
+    }
+}
+
+/// Hands a derived form back to the pool when it was computed for this call only (not kept
+/// by [`derived`]).
+fn release<T: CpuScalar>(form: Buffer<T>) {
+    if Arc::strong_count(&form) == 1 && Arc::weak_count(&form) == 0 {
+        buffers::recycle(form);
+    }
+}
+
 /// Every image's forward by Winograd's F(m×m, 3×3) ([`conv_winograd`]; finite operands, `m`
-/// the geometry's [`ConvGeometry::winograd_tile`]): the weights transformed once, then images
-/// in parallel (each on one thread) when there are several and the work pays, else one at a
-/// time with its transforms and products split across the pool.
+/// the geometry's [`ConvGeometry::winograd_tile`], `u` the transformed weights,
+/// [`winograd_weights`]): images in parallel (each on one thread) when there are several and
+/// the work pays, else one at a time with its transforms and products split across the pool.
 fn winograd_images<T: CpuScalar>(
     g: &Geo,
     m: usize,
     xs: &[T],
-    ws: &[T],
+    u: &[T],
     bs: &[T],
     y: &mut [T],
 ) -> Result<(), CpuError> {
     let (img_in, img_out) = (g.image(), g.oc * g.p());
     let total = g.n.saturating_mul(g.work());
-    let mut transformed = Work::default();
-    let work = transformed.take(g.winograd_weight_elements(m));
-    let u = conv_winograd::weights(g, m, ws, work, should_par(total));
     let image = |work: &mut Work<T>, (i, yi): (usize, &mut [T]), parallel: bool| {
         let work = work.take(g.winograd_image_elements(m));
         let x = &xs[i * img_in..(i + 1) * img_in];
@@ -1274,7 +1331,7 @@ fn vjp_capped<T: CpuScalar>(
         // one image: its products threaded
         let mut dx_rest = dx.as_mut().map(|d| d.data_mut());
         if let (Some(d), Some((t, wt, zero))) = (dx_rest.as_mut(), &flipped) {
-            convolve_images(t, ds, wt, zero, d, PATCH_CHUNK_ELEMENTS)?;
+            convolve_images(t, ds, wt.as_slice().into(), zero, d, PATCH_CHUNK_ELEMENTS)?;
             dx_rest = None;
         }
         group_backward(
@@ -1477,6 +1534,40 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A Winograd forward keeps its weights' transform per buffer ([`derived`]): the same
+    /// weight tensor again gives the bits a copy of it (transformed afresh) gives, and after a
+    /// write into the tensor, the new weights' result.
+    #[test]
+    fn a_winograd_forward_keeps_its_weights_transform_until_they_change() {
+        let (c, hw) = (16, 16);
+        let spec = square(c, c, 3, 1, 1);
+        let g = spec.geometry(&Shape::from([1, c, hw, hw])).unwrap();
+        assert_eq!(g.winograd_tile(), Some(4));
+        let out = Shape::from([1, c, g.ho, g.wo]);
+        let x = tensor::<f32>(vec![1, c, hw, hw], 1, None);
+        let mut w = tensor::<f32>(vec![c, c, 3, 3], 2, None);
+        let b = tensor::<f32>(vec![c], 3, None);
+        let key = DerivedKey::Winograd { oc: c, c, tile: 4 };
+        let kept = |w: &CpuTensor<f32>| {
+            <f32 as crate::scalar::Sealed>::with_derived(|d| d.holds(w.buffer(), key))
+        };
+        let run = |w: &CpuTensor<f32>| forward(&spec, &x, w, &b, out.clone()).unwrap();
+        assert!(!kept(&w));
+        let first = run(&w);
+        assert!(kept(&w));
+        let again = run(&w);
+        assert_eq!(bits(&first), bits(&again));
+        assert_eq!(bits(&first), bits(&run(&w.deep_copy())));
+        // written in place (`w` is its buffer's only holder): the kept transform is dropped
+        for v in w.make_mut() {
+            *v = -*v;
+        }
+        assert!(!kept(&w));
+        let negated = run(&w);
+        assert_eq!(bits(&negated), bits(&run(&w.deep_copy())));
+        assert_ne!(bits(&negated), bits(&first));
     }
 
     #[test]
@@ -1852,13 +1943,29 @@ mod tests {
         let alone = |i: usize| {
             let mut y = vec![0.0; out];
             let x = batch[i * img..(i + 1) * img].to_vec();
-            convolve_images(&g1, &x, &wt, &b, &mut y, PATCH_CHUNK_ELEMENTS).unwrap();
+            convolve_images(
+                &g1,
+                &x,
+                wt.as_slice().into(),
+                &b,
+                &mut y,
+                PATCH_CHUNK_ELEMENTS,
+            )
+            .unwrap();
             y
         };
         for threads in [1, 2] {
             let y = with_threads(threads, || {
                 let mut y = vec![0.0; 3 * out];
-                convolve_images(&g, &batch, &wt, &b, &mut y, PATCH_CHUNK_ELEMENTS).unwrap();
+                convolve_images(
+                    &g,
+                    &batch,
+                    wt.as_slice().into(),
+                    &b,
+                    &mut y,
+                    PATCH_CHUNK_ELEMENTS,
+                )
+                .unwrap();
                 y
             });
             for i in [0, 2] {
