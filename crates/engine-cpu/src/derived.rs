@@ -39,6 +39,9 @@ pub(crate) enum DerivedKey {
     /// Winograd's transformed weights of an `oc × c × 3 × 3` convolution for tiles of
     /// `tile × tile` ([`crate::kernels::conv_winograd`]).
     Winograd { oc: usize, c: usize, tile: usize },
+    /// The weights of `oc` output channels with `row` taps each packed in blocks of `lanes`
+    /// channels ([`crate::kernels::conv_lanes`]).
+    Lanes { oc: usize, row: usize, lanes: usize },
 }
 
 /// One source buffer's form.

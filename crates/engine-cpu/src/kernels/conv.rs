@@ -51,6 +51,7 @@
 //! group's cotangents come from memory once.
 
 use super::conv_implicit::{ImplicitBlock, ImplicitWeightGrad};
+use super::conv_lanes;
 use super::conv_winograd;
 use super::linalg::{gemm, gemm_rows, par_for_work, Mat};
 use super::reduce::sum_seq;
@@ -837,6 +838,13 @@ fn convolve_images<T: CpuScalar>(
             }
         }
     }
+    if g.forward_lanes() {
+        let lanes = conv_lanes::lanes::<T>();
+        let packed = lanes_weights(g, lanes, weights);
+        lanes_images(g, lanes, xs, &packed, bs, y);
+        release(packed);
+        return Ok(());
+    }
     let ws = weights.values;
     if g.n > 1 && should_par(g.n.saturating_mul(g.work())) {
         y.par_chunks_mut(img_out)
@@ -897,6 +905,76 @@ fn winograd_weights<T: CpuScalar>(g: &Geo, m: usize, weights: Weights<'_, T>) ->
 fn release<T: CpuScalar>(form: Buffer<T>) {
     if Arc::strong_count(&form) == 1 && Arc::weak_count(&form) == 0 {
         buffers::recycle(form);
+    }
+}
+
+/// The weights packed in blocks of `lanes` output channels ([`conv_lanes::pack`]): kept per
+/// buffer when they are a tensor's ([`derived`]), else packed for this call.
+fn lanes_weights<T: CpuScalar>(g: &Geo, lanes: usize, weights: Weights<'_, T>) -> Buffer<T> {
+    let (oc, row) = (g.oc, g.kk());
+    let derive = || {
+        let mut form = buffers::alloc(conv_lanes::packed_len(oc, row, lanes));
+        conv_lanes::pack(
+            weights.values,
+            oc,
+            row,
+            lanes,
+            &mut Arc::make_mut(&mut form)[..],
+        );
+        form
+    };
+    match weights.buffer {
+        Some(source) => {
+            let key = DerivedKey::Lanes { oc, row, lanes };
+            derived::derived(source, key, || Some(derive())).unwrap_or_else(derive)
+        }
+        None => derive(),
+    }
+}
+
+/// Every image's forward with output channels in lanes ([`conv_lanes`]; `packed` the weights,
+/// [`lanes_weights`]): each image zero-padded, its blocks of channels split into one task per
+/// thread when the work pays.
+fn lanes_images<T: CpuScalar>(
+    g: &Geo,
+    lanes: usize,
+    xs: &[T],
+    packed: &[T],
+    bs: &[T],
+    y: &mut [T],
+) {
+    let (hp, wp, p) = (g.hp(), g.wp(), g.p());
+    let shifts: Vec<usize> = (0..g.c)
+        .flat_map(|c| (0..g.kh).flat_map(move |u| (0..g.kw).map(move |v| (c * hp + u) * wp + v)))
+        .collect();
+    let blocks = g.oc.div_ceil(lanes);
+    let tasks = match par_for_work(g.work()) {
+        Parallelism::Rayon(_) => rayon::current_num_threads().clamp(1, blocks.max(1)),
+        _ => 1,
+    };
+    let per = blocks.div_ceil(tasks.max(1)).max(1);
+    let mut buf = Work::default();
+    for (i, yi) in y.chunks_exact_mut(g.oc * p).enumerate() {
+        let xp = padded(g, &xs[i * g.image()..(i + 1) * g.image()], &mut buf);
+        let task = |(k, y): (usize, &mut [T])| {
+            conv_lanes::LanesTask {
+                g,
+                xp,
+                packed,
+                b: bs,
+                shifts: &shifts,
+                blocks: (k * per, (y.len() / p).div_ceil(lanes)),
+                y,
+            }
+            .run()
+        };
+        if tasks > 1 {
+            yi.par_chunks_mut(per * lanes * p)
+                .enumerate()
+                .for_each(task);
+        } else {
+            yi.chunks_mut(per * lanes * p).enumerate().for_each(task);
+        }
     }
 }
 
@@ -1534,6 +1612,59 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A forward with channels in lanes ([`conv_lanes`]) is the implicit product's bits (the
+    /// same multiply-adds in the same order): strides 1 and 2, padding 0 to 2, kernels 1×1 to
+    /// 5×5, channels that are not whole blocks, fewer positions than a tile; on 1 and 2
+    /// threads, one image or two, the weights packed afresh or kept.
+    fn lanes_are_the_implicit_product_bits<T: CpuScalar>() {
+        use crate::threads::with_threads;
+        // (C, outC, H × W, k, stride, padding)
+        let geos = [
+            (5, 20, 7, 3, 1, 1),
+            (16, 32, 14, 3, 2, 1),
+            (3, 17, 9, 5, 1, 2),
+            (8, 16, 15, 1, 2, 0),
+            (4, 48, 5, 3, 1, 0),
+            (6, 40, 12, 3, 2, 0),
+        ];
+        let bits_of = |v: &[T]| v.iter().map(|v| v.to_f64().to_bits()).collect::<Vec<_>>();
+        for (gi, &(c, oc, hw, k, s, pad)) in geos.iter().enumerate() {
+            let spec = square(c, oc, k, s, pad);
+            for n in [1usize, 2] {
+                let g = spec.geometry(&Shape::from([n, c, hw, hw])).unwrap();
+                assert!(g.forward_lanes(), "geometry {gi}");
+                assert_eq!(g.winograd_tile(), None, "geometry {gi}");
+                let seed = (gi * 10 + n) as u64;
+                let x = tensor::<T>(vec![n, c, hw, hw], seed, None);
+                let w = tensor::<T>(vec![oc, c, k, k], seed + 1, None);
+                let b = tensor::<T>(vec![oc], seed + 2, None);
+                let mut implicit = vec![T::ZERO; n * oc * g.p()];
+                let mut sc = Scratch::default();
+                for (i, yi) in implicit.chunks_exact_mut(oc * g.p()).enumerate() {
+                    let xi = &x.as_slice()[i * g.image()..];
+                    let (ws, bs) = (w.as_slice(), b.as_slice());
+                    implicit_forward(&g, xi, ws, bs, yi, &mut sc, Parallelism::None).unwrap();
+                }
+                let out = Shape::from([n, oc, g.ho, g.wo]);
+                for t in [1, 2, 1] {
+                    let y = with_threads(t, || forward(&spec, &x, &w, &b, out.clone()).unwrap());
+                    let what = format!("geometry {gi}, n {n}, threads {t}");
+                    assert_eq!(bits_of(y.as_slice()), bits_of(&implicit), "{what}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn lanes_are_the_implicit_product_bits_f32() {
+        lanes_are_the_implicit_product_bits::<f32>();
+    }
+
+    #[test]
+    fn lanes_are_the_implicit_product_bits_f64() {
+        lanes_are_the_implicit_product_bits::<f64>();
     }
 
     /// A Winograd forward keeps its weights' transform per buffer ([`derived`]): the same

@@ -88,7 +88,7 @@ impl<T: SimdLanes + Send + Sync> ImplicitBlock<'_, T> {
 
 /// The starts of tiles of `step` covering `0..n` (`n ≥ step`), the last one overlapping the
 /// one before, each with the first index it is the first to cover.
-fn tile_starts(n: usize, step: usize) -> impl Iterator<Item = (usize, usize)> {
+pub(super) fn tile_starts(n: usize, step: usize) -> impl Iterator<Item = (usize, usize)> {
     let last = n - step;
     (0..last)
         .step_by(step)

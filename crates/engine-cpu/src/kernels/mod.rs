@@ -6,6 +6,7 @@
 mod attention;
 mod conv;
 mod conv_implicit;
+mod conv_lanes;
 mod conv_winograd;
 mod elementwise;
 mod layout;

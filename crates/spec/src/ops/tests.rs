@@ -1522,6 +1522,46 @@ fn a_linear_over_few_rows_declares_its_transposed_output() {
 }
 
 #[test]
+fn lanes_take_convs_with_16_channels_out_and_at_most_256_positions() {
+    let geo = |c: usize, oc: usize, k: usize, s: usize, pad: usize, hw: usize| {
+        Conv2dSpec::ungrouped(c, oc, (k, k), s, pad)
+            .geometry(&Shape::from([1, c, hw, hw]))
+            .unwrap()
+    };
+    // ResNet-18's 7 × 7 layers, its stride-2 3×3 and 1×1 layers to 7 × 7 and 14 × 14, and 16
+    // × 16 outputs from 16 channels
+    for g in [
+        geo(512, 512, 3, 1, 1, 7),
+        geo(256, 512, 3, 2, 1, 14),
+        geo(256, 512, 1, 2, 0, 14),
+        geo(128, 256, 3, 2, 1, 28),
+        geo(4, 16, 3, 1, 1, 16),
+    ] {
+        assert!(g.forward_lanes(), "{g:?}");
+    }
+    // not: 28 × 28 outputs, the 112 × 112 stem, 15 channels out, 17 × 17 outputs
+    for g in [
+        geo(64, 128, 3, 2, 1, 56),
+        geo(3, 64, 7, 2, 3, 224),
+        geo(4, 15, 3, 1, 1, 8),
+        geo(4, 16, 3, 1, 1, 17),
+    ] {
+        assert!(!g.forward_lanes(), "{g:?}");
+    }
+    // blocks of 16 channels, zeros past the last: 20 channels take 32 rows of C·kH·kW
+    assert_eq!(geo(4, 20, 3, 1, 1, 8).lanes_weight_elements(), 32 * 36);
+    // the 7 × 7 × 512 layer's workspace: the implicit product's (its phase-split image
+    // 512·9·9 plus 17 of slack, its wide output of one chunk of 7 rows of 9 columns, rounded
+    // to 64, per channel) and the packed weights, 512 × 4,608
+    let spec = Conv2dSpec::ungrouped(512, 512, (3, 3), 1, 1);
+    let x = Shape::from([1, 512, 7, 7]);
+    assert_eq!(
+        spec.workspace_elements(&x, &x, Pass::Eval),
+        512 * 81 + 17 + 512 * 64 + 512 * 4608
+    );
+}
+
+#[test]
 fn winograd_takes_3x3_stride_1_convs_with_16_channels_and_outputs_of_12_a_side() {
     let geo = |c: usize, oc: usize, k: usize, s: usize, pad: usize, hw: usize| {
         Conv2dSpec::ungrouped(c, oc, (k, k), s, pad)
