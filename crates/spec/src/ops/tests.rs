@@ -1521,13 +1521,16 @@ fn a_linear_over_few_rows_declares_its_transposed_output() {
     assert_eq!(ws(&[1, 512], &[512, 512], &[1, 512]), 0);
 }
 
+/// The geometry of a square convolution (`k × k`, stride `s`, padding `pad`) of one `hw × hw`
+/// image.
+fn geo(c: usize, oc: usize, k: usize, s: usize, pad: usize, hw: usize) -> ConvGeometry {
+    Conv2dSpec::ungrouped(c, oc, (k, k), s, pad)
+        .geometry(&Shape::from([1, c, hw, hw]))
+        .unwrap()
+}
+
 #[test]
 fn lanes_take_convs_with_16_channels_out_and_at_most_256_positions() {
-    let geo = |c: usize, oc: usize, k: usize, s: usize, pad: usize, hw: usize| {
-        Conv2dSpec::ungrouped(c, oc, (k, k), s, pad)
-            .geometry(&Shape::from([1, c, hw, hw]))
-            .unwrap()
-    };
     // ResNet-18's 7 × 7 layers, its stride-2 3×3 and 1×1 layers to 7 × 7 and 14 × 14, and 16
     // × 16 outputs from 16 channels
     for g in [
@@ -1563,11 +1566,6 @@ fn lanes_take_convs_with_16_channels_out_and_at_most_256_positions() {
 
 #[test]
 fn winograd_takes_3x3_stride_1_convs_with_16_channels_and_outputs_of_12_a_side() {
-    let geo = |c: usize, oc: usize, k: usize, s: usize, pad: usize, hw: usize| {
-        Conv2dSpec::ungrouped(c, oc, (k, k), s, pad)
-            .geometry(&Shape::from([1, c, hw, hw]))
-            .unwrap()
-    };
     // 4 × 4 tiles from 16 outputs a side (ResNet-18's 56 × 56 and 28 × 28 layers), 2 × 2 from
     // 12 (its 14 × 14 ones); padding 0 to 2
     for (g, tile) in [
