@@ -1519,6 +1519,23 @@ mod tests {
         assert_eq!(g[2].as_ref().unwrap().as_slice(), &[0.5, -1.0]);
     }
 
+    /// No input channels, 16 output channels on a small image (the lanes route, with nothing
+    /// to pack): every output is its channel's bias.
+    #[test]
+    fn an_image_without_channels_gives_the_bias_in_lanes() {
+        use crate::CpuF32;
+        let spec = square(0, 16, 3, 1, 1);
+        let x = CpuF32::zeros([1, 0, 4, 4]).unwrap();
+        let g = spec.geometry(x.shape()).unwrap();
+        assert!(g.forward_lanes());
+        let w = CpuF32::zeros([16, 0, 3, 3]).unwrap();
+        let b = CpuF32::from_vec([16], (0..16).map(|o| o as f32).collect()).unwrap();
+        let y = forward(&spec, &x, &w, &b, Shape::from([1, 16, 4, 4])).unwrap();
+        for (o, plane) in y.as_slice().chunks(16).enumerate() {
+            assert!(plane.iter().all(|&v| v == o as f32), "channel {o}");
+        }
+    }
+
     /// A tensor of `shape` from [`values`] (seeded, `bad` poisoned), in `T`.
     fn tensor<T: CpuScalar>(shape: Vec<usize>, seed: u64, bad: Option<usize>) -> CpuTensor<T> {
         let len = shape.iter().product();

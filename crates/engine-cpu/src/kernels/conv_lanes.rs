@@ -46,7 +46,11 @@ pub(super) fn packed_len(oc: usize, row: usize, lanes: usize) -> usize {
 /// `w` (`oc × row`, row-major) packed in blocks of `lanes` output channels, tap-major within a
 /// block, zeros past the last channel, into `dst` ([`packed_len`] elements).
 pub(super) fn pack<T: CpuScalar>(w: &[T], oc: usize, row: usize, lanes: usize, dst: &mut [T]) {
-    for (blk, block) in dst.chunks_exact_mut(lanes * row).enumerate() {
+    // no taps (no input channels): nothing to pack
+    let Some(block_len) = Some(lanes * row).filter(|&n| n > 0) else {
+        return;
+    };
+    for (blk, block) in dst.chunks_exact_mut(block_len).enumerate() {
         for (l, o) in (blk * lanes..(blk + 1) * lanes).enumerate() {
             let src = (o < oc).then(|| &w[o * row..(o + 1) * row]);
             for (t, d) in block.iter_mut().skip(l).step_by(lanes).enumerate() {
