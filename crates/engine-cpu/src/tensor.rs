@@ -142,13 +142,13 @@ impl<T: CpuScalar> CpuTensor<T> {
         &self.shape
     }
 
-    /// The buffer.
-    #[inline(always)]
     /// The shared buffer itself (for identity: [`crate::derived`]).
     pub(crate) fn buffer(&self) -> &Buffer<T> {
         self.buf()
     }
 
+    /// The buffer.
+    #[inline(always)]
     fn buf(&self) -> &Buffer<T> {
         // invariant: only `Drop` takes the buffer, and nothing observes the tensor after it
         self.data
