@@ -700,12 +700,25 @@ fn implicit_forward<T: CpuScalar>(
         let mut rows = rows.into_iter();
         for o0 in (0..oc).step_by(group.max(1)) {
             let y_rows: Vec<&mut [T]> = rows.by_ref().take(group).collect();
-            tasks.push((o0, i0, n, cols, y_rows));
+            tasks.push(ImplicitTask {
+                o0,
+                i0,
+                n,
+                cols,
+                y_rows,
+            });
         }
     }
     // each task's wide block in its thread's scratch (cache-warm, small), then its real
     // columns and the bias into `y` at once
-    let task = |block: &mut Work<T>, (o0, i0, n, cols, mut y_rows): ImplicitTask<'_, T>| {
+    let task = |block: &mut Work<T>, task: ImplicitTask<'_, T>| {
+        let ImplicitTask {
+            o0,
+            i0,
+            n,
+            cols,
+            mut y_rows,
+        } = task;
         let channels = y_rows.len();
         if cols == 0 {
             return;
@@ -734,9 +747,18 @@ fn implicit_forward<T: CpuScalar>(
     Ok(())
 }
 
-/// One task of [`implicit_forward`]: its first channel, its chunk's first row and row count,
-/// the chunk's wide columns, and its channels' output rows of the chunk.
-type ImplicitTask<'a, T> = (usize, usize, usize, usize, Vec<&'a mut [T]>);
+/// One task of [`implicit_forward`]: a group of output channels over one row chunk.
+struct ImplicitTask<'a, T> {
+    /// The group's first channel.
+    o0: usize,
+    /// The chunk's first output row and its row count.
+    i0: usize,
+    n: usize,
+    /// The chunk's wide columns ([`ConvGeometry::implicit_block_cols`]).
+    cols: usize,
+    /// The group's channels' output rows of the chunk.
+    y_rows: Vec<&'a mut [T]>,
+}
 
 /// Whole output rows of one channel: each wide row's real columns (`j < Wo` of its
 /// [`ConvGeometry::phase_w`], which is `Wp` at stride 1), plus the bias, into the output rows `y`.
