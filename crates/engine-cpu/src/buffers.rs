@@ -154,6 +154,23 @@ pub(crate) fn recycle<T: CpuScalar>(a: Buffer<T>) {
     let _ = T::with_pool(|p| p.put(a));
 }
 
+/// Whether `a` is the only handle to its storage: no other `Arc` shares it and no `Weak`
+/// watches it ([`crate::derived`]; such a buffer is freed, not pooled, and a write moves it
+/// out of the watched allocation).
+#[inline]
+pub(crate) fn is_unshared<T>(a: &Buffer<T>) -> bool {
+    Arc::strong_count(a) == 1 && Arc::weak_count(a) == 0
+}
+
+/// Offers `a` to this thread's pool when it is the only handle to its storage
+/// ([`is_unshared`]); otherwise just drops this handle.
+#[inline]
+pub(crate) fn recycle_unshared<T: CpuScalar>(a: Buffer<T>) {
+    if is_unshared(&a) {
+        recycle(a);
+    }
+}
+
 /// A uniquely owned scratch buffer of at least `len` elements, contents unspecified: the most
 /// recently returned one long enough ([`recycle_scratch`]), else a fresh one of `len`.
 pub(crate) fn alloc_scratch<T: CpuScalar>(len: usize) -> Buffer<T> {

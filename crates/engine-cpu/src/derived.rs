@@ -129,7 +129,7 @@ impl<T: CpuScalar> DerivedCache<T> {
             if !live {
                 freed += e.bytes();
                 if let Some(f) = e.form.take() {
-                    recycle(f);
+                    buffers::recycle_unshared(f);
                 }
             }
             live
@@ -170,18 +170,11 @@ impl<T: CpuScalar> DerivedCache<T> {
             let mut gone = self.entries.swap_remove(i);
             self.bytes -= gone.bytes();
             if let Some(f) = gone.form.take() {
-                recycle(f);
+                buffers::recycle_unshared(f);
             }
         }
         self.bytes += size;
         self.entries.push(entry);
-    }
-}
-
-/// Hands a dropped form to the buffer pool when nothing else holds it.
-fn recycle<T: CpuScalar>(form: Buffer<T>) {
-    if Arc::strong_count(&form) == 1 && Arc::weak_count(&form) == 0 {
-        buffers::recycle(form);
     }
 }
 

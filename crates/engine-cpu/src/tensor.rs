@@ -60,12 +60,11 @@ impl<T: CpuScalar> Drop for CpuTensor<T> {
     }
 }
 
-/// Whether `a` is the only handle to its buffer: no other tensor shares it and no derived form
-/// watches it ([`crate::derived`] holds a `Weak`; such a buffer is freed, not pooled, and a
-/// write moves it out of the watched allocation).
+/// Whether `a` is the only handle to its buffer ([`buffers::is_unshared`]: no other tensor
+/// shares it and no derived form watches it).
 #[inline]
 fn unique<T>(a: &Buffer<T>) -> bool {
-    Arc::strong_count(a) == 1 && Arc::weak_count(a) == 0
+    buffers::is_unshared(a)
 }
 
 impl<T: CpuScalar> fmt::Debug for CpuTensor<T> {

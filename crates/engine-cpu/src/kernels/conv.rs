@@ -825,9 +825,9 @@ fn forward_capped<T: CpuScalar>(
     Ok(out)
 }
 
-/// A convolution's weights: their values, and their buffer when they are a tensor's (so that a
-/// Winograd forward keeps their transform per buffer, [`derived`]); computed weights (the
-/// backward's flipped ones) have none.
+/// A convolution's weights: their values, and their buffer when they are a tensor's (so that
+/// the Winograd and lanes forwards keep their transformed or packed weights per buffer,
+/// [`derived`]); computed weights (the backward's flipped ones) have none.
 #[derive(Clone, Copy)]
 struct Weights<'a, T: CpuScalar> {
     values: &'a [T],
@@ -862,7 +862,8 @@ fn convolve_images<T: CpuScalar>(
         if let Some(u) = winograd_weights(g, m, weights) {
             if all_finite(&xs[..g.n * img_in]) {
                 winograd_images(g, m, xs, &u, bs, y)?;
-                release(u);
+                // a transform computed for this call only goes back to the pool
+                buffers::recycle_unshared(u);
                 return Ok(());
             }
         }
@@ -871,7 +872,7 @@ fn convolve_images<T: CpuScalar>(
         let lanes = conv_lanes::lanes::<T>();
         let packed = lanes_weights(g, lanes, weights);
         lanes_images(g, lanes, xs, &packed, bs, y);
-        release(packed);
+        buffers::recycle_unshared(packed);
         return Ok(());
     }
     let ws = weights.values;
@@ -926,14 +927,6 @@ fn winograd_weights<T: CpuScalar>(g: &Geo, m: usize, weights: Weights<'_, T>) ->
             derived::derived(source, key, derive)
         }
         None => derive(),
-    }
-}
-
-/// Hands a derived form back to the pool when it was computed for this call only (not kept
-/// by [`derived`]).
-fn release<T: CpuScalar>(form: Buffer<T>) {
-    if Arc::strong_count(&form) == 1 && Arc::weak_count(&form) == 0 {
-        buffers::recycle(form);
     }
 }
 
