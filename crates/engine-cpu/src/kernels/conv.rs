@@ -965,10 +965,8 @@ fn lanes_images<T: CpuScalar>(
     bs: &[T],
     y: &mut [T],
 ) {
-    let (hp, wp, p) = (g.hp(), g.wp(), g.p());
-    let shifts: Vec<usize> = (0..g.c)
-        .flat_map(|c| (0..g.kh).flat_map(move |u| (0..g.kw).map(move |v| (c * hp + u) * wp + v)))
-        .collect();
+    let p = g.p();
+    let shifts = lanes_shifts(g);
     let blocks = g.oc.div_ceil(lanes);
     let tasks = match par_for_work(g.work()) {
         Parallelism::Rayon(_) => rayon::current_num_threads().clamp(1, blocks.max(1)),
@@ -998,6 +996,15 @@ fn lanes_images<T: CpuScalar>(
             yi.chunks_mut(per * lanes * p).enumerate().for_each(task);
         }
     }
+}
+
+/// Each tap's offset in the zero-padded image (`C × Hp × Wp`) from an output's window corner,
+/// taps `(c, u, v)` in order: what [`conv_lanes::LanesTask`] reads.
+fn lanes_shifts(g: &Geo) -> Vec<usize> {
+    let (hp, wp) = (g.hp(), g.wp());
+    (0..g.c)
+        .flat_map(|c| (0..g.kh).flat_map(move |u| (0..g.kw).map(move |v| (c * hp + u) * wp + v)))
+        .collect()
 }
 
 /// Every image's forward by Winograd's F(m×m, 3×3) ([`conv_winograd`]; finite operands, `m`
@@ -2255,6 +2262,56 @@ mod tests {
             #[cfg(target_arch = "x86_64")]
             if let Some(v3) = pulp::x86::V3::try_new() {
                 let avx2 = whole_with(&|blk| Simd::vectorize(v3, blk));
+                assert_eq!(bits_of(&avx2), bits_of(&best), "geometry {gi}: AVX2");
+            }
+        }
+    }
+
+    /// The lanes kernel on every instruction set this CPU has, each with the weights packed for
+    /// its own vector width: AVX2's bits are AVX-512's; the scalar path (which adds without
+    /// fusing) is within 1e-5.
+    #[test]
+    fn the_lanes_tiles_do_not_depend_on_the_vector_width() {
+        use conv_lanes::LanesTask;
+        use pulp::Simd;
+        for (gi, &(c, oc, hw, k, st, pad)) in [(5, 20, 7, 3, 1, 1), (16, 40, 14, 3, 2, 1)]
+            .iter()
+            .enumerate()
+        {
+            let g = square(c, oc, k, st, pad)
+                .geometry(&Shape::from([1, c, hw, hw]))
+                .unwrap();
+            let seed = 70 + 3 * gi as u64;
+            let x: Vec<f32> = cast(&values(c * hw * hw, seed, None));
+            let w: Vec<f32> = cast(&values(oc * g.kk(), seed + 1, None));
+            let b: Vec<f32> = cast(&values(oc, seed + 2, None));
+            let mut buf = Work::default();
+            let xp = padded(&g, &x, &mut buf);
+            let shifts = lanes_shifts(&g);
+            let run = |lanes: usize, simd: &dyn Fn(LanesTask<'_, f32>)| {
+                let mut packed = vec![0.0f32; conv_lanes::packed_len(oc, g.kk(), lanes)];
+                conv_lanes::pack(&w, oc, g.kk(), lanes, &mut packed);
+                let mut y = vec![f32::NAN; oc * g.p()];
+                simd(LanesTask {
+                    g: &g,
+                    xp,
+                    packed: &packed,
+                    b: &b,
+                    shifts: &shifts,
+                    blocks: (0, oc.div_ceil(lanes)),
+                    y: &mut y,
+                });
+                y
+            };
+            let best = run(conv_lanes::lanes::<f32>(), &|t| t.run());
+            let scalar = run(1, &|t| pulp::Scalar::new().vectorize(t));
+            for (i, (a, e)) in scalar.iter().zip(&best).enumerate() {
+                let what = format!("geometry {gi}, {i}: {a} against {e}");
+                assert!((a - e).abs() <= 1e-5 * (1.0 + e.abs()), "{what}");
+            }
+            #[cfg(target_arch = "x86_64")]
+            if let Some(v3) = pulp::x86::V3::try_new() {
+                let avx2 = run(8, &|t| Simd::vectorize(v3, t));
                 assert_eq!(bits_of(&avx2), bits_of(&best), "geometry {gi}: AVX2");
             }
         }
