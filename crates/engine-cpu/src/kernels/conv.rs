@@ -834,6 +834,21 @@ struct Weights<'a, T: CpuScalar> {
     buffer: Option<&'a Buffer<T>>,
 }
 
+impl<T: CpuScalar> Weights<'_, T> {
+    /// Their form under `key`: kept per buffer when the weights are a tensor's ([`derived`]),
+    /// else `derive()`'s for this call only.
+    fn derived(
+        &self,
+        key: DerivedKey,
+        derive: impl FnOnce() -> Option<Buffer<T>>,
+    ) -> Option<Buffer<T>> {
+        match self.buffer {
+            Some(source) => derived::derived(source, key, derive),
+            None => derive(),
+        }
+    }
+}
+
 impl<'a, T: CpuScalar> From<&'a [T]> for Weights<'a, T> {
     fn from(values: &'a [T]) -> Self {
         Weights {
@@ -870,10 +885,11 @@ fn convolve_images<T: CpuScalar>(
     }
     if g.forward_lanes() {
         let lanes = conv_lanes::lanes::<T>();
-        let packed = lanes_weights(g, lanes, weights);
-        lanes_images(g, lanes, xs, &packed, bs, y);
-        buffers::recycle_unshared(packed);
-        return Ok(());
+        if let Some(packed) = lanes_weights(g, lanes, weights) {
+            lanes_images(g, lanes, xs, &packed, bs, y);
+            buffers::recycle_unshared(packed);
+            return Ok(());
+        }
     }
     let ws = weights.values;
     if g.n > 1 && should_par(g.n.saturating_mul(g.work())) {
@@ -917,22 +933,21 @@ fn winograd_weights<T: CpuScalar>(g: &Geo, m: usize, weights: Weights<'_, T>) ->
         Arc::make_mut(&mut form).copy_from_slice(u);
         Some(form)
     };
-    match weights.buffer {
-        Some(source) => {
-            let key = DerivedKey::Winograd {
-                oc: g.oc,
-                c: g.c,
-                tile: m,
-            };
-            derived::derived(source, key, derive)
-        }
-        None => derive(),
-    }
+    let key = DerivedKey::Winograd {
+        oc: g.oc,
+        c: g.c,
+        tile: m,
+    };
+    weights.derived(key, derive)
 }
 
-/// The weights packed in blocks of `lanes` output channels ([`conv_lanes::pack`]): kept per
-/// buffer when they are a tensor's ([`derived`]), else packed for this call.
-fn lanes_weights<T: CpuScalar>(g: &Geo, lanes: usize, weights: Weights<'_, T>) -> Buffer<T> {
+/// The weights packed in blocks of `lanes` output channels ([`conv_lanes::pack`]; always
+/// `Some`): kept per buffer when they are a tensor's ([`derived`]), else packed for this call.
+fn lanes_weights<T: CpuScalar>(
+    g: &Geo,
+    lanes: usize,
+    weights: Weights<'_, T>,
+) -> Option<Buffer<T>> {
     let (oc, row) = (g.oc, g.kk());
     let derive = || {
         let mut form = buffers::alloc(conv_lanes::packed_len(oc, row, lanes));
@@ -943,15 +958,9 @@ fn lanes_weights<T: CpuScalar>(g: &Geo, lanes: usize, weights: Weights<'_, T>) -
             lanes,
             &mut Arc::make_mut(&mut form)[..],
         );
-        form
+        Some(form)
     };
-    match weights.buffer {
-        Some(source) => {
-            let key = DerivedKey::Lanes { oc, row, lanes };
-            derived::derived(source, key, || Some(derive())).unwrap_or_else(derive)
-        }
-        None => derive(),
-    }
+    weights.derived(DerivedKey::Lanes { oc, row, lanes }, derive)
 }
 
 /// Every image's forward with output channels in lanes ([`conv_lanes`]; `packed` the weights,
