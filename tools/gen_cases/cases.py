@@ -12,7 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from registry import case
-from torchlean_ops import bernoulli_mask, causal_attention, rand_uniform
+from torchlean_ops import bernoulli_mask, causal_attention, conv2d_relu, rand_uniform
 
 
 class Fn(nn.Module):
@@ -105,6 +105,27 @@ def conv_grouped_dilated_stride2():
 @case()
 def conv_dilated_rect_kernel_unbatched():
     return nn.Conv2d(2, 3, (2, 3), dilation=3, padding=1), randn(2, 7, 8)
+
+
+def conv_relu_fn(c, oc, k, stride=1, padding=0, dilation=1, groups=1):
+    """`conv2d_relu` (our fused kind) with weight `[oc, c/groups, k, k]` and a bias."""
+    return Fn(lambda m, x: conv2d_relu(x, m.weight, m.bias, stride, padding, dilation, groups),
+              params={"weight": randn(oc, c // groups, k, k), "bias": randn(oc)})
+
+
+@case()
+def conv2d_relu_pad1_batched():
+    return conv_relu_fn(2, 3, 3, padding=1), randn(2, 2, 5, 5)
+
+
+@case(dtype="f32")
+def conv2d_relu_stride2_unbatched_f32():
+    return conv_relu_fn(3, 4, 3, stride=2), randn(3, 7, 7)
+
+
+@case()
+def conv2d_relu_grouped_dilated():
+    return conv_relu_fn(4, 6, 3, padding=2, dilation=2, groups=2), randn(1, 4, 6, 5)
 
 
 @case(dtype="f32")

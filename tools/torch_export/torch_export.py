@@ -411,11 +411,20 @@ def same_pair(v, what):
 
 
 def h_conv2d(b, a, node):
+    return conv_node(b, a, node, "conv2d")
+
+
+def h_conv2d_relu(b, a, node):
+    return conv_node(b, a, node, "conv2d_relu")
+
+
+def conv_node(b, a, node, kind):
+    """A `conv2d` or `conv2d_relu` node (`kind`) from the convolution's arguments `a`."""
     w, bias = a["weight"], a["bias"]
     if not isinstance(w, Leaf) or (bias is not None and not isinstance(bias, Leaf)):
-        raise Problem("conv2d with a computed weight or bias (only parameters)")
+        raise Problem(f"{kind} with a computed weight or bias (only parameters)")
     if isinstance(a["padding"], str):
-        raise Problem(f"conv2d with padding={a['padding']!r} (only numbers)")
+        raise Problem(f"{kind} with padding={a['padding']!r} (only numbers)")
     stride = same_pair(a["stride"], "stride")
     padding = same_pair(a["padding"], "padding")
     dilation = same_pair(a["dilation"], "dilation")
@@ -424,7 +433,7 @@ def h_conv2d(b, a, node):
     x = b.tensor(a["input"])
     # groups and dilation are written only off their defaults (TorchLean's conv2d has neither)
     extra = {k: v for k, v in (("groups", groups), ("dilation", dilation)) if v != 1}
-    nid = b.add("conv2d", [x], shape_of(node), inC=group_in_c * groups, outC=out_c, kH=kh,
+    nid = b.add(kind, [x], shape_of(node), inC=group_in_c * groups, outC=out_c, kH=kh,
                 kW=kw, stride=stride, padding=padding, **extra)
     b.put(nid, "weight", w.tensor, w)
     if bias is None:
@@ -805,6 +814,7 @@ HANDLERS = {
     aten.cross_entropy_loss.default: h_cross_entropy,
     aten.embedding.default: h_embedding,
     torch.ops.torchlean.causal_attention.default: h_causal_attention,
+    torch.ops.torchlean.conv2d_relu.default: h_conv2d_relu,
     torch.ops.torchlean.rand_uniform.default: h_rand_uniform,
     torch.ops.torchlean.bernoulli_mask.default: h_bernoulli_mask,
 }

@@ -2,7 +2,9 @@
 exports to `rand_uniform` / `bernoulli_mask` nodes and PyTorch evaluates them the same way;
 and `causal_attention` (nanoGPT's attention on packed projections), which PyTorch writes as
 several ops around `scaled_dot_product_attention`, as one custom op that exports to one
-`causal_attention` node and PyTorch evaluates (and differentiates) through those ops.
+`causal_attention` node and PyTorch evaluates (and differentiates) through those ops; and
+`conv2d_relu` (what our compiled graphs fuse a convolution and its ReLU into), which exports
+to one `conv2d_relu` node and PyTorch evaluates as `F.relu(F.conv2d(...))`.
 
 The values follow SPEC's stream (`crates/spec/src/ops/random.rs`): SplitMix64 keyed by
 `(seed, key)` (`stream = splitmix64(seed ^ splitmix64(key))`), element `i` is the top 24 bits
@@ -112,3 +114,39 @@ def _attention_gradient(ctx, grad):
 
 
 causal_attention.register_autograd(_attention_gradient, setup_context=_attention_context)
+
+
+def conv2d_relu_reference(x, weight, bias, stride, padding, dilation, groups):
+    """`conv2d_relu`: the ReLU of the convolution, in PyTorch's own ops."""
+    return F.relu(F.conv2d(x, weight, bias, stride=stride, padding=padding, dilation=dilation,
+                           groups=groups))
+
+
+@torch.library.custom_op("torchlean::conv2d_relu", mutates_args=())
+def conv2d_relu(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, stride: int,
+                padding: int, dilation: int, groups: int) -> torch.Tensor:
+    """TorchLean's `conv2d_relu` kind: `conv2d_relu_reference` as one op."""
+    return conv2d_relu_reference(input, weight, bias, stride, padding, dilation, groups).clone()
+
+
+@conv2d_relu.register_fake
+def _(input, weight, bias, stride, padding, dilation, groups):
+    return conv2d_relu_reference(input, weight, bias, stride, padding, dilation, groups)
+
+
+def _conv_relu_context(ctx, inputs, output):
+    x, weight, bias, *attrs = inputs
+    ctx.save_for_backward(x, weight, bias)
+    ctx.attrs = attrs
+
+
+def _conv_relu_gradient(ctx, grad):
+    # PyTorch's own gradient of the composition, recomputed from the saved operands
+    with torch.enable_grad():
+        operands = [t.detach().requires_grad_(True) for t in ctx.saved_tensors]
+        y = conv2d_relu_reference(*operands, *ctx.attrs)
+        dx, dw, db = torch.autograd.grad(y, operands, grad)
+    return dx, dw, db, None, None, None, None
+
+
+conv2d_relu.register_autograd(_conv_relu_gradient, setup_context=_conv_relu_context)

@@ -11,6 +11,7 @@
 pub mod case_runner;
 pub mod compile;
 pub mod error;
+pub mod fuse;
 pub mod graph;
 pub mod ir_anomaly;
 pub mod lower;

@@ -9,5 +9,6 @@ mod anomaly;
 mod conformance;
 mod dialects;
 mod equivalence;
+mod fuse;
 mod inputs;
 mod snapshots;

@@ -546,15 +546,19 @@ fn conv_pool_cases(out: &mut Vec<OpCase>, salt: &mut Salt) {
             (1, 1) => String::new(),
             _ => format!("_g{groups}_d{dilation}"),
         };
-        out.push(case(
-            format!("conv2d_{x:?}_o{oc}_k{kh}x{kw}_s{stride}_p{padding}{grouped}"),
-            Op::Conv2d(spec),
-            vec![
-                uniform(x, salt.next(), -1.0, 1.0),
-                uniform(&[oc, c / groups, kh, kw], salt.next(), -1.0, 1.0),
-                uniform(&[oc], salt.next(), -1.0, 1.0),
-            ],
-        ));
+        // each geometry plain and with the fused ReLU
+        let geometry = format!("{x:?}_o{oc}_k{kh}x{kw}_s{stride}_p{padding}{grouped}");
+        for op in [Op::Conv2d(spec), Op::Conv2dRelu(spec)] {
+            out.push(case(
+                format!("{}_{geometry}", op.name()),
+                op,
+                vec![
+                    uniform(x, salt.next(), -1.0, 1.0),
+                    uniform(&[oc, c / groups, kh, kw], salt.next(), -1.0, 1.0),
+                    uniform(&[oc], salt.next(), -1.0, 1.0),
+                ],
+            ));
+        }
     }
     for kind in [PoolKind::Max, PoolKind::Avg] {
         for (x, kh, kw, stride, padding) in [

@@ -322,7 +322,7 @@ impl Step {
             Step::MatMul => one(&desc::MATMUL),
             Step::Linear => one(&desc::LINEAR),
             Step::CausalAttention => one(&desc::CAUSAL_ATTENTION),
-            Step::Conv2d => one(&desc::CONV2D),
+            Step::Conv2d => vec![desc::CONV2D.name, desc::CONV2D_RELU.name],
             Step::Pool(PoolKind::Max) => vec![desc::MAX_POOL2D.name, desc::MAX_POOL2D_PAD.name],
             Step::Pool(PoolKind::Avg) => vec![desc::AVG_POOL2D.name, desc::AVG_POOL2D_PAD.name],
             Step::BatchNorm => one(&desc::BATCH_NORM2D_NCHW_EVAL),
@@ -1033,7 +1033,22 @@ impl Builder {
             groups,
             dilation,
         };
-        let op = Op::Conv2d(spec);
+        // the fused kind as forced; else one time in three, and one in three the plain kind
+        // followed by a ReLU: the pattern a recorded program's compiled run fuses
+        // (`torchlean_compiled::fuse`), which `eager == compiled` then checks to the bit
+        let (fused, relu_after) = match self.forced_kind() {
+            Some(k) => (k == desc::CONV2D_RELU.name, false),
+            None => match c.pick(3) {
+                0 => (true, false),
+                1 => (false, true),
+                _ => (false, false),
+            },
+        };
+        let op = if fused {
+            Op::Conv2dRelu(spec)
+        } else {
+            Op::Conv2d(spec)
+        };
         // the payload shapes are the op's own rule
         let shapes = op
             .payload_shapes(&[self.shape(img)], &Shape::scalar())
@@ -1042,7 +1057,10 @@ impl Builder {
             .map(|v| Ok(v / 2.0))
             .expect("scaling");
         let bias = tensor_of(c, &shapes[1]);
-        self.push_op(op, vec![img], vec![("weight", wt), ("bias", bias)]);
+        let y = self.push_op(op, vec![img], vec![("weight", wt), ("bias", bias)]);
+        if relu_after {
+            self.push_op(Op::Unary(UnaryOp::Relu), vec![y], vec![]);
+        }
     }
 
     fn pool(&mut self, c: &mut Choices<'_>, kind: PoolKind, x: usize) {

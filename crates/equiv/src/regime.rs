@@ -61,9 +61,9 @@ impl Regime {
         match (self, op) {
             (Regime::Any, _) => true,
             (Regime::Row(Padded), Op::Pool(s)) => s.padding > 0,
-            (Regime::Row(Padded), Op::Conv2d(s)) => s.padding > 0,
+            (Regime::Row(Padded), Op::Conv2d(s) | Op::Conv2dRelu(s)) => s.padding > 0,
             (Regime::Row(Strided), Op::Pool(s)) => s.stride > 1,
-            (Regime::Row(Strided), Op::Conv2d(s)) => s.stride > 1,
+            (Regime::Row(Strided), Op::Conv2d(s) | Op::Conv2dRelu(s)) => s.stride > 1,
             (Regime::Row(RepeatedParent), _) => times(2),
             (Regime::Row(ThriceRepeated), _) => times(3),
             (Regime::Row(SquareRhs) | Regime::Row(BatchedSquareRhs), Op::MatMul) => {
@@ -199,6 +199,8 @@ mod tests {
         }
         // added since, with their kinds
         want.insert((desc::EMBEDDING.name, Regime::Row(RepeatedIds)));
+        want.insert((desc::CONV2D_RELU.name, Regime::Row(Padded)));
+        want.insert((desc::CONV2D_RELU.name, Regime::Row(Strided)));
         for d in desc::OPS.iter().filter(|d| d.has_defaults()) {
             want.insert((d.name, Regime::Default));
             want.insert((d.name, Regime::Explicit));

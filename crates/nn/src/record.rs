@@ -7,6 +7,7 @@
 
 use crate::error::{ExportProblem, NnError, Result};
 use crate::ops::{check_call, new_owner, BufferUpdate, Ops, Scopes, Var};
+use std::borrow::Cow;
 use torchlean_compiled::{compile, compile_detecting, GraphData, Origin, Pos};
 use torchlean_ir::{Graph, Node, OpKind, Payload};
 use torchlean_runtime::{AnomalyMode, Kernels, RuntimeError};
@@ -250,6 +251,20 @@ impl Recorded {
             .collect::<std::result::Result<_, RuntimeError>>()?)
     }
 
+    /// The graph a run compiles, and its output's position there: the recorded graph fused
+    /// ([`torchlean_compiled::fuse`]: a convolution read only by its ReLU is one `conv2d_relu`
+    /// node, whose kernels apply the ReLU and its mask where they store and read), the same
+    /// values and gradients to the bit. Anomaly detection compiles the recorded graph itself,
+    /// whose positions its findings name. The graph itself (exports, printing) stays unfused.
+    fn compiled_graph(&self, mode: AnomalyMode) -> Result<(Cow<'_, GraphData>, Pos)> {
+        if mode == AnomalyMode::Off {
+            if let Some(f) = torchlean_compiled::fuse::conv_relu(&self.graph, &[self.output])? {
+                return Ok((Cow::Owned(f.graph), f.position[self.output]));
+            }
+        }
+        Ok((Cow::Borrowed(&self.graph), self.output))
+    }
+
     /// Compiles the graph on engine `V` and differentiates the output, seeded with ones, with
     /// `backward_dense_all`.
     pub fn run<V: Kernels>(&self) -> Result<RecordedRun<V>> {
@@ -266,10 +281,12 @@ impl Recorded {
                 got: seed.shape().clone(),
             });
         }
-        let (tape, values) = compile::<V>(&self.graph, self.inputs()?)?;
-        let out = values[self.output].clone();
+        let (graph, output) = self.compiled_graph(AnomalyMode::Off)?;
+        let (tape, values) = compile::<V>(&graph, self.inputs()?)?;
+        drop(graph);
+        let out = values[output].clone();
         let seed = V::from_f64(seed)?;
-        let all = tape.backward_dense_all(self.output, seed)?;
+        let all = tape.backward_dense_all(output, seed)?;
         let grads = all.into_iter().take(self.leaves.len()).collect();
         tape.release();
         Ok(RecordedRun { output: out, grads })
@@ -304,8 +321,10 @@ impl Recorded {
         mode: AnomalyMode,
     ) -> Result<(V, Vec<Option<V>>)> {
         let n = self.leaves.len();
-        let (tape, values) = compile_detecting::<V>(&self.graph, leaf_values, mode)?;
-        let output = values[self.output].clone();
+        let (graph, out) = self.compiled_graph(mode)?;
+        let (tape, values) = compile_detecting::<V>(&graph, leaf_values, mode)?;
+        drop(graph);
+        let output = values[out].clone();
         for v in values {
             v.drop();
         }
@@ -316,7 +335,7 @@ impl Recorded {
                 return Err(e.into());
             }
         };
-        let swept = tape.backward_sparse_with(self.output, seed, |id| id < n && keep(id), mode);
+        let swept = tape.backward_sparse_with(out, seed, |id| id < n && keep(id), mode);
         let mut kept = match swept {
             Ok(k) => k,
             Err(e) => {

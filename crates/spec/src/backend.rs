@@ -201,8 +201,33 @@ pub trait Linalg: Norm {
 pub type Grads3<B> = (Option<B>, B, B);
 
 /// Convolution and pooling.
-pub trait ConvPool: EngineValue {
+pub trait ConvPool: Elementwise {
     fn conv2d(spec: &Conv2dSpec, x: &Self, w: &Self, b: &Self, out: &Shape) -> KernelResult<Self>;
+    /// `relu(conv2d(x, w, b))` (`conv2d_relu`). The default composes the two kernels; an engine
+    /// overrides it to apply the ReLU where the convolution stores its output.
+    fn conv2d_relu(
+        spec: &Conv2dSpec,
+        x: &Self,
+        w: &Self,
+        b: &Self,
+        out: &Shape,
+    ) -> KernelResult<Self> {
+        Self::unary(UnaryOp::Relu, &Self::conv2d(spec, x, w, b, out)?)
+    }
+    /// `conv2d_relu`'s `(dx if need_dx, dW, db)` from the saved operands and output `y`: the
+    /// cotangent masked by `y` (ReLU's VJP), then [`ConvPool::conv2d_vjp_for`]. The default
+    /// composes the two; an engine overrides it to mask the cotangent where it reads it.
+    fn conv2d_relu_vjp_for(
+        spec: &Conv2dSpec,
+        x: &Self,
+        w: &Self,
+        y: &Self,
+        dy: &Self,
+        need_dx: bool,
+    ) -> KernelResult<Self, Grads3<Self>> {
+        let masked = Self::unary_vjp(UnaryOp::Relu, None, Some(y), dy)?;
+        Self::conv2d_vjp_for(spec, x, w, &masked, need_dx)
+    }
     /// `(dx, dW, db)`.
     fn conv2d_vjp(
         spec: &Conv2dSpec,

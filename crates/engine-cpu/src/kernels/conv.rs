@@ -53,6 +53,7 @@
 use super::conv_implicit::{ImplicitBlock, ImplicitWeightGrad};
 use super::conv_lanes;
 use super::conv_winograd;
+use super::elementwise::{relu, relu_vjp};
 use super::linalg::{gemm, gemm_rows, par_for_work, Mat};
 use super::reduce::sum_seq;
 use crate::buffers::{self, Buffer};
@@ -116,6 +117,26 @@ impl CpuGeo for Geo {
     /// Multiply-adds of one image's forward product.
     fn work(&self) -> usize {
         self.oc * self.kk() * self.p()
+    }
+}
+
+/// What a forward applies to each output after its bias: nothing (`conv2d`) or the ReLU
+/// (`conv2d_relu`). The implicit route applies it where it stores the output; the others in
+/// place right after each image (or batch) is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Epilogue {
+    Bias,
+    BiasRelu,
+}
+
+impl Epilogue {
+    /// The ReLU in place over a stored output (the routes that do not fuse it).
+    fn finish<T: CpuScalar>(self, y: &mut [T]) {
+        if self == Epilogue::BiasRelu {
+            for v in y {
+                *v = relu(*v);
+            }
+        }
     }
 }
 
@@ -531,6 +552,7 @@ fn image_forward<T: CpuScalar>(
     x_on: &[T],
     w: &[T],
     b: &[T],
+    ep: Epilogue,
     y: &mut [T],
     sc: &mut Scratch<T>,
     par: Parallelism,
@@ -539,8 +561,12 @@ fn image_forward<T: CpuScalar>(
     let (p, kk, oc) = (g.p(), g.kk(), g.oc);
     let x = &x_on[..g.image()];
     match forward_route(g) {
-        ForwardRoute::Implicit => implicit_forward(g, x_on, w, b, y, sc, par),
-        ForwardRoute::Patches(Layout::Wide) => wide_patch_forward(g, x, w, b, y, sc, par, cap),
+        ForwardRoute::Implicit => implicit_forward(g, x_on, w, b, ep, y, sc, par),
+        ForwardRoute::Patches(Layout::Wide) => {
+            wide_patch_forward(g, x, w, b, y, sc, par, cap)?;
+            ep.finish(y);
+            Ok(())
+        }
         ForwardRoute::Patches(layout) => {
             let col = &mut sc.col;
             for (row, &bias) in y.chunks_exact_mut(p).zip(b) {
@@ -555,7 +581,7 @@ fn image_forward<T: CpuScalar>(
                     im2col_split(g, x, col, par);
                     col
                 };
-                return gemm(
+                gemm(
                     OP,
                     oc,
                     p,
@@ -565,7 +591,9 @@ fn image_forward<T: CpuScalar>(
                     Mat::rows(w, kk),
                     Mat::rows(col, p),
                     par,
-                );
+                )?;
+                ep.finish(y);
+                return Ok(());
             }
             for range in chunks.ranges() {
                 let (c0, len) = (range.start, range.len());
@@ -574,6 +602,7 @@ fn image_forward<T: CpuScalar>(
                 let (wm, cm) = (Mat::rows(w, kk), Mat::rows(&col[..], len));
                 gemm_rows(OP, oc, len, kk, &mut y[c0..], p, true, wm, cm, par)?;
             }
+            ep.finish(y);
             Ok(())
         }
     }
@@ -654,6 +683,7 @@ fn implicit_forward<T: CpuScalar>(
     x: &[T],
     w: &[T],
     b: &[T],
+    ep: Epilogue,
     y: &mut [T],
     sc: &mut Scratch<T>,
     par: Parallelism,
@@ -735,7 +765,7 @@ fn implicit_forward<T: CpuScalar>(
         .run();
         let out = block.take(channels * cols);
         for (r, yrow) in y_rows.iter_mut().enumerate() {
-            keep_rows(g, &out[r * cols..][..n * wq], yrow, b[o0 + r]);
+            keep_rows(g, &out[r * cols..][..n * wq], yrow, b[o0 + r], ep);
         }
     };
     if matches!(par, Parallelism::Rayon(_)) && tasks.len() > 1 {
@@ -762,10 +792,22 @@ struct ImplicitTask<'a, T> {
 
 /// Whole output rows of one channel: each wide row's real columns (`j < Wo` of its
 /// [`ConvGeometry::phase_w`], which is `Wp` at stride 1), plus the bias, into the output rows `y`.
-fn keep_rows<T: CpuScalar>(g: &Geo, wide: &[T], y: &mut [T], bias: T) {
-    for (seg, src) in y.chunks_exact_mut(g.wo).zip(wide.chunks_exact(g.phase_w())) {
-        for (d, &v) in seg.iter_mut().zip(src) {
-            *d = v + bias;
+fn keep_rows<T: CpuScalar>(g: &Geo, wide: &[T], y: &mut [T], bias: T, ep: Epilogue) {
+    let rows = y.chunks_exact_mut(g.wo).zip(wide.chunks_exact(g.phase_w()));
+    match ep {
+        Epilogue::Bias => {
+            for (seg, src) in rows {
+                for (d, &v) in seg.iter_mut().zip(src) {
+                    *d = v + bias;
+                }
+            }
+        }
+        Epilogue::BiasRelu => {
+            for (seg, src) in rows {
+                for (d, &v) in seg.iter_mut().zip(src) {
+                    *d = relu(v + bias);
+                }
+            }
         }
     }
 }
@@ -784,7 +826,7 @@ fn keep_real_columns<T: CpuScalar>(
     let (p, q, wp, wo) = (g.p(), g.wide_cols(), g.wp(), g.wo);
     for ((yrow, wide), &bias) in y.chunks_exact_mut(p).zip(out.chunks_exact(len)).zip(b) {
         if len == q {
-            keep_rows(g, wide, yrow, bias);
+            keep_rows(g, wide, yrow, bias, Epilogue::Bias);
             continue;
         }
         for (t, &v) in wide.iter().enumerate() {
@@ -796,14 +838,16 @@ fn keep_real_columns<T: CpuScalar>(
     }
 }
 
+/// `conv2d` (`ep` = [`Epilogue::Bias`]) or `conv2d_relu` ([`Epilogue::BiasRelu`]).
 pub(crate) fn forward<T: CpuScalar>(
     spec: &Conv2dSpec,
     x: &CpuTensor<T>,
     w: &CpuTensor<T>,
     b: &CpuTensor<T>,
+    ep: Epilogue,
     out_shape: Shape,
 ) -> Result<CpuTensor<T>, CpuError> {
-    forward_capped(spec, x, w, b, out_shape, PATCH_CHUNK_ELEMENTS)
+    forward_capped(spec, x, w, b, ep, out_shape, PATCH_CHUNK_ELEMENTS)
 }
 
 /// [`forward`] with patch-matrix chunks of at most `cap` elements.
@@ -812,6 +856,7 @@ fn forward_capped<T: CpuScalar>(
     x: &CpuTensor<T>,
     w: &CpuTensor<T>,
     b: &CpuTensor<T>,
+    ep: Epilogue,
     out_shape: Shape,
     cap: usize,
 ) -> Result<CpuTensor<T>, CpuError> {
@@ -821,7 +866,15 @@ fn forward_capped<T: CpuScalar>(
         values: w.as_slice(),
         buffer: Some(w.buffer()),
     };
-    convolve_images(&g, x.as_slice(), weights, b.as_slice(), out.data_mut(), cap)?;
+    convolve_images(
+        &g,
+        x.as_slice(),
+        weights,
+        b.as_slice(),
+        ep,
+        out.data_mut(),
+        cap,
+    )?;
     Ok(out)
 }
 
@@ -866,6 +919,7 @@ fn convolve_images<T: CpuScalar>(
     xs: &[T],
     weights: Weights<'_, T>,
     bs: &[T],
+    ep: Epilogue,
     y: &mut [T],
     cap: usize,
 ) -> Result<(), CpuError> {
@@ -879,6 +933,7 @@ fn convolve_images<T: CpuScalar>(
                 winograd_images(g, m, xs, &u, bs, y)?;
                 // a transform computed for this call only goes back to the pool
                 buffers::recycle_unshared(u);
+                ep.finish(y);
                 return Ok(());
             }
         }
@@ -888,6 +943,7 @@ fn convolve_images<T: CpuScalar>(
         if let Some(packed) = lanes_weights(g, lanes, weights) {
             lanes_images(g, lanes, xs, &packed, bs, y);
             buffers::recycle_unshared(packed);
+            ep.finish(y);
             return Ok(());
         }
     }
@@ -896,7 +952,17 @@ fn convolve_images<T: CpuScalar>(
         y.par_chunks_mut(img_out)
             .enumerate()
             .try_for_each_init(Scratch::default, |sc, (i, yi)| {
-                image_forward(g, &xs[i * img_in..], ws, bs, yi, sc, Parallelism::None, cap)
+                image_forward(
+                    g,
+                    &xs[i * img_in..],
+                    ws,
+                    bs,
+                    ep,
+                    yi,
+                    sc,
+                    Parallelism::None,
+                    cap,
+                )
             })
     } else {
         let mut sc = Scratch::default();
@@ -906,6 +972,7 @@ fn convolve_images<T: CpuScalar>(
                 &xs[i * img_in..],
                 ws,
                 bs,
+                ep,
                 yi,
                 &mut sc,
                 par_for_work(g.work()),
@@ -1363,6 +1430,7 @@ fn transposed_images<T: CpuScalar>(
             dy,
             wt,
             zero,
+            Epilogue::Bias,
             dxi,
             &mut sc,
             Parallelism::None,
@@ -1374,14 +1442,27 @@ fn transposed_images<T: CpuScalar>(
 
 /// `(dx, dW, db)`, `dx` only when `need_dx` (`dW` and `db` are the same either way).
 #[allow(clippy::type_complexity)]
+///
+/// With `relu_output` (`conv2d_relu`'s output), `dy` is first masked by it (ReLU's VJP): one
+/// group of images at a time into a scratch buffer, which the group's passes then read while it
+/// is in cache (the same bits as masking the whole cotangent first).
 pub(crate) fn vjp<T: CpuScalar>(
     spec: &Conv2dSpec,
     x: &CpuTensor<T>,
     w: &CpuTensor<T>,
     dy: &CpuTensor<T>,
+    relu_output: Option<&CpuTensor<T>>,
     need_dx: bool,
 ) -> Result<(Option<CpuTensor<T>>, CpuTensor<T>, CpuTensor<T>), CpuError> {
-    vjp_capped(spec, x, w, dy, need_dx, Caps::Rule(PATCH_CHUNK_ELEMENTS))
+    let caps = Caps::Rule(PATCH_CHUNK_ELEMENTS);
+    vjp_capped(spec, x, w, dy, relu_output, need_dx, caps)
+}
+
+/// `dy` masked by ReLU's output `y` ([`relu_vjp`]) into `out`.
+fn relu_masked_into<T: CpuScalar>(dy: &[T], y: &[T], out: &mut [T]) {
+    for ((o, &d), &y) in out.iter_mut().zip(dy).zip(y) {
+        *o = relu_vjp(y, d);
+    }
 }
 
 /// [`vjp`] with patch-matrix chunks by `caps`.
@@ -1391,11 +1472,13 @@ fn vjp_capped<T: CpuScalar>(
     x: &CpuTensor<T>,
     w: &CpuTensor<T>,
     dy: &CpuTensor<T>,
+    relu_output: Option<&CpuTensor<T>>,
     need_dx: bool,
     caps: Caps,
 ) -> Result<(Option<CpuTensor<T>>, CpuTensor<T>, CpuTensor<T>), CpuError> {
     let g = spec.geometry(x.shape())?;
-    let (xs, ws, ds) = (x.as_slice(), w.as_slice(), dy.as_slice());
+    let (xs, ws, mut ds) = (x.as_slice(), w.as_slice(), dy.as_slice());
+    let ys = relu_output.map(|y| y.as_slice());
     let (p, kk, oc) = (g.p(), g.kk(), g.oc);
     let (img_in, img_out) = (g.image(), oc * p);
     let mut dx = need_dx.then(|| CpuTensor::uninit(x.shape().clone()));
@@ -1411,6 +1494,16 @@ fn vjp_capped<T: CpuScalar>(
     let groups = g.n.clamp(1, MAX_GROUPS);
     let per = g.n.div_ceil(groups).max(1);
     let groups = g.n.div_ceil(per);
+    // one group (or no product): the whole cotangent masked at once; else each group's below
+    let masked_whole;
+    if let (Some(ys), true) = (ys, trivial || groups == 1) {
+        masked_whole = {
+            let mut m = vec![T::ZERO; ds.len()];
+            relu_masked_into(ds, ys, &mut m);
+            m
+        };
+        ds = &masked_whole;
+    }
     if trivial || groups == 1 {
         row_sums(ds, p, &mut rows);
     }
@@ -1447,7 +1540,8 @@ fn vjp_capped<T: CpuScalar>(
         // one image: its products threaded
         let mut dx_rest = dx.as_mut().map(|d| d.data_mut());
         if let (Some(d), Some((t, wt, zero))) = (dx_rest.as_mut(), &flipped) {
-            convolve_images(t, ds, wt.as_slice().into(), zero, d, PATCH_CHUNK_ELEMENTS)?;
+            let wt = wt.as_slice().into();
+            convolve_images(t, ds, wt, zero, Epilogue::Bias, d, PATCH_CHUNK_ELEMENTS)?;
             dx_rest = None;
         }
         group_backward(
@@ -1471,7 +1565,16 @@ fn vjp_capped<T: CpuScalar>(
     let job = |(k, ((dwg, rowg), dxg)): Task<'_, T>| {
         let first = k * per;
         let imgs = per.min(g.n - first);
-        let dsg = &ds[first * img_out..(first + imgs) * img_out];
+        let range = first * img_out..(first + imgs) * img_out;
+        let mut masked = Work::default();
+        let dsg = match ys {
+            Some(ys) => {
+                let m = masked.take(range.len());
+                relu_masked_into(&ds[range.clone()], &ys[range], m);
+                &*m
+            }
+            None => &ds[range],
+        };
         row_sums(dsg, p, rowg);
         let dxg = match (dxg, &flipped) {
             (Some(d), Some((t, wt, zero))) => {
@@ -1561,7 +1664,15 @@ mod tests {
         assert!(g.forward_lanes());
         let w = CpuF32::zeros([16, 0, 3, 3]).unwrap();
         let b = CpuF32::from_vec([16], (0..16).map(|o| o as f32).collect()).unwrap();
-        let y = forward(&spec, &x, &w, &b, Shape::from([1, 16, 4, 4])).unwrap();
+        let y = forward(
+            &spec,
+            &x,
+            &w,
+            &b,
+            Epilogue::Bias,
+            Shape::from([1, 16, 4, 4]),
+        )
+        .unwrap();
         for (o, plane) in y.as_slice().chunks(16).enumerate() {
             assert!(plane.iter().all(|&v| v == o as f32), "channel {o}");
         }
@@ -1639,6 +1750,7 @@ mod tests {
                             xi,
                             wt.as_slice(),
                             b.as_slice(),
+                            Epilogue::Bias,
                             yi,
                             &mut sc,
                             Parallelism::None,
@@ -1646,8 +1758,11 @@ mod tests {
                         )
                         .unwrap();
                     }
-                    let run =
-                        |t| with_threads(t, || forward(&spec, &x, &wt, &b, out.clone()).unwrap());
+                    let run = |t| {
+                        with_threads(t, || {
+                            forward(&spec, &x, &wt, &b, Epilogue::Bias, out.clone()).unwrap()
+                        })
+                    };
                     let (one, two) = (run(1), run(2));
                     assert_eq!(bits(&one), bits(&two), "threads, {what}");
                     if bad_x.is_some() || bad_w.is_some() {
@@ -1700,11 +1815,23 @@ mod tests {
                 for (i, yi) in implicit.chunks_exact_mut(oc * g.p()).enumerate() {
                     let xi = &x.as_slice()[i * g.image()..];
                     let (ws, bs) = (w.as_slice(), b.as_slice());
-                    implicit_forward(&g, xi, ws, bs, yi, &mut sc, Parallelism::None).unwrap();
+                    implicit_forward(
+                        &g,
+                        xi,
+                        ws,
+                        bs,
+                        Epilogue::Bias,
+                        yi,
+                        &mut sc,
+                        Parallelism::None,
+                    )
+                    .unwrap();
                 }
                 let out = Shape::from([n, oc, g.ho, g.wo]);
                 for t in [1, 2, 1] {
-                    let y = with_threads(t, || forward(&spec, &x, &w, &b, out.clone()).unwrap());
+                    let y = with_threads(t, || {
+                        forward(&spec, &x, &w, &b, Epilogue::Bias, out.clone()).unwrap()
+                    });
                     let what = format!("geometry {gi}, n {n}, threads {t}");
                     assert_eq!(bits_of(y.as_slice()), bits_of(&implicit), "{what}");
                 }
@@ -1739,7 +1866,8 @@ mod tests {
         let kept = |w: &CpuTensor<f32>| {
             <f32 as crate::scalar::Sealed>::with_derived(|d| d.holds(w.buffer(), key))
         };
-        let run = |w: &CpuTensor<f32>| forward(&spec, &x, w, &b, out.clone()).unwrap();
+        let run =
+            |w: &CpuTensor<f32>| forward(&spec, &x, w, &b, Epilogue::Bias, out.clone()).unwrap();
         assert!(!kept(&w));
         let first = run(&w);
         assert!(kept(&w));
@@ -1812,12 +1940,16 @@ mod tests {
                     let out = Shape::from([n, oc, ho, wo]);
                     let dy = tensor::<T>(vec![n, oc, ho, wo], seed + 3, None);
                     let whole =
-                        forward_capped(&spec, &x, &wt, &b, out.clone(), usize::MAX).unwrap();
+                        forward_capped(&spec, &x, &wt, &b, Epilogue::Bias, out.clone(), usize::MAX)
+                            .unwrap();
                     let whole_vjp =
-                        vjp_capped(&spec, &x, &wt, &dy, true, Caps::Rule(usize::MAX)).unwrap();
+                        vjp_capped(&spec, &x, &wt, &dy, None, true, Caps::Rule(usize::MAX))
+                            .unwrap();
                     for cap in [1, 300 * c * k * k] {
                         let what = format!("geometry {gi}, n {n}, bad {bad:?}, cap {cap}");
-                        let y = forward_capped(&spec, &x, &wt, &b, out.clone(), cap).unwrap();
+                        let y =
+                            forward_capped(&spec, &x, &wt, &b, Epilogue::Bias, out.clone(), cap)
+                                .unwrap();
                         assert_eq!(bits(&y), bits(&whole), "forward, {what}");
                         for need_dx in [true, false] {
                             // tap chunks only (the columns whole): the unchunked bits
@@ -1826,7 +1958,7 @@ mod tests {
                                 taps: cap,
                             };
                             let (dx, dw, db) =
-                                vjp_capped(&spec, &x, &wt, &dy, need_dx, caps).unwrap();
+                                vjp_capped(&spec, &x, &wt, &dy, None, need_dx, caps).unwrap();
                             assert_eq!(bits(&dw), bits(&whole_vjp.1), "dW, {what}");
                             assert_eq!(bits(&db), bits(&whole_vjp.2), "db, {what}");
                             match dx {
@@ -1879,8 +2011,10 @@ mod tests {
                     let wt = tensor::<T>(vec![oc, c, k, k], seed + 1, None);
                     let dy = tensor::<T>(vec![n, oc, ho, wo], seed + 3, None);
                     let run = |caps: Caps, threads: usize| {
-                        with_threads(threads, || vjp_capped(&spec, &x, &wt, &dy, true, caps))
-                            .unwrap()
+                        with_threads(threads, || {
+                            vjp_capped(&spec, &x, &wt, &dy, None, true, caps)
+                        })
+                        .unwrap()
                     };
                     let all = |r: &(Option<CpuTensor<T>>, CpuTensor<T>, CpuTensor<T>)| {
                         [bits(r.0.as_ref().unwrap()), bits(&r.1), bits(&r.2)]
@@ -2032,7 +2166,9 @@ mod tests {
             };
             let run = |par: Parallelism| {
                 let mut y = vec![T::ZERO; oc * g.p()];
-                implicit_forward(&g, &x, &wt, &b, &mut y, &mut Scratch::default(), par).unwrap();
+                let ep = Epilogue::Bias;
+                implicit_forward(&g, &x, &wt, &b, ep, &mut y, &mut Scratch::default(), par)
+                    .unwrap();
                 y
             };
             let one = run(Parallelism::None);
@@ -2134,6 +2270,7 @@ mod tests {
                 &x,
                 wt.as_slice().into(),
                 &b,
+                Epilogue::Bias,
                 &mut y,
                 PATCH_CHUNK_ELEMENTS,
             )
@@ -2148,6 +2285,7 @@ mod tests {
                     &batch,
                     wt.as_slice().into(),
                     &b,
+                    Epilogue::Bias,
                     &mut y,
                     PATCH_CHUNK_ELEMENTS,
                 )
@@ -2234,6 +2372,7 @@ mod tests {
                 &x,
                 &wt,
                 &b,
+                Epilogue::Bias,
                 &mut cut,
                 &mut Scratch::default(),
                 Parallelism::None,
@@ -2255,7 +2394,7 @@ mod tests {
                 });
                 let mut y = vec![0.0f32; oc * g.p()];
                 for (yrow, wide) in y.chunks_exact_mut(g.p()).zip(out.chunks_exact(cols)) {
-                    keep_rows(&g, &wide[..g.ho * g.phase_w()], yrow, 0.0);
+                    keep_rows(&g, &wide[..g.ho * g.phase_w()], yrow, 0.0, Epilogue::Bias);
                 }
                 y
             };
@@ -2351,7 +2490,7 @@ mod tests {
                 let x = tensor::<f64>(vec![n, c, h, w], seed, None);
                 let wt = tensor::<f64>(vec![oc, c, k, k], seed + 1, None);
                 let dy = tensor::<f64>(vec![n, oc, g1.ho, g1.wo], seed + 2, None);
-                let (dx, dw, _) = vjp(&spec, &x, &wt, &dy, true).unwrap();
+                let (dx, dw, _) = vjp(&spec, &x, &wt, &dy, None, true).unwrap();
                 let g = spec.geometry(x.shape()).unwrap();
                 let mut want = vec![0.0; n * c * h * w];
                 let mut dw_want = vec![0.0; oc * g.kk()];
@@ -2477,6 +2616,64 @@ mod tests {
 
     fn bits_of<T: CpuScalar>(v: &[T]) -> Vec<u64> {
         v.iter().map(|x| x.bits()).collect()
+    }
+
+    /// `conv2d_relu`'s kernels give the bits of `conv2d` then ReLU, and of ReLU's VJP then
+    /// `conv2d`'s, on every forward route (implicit, lanes, Winograd, patches, 1×1 direct; one
+    /// image and several, whose groups mask their own cotangents), at one and two threads, with
+    /// an infinite input (NaN outputs: the cotangent passes there) and a cotangent whose zeros
+    /// the mask must not turn into anything else.
+    fn check_relu_fused<T: CpuScalar>() {
+        use crate::threads::with_threads;
+        use torchlean_spec::backend::{ConvPool, Elementwise};
+        use torchlean_spec::{Op, UnaryOp};
+        // (c, oc, k, stride, padding, extent): implicit; lanes (16 channels, 6×6 outputs);
+        // Winograd; strided patches; the 1×1 direct route
+        let geometries = [
+            (3, 4, 3, 1, 0, 9),
+            (4, 16, 3, 1, 1, 6),
+            (16, 16, 3, 1, 1, 16),
+            (2, 5, 3, 2, 1, 9),
+            (6, 7, 1, 1, 0, 5),
+        ];
+        for (gi, &(c, oc, k, stride, pad, hw)) in geometries.iter().enumerate() {
+            let spec = square(c, oc, k, stride, pad);
+            for (n, bad) in [(1, None), (5, None), (5, Some(3))] {
+                let seed = (gi * 10 + n) as u64;
+                let x = tensor::<T>(vec![n, c, hw, hw], seed, bad);
+                let w = tensor::<T>(vec![oc, c, k, k], seed + 1, None);
+                let b = tensor::<T>(vec![oc], seed + 2, None);
+                let shapes = [x.shape().clone(), w.shape().clone(), b.shape().clone()];
+                let out = Op::Conv2d(spec).infer_shape(&shapes).unwrap();
+                let mut dy = tensor::<T>(out.dims().to_vec(), seed + 3, None);
+                dy.data_mut()[1] = T::ZERO;
+                let what = format!("geometry {gi}, n {n}, bad {bad:?}");
+                for threads in [1, 2] {
+                    with_threads(threads, || {
+                        let y = CpuTensor::conv2d(&spec, &x, &w, &b, &out).unwrap();
+                        let y = CpuTensor::unary(UnaryOp::Relu, &y).unwrap();
+                        let fused = CpuTensor::conv2d_relu(&spec, &x, &w, &b, &out).unwrap();
+                        assert_eq!(bits_of(fused.as_slice()), bits_of(y.as_slice()), "{what}");
+                        let masked =
+                            CpuTensor::unary_vjp(UnaryOp::Relu, None, Some(&y), &dy).unwrap();
+                        let want = CpuTensor::conv2d_vjp_for(&spec, &x, &w, &masked, true);
+                        let got =
+                            CpuTensor::conv2d_relu_vjp_for(&spec, &x, &w, &y, &dy, true).unwrap();
+                        let (dx, dw, db) = want.unwrap();
+                        let dx = dx.unwrap();
+                        assert_eq!(bits_of(got.0.unwrap().as_slice()), bits_of(dx.as_slice()));
+                        assert_eq!(bits_of(got.1.as_slice()), bits_of(dw.as_slice()), "{what}");
+                        assert_eq!(bits_of(got.2.as_slice()), bits_of(db.as_slice()), "{what}");
+                    });
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn relu_fused_kernels_give_the_unfused_bits() {
+        check_relu_fused::<f32>();
+        check_relu_fused::<f64>();
     }
 
     #[test]

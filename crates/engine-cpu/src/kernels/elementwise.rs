@@ -104,11 +104,22 @@ fn zip3<T: CpuScalar>(
 
 /// `0 if x < 0 else x`: NaN and `-0` stay (`torch.relu`).
 #[inline(always)]
-fn relu<T: CpuScalar>(x: T) -> T {
+pub(crate) fn relu<T: CpuScalar>(x: T) -> T {
     if x < T::ZERO {
         T::ZERO
     } else {
         x
+    }
+}
+
+/// ReLU's VJP from its output `y` and cotangent `d`: PyTorch's `threshold_backward`, so the
+/// cotangent passes at NaN.
+#[inline(always)]
+pub(crate) fn relu_vjp<T: CpuScalar>(y: T, d: T) -> T {
+    if y <= T::ZERO {
+        T::ZERO
+    } else {
+        d
     }
 }
 
@@ -239,13 +250,7 @@ pub(crate) fn unary_vjp<T: CpuScalar>(
             }
         }),
         UnaryOp::Inv => zip(y()?, dy, CHEAP, |y, d| -(d * (y * y))),
-        UnaryOp::Relu => zip(
-            y()?,
-            dy,
-            CHEAP,
-            // PyTorch's threshold_backward: the cotangent passes at NaN
-            |y, d| if y <= T::ZERO { T::ZERO } else { d },
-        ),
+        UnaryOp::Relu => zip(y()?, dy, CHEAP, relu_vjp),
         UnaryOp::Tanh => zip(y()?, dy, CHEAP, |y, d| d * (T::ONE - y * y)),
         UnaryOp::Sigmoid => zip(y()?, dy, CHEAP, |y, d| d * (T::ONE - y) * y),
         UnaryOp::Exp => zip(y()?, dy, CHEAP, |y, d| d * y),

@@ -216,7 +216,14 @@ impl<T: CpuScalar> ConvPool for CpuTensor<T> {
         if !spec.is_ungrouped_undilated() {
             return compose::grouped_conv2d(spec, x, w, b, out);
         }
-        conv::forward(spec, x, w, b, out.clone())
+        conv::forward(spec, x, w, b, conv::Epilogue::Bias, out.clone())
+    }
+    fn conv2d_relu(spec: &Conv2dSpec, x: &Self, w: &Self, b: &Self, out: &Shape) -> R<T> {
+        if !spec.is_ungrouped_undilated() {
+            let y = compose::grouped_conv2d(spec, x, w, b, out)?;
+            return Self::unary(UnaryOp::Relu, &y);
+        }
+        conv::forward(spec, x, w, b, conv::Epilogue::BiasRelu, out.clone())
     }
     fn conv2d_vjp(spec: &Conv2dSpec, x: &Self, w: &Self, dy: &Self) -> R3<T> {
         let (dx, dw, db) = Self::conv2d_vjp_for(spec, x, w, dy, true)?;
@@ -226,7 +233,21 @@ impl<T: CpuScalar> ConvPool for CpuTensor<T> {
         if !spec.is_ungrouped_undilated() {
             return compose::grouped_conv2d_vjp(spec, x, w, dy, need_dx);
         }
-        conv::vjp(spec, x, w, dy, need_dx)
+        conv::vjp(spec, x, w, dy, None, need_dx)
+    }
+    fn conv2d_relu_vjp_for(
+        spec: &Conv2dSpec,
+        x: &Self,
+        w: &Self,
+        y: &Self,
+        dy: &Self,
+        need_dx: bool,
+    ) -> R3o<T> {
+        if !spec.is_ungrouped_undilated() {
+            let masked = Self::unary_vjp(UnaryOp::Relu, None, Some(y), dy)?;
+            return compose::grouped_conv2d_vjp(spec, x, w, &masked, need_dx);
+        }
+        conv::vjp(spec, x, w, dy, Some(y), need_dx)
     }
     fn pool(spec: &PoolSpec, x: &Self, out: &Shape) -> R<T> {
         pool::forward(spec, x, out.clone())

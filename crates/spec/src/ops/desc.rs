@@ -645,6 +645,11 @@ row!(CONV2D, "conv2d", Conv, false,
 operands: ["x", "weight", "bias"], payload: 2, arity: Arity::Exact(3),
 saves: Saves::BOTH_OPERANDS,
 Proto::Op(|| Op::Conv2d(Conv2dSpec::ungrouped(0, 0, (0, 0), 0, 0))), torch: "F.conv2d({x}, {weight}, {bias}, stride={stride}, padding={padding}, dilation={dilation}, groups={groups})"; regimes: [Padded, Strided]);
+row!(CONV2D_RELU, "conv2d_relu", Conv, true,
+"`relu(conv2d(x, weight, bias))` in one node, the attributes `conv2d`'s: what a compiled graph's `conv2d` whose one consumer is `relu` becomes (`compiled::fuse`), so that an engine applies the ReLU where it stores the convolution's output and masks the cotangent where it reads it; the VJP reads the output (the mask, PyTorch's `threshold_backward`: the cotangent passes at NaN)", "`[outC,H',W']` / `[N,outC,H',W']`",
+operands: ["x", "weight", "bias"], payload: 2, arity: Arity::Exact(3),
+saves: Saves { inputs: &[0, 1], output: true },
+Proto::Op(|| Op::Conv2dRelu(Conv2dSpec::ungrouped(0, 0, (0, 0), 0, 0))), torch: "F.relu(F.conv2d({x}, {weight}, {bias}, stride={stride}, padding={padding}, dilation={dilation}, groups={groups}))"; regimes: [Padded, Strided]);
 row!(MAX_POOL2D, "max_pool2d", Pool, false, "max pooling over the last two axes", "`[C,H',W']` / `[N,C,H',W']`",
      operands: ["x"], payload: 0, arity: Arity::Exact(1), saves: Saves::INPUT,
      Proto::Op(|| pool(PoolKind::Max, false)), torch: "F.max_pool2d({x}, ({kH}, {kW}), stride={stride}, padding=0)"; regimes: [Strided]);
@@ -756,6 +761,7 @@ pub static OPS: &[&OpDesc] = &[
     &LINEAR,
     &CAUSAL_ATTENTION,
     &CONV2D,
+    &CONV2D_RELU,
     &MAX_POOL2D,
     &AVG_POOL2D,
     &MAX_POOL2D_PAD,
@@ -842,6 +848,7 @@ impl Op {
             Op::Linear => &LINEAR,
             Op::CausalAttention { .. } => &CAUSAL_ATTENTION,
             Op::Conv2d(_) => &CONV2D,
+            Op::Conv2dRelu(_) => &CONV2D_RELU,
             Op::Pool(p) => match (p.kind, p.padded) {
                 (PoolKind::Max, false) => &MAX_POOL2D,
                 (PoolKind::Avg, false) => &AVG_POOL2D,
@@ -959,7 +966,7 @@ impl Op {
                 v.visit("start", AttrMut::Int(start));
                 v.visit("len", AttrMut::Int(len));
             }
-            Op::Conv2d(c) => {
+            Op::Conv2d(c) | Op::Conv2dRelu(c) => {
                 v.visit("inC", AttrMut::Int(&mut c.in_channels));
                 v.visit("outC", AttrMut::Int(&mut c.out_channels));
                 v.visit("kH", AttrMut::Int(&mut c.kernel_h));

@@ -117,6 +117,10 @@ pub enum Op {
     CausalAttention { heads: usize },
     /// 2-D convolution, zero padding, no dilation, one group.
     Conv2d(Conv2dSpec),
+    /// `relu(conv2d(x, W, b))` in one node (extension): a compiled graph's `conv2d` whose one
+    /// consumer is `relu` (`torchlean_compiled::fuse`); its VJP masks the cotangent by the
+    /// output.
+    Conv2dRelu(Conv2dSpec),
     /// Max or average pooling over the last two axes.
     Pool(PoolSpec),
     /// Batch norm in evaluation mode: `(x − mean)/sqrt(max(var, 0) + eps)·γ + β`, channels on
@@ -402,7 +406,7 @@ impl Op {
         };
         Ok(match self {
             Op::Linear => linalg::linear_payload_shapes(first()?, out)?,
-            Op::Conv2d(spec) => spec.payload_shapes(),
+            Op::Conv2d(spec) | Op::Conv2dRelu(spec) => spec.payload_shapes(),
             Op::BatchNormEval { channels, .. } => norm::batch_norm_payload_shapes(*channels),
             Op::BatchNormTrain { channels, .. } => vec![Shape::from([*channels]); 2],
             Op::CrossEntropy { .. } => vec![reduce::cross_entropy_target_shape(first()?)?],
@@ -459,7 +463,9 @@ impl Op {
             Op::MatMul => linalg::infer_matmul(&inputs[0], &inputs[1])?,
             Op::Linear => linalg::infer_linear(&inputs[0], &inputs[1], &inputs[2])?,
             Op::CausalAttention { heads } => attention::infer_causal_attention(&inputs[0], *heads)?,
-            Op::Conv2d(spec) => spec.infer(&inputs[0], &inputs[1], &inputs[2])?,
+            Op::Conv2d(spec) | Op::Conv2dRelu(spec) => {
+                spec.infer(&inputs[0], &inputs[1], &inputs[2])?
+            }
             Op::Pool(spec) => spec.infer(&inputs[0])?,
             Op::BatchNormEval { channels, eps } => norm::infer_batch_norm(*channels, *eps, inputs)?,
             Op::BatchNormTrain { channels, eps } => norm::infer_batch_norm_train(
@@ -499,7 +505,9 @@ impl Op {
     pub fn workspace_elements(&self, operands: &[Shape], out: &Shape, pass: Pass) -> usize {
         match (self, operands) {
             (Op::Linear, [x, w, ..]) => linalg::linear_workspace_elements(x, w),
-            (Op::Conv2d(spec), [x, ..]) => spec.workspace_elements(x, out, pass),
+            (Op::Conv2d(spec) | Op::Conv2dRelu(spec), [x, ..]) => {
+                spec.workspace_elements(x, out, pass)
+            }
             // the scores of every head, which the composition holds (a kernel may need less)
             (Op::CausalAttention { heads }, [x, ..]) => {
                 let d = AttentionDims::of(x, *heads);
@@ -604,6 +612,7 @@ impl Op {
             Op::Linear => B::linear(a[0], a[1], a[2], &out),
             Op::CausalAttention { heads } => B::causal_attention(a[0], *heads, &out),
             Op::Conv2d(spec) => B::conv2d(spec, a[0], a[1], a[2], &out),
+            Op::Conv2dRelu(spec) => B::conv2d_relu(spec, a[0], a[1], a[2], &out),
             Op::Pool(spec) => B::pool(spec, a[0], &out),
             Op::BatchNormEval { eps, .. } => B::batch_norm([a[0], a[1], a[2], a[3], a[4]], *eps),
             Op::BatchNormTrain { eps, .. } => {
@@ -721,6 +730,11 @@ impl Op {
             Op::Conv2d(spec) => {
                 let (dx, dw, db) =
                     B::conv2d_vjp_for(spec, s.input(self, 0)?, s.input(self, 1)?, cot, needs(0))?;
+                Ok(smallvec![dx, Some(dw), Some(db)])
+            }
+            Op::Conv2dRelu(spec) => {
+                let (x, w, y) = (s.input(self, 0)?, s.input(self, 1)?, s.output(self, out)?);
+                let (dx, dw, db) = B::conv2d_relu_vjp_for(spec, x, w, y, cot, needs(0))?;
                 Ok(smallvec![dx, Some(dw), Some(db)])
             }
             Op::Pool(spec) => one(match spec.kind {
