@@ -505,9 +505,15 @@ impl Op {
     pub fn workspace_elements(&self, operands: &[Shape], out: &Shape, pass: Pass) -> usize {
         match (self, operands) {
             (Op::Linear, [x, w, ..]) => linalg::linear_workspace_elements(x, w),
-            (Op::Conv2d(spec) | Op::Conv2dRelu(spec), [x, ..]) => {
-                spec.workspace_elements(x, out, pass)
-            }
+            (Op::Conv2d(spec), [x, ..]) => spec.workspace_elements(x, out, pass),
+            // and in the backward the masked cotangent (the composition's ReLU gradient; a
+            // kernel may hold less, the CPU engine one group of images at a time)
+            (Op::Conv2dRelu(spec), [x, ..]) => match pass {
+                Pass::Eval => spec.workspace_elements(x, out, pass),
+                Pass::Grad => spec
+                    .workspace_elements(x, out, pass)
+                    .saturating_add(out.size()),
+            },
             // the scores of every head, which the composition holds (a kernel may need less)
             (Op::CausalAttention { heads }, [x, ..]) => {
                 let d = AttentionDims::of(x, *heads);

@@ -1498,6 +1498,16 @@ fn the_conv_workspace_of_a_small_layer_by_its_documented_parts() {
     // the op declares the convolution's; `matmul` declares none
     let conv = Op::Conv2d(spec).workspace_elements(std::slice::from_ref(&s), &s, Pass::Grad);
     assert_eq!(conv, 14);
+    // the fused kind adds the masked cotangent (4) to the backward only
+    let fused = Op::Conv2dRelu(spec);
+    assert_eq!(
+        fused.workspace_elements(std::slice::from_ref(&s), &s, Pass::Eval),
+        8
+    );
+    assert_eq!(
+        fused.workspace_elements(std::slice::from_ref(&s), &s, Pass::Grad),
+        18
+    );
     assert_eq!(
         Op::MatMul.workspace_elements(&[s.clone(), s.clone()], &s, Pass::Grad),
         0
