@@ -53,13 +53,14 @@
 use super::conv_implicit::{ImplicitBlock, ImplicitWeightGrad};
 use super::conv_lanes;
 use super::conv_winograd;
-use super::elementwise::{relu, relu_vjp};
+use super::elementwise::{relu, relu_vjp, ZipLoop};
 use super::linalg::{gemm, gemm_rows, par_for_work, Mat};
 use super::reduce::sum_seq;
 use crate::buffers::{self, Buffer};
 use crate::derived::{self, DerivedKey};
 use crate::error::CpuError;
 use crate::scalar::CpuScalar;
+use crate::simd::{kernel, vectorized_if};
 use crate::tensor::CpuTensor;
 use crate::threads::should_par;
 use gemm::Parallelism;
@@ -420,8 +421,18 @@ fn padded<'a, T: CpuScalar>(g: &Geo, x: &'a [T], buf: &'a mut Work<T>) -> &'a [T
 }
 
 /// Writes the image zero-padded to `C × Hp × Wp` at the start of `buf` (zeros after it) and
-/// returns `buf`.
+/// returns `buf`; compiled for the widest instruction set (rows of a few tens of elements).
 fn pad_into<'a, T: CpuScalar>(g: &Geo, x: &[T], buf: &'a mut [T]) -> &'a [T] {
+    vectorized_if::<PadInto, _>(buf.len(), (g, x, buf))
+}
+
+type PadIntoArgs<'g, 'x, 'a, T> = (&'g Geo, &'x [T], &'a mut [T]);
+
+kernel!(PadInto => pad_into_loop<'g, 'x, 'a> [T: (CpuScalar)] (PadIntoArgs<'g, 'x, 'a, T>) -> &'a [T]);
+
+/// [`pad_into`]'s loop.
+#[inline(always)]
+fn pad_into_loop<'a, T: CpuScalar>((g, x, buf): PadIntoArgs<'_, '_, 'a, T>) -> &'a [T] {
     let (hp, wp) = (g.hp(), g.wp());
     if g.pad == 0 {
         // the image as it is, then zeros
@@ -792,8 +803,20 @@ struct ImplicitTask<'a, T> {
 
 /// Whole output rows of one channel: each wide row's real columns (`j < Wo` of its
 /// [`ConvGeometry::phase_w`], which is `Wp` at stride 1), plus the bias, into the output rows `y`.
+/// Compiled for the widest instruction set ([`vectorized_if`]): rows of a few tens of
+/// elements, which the baseline build copies four `f32` at a time.
 fn keep_rows<T: CpuScalar>(g: &Geo, wide: &[T], y: &mut [T], bias: T, ep: Epilogue) {
-    let rows = y.chunks_exact_mut(g.wo).zip(wide.chunks_exact(g.phase_w()));
+    let args = (g.wo, g.phase_w(), wide, y, bias, ep);
+    vectorized_if::<KeepRows, _>(args.3.len(), args);
+}
+
+type KeepRowsArgs<'a, T> = (usize, usize, &'a [T], &'a mut [T], T, Epilogue);
+
+kernel!(KeepRows => keep_rows_loop<'a> [T: (CpuScalar)] (KeepRowsArgs<'a, T>) -> ());
+
+#[inline(always)]
+fn keep_rows_loop<T: CpuScalar>((wo, wq, wide, y, bias, ep): KeepRowsArgs<'_, T>) {
+    let rows = y.chunks_exact_mut(wo).zip(wide.chunks_exact(wq));
     match ep {
         Epilogue::Bias => {
             for (seg, src) in rows {
@@ -1154,6 +1177,16 @@ impl Caps {
 /// Columns `c0..c0 + len` of one image's cotangent (`oc × Ho·Wo`) in the wide layout
 /// (`oc × len`): zero at the dropped columns (`j ≥ Wo` of each padded-width row).
 fn wide_cotangent<T: CpuScalar>(g: &Geo, dy: &[T], out: &mut [T], c0: usize, len: usize) {
+    vectorized_if::<WideCotangent, _>(out.len(), (g, dy, out, c0, len));
+}
+
+type WideCotangentArgs<'a, T> = (&'a Geo, &'a [T], &'a mut [T], usize, usize);
+
+kernel!(WideCotangent => wide_cotangent_loop<'a> [T: (CpuScalar)] (WideCotangentArgs<'a, T>) -> ());
+
+/// [`wide_cotangent`]'s loop.
+#[inline(always)]
+fn wide_cotangent_loop<T: CpuScalar>((g, dy, out, c0, len): WideCotangentArgs<'_, T>) {
     let (wp, wo, p) = (g.wp(), g.wo, g.p());
     if c0 == 0 && len == g.wide_cols() && wo > 0 {
         // whole rows: no division per run
@@ -1458,11 +1491,10 @@ pub(crate) fn vjp<T: CpuScalar>(
     vjp_capped(spec, x, w, dy, relu_output, need_dx, caps)
 }
 
-/// `dy` masked by ReLU's output `y` ([`relu_vjp`]) into `out`.
+/// `dy` masked by ReLU's output `y` ([`relu_vjp`]) into `out`, compiled for the widest
+/// instruction set.
 fn relu_masked_into<T: CpuScalar>(dy: &[T], y: &[T], out: &mut [T]) {
-    for ((o, &d), &y) in out.iter_mut().zip(dy).zip(y) {
-        *o = relu_vjp(y, d);
-    }
+    vectorized_if::<ZipLoop, _>(out.len(), (out, y, dy, &relu_vjp::<T>));
 }
 
 /// [`vjp`] with patch-matrix chunks by `caps`.
