@@ -53,9 +53,9 @@
 use super::conv_implicit::{ImplicitBlock, ImplicitWeightGrad};
 use super::conv_lanes;
 use super::conv_winograd;
-use super::elementwise::{relu, relu_vjp, ZipLoop};
+use super::elementwise::{relu, relu_vjp};
 use super::linalg::{gemm, gemm_rows, par_for_work, Mat};
-use super::reduce::sum_seq;
+use super::reduce::{blocks_sum, RowSums};
 use crate::buffers::{self, Buffer};
 use crate::derived::{self, DerivedKey};
 use crate::error::CpuError;
@@ -1433,15 +1433,10 @@ fn implicit_weight_grad<T: CpuScalar>(
     Ok(())
 }
 
-/// Each `p`-long row's sum of `ds` into `out` (one per row).
+/// Each `p`-long row's sum of `ds` into `out` (one per row), in one dispatch
+/// ([`reduce::RowSums`]).
 fn row_sums<T: CpuScalar>(ds: &[T], p: usize, out: &mut [T]) {
-    if p == 0 {
-        out.fill(T::ZERO);
-        return;
-    }
-    for (o, row) in out.iter_mut().zip(ds.chunks_exact(p)) {
-        *o = sum_seq(row);
-    }
+    vectorized_if::<RowSums, _>(ds.len(), (ds, out, p));
 }
 
 /// The input gradients of consecutive images, one at a time on this thread, as the transposed
@@ -1491,10 +1486,31 @@ pub(crate) fn vjp<T: CpuScalar>(
     vjp_capped(spec, x, w, dy, relu_output, need_dx, caps)
 }
 
-/// `dy` masked by ReLU's output `y` ([`relu_vjp`]) into `out`, compiled for the widest
-/// instruction set.
-fn relu_masked_into<T: CpuScalar>(dy: &[T], y: &[T], out: &mut [T]) {
-    vectorized_if::<ZipLoop, _>(out.len(), (out, y, dy, &relu_vjp::<T>));
+/// Each `p`-long row of `dy` masked by ReLU's output `y` ([`relu_vjp`]) into `out`, and the
+/// row's sum into `sums` (as [`row_sums`] sums it) while the row is in L1; compiled for the
+/// widest instruction set.
+fn masked_rows<T: CpuScalar>(dy: &[T], y: &[T], out: &mut [T], p: usize, sums: &mut [T]) {
+    vectorized_if::<MaskedRows, _>(out.len(), (dy, y, out, p, sums));
+}
+
+type MaskedRowsArgs<'a, T> = (&'a [T], &'a [T], &'a mut [T], usize, &'a mut [T]);
+
+kernel!(MaskedRows => masked_rows_loop<'a> [T: (CpuScalar)] (MaskedRowsArgs<'a, T>) -> ());
+
+/// [`masked_rows`]'s loop.
+#[inline(always)]
+fn masked_rows_loop<T: CpuScalar>((dy, y, out, p, sums): MaskedRowsArgs<'_, T>) {
+    if p == 0 {
+        sums.fill(T::ZERO);
+        return;
+    }
+    let rows = out.chunks_exact_mut(p).zip(dy.chunks_exact(p));
+    for ((o, d), (y, s)) in rows.zip(y.chunks_exact(p).zip(sums)) {
+        for ((o, &d), &y) in o.iter_mut().zip(d).zip(y) {
+            *o = relu_vjp(y, d);
+        }
+        *s = blocks_sum(o);
+    }
 }
 
 /// [`vjp`] with patch-matrix chunks by `caps`.
@@ -1528,16 +1544,16 @@ fn vjp_capped<T: CpuScalar>(
     let groups = g.n.div_ceil(per);
     // one group (or no product): the whole cotangent masked at once; else each group's below
     let masked_whole;
-    if let (Some(ys), true) = (ys, trivial || groups == 1) {
-        masked_whole = {
-            let mut m = vec![T::ZERO; ds.len()];
-            relu_masked_into(ds, ys, &mut m);
-            m
-        };
-        ds = &masked_whole;
-    }
     if trivial || groups == 1 {
-        row_sums(ds, p, &mut rows);
+        match ys {
+            Some(ys) => {
+                let mut m = vec![T::ZERO; ds.len()];
+                masked_rows(ds, ys, &mut m, p, &mut rows);
+                masked_whole = m;
+                ds = &masked_whole;
+            }
+            None => row_sums(ds, p, &mut rows),
+        }
     }
     let add_rows = |db: &mut CpuTensor<T>, rows: &[T]| {
         let dbs = db.data_mut();
@@ -1602,12 +1618,14 @@ fn vjp_capped<T: CpuScalar>(
         let dsg = match ys {
             Some(ys) => {
                 let m = masked.take(range.len());
-                relu_masked_into(&ds[range.clone()], &ys[range], m);
+                masked_rows(&ds[range.clone()], &ys[range], m, p, rowg);
                 &*m
             }
-            None => &ds[range],
+            None => {
+                row_sums(&ds[range.clone()], p, rowg);
+                &ds[range]
+            }
         };
-        row_sums(dsg, p, rowg);
         let dxg = match (dxg, &flipped) {
             (Some(d), Some((t, wt, zero))) => {
                 transposed_images(t, dsg, wt, zero, d)?;

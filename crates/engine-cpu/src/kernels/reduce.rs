@@ -114,8 +114,9 @@ pub(crate) fn lane_max<T: CpuScalar>(x: &[T]) -> T {
     m
 }
 
+/// [`sum_seq`]'s arithmetic, for kernels that inline it.
 #[inline(always)]
-fn blocks_sum<T: CpuScalar>(x: &[T]) -> T {
+pub(crate) fn blocks_sum<T: CpuScalar>(x: &[T]) -> T {
     x.chunks(BLOCK)
         .fold(T::ZERO, |acc, b| acc + block_sum(b, |v| v))
 }
