@@ -212,7 +212,7 @@ pub trait ConvPool: Elementwise {
         b: &Self,
         out: &Shape,
     ) -> KernelResult<Self> {
-        Self::unary(UnaryOp::Relu, &Self::conv2d(spec, x, w, b, out)?)
+        compose::conv2d_relu(spec, x, w, b, out)
     }
     /// `conv2d_relu`'s `(dx if need_dx, dW, db)` from the saved operands and output `y`: the
     /// cotangent masked by `y` (ReLU's VJP), then [`ConvPool::conv2d_vjp_for`]. The default
@@ -225,8 +225,7 @@ pub trait ConvPool: Elementwise {
         dy: &Self,
         need_dx: bool,
     ) -> KernelResult<Self, Grads3<Self>> {
-        let masked = Self::unary_vjp(UnaryOp::Relu, None, Some(y), dy)?;
-        Self::conv2d_vjp_for(spec, x, w, &masked, need_dx)
+        compose::conv2d_relu_vjp_for(spec, x, w, y, dy, need_dx)
     }
     /// `(dx, dW, db)`.
     fn conv2d_vjp(

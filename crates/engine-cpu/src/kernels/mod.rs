@@ -220,8 +220,7 @@ impl<T: CpuScalar> ConvPool for CpuTensor<T> {
     }
     fn conv2d_relu(spec: &Conv2dSpec, x: &Self, w: &Self, b: &Self, out: &Shape) -> R<T> {
         if !spec.is_ungrouped_undilated() {
-            let y = compose::grouped_conv2d(spec, x, w, b, out)?;
-            return Self::unary(UnaryOp::Relu, &y);
+            return compose::conv2d_relu(spec, x, w, b, out);
         }
         conv::forward(spec, x, w, b, conv::Epilogue::BiasRelu, out.clone())
     }
@@ -244,8 +243,7 @@ impl<T: CpuScalar> ConvPool for CpuTensor<T> {
         need_dx: bool,
     ) -> R3o<T> {
         if !spec.is_ungrouped_undilated() {
-            let masked = Self::unary_vjp(UnaryOp::Relu, None, Some(y), dy)?;
-            return compose::grouped_conv2d_vjp(spec, x, w, &masked, need_dx);
+            return compose::conv2d_relu_vjp_for(spec, x, w, y, dy, need_dx);
         }
         conv::vjp(spec, x, w, dy, Some(y), need_dx)
     }

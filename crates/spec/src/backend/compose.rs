@@ -9,7 +9,7 @@
 //! Means divide once, in [`Reduce::reduce_axis`] or [`Reduce::spread`], so an exact engine
 //! stays exact and a mean over zero elements is the engine's own (NaN on floats).
 
-use super::{Grads3, KernelResult, Layout, Linalg, Reduce};
+use super::{ConvPool, Grads3, KernelResult, Layout, Linalg, Reduce};
 use crate::ops::{causal_mask, AttentionDims, BinaryOp, Conv2dSpec, GroupedConv, UnaryOp};
 use crate::shape::Shape;
 
@@ -280,6 +280,31 @@ fn attention_weights<B: Linalg>(qkv: &B, d: &AttentionDims) -> KernelResult<B, [
     let mask = B::broadcast(&mask, &scores)?;
     let p = B::softmax(&B::binary(BinaryOp::Add, &s, &mask)?, 2, false)?;
     Ok([q, kt, v, p])
+}
+
+/// `conv2d_relu`: the convolution, then the ReLU.
+pub fn conv2d_relu<B: ConvPool>(
+    spec: &Conv2dSpec,
+    x: &B,
+    w: &B,
+    b: &B,
+    out: &Shape,
+) -> KernelResult<B> {
+    B::unary(UnaryOp::Relu, &B::conv2d(spec, x, w, b, out)?)
+}
+
+/// `conv2d_relu`'s `(dx if need_dx, dW, db)`: the cotangent masked by the output `y` (ReLU's
+/// VJP), then the convolution's.
+pub fn conv2d_relu_vjp_for<B: ConvPool>(
+    spec: &Conv2dSpec,
+    x: &B,
+    w: &B,
+    y: &B,
+    dy: &B,
+    need_dx: bool,
+) -> KernelResult<B, Grads3<B>> {
+    let masked = B::unary_vjp(UnaryOp::Relu, None, Some(y), dy)?;
+    B::conv2d_vjp_for(spec, x, w, &masked, need_dx)
 }
 
 /// `causal_attention` from products, a mask and softmax (`crate::ops::AttentionDims`).
