@@ -1469,11 +1469,12 @@ fn transposed_images<T: CpuScalar>(
 }
 
 /// `(dx, dW, db)`, `dx` only when `need_dx` (`dW` and `db` are the same either way).
-#[allow(clippy::type_complexity)]
 ///
 /// With `relu_output` (`conv2d_relu`'s output), `dy` is first masked by it (ReLU's VJP): one
-/// group of images at a time into a scratch buffer, which the group's passes then read while it
-/// is in cache (the same bits as masking the whole cotangent first).
+/// group of images at a time into a scratch buffer, its rows summed for `db` as they are
+/// masked ([`masked_rows`]), which the group's products then read while it is in cache (the
+/// same bits as masking the whole cotangent first).
+#[allow(clippy::type_complexity)]
 pub(crate) fn vjp<T: CpuScalar>(
     spec: &Conv2dSpec,
     x: &CpuTensor<T>,
