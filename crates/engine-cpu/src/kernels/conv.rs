@@ -806,8 +806,7 @@ struct ImplicitTask<'a, T> {
 /// Compiled for the widest instruction set ([`vectorized_if`]): rows of a few tens of
 /// elements, which the baseline build copies four `f32` at a time.
 fn keep_rows<T: CpuScalar>(g: &Geo, wide: &[T], y: &mut [T], bias: T, ep: Epilogue) {
-    let args = (g.wo, g.phase_w(), wide, y, bias, ep);
-    vectorized_if::<KeepRows, _>(args.3.len(), args);
+    vectorized_if::<KeepRows, _>(y.len(), (g.wo, g.phase_w(), wide, y, bias, ep));
 }
 
 type KeepRowsArgs<'a, T> = (usize, usize, &'a [T], &'a mut [T], T, Epilogue);
